@@ -1,0 +1,183 @@
+//! Command line and environment: `ringlimit serve` flags, each also read from
+//! `RINGLIMIT_<FLAG>` (flags win), turned into a [`NodeConfig`].
+
+use crate::rules::{RuleSet, RulesError};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The `ringlimit` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ringlimit",
+    version,
+    about = "A distributed rate limiter: equal nodes, no Redis"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one limiter node.
+    Serve(ServeArgs),
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Flags of `ringlimit serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Unique, stable name of this node (default: the host name).
+    #[arg(long, env = "RINGLIMIT_NODE_ID", value_name = "ID")]
+    pub node_id: Option<String>,
+    /// HTTP API address (checks, admin, health, metrics).
+    #[arg(
+        long,
+        env = "RINGLIMIT_HTTP",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub http: SocketAddr,
+    /// Node-to-node port: gossip over UDP and peer RPC over TCP.
+    #[arg(
+        long,
+        env = "RINGLIMIT_PEER",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:7946"
+    )]
+    pub peer: SocketAddr,
+    /// What other nodes dial to reach this one (default: the --peer address).
+    #[arg(long, env = "RINGLIMIT_ADVERTISE", value_name = "ADDR")]
+    pub advertise: Option<String>,
+    /// Gossip seed addresses, host:port, comma-separated.
+    #[arg(
+        long,
+        env = "RINGLIMIT_SEEDS",
+        value_name = "A,B,...",
+        value_delimiter = ','
+    )]
+    pub seeds: Vec<String>,
+    /// YAML rules file, reloaded when it changes (default: built-in rules).
+    #[arg(long, env = "RINGLIMIT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Most buckets held in memory by this node (least recently used evicted beyond it).
+    #[arg(long, env = "RINGLIMIT_MAX_KEYS", value_name = "N", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_keys: u64,
+    /// Nodes with another cluster id are ignored.
+    #[arg(
+        long,
+        env = "RINGLIMIT_CLUSTER_ID",
+        value_name = "ID",
+        default_value = "ringlimit"
+    )]
+    pub cluster_id: String,
+    /// How often the rules file is checked for changes, in milliseconds.
+    #[arg(long, env = "RINGLIMIT_CONFIG_POLL_MS", value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    pub config_poll_ms: u64,
+    /// Log format on stderr.
+    #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Why a node cannot start with the configuration it was given.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read rules file {path}: {source}")]
+    ReadRules {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("rules file {path}: {source}")]
+    InvalidRules { path: PathBuf, source: RulesError },
+    #[error("--node-id must not be empty")]
+    EmptyNodeId,
+}
+
+/// Everything a node needs to run (see [`crate::run`]).
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    pub http_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    pub advertise: String,
+    pub seeds: Vec<String>,
+    pub rules_path: Option<PathBuf>,
+    /// The rules in force at start (from `rules_path`, or built in).
+    pub rules: RuleSet,
+    pub max_keys: u64,
+    pub cluster_id: String,
+    pub rules_poll: Duration,
+}
+
+impl NodeConfig {
+    /// A single node on loopback ephemeral ports with built-in rules: for tests.
+    pub fn local(node_id: &str) -> Self {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self {
+            node_id: node_id.to_owned(),
+            http_addr: any,
+            peer_addr: any,
+            advertise: any.to_string(),
+            seeds: Vec::new(),
+            rules_path: None,
+            rules: RuleSet::builtin(),
+            max_keys: 100_000,
+            cluster_id: "ringlimit".into(),
+            rules_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Reads and validates a rules file.
+pub fn load_rules(path: &std::path::Path) -> Result<RuleSet, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadRules {
+        path: path.to_owned(),
+        source,
+    })?;
+    RuleSet::from_yaml(&text).map_err(|source| ConfigError::InvalidRules {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+impl ServeArgs {
+    /// Resolves defaults and loads the rules file.
+    pub fn into_config(self) -> Result<NodeConfig, ConfigError> {
+        let node_id = match self.node_id {
+            Some(id) if id.trim().is_empty() => return Err(ConfigError::EmptyNodeId),
+            Some(id) => id,
+            None => gethostname::gethostname().to_string_lossy().into_owned(),
+        };
+        let rules = match &self.config {
+            Some(path) => load_rules(path)?,
+            None => RuleSet::builtin(),
+        };
+        Ok(NodeConfig {
+            node_id,
+            http_addr: self.http,
+            peer_addr: self.peer,
+            advertise: self.advertise.unwrap_or_else(|| self.peer.to_string()),
+            seeds: self
+                .seeds
+                .into_iter()
+                .filter(|s| !s.trim().is_empty())
+                .collect(),
+            rules_path: self.config,
+            rules,
+            max_keys: self.max_keys,
+            cluster_id: self.cluster_id,
+            rules_poll: Duration::from_millis(self.config_poll_ms),
+        })
+    }
+}

@@ -1,0 +1,169 @@
+//! The local decision path: resolve a check's rule, identify its bucket, let the store decide,
+//! and phrase the answer. Everything a node answers for a key it owns goes through here.
+
+use crate::clock::{Clock, NANOS_PER_MS};
+use crate::limiter::Rule;
+use crate::rules::{self, FieldError, Mode, NamedRule, RuleSet};
+use crate::store::Store;
+use arc_swap::ArcSwap;
+use ringlimit_proto::{CheckAnswer, InlineRule};
+use std::sync::Arc;
+
+/// The rule a check names, borrowed from the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleSpec<'a> {
+    Named(&'a str),
+    Inline(InlineRule),
+}
+
+/// Why a check cannot be decided. Each is the caller's mistake, and none touches a bucket.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    #[error("`key` must be 1 to 512 bytes, got {0} bytes")]
+    InvalidKey(usize),
+    #[error("no rule named {0:?} is configured")]
+    UnknownRule(String),
+    #[error("invalid rule: {0}")]
+    InvalidRule(FieldError),
+    #[error(
+        "`cost` {cost} exceeds the capacity {capacity} of this rule, so it could never be admitted"
+    )]
+    CostTooLarge { cost: u64, capacity: u64 },
+}
+
+impl CheckError {
+    /// The contract's snake_case error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CheckError::InvalidKey(_) => "invalid_key",
+            CheckError::UnknownRule(_) => "unknown_rule",
+            CheckError::InvalidRule(e) => match e.field {
+                "limit" => "invalid_limit",
+                "period" | "period_ms" => "invalid_period",
+                "burst" => "invalid_burst",
+                _ => "invalid_rule",
+            },
+            CheckError::CostTooLarge { .. } => "invalid_cost",
+        }
+    }
+}
+
+/// A check's rule, resolved and validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resolved {
+    pub rule: Rule,
+    /// Seed of this rule's bucket identities.
+    pub seed: u64,
+    pub mode: Mode,
+}
+
+/// Rules, buckets and time: everything one node needs to decide checks it owns.
+pub struct Engine {
+    store: Store,
+    rules: ArcSwap<RuleSet>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub fn new(rules: RuleSet, max_keys: u64, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store: Store::new(max_keys),
+            rules: ArcSwap::from_pointee(rules),
+            clock,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.load_full()
+    }
+
+    /// Puts new rules in force (checks in flight finish under the old ones).
+    pub fn set_rules(&self, rules: RuleSet) {
+        self.rules.store(Arc::new(rules));
+    }
+
+    /// Resolves and validates a check's rule.
+    pub fn resolve(&self, spec: RuleSpec<'_>) -> Result<Resolved, CheckError> {
+        match spec {
+            RuleSpec::Named(name) => {
+                let rules = self.rules.load();
+                let r: &NamedRule = rules
+                    .get(name)
+                    .ok_or_else(|| CheckError::UnknownRule(name.to_owned()))?;
+                Ok(Resolved {
+                    rule: r.rule,
+                    seed: r.seed,
+                    mode: r.mode,
+                })
+            }
+            RuleSpec::Inline(inline) => {
+                let rule = rules::validate_inline(&inline).map_err(CheckError::InvalidRule)?;
+                Ok(Resolved {
+                    rule,
+                    seed: rules::inline_seed(&rule),
+                    mode: Mode::Owner,
+                })
+            }
+        }
+    }
+
+    /// Validates a whole check without deciding it; returns the bucket's identity.
+    pub fn prepare(
+        &self,
+        key: &str,
+        spec: RuleSpec<'_>,
+        cost: u64,
+    ) -> Result<(Resolved, u64), CheckError> {
+        if key.is_empty() || key.len() > ringlimit_proto::CheckAnswer::MAX_KEY_BYTES {
+            return Err(CheckError::InvalidKey(key.len()));
+        }
+        let resolved = self.resolve(spec)?;
+        let capacity = resolved.rule.capacity();
+        if cost > capacity {
+            return Err(CheckError::CostTooLarge { cost, capacity });
+        }
+        Ok((resolved, rules::bucket_id(resolved.seed, key)))
+    }
+
+    /// Decides a check on this node.
+    pub fn check(
+        &self,
+        key: &str,
+        spec: RuleSpec<'_>,
+        cost: u64,
+    ) -> Result<CheckAnswer, CheckError> {
+        let (resolved, id) = self.prepare(key, spec, cost)?;
+        Ok(self.decide(id, &resolved.rule, cost))
+    }
+
+    /// Decides a prepared check (see [`Engine::prepare`]) now.
+    pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
+        let now = self.clock.now();
+        let d = self.store.check(id, rule, now, cost);
+        CheckAnswer {
+            allowed: d.allowed,
+            limit: rule.limit,
+            remaining: d.remaining,
+            reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
+            retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
+            degraded: false,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! `POST /v1/check` and `POST /v1/check/batch`: parse strictly, decide, answer with headers.
+//!
+//! Bodies are parsed by hand from bytes (not axum's `Json`) so that every malformed input maps
+//! to the contract's error codes, with the path of the offending field in the message.
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody, sentence};
+use crate::engine::{CheckError, RuleSpec};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// Most checks in one batch.
+pub const MAX_BATCH: usize = 1000;
+
+/// A check as the JSON body spells it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow, default)]
+    rule: Option<Cow<'a, str>>,
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    period_ms: Option<u64>,
+    #[serde(borrow, default)]
+    algorithm: Option<Cow<'a, str>>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    cost: Option<u64>,
+}
+
+impl CheckBody<'_> {
+    /// The rule this body names, checked for the contract's "one of rule or limit+period_ms".
+    fn spec(&self) -> Result<RuleSpec<'_>, ApiError> {
+        let inline_fields = self.limit.is_some()
+            || self.period_ms.is_some()
+            || self.algorithm.is_some()
+            || self.burst.is_some();
+        match (&self.rule, inline_fields) {
+            (Some(_), true) => Err(ApiError::bad_request(
+                "invalid_request",
+                "Give either `rule` or an inline rule (`limit`, `period_ms`, `algorithm`, `burst`), not both.",
+            )),
+            (Some(name), false) => Ok(RuleSpec::Named(name)),
+            (None, _) => {
+                let (Some(limit), Some(period_ms)) = (self.limit, self.period_ms) else {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        "A check needs either `rule` or both `limit` and `period_ms`.",
+                    ));
+                };
+                let algorithm = match &self.algorithm {
+                    None => Algorithm::default(),
+                    Some(a) => a.parse().map_err(|e: ringlimit_proto::UnknownAlgorithm| {
+                        ApiError::bad_request("unknown_algorithm", sentence(e.to_string()))
+                    })?,
+                };
+                Ok(RuleSpec::Inline(InlineRule {
+                    limit,
+                    period_ms,
+                    algorithm,
+                    burst: self.burst,
+                }))
+            }
+        }
+    }
+}
+
+fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Syntax
+            | serde_json::error::Category::Eof
+            | serde_json::error::Category::Io => ApiError::bad_request(
+                "invalid_json",
+                sentence(format!("Body is not valid JSON: {inner}")),
+            ),
+            serde_json::error::Category::Data if path == "." => {
+                ApiError::bad_request("invalid_request", sentence(inner.to_string()))
+            }
+            serde_json::error::Category::Data => ApiError::bad_request(
+                "invalid_request",
+                sentence(format!("Field `{path}`: {inner}")),
+            ),
+        }
+    })?;
+    // Trailing garbage after the value is refused too.
+    de.end().map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            sentence(format!("Body is not valid JSON: {e}")),
+        )
+    })?;
+    Ok(value)
+}
+
+fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
+    let body: CheckBody<'_> = parse(bytes)?;
+    let spec = body.spec()?;
+    let cost = body.cost.unwrap_or(1);
+    let answer = state.engine.check(&body.key, spec, cost)?;
+    state.metrics.count(answer.allowed);
+    Ok(answer)
+}
+
+fn body_error(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "The request body is over the 1 MiB limit.",
+        )
+    } else {
+        ApiError::bad_request("invalid_body", sentence(rejection.body_text()))
+    }
+}
+
+/// `POST /v1/check`.
+pub async fn check(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    let bytes = match body {
+        Ok(b) => b,
+        Err(r) => return body_error(r).into_response(),
+    };
+    match decide(&state, &bytes) {
+        Ok(answer) => answer_response(&answer),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The contract's answer: 200 or 429, JSON body, `X-RateLimit-*` and `Retry-After` headers.
+pub fn answer_response(a: &CheckAnswer) -> Response {
+    let status = if a.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let body = serde_json::to_vec(a).unwrap_or_default();
+    let mut headers = HeaderMap::with_capacity(5);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert("x-ratelimit-limit", HeaderValue::from(a.limit));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(a.remaining));
+    headers.insert(
+        "x-ratelimit-reset",
+        HeaderValue::from(a.reset_at_ms.div_ceil(1000)),
+    );
+    if !a.allowed {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(a.retry_after_ms.div_ceil(1000).max(1)),
+        );
+    }
+    (status, headers, body).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody<'a> {
+    #[serde(borrow)]
+    checks: Vec<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum BatchItem {
+    Answer(CheckAnswer),
+    Error(ErrorBody),
+}
+
+#[derive(Serialize)]
+struct BatchAnswer {
+    results: Vec<BatchItem>,
+}
+
+/// `POST /v1/check/batch`.
+pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    let bytes = match body {
+        Ok(b) => b,
+        Err(r) => return body_error(r).into_response(),
+    };
+    let batch: BatchBody<'_> = match parse(&bytes) {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    if batch.checks.is_empty() || batch.checks.len() > MAX_BATCH {
+        return ApiError::bad_request(
+            "invalid_batch",
+            format!(
+                "`checks` must hold 1 to {MAX_BATCH} checks, got {}.",
+                batch.checks.len()
+            ),
+        )
+        .into_response();
+    }
+    let results = batch
+        .checks
+        .iter()
+        .map(|raw| match decide(&state, raw.get().as_bytes()) {
+            Ok(a) => BatchItem::Answer(a),
+            Err(e) => BatchItem::Error(e.body),
+        })
+        .collect();
+    axum::Json(BatchAnswer { results }).into_response()
+}
+
+impl From<CheckError> for ErrorBody {
+    fn from(e: CheckError) -> Self {
+        ApiError::from(e).body
+    }
+}

@@ -1,0 +1,64 @@
+//! The contract's error answer: a 4xx status with `{ "error": code, "message": sentence }`.
+
+use crate::engine::CheckError;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// An error body, also used in place of a failed item of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorBody {
+    pub error: &'static str,
+    pub message: String,
+}
+
+/// An error answer of the HTTP API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, error: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: ErrorBody {
+                error,
+                message: message.into(),
+            },
+        }
+    }
+
+    pub fn bad_request(error: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, error, message)
+    }
+}
+
+impl From<CheckError> for ApiError {
+    fn from(e: CheckError) -> Self {
+        let status = match e {
+            CheckError::UnknownRule(_) => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        Self::new(status, e.code(), sentence(e.to_string()))
+    }
+}
+
+/// Capitalised and ending in a full stop: one clear sentence.
+pub fn sentence(mut s: String) -> String {
+    if let Some(first) = s.get(0..1) {
+        let upper = first.to_uppercase();
+        s.replace_range(0..1, &upper);
+    }
+    if !s.ends_with('.') {
+        s.push('.');
+    }
+    s
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}

@@ -1,0 +1,42 @@
+//! The HTTP API (axum): checks, health, readiness, metrics.
+//!
+//! # Layout
+//! - [`check`] — `POST /v1/check` and `/v1/check/batch`.
+//! - [`ops`] — health, readiness, fallback.
+//! - [`error`] — the contract's error body.
+
+pub mod check;
+pub mod error;
+pub mod ops;
+
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Largest request body accepted (the contract's 1 MiB).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub ready: Arc<AtomicBool>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The node's HTTP routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/check", post(check::check))
+        .route("/v1/check/batch", post(check::batch))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(crate::metrics::render))
+        .fallback(ops::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}

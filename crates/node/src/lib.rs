@@ -1,0 +1,30 @@
+//! ringlimit node: a distributed rate limiter's engine, HTTP API and the `ringlimit` binary.
+//!
+//! A node answers "may key K spend N tokens under rule R now?" from a bounded in-memory store of
+//! buckets, deciding with pure algorithms over an injected clock.
+//!
+//! # Layout
+//! - [`clock`] — the `Clock` trait; system and manual clocks.
+//! - [`limiter`] — the algorithms, one module each, pure `decide(state, rule, now, cost)`.
+//! - [`store`] — sharded, bounded (CLOCK-PRO) bucket store keyed by 64-bit identities.
+//! - [`rules`] — rule validation, rules file, built-in rules, bucket identities.
+//! - [`engine`] — resolve a check, decide it on the store, phrase the answer.
+//! - [`http`] — the axum API: checks, batch, health, readiness.
+//! - [`metrics`] — Prometheus metrics.
+//! - [`config`] — flags and environment into a [`NodeConfig`].
+//! - [`reload`] — rules file hot reload.
+//! - [`node`] — wiring: [`run`] is the whole node.
+
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod limiter;
+pub mod metrics;
+pub mod node;
+pub mod reload;
+pub mod rules;
+pub mod store;
+
+pub use config::NodeConfig;
+pub use node::{Listeners, NodeError, run, shutdown_signal};

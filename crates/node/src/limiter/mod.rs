@@ -1,0 +1,176 @@
+//! The limiting algorithms: pure functions of (state, rule, now, cost).
+//!
+//! Every algorithm decides from the bucket's state, the rule, the current time in nanoseconds and
+//! the cost, and returns a [`Decision`]. A denied check, or one of cost 0, never changes what the
+//! state means (an algorithm may still tidy its representation, e.g. drop expired log entries).
+//!
+//! # Layout
+//! - [`token_bucket`] — GCRA form of a token bucket (one `u64` of state).
+//! - [`leaky_bucket`] — the leaky bucket as a meter (the same GCRA arithmetic).
+//! - [`fixed_window`] — a counter per aligned window.
+//! - [`sliding_window`] — weighted two-window counter.
+//! - [`sliding_log`] — exact log of admitted requests.
+
+pub mod fixed_window;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use ringlimit_proto::Algorithm;
+
+pub use sliding_log::SlidingLog;
+
+/// Largest `limit` (and `burst`) a rule may have: counts must fit the compact `u32` state.
+pub const MAX_LIMIT: u64 = 1_000_000_000;
+/// Largest limit a sliding log may have: its memory grows with the limit.
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
+/// Shortest time per token for the bucket algorithms: at most one token per microsecond, so the
+/// whole-nanosecond emission interval is exact to 0.1%.
+pub const MIN_EMISSION_NS: u64 = 1_000;
+/// Longest period a rule may have (366 days).
+pub const MAX_PERIOD_NS: u64 = 366 * 24 * 3600 * 1_000_000_000;
+
+/// A validated rule as the algorithms see it. Build it through [`crate::rules`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rule {
+    pub algorithm: Algorithm,
+    /// Requests per period.
+    pub limit: u64,
+    /// Period in nanoseconds (> 0).
+    pub period_ns: u64,
+    /// Bucket capacity; equals `limit` for the window algorithms.
+    pub burst: u64,
+}
+
+impl Rule {
+    /// The most one check may cost: the capacity of the bucket or window.
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.has_burst() {
+            self.burst
+        } else {
+            self.limit
+        }
+    }
+}
+
+/// What an algorithm decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Whole requests of cost 1 still admissible now.
+    pub remaining: u64,
+    /// When the bucket is full again (or its window resets), ns since the epoch.
+    pub reset_ns: u64,
+    /// 0 when allowed; else how long until the same check would be admitted, in ns.
+    pub retry_after_ns: u64,
+}
+
+/// One bucket's state, as compact as the algorithm allows (the store keeps up to a million).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketState {
+    /// Token bucket and leaky bucket: the theoretical arrival time.
+    Gcra { tat: u64 },
+    /// Fixed window: end of the counted window and its count.
+    Fixed { end: u64, count: u32 },
+    /// Sliding window: `until` is the end of the current window plus one period (when the state
+    /// stops mattering), with the current and previous windows' counts.
+    Sliding {
+        until: u64,
+        current: u32,
+        previous: u32,
+    },
+    /// Sliding log: boxed, since it grows with the limit.
+    Log(Box<SlidingLog>),
+}
+
+impl BucketState {
+    /// The state of a bucket nobody has used.
+    pub fn fresh(rule: &Rule) -> Self {
+        match rule.algorithm {
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => BucketState::Gcra { tat: 0 },
+            Algorithm::FixedWindow => BucketState::Fixed { end: 0, count: 0 },
+            Algorithm::SlidingWindow => BucketState::Sliding {
+                until: 0,
+                current: 0,
+                previous: 0,
+            },
+            Algorithm::SlidingLog => BucketState::Log(Box::new(SlidingLog::new(rule.limit))),
+        }
+    }
+
+    /// Whether this state can serve `rule` (a reloaded rule may have changed algorithm).
+    fn fits(&self, rule: &Rule) -> bool {
+        matches!(
+            (self, rule.algorithm),
+            (
+                BucketState::Gcra { .. },
+                Algorithm::TokenBucket | Algorithm::LeakyBucket
+            ) | (BucketState::Fixed { .. }, Algorithm::FixedWindow)
+                | (BucketState::Sliding { .. }, Algorithm::SlidingWindow)
+                | (BucketState::Log(_), Algorithm::SlidingLog)
+        )
+    }
+
+    /// From this time on the state is equivalent to a fresh one (the bucket is full again).
+    /// Used to tell idle evictions from evictions of buckets that were still limiting.
+    pub fn idle_at(&self) -> u64 {
+        match self {
+            BucketState::Gcra { tat } => *tat,
+            BucketState::Fixed { end, .. } => *end,
+            BucketState::Sliding { until, .. } => *until,
+            BucketState::Log(log) => log.idle_at(),
+        }
+    }
+
+    /// Relative memory cost for the store's bound: 1 for the fixed-size states, more for a
+    /// sliding log in proportion to the most entries it may hold (16 bytes each, 64-byte units).
+    pub fn weight(&self) -> u64 {
+        match self {
+            BucketState::Log(log) => 1 + log.max_entries() / 4,
+            _ => 1,
+        }
+    }
+
+    /// Decides a check of `cost` at `now` against this state, updating it when admitted.
+    pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
+        if !self.fits(rule) {
+            *self = BucketState::fresh(rule);
+        }
+        match self {
+            BucketState::Gcra { tat } => match rule.algorithm {
+                Algorithm::LeakyBucket => leaky_bucket::decide(tat, rule, now, cost),
+                _ => token_bucket::decide(tat, rule, now, cost),
+            },
+            BucketState::Fixed { end, count } => fixed_window::decide(end, count, rule, now, cost),
+            BucketState::Sliding {
+                until,
+                current,
+                previous,
+            } => sliding_window::decide(until, current, previous, rule, now, cost),
+            BucketState::Log(log) => log.decide(rule, now, cost),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A start time well after the epoch, aligned to nothing in particular.
+    pub const T0: u64 = 1_700_000_000_123_456_789;
+    pub const MS: u64 = 1_000_000;
+    pub const SEC: u64 = 1_000_000_000;
+
+    pub fn rule(algorithm: Algorithm, limit: u64, period_ms: u64, burst: u64) -> Rule {
+        Rule {
+            algorithm,
+            limit,
+            period_ns: period_ms * MS,
+            burst,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

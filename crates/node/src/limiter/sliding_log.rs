@@ -1,0 +1,90 @@
+//! Sliding log: exact. Keeps the time of every admitted request in the last period, so any
+//! half-open span of one period admits at most `limit`. Memory grows with the limit, which is
+//! why rules cap it at [`super::MAX_SLIDING_LOG_LIMIT`] and the store weighs these buckets by it.
+
+use super::{Decision, Rule};
+use std::collections::VecDeque;
+
+/// The admitted requests of the last period: `(time, cost)` runs, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlidingLog {
+    entries: VecDeque<(u64, u32)>,
+    /// Sum of the costs in `entries`.
+    total: u64,
+    /// The most entries this log may hold (its rule's limit when created).
+    max_entries: u64,
+    /// When the newest entry expires.
+    idle_at: u64,
+}
+
+impl SlidingLog {
+    pub fn new(limit: u64) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            total: 0,
+            max_entries: limit,
+            idle_at: 0,
+        }
+    }
+
+    pub fn max_entries(&self) -> u64 {
+        self.max_entries
+    }
+
+    pub fn idle_at(&self) -> u64 {
+        self.idle_at
+    }
+
+    /// Decides a check, appending it to the log when admitted.
+    pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
+        let p = rule.period_ns;
+        // An entry at `t` counts for the half-open span [t, t + p).
+        while let Some(&(t, c)) = self.entries.front() {
+            if t.saturating_add(p) > now {
+                break;
+            }
+            self.entries.pop_front();
+            self.total -= u64::from(c);
+        }
+        let fits = self.total + cost.max(1) <= rule.limit;
+        if fits && cost > 0 {
+            match self.entries.back_mut() {
+                Some((t, c)) if *t == now => {
+                    *c = c.saturating_add(u32::try_from(cost).unwrap_or(u32::MAX))
+                }
+                _ => self
+                    .entries
+                    .push_back((now, u32::try_from(cost).unwrap_or(u32::MAX))),
+            }
+            self.total += cost;
+            self.idle_at = now.saturating_add(p);
+            return Decision {
+                allowed: true,
+                remaining: rule.limit.saturating_sub(self.total),
+                reset_ns: self.idle_at,
+                retry_after_ns: 0,
+            };
+        }
+        let retry_after_ns = if fits {
+            0
+        } else {
+            // Walk the oldest entries until enough have expired for `cost` to fit.
+            let mut left = self.total;
+            let mut at = now;
+            for &(t, c) in &self.entries {
+                left -= u64::from(c);
+                at = t.saturating_add(p);
+                if left + cost <= rule.limit {
+                    break;
+                }
+            }
+            at - now
+        };
+        Decision {
+            allowed: fits,
+            remaining: rule.limit.saturating_sub(self.total),
+            reset_ns: if self.total > 0 { self.idle_at } else { now },
+            retry_after_ns,
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Prometheus metrics, one registry per node (so in-process test clusters do not mix counts).
+
+use crate::http::AppState;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::Ordering;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    result: &'static str,
+    mode: &'static str,
+}
+
+/// The node's metrics. Hot-path counters are resolved once, at start.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub allowed: Counter,
+    pub denied: Counter,
+    buckets: Gauge,
+    evictions: Counter,
+    evictions_limiting: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ringlimit");
+        let checks = Family::<CheckLabels, Counter>::default();
+        registry.register("checks", "Checks decided by this node", checks.clone());
+        let allowed = checks
+            .get_or_create(&CheckLabels {
+                result: "allowed",
+                mode: "owner",
+            })
+            .clone();
+        let denied = checks
+            .get_or_create(&CheckLabels {
+                result: "denied",
+                mode: "owner",
+            })
+            .clone();
+        let buckets = Gauge::default();
+        registry.register(
+            "buckets",
+            "Buckets held in this node's store",
+            buckets.clone(),
+        );
+        let evictions = Counter::default();
+        registry.register(
+            "evictions",
+            "Buckets evicted to stay within --max-keys",
+            evictions.clone(),
+        );
+        let evictions_limiting = Counter::default();
+        registry.register(
+            "evictions_limiting",
+            "Evicted buckets that were still limiting (each may admit more than the rule)",
+            evictions_limiting.clone(),
+        );
+        Self {
+            registry,
+            allowed,
+            denied,
+            buckets,
+            evictions,
+            evictions_limiting,
+        }
+    }
+
+    /// Counts one decided check.
+    pub fn count(&self, allowed: bool) {
+        if allowed {
+            self.allowed.inc();
+        } else {
+            self.denied.inc();
+        }
+    }
+}
+
+/// `GET /metrics`.
+pub async fn render(State(state): State<AppState>) -> Response {
+    let m = &state.metrics;
+    let store = state.engine.store();
+    m.buckets
+        .set(i64::try_from(store.len()).unwrap_or(i64::MAX));
+    // Store counters are the source of truth; mirror them into the registry at scrape time.
+    let stats = store.stats();
+    let sync = |c: &Counter, v: u64| {
+        let cur = c.get();
+        if v > cur {
+            c.inc_by(v - cur);
+        }
+    };
+    sync(&m.evictions, stats.evictions.load(Ordering::Relaxed));
+    sync(
+        &m.evictions_limiting,
+        stats.evictions_limiting.load(Ordering::Relaxed),
+    );
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &m.registry).is_err() {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        out,
+    )
+        .into_response()
+}

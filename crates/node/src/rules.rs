@@ -1,0 +1,454 @@
+//! Rules: validation, the rules file, built-in defaults, and each bucket's identity.
+//!
+//! One validation serves every way a rule arrives (rules file, inline in a request, later the
+//! peer protocol), so a rule the file would refuse is refused inline with the same words.
+
+use crate::limiter::{self, Rule};
+use ringlimit_proto::{Algorithm, InlineRule};
+use serde_yaml_ng::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Who decides a rule's checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Exact: the key's owner node decides.
+    #[default]
+    Owner,
+    /// Approximate: every node decides from gossiped counters.
+    Global,
+}
+
+/// What a node answers when a key's owner cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOwnerUnreachable {
+    /// Answer from a local fallback share and mark the answer degraded.
+    #[default]
+    Open,
+    /// Deny.
+    Closed,
+}
+
+/// Why a rule is invalid: which field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}` {reason}")]
+pub struct FieldError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn field_err(field: &'static str, reason: impl Into<String>) -> FieldError {
+    FieldError {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Validates rule parameters into the algorithms' [`Rule`].
+pub fn validate(
+    algorithm: Algorithm,
+    limit: u64,
+    period_ns: u64,
+    burst: Option<u64>,
+) -> Result<Rule, FieldError> {
+    if limit == 0 || limit > limiter::MAX_LIMIT {
+        return Err(field_err(
+            "limit",
+            format!("must be between 1 and {}, got {limit}", limiter::MAX_LIMIT),
+        ));
+    }
+    if period_ns < crate::clock::NANOS_PER_MS || period_ns > limiter::MAX_PERIOD_NS {
+        return Err(field_err(
+            "period",
+            "must be between 1 ms and 366 days".to_string(),
+        ));
+    }
+    if algorithm == Algorithm::SlidingLog && limit > limiter::MAX_SLIDING_LOG_LIMIT {
+        return Err(field_err(
+            "limit",
+            format!(
+                "is {limit}, but sliding_log keeps one entry per request and allows at most {}; use sliding_window for large limits",
+                limiter::MAX_SLIDING_LOG_LIMIT
+            ),
+        ));
+    }
+    let burst = match burst {
+        None => limit,
+        Some(_) if !algorithm.has_burst() => {
+            return Err(field_err(
+                "burst",
+                format!("applies only to token_bucket and leaky_bucket, not {algorithm}"),
+            ));
+        }
+        Some(b) if b == 0 || b > limiter::MAX_LIMIT => {
+            return Err(field_err(
+                "burst",
+                format!("must be between 1 and {}, got {b}", limiter::MAX_LIMIT),
+            ));
+        }
+        Some(b) => b,
+    };
+    if algorithm.has_burst() && period_ns / limit < limiter::MIN_EMISSION_NS {
+        return Err(field_err(
+            "limit",
+            format!(
+                "{limit} per {} ms is over one request per microsecond, the finest rate {algorithm} supports",
+                period_ns / crate::clock::NANOS_PER_MS
+            ),
+        ));
+    }
+    Ok(Rule {
+        algorithm,
+        limit,
+        period_ns,
+        burst,
+    })
+}
+
+/// Validates an inline rule from a request.
+pub fn validate_inline(r: &InlineRule) -> Result<Rule, FieldError> {
+    if r.period_ms == 0 {
+        return Err(field_err("period_ms", "must be greater than 0"));
+    }
+    let period_ns = r.period_ms.saturating_mul(crate::clock::NANOS_PER_MS);
+    validate(r.algorithm, r.limit, period_ns, r.burst).map_err(|mut e| {
+        if e.field == "period" {
+            e.field = "period_ms";
+            e.reason = "must be between 1 and 31622400000 (366 days)".into();
+        }
+        e
+    })
+}
+
+/// The seed of an inline rule's bucket identities: its parameters, hashed.
+pub fn inline_seed(rule: &Rule) -> u64 {
+    let mut buf = [0u8; 25];
+    buf[0] = rule.algorithm.code();
+    buf[1..9].copy_from_slice(&rule.limit.to_le_bytes());
+    buf[9..17].copy_from_slice(&rule.period_ns.to_le_bytes());
+    buf[17..25].copy_from_slice(&rule.burst.to_le_bytes());
+    xxhash_rust::xxh3::xxh3_64_with_seed(&buf, 0x696e_6c69_6e65) // "inline"
+}
+
+/// The seed of a named rule's bucket identities: its name and algorithm (a reload that changes
+/// the algorithm starts fresh buckets; one that changes only numbers keeps them).
+pub fn named_seed(name: &str, algorithm: Algorithm) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(
+        name.as_bytes(),
+        0x6e61_6d65_6400 | u64::from(algorithm.code()),
+    )
+}
+
+/// A bucket's 64-bit identity: the key hashed with its rule's seed. The same in every process
+/// (xxh3 has no random key), so owners and handed-over state agree across the cluster.
+pub fn bucket_id(seed: u64, key: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), seed)
+}
+
+/// A configured rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedRule {
+    pub name: String,
+    pub rule: Rule,
+    pub mode: Mode,
+    pub on_owner_unreachable: OnOwnerUnreachable,
+    /// See [`named_seed`].
+    pub seed: u64,
+}
+
+/// The rules in force, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSet {
+    rules: HashMap<String, Arc<NamedRule>>,
+}
+
+impl RuleSet {
+    pub fn get(&self, name: &str) -> Option<&Arc<NamedRule>> {
+        self.rules.get(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Rules sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = &NamedRule> {
+        let mut v: Vec<_> = self.rules.values().map(|r| r.as_ref()).collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v.into_iter()
+    }
+
+    /// The rules a node has when started without `--config`.
+    pub fn builtin() -> Self {
+        const BUILTIN: &str = r#"
+rules:
+  - name: default
+    limit: 100
+    period: 1m
+  - name: per-second
+    limit: 10
+    period: 1s
+    burst: 20
+  - name: hourly
+    limit: 1000
+    period: 1h
+    algorithm: sliding_window
+"#;
+        match Self::from_yaml(BUILTIN) {
+            Ok(r) => r,
+            Err(e) => unreachable!("built-in rules are valid: {e}"),
+        }
+    }
+
+    /// Parses and validates a rules file.
+    pub fn from_yaml(text: &str) -> Result<Self, RulesError> {
+        let doc: Value =
+            serde_yaml_ng::from_str(text).map_err(|e| RulesError::Syntax(e.to_string()))?;
+        let Value::Mapping(top) = doc else {
+            return Err(RulesError::Shape(
+                "the file must be a mapping with a `rules:` list".into(),
+            ));
+        };
+        for (k, _) in &top {
+            if k.as_str() != Some("rules") {
+                return Err(RulesError::Shape(format!(
+                    "unknown top-level key {}; only `rules` is allowed",
+                    describe(k)
+                )));
+            }
+        }
+        let Some(Value::Sequence(items)) = top.get("rules") else {
+            return Err(RulesError::Shape("`rules` must be a list of rules".into()));
+        };
+        let mut rules = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let r = parse_rule(i, item)?;
+            if rules.contains_key(&r.name) {
+                return Err(RulesError::Rule {
+                    rule: r.name.clone(),
+                    error: field_err("name", "is used by an earlier rule"),
+                });
+            }
+            rules.insert(r.name.clone(), Arc::new(r));
+        }
+        Ok(Self { rules })
+    }
+}
+
+/// Why a rules file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RulesError {
+    #[error("rules file is not valid YAML: {0}")]
+    Syntax(String),
+    #[error("rules file: {0}")]
+    Shape(String),
+    #[error("rule {rule:?}: {error}")]
+    Rule { rule: String, error: FieldError },
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => serde_yaml_ng::to_string(other)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into()),
+    }
+}
+
+const RULE_FIELDS: [&str; 7] = [
+    "name",
+    "limit",
+    "period",
+    "algorithm",
+    "burst",
+    "mode",
+    "on_owner_unreachable",
+];
+
+fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
+    let label = format!("#{}", index + 1);
+    let Value::Mapping(m) = item else {
+        return Err(RulesError::Rule {
+            rule: label,
+            error: field_err("rule", "must be a mapping of fields"),
+        });
+    };
+    let name = match m.get("name") {
+        Some(Value::String(s)) if valid_name(s) => s.clone(),
+        Some(Value::String(s)) => {
+            return Err(RulesError::Rule {
+                rule: label,
+                error: field_err(
+                    "name",
+                    format!(
+                        "{s:?} must be 1 to 128 characters of letters, digits, '-', '_', '.' or ':'"
+                    ),
+                ),
+            });
+        }
+        Some(other) => {
+            return Err(RulesError::Rule {
+                rule: label,
+                error: field_err("name", format!("must be a string, got {}", describe(other))),
+            });
+        }
+        None => {
+            return Err(RulesError::Rule {
+                rule: label,
+                error: field_err("name", "is missing"),
+            });
+        }
+    };
+    let fail = |error: FieldError| RulesError::Rule {
+        rule: name.clone(),
+        error,
+    };
+    for (k, _) in m {
+        if !k.as_str().is_some_and(|k| RULE_FIELDS.contains(&k)) {
+            return Err(fail(field_err(
+                "rule",
+                format!(
+                    "has unknown field {}; known fields are {}",
+                    describe(k),
+                    RULE_FIELDS.join(", ")
+                ),
+            )));
+        }
+    }
+    let limit = match m.get("limit") {
+        Some(v) => v.as_u64().ok_or_else(|| {
+            fail(field_err(
+                "limit",
+                format!("must be a whole number, got {}", describe(v)),
+            ))
+        })?,
+        None => return Err(fail(field_err("limit", "is missing"))),
+    };
+    let period_ns = match m.get("period") {
+        Some(Value::String(s)) => {
+            parse_period(s).map_err(|reason| fail(field_err("period", reason)))?
+        }
+        Some(v) => {
+            return Err(fail(field_err(
+                "period",
+                format!(
+                    "must be a duration such as 250ms, 10s, 1m, 1h or 1d, got {}",
+                    describe(v)
+                ),
+            )));
+        }
+        None => return Err(fail(field_err("period", "is missing"))),
+    };
+    let algorithm = match m.get("algorithm") {
+        None => Algorithm::default(),
+        Some(Value::String(s)) => s.parse().map_err(|e: ringlimit_proto::UnknownAlgorithm| {
+            fail(field_err("algorithm", e.to_string()))
+        })?,
+        Some(v) => {
+            return Err(fail(field_err(
+                "algorithm",
+                format!("must be a string, got {}", describe(v)),
+            )));
+        }
+    };
+    let burst = match m.get("burst") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            fail(field_err(
+                "burst",
+                format!("must be a whole number, got {}", describe(v)),
+            ))
+        })?),
+    };
+    let mode = match m.get("mode").map(|v| (v.as_str(), v)) {
+        None => Mode::Owner,
+        Some((Some("owner"), _)) => Mode::Owner,
+        Some((Some("global"), _)) => Mode::Global,
+        Some((_, v)) => {
+            return Err(fail(field_err(
+                "mode",
+                format!("must be owner or global, got {}", describe(v)),
+            )));
+        }
+    };
+    let on_owner_unreachable = match m.get("on_owner_unreachable").map(|v| (v.as_str(), v)) {
+        None => OnOwnerUnreachable::Open,
+        Some((Some("open"), _)) => OnOwnerUnreachable::Open,
+        Some((Some("closed"), _)) => OnOwnerUnreachable::Closed,
+        Some((_, v)) => {
+            return Err(fail(field_err(
+                "on_owner_unreachable",
+                format!("must be open or closed, got {}", describe(v)),
+            )));
+        }
+    };
+    let rule = validate(algorithm, limit, period_ns, burst).map_err(&fail)?;
+    Ok(NamedRule {
+        seed: named_seed(&name, algorithm),
+        name,
+        rule,
+        mode,
+        on_owner_unreachable,
+    })
+}
+
+fn valid_name(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+/// Parses `250ms`, `10s`, `1m`, `1h`, `1d` (a whole number and a unit) into nanoseconds.
+pub fn parse_period(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 250ms, 10s, 1m, 1h or 1d"))?;
+    let unit_ns: u64 = match unit {
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60 * 1_000_000_000,
+        "h" => 3_600 * 1_000_000_000,
+        "d" => 86_400 * 1_000_000_000,
+        "" => return Err(format!("{s:?} has no unit; write e.g. {n}ms or {n}s")),
+        _ => {
+            return Err(format!(
+                "{s:?} has unknown unit {unit:?}; use ms, s, m, h or d"
+            ));
+        }
+    };
+    let ns = n
+        .checked_mul(unit_ns)
+        .ok_or_else(|| format!("{s:?} is too long"))?;
+    if ns == 0 {
+        return Err(format!("{s:?} must be longer than zero"));
+    }
+    Ok(ns)
+}
+
+/// Formats a period back to the rules-file notation (largest exact unit).
+pub fn format_period(ns: u64) -> String {
+    let d = Duration::from_nanos(ns);
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests;
