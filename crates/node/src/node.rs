@@ -73,10 +73,12 @@ pub async fn run(
             config.rules_poll,
         ))
     });
-    let addr = listeners.http_addr();
+    let addr = listeners
+        .http_addr()
+        .map_or_else(|| config.http_addr.to_string(), |a| a.to_string());
     tracing::info!(
         node_id = %config.node_id,
-        http = ?addr,
+        http = %addr,
         rules = config.rules.len(),
         max_keys = config.max_keys,
         "ringlimit node serving"

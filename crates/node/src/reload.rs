@@ -12,7 +12,9 @@ use std::time::Duration;
 
 /// Watches `path` every `every` until the task is dropped.
 pub async fn watch(engine: Arc<Engine>, path: PathBuf, every: Duration) {
-    let mut last = tokio::fs::read(&path).await.ok();
+    // Start from nothing read: the first poll compares the file with the rules in force, so a
+    // change made between start-up and this task's first read is not missed.
+    let mut last: Option<Vec<u8>> = None;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -32,6 +34,7 @@ pub async fn watch(engine: Arc<Engine>, path: PathBuf, every: Duration) {
         }
         last = now;
         match load_rules(&path) {
+            Ok(rules) if *engine.rules() == rules => {}
             Ok(rules) => {
                 tracing::info!(path = %path.display(), rules = rules.len(), "rules reloaded");
                 engine.set_rules(rules);

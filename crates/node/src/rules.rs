@@ -52,13 +52,13 @@ pub fn validate(
     period_ns: u64,
     burst: Option<u64>,
 ) -> Result<Rule, FieldError> {
-    if limit == 0 || limit > limiter::MAX_LIMIT {
+    if !(1..=limiter::MAX_LIMIT).contains(&limit) {
         return Err(field_err(
             "limit",
             format!("must be between 1 and {}, got {limit}", limiter::MAX_LIMIT),
         ));
     }
-    if period_ns < crate::clock::NANOS_PER_MS || period_ns > limiter::MAX_PERIOD_NS {
+    if !(crate::clock::NANOS_PER_MS..=limiter::MAX_PERIOD_NS).contains(&period_ns) {
         return Err(field_err(
             "period",
             "must be between 1 ms and 366 days".to_string(),

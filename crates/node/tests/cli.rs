@@ -1,0 +1,160 @@
+//! The `ringlimit` binary: flags, environment, exit codes and graceful shutdown.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringlimit");
+
+fn run_to_end(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run ringlimit");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_flags_exit_non_zero_with_one_line() {
+    for args in [
+        vec!["serve", "--max-keys", "many"],
+        vec!["serve", "--max-keys", "0"],
+        vec!["serve", "--http", "not-an-address"],
+        vec!["serve", "--no-such-flag"],
+        vec!["launch"],
+    ] {
+        let (code, err) = run_to_end(&args, &[]);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("ringlimit: "), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn environment_variables_are_read_and_flags_win() {
+    let (code, err) = run_to_end(&["serve"], &[("RINGLIMIT_MAX_KEYS", "lots")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("max-keys"), "{err}");
+    // With the flag given, the bad variable is never read: the run gets as far as the config.
+    let (code, err) = run_to_end(
+        &[
+            "serve",
+            "--max-keys",
+            "5",
+            "--config",
+            "/nonexistent/rules.yaml",
+        ],
+        &[("RINGLIMIT_MAX_KEYS", "lots")],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("/nonexistent/rules.yaml"), "{err}");
+}
+
+#[test]
+fn unreadable_or_invalid_config_is_refused_at_start() {
+    let (code, err) = run_to_end(&["serve", "--config", "/nonexistent/rules.yaml"], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("/nonexistent/rules.yaml"), "{err}");
+
+    let dir = std::env::temp_dir().join(format!("ringlimit-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        "rules:\n  - name: free-tier\n    limit: 100\n    period: 1 fortnight\n",
+    )
+    .expect("write");
+    let (code, err) = run_to_end(
+        &["serve", "--config", path.to_str().unwrap_or_default()],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("free-tier") && err.contains("period"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts the binary on ephemeral ports, checks once, then SIGTERM: exit 0.
+#[test]
+fn serves_then_exits_zero_on_sigterm() {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--peer", "127.0.0.1:0", "--node-id", "cli-test"])
+        .env("RINGLIMIT_HTTP", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ringlimit");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let addr = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("node did not log its address in time");
+        if let Some(rest) = line.split("http=").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+        }
+    };
+    let body = r#"{"key":"cli","limit":1,"period_ms":60000}"#;
+    let reply = http_post(&addr, "/v1/check", body);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let reply = http_post(&addr, "/v1/check", body);
+    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
+    assert!(
+        reply.to_ascii_lowercase().contains("retry-after:"),
+        "{reply}"
+    );
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ringlimit did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(0));
+}
+
+fn http_post(addr: &str, path: &str, body: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
