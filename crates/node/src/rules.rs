@@ -4,6 +4,7 @@
 //! peer protocol), so a rule the file would refuse is refused inline with the same words.
 
 use crate::limiter::{self, Rule};
+use ringlimit_proto::identity;
 use ringlimit_proto::{Algorithm, InlineRule};
 use serde_yaml_ng::Value;
 use std::collections::HashMap;
@@ -123,28 +124,21 @@ pub fn validate_inline(r: &InlineRule) -> Result<Rule, FieldError> {
 
 /// The seed of an inline rule's bucket identities: its parameters, hashed.
 pub fn inline_seed(rule: &Rule) -> u64 {
-    let mut buf = [0u8; 25];
-    buf[0] = rule.algorithm.code();
-    buf[1..9].copy_from_slice(&rule.limit.to_le_bytes());
-    buf[9..17].copy_from_slice(&rule.period_ns.to_le_bytes());
-    buf[17..25].copy_from_slice(&rule.burst.to_le_bytes());
-    xxhash_rust::xxh3::xxh3_64_with_seed(&buf, 0x696e_6c69_6e65) // "inline"
+    identity::inline_seed(
+        rule.algorithm.code(),
+        rule.limit,
+        rule.period_ns,
+        rule.burst,
+    )
 }
 
 /// The seed of a named rule's bucket identities: its name and algorithm (a reload that changes
 /// the algorithm starts fresh buckets; one that changes only numbers keeps them).
 pub fn named_seed(name: &str, algorithm: Algorithm) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(
-        name.as_bytes(),
-        0x6e61_6d65_6400 | u64::from(algorithm.code()),
-    )
+    identity::named_seed(name, algorithm.code())
 }
 
-/// A bucket's 64-bit identity: the key hashed with its rule's seed. The same in every process
-/// (xxh3 has no random key), so owners and handed-over state agree across the cluster.
-pub fn bucket_id(seed: u64, key: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), seed)
-}
+pub use identity::bucket_id;
 
 /// A configured rule.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,14 +1,26 @@
 //! Wire types shared by ringlimit nodes and the client SDK.
 //!
-//! No I/O and no async runtime here: only the values that cross a process boundary, so the
-//! node's HTTP layer, the peer protocol and the SDK agree on them by construction.
+//! No I/O and no async runtime here: only the values and pure functions that both sides of a
+//! process boundary must agree on, so the node's HTTP layer, the peer protocol and the SDK agree
+//! on them by construction.
 //!
 //! # Layout
 //! - [`check`]: a check request (key, rule, cost) and its answer.
 //! - [`algorithm`]: the closed set of limiting algorithms and their wire names.
+//! - [`identity`]: bucket identities (the 64-bit hash of rule and key).
+//! - [`ring`]: the consistent-hash ring naming each bucket's owner.
+//! - [`peer`]: frames of the peer protocol and their bounded codec.
+//! - [`auth`]: the shared-secret challenge-response and datagram MACs.
+//! - [`handshake`]: the peer handshake as sans-I/O state machines.
 
 pub mod algorithm;
+pub mod auth;
 pub mod check;
+pub mod handshake;
+pub mod identity;
+pub mod peer;
+pub mod ring;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use check::{CheckAnswer, CheckRequest, InlineRule, RuleRef};
+pub use ring::Ring;

@@ -1,0 +1,187 @@
+//! The peer protocol: frames exchanged on the peer TCP port between nodes (and by the SDK).
+//!
+//! A connection opens with a versioned handshake (`Hello` → `Challenge` → `Proof` → `Welcome`,
+//! see [`crate::auth`]), then carries `Checks` frames one way and `Answers` frames the other,
+//! pipelined: each group has an id, answers may come back in any order. Frames are bincode 2
+//! (standard config) inside a 4-byte big-endian length prefix; both the prefix and the decoder
+//! enforce [`MAX_FRAME_BYTES`], so a hostile length or count can never make a node allocate
+//! more than that.
+
+use crate::auth::NONCE_LEN;
+use crate::{CheckAnswer, RuleRef};
+use serde::{Deserialize, Serialize};
+
+/// First field of every `Hello`: a connection that does not start with it is not a peer.
+pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
+/// Version of this protocol. A peer speaking another is refused with a clear reason.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
+pub const MAX_FRAME_BYTES: usize = 4 << 20;
+
+/// Everything that crosses the peer port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame {
+    /// Client → server: who I am and my nonce.
+    Hello(Hello),
+    /// Server → client: my nonce, and my proof over both nonces (empty without a secret).
+    Challenge {
+        version: u16,
+        nonce: [u8; NONCE_LEN],
+        proof: Vec<u8>,
+    },
+    /// Client → server: my proof over both nonces (empty without a secret).
+    Proof { proof: Vec<u8> },
+    /// Server → client: accepted; checks may follow.
+    Welcome { node_id: String },
+    /// Either way: the connection is refused or closed, and why.
+    Refused { reason: String },
+    /// Client → server: groups of checks to decide where they land (never forwarded again).
+    Checks(Vec<CheckGroup>),
+    /// Server → client: the answers, one group per `Checks` group.
+    Answers(Vec<AnswerGroup>),
+}
+
+/// The opening frame of a connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: u32,
+    pub version: u16,
+    pub cluster_id: String,
+    /// The dialing node's id (an SDK uses its own name).
+    pub node_id: String,
+    pub nonce: [u8; NONCE_LEN],
+}
+
+/// Checks that travel together and are answered together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckGroup {
+    /// Chosen by the sender, echoed in the answer.
+    pub id: u64,
+    pub checks: Vec<PeerCheck>,
+}
+
+/// One forwarded check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerCheck {
+    pub key: String,
+    pub rule: RuleRef,
+    pub cost: u64,
+}
+
+/// The answers to one [`CheckGroup`], in its order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerGroup {
+    pub id: u64,
+    pub answers: Vec<PeerAnswer>,
+}
+
+/// The owner's answer to one check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerAnswer {
+    Answer(CheckAnswer),
+    /// The check was invalid at the owner (e.g. a rule it does not know); the contract's code.
+    Error {
+        code: String,
+        message: String,
+    },
+}
+
+/// Why bytes are not a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {0} bytes is over the {MAX_FRAME_BYTES}-byte limit")]
+    TooLarge(usize),
+    #[error("undecodable frame: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    #[error("unencodable frame: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+    #[error("frame has {0} trailing bytes")]
+    Trailing(usize),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_FRAME_BYTES>()
+}
+
+impl Frame {
+    /// Encodes this frame (without the length prefix).
+    pub fn encode(&self) -> Result<Vec<u8>, FrameError> {
+        let bytes = bincode::serde::encode_to_vec(self, config())?;
+        if bytes.len() > MAX_FRAME_BYTES {
+            return Err(FrameError::TooLarge(bytes.len()));
+        }
+        Ok(bytes)
+    }
+
+    /// Decodes one frame from exactly `bytes` (untrusted: limited, trailing bytes refused).
+    pub fn decode(bytes: &[u8]) -> Result<Self, FrameError> {
+        if bytes.len() > MAX_FRAME_BYTES {
+            return Err(FrameError::TooLarge(bytes.len()));
+        }
+        let (frame, used) = bincode::serde::decode_from_slice(bytes, config())?;
+        if used != bytes.len() {
+            return Err(FrameError::Trailing(bytes.len() - used));
+        }
+        Ok(frame)
+    }
+
+    /// A short name for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::Hello(_) => "hello",
+            Frame::Challenge { .. } => "challenge",
+            Frame::Proof { .. } => "proof",
+            Frame::Welcome { .. } => "welcome",
+            Frame::Refused { .. } => "refused",
+            Frame::Checks(_) => "checks",
+            Frame::Answers(_) => "answers",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, InlineRule};
+
+    fn sample() -> Frame {
+        Frame::Checks(vec![CheckGroup {
+            id: 7,
+            checks: vec![PeerCheck {
+                key: "user:42".into(),
+                rule: RuleRef::Inline(InlineRule {
+                    limit: 5,
+                    period_ms: 1000,
+                    algorithm: Algorithm::SlidingWindow,
+                    burst: None,
+                }),
+                cost: 1,
+            }],
+        }])
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let f = sample();
+        let bytes = f.encode().expect("encode");
+        assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+    }
+
+    #[test]
+    fn hostile_bytes_are_refused_without_allocating() {
+        // A Checks frame claiming 2^60 groups, and a string claiming 2^40 bytes.
+        let mut bytes = sample().encode().expect("encode");
+        bytes.truncate(1);
+        bytes.extend_from_slice(&[0xff, 0, 0, 0, 0, 0, 0, 0, 0x10]);
+        assert!(Frame::decode(&bytes).is_err());
+        assert!(Frame::decode(&[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).is_err());
+        assert!(Frame::decode(&[]).is_err());
+        assert!(Frame::decode(&[200]).is_err());
+        let mut trailing = sample().encode().expect("encode");
+        trailing.push(0);
+        assert!(matches!(
+            Frame::decode(&trailing),
+            Err(FrameError::Trailing(1))
+        ));
+    }
+}
