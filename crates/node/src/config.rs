@@ -85,6 +85,18 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_CONFIG_POLL_MS", value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(10..))]
     pub config_poll_ms: u64,
+    /// Gossip round interval in milliseconds (failure detection takes ~15 rounds).
+    #[arg(long, env = "RINGLIMIT_GOSSIP_INTERVAL_MS", value_name = "MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    pub gossip_interval_ms: u64,
+    /// How long a forwarded check waits for its owner before failing open, in milliseconds.
+    #[arg(long, env = "RINGLIMIT_FORWARD_TIMEOUT_MS", value_name = "MS", default_value_t = 25,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub forward_timeout_ms: u64,
+    /// On SIGTERM, how long to keep serving after announcing `leaving`, in milliseconds.
+    #[arg(long, env = "RINGLIMIT_LEAVE_DELAY_MS", value_name = "MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub leave_delay_ms: u64,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -118,6 +130,11 @@ pub struct NodeConfig {
     pub max_keys: u64,
     pub cluster_id: String,
     pub rules_poll: Duration,
+    pub gossip_interval: Duration,
+    pub forward_timeout: Duration,
+    pub leave_delay: Duration,
+    /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
+    pub cluster_secret: Option<String>,
 }
 
 impl NodeConfig {
@@ -135,6 +152,10 @@ impl NodeConfig {
             max_keys: 100_000,
             cluster_id: "ringlimit".into(),
             rules_poll: Duration::from_millis(100),
+            gossip_interval: Duration::from_millis(50),
+            forward_timeout: Duration::from_millis(25),
+            leave_delay: Duration::from_millis(200),
+            cluster_secret: None,
         }
     }
 }
@@ -178,6 +199,12 @@ impl ServeArgs {
             max_keys: self.max_keys,
             cluster_id: self.cluster_id,
             rules_poll: Duration::from_millis(self.config_poll_ms),
+            gossip_interval: Duration::from_millis(self.gossip_interval_ms),
+            forward_timeout: Duration::from_millis(self.forward_timeout_ms),
+            leave_delay: Duration::from_millis(self.leave_delay_ms),
+            cluster_secret: std::env::var("RINGLIMIT_CLUSTER_SECRET")
+                .ok()
+                .filter(|s| !s.is_empty()),
         })
     }
 }

@@ -29,6 +29,9 @@ pub enum CheckError {
         "`cost` {cost} exceeds the capacity {capacity} of this rule, so it could never be admitted"
     )]
     CostTooLarge { cost: u64, capacity: u64 },
+    /// The key's owner refused the check (e.g. its rules differ from ours during a reload).
+    #[error("the key's owner refused the check: {message}")]
+    Owner { code: String, message: String },
 }
 
 impl CheckError {
@@ -44,8 +47,27 @@ impl CheckError {
                 _ => "invalid_rule",
             },
             CheckError::CostTooLarge { .. } => "invalid_cost",
+            CheckError::Owner { code, .. } => owner_code(code),
         }
     }
+}
+
+/// The owner's error code, if it is one of ours (a code from the network is not trusted).
+fn owner_code(code: &str) -> &'static str {
+    const CODES: [&str; 8] = [
+        "invalid_key",
+        "unknown_rule",
+        "invalid_limit",
+        "invalid_period",
+        "invalid_burst",
+        "invalid_rule",
+        "invalid_cost",
+        "invalid_request",
+    ];
+    CODES
+        .into_iter()
+        .find(|c| *c == code)
+        .unwrap_or("invalid_request")
 }
 
 /// A check's rule, resolved and validated.

@@ -9,6 +9,9 @@
 //! - [`store`] — sharded, bounded (CLOCK-PRO) bucket store keyed by 64-bit identities.
 //! - [`rules`] — rule validation, rules file, built-in rules, bucket identities.
 //! - [`engine`] — resolve a check, decide it on the store, phrase the answer.
+//! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
+//! - [`forward`] — the peer protocol: pipelined, coalescing client and the peer server.
+//! - [`router`] — decide here, forward to the owner, or fail open to a local share.
 //! - [`http`] — the axum API: checks, batch, health, readiness.
 //! - [`metrics`] — Prometheus metrics.
 //! - [`config`] — flags and environment into a [`NodeConfig`].
@@ -16,13 +19,16 @@
 //! - [`node`] — wiring: [`run`] is the whole node.
 
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod engine;
+pub mod forward;
 pub mod http;
 pub mod limiter;
 pub mod metrics;
 pub mod node;
 pub mod reload;
+pub mod router;
 pub mod rules;
 pub mod store;
 

@@ -26,6 +26,16 @@ pub struct Metrics {
     buckets: Gauge,
     evictions: Counter,
     evictions_limiting: Counter,
+    forwarded: Counter,
+    fail_open: Counter,
+    peer_frames: Counter,
+    peer_checks: Counter,
+    members: Family<StateLabel, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
 }
 
 impl Default for Metrics {
@@ -69,7 +79,38 @@ impl Metrics {
             "Evicted buckets that were still limiting (each may admit more than the rule)",
             evictions_limiting.clone(),
         );
+        let forwarded = Counter::default();
+        registry.register(
+            "forwarded",
+            "Checks forwarded to their owner",
+            forwarded.clone(),
+        );
+        let fail_open = Counter::default();
+        registry.register(
+            "fail_open",
+            "Checks answered from the local fallback share because the owner could not answer",
+            fail_open.clone(),
+        );
+        let peer_frames = Counter::default();
+        registry.register(
+            "peer_frames",
+            "Check frames sent to peers",
+            peer_frames.clone(),
+        );
+        let peer_checks = Counter::default();
+        registry.register(
+            "peer_checks",
+            "Checks sent to peers (checks per frame is the batching factor)",
+            peer_checks.clone(),
+        );
+        let members = Family::<StateLabel, Gauge>::default();
+        registry.register("members", "Cluster members by state", members.clone());
         Self {
+            forwarded,
+            fail_open,
+            peer_frames,
+            peer_checks,
+            members,
             registry,
             allowed,
             denied,
@@ -92,7 +133,8 @@ impl Metrics {
 /// `GET /metrics`.
 pub async fn render(State(state): State<AppState>) -> Response {
     let m = &state.metrics;
-    let store = state.engine.store();
+    let router = &state.router;
+    let store = router.engine().store();
     m.buckets
         .set(i64::try_from(store.len()).unwrap_or(i64::MAX));
     // Store counters are the source of truth; mirror them into the registry at scrape time.
@@ -108,6 +150,27 @@ pub async fn render(State(state): State<AppState>) -> Response {
         &m.evictions_limiting,
         stats.evictions_limiting.load(Ordering::Relaxed),
     );
+    sync(&m.forwarded, router.stats.forwarded.load(Ordering::Relaxed));
+    sync(&m.fail_open, router.stats.fail_open.load(Ordering::Relaxed));
+    sync(
+        &m.peer_frames,
+        router.peer_stats.frames.load(Ordering::Relaxed),
+    );
+    sync(
+        &m.peer_checks,
+        router.peer_stats.checks.load(Ordering::Relaxed),
+    );
+    let view = router.view();
+    for (label, st) in [
+        ("alive", crate::cluster::MemberState::Alive),
+        ("leaving", crate::cluster::MemberState::Leaving),
+        ("dead", crate::cluster::MemberState::Dead),
+    ] {
+        let n = view.members.iter().filter(|m| m.state == st).count();
+        m.members
+            .get_or_create(&StateLabel { state: label })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &m.registry).is_err() {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();

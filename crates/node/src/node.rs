@@ -1,38 +1,66 @@
-//! Wiring: one node is an engine, its HTTP API and its background tasks, run until shutdown.
+//! Wiring: one node is an engine, its HTTP API, its peer server, gossip membership and a router,
+//! run until shutdown.
 
 use crate::clock::SystemClock;
+use crate::cluster::membership::{GossipError, GossipSettings};
+use crate::cluster::transport::PeerTransport;
+use crate::cluster::{Membership, View};
 use crate::config::NodeConfig;
 use crate::engine::Engine;
+use crate::forward::{PeerServer, PeerSettings, ServerSettings};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
+use crate::router::Router;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::net::TcpListener;
+use std::time::Duration;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinSet;
 
 /// The sockets a node serves on, bound before [`run`] so that tests can use port 0.
 #[derive(Debug)]
 pub struct Listeners {
     pub http: TcpListener,
+    /// Peer RPC (TCP) and gossip (UDP) share one port number.
+    pub peer: TcpListener,
+    pub gossip: UdpSocket,
 }
 
 impl Listeners {
-    /// Binds the addresses of `config`.
+    /// Binds the addresses of `config`. With peer port 0, picks a port free for TCP and UDP.
     pub async fn bind(config: &NodeConfig) -> Result<Self, NodeError> {
+        let bind_err = |what, addr, source| NodeError::Bind { what, addr, source };
         let http = TcpListener::bind(config.http_addr)
             .await
-            .map_err(|source| NodeError::Bind {
-                what: "HTTP",
-                addr: config.http_addr,
-                source,
-            })?;
-        Ok(Self { http })
+            .map_err(|e| bind_err("HTTP", config.http_addr, e))?;
+        let mut attempts = 0;
+        let (peer, gossip) = loop {
+            let peer = TcpListener::bind(config.peer_addr)
+                .await
+                .map_err(|e| bind_err("peer (TCP)", config.peer_addr, e))?;
+            let addr = peer
+                .local_addr()
+                .map_err(|e| bind_err("peer (TCP)", config.peer_addr, e))?;
+            match UdpSocket::bind(addr).await {
+                Ok(udp) => break (peer, udp),
+                // Port 0 gave a TCP port whose UDP twin is taken: try another.
+                Err(_) if config.peer_addr.port() == 0 && attempts < 50 => attempts += 1,
+                Err(e) => return Err(bind_err("peer (UDP)", addr, e)),
+            }
+        };
+        Ok(Self { http, peer, gossip })
     }
 
     /// The HTTP address actually bound.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.local_addr().ok()
+    }
+
+    /// The peer address actually bound.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer.local_addr().ok()
     }
 }
 
@@ -45,11 +73,17 @@ pub enum NodeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot resolve the advertise address {addr:?}: {reason}")]
+    Advertise { addr: String, reason: String },
+    #[error(transparent)]
+    Gossip(#[from] GossipError),
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
 }
 
-/// Runs a node until `shutdown` completes, then drains in-flight requests and returns.
+/// Runs a node until `shutdown` completes: then announces `leaving`, keeps serving for the
+/// leave delay, drains in-flight requests and returns. Dropping the returned future instead
+/// stops every task it started except HTTP connections already accepted.
 pub async fn run(
     config: NodeConfig,
     listeners: Listeners,
@@ -60,45 +94,171 @@ pub async fn run(
         config.max_keys,
         Arc::new(SystemClock::new()),
     ));
-    let ready = Arc::new(AtomicBool::new(false));
-    let state = AppState {
-        engine: engine.clone(),
-        ready: ready.clone(),
-        metrics: Arc::new(Metrics::new()),
+    let secret: Option<Arc<[u8]>> = config
+        .cluster_secret
+        .as_ref()
+        .map(|s| Arc::from(s.as_bytes()));
+    if secret.is_none() {
+        tracing::warn!(
+            "RINGLIMIT_CLUSTER_SECRET is not set: the peer port (gossip and RPC) is unauthenticated"
+        );
+    }
+    let http_addr = listeners.http_addr().unwrap_or(config.http_addr);
+    let peer_addr = listeners.peer_addr().unwrap_or(config.peer_addr);
+    let advertise_text =
+        if config.advertise.is_empty() || config.advertise == config.peer_addr.to_string() {
+            peer_addr.to_string()
+        } else {
+            config.advertise.clone()
+        };
+    let advertise = resolve(&advertise_text).await?;
+    let http_advertise = if http_addr.ip().is_unspecified() {
+        SocketAddr::new(advertise.ip(), http_addr.port()).to_string()
+    } else {
+        http_addr.to_string()
     };
-    let reload = config.rules_path.clone().map(|path| {
-        tokio::spawn(crate::reload::watch(
+
+    let membership = Membership::start(
+        GossipSettings {
+            node_id: config.node_id.clone(),
+            cluster_id: config.cluster_id.clone(),
+            advertise,
+            http_advertise: http_advertise.clone(),
+            seeds: config.seeds.clone(),
+            interval: config.gossip_interval,
+        },
+        PeerTransport::new(listeners.gossip, secret.clone()),
+    )
+    .await?;
+    let router = Arc::new(Router::new(
+        engine.clone(),
+        membership.view_cell(),
+        PeerSettings {
+            node_id: config.node_id.clone(),
+            cluster_id: config.cluster_id.clone(),
+            secret: secret.clone(),
+            deadline: config.forward_timeout,
+            connect_timeout: Duration::from_millis(500),
+            open_for: Duration::from_secs(1),
+            queue: 8192,
+        },
+    ));
+    let server = Arc::new(PeerServer::new(
+        engine.clone(),
+        ServerSettings {
+            node_id: config.node_id.clone(),
+            cluster_id: config.cluster_id.clone(),
+            secret,
+            handshake_timeout: Duration::from_secs(2),
+        },
+    ));
+    let ready = Arc::new(AtomicBool::new(false));
+    let mut tasks = JoinSet::new();
+    tasks.spawn(server.run(listeners.peer));
+    tasks.spawn(track_view(
+        membership.updates(),
+        router.clone(),
+        ready.clone(),
+        needs_peers(&config.seeds, &advertise_text, advertise),
+        config.gossip_interval * 20,
+    ));
+    if let Some(path) = config.rules_path.clone() {
+        tasks.spawn(crate::reload::watch(
             engine.clone(),
             path,
             config.rules_poll,
-        ))
-    });
-    let addr = listeners
-        .http_addr()
-        .map_or_else(|| config.http_addr.to_string(), |a| a.to_string());
+        ));
+    }
+
+    let state = AppState {
+        router,
+        ready: ready.clone(),
+        metrics: Arc::new(Metrics::new()),
+        cluster_id: Arc::from(config.cluster_id.as_str()),
+    };
     tracing::info!(
         node_id = %config.node_id,
-        http = %addr,
+        http = %http_addr,
+        peer = %peer_addr,
+        advertise = %advertise_text,
+        seeds = ?config.seeds,
         rules = config.rules.len(),
         max_keys = config.max_keys,
         "ringlimit node serving"
     );
-    // A single node is its own cluster as soon as it serves.
-    ready.store(true, Ordering::Release);
-    let ready_on_stop = ready.clone();
+    let membership = Arc::new(membership);
+    let leaving = membership.clone();
+    let leave_delay = config.leave_delay;
     let result = axum::serve(listeners.http, http::router(state))
         .with_graceful_shutdown(async move {
             shutdown.await;
-            ready_on_stop.store(false, Ordering::Release);
-            tracing::info!("shutting down: draining in-flight requests");
+            ready.store(false, Ordering::Release);
+            tracing::info!(delay = ?leave_delay, "leaving the cluster: peers stop routing here");
+            leaving.leave().await;
+            // Keep answering while peers learn that we leave and move our keys.
+            tokio::time::sleep(leave_delay).await;
+            tracing::info!("draining in-flight requests");
         })
         .await
         .map_err(NodeError::Serve);
-    if let Some(task) = reload {
-        task.abort();
-    }
+    tasks.abort_all();
+    membership.shutdown();
     tracing::info!("ringlimit node stopped");
     result
+}
+
+/// Whether this node must hear from another member before it is ready: it was given seeds
+/// other than itself.
+fn needs_peers(seeds: &[String], advertise_text: &str, advertise: SocketAddr) -> bool {
+    seeds
+        .iter()
+        .any(|s| s != advertise_text && s.parse::<SocketAddr>().ok() != Some(advertise))
+}
+
+/// Keeps the router's peer clients in step with membership and sets readiness: ready at once
+/// for a lone node; with seeds, once another member is seen, or after `grace` (this node then
+/// forms the cluster, as the first pod of a fresh StatefulSet must).
+async fn track_view(
+    mut updates: tokio::sync::watch::Receiver<Arc<View>>,
+    router: Arc<Router>,
+    ready: Arc<AtomicBool>,
+    needs_peers: bool,
+    grace: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let view = updates.borrow_and_update().clone();
+        router.sync_peers(&view);
+        if !ready.load(Ordering::Acquire)
+            && (!needs_peers || view.ring.len() > 1 || tokio::time::Instant::now() >= deadline)
+        {
+            tracing::info!(members = view.ring.len(), "node ready");
+            ready.store(true, Ordering::Release);
+        }
+        let wait = if ready.load(Ordering::Acquire) {
+            updates.changed().await.map_err(|_| ())
+        } else {
+            match tokio::time::timeout_at(deadline, updates.changed()).await {
+                Ok(r) => r.map_err(|_| ()),
+                Err(_) => Ok(()),
+            }
+        };
+        if wait.is_err() {
+            return;
+        }
+    }
+}
+
+async fn resolve(addr: &str) -> Result<SocketAddr, NodeError> {
+    let err = |reason: String| NodeError::Advertise {
+        addr: addr.to_owned(),
+        reason,
+    };
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .next()
+        .ok_or_else(|| err("no address".into()))
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -5,7 +5,7 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, sentence};
-use crate::engine::{CheckError, RuleSpec};
+use crate::engine::RuleSpec;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -111,11 +111,20 @@ fn explain<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> ApiError {
     )
 }
 
-fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
+/// Parses one check body and its rule (nothing is decided yet).
+fn parse_check(bytes: &[u8]) -> Result<CheckBody<'_>, ApiError> {
     let body: CheckBody<'_> = parse(bytes)?;
+    body.spec()?;
+    Ok(body)
+}
+
+async fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
+    let body = parse_check(bytes)?;
     let spec = body.spec()?;
-    let cost = body.cost.unwrap_or(1);
-    let answer = state.engine.check(&body.key, spec, cost)?;
+    let answer = state
+        .router
+        .check(&body.key, spec, body.cost.unwrap_or(1))
+        .await?;
     state.metrics.count(answer.allowed);
     Ok(answer)
 }
@@ -138,7 +147,7 @@ pub async fn check(State(state): State<AppState>, body: Result<Bytes, BytesRejec
         Ok(b) => b,
         Err(r) => return body_error(r).into_response(),
     };
-    match decide(&state, &bytes) {
+    match decide(&state, &bytes).await {
         Ok(answer) => answer_response(&answer),
         Err(e) => e.into_response(),
     }
@@ -211,19 +220,45 @@ pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejec
         )
         .into_response();
     }
-    let results = batch
+    // Parse every item first (borrowing from the body), then route them all at once so that
+    // each owner's checks travel as one group.
+    let bodies: Vec<Result<CheckBody<'_>, ApiError>> = batch
         .checks
         .iter()
-        .map(|raw| match decide(&state, raw.get().as_bytes()) {
-            Ok(a) => BatchItem::Answer(a),
-            Err(e) => BatchItem::Error(e.body),
+        .map(|raw| parse_check(raw.get().as_bytes()))
+        .collect();
+    let mut results: Vec<Option<BatchItem>> = Vec::with_capacity(bodies.len());
+    let mut prepared = Vec::with_capacity(bodies.len());
+    for body in &bodies {
+        let item = body.as_ref().map_err(Clone::clone).and_then(|b| {
+            let spec = b.spec()?;
+            Ok(state.router.prepare(&b.key, spec, b.cost.unwrap_or(1))?)
+        });
+        match item {
+            Ok(p) => {
+                results.push(None);
+                prepared.push(p);
+            }
+            Err(e) => results.push(Some(BatchItem::Error(e.body))),
+        }
+    }
+    let mut decided = state.router.check_many(&prepared).await.into_iter();
+    let results: Vec<BatchItem> = results
+        .into_iter()
+        .map(|slot| match slot {
+            Some(error) => error,
+            None => match decided.next() {
+                Some(Ok(a)) => {
+                    state.metrics.count(a.allowed);
+                    BatchItem::Answer(a)
+                }
+                Some(Err(e)) => BatchItem::Error(ApiError::from(e).body),
+                None => BatchItem::Error(ErrorBody {
+                    error: "internal",
+                    message: "No answer was produced for this check.".into(),
+                }),
+            },
         })
         .collect();
     axum::Json(BatchAnswer { results }).into_response()
-}
-
-impl From<CheckError> for ErrorBody {
-    fn from(e: CheckError) -> Self {
-        ApiError::from(e).body
-    }
 }

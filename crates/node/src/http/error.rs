@@ -37,9 +37,10 @@ impl ApiError {
 
 impl From<CheckError> for ApiError {
     fn from(e: CheckError) -> Self {
-        let status = match e {
-            CheckError::UnknownRule(_) => StatusCode::NOT_FOUND,
-            _ => StatusCode::BAD_REQUEST,
+        let status = if e.code() == "unknown_rule" {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::BAD_REQUEST
         };
         Self::new(status, e.code(), sentence(e.to_string()))
     }

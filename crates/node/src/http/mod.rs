@@ -9,9 +9,8 @@ pub mod check;
 pub mod error;
 pub mod ops;
 
-use crate::engine::Engine;
 use crate::metrics::Metrics;
-use axum::Router;
+use crate::router::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use std::sync::Arc;
@@ -23,18 +22,20 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    pub engine: Arc<Engine>,
+    pub router: Arc<Router>,
     pub ready: Arc<AtomicBool>,
+    pub cluster_id: Arc<str>,
     pub metrics: Arc<Metrics>,
 }
 
 /// The node's HTTP routes.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new()
         .route("/v1/check", post(check::check))
         .route("/v1/check/batch", post(check::batch))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/v1/cluster", get(ops::cluster))
         .route("/metrics", get(crate::metrics::render))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -1,0 +1,330 @@
+//! Membership through gossip (chitchat): who is in the cluster, where to reach them, and the
+//! ring over the live ones.
+//!
+//! Each node publishes three small keys — its HTTP address, its peer address and its state
+//! (`alive` or `leaving`) — and never writes them again unless its state changes, so gossip
+//! carries membership and nothing else. A task turns chitchat's live-node watcher into an
+//! immutable [`View`]; the ring inside it is rebuilt only when the set of live members changes.
+
+use super::transport::PeerTransport;
+use arc_swap::ArcSwap;
+use chitchat::{
+    ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
+    spawn_chitchat,
+};
+use ringlimit_proto::Ring;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+const KEY_HTTP: &str = "http";
+const KEY_PEER: &str = "peer";
+const KEY_STATE: &str = "state";
+
+/// A member's state as `/v1/cluster` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberState {
+    Alive,
+    Leaving,
+    Dead,
+}
+
+/// One member as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Member {
+    pub node_id: String,
+    pub peer_addr: String,
+    pub http_addr: String,
+    pub state: MemberState,
+    #[serde(skip)]
+    pub generation: u64,
+}
+
+/// An immutable snapshot of membership.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub self_id: Arc<str>,
+    /// Every member known, dead ones included, sorted by id.
+    pub members: Vec<Member>,
+    /// Ring over the alive members (not leaving, not dead).
+    pub ring: Ring,
+    /// Peer address of each alive member.
+    pub peer_addrs: BTreeMap<Arc<str>, String>,
+}
+
+impl View {
+    /// A view of this node alone.
+    pub fn solo(self_id: &str, peer_addr: &str, http_addr: &str) -> Self {
+        let id: Arc<str> = Arc::from(self_id);
+        Self {
+            self_id: id.clone(),
+            members: vec![Member {
+                node_id: self_id.to_owned(),
+                peer_addr: peer_addr.to_owned(),
+                http_addr: http_addr.to_owned(),
+                state: MemberState::Alive,
+                generation: 0,
+            }],
+            ring: Ring::new([self_id]),
+            peer_addrs: BTreeMap::from([(id, peer_addr.to_owned())]),
+        }
+    }
+
+    /// Alive members (the ring's size), at least 1.
+    pub fn alive(&self) -> usize {
+        self.ring.len().max(1)
+    }
+}
+
+/// Gossip settings.
+#[derive(Debug, Clone)]
+pub struct GossipSettings {
+    pub node_id: String,
+    pub cluster_id: String,
+    pub advertise: SocketAddr,
+    pub http_advertise: String,
+    pub seeds: Vec<String>,
+    pub interval: Duration,
+}
+
+/// Gossip could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("gossip failed to start: {0}")]
+pub struct GossipError(pub String);
+
+/// Running membership: the gossip handle and the current view. Dropping it stops gossip.
+pub struct Membership {
+    handle: ChitchatHandle,
+    view: Arc<ArcSwap<View>>,
+    updates: watch::Receiver<Arc<View>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Membership {
+    /// Joins (or forms) the cluster over `transport`.
+    pub async fn start(
+        settings: GossipSettings,
+        transport: PeerTransport,
+    ) -> Result<Self, GossipError> {
+        let generation = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros()),
+        )
+        .unwrap_or(0);
+        let id = ChitchatId::new(settings.node_id.clone(), generation, settings.advertise);
+        let interval = settings.interval;
+        let config = ChitchatConfig {
+            chitchat_id: id,
+            cluster_id: settings.cluster_id.clone(),
+            gossip_interval: interval,
+            listen_addr: settings.advertise,
+            seed_nodes: settings.seeds.clone(),
+            failure_detector_config: FailureDetectorConfig {
+                phi_threshold: 8.0,
+                sampling_window_size: 1_000,
+                // Heartbeats further apart than this are not samples of the interval.
+                max_interval: Duration::from_secs(10),
+                // Start from the real gossip interval, not chitchat's 5 s, so that a node that dies
+                // soon after joining still leaves the ring within seconds.
+                initial_interval: interval,
+                dead_node_grace_period: Duration::from_secs(600),
+            },
+            marked_for_deletion_grace_period: Duration::from_secs(3_600),
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+            protocol_version: ProtocolVersion::V0,
+        };
+        let initial = vec![
+            (KEY_HTTP.to_owned(), settings.http_advertise.clone()),
+            (KEY_PEER.to_owned(), settings.advertise.to_string()),
+            (KEY_STATE.to_owned(), "alive".to_owned()),
+        ];
+        let handle = spawn_chitchat(config, initial, &transport)
+            .await
+            .map_err(|e| GossipError(format!("{e:#}")))?;
+        let self_id: Arc<str> = Arc::from(settings.node_id.as_str());
+        let first = Arc::new(View::solo(
+            &settings.node_id,
+            &settings.advertise.to_string(),
+            &settings.http_advertise,
+        ));
+        let view = Arc::new(ArcSwap::new(first.clone()));
+        let (tx, updates) = watch::channel(first);
+        let chitchat = handle.chitchat();
+        let live = chitchat.lock().await.live_nodes_watcher();
+        let task = tokio::spawn(watch_members(chitchat, live, self_id, view.clone(), tx));
+        Ok(Self {
+            handle,
+            view,
+            updates,
+            task,
+        })
+    }
+
+    /// The current view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// The shared cell holding the current view (read on every check).
+    pub fn view_cell(&self) -> Arc<ArcSwap<View>> {
+        self.view.clone()
+    }
+
+    /// Notified whenever the view changes.
+    pub fn updates(&self) -> watch::Receiver<Arc<View>> {
+        self.updates.clone()
+    }
+
+    /// Announces that this node is leaving: peers drop it from their rings on the next gossip.
+    pub async fn leave(&self) {
+        self.handle
+            .with_chitchat(|cc| cc.self_node_state().set(KEY_STATE, "leaving"))
+            .await;
+    }
+
+    /// Stops gossiping.
+    pub fn shutdown(&self) {
+        self.task.abort();
+        if let Err(e) = self.handle.initiate_shutdown() {
+            tracing::debug!(error = %e, "gossip already stopped");
+        }
+    }
+}
+
+async fn watch_members(
+    chitchat: Arc<tokio::sync::Mutex<chitchat::Chitchat>>,
+    mut live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+    self_id: Arc<str>,
+    view: Arc<ArcSwap<View>>,
+    tx: watch::Sender<Arc<View>>,
+) {
+    // Dead members only show in `/v1/cluster`; a slow tick refreshes them.
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = live.changed() => if changed.is_err() { return },
+            _ = tick.tick() => {},
+        }
+        let live_nodes = live.borrow_and_update().clone();
+        if live_nodes.is_empty() {
+            // chitchat's first watcher value, before its first round: not a real view.
+            continue;
+        }
+        let dead: Vec<ChitchatId> = chitchat.lock().await.dead_nodes().cloned().collect();
+        let next = build_view(&self_id, &live_nodes, &dead, &view.load());
+        if let Some(next) = next {
+            let next = Arc::new(next);
+            log_changes(&view.load(), &next);
+            view.store(next.clone());
+            let _ = tx.send(next);
+        }
+    }
+}
+
+/// The view for these live and dead nodes, or `None` when nothing changed.
+fn build_view(
+    self_id: &Arc<str>,
+    live: &BTreeMap<ChitchatId, NodeState>,
+    dead: &[ChitchatId],
+    previous: &View,
+) -> Option<View> {
+    // A restarted node may briefly show twice: keep the newest generation of each id.
+    let mut members: BTreeMap<String, Member> = BTreeMap::new();
+    for (id, state) in live {
+        let (Some(peer), Some(http)) = (state.get(KEY_PEER), state.get(KEY_HTTP)) else {
+            continue;
+        };
+        let member = Member {
+            node_id: id.node_id.to_string(),
+            peer_addr: peer.to_owned(),
+            http_addr: http.to_owned(),
+            state: if state.get(KEY_STATE) == Some("leaving") {
+                MemberState::Leaving
+            } else {
+                MemberState::Alive
+            },
+            generation: id.generation_id,
+        };
+        match members.get(member.node_id.as_str()) {
+            Some(m) if m.generation >= member.generation => {}
+            _ => {
+                members.insert(member.node_id.clone(), member);
+            }
+        }
+    }
+    for id in dead {
+        if members.contains_key(id.node_id.as_ref()) {
+            continue;
+        }
+        let known = previous
+            .members
+            .iter()
+            .find(|m| m.node_id == id.node_id.as_ref());
+        members.insert(
+            id.node_id.to_string(),
+            Member {
+                node_id: id.node_id.to_string(),
+                peer_addr: known.map_or_else(
+                    || id.gossip_advertise_addr.to_string(),
+                    |m| m.peer_addr.clone(),
+                ),
+                http_addr: known.map(|m| m.http_addr.clone()).unwrap_or_default(),
+                state: MemberState::Dead,
+                generation: id.generation_id,
+            },
+        );
+    }
+    let members: Vec<Member> = members.into_values().collect();
+    if members == previous.members {
+        return None;
+    }
+    let peer_addrs: BTreeMap<Arc<str>, String> = members
+        .iter()
+        .filter(|m| m.state == MemberState::Alive)
+        .map(|m| (Arc::from(m.node_id.as_str()), m.peer_addr.clone()))
+        .collect();
+    let same_ring = peer_addrs.keys().eq(previous.peer_addrs.keys());
+    let ring = if same_ring {
+        previous.ring.clone()
+    } else {
+        Ring::new(peer_addrs.keys())
+    };
+    Some(View {
+        self_id: self_id.clone(),
+        members,
+        ring,
+        peer_addrs,
+    })
+}
+
+fn log_changes(before: &View, after: &View) {
+    for m in &after.members {
+        let old = before
+            .members
+            .iter()
+            .find(|o| o.node_id == m.node_id)
+            .map(|o| o.state);
+        if old == Some(m.state) {
+            continue;
+        }
+        match m.state {
+            MemberState::Alive => {
+                tracing::info!(member = %m.node_id, peer = %m.peer_addr, "member joined")
+            }
+            MemberState::Leaving => tracing::info!(member = %m.node_id, "member leaving"),
+            MemberState::Dead => tracing::warn!(member = %m.node_id, "member declared dead"),
+        }
+    }
+    for m in &before.members {
+        if !after.members.iter().any(|a| a.node_id == m.node_id) {
+            tracing::info!(member = %m.node_id, "member removed");
+        }
+    }
+}

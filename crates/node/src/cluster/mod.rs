@@ -1,0 +1,10 @@
+//! The cluster: gossip membership and the ring over live members.
+//!
+//! # Layout
+//! - [`membership`] — chitchat wrapper producing immutable [`membership::View`]s.
+//! - [`transport`] — gossip over the node's UDP socket, with a per-datagram MAC.
+
+pub mod membership;
+pub mod transport;
+
+pub use membership::{Member, MemberState, Membership, View};

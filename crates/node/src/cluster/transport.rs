@@ -1,0 +1,199 @@
+//! Gossip transport: chitchat on the node's UDP peer port, with an optional per-datagram MAC.
+//!
+//! chitchat has no authentication (only a magic number and the cluster id in SYN), and its
+//! envelope serialization is private to the crate, so the MAC cannot be added around chitchat's
+//! own encoding in place. Instead chitchat's stock UDP socket runs on a private loopback port
+//! and this transport relays between it and the public peer port:
+//!
+//! ```text
+//! chitchat ⇄ inner socket (127.0.0.1:x) ⇄ relay socket per peer R ⇄ public port ⇄ peer R
+//! ```
+//! Outgoing datagrams gain a 16-byte HMAC-SHA256 tag on their way out; incoming ones are
+//! verified and stripped, and dropped before chitchat sees them when the tag is wrong, so a node
+//! without the secret can neither join nor inject state. A relay socket exists only for peers
+//! that have sent a valid datagram or that chitchat gossips to, so its number stays the size of
+//! the cluster. Without a secret the same path runs with no tag. (anyhow appears here only
+//! because chitchat's `Transport` trait uses it.)
+
+use async_trait::async_trait;
+use chitchat::ChitchatEnvelope;
+use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpSocket as ChitchatUdp};
+use parking_lot::Mutex;
+use ringlimit_proto::auth;
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::net::UdpSocket;
+use tokio::task::JoinSet;
+
+/// Largest UDP payload.
+const MAX_DATAGRAM: usize = 65_507;
+/// Length of the tag appended to each datagram when a secret is set.
+const TAG_LEN: usize = 16;
+/// Most relays (distinct peer addresses) kept; beyond, the least recent is not tracked and new
+/// peers are refused until the cluster shrinks — far above any real cluster's size.
+const MAX_RELAYS: usize = 1024;
+
+/// Hands chitchat the UDP peer socket the node bound (so tests can use port 0 and share the port
+/// number with the peer TCP listener).
+pub struct PeerTransport {
+    socket: Mutex<Option<UdpSocket>>,
+    secret: Option<Arc<[u8]>>,
+    /// Datagrams dropped for a missing or wrong tag.
+    pub rejected: Arc<AtomicU64>,
+}
+
+impl PeerTransport {
+    pub fn new(socket: UdpSocket, secret: Option<Arc<[u8]>>) -> Self {
+        Self {
+            socket: Mutex::new(Some(socket)),
+            secret,
+            rejected: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for PeerTransport {
+    async fn open(&self, _listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let public = self
+            .socket
+            .lock()
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the gossip socket was already opened"))?;
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let inner = ChitchatUdp::open(loopback).await?;
+        let inner_addr = inner.local_addr()?;
+        Ok(Box::new(RelaySocket {
+            public: Arc::new(public),
+            inner,
+            inner_addr,
+            secret: self.secret.clone(),
+            relays: HashMap::new(),
+            by_relay_addr: HashMap::new(),
+            tasks: JoinSet::new(),
+            buf: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
+            rejected: self.rejected.clone(),
+        }))
+    }
+}
+
+struct RelaySocket {
+    public: Arc<UdpSocket>,
+    inner: ChitchatUdp,
+    inner_addr: SocketAddr,
+    secret: Option<Arc<[u8]>>,
+    /// Peer address → its relay socket (which chitchat sees as that peer).
+    relays: HashMap<SocketAddr, Arc<UdpSocket>>,
+    /// Relay socket address → peer address.
+    by_relay_addr: HashMap<SocketAddr, SocketAddr>,
+    /// Relay tasks (relay → public, tagging); dropped with the socket.
+    tasks: JoinSet<()>,
+    buf: Box<[u8]>,
+    rejected: Arc<AtomicU64>,
+}
+
+impl RelaySocket {
+    /// The relay socket standing for `peer`, created on first use.
+    async fn relay(&mut self, peer: SocketAddr) -> anyhow::Result<Arc<UdpSocket>> {
+        if let Some(r) = self.relays.get(&peer) {
+            return Ok(r.clone());
+        }
+        anyhow::ensure!(self.relays.len() < MAX_RELAYS, "too many gossip peers");
+        let relay = Arc::new(UdpSocket::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?);
+        relay.connect(self.inner_addr).await?;
+        let relay_addr = relay.local_addr()?;
+        self.relays.insert(peer, relay.clone());
+        self.by_relay_addr.insert(relay_addr, peer);
+        // What chitchat sends to this relay goes out to the peer, tagged.
+        let (public, secret, out) = (self.public.clone(), self.secret.clone(), relay.clone());
+        self.tasks.spawn(async move {
+            let mut buf = vec![0u8; MAX_DATAGRAM + TAG_LEN];
+            loop {
+                let Ok(n) = out.recv(&mut buf[..MAX_DATAGRAM]).await else {
+                    return;
+                };
+                let len = match &secret {
+                    Some(s) => {
+                        let tag = auth::datagram_tag(s, &buf[..n]);
+                        buf[n..n + TAG_LEN].copy_from_slice(&tag);
+                        n + TAG_LEN
+                    }
+                    None => n,
+                };
+                if let Err(e) = public.send_to(&buf[..len], peer).await {
+                    tracing::trace!(%peer, error = %e, "gossip send failed");
+                }
+            }
+        });
+        Ok(relay)
+    }
+}
+
+#[async_trait]
+impl Socket for RelaySocket {
+    fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.public.local_addr()?)
+    }
+
+    async fn send(
+        &mut self,
+        to: SocketAddr,
+        envelope: ChitchatEnvelope,
+    ) -> anyhow::Result<SendOutcome> {
+        let relay = self.relay(to).await?;
+        let relay_addr = relay.local_addr()?;
+        self.inner.send(relay_addr, envelope).await
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
+        loop {
+            // Hand chitchat what already passed the relay first (a cancelled recv may have left
+            // one there), then read the public port.
+            tokio::select! {
+                biased;
+                got = self.inner.recv() => {
+                    let mut got = got?;
+                    match self.by_relay_addr.get(&got.from_addr) {
+                        Some(peer) => {
+                            got.from_addr = *peer;
+                            return Ok(got);
+                        }
+                        None => continue,
+                    }
+                }
+                got = self.public.recv_from(&mut self.buf) => {
+                    let (n, from) = match got {
+                        Ok(r) => r,
+                        Err(e) if transient(&e) => continue,
+                        Err(e) => return Err(e.into()),
+                    };
+                    let len = match &self.secret {
+                        None => n,
+                        Some(secret) => {
+                            let ok = n >= TAG_LEN && auth::verify_datagram(secret, &self.buf[..n - TAG_LEN], &self.buf[n - TAG_LEN..n]);
+                            if !ok {
+                                self.rejected.fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(%from, "gossip datagram without a valid tag dropped");
+                                continue;
+                            }
+                            n - TAG_LEN
+                        }
+                    };
+                    let Ok(relay) = self.relay(from).await else { continue };
+                    let _ = relay.send(&self.buf[..len]).await;
+                }
+            }
+        }
+    }
+}
+
+fn transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::OutOfMemory
+    )
+}

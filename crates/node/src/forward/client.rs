@@ -1,0 +1,307 @@
+//! One peer's client: a persistent connection, requests pipelined and coalesced, a circuit.
+//!
+//! Callers hand a group of checks to [`PeerClient::send`]; a writer task takes whatever groups
+//! are queued when it is free and sends them as **one** frame (no fixed wait), and a reader task
+//! matches answers to groups by id. Every wait is bounded: the queue (full → shed at once), the
+//! caller's deadline, and the circuit, which opens on a timeout or a lost connection so that no
+//! request waits on a dead peer twice in a row.
+
+use super::framing::{self, FramedPeer};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use ringlimit_proto::handshake::ClientHandshake;
+use ringlimit_proto::peer::{CheckGroup, Frame, PeerAnswer, PeerCheck};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Most checks coalesced into one frame (keeps frames far below the size limit).
+const MAX_CHECKS_PER_FRAME: usize = 4096;
+
+/// How a node talks to its peers.
+#[derive(Debug, Clone)]
+pub struct PeerSettings {
+    pub node_id: String,
+    pub cluster_id: String,
+    pub secret: Option<Arc<[u8]>>,
+    /// How long a forwarded check may wait for its owner before the caller falls back.
+    pub deadline: Duration,
+    /// Connect plus handshake.
+    pub connect_timeout: Duration,
+    /// How long the circuit stays open after a timeout or a lost connection.
+    pub open_for: Duration,
+    /// Groups that may wait for the writer; beyond, requests are shed at once.
+    pub queue: usize,
+}
+
+/// Why a forward failed. Each makes the caller fall back; none is the client's fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("no connection to the owner")]
+    NotConnected,
+    #[error("the owner's circuit is open")]
+    CircuitOpen,
+    #[error("the queue to the owner is full")]
+    Shed,
+    #[error("the owner did not answer within the deadline")]
+    Timeout,
+    #[error("the connection to the owner was lost")]
+    Lost,
+    #[error("the owner answered a different number of checks")]
+    Mismatch,
+}
+
+/// Counters of one peer client (and, summed, of all).
+#[derive(Debug, Default)]
+pub struct PeerStats {
+    pub frames: AtomicU64,
+    pub checks: AtomicU64,
+}
+
+struct Outgoing {
+    checks: Vec<PeerCheck>,
+    reply: oneshot::Sender<Vec<PeerAnswer>>,
+}
+
+struct Shared {
+    connected: AtomicBool,
+    open_until: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn open(&self, for_: Duration) {
+        *self.open_until.lock() = Some(Instant::now() + for_);
+    }
+
+    fn is_open(&self) -> bool {
+        let mut g = self.open_until.lock();
+        match *g {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                // Half-open: let traffic try again; the next failure reopens it.
+                *g = None;
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+/// A client for one peer. Dropping it stops its connection task.
+pub struct PeerClient {
+    pub addr: String,
+    settings: Arc<PeerSettings>,
+    tx: mpsc::Sender<Outgoing>,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PeerClient {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PeerClient {
+    /// Starts connecting to `addr` at once, and keeps reconnecting (with backoff) while alive.
+    pub fn spawn(addr: String, settings: Arc<PeerSettings>, stats: Arc<PeerStats>) -> Self {
+        let (tx, rx) = mpsc::channel(settings.queue.max(1));
+        let shared = Arc::new(Shared {
+            connected: AtomicBool::new(false),
+            open_until: Mutex::new(None),
+        });
+        let task = tokio::spawn(connection_loop(
+            addr.clone(),
+            settings.clone(),
+            rx,
+            shared.clone(),
+            stats,
+        ));
+        Self {
+            addr,
+            settings,
+            tx,
+            shared,
+            task,
+        }
+    }
+
+    /// Whether checks sent now have a chance (connected, circuit closed).
+    pub fn available(&self) -> bool {
+        self.shared.connected.load(Ordering::Acquire) && !self.shared.is_open()
+    }
+
+    /// Sends a group of checks and waits, at most the deadline, for their answers (in order).
+    pub async fn send(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        if !self.shared.connected.load(Ordering::Acquire) {
+            return Err(ForwardError::NotConnected);
+        }
+        if self.shared.is_open() {
+            return Err(ForwardError::CircuitOpen);
+        }
+        let n = checks.len();
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .try_send(Outgoing { checks, reply })
+            .map_err(|_| ForwardError::Shed)?;
+        match tokio::time::timeout(self.settings.deadline, answer).await {
+            Ok(Ok(answers)) if answers.len() == n => Ok(answers),
+            Ok(Ok(_)) => Err(ForwardError::Mismatch),
+            Ok(Err(_)) => {
+                self.shared.open(self.settings.open_for);
+                Err(ForwardError::Lost)
+            }
+            Err(_) => {
+                if !self.shared.is_open() {
+                    tracing::warn!(peer = %self.addr, deadline = ?self.settings.deadline, "peer too slow; circuit opened");
+                }
+                self.shared.open(self.settings.open_for);
+                Err(ForwardError::Timeout)
+            }
+        }
+    }
+}
+
+async fn connection_loop(
+    addr: String,
+    settings: Arc<PeerSettings>,
+    mut rx: mpsc::Receiver<Outgoing>,
+    shared: Arc<Shared>,
+    stats: Arc<PeerStats>,
+) {
+    let mut backoff = Duration::from_millis(50);
+    let mut warned = false;
+    loop {
+        match tokio::time::timeout(settings.connect_timeout, connect(&addr, &settings)).await {
+            Ok(Ok(conn)) => {
+                tracing::debug!(peer = %addr, "peer connection up");
+                warned = false;
+                backoff = Duration::from_millis(50);
+                *shared.open_until.lock() = None;
+                shared.connected.store(true, Ordering::Release);
+                let reason = serve(conn, &mut rx, &stats).await;
+                shared.connected.store(false, Ordering::Release);
+                tracing::info!(peer = %addr, %reason, "peer connection lost");
+            }
+            Ok(Err(e)) if !warned => {
+                tracing::warn!(peer = %addr, error = %e, "cannot connect to peer; will retry");
+                warned = true;
+            }
+            Err(_) if !warned => {
+                tracing::warn!(peer = %addr, "connecting to peer timed out; will retry");
+                warned = true;
+            }
+            _ => {}
+        }
+        // Whatever was queued can no longer be answered: its callers fall back now.
+        while rx.try_recv().is_ok() {}
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut conn = framing::framed(stream);
+    let (mut hs, hello) = ClientHandshake::start(
+        &settings.cluster_id,
+        &settings.node_id,
+        settings.secret.as_deref(),
+        rand::random(),
+    );
+    let step = settings.connect_timeout;
+    framing::send(&mut conn, &hello)
+        .await
+        .map_err(|e| e.to_string())?;
+    let challenge = framing::recv(&mut conn, step)
+        .await
+        .map_err(|e| e.to_string())?;
+    let proof = hs.on_challenge(challenge).map_err(|e| e.to_string())?;
+    framing::send(&mut conn, &proof)
+        .await
+        .map_err(|e| e.to_string())?;
+    let welcome = framing::recv(&mut conn, step)
+        .await
+        .map_err(|e| e.to_string())?;
+    hs.on_welcome(welcome).map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
+/// Serves one connection until it fails; returns why.
+async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &PeerStats) -> String {
+    let (mut sink, mut stream) = conn.split();
+    let pending: Mutex<HashMap<u64, oneshot::Sender<Vec<PeerAnswer>>>> = Mutex::new(HashMap::new());
+    let mut next_id: u64 = 0;
+
+    let writer = async {
+        while let Some(first) = rx.recv().await {
+            let mut groups = Vec::new();
+            let mut checks = 0usize;
+            let mut take = |o: Outgoing, groups: &mut Vec<CheckGroup>| {
+                // A caller that gave up is not worth the bytes.
+                if o.reply.is_closed() {
+                    return 0;
+                }
+                next_id = next_id.wrapping_add(1);
+                let n = o.checks.len();
+                pending.lock().insert(next_id, o.reply);
+                groups.push(CheckGroup {
+                    id: next_id,
+                    checks: o.checks,
+                });
+                n
+            };
+            checks += take(first, &mut groups);
+            while checks < MAX_CHECKS_PER_FRAME {
+                match rx.try_recv() {
+                    Ok(o) => checks += take(o, &mut groups),
+                    Err(_) => break,
+                }
+            }
+            if groups.is_empty() {
+                continue;
+            }
+            let bytes = match Frame::Checks(groups).encode() {
+                Ok(b) => b,
+                Err(e) => return format!("encode: {e}"),
+            };
+            if let Err(e) = sink.send(Bytes::from(bytes)).await {
+                return format!("write: {e}");
+            }
+            stats.frames.fetch_add(1, Ordering::Relaxed);
+            stats.checks.fetch_add(checks as u64, Ordering::Relaxed);
+        }
+        "client closed".to_owned()
+    };
+    let reader = async {
+        while let Some(bytes) = stream.next().await {
+            let frame = match bytes {
+                Ok(b) => Frame::decode(&b),
+                Err(e) => return format!("read: {e}"),
+            };
+            match frame {
+                Ok(Frame::Answers(groups)) => {
+                    for g in groups {
+                        if let Some(reply) = pending.lock().remove(&g.id) {
+                            let _ = reply.send(g.answers);
+                        }
+                    }
+                }
+                Ok(Frame::Refused { reason }) => return format!("refused: {reason}"),
+                Ok(other) => return format!("unexpected {} frame", other.kind()),
+                Err(e) => return format!("bad frame: {e}"),
+            }
+        }
+        "closed by peer".to_owned()
+    };
+    // Either side failing ends the connection; dropping `pending` fails every waiting caller.
+    tokio::select! {
+        r = writer => r,
+        r = reader => r,
+    }
+}

@@ -1,0 +1,281 @@
+//! Where a check is decided: here when this node owns the bucket, at the owner otherwise, and
+//! from a local fallback share when the owner cannot answer in time (fail-open).
+
+use crate::cluster::View;
+use crate::engine::{CheckError, Engine, Resolved, RuleSpec};
+use crate::forward::{ForwardError, PeerClient, PeerSettings, PeerStats};
+use crate::limiter::Rule;
+use crate::rules::{Mode, OnOwnerUnreachable};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use ringlimit_proto::peer::{PeerAnswer, PeerCheck};
+use ringlimit_proto::{CheckAnswer, RuleRef};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Salt that keeps a key's fallback bucket apart from its owner-mode bucket on the same node.
+const FALLBACK_SALT: u64 = 0x6661_6c6c_6261_636b; // "fallback"
+/// How long a closed-mode denial asks the client to wait.
+const CLOSED_RETRY_MS: u64 = 1_000;
+
+/// One validated check, ready to route.
+#[derive(Debug, Clone)]
+pub struct Prepared<'a> {
+    pub key: &'a str,
+    pub spec: RuleSpec<'a>,
+    pub cost: u64,
+    pub resolved: Resolved,
+    pub id: u64,
+    pub on_unreachable: OnOwnerUnreachable,
+}
+
+/// Routing counters.
+#[derive(Debug, Default)]
+pub struct RouterStats {
+    /// Checks sent to their owner.
+    pub forwarded: AtomicU64,
+    /// Checks answered from the fallback share (degraded) because the owner could not answer.
+    pub fail_open: AtomicU64,
+    /// Checks denied because the owner could not answer and the rule is `closed`.
+    pub fail_closed: AtomicU64,
+}
+
+/// Routes checks to their owners; owns the peer clients.
+pub struct Router {
+    engine: Arc<Engine>,
+    view: Arc<ArcSwap<View>>,
+    settings: Arc<PeerSettings>,
+    peers: Mutex<HashMap<Arc<str>, Arc<PeerClient>>>,
+    pub peer_stats: Arc<PeerStats>,
+    pub stats: RouterStats,
+}
+
+impl Router {
+    pub fn new(engine: Arc<Engine>, view: Arc<ArcSwap<View>>, settings: PeerSettings) -> Self {
+        Self {
+            engine,
+            view,
+            settings: Arc::new(settings),
+            peers: Mutex::new(HashMap::new()),
+            peer_stats: Arc::new(PeerStats::default()),
+            stats: RouterStats::default(),
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The current membership view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// Keeps one client per alive peer: connects to new ones, drops those that left the ring.
+    pub fn sync_peers(&self, view: &View) {
+        let mut peers = self.peers.lock();
+        peers.retain(|id, client| {
+            view.peer_addrs
+                .get(id)
+                .is_some_and(|addr| *addr == client.addr)
+        });
+        for (id, addr) in &view.peer_addrs {
+            if *id == view.self_id || peers.contains_key(id) {
+                continue;
+            }
+            let client =
+                PeerClient::spawn(addr.clone(), self.settings.clone(), self.peer_stats.clone());
+            peers.insert(id.clone(), Arc::new(client));
+        }
+    }
+
+    /// Validates a check (no bucket is touched).
+    pub fn prepare<'a>(
+        &self,
+        key: &'a str,
+        spec: RuleSpec<'a>,
+        cost: u64,
+    ) -> Result<Prepared<'a>, CheckError> {
+        let (resolved, id) = self.engine.prepare(key, spec, cost)?;
+        let on_unreachable = match spec {
+            RuleSpec::Named(name) => self
+                .engine
+                .rules()
+                .get(name)
+                .map_or(OnOwnerUnreachable::Open, |r| r.on_owner_unreachable),
+            RuleSpec::Inline(_) => OnOwnerUnreachable::Open,
+        };
+        Ok(Prepared {
+            key,
+            spec,
+            cost,
+            resolved,
+            id,
+            on_unreachable,
+        })
+    }
+
+    /// Decides one check wherever it belongs.
+    pub async fn check(
+        &self,
+        key: &str,
+        spec: RuleSpec<'_>,
+        cost: u64,
+    ) -> Result<CheckAnswer, CheckError> {
+        let p = self.prepare(key, spec, cost)?;
+        let view = self.view.load();
+        match self.owner(&view, &p) {
+            None => Ok(self.engine.decide(p.id, &p.resolved.rule, p.cost)),
+            Some((_, client)) => {
+                self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                let sent = client.send(vec![peer_check(&p)]).await;
+                let answer = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
+                self.settle(&p, answer, view.alive())
+            }
+        }
+    }
+
+    /// Decides many checks: local ones here, each owner's as one group (one frame).
+    /// Answers come back in the order of `items`.
+    pub async fn check_many(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+        let view = self.view.load_full();
+        let mut results: Vec<Option<Result<CheckAnswer, CheckError>>> =
+            Vec::with_capacity(items.len());
+        let mut groups: HashMap<Arc<str>, (Arc<PeerClient>, Vec<usize>)> = HashMap::new();
+        for (i, p) in items.iter().enumerate() {
+            match self.owner(&view, p) {
+                None => results.push(Some(Ok(self.engine.decide(p.id, &p.resolved.rule, p.cost)))),
+                Some((owner, client)) => {
+                    results.push(None);
+                    groups
+                        .entry(owner)
+                        .or_insert_with(|| (client, Vec::new()))
+                        .1
+                        .push(i);
+                }
+            }
+        }
+        let sends = groups.into_values().map(|(client, idx)| {
+            let checks: Vec<PeerCheck> = idx.iter().map(|&i| peer_check(&items[i])).collect();
+            self.stats
+                .forwarded
+                .fetch_add(checks.len() as u64, Ordering::Relaxed);
+            async move { (idx, client.send(checks).await) }
+        });
+        for (idx, sent) in futures::future::join_all(sends).await {
+            match sent {
+                Ok(answers) => {
+                    for (i, a) in idx.into_iter().zip(answers) {
+                        results[i] = Some(self.settle(&items[i], Ok(a), view.alive()));
+                    }
+                }
+                Err(e) => {
+                    for i in idx {
+                        results[i] = Some(self.settle(&items[i], Err(e), view.alive()));
+                    }
+                }
+            }
+        }
+        // `send` checks that the owner answered every check, so every slot is filled.
+        results
+            .into_iter()
+            .zip(items)
+            .map(|(r, p)| r.unwrap_or_else(|| Ok(self.fallback(p, view.alive()))))
+            .collect()
+    }
+
+    /// The check's owner and its client, or `None` when this node decides it.
+    fn owner(&self, view: &View, p: &Prepared<'_>) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        if p.resolved.mode == Mode::Global {
+            // Global rules are decided where they land (approximate counters arrive later).
+            return None;
+        }
+        let owner = view.ring.owner(p.id)?;
+        if owner == &*view.self_id {
+            return None;
+        }
+        let found = self
+            .peers
+            .lock()
+            .get_key_value(owner)
+            .map(|(k, c)| (k.clone(), c.clone()));
+        match found {
+            Some(found) => Some(found),
+            // A member we have no client for yet (the view just changed): make one.
+            None => {
+                self.sync_peers(view);
+                self.peers
+                    .lock()
+                    .get_key_value(owner)
+                    .map(|(k, c)| (k.clone(), c.clone()))
+            }
+        }
+    }
+
+    /// Turns the owner's reply — or its absence — into an answer.
+    fn settle(
+        &self,
+        p: &Prepared<'_>,
+        answer: Result<PeerAnswer, ForwardError>,
+        alive: usize,
+    ) -> Result<CheckAnswer, CheckError> {
+        match answer {
+            Ok(PeerAnswer::Answer(a)) => Ok(a),
+            Ok(PeerAnswer::Error { code, message }) => Err(CheckError::Owner { code, message }),
+            Err(e) => {
+                tracing::debug!(error = %e, "owner unreachable; failing {}", match p.on_unreachable {
+                    OnOwnerUnreachable::Open => "open",
+                    OnOwnerUnreachable::Closed => "closed",
+                });
+                Ok(self.fallback(p, alive))
+            }
+        }
+    }
+
+    /// The answer when the owner cannot be reached: a local share of the limit, or a denial.
+    fn fallback(&self, p: &Prepared<'_>, alive: usize) -> CheckAnswer {
+        let rule = p.resolved.rule;
+        if p.on_unreachable == OnOwnerUnreachable::Closed {
+            self.stats.fail_closed.fetch_add(1, Ordering::Relaxed);
+            let now_ms = self.engine.clock().now() / crate::clock::NANOS_PER_MS;
+            return CheckAnswer {
+                allowed: false,
+                limit: rule.limit,
+                remaining: 0,
+                reset_at_ms: now_ms + CLOSED_RETRY_MS,
+                retry_after_ms: CLOSED_RETRY_MS,
+                degraded: true,
+            };
+        }
+        self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
+        let share = share_of(&rule, alive);
+        let cost = p.cost.min(share.capacity());
+        let mut answer = self.engine.decide(p.id ^ FALLBACK_SALT, &share, cost);
+        answer.limit = rule.limit;
+        answer.degraded = true;
+        answer
+    }
+}
+
+/// This node's share of a rule when it must decide alone: limit and burst divided by the
+/// members that share the load, rounded up (a share is never zero).
+pub fn share_of(rule: &Rule, members: usize) -> Rule {
+    let n = members.max(1) as u64;
+    Rule {
+        limit: rule.limit.div_ceil(n),
+        burst: rule.burst.div_ceil(n),
+        ..*rule
+    }
+}
+
+fn peer_check(p: &Prepared<'_>) -> PeerCheck {
+    PeerCheck {
+        key: p.key.to_owned(),
+        rule: match p.spec {
+            RuleSpec::Named(name) => RuleRef::Named(name.to_owned()),
+            RuleSpec::Inline(r) => RuleRef::Inline(r),
+        },
+        cost: p.cost,
+    }
+}
