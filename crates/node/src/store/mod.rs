@@ -10,7 +10,7 @@
 //! with probability ~n²/2⁶⁵ (3·10⁻⁸ for a million live buckets); a collision makes two clients
 //! share one bucket, i.e. limits a little harder — never admits more — which is acceptable.
 
-use crate::limiter::{BucketState, Decision, Rule};
+use crate::limiter::{BucketState, Decision, MAX_SLIDING_LOG_LIMIT, Rule, SlidingLog};
 use parking_lot::Mutex;
 use quick_cache::{Lifecycle, OptionsBuilder, Weighter};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,9 +54,13 @@ impl Store {
     pub fn new(max_keys: u64) -> Self {
         let max_keys = max_keys.max(1);
         // 64 shards keep two-core contention negligible and each shard's table large; fewer for
-        // tiny stores so each shard still holds something.
-        let shards = (max_keys / 64).clamp(1, 64).next_power_of_two().min(64) as usize;
-        let per_shard = max_keys.div_ceil(shards as u64);
+        // small stores, so that each shard holds at least two of the heaviest buckets (a sliding
+        // log at the largest limit): the cache drops a value heavier than its shard's share at
+        // once, and a bucket never kept never limits. Rounded down to a power of two, and the
+        // shares rounded down, so the shards together never hold more than `max_keys`.
+        let heaviest = BucketState::Log(Box::new(SlidingLog::new(MAX_SLIDING_LOG_LIMIT))).weight();
+        let shards = 1usize << (max_keys / (2 * heaviest)).clamp(1, 64).ilog2();
+        let per_shard = max_keys / shards as u64;
         let shards: Vec<_> = (0..shards)
             .map(|_| {
                 let opts = OptionsBuilder::new()
