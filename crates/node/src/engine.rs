@@ -3,7 +3,7 @@
 
 use crate::clock::{Clock, NANOS_PER_MS};
 use crate::limiter::Rule;
-use crate::rules::{self, FieldError, Mode, NamedRule, RuleSet};
+use crate::rules::{self, FieldError, Mode, NamedRule, OnOwnerUnreachable, RuleSet};
 use crate::store::Store;
 use arc_swap::ArcSwap;
 use ringlimit_proto::{CheckAnswer, InlineRule};
@@ -77,6 +77,7 @@ pub struct Resolved {
     /// Seed of this rule's bucket identities.
     pub seed: u64,
     pub mode: Mode,
+    pub on_unreachable: OnOwnerUnreachable,
 }
 
 /// Rules, buckets and time: everything one node needs to decide checks it owns.
@@ -133,6 +134,7 @@ impl Engine {
                     rule: r.rule,
                     seed: r.seed,
                     mode: r.mode,
+                    on_unreachable: r.on_owner_unreachable,
                 })
             }
             RuleSpec::Inline(inline) => {
@@ -141,6 +143,7 @@ impl Engine {
                     rule,
                     seed: rules::inline_seed(&rule),
                     mode: Mode::Owner,
+                    on_unreachable: OnOwnerUnreachable::Open,
                 })
             }
         }

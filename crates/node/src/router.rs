@@ -27,7 +27,6 @@ pub struct Prepared<'a> {
     pub cost: u64,
     pub resolved: Resolved,
     pub id: u64,
-    pub on_unreachable: OnOwnerUnreachable,
 }
 
 /// Routing counters.
@@ -46,7 +45,10 @@ pub struct Router {
     engine: Arc<Engine>,
     view: Arc<ArcSwap<View>>,
     settings: Arc<PeerSettings>,
-    peers: Mutex<HashMap<Arc<str>, Arc<PeerClient>>>,
+    /// One client per alive peer; read lock-free on every forwarded check, replaced whole
+    /// (under `peers_update`) when membership changes.
+    peers: ArcSwap<HashMap<Arc<str>, Arc<PeerClient>>>,
+    peers_update: Mutex<()>,
     pub peer_stats: Arc<PeerStats>,
     pub stats: RouterStats,
 }
@@ -57,7 +59,8 @@ impl Router {
             engine,
             view,
             settings: Arc::new(settings),
-            peers: Mutex::new(HashMap::new()),
+            peers: ArcSwap::from_pointee(HashMap::new()),
+            peers_update: Mutex::new(()),
             peer_stats: Arc::new(PeerStats::default()),
             stats: RouterStats::default(),
         }
@@ -74,20 +77,24 @@ impl Router {
 
     /// Keeps one client per alive peer: connects to new ones, drops those that left the ring.
     pub fn sync_peers(&self, view: &View) {
-        let mut peers = self.peers.lock();
-        peers.retain(|id, client| {
-            view.peer_addrs
-                .get(id)
-                .is_some_and(|addr| *addr == client.addr)
-        });
+        let _one_writer = self.peers_update.lock();
+        let current = self.peers.load();
+        let mut peers = HashMap::with_capacity(view.peer_addrs.len());
         for (id, addr) in &view.peer_addrs {
-            if *id == view.self_id || peers.contains_key(id) {
+            if *id == view.self_id {
                 continue;
             }
-            let client =
-                PeerClient::spawn(addr.clone(), self.settings.clone(), self.peer_stats.clone());
-            peers.insert(id.clone(), Arc::new(client));
+            let client = match current.get(id) {
+                Some(c) if c.addr == *addr => c.clone(),
+                _ => Arc::new(PeerClient::spawn(
+                    addr.clone(),
+                    self.settings.clone(),
+                    self.peer_stats.clone(),
+                )),
+            };
+            peers.insert(id.clone(), client);
         }
+        self.peers.store(Arc::new(peers));
     }
 
     /// Validates a check (no bucket is touched).
@@ -98,21 +105,12 @@ impl Router {
         cost: u64,
     ) -> Result<Prepared<'a>, CheckError> {
         let (resolved, id) = self.engine.prepare(key, spec, cost)?;
-        let on_unreachable = match spec {
-            RuleSpec::Named(name) => self
-                .engine
-                .rules()
-                .get(name)
-                .map_or(OnOwnerUnreachable::Open, |r| r.on_owner_unreachable),
-            RuleSpec::Inline(_) => OnOwnerUnreachable::Open,
-        };
         Ok(Prepared {
             key,
             spec,
             cost,
             resolved,
             id,
-            on_unreachable,
         })
     }
 
@@ -197,7 +195,7 @@ impl Router {
         }
         let found = self
             .peers
-            .lock()
+            .load()
             .get_key_value(owner)
             .map(|(k, c)| (k.clone(), c.clone()));
         match found {
@@ -206,7 +204,7 @@ impl Router {
             None => {
                 self.sync_peers(view);
                 self.peers
-                    .lock()
+                    .load()
                     .get_key_value(owner)
                     .map(|(k, c)| (k.clone(), c.clone()))
             }
@@ -224,7 +222,7 @@ impl Router {
             Ok(PeerAnswer::Answer(a)) => Ok(a),
             Ok(PeerAnswer::Error { code, message }) => Err(CheckError::Owner { code, message }),
             Err(e) => {
-                tracing::debug!(error = %e, "owner unreachable; failing {}", match p.on_unreachable {
+                tracing::debug!(error = %e, "owner unreachable; failing {}", match p.resolved.on_unreachable {
                     OnOwnerUnreachable::Open => "open",
                     OnOwnerUnreachable::Closed => "closed",
                 });
@@ -236,7 +234,7 @@ impl Router {
     /// The answer when the owner cannot be reached: a local share of the limit, or a denial.
     fn fallback(&self, p: &Prepared<'_>, alive: usize) -> CheckAnswer {
         let rule = p.resolved.rule;
-        if p.on_unreachable == OnOwnerUnreachable::Closed {
+        if p.resolved.on_unreachable == OnOwnerUnreachable::Closed {
             self.stats.fail_closed.fetch_add(1, Ordering::Relaxed);
             let now_ms = self.engine.clock().now() / crate::clock::NANOS_PER_MS;
             return CheckAnswer {
