@@ -226,9 +226,16 @@ async fn track_view(
     grace: Duration,
 ) {
     let deadline = tokio::time::Instant::now() + grace;
+    let mut ring_members: Vec<Arc<str>> = Vec::new();
     loop {
         let view = updates.borrow_and_update().clone();
         router.sync_peers(&view);
+        if view.ring.members() != ring_members.as_slice() {
+            ring_members = view.ring.members().to_vec();
+            // Ownership moved: send the buckets that moved away to their new owners.
+            let (router, view) = (router.clone(), view.clone());
+            tokio::spawn(async move { router.hand_over(&view).await });
+        }
         if !ready.load(Ordering::Acquire)
             && (!needs_peers || view.ring.len() > 1 || tokio::time::Instant::now() >= deadline)
         {

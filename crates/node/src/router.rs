@@ -38,6 +38,8 @@ pub struct RouterStats {
     pub fail_open: AtomicU64,
     /// Checks denied because the owner could not answer and the rule is `closed`.
     pub fail_closed: AtomicU64,
+    /// Buckets sent to their new owner after a ring change.
+    pub handed_over: AtomicU64,
 }
 
 /// Routes checks to their owners; owns the peer clients.
@@ -95,6 +97,52 @@ impl Router {
             peers.insert(id.clone(), client);
         }
         self.peers.store(Arc::new(peers));
+    }
+
+    /// Hands the live buckets this node no longer owns under `view`'s ring to their new owners.
+    /// A bucket whose new owner cannot be reached is put back, so nothing is lost.
+    pub async fn hand_over(&self, view: &View) -> usize {
+        let now = self.engine.clock().now();
+        let ring = &view.ring;
+        if ring.is_empty() {
+            return 0;
+        }
+        let moving = self.engine.store().take_if(|id, st| {
+            st.idle_at() > now && ring.owner(id).is_some_and(|o| o != &*view.self_id)
+        });
+        if moving.is_empty() {
+            return 0;
+        }
+        let mut by_owner: HashMap<&str, Vec<(u64, crate::limiter::BucketState)>> = HashMap::new();
+        for (id, st) in moving {
+            if let Some(owner) = ring.owner(id) {
+                by_owner.entry(owner).or_default().push((id, st));
+            }
+        }
+        let mut moved = 0;
+        for (owner, buckets) in by_owner {
+            let Some(addr) = view.peer_addrs.get(owner) else {
+                continue;
+            };
+            let n = buckets.len();
+            let keep = buckets.clone();
+            match crate::forward::handover::push(addr, &self.settings, buckets).await {
+                Ok(_) => moved += n,
+                Err(e) => {
+                    tracing::warn!(%owner, error = %e, buckets = n, "handover failed; keeping the buckets here");
+                    for (id, st) in keep {
+                        self.engine.store().absorb(id, st, now);
+                    }
+                }
+            }
+        }
+        self.stats
+            .handed_over
+            .fetch_add(moved as u64, Ordering::Relaxed);
+        if moved > 0 {
+            tracing::info!(buckets = moved, "buckets handed over to their new owners");
+        }
+        moved
     }
 
     /// Validates a check (no bucket is touched).

@@ -39,6 +39,40 @@ pub enum Frame {
     Checks(Vec<CheckGroup>),
     /// Server → client: the answers, one group per `Checks` group.
     Answers(Vec<AnswerGroup>),
+    /// Client → server: buckets whose ownership moved to the server (ring change), to be
+    /// merged into its store so that a key's consumption survives the move.
+    Handover(Vec<HandedBucket>),
+    /// Server → client: how many handed-over buckets were merged.
+    HandoverAck { merged: u64 },
+}
+
+/// One bucket handed to its new owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedBucket {
+    /// The bucket's identity (see [`crate::identity`]).
+    pub id: u64,
+    pub state: WireState,
+}
+
+/// A bucket's state on the wire (times are ns since the Unix epoch on the sender's clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireState {
+    Gcra {
+        tat: u64,
+    },
+    Fixed {
+        end: u64,
+        count: u32,
+    },
+    Sliding {
+        until: u64,
+        current: u32,
+        previous: u32,
+    },
+    Log {
+        entries: Vec<(u64, u32)>,
+        max_entries: u64,
+    },
 }
 
 /// The opening frame of a connection.
@@ -135,6 +169,8 @@ impl Frame {
             Frame::Refused { .. } => "refused",
             Frame::Checks(_) => "checks",
             Frame::Answers(_) => "answers",
+            Frame::Handover(_) => "handover",
+            Frame::HandoverAck { .. } => "handover_ack",
         }
     }
 }

@@ -203,7 +203,8 @@ async fn connection_loop(
     }
 }
 
-async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
+/// Connects and completes the handshake.
+pub(crate) async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;

@@ -37,6 +37,8 @@ pub struct ServerStats {
     pub checks: AtomicU64,
     /// `Checks` frames received.
     pub frames: AtomicU64,
+    /// Buckets received from their previous owner and merged.
+    pub handed_over: AtomicU64,
 }
 
 /// The peer server; [`PeerServer::run`] serves until dropped.
@@ -108,9 +110,29 @@ impl PeerServer {
                     return;
                 }
             };
-            let Frame::Checks(groups) = frame else {
-                tracing::warn!(%from, %peer, kind = frame.kind(), "unexpected frame from peer; closing");
-                return;
+            let groups = match frame {
+                Frame::Checks(groups) => groups,
+                Frame::Handover(buckets) => {
+                    let now = self.engine.clock().now();
+                    let merged = buckets.len() as u64;
+                    for b in buckets {
+                        self.engine
+                            .store()
+                            .absorb(b.id, super::handover::from_wire(b.state), now);
+                    }
+                    self.stats.handed_over.fetch_add(merged, Ordering::Relaxed);
+                    if framing::send(&mut conn, &Frame::HandoverAck { merged })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                other => {
+                    tracing::warn!(%from, %peer, kind = other.kind(), "unexpected frame from peer; closing");
+                    return;
+                }
             };
             self.stats.frames.fetch_add(1, Ordering::Relaxed);
             let answers: Vec<AnswerGroup> = groups

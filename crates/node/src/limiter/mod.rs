@@ -132,6 +132,54 @@ impl BucketState {
         }
     }
 
+    /// Adds the consumption recorded in `other` (the same bucket, decided elsewhere — e.g. by a
+    /// previous owner) to this state, so that neither side's admissions are forgotten. Where the
+    /// two describe different windows, the later window wins.
+    pub fn absorb(&mut self, other: BucketState, now: u64) {
+        match (self, other) {
+            (BucketState::Gcra { tat }, BucketState::Gcra { tat: theirs }) => {
+                // Each side's consumption is how far its tat runs ahead of now.
+                let extra = theirs.saturating_sub(now);
+                *tat = (*tat).max(now).saturating_add(extra);
+            }
+            (BucketState::Fixed { end, count }, BucketState::Fixed { end: e2, count: c2 }) => {
+                if *end == e2 {
+                    *count = count.saturating_add(c2);
+                } else if e2 > *end {
+                    (*end, *count) = (e2, c2);
+                }
+            }
+            (
+                BucketState::Sliding {
+                    until,
+                    current,
+                    previous,
+                },
+                BucketState::Sliding {
+                    until: u2,
+                    current: c2,
+                    previous: p2,
+                },
+            ) => {
+                if *until == u2 {
+                    *current = current.saturating_add(c2);
+                    *previous = previous.saturating_add(p2);
+                } else if u2 > *until {
+                    (*until, *current, *previous) = (u2, c2, p2);
+                }
+            }
+            (BucketState::Log(mine), BucketState::Log(theirs)) => {
+                let merged = SlidingLog::from_entries(
+                    mine.max_entries().max(theirs.max_entries()),
+                    mine.entries().chain(theirs.entries()),
+                );
+                **mine = merged;
+            }
+            // Different algorithms: the bucket was redefined; keep ours.
+            _ => {}
+        }
+    }
+
     /// Decides a check of `cost` at `now` against this state, updating it when admitted.
     pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
         if !self.fits(rule) {

@@ -35,6 +35,26 @@ impl SlidingLog {
         self.idle_at
     }
 
+    /// The `(time, cost)` entries, oldest first.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// A log holding `entries` (any order; merged in time order).
+    pub fn from_entries(max_entries: u64, entries: impl IntoIterator<Item = (u64, u32)>) -> Self {
+        let mut v: Vec<(u64, u32)> = entries.into_iter().collect();
+        v.sort_unstable();
+        let total = v.iter().map(|&(_, c)| u64::from(c)).sum();
+        let idle_at = v.last().map_or(0, |&(t, _)| t);
+        Self {
+            entries: v.into(),
+            total,
+            max_entries,
+            // The period is not known here; the next decision recomputes it.
+            idle_at,
+        }
+    }
+
     /// Decides a check, appending it to the log when admitted.
     pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
         let p = rule.period_ns;
@@ -45,6 +65,10 @@ impl SlidingLog {
             }
             self.entries.pop_front();
             self.total -= u64::from(c);
+        }
+        // Recomputed here because a merged log (see `from_entries`) does not know the period.
+        if let Some(&(t, _)) = self.entries.back() {
+            self.idle_at = t.saturating_add(p);
         }
         let fits = self.total + cost.max(1) <= rule.limit;
         if fits && cost > 0 {

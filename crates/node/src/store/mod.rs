@@ -132,6 +132,45 @@ impl Store {
         self.shard(id).lock().peek(&id).cloned()
     }
 
+    /// Removes and returns every bucket for which `take` says yes, one shard at a time (checks
+    /// on other shards go on meanwhile).
+    pub fn take_if(
+        &self,
+        mut take: impl FnMut(u64, &BucketState) -> bool,
+    ) -> Vec<(u64, BucketState)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let ids: Vec<u64> = shard
+                .iter()
+                .filter(|(id, st)| take(**id, st))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                if let Some(pair) = shard.remove(&id) {
+                    out.push(pair);
+                }
+            }
+        }
+        out
+    }
+
+    /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]).
+    pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
+        let mut shard = self.shard(id).lock();
+        if let Some(mut mine) = shard.get_mut(&id) {
+            mine.absorb(state, now);
+            return;
+        }
+        let mut evicted = EvictedAt {
+            now,
+            ..EvictedAt::default()
+        };
+        shard.insert_with_lifecycle(id, state, &mut evicted);
+        drop(shard);
+        self.record(&evicted);
+    }
+
     /// Drops a bucket (admin reset).
     pub fn remove(&self, id: u64) -> bool {
         self.shard(id).lock().remove(&id).is_some()
