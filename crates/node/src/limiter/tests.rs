@@ -1325,3 +1325,51 @@ proptest! {
         }
     }
 }
+
+mod absorb {
+    use super::super::test_support::{MS, SEC, T0, rule};
+    use super::super::*;
+
+    /// Admits `n` checks of cost 1 at `now` on `state`.
+    fn spend(state: &mut BucketState, r: &Rule, now: u64, n: u64) {
+        for _ in 0..n {
+            assert!(state.decide(r, now, 1).allowed);
+        }
+    }
+
+    #[test]
+    fn merged_buckets_keep_both_sides_consumption() {
+        for algo in Algorithm::ALL {
+            let r = rule(algo, 10, 60_000, 10);
+            let (mut a, mut b) = (BucketState::fresh(&r), BucketState::fresh(&r));
+            spend(&mut a, &r, T0, 4);
+            spend(&mut b, &r, T0 + MS, 3);
+            a.absorb(b, T0 + 2 * MS);
+            let d = a.decide(&r, T0 + 2 * MS, 0);
+            assert_eq!(d.remaining, 3, "{algo}: 10 - 4 - 3");
+        }
+    }
+
+    #[test]
+    fn a_later_window_wins_over_an_older_one() {
+        let r = rule(Algorithm::FixedWindow, 10, 1_000, 10);
+        let (mut old, mut new) = (BucketState::fresh(&r), BucketState::fresh(&r));
+        spend(&mut old, &r, T0, 9);
+        spend(&mut new, &r, T0 + 2 * SEC, 2);
+        old.absorb(new, T0 + 2 * SEC);
+        assert_eq!(old.decide(&r, T0 + 2 * SEC, 0).remaining, 8);
+    }
+
+    #[test]
+    fn different_algorithms_are_not_mixed() {
+        let tb = rule(Algorithm::TokenBucket, 10, 1_000, 10);
+        let fw = rule(Algorithm::FixedWindow, 10, 1_000, 10);
+        let mut a = BucketState::fresh(&tb);
+        spend(&mut a, &tb, T0, 2);
+        let before = a.clone();
+        let mut b = BucketState::fresh(&fw);
+        spend(&mut b, &fw, T0, 5);
+        a.absorb(b, T0);
+        assert_eq!(a, before);
+    }
+}
