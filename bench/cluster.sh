@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Cluster forwarding benchmark: the same load through one node alone, then through one node of
+# three (two thirds of the keys forwarded to their owners), side by side in one run.
+#
+#   bench/cluster.sh                       # 10 s per load
+#   DURATION=5 RUNS=3 bench/cluster.sh     # medians over 3 rounds
+#
+# Everything runs on 127.0.0.1. All three nodes and wrk share this machine's cores, so the
+# ratio (cluster / single) is the figure to read, not the absolutes.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$BENCH_DIR/.." && pwd)"
+DURATION="${DURATION:-10}"
+RUNS="${RUNS:-1}"
+CONNS="${CONNS:-8}"
+export KEYSPACE="${KEYSPACE:-100000}"
+export CHECK_LIMIT="${CHECK_LIMIT:-100}"
+export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/cluster-$(date +%Y%m%d-%H%M%S)}"
+BASE_PORT="${BASE_PORT:-39100}"
+mkdir -p "$OUT_DIR"
+
+log() { printf '[cluster.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+command -v wrk >/dev/null || { log "installing wrk"; apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT INT TERM
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  log "building ringlimit (release)"
+  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
+fi
+BIN="$CARGO_TARGET_DIR/release/ringlimit"
+
+http_port() { echo $((BASE_PORT + $1)); }
+peer_port() { echo $((BASE_PORT + 50 + $1)); }
+
+start_nodes() { # N
+  local n=$1 seeds="" i
+  for ((i = 0; i < n; i++)); do seeds+="127.0.0.1:$(peer_port "$i"),"; done
+  for ((i = 0; i < n; i++)); do
+    RUST_LOG=warn "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
+      --peer "127.0.0.1:$(peer_port "$i")" --seeds "${seeds%,}" 2>"$OUT_DIR/node-$n-$i.log" &
+    PIDS+=($!)
+  done
+  local deadline=$((SECONDS + 20))
+  for ((i = 0; i < n; i++)); do
+    until curl -sf "http://127.0.0.1:$(http_port "$i")/v1/cluster" | grep -q "\"ring_members\":$n"; do
+      [ $SECONDS -lt $deadline ] || { log "cluster of $n did not form"; exit 1; }
+      sleep 0.1
+    done
+  done
+}
+
+stop_nodes() {
+  cleanup
+  PIDS=()
+  sleep 0.5
+}
+
+# wrk against node 0; prints "rps p50_ms p99_ms"
+load() { # label script
+  local out="$OUT_DIR/$1.txt"
+  timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
+    -s "$BENCH_DIR/wrk/$2" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
+  local rps p50 p99
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
+  p50=$(awk '$1 == "50%" {print $2}' "$out")
+  p99=$(awk '$1 == "99%" {print $2}' "$out")
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
+}
+
+to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
+  awk -v v="$1" 'BEGIN {
+    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
+    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
+    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
+    else printf "nan" }'
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+declare -A R
+for ((run = 1; run <= RUNS; run++)); do
+  log "round $run: single node"
+  start_nodes 1
+  load "single-warmup" check.lua >/dev/null
+  read -r rps p50 p99 <<<"$(load "single-$run" check.lua)"
+  R[single_rps]+="$rps "; R[single_p99]+="$p99 "; R[single_p50]+="$p50 "
+  stop_nodes
+
+  log "round $run: one node of three"
+  start_nodes 3
+  load "cluster-warmup" check.lua >/dev/null
+  read -r rps p50 p99 <<<"$(load "cluster-$run" check.lua)"
+  R[cluster_rps]+="$rps "; R[cluster_p99]+="$p99 "; R[cluster_p50]+="$p50 "
+  read -r brps _ _ <<<"$(load "cluster-batch-$run" batch.lua)"
+  R[cluster_batch]+="$(awk -v r="$brps" 'BEGIN {printf "%.0f", r * 1000}') "
+  curl -s "http://127.0.0.1:$(http_port 0)/v1/cluster" >"$OUT_DIR/cluster-$run.json"
+  R[batching]+="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["forwarding"]["batching_factor"])' "$OUT_DIR/cluster-$run.json") "
+  R[fail_open]+="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["forwarding"]["fail_open"])' "$OUT_DIR/cluster-$run.json") "
+  stop_nodes
+done
+
+m() { tr ' ' '\n' <<<"${R[$1]}" | grep -v '^$' | median; }
+single_rps=$(m single_rps); cluster_rps=$(m cluster_rps)
+ratio=$(awk -v a="$cluster_rps" -v b="$single_rps" 'BEGIN {printf "%.3f", a / b}')
+cluster_p99=$(m cluster_p99)
+{
+  echo
+  echo "ringlimit cluster benchmark — $(date -u +%FT%TZ), $(nproc) cores, DURATION=${DURATION}s, RUNS=$RUNS, wrk -t2 -c$CONNS"
+  echo "keys: random of $KEYSPACE, inline token bucket $CHECK_LIMIT per $CHECK_PERIOD_MS ms; 3 nodes + wrk share the cores"
+  printf '%-42s %14s   %s\n' figure median "per round"
+  printf '%-42s %14s   %s\n' "single node check/s" "$single_rps" "${R[single_rps]}"
+  printf '%-42s %14s   %s\n' "single node p50 / p99 ms" "$(m single_p50) / $(m single_p99)" "${R[single_p99]}"
+  printf '%-42s %14s   %s\n' "1 of 3 nodes check/s" "$cluster_rps" "${R[cluster_rps]}"
+  printf '%-42s %14s   %s\n' "1 of 3 nodes p50 / p99 ms" "$(m cluster_p50) / $cluster_p99" "${R[cluster_p99]}"
+  printf '%-42s %14s   %s\n' "ratio cluster / single" "$ratio" ""
+  printf '%-42s %14s   %s\n' "1 of 3 nodes batch checks/s (x1000)" "$(m cluster_batch)" "${R[cluster_batch]}"
+  printf '%-42s %14s   %s\n' "batching factor (checks per peer frame)" "$(m batching)" "${R[batching]}"
+  printf '%-42s %14s   %s\n' "fail-open answers (expect 0)" "$(m fail_open)" "${R[fail_open]}"
+  echo
+  echo "targets: p99 < 1 ms @$CONNS through one node of three | throughput >= 0.5 x single node"
+  awk -v p="$cluster_p99" 'BEGIN {printf "  p99 %-36s %s\n", p " ms", (p < 1 ? "PASS" : "MISS")}'
+  awk -v r="$ratio" 'BEGIN {printf "  ratio %-34s %s\n", r, (r >= 0.5 ? "PASS" : "MISS")}'
+  echo "raw outputs: $OUT_DIR"
+} | tee "$OUT_DIR/summary.txt"
