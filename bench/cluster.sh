@@ -84,6 +84,18 @@ to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
     else printf "nan" }'
 }
 
+# /v1/cluster of node 0 into $OUT_DIR/<name>.json
+snap() { curl -s "http://127.0.0.1:$(http_port 0)/v1/cluster" >"$OUT_DIR/$1.json"; }
+# checks per peer frame between two snapshots
+factor() {
+  python3 - "$OUT_DIR/$1.json" "$OUT_DIR/$2.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["forwarding"] for p in sys.argv[1:3])
+frames = b["peer_frames"] - a["peer_frames"]
+print(round((b["peer_checks"] - a["peer_checks"]) / frames, 2) if frames else 0)
+PY
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 declare -A R
@@ -98,13 +110,16 @@ for ((run = 1; run <= RUNS; run++)); do
   log "round $run: one node of three"
   start_nodes 3
   load "cluster-warmup" check.lua >/dev/null
+  snap "before-$run"
   read -r rps p50 p99 <<<"$(load "cluster-$run" check.lua)"
   R[cluster_rps]+="$rps "; R[cluster_p99]+="$p99 "; R[cluster_p50]+="$p50 "
+  snap "checks-$run"
   read -r brps _ _ <<<"$(load "cluster-batch-$run" batch.lua)"
   R[cluster_batch]+="$(awk -v r="$brps" 'BEGIN {printf "%.0f", r * 1000}') "
-  curl -s "http://127.0.0.1:$(http_port 0)/v1/cluster" >"$OUT_DIR/cluster-$run.json"
-  R[batching]+="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["forwarding"]["batching_factor"])' "$OUT_DIR/cluster-$run.json") "
-  R[fail_open]+="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["forwarding"]["fail_open"])' "$OUT_DIR/cluster-$run.json") "
+  snap "batch-$run"
+  R[batching]+="$(factor "before-$run" "checks-$run") "
+  R[batching_batch]+="$(factor "checks-$run" "batch-$run") "
+  R[fail_open]+="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["forwarding"]["fail_open"])' "$OUT_DIR/batch-$run.json") "
   stop_nodes
 done
 
@@ -123,7 +138,8 @@ cluster_p99=$(m cluster_p99)
   printf '%-42s %14s   %s\n' "1 of 3 nodes p50 / p99 ms" "$(m cluster_p50) / $cluster_p99" "${R[cluster_p99]}"
   printf '%-42s %14s   %s\n' "ratio cluster / single" "$ratio" ""
   printf '%-42s %14s   %s\n' "1 of 3 nodes batch checks/s (x1000)" "$(m cluster_batch)" "${R[cluster_batch]}"
-  printf '%-42s %14s   %s\n' "batching factor (checks per peer frame)" "$(m batching)" "${R[batching]}"
+  printf '%-42s %14s   %s\n' "checks per peer frame, single checks" "$(m batching)" "${R[batching]}"
+  printf '%-42s %14s   %s\n' "checks per peer frame, batch endpoint" "$(m batching_batch)" "${R[batching_batch]}"
   printf '%-42s %14s   %s\n' "fail-open answers (expect 0)" "$(m fail_open)" "${R[fail_open]}"
   echo
   echo "targets: p99 < 1 ms @$CONNS through one node of three | throughput >= 0.5 x single node"
