@@ -1,69 +1,126 @@
-//! Test harness for ringlimit integration tests: real nodes on loopback ephemeral ports,
-//! started in-process through `ringlimit_node::run`, stopped (and waited for) on drop.
+//! Test harness for ringlimit integration tests: real nodes on loopback ephemeral ports.
+//!
+//! - [`TestNode`] — one node started in-process through `ringlimit_node::run`, stopped on drop.
+//! - [`TestCluster`] — N in-process nodes seeded with each other, formed before it is returned.
+//! - [`ProcessNode`] — the real `ringlimit` binary (built with `escargot`) as a child process
+//!   that tests can SIGKILL, SIGTERM, SIGSTOP and SIGCONT; killed on drop.
+//! - [`Api`] — the HTTP client both kinds of node share (through `Deref`).
+//!
+//! Every wait is bounded and every address is on 127.0.0.1.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use ringlimit_node::clock::ManualClock;
+use ringlimit_node::engine::{Engine, RuleSpec};
+use ringlimit_node::rules::RuleSet;
 use ringlimit_node::{Listeners, NodeConfig, run};
-use serde_json::Value;
+use ringlimit_proto::{Algorithm, InlineRule, Ring};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::io::BufRead;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Longest any harness wait may take.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A node running in this process.
-pub struct TestNode {
-    pub http: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), ringlimit_node::NodeError>>>,
+/// Sends the in-process nodes' logs to the test output, filtered by `RUST_LOG` (nothing when it
+/// is unset). Safe to call from every test.
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
+/// An inline check body: `limit` requests per `period_ms` for `key`.
+pub fn inline(key: &str, limit: u64, period_ms: u64) -> Value {
+    json!({ "key": key, "limit": limit, "period_ms": period_ms })
+}
+
+/// Polls `condition` every 20 ms until it holds; fails after `within`, naming `what`.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut condition: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match condition().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(e.context(format!("{what}: not met within {within:?}")));
+            }
+            Err(_) => {}
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not met within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The member of a ring over `members` that owns `key` under the inline token-bucket rule
+/// `limit` per `period_ms` — computed exactly as nodes compute it.
+pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> Result<String> {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    let engine =
+        ENGINE.get_or_init(|| Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0))));
+    let rule = InlineRule {
+        limit,
+        period_ms,
+        algorithm: Algorithm::TokenBucket,
+        burst: None,
+    };
+    let (_, id) = engine
+        .prepare(key, RuleSpec::Inline(rule), 1)
+        .map_err(|e| anyhow!("cannot prepare {key:?}: {e}"))?;
+    Ring::new(members)
+        .owner(id)
+        .map(str::to_owned)
+        .context("empty ring")
+}
+
+/// An HTTP client for one node.
+#[derive(Clone)]
+pub struct Api {
+    /// The node's HTTP address.
+    pub addr: SocketAddr,
     client: reqwest::Client,
 }
 
-impl TestNode {
-    /// Starts a node with `config` (its addresses should be port 0) and waits until it is ready.
-    pub async fn start(config: NodeConfig) -> Result<Self> {
-        let listeners = Listeners::bind(&config).await?;
-        let http = listeners.http_addr().context("no HTTP address")?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(config, listeners, async move {
-            let _ = stopped.await;
-        }));
-        let node = Self {
-            http,
-            stop: Some(stop),
-            task: Some(task),
-            client: reqwest::Client::builder().timeout(WAIT).build()?,
-        };
-        node.wait_ready().await?;
-        Ok(node)
+impl Api {
+    /// A client whose requests time out after [`WAIT`].
+    pub fn new(addr: SocketAddr) -> Result<Self> {
+        Self::with_timeout(addr, WAIT)
     }
 
-    /// A single node with built-in rules.
-    pub async fn single() -> Result<Self> {
-        Self::start(NodeConfig::local("test-node")).await
+    /// A client whose requests time out after `timeout`.
+    pub fn with_timeout(addr: SocketAddr, timeout: Duration) -> Result<Self> {
+        Ok(Self {
+            addr,
+            client: reqwest::Client::builder()
+                .timeout(timeout)
+                .no_proxy()
+                .build()?,
+        })
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.http, path)
+        format!("http://{}{}", self.addr, path)
     }
 
-    async fn wait_ready(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Ok(r) = self.client.get(self.url("/readyz")).send().await {
-                if r.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("node at {} not ready within {:?}", self.http, WAIT);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// POSTs a raw body; returns status, headers and the body parsed as JSON.
+    /// POSTs a raw body; returns status, headers and the body.
     pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Result<Reply> {
         let r = self.client.post(self.url(path)).body(body).send().await?;
         Reply::read(r).await
@@ -79,9 +136,158 @@ impl TestNode {
         self.post("/v1/check", body).await
     }
 
+    /// POSTs one batch of checks.
+    pub async fn batch(&self, checks: &[Value]) -> Result<Reply> {
+        self.post("/v1/check/batch", &json!({ "checks": checks }))
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> Result<Reply> {
         let r = self.client.get(self.url(path)).send().await?;
         Reply::read(r).await
+    }
+
+    /// `GET /v1/cluster`.
+    pub async fn cluster(&self) -> Result<ClusterView> {
+        let r = self.get("/v1/cluster").await?;
+        ensure!(
+            r.status == 200,
+            "/v1/cluster answered {}: {}",
+            r.status,
+            r.text
+        );
+        Ok(ClusterView(r.json()?))
+    }
+
+    /// Waits (at most [`WAIT`]) until `/readyz` answers 200.
+    pub async fn wait_ready(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(r) = self.client.get(self.url("/readyz")).send().await {
+                if r.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("node at {} not ready within {:?}", self.addr, WAIT);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A node's `/v1/cluster` answer.
+#[derive(Debug, Clone)]
+pub struct ClusterView(pub Value);
+
+impl ClusterView {
+    /// `(node_id, state)` of every member listed.
+    pub fn members(&self) -> Vec<(String, String)> {
+        self.0["members"]
+            .as_array()
+            .map(|ms| {
+                ms.iter()
+                    .map(|m| {
+                        (
+                            m["node_id"].as_str().unwrap_or("").to_owned(),
+                            m["state"].as_str().unwrap_or("").to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The ids of the members shown `alive`, sorted.
+    pub fn alive(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .members()
+            .into_iter()
+            .filter(|(_, s)| s == "alive")
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The state shown for `node_id`, `None` when it is not listed.
+    pub fn state_of(&self, node_id: &str) -> Option<String> {
+        self.members()
+            .into_iter()
+            .find(|(id, _)| id == node_id)
+            .map(|(_, s)| s)
+    }
+
+    /// Whether `node_id` is listed at all, in any state.
+    pub fn lists(&self, node_id: &str) -> bool {
+        self.state_of(node_id).is_some()
+    }
+
+    pub fn ring_members(&self) -> u64 {
+        self.0["ring_members"].as_u64().unwrap_or(0)
+    }
+
+    /// A counter of `forwarding` (`forwarded`, `fail_open`, `peer_frames`, ...).
+    pub fn forwarding(&self, counter: &str) -> u64 {
+        self.0["forwarding"][counter].as_u64().unwrap_or(0)
+    }
+}
+
+/// A node running in this process.
+pub struct TestNode {
+    pub http: SocketAddr,
+    /// Peer address: TCP peer RPC and UDP gossip.
+    pub peer: SocketAddr,
+    pub node_id: String,
+    api: Api,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), ringlimit_node::NodeError>>>,
+}
+
+impl Deref for TestNode {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+impl TestNode {
+    /// Starts a node with `config` (its addresses should be port 0) and waits until it is ready.
+    pub async fn start(config: NodeConfig) -> Result<Self> {
+        let listeners = Listeners::bind(&config).await?;
+        let node = Self::spawn(config, listeners)?;
+        node.wait_ready().await?;
+        Ok(node)
+    }
+
+    /// Runs a node on sockets already bound, without waiting for it to be ready.
+    pub fn spawn(config: NodeConfig, listeners: Listeners) -> Result<Self> {
+        init_logs();
+        let http = listeners.http_addr().context("no HTTP address")?;
+        let peer = listeners.peer_addr().context("no peer address")?;
+        let node_id = config.node_id.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run(config, listeners, async move {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            http,
+            peer,
+            node_id,
+            api: Api::new(http)?,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// A single node with built-in rules.
+    pub async fn single() -> Result<Self> {
+        Self::start(NodeConfig::local("test-node")).await
+    }
+
+    /// The HTTP client of this node.
+    pub fn api(&self) -> &Api {
+        &self.api
     }
 
     /// Stops the node gracefully and waits for it to finish.
@@ -107,6 +313,436 @@ impl Drop for TestNode {
             task.abort();
         }
     }
+}
+
+/// N in-process nodes, `node-0` to `node-{N-1}`, each seeded with every peer address.
+/// Dropping it stops them all.
+pub struct TestCluster {
+    pub nodes: Vec<TestNode>,
+}
+
+impl Deref for TestCluster {
+    type Target = [TestNode];
+    fn deref(&self) -> &[TestNode] {
+        &self.nodes
+    }
+}
+
+impl TestCluster {
+    /// Starts `n` nodes with `NodeConfig::local` and waits until every node shows all `n` alive.
+    pub async fn start(n: usize) -> Result<Self> {
+        Self::start_with(n, |_| {}).await
+    }
+
+    /// Like [`TestCluster::start`], with `configure` applied to every node's config (after the
+    /// node id and seeds are set).
+    pub async fn start_with(n: usize, mut configure: impl FnMut(&mut NodeConfig)) -> Result<Self> {
+        ensure!(n > 0, "a cluster needs a node");
+        let mut bound = Vec::with_capacity(n);
+        for i in 0..n {
+            let config = NodeConfig::local(&format!("node-{i}"));
+            let listeners = Listeners::bind(&config).await?;
+            bound.push((config, listeners));
+        }
+        let seeds: Vec<String> = bound
+            .iter()
+            .map(|(_, l)| l.peer_addr().map(|a| a.to_string()))
+            .collect::<Option<_>>()
+            .context("no peer address")?;
+        let mut nodes = Vec::with_capacity(n);
+        for (mut config, listeners) in bound {
+            config.seeds = seeds.clone();
+            configure(&mut config);
+            nodes.push(TestNode::spawn(config, listeners)?);
+        }
+        let cluster = Self { nodes };
+        cluster.wait_formed(WAIT).await?;
+        Ok(cluster)
+    }
+
+    /// Every node's peer address, as seeds.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.peer.to_string()).collect()
+    }
+
+    /// The node ids, in order.
+    pub fn ids(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.node_id.clone()).collect()
+    }
+
+    /// Waits until every node shows exactly the cluster's nodes alive and all in its ring.
+    pub async fn wait_formed(&self, within: Duration) -> Result<()> {
+        let mut want = self.ids();
+        want.sort();
+        for node in &self.nodes {
+            wait_until(
+                &format!("{} sees {} alive members", node.node_id, want.len()),
+                within,
+                || async {
+                    let view = node.cluster().await?;
+                    Ok(view.alive() == want && view.ring_members() == want.len() as u64)
+                },
+            )
+            .await?;
+            node.wait_ready().await?;
+        }
+        Ok(())
+    }
+
+    /// Stops every node gracefully.
+    pub async fn stop(self) -> Result<()> {
+        for node in self.nodes {
+            node.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// A port free right now on 127.0.0.1 for both TCP and UDP (released before returning, so
+/// another process may take it: start the node soon).
+pub fn free_peer_port() -> Result<u16> {
+    for _ in 0..100 {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let port = tcp.local_addr()?.port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no port free for both TCP and UDP after 100 tries")
+}
+
+/// How to start one `ringlimit` process.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub node_id: String,
+    /// The fixed peer port (TCP and UDP on 127.0.0.1), so that others can be seeded with it.
+    pub peer_port: u16,
+    pub seeds: Vec<String>,
+    pub cluster_id: Option<String>,
+    /// `RINGLIMIT_CLUSTER_SECRET` for the process (never inherited from the test's environment).
+    pub secret: Option<String>,
+    /// More flags after `serve`.
+    pub args: Vec<String>,
+}
+
+impl ProcessSpec {
+    pub fn new(node_id: &str, peer_port: u16) -> Self {
+        Self {
+            node_id: node_id.to_owned(),
+            peer_port,
+            seeds: Vec::new(),
+            cluster_id: None,
+            secret: None,
+            args: Vec::new(),
+        }
+    }
+
+    pub fn peer_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.peer_port))
+    }
+}
+
+/// The `ringlimit` binary, built once per test process.
+pub fn ringlimit_binary() -> Result<PathBuf> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        escargot::CargoBuild::new()
+            .bin("ringlimit")
+            .package("ringlimit-node")
+            .run()
+            .map(|r| r.path().to_owned())
+            .map_err(|e| format!("cannot build the ringlimit binary: {e}"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// Stderr lines kept per process (the last ones).
+const LOG_LINES: usize = 5_000;
+
+/// A `ringlimit serve` child process. Killed (SIGKILL) and reaped on drop; when dropped by a
+/// panicking test, the last lines of its log are printed first.
+pub struct ProcessNode {
+    pub node_id: String,
+    pub http: SocketAddr,
+    pub peer: SocketAddr,
+    child: Child,
+    api: Api,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Deref for ProcessNode {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+impl ProcessNode {
+    /// Starts the binary with `--http 127.0.0.1:0 --peer 127.0.0.1:<peer_port>` and waits (at
+    /// most [`WAIT`]) for its "ringlimit node serving" log line, which gives the HTTP address.
+    /// Does not wait for readiness.
+    pub async fn start(spec: &ProcessSpec) -> Result<Self> {
+        let bin = tokio::task::spawn_blocking(ringlimit_binary).await??;
+        Self::start_with_binary(&bin, spec).await
+    }
+
+    async fn start_with_binary(bin: &Path, spec: &ProcessSpec) -> Result<Self> {
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .args(["--node-id", &spec.node_id])
+            .args(["--http", "127.0.0.1:0"])
+            .args(["--peer", &spec.peer_addr().to_string()]);
+        if !spec.seeds.is_empty() {
+            cmd.args(["--seeds", &spec.seeds.join(",")]);
+        }
+        if let Some(id) = &spec.cluster_id {
+            cmd.args(["--cluster-id", id]);
+        }
+        cmd.args(&spec.args);
+        // Nothing from the test's environment may configure the node behind the test's back.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("RINGLIMIT_") {
+                cmd.env_remove(k);
+            }
+        }
+        if let Some(secret) = &spec.secret {
+            cmd.env("RINGLIMIT_CLUSTER_SECRET", secret);
+        }
+        cmd.env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let stderr = child.stderr.take().context("no stderr pipe")?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (found_tx, found) = oneshot::channel::<SocketAddr>();
+        let lines = log.clone();
+        let node_id = spec.node_id.clone();
+        std::thread::Builder::new()
+            .name(format!("stderr-{node_id}"))
+            .spawn(move || read_stderr(stderr, lines, found_tx))?;
+        let mut node = Self {
+            node_id: spec.node_id.clone(),
+            http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            peer: spec.peer_addr(),
+            child,
+            api: Api::new(SocketAddr::from(([127, 0, 0, 1], 0)))?,
+            log,
+        };
+        match tokio::time::timeout(WAIT, found).await {
+            Ok(Ok(http)) => {
+                node.http = http;
+                node.api = Api::new(http)?;
+                Ok(node)
+            }
+            Ok(Err(_)) => bail!(
+                "{} exited before serving ({:?}); its log:\n{}",
+                spec.node_id,
+                node.child.try_wait().ok().flatten(),
+                node.log()
+            ),
+            Err(_) => bail!(
+                "{} did not log its HTTP address within {WAIT:?}; its log:\n{}",
+                spec.node_id,
+                node.log()
+            ),
+        }
+    }
+
+    /// Starts `n` processes `node-0..` on fresh peer ports, each seeded with all of them, and
+    /// waits until every one shows all `n` alive. `configure` may change each spec.
+    pub async fn cluster(
+        n: usize,
+        mut configure: impl FnMut(usize, &mut ProcessSpec),
+    ) -> Result<Vec<ProcessNode>> {
+        let bin = tokio::task::spawn_blocking(ringlimit_binary).await??;
+        let mut specs = Vec::with_capacity(n);
+        let mut ports: Vec<u16> = Vec::with_capacity(n);
+        while ports.len() < n {
+            let port = free_peer_port()?;
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let seeds: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        for (i, &port) in ports.iter().enumerate() {
+            let mut spec = ProcessSpec::new(&format!("node-{i}"), port);
+            spec.seeds = seeds.clone();
+            configure(i, &mut spec);
+            specs.push(spec);
+        }
+        let mut nodes = Vec::with_capacity(n);
+        for spec in &specs {
+            nodes.push(Self::start_with_binary(&bin, spec).await?);
+        }
+        let ids: Vec<&str> = nodes.iter().map(|p| p.node_id.as_str()).collect();
+        wait_all_alive(&nodes, &ids, WAIT).await?;
+        Ok(nodes)
+    }
+
+    /// The HTTP client of this node.
+    pub fn api(&self) -> &Api {
+        &self.api
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the process wrote to stderr so far (its last lines).
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// Whether the process has exited (and been reaped).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn signal(&mut self, sig: &str) -> Result<()> {
+        ensure!(
+            !self.exited(),
+            "{} has already exited; not sending SIG{sig}",
+            self.node_id
+        );
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .context("cannot run kill")?;
+        ensure!(status.success(), "kill -{sig} {} failed", self.pid());
+        Ok(())
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) -> Result<()> {
+        self.signal("KILL")?;
+        let _ = self.child.wait();
+        Ok(())
+    }
+
+    /// Sends SIGTERM and returns at once (see [`ProcessNode::wait_exit`]).
+    pub fn terminate(&mut self) -> Result<()> {
+        self.signal("TERM")
+    }
+
+    /// Waits at most `within` for the process to exit; returns its exit code.
+    pub async fn wait_exit(&mut self, within: Duration) -> Result<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return status
+                    .code()
+                    .with_context(|| format!("{} ended by a signal: {status}", self.node_id));
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "{} did not exit within {within:?}",
+                self.node_id
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGTERM, then waits (at most [`WAIT`]) for the exit; returns the exit code.
+    pub async fn stop(&mut self) -> Result<i32> {
+        self.terminate()?;
+        self.wait_exit(WAIT).await
+    }
+
+    /// SIGSTOP: the process freezes (sockets stay open, nothing answers).
+    pub fn pause(&mut self) -> Result<()> {
+        self.signal("STOP")
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self) -> Result<()> {
+        self.signal("CONT")
+    }
+}
+
+impl Drop for ProcessNode {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            eprintln!(
+                "--- last lines of {} (pid {}) ---\n{}",
+                self.node_id,
+                self.pid(),
+                tail.join("\n")
+            );
+        }
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads a child's stderr to its end: keeps the lines, and hands over the HTTP address from
+/// the "ringlimit node serving" line.
+fn read_stderr(
+    stderr: std::process::ChildStderr,
+    lines: Arc<Mutex<Vec<String>>>,
+    found: oneshot::Sender<SocketAddr>,
+) {
+    let mut found = Some(found);
+    for line in std::io::BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        if found.is_some() && line.contains("ringlimit node serving") {
+            if let Some(addr) = field(&line, "http").and_then(|v| v.parse().ok()) {
+                if let Some(tx) = found.take() {
+                    let _ = tx.send(addr);
+                }
+            }
+        }
+        if let Ok(mut l) = lines.lock() {
+            if l.len() >= LOG_LINES {
+                l.remove(0);
+            }
+            l.push(line);
+        }
+    }
+}
+
+/// The value of `name=VALUE` in a plain-text tracing line.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Waits until every node in `nodes` shows exactly `ids` alive and all of them in its ring.
+pub async fn wait_all_alive<N: Deref<Target = Api>>(
+    nodes: &[N],
+    ids: &[&str],
+    within: Duration,
+) -> Result<()> {
+    let mut want: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    want.sort();
+    for node in nodes {
+        wait_until(
+            &format!("{} sees {want:?} alive", node.addr),
+            within,
+            || async {
+                let view = node.cluster().await?;
+                Ok(view.alive() == want && view.ring_members() == want.len() as u64)
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// One test at a time for the tests that call it: cluster tests measure latencies and failure
+/// detection on a small machine, and must not compete with each other for its cores.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
 /// An HTTP reply, read whole.
@@ -140,5 +776,26 @@ impl Reply {
             .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_serving_line() {
+        let line = "2026-01-01T00:00:00.000000Z  INFO ringlimit_node::node: ringlimit node serving \
+                    node_id=x http=127.0.0.1:38077 peer=127.0.0.1:35397 seeds=[]";
+        assert_eq!(field(line, "http"), Some("127.0.0.1:38077"));
+        assert_eq!(field(line, "peer"), Some("127.0.0.1:35397"));
+        assert_eq!(field(line, "nope"), None);
+    }
+
+    #[test]
+    fn free_ports_are_free() {
+        let p = free_peer_port().expect("port");
+        assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+        assert!(std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok());
     }
 }

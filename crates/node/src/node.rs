@@ -227,6 +227,9 @@ async fn track_view(
 ) {
     let deadline = tokio::time::Instant::now() + grace;
     let mut ring_members: Vec<Arc<str>> = Vec::new();
+    // Readiness is granted once; only shutdown takes it back, and a later view change (such as
+    // this node's own `leaving`) must not grant it again.
+    let mut became_ready = false;
     loop {
         let view = updates.borrow_and_update().clone();
         router.sync_peers(&view);
@@ -236,13 +239,14 @@ async fn track_view(
             let (router, view) = (router.clone(), view.clone());
             tokio::spawn(async move { router.hand_over(&view).await });
         }
-        if !ready.load(Ordering::Acquire)
+        if !became_ready
             && (!needs_peers || view.ring.len() > 1 || tokio::time::Instant::now() >= deadline)
         {
             tracing::info!(members = view.ring.len(), "node ready");
             ready.store(true, Ordering::Release);
+            became_ready = true;
         }
-        let wait = if ready.load(Ordering::Acquire) {
+        let wait = if became_ready {
             updates.changed().await.map_err(|_| ())
         } else {
             match tokio::time::timeout_at(deadline, updates.changed()).await {

@@ -125,7 +125,9 @@ impl Membership {
             listen_addr: settings.advertise,
             seed_nodes: settings.seeds.clone(),
             failure_detector_config: FailureDetectorConfig {
-                phi_threshold: 8.0,
+                // ~1 s to declare a killed node dead at 100 ms rounds in a small cluster (8.0
+                // gave ~0.5 s, and declared live nodes dead when a busy host delayed gossip).
+                phi_threshold: 16.0,
                 sampling_window_size: 1_000,
                 // Heartbeats further apart than this are not samples of the interval.
                 max_interval: Duration::from_secs(10),
@@ -263,21 +265,21 @@ fn build_view(
         if members.contains_key(id.node_id.as_ref()) {
             continue;
         }
-        let known = previous
+        // chitchat counts a node it has only just heard of as dead until its heartbeats arrive;
+        // only a member this node has seen can be reported dead.
+        let Some(known) = previous
             .members
             .iter()
-            .find(|m| m.node_id == id.node_id.as_ref());
+            .find(|m| m.node_id == id.node_id.as_ref())
+        else {
+            continue;
+        };
         members.insert(
             id.node_id.to_string(),
             Member {
-                node_id: id.node_id.to_string(),
-                peer_addr: known.map_or_else(
-                    || id.gossip_advertise_addr.to_string(),
-                    |m| m.peer_addr.clone(),
-                ),
-                http_addr: known.map(|m| m.http_addr.clone()).unwrap_or_default(),
                 state: MemberState::Dead,
                 generation: id.generation_id,
+                ..known.clone()
             },
         );
     }

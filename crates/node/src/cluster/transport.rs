@@ -31,8 +31,8 @@ use tokio::task::JoinSet;
 const MAX_DATAGRAM: usize = 65_507;
 /// Length of the tag appended to each datagram when a secret is set.
 const TAG_LEN: usize = 16;
-/// Most relays (distinct peer addresses) kept; beyond, the least recent is not tracked and new
-/// peers are refused until the cluster shrinks — far above any real cluster's size.
+/// Most relays (distinct peer addresses) kept at once, far above any real cluster's size; beyond,
+/// the least recently used relay is closed (a peer that comes back simply gets a new one).
 const MAX_RELAYS: usize = 1024;
 
 /// Hands chitchat the UDP peer socket the node bound (so tests can use port 0 and share the port
@@ -73,10 +73,18 @@ impl Transport for PeerTransport {
             relays: HashMap::new(),
             by_relay_addr: HashMap::new(),
             tasks: JoinSet::new(),
+            clock: 0,
             buf: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
             rejected: self.rejected.clone(),
         }))
     }
+}
+
+struct Relay {
+    socket: Arc<UdpSocket>,
+    addr: SocketAddr,
+    last_used: u64,
+    task: tokio::task::AbortHandle,
 }
 
 struct RelaySocket {
@@ -84,12 +92,14 @@ struct RelaySocket {
     inner: ChitchatUdp,
     inner_addr: SocketAddr,
     secret: Option<Arc<[u8]>>,
-    /// Peer address → its relay socket (which chitchat sees as that peer).
-    relays: HashMap<SocketAddr, Arc<UdpSocket>>,
+    /// Peer address → its relay (which chitchat sees as that peer).
+    relays: HashMap<SocketAddr, Relay>,
     /// Relay socket address → peer address.
     by_relay_addr: HashMap<SocketAddr, SocketAddr>,
     /// Relay tasks (relay → public, tagging); dropped with the socket.
     tasks: JoinSet<()>,
+    /// Uses so far: orders relays by recency for eviction.
+    clock: u64,
     buf: Box<[u8]>,
     rejected: Arc<AtomicU64>,
 }
@@ -97,18 +107,20 @@ struct RelaySocket {
 impl RelaySocket {
     /// The relay socket standing for `peer`, created on first use.
     async fn relay(&mut self, peer: SocketAddr) -> anyhow::Result<Arc<UdpSocket>> {
-        if let Some(r) = self.relays.get(&peer) {
-            return Ok(r.clone());
+        self.clock += 1;
+        if let Some(r) = self.relays.get_mut(&peer) {
+            r.last_used = self.clock;
+            return Ok(r.socket.clone());
         }
-        anyhow::ensure!(self.relays.len() < MAX_RELAYS, "too many gossip peers");
+        if self.relays.len() >= MAX_RELAYS {
+            self.evict_least_recent();
+        }
         let relay = Arc::new(UdpSocket::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?);
         relay.connect(self.inner_addr).await?;
         let relay_addr = relay.local_addr()?;
-        self.relays.insert(peer, relay.clone());
-        self.by_relay_addr.insert(relay_addr, peer);
         // What chitchat sends to this relay goes out to the peer, tagged.
         let (public, secret, out) = (self.public.clone(), self.secret.clone(), relay.clone());
-        self.tasks.spawn(async move {
+        let task = self.tasks.spawn(async move {
             let mut buf = vec![0u8; MAX_DATAGRAM + TAG_LEN];
             loop {
                 let Ok(n) = out.recv(&mut buf[..MAX_DATAGRAM]).await else {
@@ -127,7 +139,35 @@ impl RelaySocket {
                 }
             }
         });
+        self.relays.insert(
+            peer,
+            Relay {
+                socket: relay.clone(),
+                addr: relay_addr,
+                last_used: self.clock,
+                task,
+            },
+        );
+        self.by_relay_addr.insert(relay_addr, peer);
+        // Reap finished tasks so the set does not grow with evictions.
+        while self.tasks.try_join_next().is_some() {}
         Ok(relay)
+    }
+
+    /// Closes the relay used least recently (an O(n) scan, run only when the table is full).
+    fn evict_least_recent(&mut self) {
+        let Some(peer) = self
+            .relays
+            .iter()
+            .min_by_key(|(_, r)| r.last_used)
+            .map(|(p, _)| *p)
+        else {
+            return;
+        };
+        if let Some(r) = self.relays.remove(&peer) {
+            r.task.abort();
+            self.by_relay_addr.remove(&r.addr);
+        }
     }
 }
 

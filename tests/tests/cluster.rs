@@ -1,0 +1,1227 @@
+//! Clusters of nodes on loopback: exact limits across owners, forwarding and batching, fail-open
+//! when an owner is killed or paused, graceful leave and rejoin, stable membership under load,
+//! isolation of other clusters and of nodes without the secret, and a peer port (TCP and UDP)
+//! that survives garbage.
+//!
+//! In-process nodes (`TestCluster`) serve most tests; the ones that SIGKILL, SIGTERM or SIGSTOP a
+//! node run the real `ringlimit` binary (`ProcessNode`). Tests take the harness's `exclusive()`
+//! lock so that their latency and failure-detection figures are not skewed by each other on a
+//! small machine. They measure real time: a process of higher priority saturating the CPU (a
+//! benchmark run on the same machine) can starve the nodes past the 25 ms forward deadline and
+//! the ~0.5 s failure detection, and fail the latency and "not degraded" assertions.
+//! `RUST_LOG=ringlimit_node=debug` shows the in-process nodes' logs; a process's last log lines
+//! are printed when a test panics while it runs.
+
+use anyhow::{Context, Result, ensure};
+use ringlimit_node::{Listeners, NodeConfig};
+use ringlimit_proto::handshake::ClientHandshake;
+use ringlimit_proto::peer::{CheckGroup, Frame, Hello, MAGIC, PROTOCOL_VERSION, PeerCheck};
+use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
+use ringlimit_tests::{
+    Api, ProcessNode, ProcessSpec, TestCluster, TestNode, WAIT, exclusive, inline, owner_of,
+    wait_all_alive,
+};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PERIOD_MS: u64 = 60_000;
+
+/// A forward deadline for tests whose subject is not fail-open. The default 25 ms is the
+/// product's; on a 2-core machine shared with builds a live owner can miss it now and then, and
+/// one miss opens that owner's circuit for a second — every answer it owns then comes back
+/// degraded, which would make exactness tests flaky. Dead or leaving owners are still bypassed
+/// at once (no connection means no wait), so nothing those tests check is masked.
+const PATIENT: Duration = Duration::from_secs(1);
+
+fn patient(config: &mut NodeConfig) {
+    config.forward_timeout = PATIENT;
+}
+
+/// A small deterministic generator for garbage (xorshift64*).
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// What one answer to a check said.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    allowed: bool,
+    degraded: bool,
+}
+
+/// Checks the body of a 200/429 answer and reads it.
+fn seen(status: u16, body: &Value) -> Result<Seen> {
+    ensure!(status == 200 || status == 429, "status {status}: {body}");
+    let allowed = body["allowed"].as_bool().context("no `allowed`")?;
+    ensure!(allowed == (status == 200), "status {status} but {body}");
+    for field in ["limit", "remaining", "reset_at_ms", "retry_after_ms"] {
+        ensure!(body[field].is_u64(), "no `{field}` in {body}");
+    }
+    Ok(Seen {
+        allowed,
+        degraded: body["degraded"].as_bool().context("no `degraded`")?,
+    })
+}
+
+async fn check(api: &Api, body: &Value) -> Result<Seen> {
+    let r = api.check(body).await?;
+    seen(r.status, &r.json()?)
+}
+
+/// The sum of one forwarding counter over nodes.
+async fn sum_forwarding(nodes: &[&Api], counter: &str) -> Result<u64> {
+    let mut total = 0;
+    for n in nodes {
+        total += n.cluster().await?.forwarding(counter);
+    }
+    Ok(total)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_admit_exactly_the_limit_per_key() -> Result<()> {
+    let _one = exclusive().await;
+    let cluster = TestCluster::start_with(3, patient).await?;
+    let ids = cluster.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+
+    // 50 keys × 12 checks, round-robin over the nodes; each node sends its share 8 at a time.
+    let keys: Vec<String> = (0..50).map(|i| format!("exact:{i}")).collect();
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    for k in &keys {
+        *owners.entry(owner_of(&ids, k, 5, PERIOD_MS)?).or_default() += 1;
+    }
+    eprintln!("key owners: {owners:?}");
+    let mut per_node: Vec<Vec<String>> = vec![Vec::new(); cluster.len()];
+    // What each node must forward: the checks it gets for keys another node owns.
+    let mut expect_forwarded = vec![0u64; cluster.len()];
+    let mut turn = 0;
+    for _ in 0..12 {
+        for k in &keys {
+            let n = turn % cluster.len();
+            per_node[n].push(k.clone());
+            expect_forwarded[n] += u64::from(owner_of(&ids, k, 5, PERIOD_MS)? != ids[n]);
+            turn += 1;
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (node, work) in cluster.iter().zip(per_node) {
+        let api = node.api().clone();
+        tasks.spawn(async move {
+            let mut out: Vec<(String, Seen)> = Vec::with_capacity(work.len());
+            for chunk in work.chunks(8) {
+                let answers = futures::future::join_all(chunk.iter().map(|k| {
+                    let api = api.clone();
+                    let k = k.clone();
+                    async move {
+                        let s = check(&api, &inline(&k, 5, PERIOD_MS)).await;
+                        (k, s)
+                    }
+                }))
+                .await;
+                for (k, s) in answers {
+                    out.push((k, s?));
+                }
+            }
+            anyhow::Ok(out)
+        });
+    }
+    let mut allowed: HashMap<String, u32> = HashMap::new();
+    let mut degraded = 0;
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        for (k, s) in done?? {
+            total += 1;
+            degraded += u32::from(s.degraded);
+            *allowed.entry(k).or_default() += u32::from(s.allowed);
+        }
+    }
+    assert_eq!(total, 600);
+    assert_eq!(degraded, 0, "answers made without their owner");
+    for k in &keys {
+        assert_eq!(allowed.get(k).copied().unwrap_or(0), 5, "allowed for {k}");
+    }
+    let apis: Vec<&Api> = cluster.iter().map(|n| n.api()).collect();
+    let mut forwarded_by_node = Vec::new();
+    for n in cluster.iter() {
+        forwarded_by_node.push(n.cluster().await?.forwarding("forwarded"));
+    }
+    eprintln!("forwarded per node (single checks): {forwarded_by_node:?}");
+    // Every node forwards exactly what it does not own: the nodes' rings agree with each other
+    // and with the ring the SDK computes.
+    assert_eq!(forwarded_by_node, expect_forwarded);
+    assert_eq!(sum_forwarding(&apis, "fail_open").await?, 0);
+
+    // One batch of 300 checks (30 keys × 10, interleaved) to one node: the same exactness, and
+    // each owner's share travels as one frame.
+    let node = &cluster[0];
+    let before = node.cluster().await?;
+    let batch: Vec<Value> = (0..300)
+        .map(|i| inline(&format!("batch:{}", i % 30), 5, PERIOD_MS))
+        .collect();
+    let r = node.batch(&batch).await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let results = r.json()?["results"]
+        .as_array()
+        .cloned()
+        .context("no results")?;
+    assert_eq!(results.len(), 300);
+    let mut allowed: HashMap<usize, Vec<bool>> = HashMap::new();
+    for (i, a) in results.iter().enumerate() {
+        let s = seen(if a["allowed"] == true { 200 } else { 429 }, a)?;
+        assert!(!s.degraded, "batch item {i} degraded: {a}");
+        allowed.entry(i % 30).or_default().push(s.allowed);
+    }
+    for (key, seq) in &allowed {
+        // In order within the batch: the first five of each key pass.
+        assert_eq!(
+            seq,
+            &[
+                true, true, true, true, true, false, false, false, false, false
+            ],
+            "batch:{key}"
+        );
+    }
+    let after = node.cluster().await?;
+    let mut batch_not_owned = 0;
+    for i in 0..300 {
+        batch_not_owned +=
+            u64::from(owner_of(&ids, &format!("batch:{}", i % 30), 5, PERIOD_MS)? != ids[0]);
+    }
+    assert_eq!(
+        after.forwarding("forwarded") - before.forwarding("forwarded"),
+        batch_not_owned
+    );
+    let frames = after.forwarding("peer_frames") - before.forwarding("peer_frames");
+    let checks = after.forwarding("peer_checks") - before.forwarding("peer_checks");
+    let factor = checks as f64 / frames.max(1) as f64;
+    eprintln!(
+        "batch of 300: {checks} checks forwarded in {frames} frames (batching factor {factor:.1}); \
+         node-0 lifetime batching_factor {}",
+        after.0["forwarding"]["batching_factor"]
+    );
+    assert!(
+        frames >= 1 && checks > frames,
+        "no batching: {checks} in {frames}"
+    );
+    assert!(factor > 10.0, "batching factor {factor}");
+    assert_eq!(after.forwarding("fail_open"), 0);
+    cluster.stop().await
+}
+
+/// One check made by a load loop.
+#[derive(Debug)]
+struct Sample {
+    /// When it was sent, from the start of the load.
+    at: Duration,
+    latency: Duration,
+    result: Result<Seen, String>,
+}
+
+/// Sends checks for `keys` (one after another, cycling from `offset`, one every `every`) until
+/// `stop` is set.
+async fn load_loop(
+    api: Api,
+    keys: Arc<Vec<String>>,
+    offset: usize,
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    let mut i = offset;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        let key = &keys[i % keys.len()];
+        i += 1;
+        let started = Instant::now();
+        let result = check(&api, &inline(key, 100_000, PERIOD_MS)).await;
+        samples.push(Sample {
+            at: started - t0,
+            latency: started.elapsed(),
+            result: result.map_err(|e| format!("{e:#}")),
+        });
+    }
+    samples
+}
+
+/// Prints the checks slower than 50 ms, timed from `origin`.
+fn report_slow(samples: &[Sample], origin: Duration, what: &str) {
+    for s in samples
+        .iter()
+        .filter(|s| s.latency > Duration::from_millis(50))
+    {
+        eprintln!(
+            "slow check: sent {:+.3} s after {what}, took {:?}: {:?}",
+            s.at.as_secs_f64() - origin.as_secs_f64(),
+            s.latency,
+            s.result
+        );
+    }
+}
+
+/// Waits until `api` shows `node_id` as not alive (dead, leaving or gone) and `ring` members in
+/// its ring; returns the state it shows.
+async fn wait_out_of_ring(
+    api: &Api,
+    node_id: &str,
+    ring: u64,
+    within: Duration,
+) -> Result<Option<String>> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(view) = api.cluster().await {
+            let state = view.state_of(node_id);
+            if state.as_deref() != Some("alive") && view.ring_members() == ring {
+                return Ok(state);
+            }
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{} did not drop {node_id} from its ring within {within:?}",
+            api.addr
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_killed_survivors_fail_open() -> Result<()> {
+    let _one = exclusive().await;
+    let started = Instant::now();
+    let mut nodes = ProcessNode::cluster(3, |_, _| {}).await?;
+    eprintln!("cluster up in {:?}", started.elapsed());
+    let mut victim = nodes.pop().context("three nodes")?;
+    let survivors: Vec<Api> = nodes
+        .iter()
+        .map(|n| Api::with_timeout(n.http, Duration::from_secs(2)))
+        .collect::<Result<_>>()?;
+    let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("load:{i}")).collect());
+    let ids = ["node-0", "node-1", "node-2"];
+    let mut victim_keys = 0;
+    for k in keys.iter() {
+        victim_keys += usize::from(owner_of(&ids, k, 100_000, PERIOD_MS)? == victim.node_id);
+    }
+
+    // Four loops, two per survivor, for about a second before the kill and on until the ring
+    // has healed and a second more.
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for l in 0..4 {
+        loops.spawn(load_loop(
+            survivors[l % 2].clone(),
+            keys.clone(),
+            l * 75,
+            t0,
+            stop.clone(),
+            // About 1000 checks/s in all: steady, and leaving the small machine idle time so
+            // that the 25 ms forward deadline measures the nodes, not CPU starvation.
+            Duration::from_millis(4),
+        ));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_at = t0.elapsed();
+    let kill_instant = Instant::now();
+    victim.kill()?;
+    let mut healed_after = Duration::ZERO;
+    let mut states = Vec::new();
+    for s in &survivors {
+        let state = wait_out_of_ring(s, &victim.node_id, 2, Duration::from_secs(15)).await;
+        healed_after = healed_after.max(kill_instant.elapsed());
+        states.push(state);
+    }
+    let healed_at = killed_at + healed_after;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    while let Some(done) = loops.join_next().await {
+        samples.extend(done?);
+    }
+    let states: Vec<Option<String>> = states.into_iter().collect::<Result<_>>()?;
+
+    let failures: Vec<&Sample> = samples.iter().filter(|s| s.result.is_err()).collect();
+    let max_latency = samples.iter().map(|s| s.latency).max().unwrap_or_default();
+    let slow = samples
+        .iter()
+        .filter(|s| s.latency > Duration::from_millis(100))
+        .count();
+    let is_degraded = |s: &&Sample| matches!(s.result, Ok(Seen { degraded: true, .. }));
+    // Answered before the kill.
+    let before_kill = samples
+        .iter()
+        .filter(|s| s.at + s.latency < killed_at)
+        .filter(is_degraded)
+        .count();
+    // Sent once both survivors showed the healed ring.
+    let settled = healed_at + Duration::from_millis(50);
+    let after: Vec<&Sample> = samples.iter().filter(|s| s.at >= settled).collect();
+    let n_after = after.len();
+    let after_heal = after.iter().copied().filter(is_degraded).count();
+    let during = samples
+        .iter()
+        .filter(|s| s.at + s.latency >= killed_at && s.at < settled)
+        .filter(is_degraded)
+        .count();
+    eprintln!(
+        "owner killed: {} checks in {:?} ({victim_keys}/300 keys owned by the victim); max latency \
+         {max_latency:?}, {slow} over 100 ms; victim out of both survivors' rings after \
+         {healed_after:?} (shown as {states:?}); degraded answers: {before_kill} before the kill, \
+         {during} between kill and heal, {after_heal} of {n_after} after",
+        samples.len(),
+        t0.elapsed(),
+    );
+    report_slow(&samples, killed_at, "the kill");
+    if before_kill > 0 || slow > 0 || after_heal > 0 {
+        for n in &nodes {
+            eprintln!("--- log of {} ---\n{}", n.node_id, n.log());
+        }
+    }
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+    assert!(
+        max_latency < Duration::from_millis(100),
+        "slowest check took {max_latency:?}"
+    );
+    assert_eq!(before_kill, 0, "degraded answers while every owner was up");
+    assert!(during > 0, "no degraded answer after the owner was killed");
+    assert_eq!(after_heal, 0, "degraded answers after the ring healed");
+    assert!(n_after > 0, "no load after the heal");
+    assert!(
+        healed_after <= Duration::from_secs(15),
+        "took {healed_after:?}"
+    );
+    for s in &states {
+        assert!(
+            matches!(s.as_deref(), None | Some("dead")),
+            "killed node shown as {s:?}"
+        );
+    }
+
+    // Every key on both survivors: decided by a live owner.
+    for api in &survivors {
+        for k in keys.iter() {
+            let s = check(api, &inline(k, 100_000, PERIOD_MS)).await?;
+            assert!(!s.degraded, "{k} via {} degraded after the heal", api.addr);
+        }
+        let view = api.cluster().await?;
+        assert!(view.forwarding("fail_open") > 0, "{}", view.0);
+    }
+    Ok(())
+}
+
+/// `n` keys named `{prefix}:{i}` that `owner` owns on a ring over `members` (limit 5 per minute).
+fn keys_owned_by(members: &[&str], owner: &str, prefix: &str, n: usize) -> Result<Vec<String>> {
+    let mut keys = Vec::with_capacity(n);
+    let mut i = 0;
+    while keys.len() < n {
+        let k = format!("{prefix}:{i}");
+        if owner_of(members, &k, 5, PERIOD_MS)? == owner {
+            keys.push(k);
+        }
+        i += 1;
+    }
+    Ok(keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_leave_and_rejoin() -> Result<()> {
+    let _one = exclusive().await;
+    let forward_timeout = [
+        "--forward-timeout-ms".to_owned(),
+        PATIENT.as_millis().to_string(),
+    ];
+    let mut nodes =
+        ProcessNode::cluster(3, |_, spec| spec.args.extend(forward_timeout.clone())).await?;
+    let ids = ["node-0", "node-1", "node-2"];
+    let seeds: Vec<String> = nodes.iter().map(|n| n.peer.to_string()).collect();
+    let mut respawn = ProcessSpec::new("node-2", nodes[2].peer.port());
+    respawn.seeds = seeds;
+    respawn.args.extend(forward_timeout);
+
+    // Before: node-2's keys are forwarded to it and decided there.
+    let owned = keys_owned_by(&ids, "node-2", "before", 20)?;
+    for k in &owned {
+        let s = check(&nodes[0], &inline(k, 5, PERIOD_MS)).await?;
+        assert!(s.allowed && !s.degraded, "{k}: {s:?}");
+    }
+    assert!(nodes[0].cluster().await?.forwarding("forwarded") >= owned.len() as u64);
+
+    // SIGTERM: the survivors take node-2 out of their rings at once, long before it exits.
+    let sent = Instant::now();
+    nodes[2].terminate()?;
+    let mut shown = Vec::new();
+    for n in &nodes[..2] {
+        shown.push(wait_out_of_ring(n, "node-2", 2, Duration::from_secs(5)).await?);
+    }
+    let left_after = sent.elapsed();
+    // Its keys, now and during the rest of its leave delay: owned by a survivor, never degraded.
+    let during = keys_owned_by(&ids, "node-2", "during", 40)?;
+    for (i, k) in during.iter().enumerate() {
+        let s = check(&nodes[i % 2], &inline(k, 5, PERIOD_MS)).await?;
+        assert!(s.allowed && !s.degraded, "{k} while node-2 leaves: {s:?}");
+    }
+    let code = nodes[2].wait_exit(WAIT).await?;
+    let exited_after = sent.elapsed();
+    assert_eq!(code, 0, "exit code after SIGTERM; log:\n{}", nodes[2].log());
+    assert!(
+        nodes[2].log().contains("ringlimit node stopped"),
+        "{}",
+        nodes[2].log()
+    );
+    let after = keys_owned_by(&ids, "node-2", "after", 40)?;
+    for (i, k) in after.iter().enumerate() {
+        let s = check(&nodes[i % 2], &inline(k, 5, PERIOD_MS)).await?;
+        assert!(s.allowed && !s.degraded, "{k} after node-2 exited: {s:?}");
+    }
+    for n in &nodes[..2] {
+        assert_eq!(n.cluster().await?.forwarding("fail_open"), 0);
+    }
+    eprintln!(
+        "graceful leave: out of both survivors' rings {left_after:?} after SIGTERM (shown as \
+         {shown:?}), exited with {code} after {exited_after:?}"
+    );
+    assert!(
+        left_after < Duration::from_secs(2),
+        "leaving took {left_after:?}"
+    );
+
+    // The same node id again, a new process (a new generation) on the same peer port.
+    let restarted = Instant::now();
+    nodes[2] = ProcessNode::start(&respawn).await?;
+    wait_all_alive(&nodes, &ids, Duration::from_secs(15)).await?;
+    let rejoined_after = restarted.elapsed();
+    let view = nodes[2].cluster().await?;
+    assert_eq!(view.ring_members(), 3, "{}", view.0);
+    nodes[2].wait_ready().await?;
+    eprintln!("rejoin: all three alive everywhere {rejoined_after:?} after the restart");
+
+    // Its keys go to it again: a check through node-0 or node-1 is decided at node-2, whose own
+    // peek (decided locally, as it owns the key) sees the token taken.
+    let back = keys_owned_by(&ids, "node-2", "back", 20)?;
+    let forwarded_before = [
+        nodes[0].cluster().await?.forwarding("forwarded"),
+        nodes[1].cluster().await?.forwarding("forwarded"),
+    ];
+    for (i, k) in back.iter().enumerate() {
+        let s = check(&nodes[i % 2], &inline(k, 5, PERIOD_MS)).await?;
+        assert!(s.allowed && !s.degraded, "{k} after the rejoin: {s:?}");
+        let r = nodes[2]
+            .check(&serde_json::json!({ "key": k, "limit": 5, "period_ms": PERIOD_MS, "cost": 0 }))
+            .await?;
+        let body = r.json()?;
+        assert_eq!(body["remaining"], 4, "{k} at node-2: {body}");
+        assert_eq!(body["degraded"], false, "{k} at node-2: {body}");
+    }
+    for (i, before) in forwarded_before.iter().enumerate() {
+        let now = nodes[i].cluster().await?.forwarding("forwarded");
+        assert_eq!(now - before, (back.len() / 2) as u64, "node-{i} forwarded");
+    }
+    Ok(())
+}
+
+/// Starts a node that is not part of a cluster but is seeded with its addresses.
+async fn intruder(
+    id: &str,
+    seeds: &[String],
+    configure: impl FnOnce(&mut NodeConfig),
+) -> Result<TestNode> {
+    let mut config = NodeConfig::local(id);
+    config.seeds = seeds.to_vec();
+    configure(&mut config);
+    let listeners = Listeners::bind(&config).await?;
+    TestNode::spawn(config, listeners)
+}
+
+/// For `during`, checks that no node of `cluster` lists any of `outsiders` and that each
+/// outsider sees only itself.
+async fn assert_never_joined(
+    cluster: &TestCluster,
+    outsiders: &[TestNode],
+    during: Duration,
+) -> Result<()> {
+    let mut members = cluster.ids();
+    members.sort();
+    let until = Instant::now() + during;
+    let mut polls = 0;
+    while Instant::now() < until {
+        for n in cluster.iter() {
+            let view = n.cluster().await?;
+            for o in outsiders {
+                ensure!(
+                    !view.lists(&o.node_id),
+                    "{} lists {}: {}",
+                    n.node_id,
+                    o.node_id,
+                    view.0
+                );
+            }
+            ensure!(view.alive() == members, "{} shows {}", n.node_id, view.0);
+        }
+        for o in outsiders {
+            let view = o.cluster().await?;
+            ensure!(
+                view.members().len() == 1 && view.ring_members() == 1,
+                "{} sees others: {}",
+                o.node_id,
+                view.0
+            );
+        }
+        polls += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(polls > 5, "too few polls");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_cluster_id_never_joins() -> Result<()> {
+    let _one = exclusive().await;
+    let cluster = TestCluster::start(2).await?;
+    let other = intruder("stranger", &cluster.seeds(), |c| {
+        c.cluster_id = "another-cluster".into();
+    })
+    .await?;
+    let outsiders = [other];
+    assert_never_joined(&cluster, &outsiders, Duration::from_secs(3)).await?;
+    // It formed a cluster of its own after its grace period, and says which.
+    outsiders[0].wait_ready().await?;
+    assert_eq!(
+        outsiders[0].cluster().await?.0["cluster_id"],
+        "another-cluster"
+    );
+    // A late node with the right cluster id, seeded the same way, does join.
+    let late = intruder("node-late", &cluster.seeds(), |_| {}).await?;
+    let mut all: Vec<&Api> = cluster.iter().map(|n| n.api()).collect();
+    all.push(late.api());
+    wait_all_alive(&all, &["node-0", "node-1", "node-late"], WAIT).await?;
+    for n in &all {
+        assert!(!n.cluster().await?.lists("stranger"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_without_the_secret_never_joins() -> Result<()> {
+    let _one = exclusive().await;
+    const SECRET: &str = "the-ring-secret";
+    let cluster = TestCluster::start_with(2, |c| {
+        patient(c);
+        c.cluster_secret = Some(SECRET.into());
+    })
+    .await?;
+    // The secret cluster formed and forwards (over authenticated connections).
+    let ids = ["node-0", "node-1"];
+    for k in keys_owned_by(&ids, "node-1", "secret", 5)? {
+        let s = check(&cluster[0], &inline(&k, 5, PERIOD_MS)).await?;
+        assert!(s.allowed && !s.degraded, "{k}: {s:?}");
+    }
+    assert_eq!(cluster[0].cluster().await?.forwarding("forwarded"), 5);
+
+    let seeds = cluster.seeds();
+    let outsiders = [
+        intruder("no-secret", &seeds, |_| {}).await?,
+        intruder("wrong-secret", &seeds, |c| {
+            c.cluster_secret = Some("not-the-ring-secret".into());
+        })
+        .await?,
+    ];
+    assert_never_joined(&cluster, &outsiders, Duration::from_secs(3)).await?;
+
+    // The TCP handshake: without the secret the proof is refused; with a wrong one the client
+    // sees the server cannot prove the secret it expects.
+    let peer = cluster[0].peer;
+    let mut conn = connect(peer).await?;
+    let (mut hs, hello) = ClientHandshake::start("ringlimit", "no-secret", None, [7; 16]);
+    write_frame(&mut conn, &hello).await?;
+    let challenge = read_frame(&mut conn).await?.context("no challenge")?;
+    let proof = hs.on_challenge(challenge.clone())?;
+    write_frame(&mut conn, &proof).await?;
+    let answer = read_frame(&mut conn).await?;
+    assert!(
+        matches!(&answer, Some(Frame::Refused { reason }) if reason.contains("secret")),
+        "{answer:?}"
+    );
+    assert_closed(&mut conn).await?;
+
+    let mut conn = connect(peer).await?;
+    let (mut hs, hello) =
+        ClientHandshake::start("ringlimit", "wrong-secret", Some(b"guess"), [8; 16]);
+    write_frame(&mut conn, &hello).await?;
+    let challenge = read_frame(&mut conn).await?.context("no challenge")?;
+    assert!(
+        hs.on_challenge(challenge).is_err(),
+        "a wrong secret verified"
+    );
+    write_frame(&mut conn, &Frame::Proof { proof: vec![0; 32] }).await?;
+    let answer = read_frame(&mut conn).await?;
+    assert!(matches!(&answer, Some(Frame::Refused { .. })), "{answer:?}");
+    assert_closed(&mut conn).await?;
+
+    // A late node with the secret does join.
+    let late = intruder("node-late", &seeds, |c| {
+        c.cluster_secret = Some(SECRET.into())
+    })
+    .await?;
+    let mut all: Vec<&Api> = cluster.iter().map(|n| n.api()).collect();
+    all.push(late.api());
+    wait_all_alive(&all, &["node-0", "node-1", "node-late"], WAIT).await?;
+    Ok(())
+}
+
+/// How long a garbage connection may stay open (the server's handshake timeout is 2 s).
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
+
+async fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    Ok(tokio::time::timeout(WAIT, TcpStream::connect(addr)).await??)
+}
+
+/// Writes one frame with its 4-byte big-endian length.
+async fn write_frame(conn: &mut TcpStream, frame: &Frame) -> Result<()> {
+    let bytes = frame.encode()?;
+    let mut out = (bytes.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&bytes);
+    conn.write_all(&out).await?;
+    Ok(())
+}
+
+/// Reads one frame (`None` at end of stream) within [`CLOSE_WITHIN`].
+async fn read_frame(conn: &mut TcpStream) -> Result<Option<Frame>> {
+    tokio::time::timeout(CLOSE_WITHIN, async {
+        let mut len = [0u8; 4];
+        match conn.read_exact(&mut len).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        ensure!(len <= 1 << 20, "a {len}-byte frame from the server");
+        let mut body = vec![0u8; len];
+        conn.read_exact(&mut body).await?;
+        Ok(Some(Frame::decode(&body)?))
+    })
+    .await
+    .context("no frame in time")?
+}
+
+/// Reads until the server closes the connection (end of stream or a reset) within
+/// [`CLOSE_WITHIN`]; returns what it sent.
+async fn assert_closed(conn: &mut TcpStream) -> Result<Vec<u8>> {
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(CLOSE_WITHIN, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    ensure!(read.is_ok(), "connection still open after {CLOSE_WITHIN:?}");
+    Ok(got)
+}
+
+/// The `Refused` frame at the start of `bytes`, if any.
+fn refusal(bytes: &[u8]) -> Option<String> {
+    let len = u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    match Frame::decode(bytes.get(4..4 + len)?) {
+        Ok(Frame::Refused { reason }) => Some(reason),
+        _ => None,
+    }
+}
+
+fn hello(magic: u32, version: u16, cluster_id: &str) -> Frame {
+    Frame::Hello(Hello {
+        magic,
+        version,
+        cluster_id: cluster_id.into(),
+        node_id: "garbage".into(),
+        nonce: [3; 16],
+    })
+}
+
+fn framed(frame: &Frame) -> Result<Vec<u8>> {
+    let bytes = frame.encode()?;
+    let mut out = (bytes.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&bytes);
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_port_survives_garbage() -> Result<()> {
+    let _one = exclusive().await;
+    let cluster = TestCluster::start_with(2, patient).await?;
+    let target = cluster[0].peer;
+    let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
+    let checks = Frame::Checks(vec![CheckGroup {
+        id: 1,
+        checks: vec![PeerCheck {
+            key: "sneaky".into(),
+            rule: RuleRef::Inline(InlineRule {
+                limit: 1,
+                period_ms: PERIOD_MS,
+                algorithm: Algorithm::TokenBucket,
+                burst: None,
+            }),
+            cost: 1,
+        }],
+    }]);
+    // (what, bytes sent, words the refusal must contain when the server sends one)
+    let mut cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+        ("random bytes", noise.bytes(4096), None),
+        (
+            "1 GiB length",
+            {
+                let mut b = (1u32 << 30).to_be_bytes().to_vec();
+                b.extend(noise.bytes(64));
+                b
+            },
+            None,
+        ),
+        (
+            "undecodable frame",
+            {
+                let mut b = 16u32.to_be_bytes().to_vec();
+                b.extend([0xff; 16]);
+                b
+            },
+            None,
+        ),
+        (
+            "bad magic",
+            framed(&hello(0xdead_beef, PROTOCOL_VERSION, "ringlimit"))?,
+            Some("magic"),
+        ),
+        (
+            "wrong version",
+            framed(&hello(MAGIC, PROTOCOL_VERSION + 41, "ringlimit"))?,
+            Some("version"),
+        ),
+        (
+            "other cluster id",
+            framed(&hello(MAGIC, PROTOCOL_VERSION, "not-ringlimit"))?,
+            Some("cluster"),
+        ),
+        (
+            "checks before the handshake",
+            framed(&checks)?,
+            Some("unexpected"),
+        ),
+        (
+            "half a frame",
+            {
+                let mut b = 100u32.to_be_bytes().to_vec();
+                b.extend(noise.bytes(10));
+                b
+            },
+            None,
+        ),
+        ("nothing", Vec::new(), None),
+    ];
+    // Random lengths of random bytes.
+    for i in 0..10 {
+        let n = 1 + (noise.next() % 2048) as usize;
+        let mut b = noise.bytes(n);
+        if i % 2 == 0 {
+            // A small length prefix, so that the body is read and decoded.
+            b.splice(..0, ((n as u32).saturating_sub(4)).to_be_bytes());
+        }
+        cases.push(("random frame", b, None));
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (what, bytes, refusal_words) in cases {
+        tasks.spawn(async move {
+            let mut conn = connect(target).await?;
+            conn.write_all(&bytes).await?;
+            let got = assert_closed(&mut conn)
+                .await
+                .with_context(|| format!("after {what}"))?;
+            if let Some(words) = refusal_words {
+                let reason = refusal(&got);
+                ensure!(
+                    reason.as_deref().is_some_and(|r| r.contains(words)),
+                    "{what}: refusal {reason:?}, wanted {words:?}"
+                );
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    eprintln!(
+        "every garbage connection closed within {:?}",
+        started.elapsed()
+    );
+
+    // Garbage datagrams to the gossip port: random sizes, and the largest UDP payload.
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+    for i in 0..400 {
+        let n = if i % 100 == 0 {
+            65_507
+        } else {
+            (noise.next() % 1500) as usize
+        };
+        udp.send_to(&noise.bytes(n), target).await?;
+    }
+    // Membership holds across more than a failure-detection time.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        for n in cluster.iter() {
+            let view = n.cluster().await?;
+            assert_eq!(view.alive(), ["node-0", "node-1"], "{}", view.0);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The node still answers and forwards, exactly.
+    let ids = ["node-0", "node-1"];
+    let before = cluster[0].cluster().await?.forwarding("forwarded");
+    let keys = keys_owned_by(&ids, "node-1", "after-garbage", 10)?;
+    for k in &keys {
+        let mut allowed = 0;
+        for i in 0..7 {
+            let s = check(&cluster[i % 2], &inline(k, 5, PERIOD_MS)).await?;
+            assert!(!s.degraded, "{k}: {s:?}");
+            allowed += u32::from(s.allowed);
+        }
+        assert_eq!(allowed, 5, "{k}");
+    }
+    let after = cluster[0].cluster().await?.forwarding("forwarded");
+    assert_eq!(
+        after - before,
+        40,
+        "node-0 forwards its 4 of 7 checks per key"
+    );
+    // The sneaky check never reached a bucket.
+    let s = check(&cluster[0], &inline("sneaky", 1, PERIOD_MS)).await?;
+    assert!(s.allowed, "a check sent before the handshake was decided");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_owner_is_bypassed_then_returns() -> Result<()> {
+    let _one = exclusive().await;
+    let mut nodes = ProcessNode::cluster(3, |_, _| {}).await?;
+    let ids = ["node-0", "node-1", "node-2"];
+    let survivors: Vec<Api> = nodes[..2]
+        .iter()
+        .map(|n| Api::with_timeout(n.http, Duration::from_secs(2)))
+        .collect::<Result<_>>()?;
+    let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("pause:{i}")).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for l in 0..4 {
+        loops.spawn(load_loop(
+            survivors[l % 2].clone(),
+            keys.clone(),
+            l * 75,
+            t0,
+            stop.clone(),
+            Duration::from_millis(4),
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SIGSTOP: its sockets stay open, nothing answers. Forwards to it time out (25 ms) and open
+    // its circuit; failure detection then takes it out of the ring.
+    let paused_at = t0.elapsed();
+    let paused = Instant::now();
+    nodes[2].pause()?;
+    for s in &survivors {
+        wait_out_of_ring(s, "node-2", 2, Duration::from_secs(15)).await?;
+    }
+    let dead_after = paused.elapsed();
+    nodes[2].resume()?;
+    let resumed = Instant::now();
+    wait_all_alive(&nodes, &ids, Duration::from_secs(15)).await?;
+    let back_after = resumed.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    while let Some(done) = loops.join_next().await {
+        samples.extend(done?);
+    }
+    let failures: Vec<&Sample> = samples.iter().filter(|s| s.result.is_err()).collect();
+    let max_latency = samples.iter().map(|s| s.latency).max().unwrap_or_default();
+    let degraded = samples
+        .iter()
+        .filter(|s| s.at >= paused_at && matches!(s.result, Ok(Seen { degraded: true, .. })))
+        .count();
+    eprintln!(
+        "owner paused: {} checks, max latency {max_latency:?}, {degraded} degraded; out of the \
+         ring {dead_after:?} after SIGSTOP, alive everywhere again {back_after:?} after SIGCONT",
+        samples.len()
+    );
+    report_slow(&samples, paused_at, "SIGSTOP");
+    eprintln!(
+        "(SIGCONT at {:+.3} s after SIGSTOP)",
+        dead_after.as_secs_f64()
+    );
+    if max_latency >= Duration::from_millis(100) {
+        for n in &nodes {
+            eprintln!("--- log of {} ---\n{}", n.node_id, n.log());
+        }
+    }
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+    assert!(
+        max_latency < Duration::from_millis(100),
+        "slowest check took {max_latency:?}"
+    );
+    assert!(
+        degraded > 0,
+        "no degraded answer while the owner was paused"
+    );
+
+    // Back in the ring and decided by it again.
+    let back = keys_owned_by(&ids, "node-2", "resumed", 10)?;
+    for k in &back {
+        let s = check(&nodes[0], &inline(k, 5, PERIOD_MS)).await?;
+        assert!(s.allowed && !s.degraded, "{k} after the resume: {s:?}");
+        let r = nodes[2]
+            .check(&serde_json::json!({ "key": k, "limit": 5, "period_ms": PERIOD_MS, "cost": 0 }))
+            .await?;
+        assert_eq!(r.json()?["remaining"], 4, "{k} at node-2");
+    }
+    Ok(())
+}
+
+/// `/readyz` must say 503 from SIGTERM on, so that load balancers stop sending traffic while
+/// the node leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_while_leaving() -> Result<()> {
+    let _one = exclusive().await;
+    let mut nodes = ProcessNode::cluster(3, |_, spec| {
+        spec.args.extend(["--leave-delay-ms".into(), "1000".into()]);
+    })
+    .await?;
+    let node = &mut nodes[1];
+    node.wait_ready().await?;
+    let api = Api::with_timeout(node.http, Duration::from_millis(500))?;
+    node.terminate()?;
+    let sent = Instant::now();
+    let mut seen = Vec::new();
+    while sent.elapsed() < Duration::from_millis(900) {
+        let status = api.get("/readyz").await.map(|r| r.status).ok();
+        seen.push((sent.elapsed(), status));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let code = node.wait_exit(WAIT).await?;
+    assert_eq!(code, 0);
+    let first_503 = seen.iter().position(|(_, s)| *s == Some(503));
+    let ready_again: Vec<&(Duration, Option<u16>)> = first_503
+        .map(|i| seen[i..].iter().filter(|(_, s)| *s == Some(200)).collect())
+        .unwrap_or_default();
+    eprintln!(
+        "readyz after SIGTERM: first 503 at {:?}, 200 again {} times (first at {:?})",
+        first_503.map(|i| seen[i].0),
+        ready_again.len(),
+        ready_again.first().map(|(t, _)| *t)
+    );
+    assert!(first_503.is_some(), "never 503 while leaving: {seen:?}");
+    assert!(
+        ready_again.is_empty(),
+        "ready again while leaving: {seen:?}\n{}",
+        node.log()
+    );
+    Ok(())
+}
+
+/// Sends one datagram of garbage from each of `sources` distinct local addresses to `target`,
+/// tagged with `tag_with` when given (as if from a peer that knew the secret); returns how many
+/// more files the in-process nodes hold afterwards, and the sockets (keep them open, or a node
+/// started next may get one of their addresses — and with it a relay that already exists).
+async fn garbage_from_many_sources(
+    target: SocketAddr,
+    sources: usize,
+    tag_with: Option<&str>,
+) -> Result<(usize, Vec<tokio::net::UdpSocket>)> {
+    let fds = || {
+        std::fs::read_dir("/proc/self/fd")
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let fds_before = fds();
+    let mut noise = Noise(42);
+    let mut sockets = Vec::with_capacity(sources);
+    while sockets.len() < sources {
+        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+        let n = 8 + (noise.next() % 64) as usize;
+        let mut datagram = noise.bytes(n);
+        if let Some(secret) = tag_with {
+            let tag = ringlimit_proto::auth::datagram_tag(secret.as_bytes(), &datagram);
+            datagram.extend_from_slice(&tag);
+        }
+        udp.send_to(&datagram, target).await?;
+        sockets.push(udp);
+        if sockets.len() % 20 == 0 {
+            // Paced, so that the node's socket buffer never overflows: every datagram arrives.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The nodes' new files: all of them less the sockets just made here.
+    Ok((fds().saturating_sub(fds_before + sockets.len()), sockets))
+}
+
+/// A cluster of two (with `secret`) gets garbage from 1100 sources on node-0's gossip port,
+/// then a new node seeded with node-0 alone must still join.
+async fn join_after_garbage(secret: Option<&str>, tagged: bool) -> Result<()> {
+    let set_secret = |c: &mut NodeConfig| c.cluster_secret = secret.map(str::to_owned);
+    let cluster = TestCluster::start_with(2, set_secret).await?;
+    let target = cluster[0].peer;
+    let (more_files, _sources) =
+        garbage_from_many_sources(target, 1100, if tagged { secret } else { None }).await?;
+    eprintln!(
+        "after garbage from 1100 sources (secret: {}, tagged: {tagged}): {more_files} more open \
+         files in the nodes' process",
+        secret.is_some()
+    );
+    let late = intruder("node-late", &[target.to_string()], set_secret).await?;
+    let mut all: Vec<&Api> = cluster.iter().map(|n| n.api()).collect();
+    all.push(late.api());
+    wait_all_alive(
+        &all,
+        &["node-0", "node-1", "node-late"],
+        Duration::from_secs(5),
+    )
+    .await
+}
+
+/// Garbage from many source addresses must not cost the gossip port its ability to take in new
+/// members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_garbage_from_many_sources_does_not_lock_out_members() -> Result<()> {
+    let _one = exclusive().await;
+    join_after_garbage(None, false).await
+}
+
+/// With a secret, datagrams without a valid tag are dropped before they cost anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_gossip_from_many_sources_costs_nothing() -> Result<()> {
+    let _one = exclusive().await;
+    join_after_garbage(Some("the-ring-secret"), false).await
+}
+
+/// Peers come and go (every pod restart has a new address): the relays of those that left must
+/// be released, or a long-lived node eventually takes in no new member. Simulated with 1100
+/// validly tagged datagrams from 1100 addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_relays_of_departed_peers_are_released() -> Result<()> {
+    let _one = exclusive().await;
+    join_after_garbage(Some("the-ring-secret"), true).await
+}
+
+/// The "declared dead" lines of a node's log about members it had seen join before.
+fn false_deaths(log: &str) -> Vec<String> {
+    let mut joined = std::collections::HashSet::new();
+    let mut deaths = Vec::new();
+    for line in log.lines() {
+        let member = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("member="));
+        let Some(member) = member else { continue };
+        if line.contains("member joined") {
+            joined.insert(member.to_owned());
+        } else if line.contains("declared dead") && joined.contains(member) {
+            deaths.push(line.to_owned());
+        }
+    }
+    deaths
+}
+
+/// Under a steady, modest load no live member may be declared dead: a false death moves
+/// ownership (each new owner starts from a fresh bucket) and tears down peer connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_members_are_never_declared_dead() -> Result<()> {
+    let _one = exclusive().await;
+    let nodes = ProcessNode::cluster(3, |_, _| {}).await?;
+    let apis: Vec<Api> = nodes
+        .iter()
+        .map(|n| Api::with_timeout(n.http, Duration::from_secs(2)))
+        .collect::<Result<_>>()?;
+    let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("steady:{i}")).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for l in 0..4 {
+        loops.spawn(load_loop(
+            apis[l % 3].clone(),
+            keys.clone(),
+            l * 75,
+            t0,
+            stop.clone(),
+            Duration::from_millis(4),
+        ));
+    }
+    let mut not_alive = Vec::new();
+    while t0.elapsed() < Duration::from_secs(4) {
+        for a in &apis {
+            let view = a.cluster().await?;
+            if view.alive().len() != 3 {
+                not_alive.push((t0.elapsed(), a.addr, view.members()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    while let Some(done) = loops.join_next().await {
+        samples.extend(done?);
+    }
+    let degraded = samples
+        .iter()
+        .filter(|s| matches!(s.result, Ok(Seen { degraded: true, .. })))
+        .count();
+    // A member a node has seen join and then declares dead is a false death. (A member first
+    // heard of through a third node shows as dead for one round before its own heartbeats
+    // arrive: chitchat has no interval sample yet. That is noise, not a flap.)
+    let deaths: Vec<String> = nodes
+        .iter()
+        .flat_map(|n| {
+            false_deaths(&n.log())
+                .into_iter()
+                .map(|l| format!("{}: {l}", n.node_id))
+        })
+        .collect();
+    eprintln!(
+        "steady load: {} checks, {degraded} degraded, {} polls saw a member not alive, {} false \
+         deaths logged",
+        samples.len(),
+        not_alive.len(),
+        deaths.len()
+    );
+    if !deaths.is_empty() {
+        eprintln!("load from +0 s to +4 s after {t0:?}");
+        for n in &nodes {
+            eprintln!("--- log of {} ---\n{}", n.node_id, n.log());
+        }
+    }
+    assert!(
+        deaths.is_empty(),
+        "live members declared dead:\n{}",
+        deaths.join("\n")
+    );
+    assert!(not_alive.is_empty(), "{not_alive:?}");
+    assert_eq!(degraded, 0);
+    Ok(())
+}
