@@ -19,7 +19,7 @@ use ringlimit_proto::peer::{CheckGroup, Frame, Hello, MAGIC, PROTOCOL_VERSION, P
 use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 use ringlimit_tests::{
     Api, ProcessNode, ProcessSpec, TestCluster, TestNode, WAIT, exclusive, inline, owner_of,
-    wait_all_alive,
+    wait_all_alive, wait_until,
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -1223,5 +1223,79 @@ async fn live_members_are_never_declared_dead() -> Result<()> {
     );
     assert!(not_alive.is_empty(), "{not_alive:?}");
     assert_eq!(degraded, 0);
+    Ok(())
+}
+
+/// Ownership moves (a node joins, a node leaves): exhausted keys stay exhausted because the
+/// previous owner hands their buckets over. Reports the over-admission it measures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ownership_moves_keep_consumption() -> Result<()> {
+    let _one = exclusive().await;
+    let cluster = TestCluster::start_with(3, patient).await?;
+    let keys: Vec<String> = (0..300).map(|i| format!("move-{i}")).collect();
+    let limit = 5;
+    // Exhaust every key through rotating nodes.
+    for (i, k) in keys.iter().enumerate() {
+        for j in 0..limit {
+            let s = check(
+                cluster[(i + j as usize) % 3].api(),
+                &inline(k, limit, PERIOD_MS),
+            )
+            .await?;
+            assert!(s.allowed, "{k}: {s:?}");
+        }
+    }
+    async fn admitted(apis: &[&Api], keys: &[String], limit: u64) -> Result<usize> {
+        let mut n = 0;
+        for (i, k) in keys.iter().enumerate() {
+            let s = check(apis[i % apis.len()], &inline(k, limit, PERIOD_MS)).await?;
+            n += usize::from(s.allowed);
+        }
+        Ok(n)
+    }
+
+    // A fourth node joins: about a quarter of the keys move to it.
+    let mut config = NodeConfig::local("node-3");
+    config.seeds = cluster.seeds();
+    patient(&mut config);
+    let joiner = TestNode::start(config).await?;
+    let all: Vec<&Api> = cluster
+        .iter()
+        .map(|n| n.api())
+        .chain([joiner.api()])
+        .collect();
+    let ids = ["node-0", "node-1", "node-2", "node-3"];
+    wait_all_alive(&all, &ids, WAIT).await?;
+    let moved = keys
+        .iter()
+        .filter(|k| owner_of(&ids, k, limit, PERIOD_MS).ok().as_deref() == Some("node-3"))
+        .count();
+    wait_until("handover to the joiner", WAIT, || async {
+        Ok(sum_forwarding(&all, "handed_over").await? >= moved as u64)
+    })
+    .await?;
+    let after_join = admitted(&all, &keys, limit).await?;
+
+    // node-1 leaves gracefully: its keys move to the others.
+    let mut nodes = cluster.nodes;
+    let leaver = nodes.remove(1);
+    leaver.stop().await?;
+    let rest: Vec<&Api> = nodes
+        .iter()
+        .map(|n| n.api())
+        .chain([joiner.api()])
+        .collect();
+    wait_all_alive(&rest, &["node-0", "node-2", "node-3"], WAIT).await?;
+    let after_leave = admitted(&rest, &keys, limit).await?;
+    eprintln!(
+        "ownership moves: {moved} of {} exhausted keys moved to a joining node; admitted after \
+         the join {after_join}, after a graceful leave {after_leave} (each over-admission; 0 is exact)",
+        keys.len()
+    );
+    assert_eq!(
+        after_join, 0,
+        "keys moved to the joiner were admitted again"
+    );
+    assert_eq!(after_leave, 0, "keys of the leaver were admitted again");
     Ok(())
 }

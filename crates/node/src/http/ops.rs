@@ -51,6 +51,8 @@ struct Forwarding {
     peer_frames: u64,
     peer_checks: u64,
     batching_factor: f64,
+    /// Buckets this node sent to their new owners after ring changes.
+    handed_over: u64,
 }
 
 /// `GET /v1/cluster`: this node's view of the cluster.
@@ -70,6 +72,7 @@ pub async fn cluster(State(state): State<AppState>) -> Response {
             fail_closed: r.stats.fail_closed.load(Ordering::Relaxed),
             peer_frames: frames,
             peer_checks: checks,
+            handed_over: r.stats.handed_over.load(Ordering::Relaxed),
             batching_factor: if frames == 0 {
                 0.0
             } else {
