@@ -29,6 +29,12 @@
 //! `iter_custom`, each thread starting at a different point of the key stream) and report wall
 //! time divided by the total number of checks, i.e. the inverse of the aggregate throughput.
 //! On a 2-core machine that is ~half the single-thread figure if nothing contends.
+//! `two_threads/*/ringlimit_store/manual_now_unshared` gives each thread a store of its own:
+//! nothing is shared, so it is the scaling ceiling of this machine for this access pattern, and
+//! the gap to `manual_now` is what sharing one store costs (lock and cache-line traffic).
+//!
+//! The `clock` group prices one reading of each clock: `SystemClock::now()` (an `Instant` read)
+//! and governor's default clock (quanta).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -184,6 +190,17 @@ impl Limiter for StoreSystem {
     }
 }
 
+/// Like [`StoreManual`], but each thread has a store of its own: nothing is shared, so its
+/// two-thread figure is the machine's scaling ceiling for this access pattern.
+struct StorePrivate([StoreManual; THREADS]);
+
+impl Limiter for StorePrivate {
+    #[inline(always)]
+    fn check(&self, w: &Workload, i: usize, t: usize) -> bool {
+        self.0[t].check(w, i, t)
+    }
+}
+
 struct GovernorU64(DefaultKeyedRateLimiter<u64>);
 
 impl Limiter for GovernorU64 {
@@ -237,14 +254,16 @@ fn run<L: Limiter>(l: &L, w: &Workload, start: usize, n: u64, t: usize) -> u64 {
 }
 
 /// Fills every bucket once and checks that the admit path is what is being measured.
-fn warm<L: Limiter>(l: &L, w: &Workload, what: &str) {
+fn warm<L: Limiter>(l: &L, w: &Workload, what: &str, threads: usize) {
     let n = (2 * STREAM) as u64;
-    let admitted = run(l, w, 0, n, 0);
-    assert!(
-        admitted * 1000 >= n * 999,
-        "{what} on {}: only {admitted} of {n} admitted",
-        w.name
-    );
+    for t in 0..threads {
+        let admitted = run(l, w, 0, n, t);
+        assert!(
+            admitted * 1000 >= n * 999,
+            "{what} on {}: only {admitted} of {n} admitted",
+            w.name
+        );
+    }
 }
 
 fn single<L: Limiter>(c: &mut Criterion, w: &Workload, name: &str, l: &L) {
@@ -255,7 +274,7 @@ fn single<L: Limiter>(c: &mut Criterion, w: &Workload, name: &str, l: &L) {
     group.bench_function(name, |b| {
         // Here rather than before, so that benchmarks filtered out cost nothing.
         if !std::mem::replace(&mut warmed, true) {
-            warm(l, w, name);
+            warm(l, w, name, 1);
         }
         b.iter_custom(|iters| {
             let start = Instant::now();
@@ -274,7 +293,7 @@ fn multi<L: Limiter>(c: &mut Criterion, w: &Workload, name: &str, l: &L) {
     let mut warmed = false;
     group.bench_function(name, |b| {
         if !std::mem::replace(&mut warmed, true) {
-            warm(l, w, name);
+            warm(l, w, name, THREADS);
         }
         b.iter_custom(|iters| {
             let start = Instant::now();
@@ -310,7 +329,37 @@ fn store_system() -> StoreSystem {
     }
 }
 
+/// What one clock reading costs: the node's `SystemClock` (an `Instant` read, i.e. a vDSO
+/// `clock_gettime`) against governor's default clock (quanta, a scaled TSC read).
+fn clocks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    let system = SystemClock::new();
+    group.bench_function("ringlimit_system_clock_now", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            let mut acc = 0u64;
+            for _ in 0..iters {
+                acc = acc.wrapping_add(system.now());
+            }
+            black_box(acc);
+            start.elapsed()
+        })
+    });
+    let quanta = governor::clock::DefaultClock::default();
+    group.bench_function("governor_default_clock_now", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                black_box(governor::clock::Clock::now(&quanta));
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
+    clocks(c);
     for w in [
         Workload::new("uniform_100k", false),
         Workload::new("hot_skewed", true),
@@ -335,6 +384,12 @@ fn benches(c: &mut Criterion) {
         }
 
         multi(c, &w, "ringlimit_store/manual_now", &store_manual());
+        multi(
+            c,
+            &w,
+            "ringlimit_store/manual_now_unshared",
+            &StorePrivate([store_manual(), store_manual()]),
+        );
         multi(c, &w, "ringlimit_store/system_clock", &store_system());
         multi(c, &w, "governor_keyed/u64", &GovernorU64(governor_u64()));
         if w.name == "uniform_100k" {
