@@ -3,8 +3,11 @@
 //! Callers hand a group of checks to [`PeerClient::send`]; a writer task takes whatever groups
 //! are queued when it is free and sends them as **one** frame (no fixed wait), and a reader task
 //! matches answers to groups by id. Every wait is bounded: the queue (full → shed at once), the
-//! caller's deadline, and the circuit, which opens on a timeout or a lost connection so that no
-//! request waits on a dead peer twice in a row.
+//! caller's deadline, and the circuit. A lost connection opens the circuit at once, so no
+//! request waits on a dead peer; timeouts open it after [`TIMEOUTS_TO_OPEN`] in a row, so that a
+//! paused or partitioned peer costs at most that many waits, while a live owner that is briefly
+//! slow under load (a busy host, a 1000-check batch) is not bypassed for a whole second on one
+//! late answer.
 
 use super::framing::{self, FramedPeer};
 use bytes::Bytes;
@@ -20,6 +23,11 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Most checks coalesced into one frame (keeps frames far below the size limit).
 const MAX_CHECKS_PER_FRAME: usize = 4096;
+/// Consecutive timeouts that open the circuit.
+pub const TIMEOUTS_TO_OPEN: u32 = 3;
+/// Extra time a group may take per check beyond the first (an owner decides ~1-2 M checks/s per
+/// connection), capped at four times the base deadline.
+const DEADLINE_PER_CHECK: Duration = Duration::from_micros(20);
 
 /// How a node talks to its peers.
 #[derive(Debug, Clone)]
@@ -69,6 +77,8 @@ struct Outgoing {
 struct Shared {
     connected: AtomicBool,
     open_until: Mutex<Option<Instant>>,
+    /// Timeouts since the last answer.
+    timeouts: std::sync::atomic::AtomicU32,
 }
 
 impl Shared {
@@ -112,6 +122,7 @@ impl PeerClient {
         let shared = Arc::new(Shared {
             connected: AtomicBool::new(false),
             open_until: Mutex::new(None),
+            timeouts: std::sync::atomic::AtomicU32::new(0),
         });
         let task = tokio::spawn(connection_loop(
             addr.clone(),
@@ -147,18 +158,28 @@ impl PeerClient {
         self.tx
             .try_send(Outgoing { checks, reply })
             .map_err(|_| ForwardError::Shed)?;
-        match tokio::time::timeout(self.settings.deadline, answer).await {
-            Ok(Ok(answers)) if answers.len() == n => Ok(answers),
+        let extra = DEADLINE_PER_CHECK
+            .saturating_mul(u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX));
+        let deadline = (self.settings.deadline + extra).min(self.settings.deadline * 4);
+        match tokio::time::timeout(deadline, answer).await {
+            Ok(Ok(answers)) if answers.len() == n => {
+                self.shared.timeouts.store(0, Ordering::Relaxed);
+                Ok(answers)
+            }
             Ok(Ok(_)) => Err(ForwardError::Mismatch),
             Ok(Err(_)) => {
                 self.shared.open(self.settings.open_for);
                 Err(ForwardError::Lost)
             }
             Err(_) => {
-                if !self.shared.is_open() {
-                    tracing::warn!(peer = %self.addr, deadline = ?self.settings.deadline, "peer too slow; circuit opened");
+                let timeouts = self.shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+                if timeouts >= TIMEOUTS_TO_OPEN {
+                    if !self.shared.is_open() {
+                        tracing::warn!(peer = %self.addr, ?deadline, timeouts, "peer too slow; circuit opened");
+                    }
+                    self.shared.timeouts.store(0, Ordering::Relaxed);
+                    self.shared.open(self.settings.open_for);
                 }
-                self.shared.open(self.settings.open_for);
                 Err(ForwardError::Timeout)
             }
         }
