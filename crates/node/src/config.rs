@@ -1,10 +1,12 @@
 //! Command line and environment: `ringlimit serve` flags, each also read from
 //! `RINGLIMIT_<FLAG>` (flags win), turned into a [`NodeConfig`].
 
+use crate::cluster::transport::GossipBlocklist;
 use crate::rules::{RuleSet, RulesError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The `ringlimit` command line.
@@ -97,6 +99,23 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_LEAVE_DELAY_MS", value_name = "MS", default_value_t = 500,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub leave_delay_ms: u64,
+    /// How often this node publishes its changed global-rule counts through gossip, in
+    /// milliseconds (the main term of global rules' over-admission).
+    #[arg(long, env = "RINGLIMIT_GLOBAL_PUBLISH_MS", value_name = "MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    pub global_publish_ms: u64,
+    /// Most global-rule keys this node publishes at once; beyond it new hot keys are decided
+    /// without telling peers (counted in ringlimit_global_unpublished_total).
+    #[arg(long, env = "RINGLIMIT_GLOBAL_MAX_PUBLISHED", value_name = "N",
+          default_value_t = crate::global::DEFAULT_MAX_PUBLISHED as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub global_max_published: u64,
+    /// Most global-rule window counters (own and merged) held by this node; the oldest windows
+    /// are evicted beyond it.
+    #[arg(long, env = "RINGLIMIT_GLOBAL_MAX_COUNTERS", value_name = "N",
+          default_value_t = crate::global::DEFAULT_MAX_WINDOWS as u64,
+          value_parser = clap::value_parser!(u64).range(16..=100_000_000))]
+    pub global_max_counters: u64,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -135,6 +154,15 @@ pub struct NodeConfig {
     pub leave_delay: Duration,
     /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
     pub cluster_secret: Option<String>,
+    /// How often global-rule counts are published through gossip.
+    pub global_publish: Duration,
+    /// Most global-rule keys published at once by this node.
+    pub global_max_published: usize,
+    /// Most global-rule window counters held by this node.
+    pub global_max_counters: usize,
+    /// Test hook: drops gossip to and from listed peers (a simulated partition).
+    #[doc(hidden)]
+    pub gossip_blocklist: Option<Arc<GossipBlocklist>>,
 }
 
 impl NodeConfig {
@@ -156,6 +184,10 @@ impl NodeConfig {
             forward_timeout: Duration::from_millis(25),
             leave_delay: Duration::from_millis(200),
             cluster_secret: None,
+            global_publish: Duration::from_millis(50),
+            global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
+            global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
+            gossip_blocklist: None,
         }
     }
 }
@@ -205,6 +237,10 @@ impl ServeArgs {
             cluster_secret: std::env::var("RINGLIMIT_CLUSTER_SECRET")
                 .ok()
                 .filter(|s| !s.is_empty()),
+            global_publish: Duration::from_millis(self.global_publish_ms),
+            global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
+            global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
+            gossip_blocklist: None,
         })
     }
 }

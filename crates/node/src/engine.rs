@@ -160,7 +160,12 @@ impl Engine {
             return Err(CheckError::InvalidKey(key.len()));
         }
         let resolved = self.resolve(spec)?;
-        let capacity = resolved.rule.capacity();
+        // A global rule is a window counter over `limit` whatever its algorithm (its burst is
+        // ignored: see `crate::global`).
+        let capacity = match resolved.mode {
+            Mode::Global => resolved.rule.limit,
+            Mode::Owner => resolved.rule.capacity(),
+        };
         if cost > capacity {
             return Err(CheckError::CostTooLarge { cost, capacity });
         }

@@ -11,6 +11,7 @@
 //! - [`engine`] — resolve a check, decide it on the store, phrase the answer.
 //! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
 //! - [`forward`] — the peer protocol: pipelined, coalescing client and the peer server.
+//! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
 //! - [`router`] — decide here, forward to the owner, or fail open to a local share.
 //! - [`http`] — the axum API: checks, batch, health, readiness.
 //! - [`metrics`] — Prometheus metrics.
@@ -23,6 +24,7 @@ pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod forward;
+pub mod global;
 pub mod http;
 pub mod limiter;
 pub mod metrics;

@@ -1,6 +1,7 @@
 //! Prometheus metrics, one registry per node (so in-process test clusters do not mix counts).
 
 use crate::http::AppState;
+use crate::rules::Mode;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,9 @@ pub struct Metrics {
     registry: Registry,
     pub allowed: Counter,
     pub denied: Counter,
+    /// Checks of global rules (`mode="global"`), decided from gossiped counters.
+    pub global_allowed: Counter,
+    pub global_denied: Counter,
     buckets: Gauge,
     evictions: Counter,
     evictions_limiting: Counter,
@@ -31,6 +35,11 @@ pub struct Metrics {
     peer_frames: Counter,
     peer_checks: Counter,
     members: Family<StateLabel, Gauge>,
+    global_counters: Gauge,
+    global_published: Gauge,
+    global_unpublished: Counter,
+    global_evicted: Counter,
+    global_dropped_events: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -59,6 +68,18 @@ impl Metrics {
             .get_or_create(&CheckLabels {
                 result: "denied",
                 mode: "owner",
+            })
+            .clone();
+        let global_allowed = checks
+            .get_or_create(&CheckLabels {
+                result: "allowed",
+                mode: "global",
+            })
+            .clone();
+        let global_denied = checks
+            .get_or_create(&CheckLabels {
+                result: "denied",
+                mode: "global",
             })
             .clone();
         let buckets = Gauge::default();
@@ -105,7 +126,44 @@ impl Metrics {
         );
         let members = Family::<StateLabel, Gauge>::default();
         registry.register("members", "Cluster members by state", members.clone());
+        let global_counters = Gauge::default();
+        registry.register(
+            "global_counters",
+            "Global-rule window counters held by this node (own and merged)",
+            global_counters.clone(),
+        );
+        let global_published = Gauge::default();
+        registry.register(
+            "global_published",
+            "Global-rule keys this node publishes through gossip",
+            global_published.clone(),
+        );
+        let global_unpublished = Counter::default();
+        registry.register(
+            "global_unpublished",
+            "Publish rounds in which a global bucket with new hits was not published: per-node cap reached",
+            global_unpublished.clone(),
+        );
+        let global_evicted = Counter::default();
+        registry.register(
+            "global_evicted",
+            "Global-rule window counters evicted to stay within the cap while they still mattered",
+            global_evicted.clone(),
+        );
+        let global_dropped_events = Counter::default();
+        registry.register(
+            "global_dropped_events",
+            "Gossiped global counts dropped on a full merge queue (a full rescan follows)",
+            global_dropped_events.clone(),
+        );
         Self {
+            global_allowed,
+            global_denied,
+            global_counters,
+            global_published,
+            global_unpublished,
+            global_evicted,
+            global_dropped_events,
             forwarded,
             fail_open,
             peer_frames,
@@ -120,13 +178,15 @@ impl Metrics {
         }
     }
 
-    /// Counts one decided check.
-    pub fn count(&self, allowed: bool) {
-        if allowed {
-            self.allowed.inc();
-        } else {
-            self.denied.inc();
-        }
+    /// Counts one decided check of a rule in `mode`.
+    pub fn count(&self, allowed: bool, mode: Mode) {
+        let c = match (mode, allowed) {
+            (Mode::Owner, true) => &self.allowed,
+            (Mode::Owner, false) => &self.denied,
+            (Mode::Global, true) => &self.global_allowed,
+            (Mode::Global, false) => &self.global_denied,
+        };
+        c.inc();
     }
 }
 
@@ -159,6 +219,23 @@ pub async fn render(State(state): State<AppState>) -> Response {
     sync(
         &m.peer_checks,
         router.peer_stats.checks.load(Ordering::Relaxed),
+    );
+    let global = router.global();
+    m.global_counters
+        .set(i64::try_from(global.len()).unwrap_or(i64::MAX));
+    m.global_published
+        .set(i64::try_from(global.stats.published.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
+    sync(
+        &m.global_unpublished,
+        global.stats.unpublished.load(Ordering::Relaxed),
+    );
+    sync(
+        &m.global_evicted,
+        global.stats.evicted.load(Ordering::Relaxed),
+    );
+    sync(
+        &m.global_dropped_events,
+        global.stats.dropped_events.load(Ordering::Relaxed),
     );
     let view = router.view();
     for (label, st) in [

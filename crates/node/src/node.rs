@@ -8,6 +8,7 @@ use crate::cluster::{Membership, View};
 use crate::config::NodeConfig;
 use crate::engine::Engine;
 use crate::forward::{PeerServer, PeerSettings, ServerSettings};
+use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::router::Router;
@@ -127,11 +128,28 @@ pub async fn run(
             seeds: config.seeds.clone(),
             interval: config.gossip_interval,
         },
-        PeerTransport::new(listeners.gossip, secret.clone()),
+        PeerTransport::new(listeners.gossip, secret.clone())
+            .with_blocklist(config.gossip_blocklist.clone()),
     )
     .await?;
+    let membership = Arc::new(membership);
+    // Global rules: counters keyed by this incarnation, fed by gossip (the listener must live
+    // as long as the node).
+    let self_gossip_id = membership.chitchat_id();
+    let global = Arc::new(GlobalCounters::new(
+        global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
+        config.global_max_counters,
+    ));
+    let (_global_listener, global_merger) = global::publish::subscribe(
+        membership.chitchat(),
+        self_gossip_id,
+        global.clone(),
+        engine.clock().clone(),
+    )
+    .await;
     let router = Arc::new(Router::new(
         engine.clone(),
+        global.clone(),
         membership.view_cell(),
         PeerSettings {
             node_id: config.node_id.clone(),
@@ -145,6 +163,7 @@ pub async fn run(
     ));
     let server = Arc::new(PeerServer::new(
         engine.clone(),
+        global.clone(),
         ServerSettings {
             node_id: config.node_id.clone(),
             cluster_id: config.cluster_id.clone(),
@@ -155,6 +174,18 @@ pub async fn run(
     let ready = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
     tasks.spawn(server.run(listeners.peer));
+    tasks.spawn(global_merger);
+    let gossip = membership.clone();
+    tasks.spawn(global::publish::publish_loop(
+        membership.chitchat(),
+        global,
+        engine.clock().clone(),
+        PublishSettings {
+            interval: config.global_publish,
+            max_published: config.global_max_published,
+        },
+        move |peer| gossip.gossip_now(peer),
+    ));
     tasks.spawn(track_view(
         membership.updates(),
         router.clone(),
@@ -186,7 +217,6 @@ pub async fn run(
         max_keys = config.max_keys,
         "ringlimit node serving"
     );
-    let membership = Arc::new(membership);
     let leaving = membership.clone();
     let leave_delay = config.leave_delay;
     let result = axum::serve(listeners.http, http::router(state))

@@ -1,9 +1,11 @@
 //! Where a check is decided: here when this node owns the bucket, at the owner otherwise, and
-//! from a local fallback share when the owner cannot answer in time (fail-open).
+//! from a local fallback share when the owner cannot answer in time (fail-open). Global rules
+//! are decided here always, from the gossiped counters ([`crate::global`]).
 
 use crate::cluster::View;
 use crate::engine::{CheckError, Engine, Resolved, RuleSpec};
 use crate::forward::{ForwardError, PeerClient, PeerSettings, PeerStats};
+use crate::global::GlobalCounters;
 use crate::limiter::Rule;
 use crate::rules::{Mode, OnOwnerUnreachable};
 use arc_swap::ArcSwap;
@@ -45,6 +47,7 @@ pub struct RouterStats {
 /// Routes checks to their owners; owns the peer clients.
 pub struct Router {
     engine: Arc<Engine>,
+    global: Arc<GlobalCounters>,
     view: Arc<ArcSwap<View>>,
     settings: Arc<PeerSettings>,
     /// One client per alive peer; read lock-free on every forwarded check, replaced whole
@@ -56,9 +59,15 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(engine: Arc<Engine>, view: Arc<ArcSwap<View>>, settings: PeerSettings) -> Self {
+    pub fn new(
+        engine: Arc<Engine>,
+        global: Arc<GlobalCounters>,
+        view: Arc<ArcSwap<View>>,
+        settings: PeerSettings,
+    ) -> Self {
         Self {
             engine,
+            global,
             view,
             settings: Arc::new(settings),
             peers: ArcSwap::from_pointee(HashMap::new()),
@@ -70,6 +79,11 @@ impl Router {
 
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// The global rules' counters.
+    pub fn global(&self) -> &Arc<GlobalCounters> {
+        &self.global
     }
 
     /// The current membership view.
@@ -170,16 +184,30 @@ impl Router {
         cost: u64,
     ) -> Result<CheckAnswer, CheckError> {
         let p = self.prepare(key, spec, cost)?;
+        self.route(&p).await
+    }
+
+    /// Decides one prepared check wherever it belongs.
+    pub async fn route(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
+        if p.resolved.mode == Mode::Global {
+            return Ok(self.decide_global(p));
+        }
         let view = self.view.load();
-        match self.owner(&view, &p) {
+        match self.owner(&view, p) {
             None => Ok(self.engine.decide(p.id, &p.resolved.rule, p.cost)),
             Some((_, client)) => {
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-                let sent = client.send(vec![peer_check(&p)]).await;
+                let sent = client.send(vec![peer_check(p)]).await;
                 let answer = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
-                self.settle(&p, answer, view.alive())
+                self.settle(p, answer, view.alive())
             }
         }
+    }
+
+    /// A global check: decided here from the merged counters, never forwarded, never degraded.
+    fn decide_global(&self, p: &Prepared<'_>) -> CheckAnswer {
+        let now = self.engine.clock().now();
+        self.global.answer(p.id, &p.resolved.rule, now, p.cost)
     }
 
     /// Decides many checks: local ones here, each owner's as one group (one frame).
@@ -190,6 +218,10 @@ impl Router {
             Vec::with_capacity(items.len());
         let mut groups: HashMap<Arc<str>, (Arc<PeerClient>, Vec<usize>)> = HashMap::new();
         for (i, p) in items.iter().enumerate() {
+            if p.resolved.mode == Mode::Global {
+                results.push(Some(Ok(self.decide_global(p))));
+                continue;
+            }
             match self.owner(&view, p) {
                 None => results.push(Some(Ok(self.engine.decide(p.id, &p.resolved.rule, p.cost)))),
                 Some((owner, client)) => {
@@ -234,7 +266,7 @@ impl Router {
     /// The check's owner and its client, or `None` when this node decides it.
     fn owner(&self, view: &View, p: &Prepared<'_>) -> Option<(Arc<str>, Arc<PeerClient>)> {
         if p.resolved.mode == Mode::Global {
-            // Global rules are decided where they land (approximate counters arrive later).
+            // Global rules are decided where they land (see `route`).
             return None;
         }
         let owner = view.ring.owner(p.id)?;

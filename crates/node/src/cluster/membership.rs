@@ -136,7 +136,10 @@ impl Membership {
                 initial_interval: interval,
                 dead_node_grace_period: Duration::from_secs(600),
             },
-            marked_for_deletion_grace_period: Duration::from_secs(3_600),
+            // Only global counters' keys are ever deleted (`crate::global`); their tombstones are
+            // sent to every node and kept this long, so keep it short. A member out of touch for
+            // longer catches up through chitchat's full-state reset instead.
+            marked_for_deletion_grace_period: Duration::from_secs(300),
             catchup_callback: None,
             extra_liveness_predicate: None,
             protocol_version: ProtocolVersion::V0,
@@ -178,6 +181,25 @@ impl Membership {
         self.view.clone()
     }
 
+    /// The shared chitchat state, for the global counters' publisher and listener
+    /// ([`crate::global::publish`]). Lock it briefly: gossip waits on the same lock.
+    pub fn chitchat(&self) -> Arc<tokio::sync::Mutex<chitchat::Chitchat>> {
+        self.handle.chitchat()
+    }
+
+    /// This node's gossip identity (node id, generation, advertised address).
+    pub fn chitchat_id(&self) -> ChitchatId {
+        self.handle.chitchat_id().clone()
+    }
+
+    /// Starts a gossip exchange with `peer` now, outside the regular rounds: whatever either
+    /// side has newer reaches the other within a round trip.
+    pub fn gossip_now(&self, peer: SocketAddr) {
+        if let Err(e) = self.handle.gossip(peer) {
+            tracing::debug!(%peer, error = %e, "gossip already stopped");
+        }
+    }
+
     /// Notified whenever the view changes.
     pub fn updates(&self) -> watch::Receiver<Arc<View>> {
         self.updates.clone()
@@ -214,13 +236,17 @@ async fn watch_members(
             changed = live.changed() => if changed.is_err() { return },
             _ = tick.tick() => {},
         }
-        let live_nodes = live.borrow_and_update().clone();
-        if live_nodes.is_empty() {
-            // chitchat's first watcher value, before its first round: not a real view.
-            continue;
-        }
         let dead: Vec<ChitchatId> = chitchat.lock().await.dead_nodes().cloned().collect();
-        let next = build_view(&self_id, &live_nodes, &dead, &view.load());
+        // Read the live nodes in place: the watcher fires on every key-value change (global
+        // counters change every publish round) and a clone would copy every node's state.
+        let next = {
+            let live_nodes = live.borrow_and_update();
+            if live_nodes.is_empty() {
+                // chitchat's first watcher value, before its first round: not a real view.
+                continue;
+            }
+            build_view(&self_id, &live_nodes, &dead, &view.load())
+        };
         if let Some(next) = next {
             let next = Arc::new(next);
             log_changes(&view.load(), &next);

@@ -35,6 +35,32 @@ const TAG_LEN: usize = 16;
 /// the least recently used relay is closed (a peer that comes back simply gets a new one).
 const MAX_RELAYS: usize = 1024;
 
+/// A test hook that simulates a network partition on the gossip path: datagrams to or from the
+/// listed peer addresses are dropped, both ways, before chitchat or the MAC sees them. Peer RPC
+/// (TCP) is untouched, so owner-mode forwarding still works across the "partition"; membership
+/// and global counters, which travel only by gossip, are cut. Settable at run time through the
+/// `Arc` the test keeps (see `NodeConfig::gossip_blocklist`). Not part of the product.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct GossipBlocklist(parking_lot::RwLock<std::collections::HashSet<SocketAddr>>);
+
+impl GossipBlocklist {
+    /// Drops gossip to and from `peer` from now on.
+    pub fn block(&self, peer: SocketAddr) {
+        self.0.write().insert(peer);
+    }
+
+    /// Lets all gossip through again.
+    pub fn clear(&self) {
+        self.0.write().clear();
+    }
+
+    fn blocks(&self, peer: &SocketAddr) -> bool {
+        let set = self.0.read();
+        !set.is_empty() && set.contains(peer)
+    }
+}
+
 /// Hands chitchat the UDP peer socket the node bound (so tests can use port 0 and share the port
 /// number with the peer TCP listener).
 pub struct PeerTransport {
@@ -42,6 +68,7 @@ pub struct PeerTransport {
     secret: Option<Arc<[u8]>>,
     /// Datagrams dropped for a missing or wrong tag.
     pub rejected: Arc<AtomicU64>,
+    blocklist: Option<Arc<GossipBlocklist>>,
 }
 
 impl PeerTransport {
@@ -50,7 +77,15 @@ impl PeerTransport {
             socket: Mutex::new(Some(socket)),
             secret,
             rejected: Arc::new(AtomicU64::new(0)),
+            blocklist: None,
         }
+    }
+
+    /// Test hook: see [`GossipBlocklist`].
+    #[doc(hidden)]
+    pub fn with_blocklist(mut self, blocklist: Option<Arc<GossipBlocklist>>) -> Self {
+        self.blocklist = blocklist;
+        self
     }
 }
 
@@ -76,6 +111,7 @@ impl Transport for PeerTransport {
             clock: 0,
             buf: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
             rejected: self.rejected.clone(),
+            blocklist: self.blocklist.clone(),
         }))
     }
 }
@@ -102,9 +138,14 @@ struct RelaySocket {
     clock: u64,
     buf: Box<[u8]>,
     rejected: Arc<AtomicU64>,
+    blocklist: Option<Arc<GossipBlocklist>>,
 }
 
 impl RelaySocket {
+    fn blocked(&self, peer: &SocketAddr) -> bool {
+        self.blocklist.as_ref().is_some_and(|b| b.blocks(peer))
+    }
+
     /// The relay socket standing for `peer`, created on first use.
     async fn relay(&mut self, peer: SocketAddr) -> anyhow::Result<Arc<UdpSocket>> {
         self.clock += 1;
@@ -182,6 +223,10 @@ impl Socket for RelaySocket {
         to: SocketAddr,
         envelope: ChitchatEnvelope,
     ) -> anyhow::Result<SendOutcome> {
+        if self.blocked(&to) {
+            // Lost on the way, as in a real partition.
+            return Ok(SendOutcome { num_bytes_sent: 0 });
+        }
         let relay = self.relay(to).await?;
         let relay_addr = relay.local_addr()?;
         self.inner.send(relay_addr, envelope).await
@@ -209,6 +254,9 @@ impl Socket for RelaySocket {
                         Err(e) if transient(&e) => continue,
                         Err(e) => return Err(e.into()),
                     };
+                    if self.blocked(&from) {
+                        continue;
+                    }
                     let len = match &self.secret {
                         None => n,
                         Some(secret) => {

@@ -4,6 +4,8 @@
 
 use super::framing::{self, FramedPeer, LinkError};
 use crate::engine::{CheckError, Engine, RuleSpec};
+use crate::global::GlobalCounters;
+use crate::rules::Mode;
 use futures::StreamExt;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::handshake::ServerHandshake;
@@ -45,14 +47,16 @@ pub struct ServerStats {
 pub struct PeerServer {
     pub stats: Arc<ServerStats>,
     engine: Arc<Engine>,
+    global: Arc<GlobalCounters>,
     settings: ServerSettings,
 }
 
 impl PeerServer {
-    pub fn new(engine: Arc<Engine>, settings: ServerSettings) -> Self {
+    pub fn new(engine: Arc<Engine>, global: Arc<GlobalCounters>, settings: ServerSettings) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
             engine,
+            global,
             settings,
         }
     }
@@ -182,8 +186,16 @@ impl PeerServer {
             RuleRef::Named(name) => RuleSpec::Named(name),
             RuleRef::Inline(r) => RuleSpec::Inline(*r),
         };
-        match self.engine.check(&c.key, spec, c.cost) {
-            Ok(answer) => PeerAnswer::Answer(answer),
+        match self.engine.prepare(&c.key, spec, c.cost) {
+            // A global rule reached through the SDK (which sends every check to an owner):
+            // decided from the global counters like any global check.
+            Ok((resolved, id)) if resolved.mode == Mode::Global => {
+                let now = self.engine.clock().now();
+                PeerAnswer::Answer(self.global.answer(id, &resolved.rule, now, c.cost))
+            }
+            Ok((resolved, id)) => {
+                PeerAnswer::Answer(self.engine.decide(id, &resolved.rule, c.cost))
+            }
             Err(e) => error_answer(&e),
         }
     }

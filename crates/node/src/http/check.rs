@@ -121,11 +121,11 @@ fn parse_check(bytes: &[u8]) -> Result<CheckBody<'_>, ApiError> {
 async fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
     let body = parse_check(bytes)?;
     let spec = body.spec()?;
-    let answer = state
+    let p = state
         .router
-        .check(&body.key, spec, body.cost.unwrap_or(1))
-        .await?;
-    state.metrics.count(answer.allowed);
+        .prepare(&body.key, spec, body.cost.unwrap_or(1))?;
+    let answer = state.router.route(&p).await?;
+    state.metrics.count(answer.allowed, p.resolved.mode);
     Ok(answer)
 }
 
@@ -242,17 +242,22 @@ pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejec
             Err(e) => results.push(Some(BatchItem::Error(e.body))),
         }
     }
-    let mut decided = state.router.check_many(&prepared).await.into_iter();
+    let mut decided = state
+        .router
+        .check_many(&prepared)
+        .await
+        .into_iter()
+        .zip(prepared.iter().map(|p| p.resolved.mode));
     let results: Vec<BatchItem> = results
         .into_iter()
         .map(|slot| match slot {
             Some(error) => error,
             None => match decided.next() {
-                Some(Ok(a)) => {
-                    state.metrics.count(a.allowed);
+                Some((Ok(a), mode)) => {
+                    state.metrics.count(a.allowed, mode);
                     BatchItem::Answer(a)
                 }
-                Some(Err(e)) => BatchItem::Error(ApiError::from(e).body),
+                Some((Err(e), _)) => BatchItem::Error(ApiError::from(e).body),
                 None => BatchItem::Error(ErrorBody {
                     error: "internal",
                     message: "No answer was produced for this check.".into(),

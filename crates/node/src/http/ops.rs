@@ -40,6 +40,32 @@ struct ClusterBody<'a> {
     /// Members in the ring (alive, not leaving).
     ring_members: usize,
     forwarding: Forwarding,
+    global: GlobalBody,
+}
+
+/// Global rules' counters on this node.
+#[derive(Serialize)]
+struct GlobalBody {
+    /// Window counters held (own and merged, every global bucket).
+    counters: usize,
+    /// Keys this node publishes through gossip now.
+    published: u64,
+    /// Publish rounds in which a bucket was left unpublished: the per-node cap was reached.
+    unpublished: u64,
+    /// Windows evicted at the cap while they still mattered.
+    evicted: u64,
+    /// Peer updates merged, and gossip events dropped on a full queue.
+    merged: u64,
+    dropped_events: u64,
+    /// Every other member, and every peer heard from: how long ago its counts were last merged
+    /// (`null`: never).
+    peers: Vec<PeerMerge>,
+}
+
+#[derive(Serialize)]
+struct PeerMerge {
+    node_id: String,
+    last_merge_ms_ago: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -61,6 +87,30 @@ pub async fn cluster(State(state): State<AppState>) -> Response {
     let r = &state.router;
     let frames = r.peer_stats.frames.load(Ordering::Relaxed);
     let checks = r.peer_stats.checks.load(Ordering::Relaxed);
+    let g = r.global();
+    let mut ages = g.merge_ages();
+    let mut peers: Vec<PeerMerge> = view
+        .members
+        .iter()
+        .filter(|m| *m.node_id != *view.self_id)
+        .map(|m| PeerMerge {
+            last_merge_ms_ago: ages.remove(&m.node_id).map(millis),
+            node_id: m.node_id.clone(),
+        })
+        .collect();
+    peers.extend(ages.into_iter().map(|(node_id, age)| PeerMerge {
+        node_id,
+        last_merge_ms_ago: Some(millis(age)),
+    }));
+    let global = GlobalBody {
+        counters: g.len(),
+        published: g.stats.published.load(Ordering::Relaxed),
+        unpublished: g.stats.unpublished.load(Ordering::Relaxed),
+        evicted: g.stats.evicted.load(Ordering::Relaxed),
+        merged: g.stats.merged.load(Ordering::Relaxed),
+        dropped_events: g.stats.dropped_events.load(Ordering::Relaxed),
+        peers,
+    };
     let body = ClusterBody {
         node_id: &view.self_id,
         cluster_id: &state.cluster_id,
@@ -79,6 +129,11 @@ pub async fn cluster(State(state): State<AppState>) -> Response {
                 checks as f64 / frames as f64
             },
         },
+        global,
     };
     axum::Json(body).into_response()
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -1,0 +1,455 @@
+//! Every global bucket's per-window G-counters on this node: this node's own hits and the
+//! counts merged from its peers' gossip.
+//!
+//! A bucket's window `(id, period, window)` holds a `crdts::GCounter` whose actors are the
+//! nodes (`node_id@generation`, so that a restarted node counts afresh instead of hiding under
+//! its previous life's larger count). Own hits are `inc_many` ops; a peer's published count is
+//! applied as the dot `{peer, count}`, which keeps the larger of what is known (element-wise max
+//! merge): late, repeated or reordered gossip never double-counts. The estimate is the sum over
+//! every actor ever heard of in that window, dead members included: their hits still count
+//! until the window ends, as the issue asks.
+//!
+//! Memory is bounded twice: a window is dropped once it cannot matter any more (the end of the
+//! window after it, which a sliding estimate still reads), and the number of windows held is
+//! capped (`max_windows`); at the cap the windows closest to expiry are evicted first (and
+//! counted), which at worst forgets hits and admits more.
+
+use super::decide;
+use super::wire::Update;
+use crate::clock::NANOS_PER_MS;
+use crate::limiter::{Decision, Rule};
+use crdts::{CmRDT, Dot, GCounter};
+use num_traits::ToPrimitive;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A node as a G-counter actor: `node_id@generation`.
+pub type Actor = Arc<str>;
+
+/// The actor name of a node incarnation.
+pub fn actor(node_id: &str, generation: u64) -> Actor {
+    Arc::from(format!("{node_id}@{generation}"))
+}
+
+/// A bucket whose remaining quota is at most `limit / URGENT_FRACTION` after an admission is
+/// published early (see [`super::publish`]).
+pub const URGENT_FRACTION: u64 = 10;
+/// Shards of the window table (a power of two; ids are well-spread hashes, so the top bits pick).
+const SHARDS: usize = 16;
+/// Fraction of a full shard evicted at once, so that a stream of new buckets does not scan the
+/// shard on every insert.
+const EVICT_DIVISOR: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct WindowKey {
+    id: u64,
+    period_ms: u64,
+    window: u64,
+}
+
+struct Window {
+    counter: GCounter<Actor>,
+    /// `counter.read()` kept as a u64: the hot path reads it on every check, and a `BigUint`
+    /// sum allocates.
+    total: u64,
+    /// When the window stops mattering (ns): the end of the window after it.
+    expires_at: u64,
+}
+
+impl Window {
+    fn new(key: &WindowKey) -> Self {
+        let period_ns = key.period_ms.saturating_mul(NANOS_PER_MS);
+        Self {
+            counter: GCounter::new(),
+            total: 0,
+            expires_at: key.window.saturating_add(2).saturating_mul(period_ns),
+        }
+    }
+
+    /// What `actor` has counted here.
+    fn count_of(&self, actor: &Actor) -> u64 {
+        self.counter.inc_many(actor.clone(), 0).counter
+    }
+
+    /// Raises `actor`'s count to `count` (no change when it already is at least that).
+    fn raise(&mut self, actor: &Actor, count: u64) -> bool {
+        let old = self.count_of(actor);
+        if count <= old {
+            return false;
+        }
+        self.counter.apply(Dot::new(actor.clone(), count));
+        self.total = self.total.saturating_add(count - old);
+        debug_assert_eq!(self.counter.read().to_u64(), Some(self.total));
+        true
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    windows: HashMap<WindowKey, Window>,
+    /// Buckets with own hits since the last publish, with their period (ms).
+    dirty: HashMap<u64, u64>,
+}
+
+impl Shard {
+    fn total(&self, key: &WindowKey) -> u64 {
+        self.windows.get(key).map_or(0, |w| w.total)
+    }
+
+    /// The window for `key`, made (within the cap) when absent.
+    fn window(&mut self, key: WindowKey, cap: usize, now: u64, evicted: &AtomicU64) -> &mut Window {
+        if !self.windows.contains_key(&key) && self.windows.len() >= cap {
+            self.windows.retain(|_, w| w.expires_at > now);
+            if self.windows.len() >= cap {
+                let n = (cap / EVICT_DIVISOR).max(1);
+                let mut by_expiry: Vec<(u64, WindowKey)> = self
+                    .windows
+                    .iter()
+                    .map(|(k, w)| (w.expires_at, *k))
+                    .collect();
+                by_expiry.select_nth_unstable(n - 1);
+                for (_, k) in &by_expiry[..n] {
+                    self.windows.remove(k);
+                }
+                evicted.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        self.windows.entry(key).or_insert_with(|| Window::new(&key))
+    }
+}
+
+/// Counters for `/v1/cluster` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct GlobalStats {
+    /// Windows evicted to stay within the cap while they still mattered.
+    pub evicted: AtomicU64,
+    /// Keys this node publishes now (gauge, set by the publisher).
+    pub published: AtomicU64,
+    /// Publish rounds in which a bucket with new hits was not published because the per-node
+    /// cap on published keys was reached (see [`super::publish`]).
+    pub unpublished: AtomicU64,
+    /// Peer updates merged.
+    pub merged: AtomicU64,
+    /// Gossip events lost because the merge queue was full (a full rescan follows).
+    pub dropped_events: AtomicU64,
+    /// Gossiped global keys that did not parse (ignored).
+    pub malformed: AtomicU64,
+}
+
+/// This node's global counters. Shared by the check path, the publisher and the merger.
+pub struct GlobalCounters {
+    self_actor: Actor,
+    shards: Box<[Mutex<Shard>]>,
+    /// Most windows per shard.
+    shard_cap: usize,
+    /// When an update from each peer (by node id) was last merged.
+    last_merge: Mutex<BTreeMap<String, Instant>>,
+    /// Signalled when a bucket nears its limit: the publisher publishes early.
+    pub(super) urgent: tokio::sync::Notify,
+    pub stats: GlobalStats,
+}
+
+impl std::fmt::Debug for GlobalCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobalCounters")
+            .field("self_actor", &self.self_actor)
+            .field("windows", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GlobalCounters {
+    /// Counters for the node `self_actor`, holding at most about `max_windows` windows.
+    pub fn new(self_actor: Actor, max_windows: usize) -> Self {
+        Self {
+            self_actor,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_cap: max_windows.div_ceil(SHARDS).max(2),
+            last_merge: Mutex::new(BTreeMap::new()),
+            urgent: tokio::sync::Notify::new(),
+            stats: GlobalStats::default(),
+        }
+    }
+
+    pub fn self_actor(&self) -> &Actor {
+        &self.self_actor
+    }
+
+    fn shard(&self, id: u64) -> &Mutex<Shard> {
+        &self.shards[(id >> 60) as usize % SHARDS]
+    }
+
+    /// Decides a global check of bucket `id` at `now` from the merged counts, and counts it as
+    /// this node's when admitted.
+    pub fn check(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
+        let period_ms = rule.period_ns / NANOS_PER_MS;
+        let window = now / rule.period_ns;
+        let key = WindowKey {
+            id,
+            period_ms,
+            window,
+        };
+        let mut shard = self.shard(id).lock();
+        let current = shard.total(&key);
+        let previous = match window.checked_sub(1) {
+            Some(w) => shard.total(&WindowKey { window: w, ..key }),
+            None => 0,
+        };
+        let d = decide::decide(rule, now, cost, current, previous);
+        if d.allowed && cost > 0 {
+            let w = shard.window(key, self.shard_cap, now, &self.stats.evicted);
+            let own = w.count_of(&self.self_actor);
+            w.raise(&self.self_actor, own.saturating_add(cost));
+            shard.dirty.insert(id, period_ms);
+            drop(shard);
+            // In the last tenth of the quota every hit that peers do not see yet is likely
+            // over-admission elsewhere: ask the publisher not to wait for its next tick.
+            if d.remaining <= (rule.limit / URGENT_FRACTION).max(1) {
+                self.urgent.notify_one();
+            }
+        }
+        d
+    }
+
+    /// Merges one peer's published counts; returns whether any count rose.
+    pub fn merge(&self, actor: &Actor, u: &Update, now: u64) -> bool {
+        let mut raised = false;
+        let mut shard = self.shard(u.id).lock();
+        for (window, count) in [
+            (u.window, u.current),
+            (u.window.wrapping_sub(1), u.previous),
+        ] {
+            let key = WindowKey {
+                id: u.id,
+                period_ms: u.period_ms,
+                window,
+            };
+            if count == 0 || window == u64::MAX {
+                continue;
+            }
+            // A window that no longer matters is not made again.
+            if !shard.windows.contains_key(&key) && Window::new(&key).expires_at <= now {
+                continue;
+            }
+            raised |= shard
+                .window(key, self.shard_cap, now, &self.stats.evicted)
+                .raise(actor, count);
+        }
+        drop(shard);
+        self.stats.merged.fetch_add(1, Ordering::Relaxed);
+        raised
+    }
+
+    /// Notes that an update from `node_id` was just merged.
+    pub fn note_merge(&self, node_id: &str, at: Instant) {
+        let mut m = self.last_merge.lock();
+        match m.get_mut(node_id) {
+            Some(t) => *t = at,
+            None => {
+                m.insert(node_id.to_owned(), at);
+            }
+        }
+    }
+
+    /// How long ago an update from each peer was last merged.
+    pub fn merge_ages(&self) -> BTreeMap<String, Duration> {
+        let now = Instant::now();
+        self.last_merge
+            .lock()
+            .iter()
+            .map(|(k, t)| (k.clone(), now.saturating_duration_since(*t)))
+            .collect()
+    }
+
+    /// Takes the buckets with own hits since the last call, with their periods (ms).
+    pub fn take_dirty(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            out.extend(s.lock().dirty.drain());
+        }
+        out
+    }
+
+    /// This node's own counts of bucket `id` in `window` and in the window before it.
+    pub fn own_counts(&self, id: u64, period_ms: u64, window: u64) -> (u64, u64) {
+        let shard = self.shard(id).lock();
+        let own = |window| {
+            shard
+                .windows
+                .get(&WindowKey {
+                    id,
+                    period_ms,
+                    window,
+                })
+                .map_or(0, |w| w.count_of(&self.self_actor))
+        };
+        (own(window), window.checked_sub(1).map_or(0, own))
+    }
+
+    /// The cluster-wide totals of bucket `id` in `window` and the window before it.
+    pub fn totals(&self, id: u64, period_ms: u64, window: u64) -> (u64, u64) {
+        let shard = self.shard(id).lock();
+        let key = WindowKey {
+            id,
+            period_ms,
+            window,
+        };
+        let previous = match window.checked_sub(1) {
+            Some(w) => shard.total(&WindowKey { window: w, ..key }),
+            None => 0,
+        };
+        (shard.total(&key), previous)
+    }
+
+    /// Drops the windows that no longer matter at `now`; returns how many.
+    pub fn purge(&self, now: u64) -> usize {
+        let mut dropped = 0;
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let before = s.windows.len();
+            s.windows.retain(|_, w| w.expires_at > now);
+            dropped += before - s.windows.len();
+        }
+        dropped
+    }
+
+    /// Windows held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().windows.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::test_support::{SEC, rule};
+    use ringlimit_proto::Algorithm;
+
+    const W0: u64 = 1_700_000_000 * SEC; // aligned to 20 s and 10 s
+
+    fn update(id: u64, window: u64, current: u64, previous: u64) -> Update {
+        Update {
+            id,
+            period_ms: 20_000,
+            window,
+            current,
+            previous,
+        }
+    }
+
+    #[test]
+    fn own_hits_and_peer_counts_add_up_to_the_limit() {
+        let r = rule(Algorithm::FixedWindow, 300, 20_000, 300);
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let (b, x) = (actor("b", 1), actor("c", 7));
+        let id = 42;
+        let now = W0 + SEC;
+        let w = now / r.period_ns;
+        for _ in 0..100 {
+            assert!(c.check(id, &r, now, 1).allowed);
+        }
+        assert!(c.merge(&b, &update(id, w, 120, 0), now));
+        assert!(c.merge(&x, &update(id, w, 70, 0), now));
+        assert_eq!(c.totals(id, 20_000, w), (290, 0));
+        let admitted = (0..50).filter(|_| c.check(id, &r, now, 1).allowed).count();
+        assert_eq!(admitted, 10);
+        assert_eq!(c.own_counts(id, 20_000, w), (110, 0));
+        assert_eq!(c.take_dirty(), vec![(id, 20_000)]);
+        assert!(c.take_dirty().is_empty());
+    }
+
+    #[test]
+    fn the_last_tenth_of_the_quota_asks_for_an_early_publish() {
+        use futures::FutureExt;
+        let r = rule(Algorithm::FixedWindow, 100, 20_000, 100);
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        for _ in 0..89 {
+            assert!(c.check(1, &r, W0, 1).allowed);
+        }
+        assert!(c.urgent.notified().now_or_never().is_none());
+        assert!(c.check(1, &r, W0, 1).allowed); // 10 left
+        assert!(c.urgent.notified().now_or_never().is_some());
+        // A peek or a denial asks for nothing.
+        c.check(1, &r, W0, 0);
+        assert!(c.urgent.notified().now_or_never().is_none());
+    }
+
+    #[test]
+    fn merging_is_idempotent_and_keeps_the_larger_count() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let b = actor("b", 1);
+        let now = W0;
+        let w = now / (20 * SEC);
+        assert!(c.merge(&b, &update(1, w, 10, 4), now));
+        assert!(!c.merge(&b, &update(1, w, 10, 4), now));
+        // An older (reordered) update lowers nothing.
+        assert!(!c.merge(&b, &update(1, w, 7, 2), now));
+        assert_eq!(c.totals(1, 20_000, w), (10, 4));
+        assert!(c.merge(&b, &update(1, w, 12, 4), now));
+        assert_eq!(c.totals(1, 20_000, w), (12, 4));
+        // The next window's update carries this one's final count as its previous.
+        assert!(c.merge(&b, &update(1, w + 1, 1, 15), now + 20 * SEC));
+        assert_eq!(c.totals(1, 20_000, w + 1), (1, 15));
+    }
+
+    #[test]
+    fn a_restarted_node_counts_afresh() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let now = W0;
+        let w = now / (20 * SEC);
+        c.merge(&actor("b", 1), &update(1, w, 100, 0), now);
+        c.merge(&actor("b", 2), &update(1, w, 5, 0), now);
+        assert_eq!(c.totals(1, 20_000, w), (105, 0));
+    }
+
+    #[test]
+    fn sliding_estimate_reads_the_previous_window() {
+        let r = rule(Algorithm::SlidingWindow, 100, 20_000, 100);
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let b = actor("b", 1);
+        let now = W0 + 5 * SEC; // a quarter in: the previous window weighs 75%
+        let w = now / r.period_ns;
+        c.merge(&b, &update(9, w, 0, 100), now);
+        let admitted = (0..100).filter(|_| c.check(9, &r, now, 1).allowed).count();
+        assert_eq!(admitted, 25);
+    }
+
+    #[test]
+    fn expired_windows_are_purged_and_not_remade() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let b = actor("b", 1);
+        let now = W0;
+        let w = now / (20 * SEC);
+        c.merge(&b, &update(1, w, 3, 2), now);
+        assert_eq!(c.len(), 2);
+        // At the end of window w + 1, window w - 1 and w have both stopped mattering.
+        assert_eq!(c.purge(W0 + 39 * SEC), 1);
+        assert_eq!(c.purge(W0 + 40 * SEC), 1);
+        assert!(c.is_empty());
+        assert!(!c.merge(&b, &update(1, w, 3, 2), W0 + 40 * SEC));
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn the_window_cap_evicts_the_oldest_first() {
+        let c = GlobalCounters::new(actor("a", 1), 32); // 2 per shard
+        let b = actor("b", 1);
+        let id = 5; // all in shard 0
+        let now = W0;
+        let w = now / (20 * SEC);
+        c.merge(&b, &update(id, w, 1, 0), now);
+        c.merge(&b, &update(id + 1, w + 1, 1, 0), now);
+        c.merge(&b, &update(id + 2, w + 2, 1, 0), now);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.stats.evicted.load(Ordering::Relaxed), 1);
+        assert_eq!(c.totals(id, 20_000, w), (0, 0));
+        assert_eq!(c.totals(id + 2, 20_000, w + 2), (1, 0));
+    }
+}

@@ -1,0 +1,74 @@
+//! Global rules: `mode: global` rules are decided by every node at once, from its own count
+//! plus the counts its peers gossip — eventual consistency with a bounded error, no forwarding.
+//!
+//! For hot keys and cluster-wide quotas, where sending every check to one owner would make that
+//! owner the bottleneck. Each node keeps, per bucket and window, a G-counter (`crdts`) of the
+//! hits each node admitted ([`counters`]); it publishes its own changed counts through chitchat
+//! every `--global-publish-ms` and merges what the others publish ([`publish`]); a check is
+//! admitted when the merged estimate plus its cost fits the limit ([`decide`]).
+//!
+//! # What each algorithm means in global mode
+//! Windows are aligned to the Unix epoch (`unix_ms / period_ms`), so every node numbers them
+//! alike; only two windowed counts per bucket are replicated.
+//! - `fixed_window`: at most `limit` per aligned window, cluster-wide.
+//! - `sliding_window`: the weighted two-window estimate `previous × (1 − f) + current` over the
+//!   cluster-wide counts, as on one node.
+//! - `token_bucket`, `leaky_bucket`, `sliding_log`: approximated by the sliding-window counter
+//!   over `limit` per `period`; `burst` is ignored (a cost above `limit` is refused as invalid).
+//!   A bucket's refill has no windowed CRDT form; the sliding counter is the closest estimate
+//!   that G-counters give, and it never admits more than the rule's long-run rate.
+//!
+//! # The error bound
+//! A node does not see its peers' most recent hits: those since their last publish round, up
+//! to one `--global-publish-ms` (half on average; each round is pushed to peers at once by a
+//! gossip exchange, so delivery adds a round trip, not a gossip round). At a cluster-wide rate
+//! `R` spread over `n` nodes, a window over-admits about `R × (n − 1)/n × interval / 2` on
+//! average, reached only when the limit is hit mid-window. The last tenth of each window's
+//! quota is published faster (every `interval / 5` at most), which shrinks that term five-fold
+//! where it matters; `bench/global.sh` measures the result per interval. Under a partition each side
+//! admits at most the limit minus what it saw of the other side (its merged counts remain), so
+//! the cluster admits at most `sides × limit` while split; a dead member's counts still count
+//! until its window ends.
+//!
+//! # Answers
+//! A global check is never forwarded and never `degraded`: losing peers only means hearing
+//! fewer counts. `remaining`, `reset_at_ms` and `retry_after_ms` are computed from the merged
+//! counts as if no other traffic came (other nodes' hits may make a retry wait longer).
+//!
+//! # Layout
+//! - [`wire`] — the `g:<id>` key-values in gossip.
+//! - [`counters`] — per-window G-counters, caps, expiry.
+//! - [`decide`] — the pure decision over merged counts.
+//! - [`publish`] — the publisher and merger tasks over chitchat.
+
+pub mod counters;
+pub mod decide;
+pub mod publish;
+pub mod wire;
+
+pub use counters::{Actor, GlobalCounters, GlobalStats, actor};
+pub use publish::PublishSettings;
+
+use crate::clock::NANOS_PER_MS;
+use crate::limiter::Rule;
+use ringlimit_proto::CheckAnswer;
+
+/// Default cap on the windows one node holds (own and merged, all buckets).
+pub const DEFAULT_MAX_WINDOWS: usize = 100_000;
+/// Default cap on the keys one node publishes at once.
+pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
+
+impl GlobalCounters {
+    /// Decides a global check and phrases the contract's answer (never degraded).
+    pub fn answer(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> CheckAnswer {
+        let d = self.check(id, rule, now, cost);
+        CheckAnswer {
+            allowed: d.allowed,
+            limit: rule.limit,
+            remaining: d.remaining,
+            reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
+            retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
+            degraded: false,
+        }
+    }
+}

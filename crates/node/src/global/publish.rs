@@ -1,0 +1,392 @@
+//! Moving global counts through gossip: the publisher writes this node's changed counts into
+//! its chitchat key-values, and the merger folds what peers publish into [`GlobalCounters`].
+//!
+//! # Publishing
+//! Every `interval` (default 100 ms, `--global-publish-ms`), the buckets with new own hits are
+//! written as `g:<id>` = `<period_ms>:<window>:<current>:<previous>` (see [`super::wire`]);
+//! chitchat sends only changed keys, and a bucket without hits is not written again. A key
+//! whose counts are two windows old no longer matters to anyone and is deleted (receivers drop
+//! the windows themselves when they expire, so a delete is housekeeping, not a signal).
+//!
+//! Right after a round that wrote something, the publisher starts a gossip exchange with up to
+//! [`NUDGE_FANOUT`] live peers (chitchat's own fanout) instead of waiting for the next regular
+//! round: the new counts reach them within a round trip, so what peers miss of this node's hits
+//! is about half a publish interval on average, not that plus half a gossip round. The regular
+//! rounds still spread them further in larger clusters.
+//!
+//! A bucket that an admission leaves with at most a tenth of its quota
+//! ([`super::counters::URGENT_FRACTION`]) does not wait for the tick: the publisher runs a round
+//! at once, at most every `interval / 5` ([`URGENT_DIVISOR`]). Only the last tenth of each
+//! window's quota is published this fast — where every hit peers miss is likely an
+//! over-admission — and the early rounds are bounded per node whatever the number of buckets.
+//!
+//! **The per-node cap.** At most `max_published` keys are published at once (default 10,000,
+//! about 450 KB of state that every node holds and that crosses the cluster once). When the cap
+//! is reached, a bucket that is not published yet stays unpublished: this node still counts
+//! its hits and decides it from its own count plus what peers publish, but peers do not see
+//! this node's hits, so the cluster may admit up to this node's share more. Each such bucket
+//! and round is counted (`unpublished` in `/v1/cluster`, `ringlimit_global_unpublished_total`)
+//! and a warning is logged at most once a minute. Keys free up as their windows expire.
+//!
+//! # Merging
+//! A chitchat listener on `g:` receives every new or changed global key of every other node.
+//! It runs under chitchat's lock, so it only parses and `try_send`s into a bounded queue; when
+//! the queue is full the event is dropped, counted, and a full rescan of every node's global
+//! keys is made on the next tick (merging is a max, so rescanning is always safe); one is also
+//! made at start, for keys that arrived before the listener existed. Deletes are
+//! not delivered, and need not be: windows expire by themselves.
+
+use super::counters::{Actor, GlobalCounters, actor};
+use super::wire::{self, Update};
+use crate::clock::{Clock, NANOS_PER_MS};
+use chitchat::{Chitchat, ChitchatId, ListenerHandle};
+use rand::seq::IndexedRandom;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, mpsc};
+
+/// Gossip events queued for the merger at most (about 100 bytes each).
+const QUEUE: usize = 16_384;
+/// How often the merger looks at the rescan flag.
+const RESCAN_TICK: Duration = Duration::from_millis(250);
+/// Actor names interned at most (node incarnations seen); cleared beyond.
+const MAX_ACTORS: usize = 4_096;
+/// A round for a bucket near its limit follows the previous round after `interval / this`.
+pub const URGENT_DIVISOR: u32 = 5;
+/// Peers nudged into a gossip exchange after a publish round (chitchat's own fanout).
+pub const NUDGE_FANOUT: usize = 3;
+/// Warnings about the publish cap are logged at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Publishing settings.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishSettings {
+    pub interval: Duration,
+    pub max_published: usize,
+}
+
+/// One peer update, as the listener queues it.
+struct Event {
+    node: ChitchatId,
+    update: Update,
+}
+
+/// Starts listening for peers' global keys. Keep the returned handle: dropping it stops the
+/// listener. The returned future is the merger; run it as a task.
+pub async fn subscribe(
+    chitchat: Arc<Mutex<Chitchat>>,
+    self_id: ChitchatId,
+    counters: Arc<GlobalCounters>,
+    clock: Arc<dyn Clock>,
+) -> (
+    ListenerHandle,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (tx, rx) = mpsc::channel::<Event>(QUEUE);
+    // Start with a scan: gossip runs from the moment chitchat is spawned, so keys may have
+    // arrived before this listener existed.
+    let rescan = Arc::new(AtomicBool::new(true));
+    let handle = {
+        let (counters, rescan, self_id) = (counters.clone(), rescan.clone(), self_id.clone());
+        chitchat
+            .lock()
+            .await
+            .subscribe_event(wire::PREFIX, move |event| {
+                // Runs under chitchat's lock: parse, queue, nothing else.
+                if *event.node == self_id {
+                    return;
+                }
+                match wire::parse(event.key, event.value) {
+                    Ok(update) => {
+                        let event = Event {
+                            node: event.node.clone(),
+                            update,
+                        };
+                        if tx.try_send(event).is_err() {
+                            counters
+                                .stats
+                                .dropped_events
+                                .fetch_add(1, Ordering::Relaxed);
+                            rescan.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        counters.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+    };
+    let merger = merge_loop(chitchat, self_id, counters, clock, rx, rescan);
+    (handle, merger)
+}
+
+async fn merge_loop(
+    chitchat: Arc<Mutex<Chitchat>>,
+    self_id: ChitchatId,
+    counters: Arc<GlobalCounters>,
+    clock: Arc<dyn Clock>,
+    mut rx: mpsc::Receiver<Event>,
+    rescan: Arc<AtomicBool>,
+) {
+    let mut actors: HashMap<ChitchatId, Actor> = HashMap::new();
+    let mut tick = tokio::time::interval(RESCAN_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut batch = Vec::with_capacity(256);
+    loop {
+        tokio::select! {
+            n = rx.recv_many(&mut batch, 1024) => {
+                if n == 0 {
+                    return;
+                }
+                let (now, at) = (clock.now(), Instant::now());
+                for e in batch.drain(..) {
+                    merge_one(&counters, &mut actors, &e.node, &e.update, now, at);
+                }
+            }
+            _ = tick.tick() => {
+                if rescan.swap(false, Ordering::Relaxed) {
+                    let all = scan(&chitchat, &self_id, &counters).await;
+                    tracing::debug!(updates = all.len(), "global counters rescanned");
+                    let (now, at) = (clock.now(), Instant::now());
+                    for (node, u) in &all {
+                        merge_one(&counters, &mut actors, node, u, now, at);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn merge_one(
+    counters: &GlobalCounters,
+    actors: &mut HashMap<ChitchatId, Actor>,
+    node: &ChitchatId,
+    u: &Update,
+    now: u64,
+    at: Instant,
+) {
+    if actors.len() >= MAX_ACTORS && !actors.contains_key(node) {
+        actors.clear();
+    }
+    let a = actors
+        .entry(node.clone())
+        .or_insert_with(|| actor(&node.node_id, node.generation_id));
+    counters.merge(a, u, now);
+    counters.note_merge(&node.node_id, at);
+}
+
+/// Every global key of every other node chitchat knows (dead ones included).
+async fn scan(
+    chitchat: &Mutex<Chitchat>,
+    self_id: &ChitchatId,
+    counters: &GlobalCounters,
+) -> Vec<(ChitchatId, Update)> {
+    let cc = chitchat.lock().await;
+    let mut out = Vec::new();
+    for (id, state) in cc.node_states() {
+        if id == self_id {
+            continue;
+        }
+        for (key, value) in state.iter_prefix(wire::PREFIX) {
+            let key = key.strip_prefix(wire::PREFIX).unwrap_or(key);
+            match wire::parse(key, &value.value) {
+                Ok(u) => out.push((id.clone(), u)),
+                Err(_) => {
+                    counters.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Publishes this node's changed counts every `settings.interval`, deletes keys that no longer
+/// matter, and drops expired windows. Runs until aborted.
+pub async fn publish_loop(
+    chitchat: Arc<Mutex<Chitchat>>,
+    counters: Arc<GlobalCounters>,
+    clock: Arc<dyn Clock>,
+    settings: PublishSettings,
+    nudge: impl Fn(SocketAddr) + Send + 'static,
+) {
+    let mut publisher = Publisher::new(settings.max_published);
+    let mut tick = tokio::time::interval(settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned: Option<Instant> = None;
+    let min_gap = settings.interval / URGENT_DIVISOR;
+    let mut last = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = counters.urgent.notified() => {
+                // A bucket nears its limit: publish now, but never more often than `min_gap`.
+                let since = last.elapsed();
+                if since < min_gap {
+                    tokio::time::sleep(min_gap - since).await;
+                }
+            }
+        }
+        last = Instant::now();
+        let now = clock.now();
+        let round = publisher.round(&counters, now);
+        if !round.set.is_empty() || !round.delete.is_empty() {
+            let peers = {
+                let mut cc = chitchat.lock().await;
+                let state = cc.self_node_state();
+                for (k, v) in round.set {
+                    state.set(k, v);
+                }
+                for k in &round.delete {
+                    state.delete(k);
+                }
+                let me = cc.self_chitchat_id().clone();
+                let live: Vec<SocketAddr> = cc
+                    .live_nodes()
+                    .filter(|id| **id != me)
+                    .map(|id| id.gossip_advertise_addr)
+                    .collect();
+                live
+            };
+            let picked = peers.choose_multiple(&mut rand::rng(), NUDGE_FANOUT);
+            for peer in picked {
+                nudge(*peer);
+            }
+        }
+        counters.purge(now);
+        if round.refused > 0 && warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            warned = Some(Instant::now());
+            tracing::warn!(
+                cap = settings.max_published,
+                refused = round.refused,
+                "per-node cap on published global keys reached: new hot buckets are decided \
+                 from local counts plus peers' and not published until keys expire \
+                 (see ringlimit_global_unpublished_total)"
+            );
+        }
+    }
+}
+
+/// What one publish round writes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub set: Vec<(String, String)>,
+    pub delete: Vec<String>,
+    /// Buckets with new hits not published because of the cap.
+    pub refused: u64,
+}
+
+/// The publisher's memory: which keys this node publishes, for which window.
+#[derive(Debug)]
+pub struct Publisher {
+    /// Bucket id → (period ms, window of its last published value).
+    published: HashMap<u64, (u64, u64)>,
+    max_published: usize,
+}
+
+impl Publisher {
+    pub fn new(max_published: usize) -> Self {
+        Self {
+            published: HashMap::new(),
+            max_published,
+        }
+    }
+
+    /// Plans one round at `now` (pure but for draining the dirty set and the stats).
+    pub fn round(&mut self, counters: &GlobalCounters, now: u64) -> Round {
+        let mut round = Round::default();
+        for (id, period_ms) in counters.take_dirty() {
+            if !self.published.contains_key(&id) && self.published.len() >= self.max_published {
+                round.refused += 1;
+                continue;
+            }
+            let window = now / period_ms.saturating_mul(NANOS_PER_MS).max(1);
+            let (current, previous) = counters.own_counts(id, period_ms, window);
+            self.published.insert(id, (period_ms, window));
+            let u = Update {
+                id,
+                period_ms,
+                window,
+                current,
+                previous,
+            };
+            round.set.push((wire::key(id), wire::value(&u)));
+        }
+        self.published.retain(|id, (period_ms, window)| {
+            let current = now / period_ms.saturating_mul(NANOS_PER_MS).max(1);
+            // Both counts in the value are of windows that ended: nobody reads them any more.
+            let stale = current >= window.saturating_add(2);
+            if stale {
+                round.delete.push(wire::key(*id));
+            }
+            !stale
+        });
+        counters
+            .stats
+            .unpublished
+            .fetch_add(round.refused, Ordering::Relaxed);
+        counters
+            .stats
+            .published
+            .store(self.published.len() as u64, Ordering::Relaxed);
+        round
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::test_support::{SEC, rule};
+    use ringlimit_proto::Algorithm;
+
+    const W0: u64 = 1_700_000_000 * SEC;
+
+    #[test]
+    fn publishes_changed_buckets_once_and_deletes_stale_ones() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let r = rule(Algorithm::FixedWindow, 100, 20_000, 100);
+        let mut p = Publisher::new(10);
+        let w = W0 / r.period_ns;
+        c.check(7, &r, W0, 3);
+        let round = p.round(&c, W0 + SEC);
+        assert_eq!(round.set, vec![(wire::key(7), format!("20000:{w}:3:0"))],);
+        // Nothing new: nothing written.
+        assert_eq!(p.round(&c, W0 + 2 * SEC), Round::default());
+        // Next window: the value carries the final count as `previous`.
+        c.check(7, &r, W0 + 21 * SEC, 1);
+        let round = p.round(&c, W0 + 21 * SEC);
+        assert_eq!(
+            round.set,
+            vec![(wire::key(7), format!("20000:{}:1:3", w + 1))]
+        );
+        assert!(round.delete.is_empty());
+        // Two windows later both counts are over: the key goes.
+        let round = p.round(&c, W0 + 60 * SEC);
+        assert_eq!(round.delete, vec![wire::key(7)]);
+        assert_eq!(c.stats.published.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_cap_refuses_new_keys_and_counts_them() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let r = rule(Algorithm::FixedWindow, 100, 20_000, 100);
+        let mut p = Publisher::new(2);
+        for id in [1, 2, 3] {
+            c.check(id << 40, &r, W0, 1);
+        }
+        let round = p.round(&c, W0);
+        assert_eq!(round.set.len(), 2);
+        assert_eq!(round.refused, 1);
+        assert_eq!(c.stats.unpublished.load(Ordering::Relaxed), 1);
+        assert_eq!(c.stats.published.load(Ordering::Relaxed), 2);
+        // A published bucket is still updated at the cap.
+        let published = round.set[0].0.clone();
+        let id = u64::from_str_radix(published.strip_prefix("g:").unwrap_or(""), 16).unwrap_or(0);
+        c.check(id, &r, W0, 1);
+        let round = p.round(&c, W0);
+        assert_eq!(round.set.len(), 1);
+        assert_eq!(round.refused, 0);
+    }
+}
