@@ -2,7 +2,7 @@
 //! and phrase the answer. Everything a node answers for a key it owns goes through here.
 
 use crate::clock::{Clock, NANOS_PER_MS};
-use crate::limiter::Rule;
+use crate::limiter::{Decision, Rule};
 use crate::rules::{self, FieldError, Mode, NamedRule, OnOwnerUnreachable, RuleSet};
 use crate::store::Store;
 use arc_swap::ArcSwap;
@@ -186,14 +186,18 @@ impl Engine {
     /// Decides a prepared check (see [`Engine::prepare`]) now.
     pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
         let now = self.clock.now();
-        let d = self.store.check(id, rule, now, cost);
-        CheckAnswer {
-            allowed: d.allowed,
-            limit: rule.limit,
-            remaining: d.remaining,
-            reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
-            retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
-            degraded: false,
-        }
+        answer(&self.store.check(id, rule, now, cost), rule)
+    }
+}
+
+/// The contract's answer for a decision under `rule` (not degraded; times rounded up to ms).
+pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
+    CheckAnswer {
+        allowed: d.allowed,
+        limit: rule.limit,
+        remaining: d.remaining,
+        reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
+        retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
+        degraded: false,
     }
 }

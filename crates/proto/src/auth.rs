@@ -27,15 +27,10 @@ pub fn proof(
     server_nonce: &[u8; NONCE_LEN],
     cluster_id: &str,
 ) -> [u8; PROOF_LEN] {
-    let mut mac = keyed(secret);
-    mac.update(match role {
-        Role::Server => b"ringlimit-server",
-        Role::Client => b"ringlimit-client",
-    });
-    mac.update(client_nonce);
-    mac.update(server_nonce);
-    mac.update(cluster_id.as_bytes());
-    mac.finalize().into_bytes().into()
+    exchange(secret, role, client_nonce, server_nonce, cluster_id)
+        .finalize()
+        .into_bytes()
+        .into()
 }
 
 /// Checks a proof in constant time.
@@ -47,6 +42,19 @@ pub fn verify(
     cluster_id: &str,
     given: &[u8],
 ) -> bool {
+    exchange(secret, role, client_nonce, server_nonce, cluster_id)
+        .verify_slice(given)
+        .is_ok()
+}
+
+/// The MAC over one handshake, before finalising: what `proof` gives and `verify` checks.
+fn exchange(
+    secret: &[u8],
+    role: Role,
+    client_nonce: &[u8; NONCE_LEN],
+    server_nonce: &[u8; NONCE_LEN],
+    cluster_id: &str,
+) -> Hmac<Sha256> {
     let mut mac = keyed(secret);
     mac.update(match role {
         Role::Server => b"ringlimit-server",
@@ -55,7 +63,7 @@ pub fn verify(
     mac.update(client_nonce);
     mac.update(server_nonce);
     mac.update(cluster_id.as_bytes());
-    mac.verify_slice(given).is_ok()
+    mac
 }
 
 /// A MAC tag over one datagram (gossip), 16 bytes of HMAC-SHA256.

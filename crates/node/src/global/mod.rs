@@ -49,7 +49,6 @@ pub mod wire;
 pub use counters::{Actor, GlobalCounters, GlobalStats, actor};
 pub use publish::PublishSettings;
 
-use crate::clock::NANOS_PER_MS;
 use crate::limiter::Rule;
 use ringlimit_proto::CheckAnswer;
 
@@ -61,14 +60,6 @@ pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
 impl GlobalCounters {
     /// Decides a global check and phrases the contract's answer (never degraded).
     pub fn answer(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> CheckAnswer {
-        let d = self.check(id, rule, now, cost);
-        CheckAnswer {
-            allowed: d.allowed,
-            limit: rule.limit,
-            remaining: d.remaining,
-            reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
-            retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
-            degraded: false,
-        }
+        crate::engine::answer(&self.check(id, rule, now, cost), rule)
     }
 }

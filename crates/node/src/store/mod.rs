@@ -120,15 +120,26 @@ impl Store {
         let mut state = BucketState::fresh(rule);
         let decision = state.decide(rule, now, cost);
         if decision.allowed && cost > 0 {
-            let mut evicted = EvictedAt {
-                now,
-                ..EvictedAt::default()
-            };
-            shard.insert_with_lifecycle(id, state, &mut evicted);
-            drop(shard);
-            self.record(&evicted);
+            self.insert(shard, id, state, now);
         }
         decision
+    }
+
+    /// Inserts a new bucket into its (locked) shard, counting what that evicts.
+    fn insert(
+        &self,
+        mut shard: parking_lot::MutexGuard<'_, ShardCache>,
+        id: u64,
+        state: BucketState,
+        now: u64,
+    ) {
+        let mut evicted = EvictedAt {
+            now,
+            ..EvictedAt::default()
+        };
+        shard.insert_with_lifecycle(id, state, &mut evicted);
+        drop(shard);
+        self.record(&evicted);
     }
 
     /// Reads a bucket's state without deciding or touching recency.
@@ -166,13 +177,7 @@ impl Store {
             mine.absorb(state, now);
             return;
         }
-        let mut evicted = EvictedAt {
-            now,
-            ..EvictedAt::default()
-        };
-        shard.insert_with_lifecycle(id, state, &mut evicted);
-        drop(shard);
-        self.record(&evicted);
+        self.insert(shard, id, state, now);
     }
 
     /// Drops a bucket (admin reset).
