@@ -3,7 +3,7 @@
 #
 # 1. Throughput: the same named rule over a small hot key set, checked through one node of
 #    three, once as `mode: global` (answered on the spot from gossiped counters) and once as
-#    `mode: owner` (two thirds of the checks forwarded to their owner). wrk, bench/wrk/named.lua.
+#    `mode: owner` (two thirds of the checks forwarded to their owner). wrk, bench/wrk/check.lua with RULE.
 # 2. Accuracy: over-admission as a function of --global-publish-ms. For each interval, three
 #    fresh nodes; a steady LOAD_RATE checks/s on one hot key, round-robin over the three, for one
 #    aligned window of a fixed-window global rule of ACC_LIMIT per ACC_PERIOD_MS; admitted vs
@@ -111,8 +111,8 @@ to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
 # wrk against node 0 with RULE; prints "rps p50_ms p99_ms"
 load() { # label rule
   local out="$OUT_DIR/$1.txt"
-  RULE="$2" timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
-    -s "$BENCH_DIR/wrk/named.lua" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
+  RULE="$2" KEY_PREFIX=hot: timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
+    -s "$BENCH_DIR/wrk/check.lua" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
   local rps p50 p99
   rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
   p50=$(awk '$1 == "50%" {print $2}' "$out")

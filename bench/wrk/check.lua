@@ -1,4 +1,5 @@
--- wrk script: one POST /v1/check per request, random key per request.
+-- wrk script: one POST /v1/check per request, random key per request; an inline token-bucket
+-- rule, or the configured rule named by RULE.
 --
 --   wrk -t2 -c32 -d10s -s bench/wrk/check.lua http://127.0.0.1:PORT
 --
@@ -6,6 +7,8 @@
 --   KEYSPACE         number of distinct keys (default 100000)
 --   CHECK_LIMIT      inline token-bucket limit (default 100)
 --   CHECK_PERIOD_MS  inline token-bucket period (default 1000)
+--   RULE             name a configured rule instead of the inline one (e.g. hot-global)
+--   KEY_PREFIX       keys are KEY_PREFIX .. n (default "user:")
 --
 -- Each wrk thread runs its own Lua state, so the allowed/denied counters are per-thread
 -- globals; setup() keeps a handle on every thread and done() (which runs in the main state)
@@ -16,9 +19,15 @@ local limit    = tonumber(os.getenv("CHECK_LIMIT") or "100")
 local period   = tonumber(os.getenv("CHECK_PERIOD_MS") or "1000")
 
 local headers = { ["Content-Type"] = "application/json" }
-local prefix  = '{"key":"user:'
-local suffix  = string.format('","limit":%d,"period_ms":%d,"algorithm":"token_bucket","cost":1}',
-                              limit, period)
+local rule     = os.getenv("RULE")
+local prefix  = '{"key":"' .. (os.getenv("KEY_PREFIX") or "user:")
+local suffix
+if rule then
+   suffix = string.format('","rule":"%s"}', rule)
+else
+   suffix = string.format('","limit":%d,"period_ms":%d,"algorithm":"token_bucket","cost":1}',
+                          limit, period)
+end
 
 local threads = {}
 local nthreads = 0
