@@ -87,7 +87,7 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_CONFIG_POLL_MS", value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(10..))]
     pub config_poll_ms: u64,
-    /// Gossip round interval in milliseconds (a killed node is declared dead after ~10 rounds).
+    /// Gossip round interval in milliseconds (a killed node is declared dead after ~13 rounds).
     #[arg(long, env = "RINGLIMIT_GOSSIP_INTERVAL_MS", value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(10..=10_000))]
     pub gossip_interval_ms: u64,

@@ -185,7 +185,14 @@ impl Engine {
 
     /// Decides a prepared check (see [`Engine::prepare`]) now.
     pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
-        let now = self.clock.now();
+        self.decide_at(id, rule, cost, self.clock.now())
+    }
+
+    /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the
+    /// clock once for all their checks: on this VM a clock read (kvm-clock, serialising) costs
+    /// more than the store lookup it precedes (155 vs 69 ns per check in
+    /// `cargo bench --bench store`), and one instant for a whole batch is what a batch means.
+    pub fn decide_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
         answer(&self.store.check(id, rule, now, cost), rule)
     }
 }

@@ -190,7 +190,7 @@ impl Router {
     /// Decides one prepared check wherever it belongs.
     pub async fn route(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
         if p.resolved.mode == Mode::Global {
-            return Ok(self.decide_global(p));
+            return Ok(self.decide_global(p, self.engine.clock().now()));
         }
         let view = self.view.load();
         match self.owner(&view, p) {
@@ -204,9 +204,9 @@ impl Router {
         }
     }
 
-    /// A global check: decided here from the merged counters, never forwarded, never degraded.
-    fn decide_global(&self, p: &Prepared<'_>) -> CheckAnswer {
-        let now = self.engine.clock().now();
+    /// A global check at `now`: decided here from the merged counters, never forwarded, never
+    /// degraded.
+    fn decide_global(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
         self.global.answer(p.id, &p.resolved.rule, now, p.cost)
     }
 
@@ -217,13 +217,20 @@ impl Router {
         let mut results: Vec<Option<Result<CheckAnswer, CheckError>>> =
             Vec::with_capacity(items.len());
         let mut groups: HashMap<Arc<str>, (Arc<PeerClient>, Vec<usize>)> = HashMap::new();
+        // One instant for the whole batch (see `Engine::decide_at`).
+        let now = self.engine.clock().now();
         for (i, p) in items.iter().enumerate() {
             if p.resolved.mode == Mode::Global {
-                results.push(Some(Ok(self.decide_global(p))));
+                results.push(Some(Ok(self.decide_global(p, now))));
                 continue;
             }
             match self.owner(&view, p) {
-                None => results.push(Some(Ok(self.engine.decide(p.id, &p.resolved.rule, p.cost)))),
+                None => results.push(Some(Ok(self.engine.decide_at(
+                    p.id,
+                    &p.resolved.rule,
+                    p.cost,
+                    now,
+                )))),
                 Some((owner, client)) => {
                     results.push(None);
                     groups

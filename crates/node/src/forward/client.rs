@@ -48,8 +48,6 @@ pub struct PeerSettings {
 /// Why a forward failed. Each makes the caller fall back; none is the client's fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardError {
-    #[error("no connection to the owner")]
-    NotConnected,
     #[error("the owner's circuit is open")]
     CircuitOpen,
     #[error("the queue to the owner is full")]
@@ -147,9 +145,9 @@ impl PeerClient {
 
     /// Sends a group of checks and waits, at most the deadline, for their answers (in order).
     pub async fn send(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        if !self.shared.connected.load(Ordering::Acquire) {
-            return Err(ForwardError::NotConnected);
-        }
+        // Not connected yet: while the first connection is being made, checks queue for it
+        // (bounded by their deadline) rather than fail open; once a connection attempt has failed
+        // or a connection was lost, the circuit is open and they fail open at once.
         if self.shared.is_open() {
             return Err(ForwardError::CircuitOpen);
         }
@@ -217,7 +215,13 @@ async fn connection_loop(
             }
             _ => {}
         }
-        // Whatever was queued can no longer be answered: its callers fall back now.
+        // No connection now: checks fail open at once until the next attempt succeeds, and
+        // whatever was queued can no longer be answered: its callers fall back now.
+        shared.open(
+            backoff
+                .max(Duration::from_millis(100))
+                .max(settings.open_for),
+        );
         while rx.try_recv().is_ok() {}
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -139,11 +139,13 @@ impl PeerServer {
                 }
             };
             self.stats.frames.fetch_add(1, Ordering::Relaxed);
+            // One instant for the whole frame (see `Engine::decide_at`).
+            let now = self.engine.clock().now();
             let answers: Vec<AnswerGroup> = groups
                 .into_iter()
                 .map(|g| AnswerGroup {
                     id: g.id,
-                    answers: g.checks.iter().map(|c| self.decide(c)).collect(),
+                    answers: g.checks.iter().map(|c| self.decide(c, now)).collect(),
                 })
                 .collect();
             if let Err(e) = framing::send(&mut conn, &Frame::Answers(answers)).await {
@@ -179,8 +181,8 @@ impl PeerServer {
         Ok(peer)
     }
 
-    /// Decides a forwarded check here, whatever this node's ring says.
-    fn decide(&self, c: &PeerCheck) -> PeerAnswer {
+    /// Decides a forwarded check here at `now`, whatever this node's ring says.
+    fn decide(&self, c: &PeerCheck, now: u64) -> PeerAnswer {
         self.stats.checks.fetch_add(1, Ordering::Relaxed);
         let spec = match &c.rule {
             RuleRef::Named(name) => RuleSpec::Named(name),
@@ -190,11 +192,10 @@ impl PeerServer {
             // A global rule reached through the SDK (which sends every check to an owner):
             // decided from the global counters like any global check.
             Ok((resolved, id)) if resolved.mode == Mode::Global => {
-                let now = self.engine.clock().now();
                 PeerAnswer::Answer(self.global.answer(id, &resolved.rule, now, c.cost))
             }
             Ok((resolved, id)) => {
-                PeerAnswer::Answer(self.engine.decide(id, &resolved.rule, c.cost))
+                PeerAnswer::Answer(self.engine.decide_at(id, &resolved.rule, c.cost, now))
             }
             Err(e) => error_answer(&e),
         }
