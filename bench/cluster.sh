@@ -17,72 +17,15 @@ CONNS="${CONNS:-8}"
 export KEYSPACE="${KEYSPACE:-100000}"
 export CHECK_LIMIT="${CHECK_LIMIT:-100}"
 export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/cluster-$(date +%Y%m%d-%H%M%S)}"
 BASE_PORT="${BASE_PORT:-39100}"
 mkdir -p "$OUT_DIR"
 
-log() { printf '[cluster.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-command -v wrk >/dev/null || { log "installing wrk"; apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+SCRIPT=cluster.sh
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
 
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT INT TERM
-
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  log "building ringlimit (release)"
-  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-fi
-BIN="$CARGO_TARGET_DIR/release/ringlimit"
-
-http_port() { echo $((BASE_PORT + $1)); }
-peer_port() { echo $((BASE_PORT + 50 + $1)); }
-
-start_nodes() { # N
-  local n=$1 seeds="" i
-  for ((i = 0; i < n; i++)); do seeds+="127.0.0.1:$(peer_port "$i"),"; done
-  for ((i = 0; i < n; i++)); do
-    RUST_LOG=warn "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
-      --peer "127.0.0.1:$(peer_port "$i")" --seeds "${seeds%,}" 2>"$OUT_DIR/node-$n-$i.log" &
-    PIDS+=($!)
-  done
-  local deadline=$((SECONDS + 20))
-  for ((i = 0; i < n; i++)); do
-    until curl -sf "http://127.0.0.1:$(http_port "$i")/v1/cluster" | grep -q "\"ring_members\":$n"; do
-      [ $SECONDS -lt $deadline ] || { log "cluster of $n did not form"; exit 1; }
-      sleep 0.1
-    done
-  done
-}
-
-stop_nodes() {
-  cleanup
-  PIDS=()
-  sleep 0.5
-}
-
-# wrk against node 0; prints "rps p50_ms p99_ms"
-load() { # label script
-  local out="$OUT_DIR/$1.txt"
-  timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
-    -s "$BENCH_DIR/wrk/$2" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
-  local rps p50 p99
-  rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
-  p50=$(awk '$1 == "50%" {print $2}' "$out")
-  p99=$(awk '$1 == "99%" {print $2}' "$out")
-  echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
-}
-
-to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
-  awk -v v="$1" 'BEGIN {
-    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
-    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
-    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
-    else printf "nan" }'
-}
+load() { wrk_load "$@"; }
 
 # /v1/cluster of node 0 into $OUT_DIR/<name>.json
 snap() { curl -s "http://127.0.0.1:$(http_port 0)/v1/cluster" >"$OUT_DIR/$1.json"; }
@@ -96,19 +39,18 @@ print(round((b["peer_checks"] - a["peer_checks"]) / frames, 2) if frames else 0)
 PY
 }
 
-median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 declare -A R
 for ((run = 1; run <= RUNS; run++)); do
   log "round $run: single node"
-  start_nodes 1
+  start_nodes 1 single
   load "single-warmup" check.lua >/dev/null
   read -r rps p50 p99 <<<"$(load "single-$run" check.lua)"
   R[single_rps]+="$rps "; R[single_p99]+="$p99 "; R[single_p50]+="$p50 "
   stop_nodes
 
   log "round $run: one node of three"
-  start_nodes 3
+  start_nodes 3 cluster
   load "cluster-warmup" check.lua >/dev/null
   snap "before-$run"
   read -r rps p50 p99 <<<"$(load "cluster-$run" check.lua)"

@@ -29,26 +29,13 @@ ACC_PERIOD_MS="${ACC_PERIOD_MS:-4000}"
 LOAD_RATE="${LOAD_RATE:-250}"
 ACC_RUNS="${ACC_RUNS:-1}"
 GOSSIP_MS="${GOSSIP_MS:-100}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/global-$(date +%Y%m%d-%H%M%S)}"
 BASE_PORT="${BASE_PORT:-39300}"
 mkdir -p "$OUT_DIR"
 
-log() { printf '[global.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-command -v wrk >/dev/null || { log "installing wrk"; apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT INT TERM
-
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  log "building ringlimit (release)"
-  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-fi
-BIN="$CARGO_TARGET_DIR/release/ringlimit"
+SCRIPT=global.sh
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
 
 RULES="$OUT_DIR/rules.yaml"
 cat >"$RULES" <<YAML
@@ -72,52 +59,14 @@ rules:
     mode: global
 YAML
 
-http_port() { echo $((BASE_PORT + $1)); }
-peer_port() { echo $((BASE_PORT + 50 + $1)); }
-
-start_nodes() { # N PUBLISH_MS LABEL
-  local n=$1 publish=$2 label=$3 seeds="" i
-  for ((i = 0; i < n; i++)); do seeds+="127.0.0.1:$(peer_port "$i"),"; done
-  for ((i = 0; i < n; i++)); do
-    RUST_LOG=warn "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
-      --peer "127.0.0.1:$(peer_port "$i")" --seeds "${seeds%,}" --config "$RULES" \
-      --gossip-interval-ms "$GOSSIP_MS" --global-publish-ms "$publish" \
-      2>"$OUT_DIR/node-$label-$i.log" &
-    PIDS+=($!)
-  done
-  local deadline=$((SECONDS + 20))
-  for ((i = 0; i < n; i++)); do
-    until curl -sf "http://127.0.0.1:$(http_port "$i")/v1/cluster" | grep -q "\"ring_members\":$n"; do
-      [ $SECONDS -lt $deadline ] || { log "cluster of $n did not form"; exit 1; }
-      sleep 0.1
-    done
-  done
+# Three nodes with the rules above, publishing global counters every PUBLISH_MS.
+start_global_nodes() { # PUBLISH_MS LABEL
+  start_nodes 3 "$2" --config "$RULES" --gossip-interval-ms "$GOSSIP_MS" --global-publish-ms "$1"
 }
 
-stop_nodes() {
-  cleanup
-  PIDS=()
-  sleep 0.5
-}
-
-to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
-  awk -v v="$1" 'BEGIN {
-    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
-    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
-    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
-    else printf "nan" }'
-}
-
-# wrk against node 0 with RULE; prints "rps p50_ms p99_ms"
+# wrk with check.lua naming RULE over the hot keys; prints "rps p50_ms p99_ms".
 load() { # label rule
-  local out="$OUT_DIR/$1.txt"
-  RULE="$2" KEY_PREFIX=hot: timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
-    -s "$BENCH_DIR/wrk/check.lua" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
-  local rps p50 p99
-  rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
-  p50=$(awk '$1 == "50%" {print $2}' "$out")
-  p99=$(awk '$1 == "99%" {print $2}' "$out")
-  echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
+  RULE="$2" KEY_PREFIX=hot: wrk_load "$1" check.lua
 }
 
 forwarded() { # node 0's forwarded checks so far
@@ -125,7 +74,6 @@ forwarded() { # node 0's forwarded checks so far
     python3 -c 'import json,sys; print(json.load(sys.stdin)["forwarding"]["forwarded"])'
 }
 
-median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 # One aligned window of paced load on the `acc` rule, round-robin over three nodes.
 # Prints "admitted sent late_ms_max".
@@ -179,7 +127,7 @@ declare -A R
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   for ((run = 1; run <= RUNS; run++)); do
     log "throughput round $run: one node of three, $KEYSPACE hot keys"
-    start_nodes 3 100 "tput"
+    start_global_nodes 100 tput
     load "warmup" hot-global >/dev/null
     f0=$(forwarded)
     read -r rps p50 p99 <<<"$(load "global-$run" hot-global)"
@@ -197,7 +145,7 @@ declare -A ACC
 for interval in $INTERVALS; do
   for ((run = 1; run <= ACC_RUNS; run++)); do
     log "accuracy: --global-publish-ms $interval, round $run"
-    start_nodes 3 "$interval" "acc-$interval"
+    start_global_nodes "$interval" "acc-$interval"
     read -r admitted sent late <<<"$(paced_window 2>>"$OUT_DIR/acc-$interval.err")"
     echo "$admitted $sent $late" >>"$OUT_DIR/acc-$interval.txt"
     ACC[$interval]+="$admitted "

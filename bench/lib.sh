@@ -1,0 +1,73 @@
+# Shared helpers of the cluster benchmarks (bench/cluster.sh, bench/global.sh): source it after
+# setting BENCH_DIR, REPO, OUT_DIR, BASE_PORT and SCRIPT (the caller's name, for log lines).
+# Everything runs on 127.0.0.1.
+
+log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
+command -v wrk >/dev/null || { log "installing wrk"; apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT INT TERM
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  log "building ringlimit (release)"
+  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
+fi
+BIN="$CARGO_TARGET_DIR/release/ringlimit"
+
+http_port() { echo $((BASE_PORT + $1)); }
+peer_port() { echo $((BASE_PORT + 50 + $1)); }
+
+# Starts N nodes seeded with each other and waits (bounded) until each sees all N in its ring.
+start_nodes() { # N LABEL [extra ringlimit serve flags...]
+  local n=$1 label=$2 seeds="" i
+  shift 2
+  for ((i = 0; i < n; i++)); do seeds+="127.0.0.1:$(peer_port "$i"),"; done
+  for ((i = 0; i < n; i++)); do
+    RUST_LOG=warn "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
+      --peer "127.0.0.1:$(peer_port "$i")" --seeds "${seeds%,}" "$@" \
+      2>"$OUT_DIR/node-$label-$i.log" &
+    PIDS+=($!)
+  done
+  local deadline=$((SECONDS + 20))
+  for ((i = 0; i < n; i++)); do
+    until curl -sf "http://127.0.0.1:$(http_port "$i")/v1/cluster" | grep -q "\"ring_members\":$n"; do
+      [ $SECONDS -lt $deadline ] || { log "cluster of $n did not form"; exit 1; }
+      sleep 0.1
+    done
+  done
+}
+
+stop_nodes() {
+  cleanup
+  PIDS=()
+  sleep 0.5
+}
+
+to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
+  awk -v v="$1" 'BEGIN {
+    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
+    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
+    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
+    else printf "nan" }'
+}
+
+# wrk -t2 -c$CONNS for $DURATION s against node 0 with a script of bench/wrk; the raw output goes
+# to $OUT_DIR/LABEL.txt; prints "rps p50_ms p99_ms". The script reads its settings from the
+# environment (KEYSPACE, RULE, ...).
+wrk_load() { # LABEL SCRIPT
+  local out="$OUT_DIR/$1.txt"
+  timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
+    -s "$BENCH_DIR/wrk/$2" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
+  local rps p50 p99
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
+  p50=$(awk '$1 == "50%" {print $2}' "$out")
+  p99=$(awk '$1 == "99%" {print $2}' "$out")
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
