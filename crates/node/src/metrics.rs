@@ -199,44 +199,27 @@ pub async fn render(State(state): State<AppState>) -> Response {
         .set(i64::try_from(store.len()).unwrap_or(i64::MAX));
     // Store counters are the source of truth; mirror them into the registry at scrape time.
     let stats = store.stats();
-    let sync = |c: &Counter, v: u64| {
-        let cur = c.get();
-        if v > cur {
-            c.inc_by(v - cur);
-        }
-    };
-    sync(&m.evictions, stats.evictions.load(Ordering::Relaxed));
-    sync(
-        &m.evictions_limiting,
-        stats.evictions_limiting.load(Ordering::Relaxed),
-    );
-    sync(&m.forwarded, router.stats.forwarded.load(Ordering::Relaxed));
-    sync(&m.fail_open, router.stats.fail_open.load(Ordering::Relaxed));
-    sync(
-        &m.peer_frames,
-        router.peer_stats.frames.load(Ordering::Relaxed),
-    );
-    sync(
-        &m.peer_checks,
-        router.peer_stats.checks.load(Ordering::Relaxed),
-    );
     let global = router.global();
+    for (counter, source) in [
+        (&m.evictions, &stats.evictions),
+        (&m.evictions_limiting, &stats.evictions_limiting),
+        (&m.forwarded, &router.stats.forwarded),
+        (&m.fail_open, &router.stats.fail_open),
+        (&m.peer_frames, &router.peer_stats.frames),
+        (&m.peer_checks, &router.peer_stats.checks),
+        (&m.global_unpublished, &global.stats.unpublished),
+        (&m.global_evicted, &global.stats.evicted),
+        (&m.global_dropped_events, &global.stats.dropped_events),
+    ] {
+        let (now, shown) = (source.load(Ordering::Relaxed), counter.get());
+        if now > shown {
+            counter.inc_by(now - shown);
+        }
+    }
     m.global_counters
         .set(i64::try_from(global.len()).unwrap_or(i64::MAX));
     m.global_published
         .set(i64::try_from(global.stats.published.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
-    sync(
-        &m.global_unpublished,
-        global.stats.unpublished.load(Ordering::Relaxed),
-    );
-    sync(
-        &m.global_evicted,
-        global.stats.evicted.load(Ordering::Relaxed),
-    );
-    sync(
-        &m.global_dropped_events,
-        global.stats.dropped_events.load(Ordering::Relaxed),
-    );
     let view = router.view();
     for (label, st) in [
         ("alive", crate::cluster::MemberState::Alive),

@@ -139,12 +139,11 @@ impl Router {
                 continue;
             };
             let n = buckets.len();
-            let keep = buckets.clone();
-            match crate::forward::handover::push(addr, &self.settings, buckets).await {
+            match crate::forward::handover::push(addr, &self.settings, &buckets).await {
                 Ok(_) => moved += n,
                 Err(e) => {
                     tracing::warn!(%owner, error = %e, buckets = n, "handover failed; keeping the buckets here");
-                    for (id, st) in keep {
+                    for (id, st) in buckets {
                         self.engine.store().absorb(id, st, now);
                     }
                 }

@@ -67,23 +67,22 @@ pub fn from_wire(state: WireState) -> BucketState {
 }
 
 /// Sends `buckets` to the node at `addr` on a connection of its own; returns how many it merged.
+/// Borrowed, so that the caller can keep them if the push fails.
 pub async fn push(
     addr: &str,
     settings: &PeerSettings,
-    buckets: Vec<(u64, BucketState)>,
+    buckets: &[(u64, BucketState)],
 ) -> Result<u64, String> {
     let mut conn = tokio::time::timeout(settings.connect_timeout, connect(addr, settings))
         .await
         .map_err(|_| "connect timed out".to_string())??;
     let mut merged = 0;
-    let mut it = buckets.into_iter().peekable();
-    while it.peek().is_some() {
-        let chunk: Vec<HandedBucket> = it
-            .by_ref()
-            .take(PER_FRAME)
+    for chunk in buckets.chunks(PER_FRAME) {
+        let chunk: Vec<HandedBucket> = chunk
+            .iter()
             .map(|(id, st)| HandedBucket {
-                id,
-                state: to_wire(&st),
+                id: *id,
+                state: to_wire(st),
             })
             .collect();
         framing::send(&mut conn, &Frame::Handover(chunk))

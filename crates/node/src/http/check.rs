@@ -111,15 +111,8 @@ fn explain<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> ApiError {
     )
 }
 
-/// Parses one check body and its rule (nothing is decided yet).
-fn parse_check(bytes: &[u8]) -> Result<CheckBody<'_>, ApiError> {
-    let body: CheckBody<'_> = parse(bytes)?;
-    body.spec()?;
-    Ok(body)
-}
-
 async fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
-    let body = parse_check(bytes)?;
+    let body: CheckBody<'_> = parse(bytes)?;
     let spec = body.spec()?;
     let p = state
         .router
@@ -225,7 +218,7 @@ pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejec
     let bodies: Vec<Result<CheckBody<'_>, ApiError>> = batch
         .checks
         .iter()
-        .map(|raw| parse_check(raw.get().as_bytes()))
+        .map(|raw| parse(raw.get().as_bytes()))
         .collect();
     let mut results: Vec<Option<BatchItem>> = Vec::with_capacity(bodies.len());
     let mut prepared = Vec::with_capacity(bodies.len());
