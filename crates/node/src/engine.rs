@@ -1,8 +1,8 @@
 //! The local decision path: resolve a check's rule, identify its bucket, let the store decide,
 //! and phrase the answer. Everything a node answers for a key it owns goes through here.
 
-use crate::clock::{Clock, NANOS_PER_MS};
-use crate::limiter::{Decision, Rule};
+use crate::clock::Clock;
+use crate::limiter::Rule;
 use crate::rules::{self, FieldError, Mode, NamedRule, OnOwnerUnreachable, RuleSet};
 use crate::store::Store;
 use arc_swap::ArcSwap;
@@ -197,14 +197,4 @@ impl Engine {
     }
 }
 
-/// The contract's answer for a decision under `rule` (not degraded; times rounded up to ms).
-pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
-    CheckAnswer {
-        allowed: d.allowed,
-        limit: rule.limit,
-        remaining: d.remaining,
-        reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
-        retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
-        degraded: false,
-    }
-}
+pub use ringlimit_core::rule::answer;

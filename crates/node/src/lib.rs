@@ -4,9 +4,8 @@
 //! buckets, deciding with pure algorithms over an injected clock.
 //!
 //! # Layout
-//! - [`clock`] — the `Clock` trait; system and manual clocks.
-//! - [`limiter`] — the algorithms, one module each, pure `decide(state, rule, now, cost)`.
-//! - [`store`] — sharded, bounded (CLOCK-PRO) bucket store keyed by 64-bit identities.
+//! - [`clock`], [`limiter`], [`store`] — re-exported from `ringlimit-core` (shared with the SDK):
+//!   clocks, the algorithms, the bounded bucket store.
 //! - [`rules`] — rule validation, rules file, built-in rules, bucket identities.
 //! - [`engine`] — resolve a check, decide it on the store, phrase the answer.
 //! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
@@ -19,20 +18,19 @@
 //! - [`reload`] — rules file hot reload.
 //! - [`node`] — wiring: [`run`] is the whole node.
 
-pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod forward;
 pub mod global;
 pub mod http;
-pub mod limiter;
 pub mod metrics;
 pub mod node;
 pub mod reload;
 pub mod router;
 pub mod rules;
-pub mod store;
+
+pub use ringlimit_core::{clock, limiter, store};
 
 pub use config::NodeConfig;
 pub use node::{Listeners, NodeError, run, shutdown_signal};

@@ -6,7 +6,7 @@ use crate::cluster::View;
 use crate::engine::{CheckError, Engine, Resolved, RuleSpec};
 use crate::forward::{ForwardError, PeerClient, PeerSettings, PeerStats};
 use crate::global::GlobalCounters;
-use crate::limiter::Rule;
+
 use crate::rules::{Mode, OnOwnerUnreachable};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -342,16 +342,7 @@ impl Router {
     }
 }
 
-/// This node's share of a rule when it must decide alone: limit and burst divided by the
-/// members that share the load, rounded up (a share is never zero).
-pub fn share_of(rule: &Rule, members: usize) -> Rule {
-    let n = members.max(1) as u64;
-    Rule {
-        limit: rule.limit.div_ceil(n),
-        burst: rule.burst.div_ceil(n),
-        ..*rule
-    }
-}
+pub use ringlimit_core::rule::share_of;
 
 fn peer_check(p: &Prepared<'_>) -> PeerCheck {
     PeerCheck {

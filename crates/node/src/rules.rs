@@ -1,144 +1,18 @@
-//! Rules: validation, the rules file, built-in defaults, and each bucket's identity.
+//! Rules: the rules file, built-in defaults, and the rule set in force.
 //!
-//! One validation serves every way a rule arrives (rules file, inline in a request, later the
-//! peer protocol), so a rule the file would refuse is refused inline with the same words.
+//! Parameter validation and bucket identities live in [`ringlimit_core::rule`], shared with the
+//! SDK; this module adds names, modes and the YAML file.
 
-use crate::limiter::{self, Rule};
-use ringlimit_proto::identity;
-use ringlimit_proto::{Algorithm, InlineRule};
+use crate::limiter::Rule;
+pub use ringlimit_core::rule::{
+    FieldError, Mode, OnOwnerUnreachable, bucket_id, field_err, inline_seed, named_seed, validate,
+    validate_inline,
+};
+use ringlimit_proto::Algorithm;
 use serde_yaml_ng::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Who decides a rule's checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// Exact: the key's owner node decides.
-    #[default]
-    Owner,
-    /// Approximate: every node decides from gossiped counters.
-    Global,
-}
-
-/// What a node answers when a key's owner cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnOwnerUnreachable {
-    /// Answer from a local fallback share and mark the answer degraded.
-    #[default]
-    Open,
-    /// Deny.
-    Closed,
-}
-
-/// Why a rule is invalid: which field, and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{field}` {reason}")]
-pub struct FieldError {
-    pub field: &'static str,
-    pub reason: String,
-}
-
-fn field_err(field: &'static str, reason: impl Into<String>) -> FieldError {
-    FieldError {
-        field,
-        reason: reason.into(),
-    }
-}
-
-/// Validates rule parameters into the algorithms' [`Rule`].
-pub fn validate(
-    algorithm: Algorithm,
-    limit: u64,
-    period_ns: u64,
-    burst: Option<u64>,
-) -> Result<Rule, FieldError> {
-    if !(1..=limiter::MAX_LIMIT).contains(&limit) {
-        return Err(field_err(
-            "limit",
-            format!("must be between 1 and {}, got {limit}", limiter::MAX_LIMIT),
-        ));
-    }
-    if !(crate::clock::NANOS_PER_MS..=limiter::MAX_PERIOD_NS).contains(&period_ns) {
-        return Err(field_err(
-            "period",
-            "must be between 1 ms and 366 days".to_string(),
-        ));
-    }
-    if algorithm == Algorithm::SlidingLog && limit > limiter::MAX_SLIDING_LOG_LIMIT {
-        return Err(field_err(
-            "limit",
-            format!(
-                "is {limit}, but sliding_log keeps one entry per request and allows at most {}; use sliding_window for large limits",
-                limiter::MAX_SLIDING_LOG_LIMIT
-            ),
-        ));
-    }
-    let burst = match burst {
-        None => limit,
-        Some(_) if !algorithm.has_burst() => {
-            return Err(field_err(
-                "burst",
-                format!("applies only to token_bucket and leaky_bucket, not {algorithm}"),
-            ));
-        }
-        Some(b) if b == 0 || b > limiter::MAX_LIMIT => {
-            return Err(field_err(
-                "burst",
-                format!("must be between 1 and {}, got {b}", limiter::MAX_LIMIT),
-            ));
-        }
-        Some(b) => b,
-    };
-    if algorithm.has_burst() && period_ns / limit < limiter::MIN_EMISSION_NS {
-        return Err(field_err(
-            "limit",
-            format!(
-                "{limit} per {} ms is over one request per microsecond, the finest rate {algorithm} supports",
-                period_ns / crate::clock::NANOS_PER_MS
-            ),
-        ));
-    }
-    Ok(Rule {
-        algorithm,
-        limit,
-        period_ns,
-        burst,
-    })
-}
-
-/// Validates an inline rule from a request.
-pub fn validate_inline(r: &InlineRule) -> Result<Rule, FieldError> {
-    if r.period_ms == 0 {
-        return Err(field_err("period_ms", "must be greater than 0"));
-    }
-    let period_ns = r.period_ms.saturating_mul(crate::clock::NANOS_PER_MS);
-    validate(r.algorithm, r.limit, period_ns, r.burst).map_err(|mut e| {
-        if e.field == "period" {
-            e.field = "period_ms";
-            e.reason = "must be between 1 and 31622400000 (366 days)".into();
-        }
-        e
-    })
-}
-
-/// The seed of an inline rule's bucket identities: its parameters, hashed.
-pub fn inline_seed(rule: &Rule) -> u64 {
-    identity::inline_seed(
-        rule.algorithm.code(),
-        rule.limit,
-        rule.period_ns,
-        rule.burst,
-    )
-}
-
-/// The seed of a named rule's bucket identities: its name and algorithm (a reload that changes
-/// the algorithm starts fresh buckets; one that changes only numbers keeps them).
-pub fn named_seed(name: &str, algorithm: Algorithm) -> u64 {
-    identity::named_seed(name, algorithm.code())
-}
-
-pub use identity::bucket_id;
 
 /// A configured rule.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::limiter::{MAX_LIMIT, MAX_PERIOD_NS, MAX_SLIDING_LOG_LIMIT};
+use ringlimit_proto::InlineRule;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;

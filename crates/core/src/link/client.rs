@@ -229,7 +229,7 @@ async fn connection_loop(
 }
 
 /// Connects and completes the handshake.
-pub(crate) async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
+pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::limiter::test_support::{MS, SEC, T0, rule};
-use crate::rules::bucket_id;
+use crate::rule::bucket_id;
 use ringlimit_proto::Algorithm;
 use std::sync::Arc;
 

@@ -31,7 +31,7 @@ pub const MIN_EMISSION_NS: u64 = 1_000;
 /// Longest period a rule may have (366 days).
 pub const MAX_PERIOD_NS: u64 = 366 * 24 * 3600 * 1_000_000_000;
 
-/// A validated rule as the algorithms see it. Build it through [`crate::rules`].
+/// A validated rule as the algorithms see it. Build it through [`crate::rule`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub algorithm: Algorithm,
@@ -201,8 +201,9 @@ impl BucketState {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod test_support {
+/// Times and rules for tests (here and in the crates built on this one).
+#[doc(hidden)]
+pub mod test_support {
     use super::*;
 
     /// A start time well after the epoch, aligned to nothing in particular.

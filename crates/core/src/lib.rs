@@ -1,0 +1,18 @@
+//! What a ringlimit node and the ringlimit SDK both run: the limiting algorithms, the bounded
+//! bucket store, rule validation and the peer link.
+//!
+//! The SDK's local fallback must decide exactly as a node would, and its checks must reach an
+//! owner exactly as a forwarding node's do; sharing this crate makes that true by construction.
+//!
+//! # Layout
+//! - [`clock`] — the `Clock` trait; system and manual clocks.
+//! - [`limiter`] — the algorithms, one module each, pure `decide(state, rule, now, cost)`.
+//! - [`store`] — sharded, bounded (CLOCK-PRO) bucket store keyed by 64-bit identities.
+//! - [`rule`] — rule validation, bucket identities, fallback shares, answers.
+//! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
+
+pub mod clock;
+pub mod limiter;
+pub mod link;
+pub mod rule;
+pub mod store;

@@ -1,0 +1,190 @@
+//! Rule parameters as the algorithms take them: validation, bucket identities, fallback shares.
+//!
+//! One validation serves every way a rule arrives (a node's rules file, a request's inline rule,
+//! the SDK), so a rule one of them refuses is refused by all with the same words.
+
+use crate::clock::NANOS_PER_MS;
+use crate::limiter::{self, Decision, Rule};
+use ringlimit_proto::identity;
+use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
+
+/// Who decides a rule's checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Exact: the key's owner node decides.
+    #[default]
+    Owner,
+    /// Approximate: every node decides from gossiped counters.
+    Global,
+}
+
+/// What a node answers when a key's owner cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOwnerUnreachable {
+    /// Answer from a local fallback share and mark the answer degraded.
+    #[default]
+    Open,
+    /// Deny.
+    Closed,
+}
+
+/// Why a rule is invalid: which field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}` {reason}")]
+pub struct FieldError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+pub fn field_err(field: &'static str, reason: impl Into<String>) -> FieldError {
+    FieldError {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Validates rule parameters into the algorithms' [`Rule`].
+pub fn validate(
+    algorithm: Algorithm,
+    limit: u64,
+    period_ns: u64,
+    burst: Option<u64>,
+) -> Result<Rule, FieldError> {
+    if !(1..=limiter::MAX_LIMIT).contains(&limit) {
+        return Err(field_err(
+            "limit",
+            format!("must be between 1 and {}, got {limit}", limiter::MAX_LIMIT),
+        ));
+    }
+    if !(NANOS_PER_MS..=limiter::MAX_PERIOD_NS).contains(&period_ns) {
+        return Err(field_err(
+            "period",
+            "must be between 1 ms and 366 days".to_string(),
+        ));
+    }
+    if algorithm == Algorithm::SlidingLog && limit > limiter::MAX_SLIDING_LOG_LIMIT {
+        return Err(field_err(
+            "limit",
+            format!(
+                "is {limit}, but sliding_log keeps one entry per request and allows at most {}; use sliding_window for large limits",
+                limiter::MAX_SLIDING_LOG_LIMIT
+            ),
+        ));
+    }
+    let burst = match burst {
+        None => limit,
+        Some(_) if !algorithm.has_burst() => {
+            return Err(field_err(
+                "burst",
+                format!("applies only to token_bucket and leaky_bucket, not {algorithm}"),
+            ));
+        }
+        Some(b) if b == 0 || b > limiter::MAX_LIMIT => {
+            return Err(field_err(
+                "burst",
+                format!("must be between 1 and {}, got {b}", limiter::MAX_LIMIT),
+            ));
+        }
+        Some(b) => b,
+    };
+    if algorithm.has_burst() && period_ns / limit < limiter::MIN_EMISSION_NS {
+        return Err(field_err(
+            "limit",
+            format!(
+                "{limit} per {} ms is over one request per microsecond, the finest rate {algorithm} supports",
+                period_ns / NANOS_PER_MS
+            ),
+        ));
+    }
+    Ok(Rule {
+        algorithm,
+        limit,
+        period_ns,
+        burst,
+    })
+}
+
+/// Validates an inline rule from a request.
+pub fn validate_inline(r: &InlineRule) -> Result<Rule, FieldError> {
+    if r.period_ms == 0 {
+        return Err(field_err("period_ms", "must be greater than 0"));
+    }
+    let period_ns = r.period_ms.saturating_mul(NANOS_PER_MS);
+    validate(r.algorithm, r.limit, period_ns, r.burst).map_err(|mut e| {
+        if e.field == "period" {
+            e.field = "period_ms";
+            e.reason = "must be between 1 and 31622400000 (366 days)".into();
+        }
+        e
+    })
+}
+
+/// The seed of an inline rule's bucket identities: its parameters, hashed.
+pub fn inline_seed(rule: &Rule) -> u64 {
+    identity::inline_seed(
+        rule.algorithm.code(),
+        rule.limit,
+        rule.period_ns,
+        rule.burst,
+    )
+}
+
+/// The seed of a named rule's bucket identities: its name and algorithm (a reload that changes
+/// the algorithm starts fresh buckets; one that changes only numbers keeps them).
+pub fn named_seed(name: &str, algorithm: Algorithm) -> u64 {
+    identity::named_seed(name, algorithm.code())
+}
+
+pub use identity::bucket_id;
+
+impl Mode {
+    /// The rules file's word for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Owner => "owner",
+            Mode::Global => "global",
+        }
+    }
+}
+
+impl OnOwnerUnreachable {
+    /// The rules file's word for this policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnOwnerUnreachable::Open => "open",
+            OnOwnerUnreachable::Closed => "closed",
+        }
+    }
+}
+
+/// Why a key is refused: 1 to [`CheckAnswer::MAX_KEY_BYTES`] bytes.
+pub fn validate_key(key: &str) -> Result<(), usize> {
+    if key.is_empty() || key.len() > CheckAnswer::MAX_KEY_BYTES {
+        Err(key.len())
+    } else {
+        Ok(())
+    }
+}
+
+/// One decider's share of a rule when it must decide alone: limit and burst divided by the
+/// `members` that share the load, rounded up (a share is never zero).
+pub fn share_of(rule: &Rule, members: usize) -> Rule {
+    let n = members.max(1) as u64;
+    Rule {
+        limit: rule.limit.div_ceil(n),
+        burst: rule.burst.div_ceil(n),
+        ..*rule
+    }
+}
+
+/// The contract's answer for a decision under `rule` (not degraded; times rounded up to ms).
+pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
+    CheckAnswer {
+        allowed: d.allowed,
+        limit: rule.limit,
+        remaining: d.remaining,
+        reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
+        retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
+        degraded: false,
+    }
+}
