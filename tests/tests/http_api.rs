@@ -419,3 +419,28 @@ where
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn rules_endpoint_lists_the_rules_in_force() -> Result<()> {
+    let node = TestNode::single().await?;
+    let r = node.api().get("/v1/rules").await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let body = r.json()?;
+    let rules = body["rules"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = rules.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["default", "hourly", "per-second"]);
+    let per_second = &rules[2];
+    assert_eq!(per_second["limit"], 10);
+    assert_eq!(per_second["period_ms"], 1000);
+    assert_eq!(per_second["period"], "1s");
+    assert_eq!(per_second["algorithm"], "token_bucket");
+    assert_eq!(per_second["burst"], 20);
+    assert_eq!(per_second["mode"], "owner");
+    assert_eq!(per_second["on_owner_unreachable"], "open");
+    assert_eq!(
+        rules[1]["burst"],
+        Value::Null,
+        "sliding_window has no burst"
+    );
+    node.stop().await
+}

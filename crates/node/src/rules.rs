@@ -9,6 +9,7 @@ pub use ringlimit_core::rule::{
     validate_inline,
 };
 use ringlimit_proto::Algorithm;
+use ringlimit_proto::discovery::{RuleInfo, RuleMode, UnreachablePolicy};
 use serde_yaml_ng::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +24,29 @@ pub struct NamedRule {
     pub on_owner_unreachable: OnOwnerUnreachable,
     /// See [`named_seed`].
     pub seed: u64,
+}
+
+impl NamedRule {
+    /// This rule as `GET /v1/rules` lists it.
+    pub fn info(&self) -> RuleInfo {
+        let r = &self.rule;
+        RuleInfo {
+            name: self.name.clone(),
+            limit: r.limit,
+            period_ms: r.period_ns.div_ceil(crate::clock::NANOS_PER_MS),
+            period: format_period(r.period_ns),
+            algorithm: r.algorithm,
+            burst: r.algorithm.has_burst().then_some(r.burst),
+            mode: match self.mode {
+                Mode::Owner => RuleMode::Owner,
+                Mode::Global => RuleMode::Global,
+            },
+            on_owner_unreachable: match self.on_owner_unreachable {
+                OnOwnerUnreachable::Open => UnreachablePolicy::Open,
+                OnOwnerUnreachable::Closed => UnreachablePolicy::Closed,
+            },
+        }
+    }
 }
 
 /// The rules in force, by name.

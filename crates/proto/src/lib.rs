@@ -12,10 +12,12 @@
 //! - [`peer`]: frames of the peer protocol and their bounded codec.
 //! - [`auth`]: the shared-secret challenge-response and datagram MACs.
 //! - [`handshake`]: the peer handshake as sans-I/O state machines.
+//! - [`discovery`]: the cluster's members and rules as nodes tell clients over HTTP.
 
 pub mod algorithm;
 pub mod auth;
 pub mod check;
+pub mod discovery;
 pub mod handshake;
 pub mod identity;
 pub mod peer;

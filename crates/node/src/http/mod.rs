@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //! - [`check`] — `POST /v1/check` and `/v1/check/batch`.
-//! - [`ops`] — health, readiness, fallback.
+//! - [`ops`] — health, readiness, cluster and rules views, fallback.
 //! - [`error`] — the contract's error body.
 
 pub mod check;
@@ -36,6 +36,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/v1/cluster", get(ops::cluster))
+        .route("/v1/rules", get(ops::rules))
         .route("/metrics", get(crate::metrics::render))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -1,4 +1,4 @@
-//! Health, readiness and the JSON fallback for unknown paths.
+//! Health, readiness, cluster and rules views, and the JSON fallback for unknown paths.
 
 use super::AppState;
 use super::error::ApiError;
@@ -136,4 +136,13 @@ pub async fn cluster(State(state): State<AppState>) -> Response {
 
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `GET /v1/rules`: the rules in force here (what the SDK routes and falls back with).
+pub async fn rules(State(state): State<AppState>) -> Response {
+    let rules = state.router.engine().rules();
+    axum::Json(ringlimit_proto::discovery::RuleList {
+        rules: rules.iter().map(|r| r.info()).collect(),
+    })
+    .into_response()
 }

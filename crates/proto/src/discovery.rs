@@ -1,0 +1,67 @@
+//! What a node tells clients about the cluster over HTTP: `GET /v1/cluster` (members) and
+//! `GET /v1/rules` (the rules in force), as the SDK reads them to route and to fall back.
+
+use crate::Algorithm;
+use serde::{Deserialize, Serialize};
+
+/// Who decides a rule's checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleMode {
+    /// Exact: the key's owner decides.
+    #[default]
+    Owner,
+    /// Approximate: every node decides from gossiped counters.
+    Global,
+}
+
+/// What is answered when a key's owner cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnreachablePolicy {
+    /// A local fallback share, marked degraded.
+    #[default]
+    Open,
+    /// A denial.
+    Closed,
+}
+
+/// One configured rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleInfo {
+    pub name: String,
+    pub limit: u64,
+    /// The period in milliseconds (rounded up when the file gave a finer one).
+    pub period_ms: u64,
+    /// The period as the rules file writes it (`1m`, `250ms`).
+    pub period: String,
+    pub algorithm: Algorithm,
+    /// Capacity of token and leaky buckets (`limit` when the file gave none); `None` otherwise.
+    pub burst: Option<u64>,
+    pub mode: RuleMode,
+    pub on_owner_unreachable: UnreachablePolicy,
+}
+
+/// `GET /v1/rules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleList {
+    pub rules: Vec<RuleInfo>,
+}
+
+/// One member as `GET /v1/cluster` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub node_id: String,
+    pub peer_addr: String,
+    pub http_addr: String,
+    /// `alive`, `leaving` or `dead`; only `alive` members are in the ring.
+    pub state: String,
+}
+
+/// The part of `GET /v1/cluster` a client needs (the body has more).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    pub node_id: String,
+    pub cluster_id: String,
+    pub members: Vec<MemberInfo>,
+}
