@@ -77,6 +77,9 @@ struct Shared {
     open_until: Mutex<Option<Instant>>,
     /// Timeouts since the last answer.
     timeouts: std::sync::atomic::AtomicU32,
+    /// The circuit was opened (timeouts, a lost connection, a failed connect) and has not been
+    /// seen closed since: makes "opened" and "closed" one log line per transition.
+    tripped: AtomicBool,
 }
 
 impl Shared {
@@ -94,6 +97,14 @@ impl Shared {
                 false
             }
             None => false,
+        }
+    }
+
+    /// Notes that the peer answers again; logs once if the circuit had been opened.
+    fn mark_closed(&self, addr: &str) {
+        // A plain load first: on the hot path the flag is false and the line stays shared.
+        if self.tripped.load(Ordering::Relaxed) && self.tripped.swap(false, Ordering::Relaxed) {
+            tracing::info!(peer = %addr, "peer circuit closed");
         }
     }
 }
@@ -121,6 +132,7 @@ impl PeerClient {
             connected: AtomicBool::new(false),
             open_until: Mutex::new(None),
             timeouts: std::sync::atomic::AtomicU32::new(0),
+            tripped: AtomicBool::new(false),
         });
         let task = tokio::spawn(connection_loop(
             addr.clone(),
@@ -162,6 +174,7 @@ impl PeerClient {
         match tokio::time::timeout(deadline, answer).await {
             Ok(Ok(answers)) if answers.len() == n => {
                 self.shared.timeouts.store(0, Ordering::Relaxed);
+                self.shared.mark_closed(&self.addr);
                 Ok(answers)
             }
             Ok(Ok(_)) => Err(ForwardError::Mismatch),
@@ -172,7 +185,7 @@ impl PeerClient {
             Err(_) => {
                 let timeouts = self.shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
                 if timeouts >= TIMEOUTS_TO_OPEN {
-                    if !self.shared.is_open() {
+                    if !self.shared.tripped.swap(true, Ordering::Relaxed) {
                         tracing::warn!(peer = %self.addr, ?deadline, timeouts, "peer too slow; circuit opened");
                     }
                     self.shared.timeouts.store(0, Ordering::Relaxed);
@@ -197,21 +210,25 @@ async fn connection_loop(
         match tokio::time::timeout(settings.connect_timeout, connect(&addr, &settings)).await {
             Ok(Ok(conn)) => {
                 tracing::debug!(peer = %addr, "peer connection up");
+                shared.mark_closed(&addr);
                 warned = false;
                 backoff = Duration::from_millis(50);
                 *shared.open_until.lock() = None;
                 shared.connected.store(true, Ordering::Release);
                 let reason = serve(conn, &mut rx, &stats).await;
                 shared.connected.store(false, Ordering::Release);
-                tracing::info!(peer = %addr, %reason, "peer connection lost");
+                shared.tripped.store(true, Ordering::Relaxed);
+                tracing::info!(peer = %addr, %reason, "peer connection lost; circuit opened");
             }
             Ok(Err(e)) if !warned => {
                 tracing::warn!(peer = %addr, error = %e, "cannot connect to peer; will retry");
                 warned = true;
+                shared.tripped.store(true, Ordering::Relaxed);
             }
             Err(_) if !warned => {
                 tracing::warn!(peer = %addr, "connecting to peer timed out; will retry");
                 warned = true;
+                shared.tripped.store(true, Ordering::Relaxed);
             }
             _ => {}
         }
