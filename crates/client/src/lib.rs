@@ -1,7 +1,45 @@
-//! ringlimit client SDK.
+//! ringlimit client SDK: rate-limit a Rust service's own requests with a ringlimit cluster.
 //!
-//! Will route each check straight to its key's owner over the peer protocol, batch, time out
-//! fast and fall back to a local limiter (see the SDK issue). Until then it re-exports the wire
-//! types a service needs to speak the HTTP API.
+//! The client sends each check straight to the node that owns its key, over the nodes' own
+//! peer protocol (no hop through an arbitrary node), coalescing concurrent checks per owner
+//! into one frame. Every check has a deadline; when the owner is slow or gone, or no member is
+//! known, the client answers from a local limiter (the nodes' algorithms over a share of the
+//! limit) and marks the answer `degraded`: the service keeps serving.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use ringlimit_client::{Check, Client};
+//! use std::time::Duration;
+//!
+//! let client = Client::builder()
+//!     .seeds(["http://10.0.0.1:8080", "http://10.0.0.2:8080"])
+//!     .build()
+//!     .await?;
+//! let answer = client.check(&Check::named("free-tier", "user:42")).await?;
+//! let inline = client
+//!     .check(&Check::inline("ip:10.1.2.3", 5, Duration::from_secs(10)))
+//!     .await?;
+//! if !answer.allowed || !inline.allowed { /* 429 */ }
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`check`] — [`Check`] and [`ClientError`] (misuse only; transport trouble degrades).
+//! - [`builder`] — [`ClientBuilder`]: seeds, deadline, fail mode, fallback share, secret.
+//! - [`client`] — [`Client`]: routing to owners, batches, fallback, background refresh.
+//! - `topology` — members, ring and rules as discovered over HTTP.
+//! - `fallback` — the local limiter used when the cluster cannot answer.
+//! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
-pub use ringlimit_proto::{Algorithm, CheckAnswer, CheckRequest, InlineRule, RuleRef};
+pub mod builder;
+pub mod check;
+pub mod client;
+mod fallback;
+pub mod layer;
+mod topology;
+
+pub use builder::{BuildError, ClientBuilder, FailMode, FallbackShare, Settings};
+pub use check::{Check, ClientError};
+pub use client::{Client, ClientStats};
+pub use layer::{RateLimit, RateLimitLayer};
+pub use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule, RuleRef};

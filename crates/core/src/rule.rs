@@ -36,6 +36,19 @@ pub struct FieldError {
     pub reason: String,
 }
 
+impl FieldError {
+    /// The HTTP API's error code for an invalid rule with this error.
+    pub fn code(&self) -> &'static str {
+        match self.field {
+            "limit" => "invalid_limit",
+            "period" | "period_ms" => "invalid_period",
+            "burst" => "invalid_burst",
+            _ => "invalid_rule",
+        }
+    }
+}
+
+/// A [`FieldError`] for `field`.
 pub fn field_err(field: &'static str, reason: impl Into<String>) -> FieldError {
     FieldError {
         field,

@@ -40,12 +40,7 @@ impl CheckError {
         match self {
             CheckError::InvalidKey(_) => "invalid_key",
             CheckError::UnknownRule(_) => "unknown_rule",
-            CheckError::InvalidRule(e) => match e.field {
-                "limit" => "invalid_limit",
-                "period" | "period_ms" => "invalid_period",
-                "burst" => "invalid_burst",
-                _ => "invalid_rule",
-            },
+            CheckError::InvalidRule(e) => e.code(),
             CheckError::CostTooLarge { .. } => "invalid_cost",
             CheckError::Owner { code, .. } => owner_code(code),
         }

@@ -1,0 +1,238 @@
+//! Building a [`Client`]: seeds, deadlines, fallback policy, authentication.
+
+use crate::Client;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a check answers when the cluster cannot (owner timed out, unreachable, no members).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailMode {
+    /// Decide from the local fallback limiter and mark the answer degraded (default): the
+    /// service keeps serving, within its share of the limit.
+    #[default]
+    Open,
+    /// Return [`crate::ClientError::Unavailable`] and let the caller decide.
+    Closed,
+}
+
+/// How much of a rule's limit the local fallback admits.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum FallbackShare {
+    /// The limit divided by the members last seen alive, as a node's own fallback does
+    /// (default): the cluster as a whole stays near the limit when every client falls back.
+    #[default]
+    PerMember,
+    /// A fixed fraction of the limit (`0 < f <= 1`), for services that know how many
+    /// instances share a key.
+    Fraction(f64),
+}
+
+/// Every setting of a client.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// HTTP base URLs of nodes to discover the cluster from.
+    pub seeds: Vec<String>,
+    /// The cluster's id: members of another cluster are ignored.
+    pub cluster_id: String,
+    /// The cluster secret, when the cluster has one (peer port authentication).
+    pub secret: Option<Arc<[u8]>>,
+    /// This client's name in the peer handshake (nodes log it).
+    pub name: String,
+    /// How long a check waits for its owner before the fallback answers.
+    pub deadline: Duration,
+    /// TCP connect plus handshake with a member.
+    pub connect_timeout: Duration,
+    /// How often membership and rules are refreshed (also at once after a failed check).
+    pub refresh_interval: Duration,
+    /// Each discovery request's timeout.
+    pub discovery_timeout: Duration,
+    pub fail_mode: FailMode,
+    pub fallback_share: FallbackShare,
+    /// Bound on buckets the local fallback holds (LRU beyond).
+    pub fallback_max_keys: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            seeds: Vec::new(),
+            cluster_id: "ringlimit".into(),
+            secret: None,
+            name: "ringlimit-client".into(),
+            // A forwarded check takes ~0.1-0.5 ms on a LAN; 5 ms absorbs a busy owner while a
+            // dead one costs a caller at most this once (its circuit then opens).
+            deadline: Duration::from_millis(5),
+            connect_timeout: Duration::from_millis(500),
+            refresh_interval: Duration::from_secs(1),
+            discovery_timeout: Duration::from_millis(500),
+            fail_mode: FailMode::Open,
+            fallback_share: FallbackShare::PerMember,
+            fallback_max_keys: 100_000,
+        }
+    }
+}
+
+/// Why a client cannot be built. Unreachable seeds are not an error: the client starts
+/// degraded and keeps discovering.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("no seeds: give at least one node's HTTP address")]
+    NoSeeds,
+    #[error("seed {0:?} is not an http://host:port address")]
+    BadSeed(String),
+    #[error("fallback share {0} must be in (0, 1]")]
+    BadShare(f64),
+    #[error("deadline must be greater than zero")]
+    ZeroDeadline,
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+    #[error("the client must be built inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// Builds a [`Client`]; see [`Client::builder`].
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct ClientBuilder {
+    settings: Settings,
+}
+
+impl ClientBuilder {
+    /// Nodes' HTTP addresses (`http://host:port` or `host:port`) to discover the cluster from.
+    pub fn seeds<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.settings.seeds = seeds.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The cluster's id (default `ringlimit`).
+    pub fn cluster_id(mut self, id: impl Into<String>) -> Self {
+        self.settings.cluster_id = id.into();
+        self
+    }
+
+    /// The cluster secret (`RINGLIMIT_CLUSTER_SECRET` of the nodes); an empty one means none.
+    pub fn cluster_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
+        let s = secret.as_ref();
+        self.settings.secret = (!s.is_empty()).then(|| Arc::from(s));
+        self
+    }
+
+    /// This client's name in the peer handshake.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.name = name.into();
+        self
+    }
+
+    /// How long a check may wait for its owner (default 5 ms).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.settings.deadline = deadline;
+        self
+    }
+
+    /// Connect plus handshake with a member (default 500 ms; checks never wait on it longer
+    /// than their deadline).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// How often to refresh members and rules (default 1 s).
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        self.settings.refresh_interval = interval;
+        self
+    }
+
+    /// Each discovery request's timeout (default 500 ms).
+    pub fn discovery_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.discovery_timeout = timeout;
+        self
+    }
+
+    /// What to answer when the cluster cannot (default [`FailMode::Open`]).
+    pub fn fail_mode(mut self, mode: FailMode) -> Self {
+        self.settings.fail_mode = mode;
+        self
+    }
+
+    /// How much of a limit the local fallback admits (default [`FallbackShare::PerMember`]).
+    pub fn fallback_share(mut self, share: FallbackShare) -> Self {
+        self.settings.fallback_share = share;
+        self
+    }
+
+    /// Bound on the local fallback's buckets (default 100,000).
+    pub fn fallback_max_keys(mut self, n: u64) -> Self {
+        self.settings.fallback_max_keys = n;
+        self
+    }
+
+    /// Checks the settings, discovers the cluster (bounded by the discovery timeout; an
+    /// unreachable cluster leaves the client degraded, not failed) and starts refreshing.
+    pub async fn build(mut self) -> Result<Client, BuildError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(BuildError::NoRuntime);
+        }
+        if self.settings.seeds.is_empty() {
+            return Err(BuildError::NoSeeds);
+        }
+        self.settings.seeds = self
+            .settings
+            .seeds
+            .iter()
+            .map(|s| http_base(s).ok_or_else(|| BuildError::BadSeed(s.clone())))
+            .collect::<Result<_, _>>()?;
+        if let FallbackShare::Fraction(f) = self.settings.fallback_share
+            && !(f > 0.0 && f <= 1.0)
+        {
+            return Err(BuildError::BadShare(f));
+        }
+        if self.settings.deadline.is_zero() {
+            return Err(BuildError::ZeroDeadline);
+        }
+        Client::start(self.settings).await
+    }
+}
+
+/// `http://host:port` from a seed or a member's advertised HTTP address (no path, no slash).
+pub(crate) fn http_base(s: &str) -> Option<String> {
+    let s = s.trim().trim_end_matches('/');
+    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let (host, port) = rest.rsplit_once(':')?;
+    if host.is_empty() || rest.contains('/') || port.parse::<u16>().is_err() {
+        return None;
+    }
+    Some(format!("http://{rest}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::http_base;
+
+    #[test]
+    fn seeds_become_http_bases() {
+        assert_eq!(
+            http_base("http://10.0.0.1:8080/").as_deref(),
+            Some("http://10.0.0.1:8080")
+        );
+        assert_eq!(
+            http_base("ringlimit-0.ringlimit-peers:8080").as_deref(),
+            Some("http://ringlimit-0.ringlimit-peers:8080")
+        );
+        assert_eq!(http_base("[::1]:80").as_deref(), Some("http://[::1]:80"));
+        for bad in [
+            "",
+            "host",
+            "host:",
+            ":80",
+            "https://h:1",
+            "h:99999",
+            "h:1/x",
+        ] {
+            assert_eq!(http_base(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! What a service asks ([`Check`]) and the only ways that can go wrong for it ([`ClientError`]).
+
+use ringlimit_core::rule::FieldError;
+use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
+use std::time::Duration;
+
+/// One check: may `key` spend `cost` under `rule` now?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// The client identity (user id, IP, API key...), 1 to 512 bytes.
+    pub key: String,
+    /// A rule configured on the cluster, or one given inline.
+    pub rule: RuleRef,
+    /// Tokens to take (default 1); 0 reads the state without consuming.
+    pub cost: u64,
+}
+
+impl Check {
+    /// A check under a rule of the cluster's rules file.
+    pub fn named(rule: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            rule: RuleRef::Named(rule.into()),
+            cost: 1,
+        }
+    }
+
+    /// A check under an inline token bucket of `limit` per `period` (change the algorithm
+    /// with [`Check::algorithm`]). A period is whole milliseconds; finer parts are dropped.
+    pub fn inline(key: impl Into<String>, limit: u64, period: Duration) -> Self {
+        Self {
+            key: key.into(),
+            rule: RuleRef::Inline(InlineRule {
+                limit,
+                period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
+                algorithm: Algorithm::TokenBucket,
+                burst: None,
+            }),
+            cost: 1,
+        }
+    }
+
+    /// Tokens this check takes.
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The algorithm of an inline rule (a named rule's algorithm is the cluster's).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        if let RuleRef::Inline(r) = &mut self.rule {
+            r.algorithm = algorithm;
+        }
+        self
+    }
+
+    /// The capacity of an inline token or leaky bucket.
+    pub fn burst(mut self, burst: u64) -> Self {
+        if let RuleRef::Inline(r) = &mut self.rule {
+            r.burst = Some(burst);
+        }
+        self
+    }
+}
+
+/// Why a check has no answer. Every variant but [`ClientError::Unavailable`] is a mistake in
+/// the check itself; transport trouble becomes a degraded answer, never an error, unless the
+/// client was built with [`crate::FailMode::Closed`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("`key` must be 1 to 512 bytes, got {0} bytes")]
+    InvalidKey(usize),
+    #[error("invalid rule: {0}")]
+    InvalidRule(FieldError),
+    #[error("no rule named {0:?} is configured on the cluster")]
+    UnknownRule(String),
+    #[error(
+        "`cost` {cost} exceeds the capacity {capacity} of this rule, so it could never be admitted"
+    )]
+    CostTooLarge { cost: u64, capacity: u64 },
+    /// The owner refused the check (for instance its rules changed since the client's refresh).
+    #[error("the key's owner refused the check ({code}): {message}")]
+    Rejected { code: String, message: String },
+    /// The cluster could not answer in time and the client is fail-closed.
+    #[error("no cluster member answered: {0}")]
+    Unavailable(&'static str),
+}
+
+impl ClientError {
+    /// The HTTP API's snake_case error code for this error.
+    pub fn code(&self) -> &str {
+        match self {
+            ClientError::InvalidKey(_) => "invalid_key",
+            ClientError::InvalidRule(e) => e.code(),
+            ClientError::UnknownRule(_) => "unknown_rule",
+            ClientError::CostTooLarge { .. } => "invalid_cost",
+            ClientError::Rejected { code, .. } => code,
+            ClientError::Unavailable(_) => "unavailable",
+        }
+    }
+}

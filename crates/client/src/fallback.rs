@@ -1,0 +1,126 @@
+//! The local limiter a client answers from when the cluster cannot: the nodes' algorithms and
+//! bounded store, over a share of each limit.
+
+use crate::builder::FallbackShare;
+use ringlimit_core::clock::{Clock, NANOS_PER_MS, SystemClock};
+use ringlimit_core::limiter::Rule;
+use ringlimit_core::rule::{self, share_of};
+use ringlimit_core::store::Store;
+use ringlimit_proto::CheckAnswer;
+
+/// How long a fail-closed rule's denial asks the caller to wait.
+const CLOSED_RETRY_MS: u64 = 1_000;
+
+pub(crate) struct Fallback {
+    store: Store,
+    clock: SystemClock,
+    share: FallbackShare,
+}
+
+impl Fallback {
+    pub fn new(max_keys: u64, share: FallbackShare) -> Self {
+        Self {
+            store: Store::new(max_keys),
+            clock: SystemClock::new(),
+            share,
+        }
+    }
+
+    /// Decides bucket `id` under this client's share of `rule` (the cluster has `alive`
+    /// members); the answer reports the whole rule's limit and is marked degraded.
+    pub fn decide(&self, id: u64, rule: &Rule, cost: u64, alive: usize) -> CheckAnswer {
+        let share = match self.share {
+            FallbackShare::PerMember => share_of(rule, alive),
+            FallbackShare::Fraction(f) => fraction_of(rule, f),
+        };
+        let cost = cost.min(share.capacity());
+        let decision = self.store.check(id, &share, self.clock.now(), cost);
+        CheckAnswer {
+            limit: rule.limit,
+            degraded: true,
+            ..rule::answer(&decision, &share)
+        }
+    }
+
+    /// A fail-closed rule's answer: denied, degraded.
+    pub fn deny(&self, rule: &Rule) -> CheckAnswer {
+        let now_ms = self.clock.now() / NANOS_PER_MS;
+        CheckAnswer {
+            allowed: false,
+            limit: rule.limit,
+            remaining: 0,
+            reset_at_ms: now_ms + CLOSED_RETRY_MS,
+            retry_after_ms: CLOSED_RETRY_MS,
+            degraded: true,
+        }
+    }
+
+    /// An answer for a rule the client has never been able to learn (no node reached yet):
+    /// admitted, with no limit to report.
+    pub fn unknown(&self) -> CheckAnswer {
+        CheckAnswer {
+            allowed: true,
+            limit: 0,
+            remaining: 0,
+            reset_at_ms: self.clock.now().div_ceil(NANOS_PER_MS),
+            retry_after_ms: 0,
+            degraded: true,
+        }
+    }
+
+    /// Buckets held.
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+}
+
+/// `f` of a rule's limit and burst, rounded up (never zero).
+fn fraction_of(rule: &Rule, f: f64) -> Rule {
+    let scale = |n: u64| ((n as f64 * f).ceil() as u64).clamp(1, n);
+    Rule {
+        limit: scale(rule.limit),
+        burst: scale(rule.burst),
+        ..*rule
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_proto::Algorithm;
+
+    fn rule(limit: u64) -> Rule {
+        rule::validate(Algorithm::TokenBucket, limit, 60_000 * NANOS_PER_MS, None)
+            .expect("valid rule")
+    }
+
+    #[test]
+    fn per_member_share_admits_the_limit_divided_by_members() {
+        let f = Fallback::new(1000, FallbackShare::PerMember);
+        let r = rule(10);
+        let admitted = (0..20).filter(|_| f.decide(7, &r, 1, 3).allowed).count();
+        assert_eq!(admitted, 4, "ceil(10 / 3)");
+        let a = f.decide(7, &r, 1, 3);
+        assert!(a.degraded && !a.allowed);
+        assert_eq!(a.limit, 10, "answers report the whole rule");
+    }
+
+    #[test]
+    fn fraction_share_is_rounded_up_and_never_zero() {
+        assert_eq!(fraction_of(&rule(10), 0.25).limit, 3);
+        assert_eq!(fraction_of(&rule(3), 0.01).limit, 1);
+        assert_eq!(fraction_of(&rule(10), 1.0).limit, 10);
+        let f = Fallback::new(1000, FallbackShare::Fraction(0.5));
+        let admitted = (0..20)
+            .filter(|_| f.decide(1, &rule(10), 1, 3).allowed)
+            .count();
+        assert_eq!(admitted, 5);
+    }
+
+    #[test]
+    fn a_cost_above_the_share_takes_the_whole_share() {
+        let f = Fallback::new(1000, FallbackShare::PerMember);
+        assert!(f.decide(9, &rule(10), 10, 3).allowed);
+        assert!(!f.decide(9, &rule(10), 1, 3).allowed);
+    }
+}

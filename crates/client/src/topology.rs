@@ -1,0 +1,162 @@
+//! What the client knows of the cluster: the ring of alive members, a link to each, and the
+//! rules in force; and how it learns them (`GET /v1/cluster`, `GET /v1/rules` of any node).
+
+use crate::builder::{Settings, http_base};
+use ringlimit_core::limiter::Rule;
+use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
+use ringlimit_core::rule;
+use ringlimit_proto::Ring;
+use ringlimit_proto::discovery::{ClusterInfo, RuleInfo, RuleList, RuleMode, UnreachablePolicy};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A configured rule as the client routes and falls back with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KnownRule {
+    pub rule: Rule,
+    pub seed: u64,
+    pub mode: RuleMode,
+    pub on_unreachable: UnreachablePolicy,
+}
+
+impl KnownRule {
+    fn from_info(info: &RuleInfo) -> Option<Self> {
+        let period_ns = info.period_ms.checked_mul(1_000_000)?;
+        let burst = info.burst.filter(|_| info.algorithm.has_burst());
+        let rule = rule::validate(info.algorithm, info.limit, period_ns, burst).ok()?;
+        Some(Self {
+            rule,
+            seed: rule::named_seed(&info.name, info.algorithm),
+            mode: info.mode,
+            on_unreachable: info.on_owner_unreachable,
+        })
+    }
+}
+
+/// An immutable snapshot: replaced whole on every refresh, read lock-free by every check.
+pub(crate) struct Topology {
+    pub ring: Ring,
+    /// A link to every alive member, by node id.
+    pub peers: HashMap<Arc<str>, Member>,
+    /// `None` until the rules were fetched once.
+    pub rules: Option<HashMap<String, KnownRule>>,
+    pub fetched_at: Option<Instant>,
+}
+
+pub(crate) struct Member {
+    pub peer_addr: String,
+    pub http: String,
+    pub link: Arc<PeerClient>,
+}
+
+impl Topology {
+    /// Before the first discovery: no members, no rules.
+    pub fn empty() -> Self {
+        Self {
+            ring: Ring::new(Vec::<String>::new()),
+            peers: HashMap::new(),
+            rules: None,
+            fetched_at: None,
+        }
+    }
+
+    /// Members alive in the ring (at least 1, for sharing a limit).
+    pub fn alive(&self) -> usize {
+        self.ring.len().max(1)
+    }
+
+    /// The owner of bucket `id` and the link to it.
+    pub fn owner(&self, id: u64) -> Option<(&str, &Arc<PeerClient>)> {
+        let owner = self.ring.owner(id)?;
+        self.peers.get(owner).map(|m| (owner, &m.link))
+    }
+
+    /// Where to ask next time: alive members' HTTP addresses.
+    pub fn http_addrs(&self) -> impl Iterator<Item = &str> {
+        self.peers.values().map(|m| m.http.as_str())
+    }
+
+    /// The next topology from what a node said, keeping the links of members that stayed.
+    pub fn next(
+        &self,
+        cluster: &ClusterInfo,
+        rules: &RuleList,
+        link: &Arc<PeerSettings>,
+        stats: &Arc<PeerStats>,
+    ) -> Self {
+        let mut peers = HashMap::new();
+        for m in cluster.members.iter().filter(|m| m.state == "alive") {
+            let Some(http) = http_base(&m.http_addr) else {
+                tracing::debug!(member = %m.node_id, http = %m.http_addr, "member without a usable HTTP address");
+                continue;
+            };
+            let id: Arc<str> = Arc::from(m.node_id.as_str());
+            let link = match self.peers.get(&id) {
+                Some(old) if old.peer_addr == m.peer_addr => old.link.clone(),
+                _ => Arc::new(PeerClient::spawn(
+                    m.peer_addr.clone(),
+                    link.clone(),
+                    stats.clone(),
+                )),
+            };
+            peers.insert(
+                id,
+                Member {
+                    peer_addr: m.peer_addr.clone(),
+                    http,
+                    link,
+                },
+            );
+        }
+        let known = rules
+            .rules
+            .iter()
+            .filter_map(|r| KnownRule::from_info(r).map(|k| (r.name.clone(), k)))
+            .collect();
+        Self {
+            ring: Ring::new(peers.keys()),
+            peers,
+            rules: Some(known),
+            fetched_at: Some(Instant::now()),
+        }
+    }
+}
+
+/// Why one node could not tell the cluster's state.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DiscoveryError {
+    #[error("{0}")]
+    Http(#[from] reqwest::Error),
+    #[error("node of cluster {found:?}, not {expected:?}")]
+    OtherCluster { found: String, expected: String },
+}
+
+/// Asks one node for members and rules.
+pub(crate) async fn fetch(
+    http: &reqwest::Client,
+    base: &str,
+    settings: &Settings,
+) -> Result<(ClusterInfo, RuleList), DiscoveryError> {
+    let cluster: ClusterInfo = http
+        .get(format!("{base}/v1/cluster"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    if cluster.cluster_id != settings.cluster_id {
+        return Err(DiscoveryError::OtherCluster {
+            found: cluster.cluster_id,
+            expected: settings.cluster_id.clone(),
+        });
+    }
+    let rules: RuleList = http
+        .get(format!("{base}/v1/rules"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok((cluster, rules))
+}

@@ -1,0 +1,405 @@
+//! The client SDK (`ringlimit-client`) against real clusters on loopback: owner routing, the
+//! fallback when an owner dies, membership refresh, misuse errors, and the tower layer.
+
+use anyhow::{Context, Result, ensure};
+use ringlimit_client::layer::key;
+use ringlimit_client::{Check, Client, ClientError, FailMode, InlineRule, RateLimitLayer};
+use ringlimit_node::NodeConfig;
+use ringlimit_proto::Algorithm;
+use ringlimit_tests::{
+    Api, ProcessNode, TestCluster, TestNode, WAIT, exclusive, owner_of, wait_until,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn http_seeds<'a>(addrs: impl IntoIterator<Item = &'a std::net::SocketAddr>) -> Vec<String> {
+    addrs.into_iter().map(|a| format!("http://{a}")).collect()
+}
+
+async fn client_for(seeds: Vec<String>) -> Result<Client> {
+    Ok(Client::builder().seeds(seeds).build().await?)
+}
+
+#[tokio::test]
+async fn owner_routing_is_exact_and_skips_the_http_hop() -> Result<()> {
+    let cluster = TestCluster::start(3).await?;
+    // One seed is enough: the client learns the others.
+    let client = client_for(http_seeds([&cluster[0].http])).await?;
+    assert_eq!(client.members(), cluster.ids());
+    let ids: Vec<String> = cluster.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+
+    // 40 keys, 8 checks each, limit 5 per minute: exactly 5 admitted per key.
+    let mut owners = std::collections::HashMap::new();
+    for k in 0..40 {
+        let key = format!("sdk:{k}");
+        let check = Check::inline(&key, 5, MINUTE);
+        let owner = client.owner_of(&check).context("owner known")?;
+        assert_eq!(
+            owner,
+            owner_of(&ids, &key, 5, 60_000)?,
+            "same ring as nodes"
+        );
+        *owners.entry(owner).or_insert(0) += 1;
+        let mut admitted = 0;
+        for _ in 0..8 {
+            let a = client.check(&check).await?;
+            assert!(!a.degraded, "{a:?}");
+            assert_eq!(a.limit, 5);
+            admitted += usize::from(a.allowed);
+        }
+        assert_eq!(admitted, 5, "key {key}");
+    }
+    assert_eq!(owners.len(), 3, "keys spread over every member: {owners:?}");
+
+    // A batch over a named rule (built-in `per-second`: 10/s, burst 20), 30 checks per key:
+    // the burst of 20 admitted, and at most a token or two more as the batch runs.
+    let checks: Vec<Check> = (0..300)
+        .map(|i| Check::named("per-second", format!("batch:{}", i % 10)))
+        .collect();
+    let answers = client.check_many(&checks).await;
+    for k in 0..10 {
+        let admitted = answers
+            .iter()
+            .skip(k)
+            .step_by(10)
+            .filter(|a| matches!(a, Ok(a) if a.allowed && !a.degraded))
+            .count();
+        assert!(
+            (20..=22).contains(&admitted),
+            "key {k}: {admitted} admitted"
+        );
+    }
+
+    // Nothing went through a node's HTTP hop or a node-to-node forward.
+    for node in cluster.iter() {
+        let view = node.cluster().await?;
+        assert_eq!(view.forwarding("forwarded"), 0, "{}", node.node_id);
+        assert_eq!(view.forwarding("fail_open"), 0, "{}", node.node_id);
+    }
+    let stats = client.stats();
+    assert_eq!(stats.direct, 40 * 8 + 300);
+    assert_eq!(stats.degraded, 0);
+    eprintln!(
+        "sdk stats: {stats:?}; checks per frame {:.1}",
+        stats.checks_sent as f64 / stats.frames.max(1) as f64
+    );
+    cluster.stop().await
+}
+
+#[tokio::test]
+async fn misuse_is_a_typed_error_and_touches_no_bucket() -> Result<()> {
+    let node = TestNode::single().await?;
+    let client = client_for(http_seeds([&node.http])).await?;
+    let long = "k".repeat(513);
+    assert_eq!(
+        client.check(&Check::inline(&long, 5, MINUTE)).await,
+        Err(ClientError::InvalidKey(513))
+    );
+    assert_eq!(
+        client.check(&Check::inline("", 5, MINUTE)).await,
+        Err(ClientError::InvalidKey(0))
+    );
+    let e = client
+        .check(&Check::inline("k", 0, MINUTE))
+        .await
+        .err()
+        .context("limit 0 refused")?;
+    assert_eq!(e.code(), "invalid_limit");
+    let e = client
+        .check(&Check::inline("k", 5, Duration::ZERO))
+        .await
+        .err()
+        .context("period 0 refused")?;
+    assert_eq!(e.code(), "invalid_period");
+    let e = client
+        .check(
+            &Check::inline("k", 5, MINUTE)
+                .algorithm(Algorithm::FixedWindow)
+                .burst(9),
+        )
+        .await
+        .err()
+        .context("burst on a window refused")?;
+    assert_eq!(e.code(), "invalid_burst");
+    assert_eq!(
+        client.check(&Check::named("no-such-rule", "k")).await,
+        Err(ClientError::UnknownRule("no-such-rule".into()))
+    );
+    assert_eq!(
+        client.check(&Check::inline("k", 5, MINUTE).cost(6)).await,
+        Err(ClientError::CostTooLarge {
+            cost: 6,
+            capacity: 5
+        })
+    );
+    // None of that consumed anything.
+    let a = client.check(&Check::inline("k", 5, MINUTE).cost(0)).await?;
+    assert_eq!((a.allowed, a.remaining, a.degraded), (true, 5, false));
+    node.stop().await
+}
+
+#[tokio::test]
+async fn without_a_reachable_cluster_answers_degraded_or_unavailable() -> Result<()> {
+    // A port nobody listens on (bound, then released).
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let started = Instant::now();
+    let client = Client::builder()
+        .seeds([format!("http://{dead}")])
+        .build()
+        .await?;
+    ensure!(
+        started.elapsed() < Duration::from_secs(2),
+        "build is bounded"
+    );
+    assert!(client.members().is_empty());
+    let check = Check::inline("offline", 6, MINUTE);
+    let answers: Vec<_> = futures::future::join_all((0..5).map(|_| client.check(&check))).await;
+    let mut admitted = 0;
+    for a in answers {
+        let a = a?;
+        assert!(a.degraded && a.limit == 6);
+        admitted += usize::from(a.allowed);
+    }
+    assert_eq!(
+        admitted, 5,
+        "with no member known the whole limit is the share"
+    );
+    // A named rule cannot be known without the cluster: admitted, degraded, no limit.
+    let a = client.check(&Check::named("default", "offline")).await?;
+    assert!(a.allowed && a.degraded && a.limit == 0);
+
+    let closed = Client::builder()
+        .seeds([format!("http://{dead}")])
+        .fail_mode(FailMode::Closed)
+        .build()
+        .await?;
+    assert!(matches!(
+        closed.check(&check).await,
+        Err(ClientError::Unavailable(_))
+    ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_joining_node_is_picked_up_by_refresh() -> Result<()> {
+    let cluster = TestCluster::start(2).await?;
+    let client = Client::builder()
+        .seeds(http_seeds([&cluster[0].http]))
+        .refresh_interval(Duration::from_millis(200))
+        .build()
+        .await?;
+    assert_eq!(client.members(), ["node-0", "node-1"]);
+    let mut config = NodeConfig::local("node-2");
+    config.seeds = cluster.seeds();
+    let joiner = TestNode::start(config).await?;
+    let started = Instant::now();
+    wait_until("the client routes to node-2", WAIT, || async {
+        Ok(client.members().len() == 3)
+    })
+    .await?;
+    eprintln!(
+        "client saw node-2 {:?} after it was ready",
+        started.elapsed()
+    );
+    // Its keys now go straight to it.
+    let key = (0..100)
+        .map(|i| format!("j:{i}"))
+        .find(|k| client.owner_of(&Check::inline(k, 5, MINUTE)).as_deref() == Some("node-2"))
+        .context("some key is node-2's")?;
+    let a = client.check(&Check::inline(&key, 5, MINUTE)).await?;
+    assert!(a.allowed && !a.degraded);
+    let peer_checks = joiner.cluster().await?;
+    assert_eq!(peer_checks.forwarding("forwarded"), 0);
+    joiner.stop().await?;
+    cluster.stop().await
+}
+
+#[tokio::test]
+async fn cluster_secret_is_required_on_the_peer_port() -> Result<()> {
+    let secret = "sdk-test-secret";
+    let node = TestNode::start({
+        let mut c = NodeConfig::local("secret-node");
+        c.cluster_secret = Some(secret.into());
+        c
+    })
+    .await?;
+    let check = Check::inline("s", 5, MINUTE);
+    let without = client_for(http_seeds([&node.http])).await?;
+    let a = without.check(&check).await?;
+    assert!(a.degraded, "a client without the secret is refused: {a:?}");
+    let with = Client::builder()
+        .seeds(http_seeds([&node.http]))
+        .cluster_secret(secret)
+        .build()
+        .await?;
+    let a = with.check(&check).await?;
+    assert!(!a.degraded, "{a:?}");
+    node.stop().await
+}
+
+/// One SDK call seen by a load loop.
+struct Call {
+    at: Duration,
+    latency: Duration,
+    result: Result<ringlimit_client::CheckAnswer, ClientError>,
+}
+
+#[tokio::test]
+async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Result<()> {
+    let _one = exclusive().await;
+    let mut nodes = ProcessNode::cluster(3, |_, _| {}).await?;
+    let deadline = Duration::from_millis(5);
+    let client = Client::builder()
+        .seeds(http_seeds(nodes.iter().map(|n| &n.http)))
+        .deadline(deadline)
+        .build()
+        .await?;
+    assert_eq!(client.members().len(), 3);
+    let victim = nodes.pop().context("three nodes")?;
+    let victim_id = victim.node_id.clone();
+    let mut victim = victim;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut loops = tokio::task::JoinSet::new();
+    for l in 0..4 {
+        let (client, stop) = (client.clone(), stop.clone());
+        loops.spawn(async move {
+            let mut calls = Vec::new();
+            let mut i = l * 1000;
+            while !stop.load(Ordering::Relaxed) {
+                let check = Check::inline(format!("kill:{}", i % 300), 1_000_000, MINUTE);
+                let at = t0.elapsed();
+                let started = Instant::now();
+                let result = client.check(&check).await;
+                calls.push(Call {
+                    at,
+                    latency: started.elapsed(),
+                    result,
+                });
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            calls
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_at = t0.elapsed();
+    victim.kill()?;
+    wait_until(
+        "the client drops the killed node",
+        Duration::from_secs(15),
+        || async { Ok(!client.members().contains(&victim_id)) },
+    )
+    .await?;
+    let healed_at = t0.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = Vec::new();
+    while let Some(done) = loops.join_next().await {
+        calls.extend(done?);
+    }
+
+    let failed = calls.iter().filter(|c| c.result.is_err()).count();
+    let degraded = |c: &&Call| matches!(&c.result, Ok(a) if a.degraded);
+    let during = calls
+        .iter()
+        .filter(|c| c.at >= killed_at && c.at < healed_at)
+        .filter(degraded)
+        .count();
+    // Answers after the heal plus a refresh's worth of slack come from owners again.
+    let after = calls
+        .iter()
+        .filter(|c| c.at > healed_at + Duration::from_millis(300))
+        .filter(degraded)
+        .count();
+    let mut latencies: Vec<Duration> = calls.iter().map(|c| c.latency).collect();
+    latencies.sort();
+    let max = latencies.last().copied().unwrap_or_default();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    let over = latencies
+        .iter()
+        .filter(|l| **l > deadline + Duration::from_millis(1))
+        .count();
+    eprintln!(
+        "{} calls; killed at {killed_at:?}, client healed {:?} later; failed {failed}; degraded during {during}, after {after}; latency p99 {p99:?} max {max:?}; {over} over deadline+1ms",
+        calls.len(),
+        healed_at - killed_at
+    );
+    assert_eq!(failed, 0, "no call fails");
+    assert!(
+        during > 0,
+        "the victim's keys were answered by the fallback"
+    );
+    assert_eq!(after, 0, "owners answer again once the client has healed");
+    // The deadline bounds the wait on an owner; what is left is this 2-core host scheduling
+    // four load loops, three nodes and the test (a debug build).
+    assert!(
+        max < deadline + Duration::from_millis(25),
+        "max latency {max:?}"
+    );
+    for n in &mut nodes {
+        n.stop().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn layer_limits_an_axum_service_per_header() -> Result<()> {
+    let node = TestNode::single().await?;
+    let client = client_for(http_seeds([&node.http])).await?;
+    let rule = InlineRule {
+        limit: 5,
+        period_ms: 10_000,
+        algorithm: Algorithm::TokenBucket,
+        burst: None,
+    };
+    let app = axum::Router::new()
+        .route("/hello", axum::routing::get(|| async { "hello\n" }))
+        .layer(RateLimitLayer::inline(
+            client,
+            rule,
+            key::header("x-api-key"),
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let api = Api::new(addr)?;
+    let get = |k: Option<&'static str>| {
+        let mut req = reqwest::Client::new().get(api.url("/hello"));
+        if let Some(k) = k {
+            req = req.header("x-api-key", k);
+        }
+        req.send()
+    };
+    for i in 0..5u64 {
+        let r = get(Some("alice")).await?;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["x-ratelimit-limit"], "5");
+        assert_eq!(
+            r.headers()["x-ratelimit-remaining"],
+            (4 - i).to_string().as_str()
+        );
+        assert!(r.headers().contains_key("x-ratelimit-reset"));
+    }
+    let r = get(Some("alice")).await?;
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers()["retry-after"].to_str()?.parse()?;
+    assert!((1..=2).contains(&retry), "one token per 2 s: {retry}");
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "0");
+    let body: serde_json::Value = r.json().await?;
+    assert_eq!(body["error"], "rate_limited");
+    // Another key is independent; no key is not limited.
+    assert_eq!(get(Some("bob")).await?.status(), 200);
+    for _ in 0..8 {
+        let r = get(None).await?;
+        assert_eq!(r.status(), 200);
+        assert!(!r.headers().contains_key("x-ratelimit-limit"));
+    }
+    server.abort();
+    node.stop().await
+}
