@@ -154,6 +154,9 @@ pub struct NodeConfig {
     pub leave_delay: Duration,
     /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
     pub cluster_secret: Option<String>,
+    /// From `RINGLIMIT_ADMIN_TOKEN` only (like the secret): the bearer token of `/v1/admin/*`.
+    /// `None`: the admin API is off (its paths answer 404).
+    pub admin_token: Option<String>,
     /// How often global-rule counts are published through gossip.
     pub global_publish: Duration,
     /// Most global-rule keys published at once by this node.
@@ -184,6 +187,7 @@ impl NodeConfig {
             forward_timeout: Duration::from_millis(25),
             leave_delay: Duration::from_millis(200),
             cluster_secret: None,
+            admin_token: None,
             global_publish: Duration::from_millis(50),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
@@ -235,6 +239,9 @@ impl ServeArgs {
             forward_timeout: Duration::from_millis(self.forward_timeout_ms),
             leave_delay: Duration::from_millis(self.leave_delay_ms),
             cluster_secret: std::env::var("RINGLIMIT_CLUSTER_SECRET")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            admin_token: std::env::var("RINGLIMIT_ADMIN_TOKEN")
                 .ok()
                 .filter(|s| !s.is_empty()),
             global_publish: Duration::from_millis(self.global_publish_ms),

@@ -12,10 +12,10 @@
 //! - [`forward`] — the peer protocol: pipelined, coalescing client and the peer server.
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
 //! - [`router`] — decide here, forward to the owner, or fail open to a local share.
-//! - [`http`] — the axum API: checks, batch, health, readiness.
+//! - [`http`] — the axum API: checks, batch, health, readiness, cluster and rules views, admin.
 //! - [`metrics`] — Prometheus metrics.
 //! - [`config`] — flags and environment into a [`NodeConfig`].
-//! - [`reload`] — rules file hot reload.
+//! - [`reload`] — rules file hot reload (content-compared, so ConfigMap symlink swaps count).
 //! - [`node`] — wiring: [`run`] is the whole node.
 
 pub mod cluster;

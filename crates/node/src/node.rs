@@ -9,8 +9,10 @@ use crate::config::NodeConfig;
 use crate::engine::Engine;
 use crate::forward::{PeerServer, PeerSettings, ServerSettings};
 use crate::global::{self, GlobalCounters, PublishSettings};
+use crate::http::admin::AdminToken;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
+use crate::reload::RulesStatus;
 use crate::router::Router;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -147,6 +149,7 @@ pub async fn run(
         engine.clock().clone(),
     )
     .await;
+    let metrics = Arc::new(Metrics::new());
     let router = Arc::new(Router::new(
         engine.clone(),
         global.clone(),
@@ -160,6 +163,7 @@ pub async fn run(
             open_for: Duration::from_secs(1),
             queue: 8192,
         },
+        metrics.peer_rpc(),
     ));
     let server = Arc::new(PeerServer::new(
         engine.clone(),
@@ -193,10 +197,11 @@ pub async fn run(
         needs_peers(&config.seeds, &advertise_text, advertise),
         config.gossip_interval * 20,
     ));
-    if let Some(path) = config.rules_path.clone() {
+    let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
+    if rules.source.is_some() {
         tasks.spawn(crate::reload::watch(
             engine.clone(),
-            path,
+            rules.clone(),
             config.rules_poll,
         ));
     }
@@ -204,8 +209,13 @@ pub async fn run(
     let state = AppState {
         router,
         ready: ready.clone(),
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         cluster_id: Arc::from(config.cluster_id.as_str()),
+        rules,
+        admin_token: config
+            .admin_token
+            .as_deref()
+            .map(|t| Arc::new(AdminToken::new(t))),
     };
     tracing::info!(
         node_id = %config.node_id,
@@ -215,6 +225,7 @@ pub async fn run(
         seeds = ?config.seeds,
         rules = config.rules.len(),
         max_keys = config.max_keys,
+        admin_api = config.admin_token.is_some(),
         "ringlimit node serving"
     );
     let leaving = membership.clone();

@@ -6,7 +6,7 @@ use crate::cluster::View;
 use crate::engine::{CheckError, Engine, Resolved, RuleSpec};
 use crate::forward::{ForwardError, PeerClient, PeerSettings, PeerStats};
 use crate::global::GlobalCounters;
-
+use crate::metrics::{PeerRpcMetrics, seconds};
 use crate::rules::{Mode, OnOwnerUnreachable};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -18,6 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Salt that keeps a key's fallback bucket apart from its owner-mode bucket on the same node.
 const FALLBACK_SALT: u64 = 0x6661_6c6c_6261_636b; // "fallback"
+
+/// The identity of the fail-open fallback bucket of bucket `id` (held by any node).
+pub fn fallback_id(id: u64) -> u64 {
+    id ^ FALLBACK_SALT
+}
 /// How long a closed-mode denial asks the client to wait.
 const CLOSED_RETRY_MS: u64 = 1_000;
 
@@ -56,6 +61,7 @@ pub struct Router {
     peers_update: Mutex<()>,
     pub peer_stats: Arc<PeerStats>,
     pub stats: RouterStats,
+    rpc: PeerRpcMetrics,
 }
 
 impl Router {
@@ -64,6 +70,7 @@ impl Router {
         global: Arc<GlobalCounters>,
         view: Arc<ArcSwap<View>>,
         settings: PeerSettings,
+        rpc: PeerRpcMetrics,
     ) -> Self {
         Self {
             engine,
@@ -74,7 +81,29 @@ impl Router {
             peers_update: Mutex::new(()),
             peer_stats: Arc::new(PeerStats::default()),
             stats: RouterStats::default(),
+            rpc,
         }
+    }
+
+    /// How this node dials its peers.
+    pub fn peer_settings(&self) -> &Arc<PeerSettings> {
+        &self.settings
+    }
+
+    /// Sends one group to its owner's client, observing its size and, when answered, its time.
+    async fn send(
+        &self,
+        client: &PeerClient,
+        checks: Vec<PeerCheck>,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.rpc.checks.observe(checks.len() as f64);
+        let clock = self.engine.clock();
+        let start = clock.now();
+        let sent = client.send(checks).await;
+        if sent.is_ok() {
+            self.rpc.duration.observe(seconds(start, clock.now()));
+        }
+        sent
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -196,7 +225,7 @@ impl Router {
             None => Ok(self.engine.decide(p.id, &p.resolved.rule, p.cost)),
             Some((_, client)) => {
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-                let sent = client.send(vec![peer_check(p)]).await;
+                let sent = self.send(&client, vec![peer_check(p)]).await;
                 let answer = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
                 self.settle(p, answer, view.alive())
             }
@@ -245,7 +274,7 @@ impl Router {
             self.stats
                 .forwarded
                 .fetch_add(checks.len() as u64, Ordering::Relaxed);
-            async move { (idx, client.send(checks).await) }
+            async move { (idx, self.send(&client, checks).await) }
         });
         for (idx, sent) in futures::future::join_all(sends).await {
             match sent {
@@ -335,7 +364,7 @@ impl Router {
         self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
         let share = share_of(&rule, alive);
         let cost = p.cost.min(share.capacity());
-        let mut answer = self.engine.decide(p.id ^ FALLBACK_SALT, &share, cost);
+        let mut answer = self.engine.decide(fallback_id(p.id), &share, cost);
         answer.limit = rule.limit;
         answer.degraded = true;
         answer

@@ -158,3 +158,95 @@ fn http_post(addr: &str, path: &str, body: &str) -> String {
     let _ = s.read_to_string(&mut out);
     out
 }
+
+/// `--log-format json` gives one JSON object per line with structured fields, and the admin
+/// token is read from `RINGLIMIT_ADMIN_TOKEN` (never a flag) and never logged.
+#[test]
+fn json_logs_and_the_admin_token_from_the_environment() {
+    let token = "cli-admin-token-value";
+    let mut child = Command::new(BIN)
+        .args(["serve", "--peer", "127.0.0.1:0", "--node-id", "cli-json"])
+        .args(["--log-format", "json"])
+        .env("RINGLIMIT_HTTP", "127.0.0.1:0")
+        .env("RINGLIMIT_ADMIN_TOKEN", token)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ringlimit");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lines = Vec::new();
+    let addr = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("node did not log its address in time");
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        lines.push(line);
+        let fields = &v["fields"];
+        if fields["message"] == "ringlimit node serving" {
+            assert_eq!(v["level"], "INFO");
+            assert_eq!(fields["admin_api"], true, "{v}");
+            assert_eq!(fields["node_id"], "cli-json");
+            break fields["http"].as_str().expect("http field").to_owned();
+        }
+    };
+    let reply = http_get(&addr, "/v1/admin/rules", "");
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    assert!(reply.contains(r#""error":"unauthorized""#), "{reply}");
+    let reply = http_get(
+        &addr,
+        "/v1/admin/rules",
+        &format!("Authorization: Bearer {token}\r\n"),
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains(r#""source":"built-in""#), "{reply}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ringlimit did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(0));
+    lines.extend(rx.try_iter());
+    for line in &lines {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "{line}"
+        );
+        assert!(!line.contains(token), "the token was logged: {line}");
+    }
+}
+
+fn http_get(addr: &str, path: &str, headers: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}

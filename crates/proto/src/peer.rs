@@ -2,10 +2,11 @@
 //!
 //! A connection opens with a versioned handshake (`Hello` → `Challenge` → `Proof` → `Welcome`,
 //! see [`crate::auth`]), then carries `Checks` frames one way and `Answers` frames the other,
-//! pipelined: each group has an id, answers may come back in any order. Frames are bincode 2
-//! (standard config) inside a 4-byte big-endian length prefix; both the prefix and the decoder
-//! enforce [`MAX_FRAME_BYTES`], so a hostile length or count can never make a node allocate
-//! more than that.
+//! pipelined: each group has an id, answers may come back in any order. Connections of their
+//! own carry `Handover` (ring changes) and `Reset` (an operator's reset of a key) frames, each
+//! acknowledged. Frames are bincode 2 (standard config) inside a 4-byte big-endian length
+//! prefix; both the prefix and the decoder enforce [`MAX_FRAME_BYTES`], so a hostile length or
+//! count can never make a node allocate more than that.
 
 use crate::auth::NONCE_LEN;
 use crate::{CheckAnswer, RuleRef};
@@ -44,6 +45,11 @@ pub enum Frame {
     Handover(Vec<HandedBucket>),
     /// Server → client: how many handed-over buckets were merged.
     HandoverAck { merged: u64 },
+    /// Client → server: drop these buckets (an operator's reset of a key, see the node's admin
+    /// API). Variants are only ever appended, so older frames keep their encoding.
+    Reset { ids: Vec<u64> },
+    /// Server → client: how many of the buckets were held, and dropped.
+    ResetAck { removed: u64 },
 }
 
 /// One bucket handed to its new owner.
@@ -171,6 +177,8 @@ impl Frame {
             Frame::Answers(_) => "answers",
             Frame::Handover(_) => "handover",
             Frame::HandoverAck { .. } => "handover_ack",
+            Frame::Reset { .. } => "reset",
+            Frame::ResetAck { .. } => "reset_ack",
         }
     }
 }
@@ -201,6 +209,22 @@ mod tests {
         let f = sample();
         let bytes = f.encode().expect("encode");
         assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+    }
+
+    #[test]
+    fn reset_frames_round_trip_and_keep_older_encodings() {
+        for f in [
+            Frame::Reset {
+                ids: vec![1, u64::MAX],
+            },
+            Frame::ResetAck { removed: 2 },
+        ] {
+            let bytes = f.encode().expect("encode");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+        }
+        // Appended variants: an existing frame's tag is unchanged.
+        let ack = Frame::HandoverAck { merged: 1 }.encode().expect("encode");
+        assert_eq!(ack[0], 8);
     }
 
     #[test]

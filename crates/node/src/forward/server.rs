@@ -133,6 +133,19 @@ impl PeerServer {
                     }
                     continue;
                 }
+                Frame::Reset { ids } => {
+                    let store = self.engine.store();
+                    let removed = ids.iter().filter(|&&id| store.remove(id)).count() as u64;
+                    // The node that took the admin request logs the reset; here it is detail.
+                    tracing::debug!(%from, %peer, ids = ids.len(), removed, "buckets reset by a peer");
+                    if framing::send(&mut conn, &Frame::ResetAck { removed })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
                 other => {
                     tracing::warn!(%from, %peer, kind = other.kind(), "unexpected frame from peer; closing");
                     return;

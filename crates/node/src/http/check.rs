@@ -6,6 +6,7 @@
 use super::AppState;
 use super::error::{ApiError, ErrorBody, sentence};
 use crate::engine::RuleSpec;
+use crate::metrics::seconds;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -42,36 +43,52 @@ struct CheckBody<'a> {
 impl CheckBody<'_> {
     /// The rule this body names, checked for the contract's "one of rule or limit+period_ms".
     fn spec(&self) -> Result<RuleSpec<'_>, ApiError> {
-        let inline_fields = self.limit.is_some()
-            || self.period_ms.is_some()
-            || self.algorithm.is_some()
-            || self.burst.is_some();
-        match (&self.rule, inline_fields) {
-            (Some(_), true) => Err(ApiError::bad_request(
-                "invalid_request",
-                "Give either `rule` or an inline rule (`limit`, `period_ms`, `algorithm`, `burst`), not both.",
-            )),
-            (Some(name), false) => Ok(RuleSpec::Named(name)),
-            (None, _) => {
-                let (Some(limit), Some(period_ms)) = (self.limit, self.period_ms) else {
-                    return Err(ApiError::bad_request(
-                        "invalid_request",
-                        "A check needs either `rule` or both `limit` and `period_ms`.",
-                    ));
-                };
-                let algorithm = match &self.algorithm {
-                    None => Algorithm::default(),
-                    Some(a) => a.parse().map_err(|e: ringlimit_proto::UnknownAlgorithm| {
-                        ApiError::bad_request("unknown_algorithm", sentence(e.to_string()))
-                    })?,
-                };
-                Ok(RuleSpec::Inline(InlineRule {
-                    limit,
-                    period_ms,
-                    algorithm,
-                    burst: self.burst,
-                }))
-            }
+        rule_spec(
+            self.rule.as_deref(),
+            self.limit,
+            self.period_ms,
+            self.algorithm.as_deref(),
+            self.burst,
+        )
+    }
+}
+
+/// The rule that a check's fields name: `rule`, or an inline rule — one of them, not both.
+/// Shared by check bodies and the admin API's query strings, so both refuse alike.
+pub(super) fn rule_spec<'a>(
+    rule: Option<&'a str>,
+    limit: Option<u64>,
+    period_ms: Option<u64>,
+    algorithm: Option<&str>,
+    burst: Option<u64>,
+) -> Result<RuleSpec<'a>, ApiError> {
+    let inline_fields =
+        limit.is_some() || period_ms.is_some() || algorithm.is_some() || burst.is_some();
+    match (rule, inline_fields) {
+        (Some(_), true) => Err(ApiError::bad_request(
+            "invalid_request",
+            "Give either `rule` or an inline rule (`limit`, `period_ms`, `algorithm`, `burst`), not both.",
+        )),
+        (Some(name), false) => Ok(RuleSpec::Named(name)),
+        (None, _) => {
+            let (Some(limit), Some(period_ms)) = (limit, period_ms) else {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    "A check needs either `rule` or both `limit` and `period_ms`.",
+                ));
+            };
+            let algorithm = match algorithm {
+                None => Algorithm::default(),
+                Some(a) => a.parse().map_err(|e: ringlimit_proto::UnknownAlgorithm| {
+                    ApiError::bad_request("unknown_algorithm", sentence(e.to_string()))
+                })?,
+            };
+            Ok(RuleSpec::Inline(InlineRule {
+                limit,
+                period_ms,
+                algorithm,
+                burst,
+            }))
         }
     }
 }
@@ -140,8 +157,17 @@ pub async fn check(State(state): State<AppState>, body: Result<Bytes, BytesRejec
         Ok(b) => b,
         Err(r) => return body_error(r).into_response(),
     };
+    let clock = state.router.engine().clock();
+    let start = clock.now();
     match decide(&state, &bytes).await {
-        Ok(answer) => answer_response(&answer),
+        Ok(answer) => {
+            let response = answer_response(&answer);
+            state
+                .metrics
+                .check_duration
+                .observe(seconds(start, clock.now()));
+            response
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -199,6 +225,8 @@ pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejec
         Ok(b) => b,
         Err(r) => return body_error(r).into_response(),
     };
+    let clock = state.router.engine().clock();
+    let start = clock.now();
     let batch: BatchBody<'_> = match parse(&bytes) {
         Ok(b) => b,
         Err(e) => return e.into_response(),
@@ -258,5 +286,10 @@ pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejec
             },
         })
         .collect();
-    axum::Json(BatchAnswer { results }).into_response()
+    let response = axum::Json(BatchAnswer { results }).into_response();
+    state
+        .metrics
+        .batch_duration
+        .observe(seconds(start, clock.now()));
+    response
 }

@@ -1,17 +1,21 @@
-//! The HTTP API (axum): checks, health, readiness, metrics.
+//! The HTTP API (axum): checks, health, readiness, metrics, admin.
 //!
 //! # Layout
 //! - [`check`] — `POST /v1/check` and `/v1/check/batch`.
 //! - [`ops`] — health, readiness, cluster and rules views, fallback.
+//! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
 
+pub mod admin;
 pub mod check;
 pub mod error;
 pub mod ops;
 
 use crate::metrics::Metrics;
+use crate::reload::RulesStatus;
 use crate::router::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -26,11 +30,21 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     pub cluster_id: Arc<str>,
     pub metrics: Arc<Metrics>,
+    /// Where the rules in force came from, and how reloading went.
+    pub rules: Arc<RulesStatus>,
+    /// `None`: the admin API is off.
+    pub admin_token: Option<Arc<admin::AdminToken>>,
 }
 
 /// The node's HTTP routes.
 pub fn router(state: AppState) -> axum::Router {
+    let admin = axum::Router::new()
+        .route("/v1/admin/rules", get(admin::rules))
+        .route("/v1/admin/keys/{key}", get(admin::key_state))
+        .route("/v1/admin/keys/{key}/reset", post(admin::reset))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admin::guard));
     axum::Router::new()
+        .merge(admin)
         .route("/v1/check", post(check::check))
         .route("/v1/check/batch", post(check::batch))
         .route("/healthz", get(ops::healthz))
