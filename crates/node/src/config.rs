@@ -99,6 +99,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_LEAVE_DELAY_MS", value_name = "MS", default_value_t = 500,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub leave_delay_ms: u64,
+    /// At start, how long to wait for seed host names to resolve before gossip starts (pods of
+    /// a StatefulSet start before their DNS records exist), in milliseconds.
+    #[arg(long, env = "RINGLIMIT_SEED_WAIT_MS", value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(0..=300_000))]
+    pub seed_wait_ms: u64,
     /// How often this node publishes its changed global-rule counts through gossip, in
     /// milliseconds (the main term of global rules' over-admission).
     #[arg(long, env = "RINGLIMIT_GLOBAL_PUBLISH_MS", value_name = "MS", default_value_t = 100,
@@ -152,6 +157,8 @@ pub struct NodeConfig {
     pub gossip_interval: Duration,
     pub forward_timeout: Duration,
     pub leave_delay: Duration,
+    /// Bound on the wait for seed names to resolve at start.
+    pub seed_wait: Duration,
     /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
     pub cluster_secret: Option<String>,
     /// From `RINGLIMIT_ADMIN_TOKEN` only (like the secret): the bearer token of `/v1/admin/*`.
@@ -186,6 +193,7 @@ impl NodeConfig {
             gossip_interval: Duration::from_millis(50),
             forward_timeout: Duration::from_millis(25),
             leave_delay: Duration::from_millis(200),
+            seed_wait: Duration::from_secs(2),
             cluster_secret: None,
             admin_token: None,
             global_publish: Duration::from_millis(50),
@@ -238,6 +246,7 @@ impl ServeArgs {
             gossip_interval: Duration::from_millis(self.gossip_interval_ms),
             forward_timeout: Duration::from_millis(self.forward_timeout_ms),
             leave_delay: Duration::from_millis(self.leave_delay_ms),
+            seed_wait: Duration::from_millis(self.seed_wait_ms),
             cluster_secret: std::env::var("RINGLIMIT_CLUSTER_SECRET")
                 .ok()
                 .filter(|s| !s.is_empty()),

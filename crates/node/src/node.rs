@@ -121,6 +121,7 @@ pub async fn run(
         http_addr.to_string()
     };
 
+    crate::cluster::seeds::wait_for_names(&config.seeds, config.seed_wait).await;
     let membership = Membership::start(
         GossipSettings {
             node_id: config.node_id.clone(),

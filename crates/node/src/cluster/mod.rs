@@ -3,8 +3,10 @@
 //! # Layout
 //! - [`membership`] — chitchat wrapper producing immutable [`membership::View`]s.
 //! - [`transport`] — gossip over the node's UDP socket, with a per-datagram MAC.
+//! - [`seeds`] — a bounded wait for seed host names to resolve before gossip starts.
 
 pub mod membership;
+pub mod seeds;
 pub mod transport;
 
 pub use membership::{Member, MemberState, Membership, View};
