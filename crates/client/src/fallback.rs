@@ -8,9 +8,6 @@ use ringlimit_core::rule::{self, share_of};
 use ringlimit_core::store::Store;
 use ringlimit_proto::CheckAnswer;
 
-/// How long a fail-closed rule's denial asks the caller to wait.
-const CLOSED_RETRY_MS: u64 = 1_000;
-
 pub(crate) struct Fallback {
     store: Store,
     clock: SystemClock,
@@ -35,24 +32,12 @@ impl Fallback {
         };
         let cost = cost.min(share.capacity());
         let decision = self.store.check(id, &share, self.clock.now(), cost);
-        CheckAnswer {
-            limit: rule.limit,
-            degraded: true,
-            ..rule::answer(&decision, &share)
-        }
+        rule::fallback_answer(&decision, rule, &share)
     }
 
     /// A fail-closed rule's answer: denied, degraded.
     pub fn deny(&self, rule: &Rule) -> CheckAnswer {
-        let now_ms = self.clock.now() / NANOS_PER_MS;
-        CheckAnswer {
-            allowed: false,
-            limit: rule.limit,
-            remaining: 0,
-            reset_at_ms: now_ms + CLOSED_RETRY_MS,
-            retry_after_ms: CLOSED_RETRY_MS,
-            degraded: true,
-        }
+        rule::closed_answer(rule, self.clock.now())
     }
 
     /// An answer for a rule the client has never been able to learn (no node reached yet):

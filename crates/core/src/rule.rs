@@ -201,3 +201,28 @@ pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
         degraded: false,
     }
 }
+
+/// How long a fail-closed rule's denial asks the caller to wait, in ms.
+pub const CLOSED_RETRY_MS: u64 = 1_000;
+
+/// The answer of a rule that fails closed while its owner is unreachable: denied, degraded.
+pub fn closed_answer(rule: &Rule, now_ns: u64) -> CheckAnswer {
+    let now_ms = now_ns / NANOS_PER_MS;
+    CheckAnswer {
+        allowed: false,
+        limit: rule.limit,
+        remaining: 0,
+        reset_at_ms: now_ms + CLOSED_RETRY_MS,
+        retry_after_ms: CLOSED_RETRY_MS,
+        degraded: true,
+    }
+}
+
+/// A fallback's answer: decided on `share`, reporting the whole `rule`'s limit, degraded.
+pub fn fallback_answer(d: &Decision, rule: &Rule, share: &Rule) -> CheckAnswer {
+    CheckAnswer {
+        limit: rule.limit,
+        degraded: true,
+        ..answer(d, share)
+    }
+}

@@ -23,8 +23,6 @@ const FALLBACK_SALT: u64 = 0x6661_6c6c_6261_636b; // "fallback"
 pub fn fallback_id(id: u64) -> u64 {
     id ^ FALLBACK_SALT
 }
-/// How long a closed-mode denial asks the client to wait.
-const CLOSED_RETRY_MS: u64 = 1_000;
 
 /// One validated check, ready to route.
 #[derive(Debug, Clone)]
@@ -351,20 +349,13 @@ impl Router {
         let rule = p.resolved.rule;
         if p.resolved.on_unreachable == OnOwnerUnreachable::Closed {
             self.stats.fail_closed.fetch_add(1, Ordering::Relaxed);
-            let now_ms = self.engine.clock().now() / crate::clock::NANOS_PER_MS;
-            return CheckAnswer {
-                allowed: false,
-                limit: rule.limit,
-                remaining: 0,
-                reset_at_ms: now_ms + CLOSED_RETRY_MS,
-                retry_after_ms: CLOSED_RETRY_MS,
-                degraded: true,
-            };
+            return ringlimit_core::rule::closed_answer(&rule, self.engine.clock().now());
         }
         self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
         let share = share_of(&rule, alive);
         let cost = p.cost.min(share.capacity());
         let mut answer = self.engine.decide(fallback_id(p.id), &share, cost);
+        // The share's answer, phrased with the whole rule's limit.
         answer.limit = rule.limit;
         answer.degraded = true;
         answer

@@ -161,6 +161,16 @@ impl RuleQuery {
     }
 }
 
+/// The key's check under the query's rule, at cost 0: validated, nothing consumed.
+fn prepare_key<'a>(
+    state: &AppState,
+    key: &'a str,
+    q: &'a RuleQuery,
+) -> Result<Prepared<'a>, ApiError> {
+    let spec = q.spec()?;
+    Ok(state.router.prepare(key, spec, 0)?)
+}
+
 fn query(q: Result<Query<RuleQuery>, QueryRejection>) -> Result<RuleQuery, ApiError> {
     q.map(|Query(q)| q)
         .map_err(|e| ApiError::bad_request("invalid_request", sentence(e.body_text())))
@@ -223,10 +233,7 @@ pub async fn key_state(
         Ok(q) => q,
         Err(e) => return e.into_response(),
     };
-    let p = match q
-        .spec()
-        .and_then(|spec| Ok(state.router.prepare(&key, spec, 0)?))
-    {
+    let p = match prepare_key(&state, &key, &q) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -268,10 +275,7 @@ pub async fn reset(
         Ok(q) => q,
         Err(e) => return e.into_response(),
     };
-    let p = match q
-        .spec()
-        .and_then(|spec| Ok(state.router.prepare(&key, spec, 0)?))
-    {
+    let p = match prepare_key(&state, &key, &q) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
