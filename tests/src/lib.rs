@@ -8,6 +8,8 @@
 //!
 //! Every wait is bounded and every address is on 127.0.0.1.
 
+pub mod statefulset;
+
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_node::clock::ManualClock;
 use ringlimit_node::engine::{Engine, RuleSpec};
