@@ -56,6 +56,8 @@ done
 python3 - "$OUT_DIR/results.jsonl" "$RATE" "$CONC" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:  # answers not from the fallback
+    r["direct_per_s"] = r["checks_per_s"] * (1 - (r["degraded"] + r["errors"]) / max(r["checks"], 1))
 rate, conc = int(sys.argv[2]), int(sys.argv[3])
 def med(mode, key, **f):
     v = [r[key] for r in rows if r["mode"] == mode and all(r[k] == x for k, x in f.items())]
@@ -66,13 +68,15 @@ for label, key, f in [
     (f"p99 us at {rate}/s", "p99_us", {"rate": rate}),
     (f"p99.9 us at {rate}/s", "p999_us", {"rate": rate}),
     (f"checks/s, {conc} callers", "checks_per_s", {"concurrency": conc, "rate": 0}),
+    (f"  of which by owners", "direct_per_s", {"concurrency": conc, "rate": 0}),
     (f"p50 us, {conc} callers", "p50_us", {"concurrency": conc, "rate": 0}),
     (f"p99 us, {conc} callers", "p99_us", {"concurrency": conc, "rate": 0}),
 ]:
     s, h = med("sdk", key, **f), med("http", key, **f)
     print(f"{label:34}{s:14.1f}{h:20.1f}{(s / h if h else float('nan')):8.2f}")
 deg = sum(r["degraded"] + r["errors"] for r in rows)
+total = sum(r["checks"] for r in rows)
 frames = [r["checks_per_frame"] for r in rows if r["mode"] == "sdk" and r["rate"] == 0]
-print(f"degraded or failed answers in all loads: {deg}; sdk checks per frame at {conc} callers: {statistics.median(frames) if frames else 0:.2f}")
+print(f"degraded or failed answers in all loads: {deg} of {total}; sdk checks per frame at {conc} callers: {statistics.median(frames) if frames else 0:.2f}")
 PY
 log "raw results in $OUT_DIR"

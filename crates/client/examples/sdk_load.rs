@@ -50,6 +50,13 @@ struct Worker {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Circuit and membership events of the client on stderr (one line per event).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
     let args = Args::parse();
     let client = Client::builder()
         .seeds(args.seeds.clone())

@@ -101,7 +101,9 @@ impl Client {
             secret: settings.secret.clone(),
             deadline: settings.deadline,
             connect_timeout: settings.connect_timeout,
-            open_for: Duration::from_secs(1),
+            // Shorter than a node's 1 s: a client's deadline is tight (a few ms), so a host stall
+            // can open a live owner's circuit; probing again soon bounds what that costs.
+            open_for: Duration::from_millis(250),
             queue: 8192,
         });
         let inner = Arc::new(Inner {

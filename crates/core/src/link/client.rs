@@ -4,10 +4,10 @@
 //! are queued when it is free and sends them as **one** frame (no fixed wait), and a reader task
 //! matches answers to groups by id. Every wait is bounded: the queue (full → shed at once), the
 //! caller's deadline, and the circuit. A lost connection opens the circuit at once, so no
-//! request waits on a dead peer; timeouts open it after [`TIMEOUTS_TO_OPEN`] in a row, so that a
-//! paused or partitioned peer costs at most that many waits, while a live owner that is briefly
-//! slow under load (a busy host, a 1000-check batch) is not bypassed for a whole second on one
-//! late answer.
+//! request waits on a dead peer. Timeouts open it after [`TIMEOUTS_TO_OPEN`] of them once the
+//! peer has also been silent for as many deadlines: a paused or partitioned peer costs about
+//! that many waits, while a live owner that is briefly slow (a busy host, a 1000-check batch, one
+//! stall that times out many concurrent requests at once) is not bypassed for a whole second.
 
 use super::framing::{self, FramedPeer};
 use bytes::Bytes;
@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Most checks coalesced into one frame (keeps frames far below the size limit).
 const MAX_CHECKS_PER_FRAME: usize = 4096;
-/// Consecutive timeouts that open the circuit.
+/// Timeouts without an answer in between that open the circuit, provided the peer has also
+/// been silent for this many deadlines.
 pub const TIMEOUTS_TO_OPEN: u32 = 3;
 /// Extra time a group may take per check beyond the first (an owner decides ~1-2 M checks/s per
 /// connection), capped at four times the base deadline.
@@ -77,12 +78,19 @@ struct Shared {
     open_until: Mutex<Option<Instant>>,
     /// Timeouts since the last answer.
     timeouts: std::sync::atomic::AtomicU32,
+    /// When the peer last answered, in ns since `epoch` (creation counts as an answer).
+    last_answer_ns: AtomicU64,
+    epoch: Instant,
     /// The circuit was opened (timeouts, a lost connection, a failed connect) and has not been
     /// seen closed since: makes "opened" and "closed" one log line per transition.
     tripped: AtomicBool,
 }
 
 impl Shared {
+    fn since_epoch(&self) -> u64 {
+        duration_ns(self.epoch.elapsed())
+    }
+
     fn open(&self, for_: Duration) {
         *self.open_until.lock() = Some(Instant::now() + for_);
     }
@@ -132,6 +140,8 @@ impl PeerClient {
             connected: AtomicBool::new(false),
             open_until: Mutex::new(None),
             timeouts: std::sync::atomic::AtomicU32::new(0),
+            last_answer_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
             tripped: AtomicBool::new(false),
         });
         let task = tokio::spawn(connection_loop(
@@ -174,6 +184,9 @@ impl PeerClient {
         match tokio::time::timeout(deadline, answer).await {
             Ok(Ok(answers)) if answers.len() == n => {
                 self.shared.timeouts.store(0, Ordering::Relaxed);
+                self.shared
+                    .last_answer_ns
+                    .store(self.shared.since_epoch(), Ordering::Relaxed);
                 self.shared.mark_closed(&self.addr);
                 Ok(answers)
             }
@@ -184,7 +197,14 @@ impl PeerClient {
             }
             Err(_) => {
                 let timeouts = self.shared.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
-                if timeouts >= TIMEOUTS_TO_OPEN {
+                // Concurrent requests caught by one stall time out together; only a peer silent
+                // for several deadlines is bypassed.
+                let silent_ns = self
+                    .shared
+                    .since_epoch()
+                    .saturating_sub(self.shared.last_answer_ns.load(Ordering::Relaxed));
+                let patience = self.settings.deadline.saturating_mul(TIMEOUTS_TO_OPEN);
+                if timeouts >= TIMEOUTS_TO_OPEN && silent_ns >= duration_ns(patience) {
                     if !self.shared.tripped.swap(true, Ordering::Relaxed) {
                         tracing::warn!(peer = %self.addr, ?deadline, timeouts, "peer too slow; circuit opened");
                     }
@@ -195,6 +215,10 @@ impl PeerClient {
             }
         }
     }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 async fn connection_loop(
