@@ -317,6 +317,15 @@ async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Resul
         .filter(|c| c.at > healed_at + Duration::from_millis(300))
         .filter(degraded)
         .count();
+    let late: Vec<Duration> = calls
+        .iter()
+        .filter(|c| c.at > healed_at + Duration::from_millis(300))
+        .filter(degraded)
+        .map(|c| c.at)
+        .collect();
+    if let (Some(first), Some(last)) = (late.first(), late.last()) {
+        eprintln!("degraded after the heal: from {first:?} to {last:?} (healed at {healed_at:?})");
+    }
     let mut latencies: Vec<Duration> = calls.iter().map(|c| c.latency).collect();
     latencies.sort();
     let max = latencies.last().copied().unwrap_or_default();

@@ -42,8 +42,9 @@ struct Inner {
     link: Arc<PeerSettings>,
     http: reqwest::Client,
     topology: ArcSwap<Topology>,
-    /// Serialises refreshes (the periodic one and those asked for by checks).
-    refreshing: tokio::sync::Mutex<()>,
+    /// Serialises refreshes (the periodic one and those asked for by checks), and holds the
+    /// node that answered the last one.
+    refreshing: tokio::sync::Mutex<Option<String>>,
     wake: Arc<Notify>,
     fallback: Fallback,
     stats: Counters,
@@ -112,7 +113,7 @@ impl Client {
             link,
             http,
             topology: ArcSwap::from_pointee(Topology::empty()),
-            refreshing: tokio::sync::Mutex::new(()),
+            refreshing: tokio::sync::Mutex::new(None),
             wake: Arc::new(Notify::new()),
             stats: Counters::default(),
             peer_stats: Arc::new(PeerStats::default()),
@@ -365,19 +366,18 @@ impl Inner {
             .decide(p.id, &known.rule, p.check.cost, topo.alive()))
     }
 
-    /// Asks the alive members, then the seeds, for members and rules; the first that answers
-    /// replaces the topology.
+    /// Asks the node that answered last, then the other alive members, then the seeds, for
+    /// members and rules; the first that answers replaces the topology. Sticking to one node
+    /// keeps the view monotonic while a failure is being detected: nodes declare a dead member
+    /// at slightly different times, and alternating between them would bring it back.
     async fn refresh(&self) -> Result<(), String> {
-        let _one_at_a_time = self.refreshing.lock().await;
+        let mut last_good = self.refreshing.lock().await;
         let topo = self.topology.load_full();
-        let mut candidates: Vec<String> = topo.http_addrs().map(str::to_owned).collect();
-        // Rotate so that refreshes spread over members.
-        if !candidates.is_empty() {
-            let turn = self.stats.refreshes.load(Ordering::Relaxed) as usize % candidates.len();
-            candidates.rotate_left(turn);
-        }
+        let mut candidates: Vec<String> = last_good.iter().cloned().collect();
+        candidates.extend(topo.http_addrs().map(str::to_owned));
         candidates.extend(self.settings.seeds.iter().cloned());
-        candidates.dedup();
+        let mut seen = std::collections::HashSet::new();
+        candidates.retain(|c| seen.insert(c.clone()));
         let mut last = String::from("no candidates");
         for base in &candidates {
             match topology::fetch(&self.http, base, &self.settings).await {
@@ -388,6 +388,7 @@ impl Inner {
                     }
                     self.topology.store(Arc::new(next));
                     self.stats.refreshes.fetch_add(1, Ordering::Relaxed);
+                    *last_good = Some(base.clone());
                     return Ok(());
                 }
                 Err(e) => {

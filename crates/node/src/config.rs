@@ -104,6 +104,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_SEED_WAIT_MS", value_name = "MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(0..=300_000))]
     pub seed_wait_ms: u64,
+    /// Threads serving the HTTP API, each with its own single-threaded runtime (default: one per
+    /// CPU); 0 serves it on the main runtime with peer RPC and gossip.
+    #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
+          value_parser = clap::value_parser!(u64).range(0..=256))]
+    pub http_threads: u64,
     /// How often this node publishes its changed global-rule counts through gossip, in
     /// milliseconds (the main term of global rules' over-admission).
     #[arg(long, env = "RINGLIMIT_GLOBAL_PUBLISH_MS", value_name = "MS", default_value_t = 100,
@@ -159,6 +164,9 @@ pub struct NodeConfig {
     pub leave_delay: Duration,
     /// Bound on the wait for seed names to resolve at start.
     pub seed_wait: Duration,
+    /// See [`ServeArgs::http_threads`]; in-process test nodes use 0 (threads would outlive an
+    /// aborted node).
+    pub http_threads: usize,
     /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
     pub cluster_secret: Option<String>,
     /// From `RINGLIMIT_ADMIN_TOKEN` only (like the secret): the bearer token of `/v1/admin/*`.
@@ -194,6 +202,7 @@ impl NodeConfig {
             forward_timeout: Duration::from_millis(25),
             leave_delay: Duration::from_millis(200),
             seed_wait: Duration::from_secs(2),
+            http_threads: 0,
             cluster_secret: None,
             admin_token: None,
             global_publish: Duration::from_millis(50),
@@ -247,6 +256,7 @@ impl ServeArgs {
             forward_timeout: Duration::from_millis(self.forward_timeout_ms),
             leave_delay: Duration::from_millis(self.leave_delay_ms),
             seed_wait: Duration::from_millis(self.seed_wait_ms),
+            http_threads: usize::try_from(self.http_threads).unwrap_or(1),
             cluster_secret: std::env::var("RINGLIMIT_CLUSTER_SECRET")
                 .ok()
                 .filter(|s| !s.is_empty()),
@@ -259,4 +269,9 @@ impl ServeArgs {
             gossip_blocklist: None,
         })
     }
+}
+
+/// One HTTP thread per CPU this process may use.
+fn default_http_threads() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }

@@ -231,8 +231,11 @@ pub async fn run(
     );
     let leaving = membership.clone();
     let leave_delay = config.leave_delay;
-    let result = axum::serve(listeners.http, http::router(state))
-        .with_graceful_shutdown(async move {
+    let result = http::serve::serve(
+        listeners.http,
+        http::router(state),
+        config.http_threads,
+        async move {
             shutdown.await;
             ready.store(false, Ordering::Release);
             tracing::info!(delay = ?leave_delay, "leaving the cluster: peers stop routing here");
@@ -240,9 +243,10 @@ pub async fn run(
             // Keep answering while peers learn that we leave and move our keys.
             tokio::time::sleep(leave_delay).await;
             tracing::info!("draining in-flight requests");
-        })
-        .await
-        .map_err(NodeError::Serve);
+        },
+    )
+    .await
+    .map_err(NodeError::Serve);
     tasks.abort_all();
     membership.shutdown();
     tracing::info!("ringlimit node stopped");

@@ -5,11 +5,13 @@
 //! - [`ops`] — health, readiness, cluster and rules views, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
+//! - [`serve`] — serving on dedicated single-threaded runtimes (`--http-threads`).
 
 pub mod admin;
 pub mod check;
 pub mod error;
 pub mod ops;
+pub mod serve;
 
 use crate::metrics::Metrics;
 use crate::reload::RulesStatus;
