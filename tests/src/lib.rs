@@ -165,10 +165,10 @@ impl Api {
     pub async fn wait_ready(&self) -> Result<()> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            if let Ok(r) = self.client.get(self.url("/readyz")).send().await {
-                if r.status().is_success() {
-                    return Ok(());
-                }
+            if let Ok(r) = self.client.get(self.url("/readyz")).send().await
+                && r.status().is_success()
+            {
+                return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
                 bail!("node at {} not ready within {:?}", self.addr, WAIT);
@@ -696,12 +696,12 @@ fn read_stderr(
     let mut found = Some(found);
     for line in std::io::BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
-        if found.is_some() && line.contains("ringlimit node serving") {
-            if let Some(addr) = field(&line, "http").and_then(|v| v.parse().ok()) {
-                if let Some(tx) = found.take() {
-                    let _ = tx.send(addr);
-                }
-            }
+        if found.is_some()
+            && line.contains("ringlimit node serving")
+            && let Some(addr) = field(&line, "http").and_then(|v| v.parse().ok())
+            && let Some(tx) = found.take()
+        {
+            let _ = tx.send(addr);
         }
         if let Ok(mut l) = lines.lock() {
             if l.len() >= LOG_LINES {

@@ -252,7 +252,7 @@ async fn load_loop(
         // Which pod (`n`) and which kind of key (a hash of `n`) are independent, so that every
         // pod in the rotation sees both kinds whatever its size.
         let h = mix(n as u64);
-        let quota = (h % 4 == 0).then_some((h / 4) as usize % QUOTA_KEYS);
+        let quota = h.is_multiple_of(4).then_some((h / 4) as usize % QUOTA_KEYS);
         let body = match quota {
             Some(k) => quota_check(&quota_key(k)),
             None => open_check(n % OPEN_KEYS),

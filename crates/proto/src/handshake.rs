@@ -80,17 +80,17 @@ impl ClientHandshake {
         if version != PROTOCOL_VERSION {
             return Err(HandshakeError::Version { theirs: version });
         }
-        if let Some(secret) = &self.secret {
-            if !auth::verify(
+        if let Some(secret) = &self.secret
+            && !auth::verify(
                 secret,
                 Role::Server,
                 &self.nonce,
                 &server_nonce,
                 &self.cluster_id,
                 &proof,
-            ) {
-                return Err(HandshakeError::BadProof);
-            }
+            )
+        {
+            return Err(HandshakeError::BadProof);
         }
         self.server_nonce = Some(server_nonce);
         let proof = match &self.secret {
@@ -183,17 +183,17 @@ impl ServerHandshake {
             Frame::Proof { proof } => proof,
             other => return Err(HandshakeError::Unexpected(other.kind())),
         };
-        if let Some(secret) = &self.secret {
-            if !auth::verify(
+        if let Some(secret) = &self.secret
+            && !auth::verify(
                 secret,
                 Role::Client,
                 &self.client_nonce,
                 &self.nonce,
                 &self.cluster_id,
                 &proof,
-            ) {
-                return Err(HandshakeError::BadProof);
-            }
+            )
+        {
+            return Err(HandshakeError::BadProof);
         }
         Ok((
             self.peer,
