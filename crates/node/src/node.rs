@@ -196,7 +196,10 @@ pub async fn run(
         router.clone(),
         ready.clone(),
         needs_peers(&config.seeds, &advertise_text, advertise),
-        config.gossip_interval * 20,
+        Readiness {
+            grace: config.gossip_interval * 20,
+            settle: config.gossip_interval * 3,
+        },
     ));
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
     if rules.source.is_some() {
@@ -261,17 +264,29 @@ fn needs_peers(seeds: &[String], advertise_text: &str, advertise: SocketAddr) ->
         .any(|s| s != advertise_text && s.parse::<SocketAddr>().ok() != Some(advertise))
 }
 
-/// Keeps the router's peer clients in step with membership and sets readiness: ready at once
-/// for a lone node; with seeds, once another member is seen, or after `grace` (this node then
-/// forms the cluster, as the first pod of a fresh StatefulSet must).
+/// How long a node with seeds waits before it is ready.
+struct Readiness {
+    /// With no other member seen by then, this node forms the cluster alone (as the first pod
+    /// of a fresh StatefulSet must).
+    grace: Duration,
+    /// Once another member is seen, how long membership must stay unchanged: a node that has
+    /// heard from one peer may not know the others yet, and until it does it would decide their
+    /// keys itself (seen in the rolling-restart test as over-admission).
+    settle: Duration,
+}
+
+/// Keeps the router's peer clients in step with membership, hands buckets over when the ring
+/// changes, and sets readiness: at once for a lone node; with seeds, once another member is
+/// seen and membership has settled, or after the grace period.
 async fn track_view(
     mut updates: tokio::sync::watch::Receiver<Arc<View>>,
     router: Arc<Router>,
     ready: Arc<AtomicBool>,
     needs_peers: bool,
-    grace: Duration,
+    readiness: Readiness,
 ) {
-    let deadline = tokio::time::Instant::now() + grace;
+    let deadline = tokio::time::Instant::now() + readiness.grace;
+    let mut changed_at = tokio::time::Instant::now();
     let mut ring_members: Vec<Arc<str>> = Vec::new();
     // Readiness is granted once; only shutdown takes it back, and a later view change (such as
     // this node's own `leaving`) must not grant it again.
@@ -279,15 +294,17 @@ async fn track_view(
     loop {
         let view = updates.borrow_and_update().clone();
         router.sync_peers(&view);
+        let now = tokio::time::Instant::now();
         if view.ring.members() != ring_members.as_slice() {
             ring_members = view.ring.members().to_vec();
+            changed_at = now;
             // Ownership moved: send the buckets that moved away to their new owners.
             let (router, view) = (router.clone(), view.clone());
             tokio::spawn(async move { router.hand_over(&view).await });
         }
-        if !became_ready
-            && (!needs_peers || view.ring.len() > 1 || tokio::time::Instant::now() >= deadline)
-        {
+        let settled_at = changed_at + readiness.settle;
+        let has_peers = view.ring.len() > 1;
+        if !became_ready && (!needs_peers || (has_peers && now >= settled_at) || now >= deadline) {
             tracing::info!(members = view.ring.len(), "node ready");
             ready.store(true, Ordering::Release);
             became_ready = true;
@@ -295,7 +312,12 @@ async fn track_view(
         let wait = if became_ready {
             updates.changed().await.map_err(|_| ())
         } else {
-            match tokio::time::timeout_at(deadline, updates.changed()).await {
+            let wake = if has_peers {
+                settled_at.min(deadline)
+            } else {
+                deadline
+            };
+            match tokio::time::timeout_at(wake, updates.changed()).await {
                 Ok(r) => r.map_err(|_| ()),
                 Err(_) => Ok(()),
             }
