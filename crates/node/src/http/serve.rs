@@ -47,6 +47,7 @@ pub async fn serve(
         let worker = std::thread::Builder::new()
             .name(format!("ringlimit-http-{i}"))
             .spawn(move || -> io::Result<()> {
+                crate::router::use_runtime_local_peers();
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
