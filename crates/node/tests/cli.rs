@@ -125,23 +125,27 @@ fn serves_then_exits_zero_on_sigterm() {
         "{reply}"
     );
 
+    assert_eq!(terminate(&mut child), Some(0));
+}
+
+/// Sends SIGTERM and waits (at most 10 s) for the exit code.
+fn terminate(child: &mut std::process::Child) -> Option<i32> {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
+    loop {
         if let Some(s) = child.try_wait().expect("wait") {
-            break s.code();
+            return s.code();
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             panic!("ringlimit did not exit within 10 s of SIGTERM");
         }
         std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(code, Some(0));
+    }
 }
 
 fn http_post(addr: &str, path: &str, body: &str) -> String {
@@ -210,23 +214,7 @@ fn json_logs_and_the_admin_token_from_the_environment() {
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(reply.contains(r#""source":"built-in""#), "{reply}");
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("ringlimit did not exit within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(code, Some(0));
+    assert_eq!(terminate(&mut child), Some(0));
     lines.extend(rx.try_iter());
     for line in &lines {
         assert!(
