@@ -416,3 +416,53 @@ async fn layer_limits_an_axum_service_per_header() -> Result<()> {
     server.abort();
     node.stop().await
 }
+
+#[tokio::test]
+async fn a_check_sent_to_a_former_owner_is_relayed_to_the_owner() -> Result<()> {
+    let cluster = TestCluster::start(2).await?;
+    // A client whose ring will be stale: it does not refresh during the test.
+    let client = Client::builder()
+        .seeds(http_seeds([&cluster[0].http]))
+        .refresh_interval(Duration::from_secs(3600))
+        .build()
+        .await?;
+    let mut config = NodeConfig::local("node-2");
+    config.seeds = cluster.seeds();
+    let joiner = TestNode::start(config).await?;
+    let all = ["node-0", "node-1", "node-2"];
+    for node in cluster.iter().chain([&joiner]) {
+        wait_until("three members everywhere", WAIT, || async {
+            Ok(node.cluster().await?.ring_members() == 3)
+        })
+        .await?;
+    }
+    assert_eq!(
+        client.members(),
+        ["node-0", "node-1"],
+        "the client's ring is stale"
+    );
+    // A key that moved to node-2: the client still sends it to its former owner.
+    let key = (0..500)
+        .map(|i| format!("moved:{i}"))
+        .find(|k| owner_of(&all, k, 5, 60_000).is_ok_and(|o| o == "node-2"))
+        .context("some key moved to node-2")?;
+    let former = client
+        .owner_of(&Check::inline(&key, 5, MINUTE))
+        .context("the client routes it")?;
+    assert_ne!(former, "node-2");
+    // Exhaust it at its owner.
+    for _ in 0..5 {
+        let r = joiner
+            .check(&ringlimit_tests::inline(&key, 5, 60_000))
+            .await?;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    // The former owner neither owns nor holds the bucket: it relays the check to node-2.
+    let a = client.check(&Check::inline(&key, 5, MINUTE)).await?;
+    assert!(
+        !a.allowed && !a.degraded,
+        "{former} must relay to node-2, not decide from a fresh bucket: {a:?}"
+    );
+    joiner.stop().await?;
+    cluster.stop().await
+}

@@ -166,16 +166,19 @@ pub async fn run(
         },
         metrics.peer_rpc(),
     ));
-    let server = Arc::new(PeerServer::new(
-        engine.clone(),
-        global.clone(),
-        ServerSettings {
-            node_id: config.node_id.clone(),
-            cluster_id: config.cluster_id.clone(),
-            secret,
-            handshake_timeout: Duration::from_secs(2),
-        },
-    ));
+    let server = Arc::new(
+        PeerServer::new(
+            engine.clone(),
+            global.clone(),
+            ServerSettings {
+                node_id: config.node_id.clone(),
+                cluster_id: config.cluster_id.clone(),
+                secret,
+                handshake_timeout: Duration::from_secs(2),
+            },
+        )
+        .with_router(router.clone()),
+    );
     let ready = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
     tasks.spawn(server.run(listeners.peer));

@@ -28,7 +28,10 @@ pub fn fallback_id(id: u64) -> u64 {
 /// several nodes, in tests).
 struct LocalPeers {
     generation: u64,
-    peers: HashMap<Arc<str>, Arc<PeerClient>>,
+    /// By member: the shared client this one mirrors (a member that left and came back gets a
+    /// new shared client, and so a new local one: the old one's circuit may still be open),
+    /// and this runtime's own client.
+    peers: HashMap<Arc<str>, (Arc<PeerClient>, Arc<PeerClient>)>,
 }
 
 thread_local! {
@@ -385,14 +388,14 @@ impl Router {
                 let mut next = HashMap::with_capacity(shared.len());
                 for (id, client) in shared.iter() {
                     let mine = match local.peers.remove(id) {
-                        Some(c) if c.addr == client.addr => c,
+                        Some((of, mine)) if Arc::ptr_eq(&of, client) => mine,
                         _ => Arc::new(PeerClient::spawn(
                             client.addr.clone(),
                             self.settings.clone(),
                             self.peer_stats.clone(),
                         )),
                     };
-                    next.insert(id.clone(), mine);
+                    next.insert(id.clone(), (client.clone(), mine));
                 }
                 local.peers = next;
                 local.generation = generation;
@@ -400,8 +403,23 @@ impl Router {
             local
                 .peers
                 .get_key_value(owner)
-                .map(|(k, c)| (k.clone(), c.clone()))
+                .map(|(k, (_, c))| (k.clone(), c.clone()))
         })
+    }
+
+    /// Where a check that a peer forwarded here should go instead: the owner of bucket `id`
+    /// under this node's ring, when that is another member (this node handed the bucket over,
+    /// or is leaving, and the sender has not heard yet). `None`: decide it here.
+    pub fn relay_target(&self, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        let view = self.view.load();
+        let owner = view.ring.owner(id)?;
+        if owner == &*view.self_id {
+            return None;
+        }
+        self.peers
+            .load()
+            .get_key_value(owner)
+            .map(|(k, c)| (k.clone(), c.clone()))
     }
 
     /// Turns the owner's reply — or its absence — into an answer.

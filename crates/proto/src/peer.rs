@@ -92,10 +92,16 @@ pub struct Hello {
     pub nonce: [u8; NONCE_LEN],
 }
 
+/// Top bit of a [`CheckGroup`] id: the group was relayed by a node that no longer owns its
+/// buckets (it handed them to their new owner) to that new owner, and must be decided where it
+/// lands. Groups without it may be relayed once, so a check crosses at most two hops. A node
+/// that predates relaying ignores the bit and decides every group, as before.
+pub const RELAYED_GROUP: u64 = 1 << 63;
+
 /// Checks that travel together and are answered together.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckGroup {
-    /// Chosen by the sender, echoed in the answer.
+    /// Chosen by the sender, echoed in the answer; see [`RELAYED_GROUP`] for the top bit.
     pub id: u64,
     pub checks: Vec<PeerCheck>,
 }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use parking_lot::Mutex;
 use ringlimit_proto::handshake::ClientHandshake;
-use ringlimit_proto::peer::{CheckGroup, Frame, PeerAnswer, PeerCheck};
+use ringlimit_proto::peer::{CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -71,6 +71,8 @@ pub struct PeerStats {
 struct Outgoing {
     checks: Vec<PeerCheck>,
     reply: oneshot::Sender<Vec<PeerAnswer>>,
+    /// Sent as a relayed group ([`RELAYED_GROUP`]).
+    relayed: bool,
 }
 
 struct Shared {
@@ -167,6 +169,23 @@ impl PeerClient {
 
     /// Sends a group of checks and waits, at most the deadline, for their answers (in order).
     pub async fn send(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.send_group(checks, false).await
+    }
+
+    /// Like [`PeerClient::send`], for checks this node relays to their new owner: the owner
+    /// decides them whatever its ring says (see [`RELAYED_GROUP`]).
+    pub async fn send_relayed(
+        &self,
+        checks: Vec<PeerCheck>,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.send_group(checks, true).await
+    }
+
+    async fn send_group(
+        &self,
+        checks: Vec<PeerCheck>,
+        relayed: bool,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
         // Not connected yet: while the first connection is being made, checks queue for it
         // (bounded by their deadline) rather than fail open; once a connection attempt has failed
         // or a connection was lost, the circuit is open and they fail open at once.
@@ -176,7 +195,11 @@ impl PeerClient {
         let n = checks.len();
         let (reply, answer) = oneshot::channel();
         self.tx
-            .try_send(Outgoing { checks, reply })
+            .try_send(Outgoing {
+                checks,
+                reply,
+                relayed,
+            })
             .map_err(|_| ForwardError::Shed)?;
         let extra = DEADLINE_PER_CHECK
             .saturating_mul(u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX));
@@ -314,11 +337,16 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
                 if o.reply.is_closed() {
                     return 0;
                 }
-                next_id = next_id.wrapping_add(1);
+                next_id = next_id.wrapping_add(1) & !RELAYED_GROUP;
+                let id = if o.relayed {
+                    next_id | RELAYED_GROUP
+                } else {
+                    next_id
+                };
                 let n = o.checks.len();
-                pending.lock().insert(next_id, o.reply);
+                pending.lock().insert(id, o.reply);
                 groups.push(CheckGroup {
-                    id: next_id,
+                    id,
                     checks: o.checks,
                 });
                 n

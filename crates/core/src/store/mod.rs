@@ -142,6 +142,11 @@ impl Store {
         self.record(&evicted);
     }
 
+    /// Whether bucket `id` is held here (recency untouched).
+    pub fn contains(&self, id: u64) -> bool {
+        self.shard(id).lock().contains_key(&id)
+    }
+
     /// Reads a bucket's state without deciding or touching recency.
     pub fn peek(&self, id: u64) -> Option<BucketState> {
         self.shard(id).lock().peek(&id).cloned()

@@ -1,15 +1,20 @@
-//! The peer server: accepts connections on the peer port, authenticates them, and decides every
-//! check that arrives here locally — a forwarded check is never forwarded again, so rings that
-//! disagree for a moment cannot make a check loop.
+//! The peer server: accepts connections on the peer port, authenticates them, and decides the
+//! checks that arrive here. One exception: a check for a bucket this node no longer holds and no
+//! longer owns (it handed the bucket to its new owner, or it is leaving) is relayed once to that
+//! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
+//! at most two hops and rings that disagree for a moment cannot make it loop.
 
 use super::framing::{self, FramedPeer, LinkError};
 use crate::engine::{CheckError, Engine, RuleSpec};
+use crate::forward::PeerClient;
 use crate::global::GlobalCounters;
+use crate::router::Router;
 use crate::rules::Mode;
 use futures::StreamExt;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::handshake::ServerHandshake;
-use ringlimit_proto::peer::{AnswerGroup, Frame, PeerAnswer, PeerCheck};
+use ringlimit_proto::peer::{AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -41,6 +46,8 @@ pub struct ServerStats {
     pub frames: AtomicU64,
     /// Buckets received from their previous owner and merged.
     pub handed_over: AtomicU64,
+    /// Checks relayed to the owner of a bucket this node had handed over.
+    pub relayed: AtomicU64,
 }
 
 /// The peer server; [`PeerServer::run`] serves until dropped.
@@ -49,6 +56,8 @@ pub struct PeerServer {
     engine: Arc<Engine>,
     global: Arc<GlobalCounters>,
     settings: ServerSettings,
+    /// Where to relay checks for buckets this node handed over; `None`: never relay.
+    router: Option<Arc<Router>>,
 }
 
 impl PeerServer {
@@ -58,7 +67,14 @@ impl PeerServer {
             engine,
             global,
             settings,
+            router: None,
         }
+    }
+
+    /// Relays checks for buckets handed over to their new owner through `router`.
+    pub fn with_router(mut self, router: Arc<Router>) -> Self {
+        self.router = Some(router);
+        self
     }
 
     /// Accepts and serves peers. Connections live in a `JoinSet` owned by this future, so
@@ -152,15 +168,7 @@ impl PeerServer {
                 }
             };
             self.stats.frames.fetch_add(1, Ordering::Relaxed);
-            // One instant for the whole frame (see `Engine::decide_at`).
-            let now = self.engine.clock().now();
-            let answers: Vec<AnswerGroup> = groups
-                .into_iter()
-                .map(|g| AnswerGroup {
-                    id: g.id,
-                    answers: g.checks.iter().map(|c| self.decide(c, now)).collect(),
-                })
-                .collect();
+            let answers = self.answer(groups).await;
             if let Err(e) = framing::send(&mut conn, &Frame::Answers(answers)).await {
                 tracing::debug!(%from, %peer, error = %e, "peer went away");
                 return;
@@ -194,25 +202,103 @@ impl PeerServer {
         Ok(peer)
     }
 
-    /// Decides a forwarded check here at `now`, whatever this node's ring says.
-    fn decide(&self, c: &PeerCheck, now: u64) -> PeerAnswer {
+    /// Answers one `Checks` frame: decides here what belongs here, relays the rest (see the
+    /// module doc), and decides here whatever a relay could not deliver.
+    async fn answer(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
+        // One instant for the whole frame (see `Engine::decide_at`).
+        let now = self.engine.clock().now();
+        type Relay = (Arc<PeerClient>, Vec<(usize, usize)>);
+        let mut relays: HashMap<Arc<str>, Relay> = HashMap::new();
+        let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
+        for (gi, g) in groups.iter().enumerate() {
+            let may_relay = g.id & RELAYED_GROUP == 0;
+            let mut answers = Vec::with_capacity(g.checks.len());
+            for (ci, c) in g.checks.iter().enumerate() {
+                match self.decide(c, now, may_relay) {
+                    Decided::Here(a) => answers.push(a),
+                    Decided::Relay(owner, client) => {
+                        relays
+                            .entry(owner)
+                            .or_insert_with(|| (client, Vec::new()))
+                            .1
+                            .push((gi, ci));
+                        // Replaced below by the owner's answer, or by a local decision.
+                        answers.push(PeerAnswer::Error {
+                            code: String::new(),
+                            message: String::new(),
+                        });
+                    }
+                }
+            }
+            out.push(AnswerGroup { id: g.id, answers });
+        }
+        if relays.is_empty() {
+            return out;
+        }
+        let sends = relays.into_values().map(|(client, idx)| {
+            let checks = idx
+                .iter()
+                .map(|&(g, c)| groups[g].checks[c].clone())
+                .collect();
+            async move { (client.send_relayed(checks).await, idx) }
+        });
+        for (sent, idx) in futures::future::join_all(sends).await {
+            self.stats
+                .relayed
+                .fetch_add(idx.len() as u64, Ordering::Relaxed);
+            let mut answers = sent.ok().map(Vec::into_iter);
+            for (g, c) in idx {
+                let answer = match answers.as_mut().and_then(Iterator::next) {
+                    Some(a) => a,
+                    // The new owner did not answer: decide here, as before relaying existed.
+                    None => match self.decide(&groups[g].checks[c], now, false) {
+                        Decided::Here(a) => a,
+                        // Not returned when relaying is not allowed.
+                        Decided::Relay(..) => PeerAnswer::Error {
+                            code: "invalid_request".into(),
+                            message: "the check could not be decided".into(),
+                        },
+                    },
+                };
+                out[g].answers[c] = answer;
+            }
+        }
+        out
+    }
+
+    /// Decides a forwarded check here at `now` — or, when `may_relay` and the bucket is neither
+    /// held nor owned here, says where to relay it.
+    fn decide(&self, c: &PeerCheck, now: u64, may_relay: bool) -> Decided {
         self.stats.checks.fetch_add(1, Ordering::Relaxed);
         let spec = match &c.rule {
             RuleRef::Named(name) => RuleSpec::Named(name),
             RuleRef::Inline(r) => RuleSpec::Inline(*r),
         };
-        match self.engine.prepare(&c.key, spec, c.cost) {
+        Decided::Here(match self.engine.prepare(&c.key, spec, c.cost) {
             // A global rule reached through the SDK (which sends every check to an owner):
             // decided from the global counters like any global check.
             Ok((resolved, id)) if resolved.mode == Mode::Global => {
                 PeerAnswer::Answer(self.global.answer(id, &resolved.rule, now, c.cost))
             }
             Ok((resolved, id)) => {
+                if may_relay
+                    && let Some(router) = &self.router
+                    && let Some((owner, client)) = router.relay_target(id)
+                    && !self.engine.store().contains(id)
+                {
+                    return Decided::Relay(owner, client);
+                }
                 PeerAnswer::Answer(self.engine.decide_at(id, &resolved.rule, c.cost, now))
             }
             Err(e) => error_answer(&e),
-        }
+        })
     }
+}
+
+/// What [`PeerServer::decide`] made of a check.
+enum Decided {
+    Here(PeerAnswer),
+    Relay(Arc<str>, Arc<PeerClient>),
 }
 
 fn error_answer(e: &CheckError) -> PeerAnswer {
