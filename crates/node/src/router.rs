@@ -335,45 +335,35 @@ impl Router {
             // Global rules are decided where they land (see `route`).
             return None;
         }
-        let owner = view.ring.owner(p.id)?;
+        self.owner_client(view, p.id)
+    }
+
+    /// The owner of bucket `id` under `view` and the client that reaches it, or `None` when
+    /// this node owns it. On the HTTP runtimes the client is that runtime's own: each keeps its
+    /// own connection to each peer, so a forwarded check, its frame and its answer never cross
+    /// threads (with the node's shared clients, on the main runtime, every forwarded check cost
+    /// two cross-thread wake-ups, and forwarding through one node of three lost 8% of its
+    /// throughput when HTTP moved to its own runtimes).
+    fn owner_client(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        let owner = view.ring.owner(id)?;
         if owner == &*view.self_id {
             return None;
         }
-        if ON_HTTP_RUNTIME.get() {
-            return self.runtime_local_peer(view, owner);
-        }
-        let found = self
-            .peers
-            .load()
-            .get_key_value(owner)
-            .map(|(k, c)| (k.clone(), c.clone()));
-        match found {
-            Some(found) => Some(found),
-            // A member we have no client for yet (the view just changed): make one.
-            None => {
-                self.sync_peers(view);
+        let lookup = || {
+            if ON_HTTP_RUNTIME.get() {
+                self.local_lookup(owner)
+            } else {
                 self.peers
                     .load()
                     .get_key_value(owner)
                     .map(|(k, c)| (k.clone(), c.clone()))
             }
-        }
-    }
-
-    /// The client for `owner` that belongs to this thread's single-threaded runtime (the HTTP
-    /// runtimes, see `http::serve`). Each such runtime keeps its own connection to each peer, so
-    /// a forwarded check, its frame and its answer never cross threads: with the node's shared
-    /// clients (on the main runtime) every forwarded check cost two cross-thread wake-ups, and
-    /// forwarding through one node of three lost 8% of its throughput when HTTP moved to its
-    /// own runtimes.
-    fn runtime_local_peer(&self, view: &View, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
-        let mut found = self.local_lookup(owner);
-        if found.is_none() {
-            // A member we have no client for yet (the view just changed): make one.
+        };
+        // A member we have no client for yet (the view just changed): make one.
+        lookup().or_else(|| {
             self.sync_peers(view);
-            found = self.local_lookup(owner);
-        }
-        found
+            lookup()
+        })
     }
 
     fn local_lookup(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
@@ -411,15 +401,7 @@ impl Router {
     /// under this node's ring, when that is another member (this node handed the bucket over,
     /// or is leaving, and the sender has not heard yet). `None`: decide it here.
     pub fn relay_target(&self, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
-        let view = self.view.load();
-        let owner = view.ring.owner(id)?;
-        if owner == &*view.self_id {
-            return None;
-        }
-        self.peers
-            .load()
-            .get_key_value(owner)
-            .map(|(k, c)| (k.clone(), c.clone()))
+        self.owner_client(&self.view.load(), id)
     }
 
     /// Turns the owner's reply — or its absence — into an answer.
