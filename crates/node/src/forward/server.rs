@@ -8,6 +8,7 @@ use super::framing::{self, FramedPeer, LinkError};
 use crate::engine::{CheckError, Engine, RuleSpec};
 use crate::forward::PeerClient;
 use crate::global::GlobalCounters;
+use crate::limiter::Rule;
 use crate::router::Router;
 use crate::rules::Mode;
 use futures::StreamExt;
@@ -207,7 +208,8 @@ impl PeerServer {
     async fn answer(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
         // One instant for the whole frame (see `Engine::decide_at`).
         let now = self.engine.clock().now();
-        type Relay = (Arc<PeerClient>, Vec<(usize, usize)>);
+        // By owner: its client, and each relayed check's place and local decision inputs.
+        type Relay = (Arc<PeerClient>, Vec<(usize, usize, u64, Rule)>);
         let mut relays: HashMap<Arc<str>, Relay> = HashMap::new();
         let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
         for (gi, g) in groups.iter().enumerate() {
@@ -216,12 +218,17 @@ impl PeerServer {
             for (ci, c) in g.checks.iter().enumerate() {
                 match self.decide(c, now, may_relay) {
                     Decided::Here(a) => answers.push(a),
-                    Decided::Relay(owner, client) => {
+                    Decided::Relay {
+                        owner,
+                        client,
+                        id,
+                        rule,
+                    } => {
                         relays
                             .entry(owner)
                             .or_insert_with(|| (client, Vec::new()))
                             .1
-                            .push((gi, ci));
+                            .push((gi, ci, id, rule));
                         // Replaced below by the owner's answer, or by a local decision.
                         answers.push(PeerAnswer::Error {
                             code: String::new(),
@@ -238,7 +245,7 @@ impl PeerServer {
         let sends = relays.into_values().map(|(client, idx)| {
             let checks = idx
                 .iter()
-                .map(|&(g, c)| groups[g].checks[c].clone())
+                .map(|&(g, c, ..)| groups[g].checks[c].clone())
                 .collect();
             async move { (client.send_relayed(checks).await, idx) }
         });
@@ -247,20 +254,17 @@ impl PeerServer {
                 .relayed
                 .fetch_add(idx.len() as u64, Ordering::Relaxed);
             let mut answers = sent.ok().map(Vec::into_iter);
-            for (g, c) in idx {
-                let answer = match answers.as_mut().and_then(Iterator::next) {
+            for (g, c, id, rule) in idx {
+                out[g].answers[c] = match answers.as_mut().and_then(Iterator::next) {
                     Some(a) => a,
                     // The new owner did not answer: decide here, as before relaying existed.
-                    None => match self.decide(&groups[g].checks[c], now, false) {
-                        Decided::Here(a) => a,
-                        // Not returned when relaying is not allowed.
-                        Decided::Relay(..) => PeerAnswer::Error {
-                            code: "invalid_request".into(),
-                            message: "the check could not be decided".into(),
-                        },
-                    },
+                    None => PeerAnswer::Answer(self.engine.decide_at(
+                        id,
+                        &rule,
+                        groups[g].checks[c].cost,
+                        now,
+                    )),
                 };
-                out[g].answers[c] = answer;
             }
         }
         out
@@ -286,7 +290,12 @@ impl PeerServer {
                     && let Some((owner, client)) = router.relay_target(id)
                     && !self.engine.store().contains(id)
                 {
-                    return Decided::Relay(owner, client);
+                    return Decided::Relay {
+                        owner,
+                        client,
+                        id,
+                        rule: resolved.rule,
+                    };
                 }
                 PeerAnswer::Answer(self.engine.decide_at(id, &resolved.rule, c.cost, now))
             }
@@ -298,7 +307,13 @@ impl PeerServer {
 /// What [`PeerServer::decide`] made of a check.
 enum Decided {
     Here(PeerAnswer),
-    Relay(Arc<str>, Arc<PeerClient>),
+    /// To the owner's client; `id` and `rule` decide it here if the owner does not answer.
+    Relay {
+        owner: Arc<str>,
+        client: Arc<PeerClient>,
+        id: u64,
+        rule: Rule,
+    },
 }
 
 fn error_answer(e: &CheckError) -> PeerAnswer {
