@@ -30,9 +30,7 @@ impl Fallback {
             FallbackShare::PerMember => share_of(rule, alive),
             FallbackShare::Fraction(f) => fraction_of(rule, f),
         };
-        let cost = cost.min(share.capacity());
-        let decision = self.store.check(id, &share, self.clock.now(), cost);
-        rule::fallback_answer(&decision, rule, &share)
+        rule::decide_share(&self.store, id, rule, &share, cost, self.clock.now())
     }
 
     /// A fail-closed rule's answer: denied, degraded.

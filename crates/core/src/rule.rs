@@ -5,6 +5,7 @@
 
 use crate::clock::NANOS_PER_MS;
 use crate::limiter::{self, Decision, Rule};
+use crate::store::Store;
 use ringlimit_proto::identity;
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 
@@ -218,11 +219,21 @@ pub fn closed_answer(rule: &Rule, now_ns: u64) -> CheckAnswer {
     }
 }
 
-/// A fallback's answer: decided on `share`, reporting the whole `rule`'s limit, degraded.
-pub fn fallback_answer(d: &Decision, rule: &Rule, share: &Rule) -> CheckAnswer {
+/// A fallback decision: bucket `id` of `store` decided alone on `share` of `rule` (a cost above
+/// the share's capacity takes the whole share), answered with the whole rule's limit and marked
+/// degraded. Nodes and the SDK fall back through this one path.
+pub fn decide_share(
+    store: &Store,
+    id: u64,
+    rule: &Rule,
+    share: &Rule,
+    cost: u64,
+    now: u64,
+) -> CheckAnswer {
+    let cost = cost.min(share.capacity());
     CheckAnswer {
         limit: rule.limit,
         degraded: true,
-        ..answer(d, share)
+        ..answer(&store.check(id, share, now, cost), share)
     }
 }

@@ -432,13 +432,14 @@ impl Router {
             return ringlimit_core::rule::closed_answer(&rule, self.engine.clock().now());
         }
         self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
-        let share = share_of(&rule, alive);
-        let cost = p.cost.min(share.capacity());
-        let mut answer = self.engine.decide(fallback_id(p.id), &share, cost);
-        // The share's answer, phrased with the whole rule's limit.
-        answer.limit = rule.limit;
-        answer.degraded = true;
-        answer
+        ringlimit_core::rule::decide_share(
+            self.engine.store(),
+            fallback_id(p.id),
+            &rule,
+            &share_of(&rule, alive),
+            p.cost,
+            self.engine.clock().now(),
+        )
     }
 }
 
