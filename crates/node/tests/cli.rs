@@ -95,13 +95,7 @@ fn serves_then_exits_zero_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn ringlimit");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(10);
     let addr = loop {
         let line = rx
@@ -126,6 +120,18 @@ fn serves_then_exits_zero_on_sigterm() {
     );
 
     assert_eq!(terminate(&mut child), Some(0));
+}
+
+/// The child's stderr, line by line, from a reader thread.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
 }
 
 /// Sends SIGTERM and waits (at most 10 s) for the exit code.
@@ -179,13 +185,7 @@ fn json_logs_and_the_admin_token_from_the_environment() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn ringlimit");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut lines = Vec::new();
     let addr = loop {
