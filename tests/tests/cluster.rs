@@ -225,6 +225,45 @@ async fn three_nodes_admit_exactly_the_limit_per_key() -> Result<()> {
     cluster.stop().await
 }
 
+/// Four load loops, over `apis` in turn, each cycling through `keys` from its own offset at one
+/// check every 4 ms: about 1000 checks/s in all, steady, and leaving the small machine idle time
+/// so that the 25 ms forward deadline measures the nodes, not CPU starvation.
+struct Load {
+    /// When the load started; samples are timed from it.
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    loops: tokio::task::JoinSet<Vec<Sample>>,
+}
+
+impl Load {
+    fn start(apis: &[Api], keys: Arc<Vec<String>>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let t0 = Instant::now();
+        let mut loops = tokio::task::JoinSet::new();
+        for l in 0..4 {
+            loops.spawn(load_loop(
+                apis[l % apis.len()].clone(),
+                keys.clone(),
+                l * 75,
+                t0,
+                stop.clone(),
+                Duration::from_millis(4),
+            ));
+        }
+        Self { t0, stop, loops }
+    }
+
+    /// Stops the loops and returns every check they made.
+    async fn finish(mut self) -> Result<Vec<Sample>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut samples = Vec::new();
+        while let Some(done) = self.loops.join_next().await {
+            samples.extend(done?);
+        }
+        Ok(samples)
+    }
+}
+
 /// One check made by a load loop.
 #[derive(Debug)]
 struct Sample {
@@ -323,21 +362,8 @@ async fn owner_killed_survivors_fail_open() -> Result<()> {
 
     // Four loops, two per survivor, for about a second before the kill and on until the ring
     // has healed and a second more.
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for l in 0..4 {
-        loops.spawn(load_loop(
-            survivors[l % 2].clone(),
-            keys.clone(),
-            l * 75,
-            t0,
-            stop.clone(),
-            // About 1000 checks/s in all: steady, and leaving the small machine idle time so
-            // that the 25 ms forward deadline measures the nodes, not CPU starvation.
-            Duration::from_millis(4),
-        ));
-    }
+    let load = Load::start(&survivors, keys.clone());
+    let t0 = load.t0;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let killed_at = t0.elapsed();
     let kill_instant = Instant::now();
@@ -351,11 +377,7 @@ async fn owner_killed_survivors_fail_open() -> Result<()> {
     }
     let healed_at = killed_at + healed_after;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
-    while let Some(done) = loops.join_next().await {
-        samples.extend(done?);
-    }
+    let samples = load.finish().await?;
     let states: Vec<Option<String>> = states.into_iter().collect::<Result<_>>()?;
 
     let failures: Vec<&Sample> = samples.iter().filter(|s| s.result.is_err()).collect();
@@ -928,19 +950,8 @@ async fn paused_owner_is_bypassed_then_returns() -> Result<()> {
         .map(|n| Api::with_timeout(n.http, Duration::from_secs(2)))
         .collect::<Result<_>>()?;
     let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("pause:{i}")).collect());
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for l in 0..4 {
-        loops.spawn(load_loop(
-            survivors[l % 2].clone(),
-            keys.clone(),
-            l * 75,
-            t0,
-            stop.clone(),
-            Duration::from_millis(4),
-        ));
-    }
+    let load = Load::start(&survivors, keys.clone());
+    let t0 = load.t0;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // SIGSTOP: its sockets stay open, nothing answers. Forwards to it time out (25 ms) and open
     // its circuit; failure detection then takes it out of the ring.
@@ -956,11 +967,7 @@ async fn paused_owner_is_bypassed_then_returns() -> Result<()> {
     wait_all_alive(&nodes, &ids, Duration::from_secs(15)).await?;
     let back_after = resumed.elapsed();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
-    while let Some(done) = loops.join_next().await {
-        samples.extend(done?);
-    }
+    let samples = load.finish().await?;
     let failures: Vec<&Sample> = samples.iter().filter(|s| s.result.is_err()).collect();
     let max_latency = samples.iter().map(|s| s.latency).max().unwrap_or_default();
     let degraded = samples
@@ -1160,19 +1167,8 @@ async fn live_members_are_never_declared_dead() -> Result<()> {
         .map(|n| Api::with_timeout(n.http, Duration::from_secs(2)))
         .collect::<Result<_>>()?;
     let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("steady:{i}")).collect());
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for l in 0..4 {
-        loops.spawn(load_loop(
-            apis[l % 3].clone(),
-            keys.clone(),
-            l * 75,
-            t0,
-            stop.clone(),
-            Duration::from_millis(4),
-        ));
-    }
+    let load = Load::start(&apis, keys.clone());
+    let t0 = load.t0;
     let mut not_alive = Vec::new();
     while t0.elapsed() < Duration::from_secs(4) {
         for a in &apis {
@@ -1183,11 +1179,7 @@ async fn live_members_are_never_declared_dead() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
-    while let Some(done) = loops.join_next().await {
-        samples.extend(done?);
-    }
+    let samples = load.finish().await?;
     let degraded = samples
         .iter()
         .filter(|s| matches!(s.result, Ok(Seen { degraded: true, .. })))
