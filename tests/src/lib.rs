@@ -459,6 +459,29 @@ pub fn ringlimit_binary() -> Result<PathBuf> {
     .map_err(|e| anyhow!(e))
 }
 
+/// Waits (at most `within`) for the HTTP address `node` logs once it serves (sent by
+/// [`read_stderr`] on `found`); a failure carries the node's log.
+pub(crate) async fn await_serving(
+    node: &mut ProcessNode,
+    found: oneshot::Receiver<SocketAddr>,
+    within: Duration,
+) -> Result<SocketAddr> {
+    match tokio::time::timeout(within, found).await {
+        Ok(Ok(http)) => Ok(http),
+        Ok(Err(_)) => bail!(
+            "{} exited before serving ({:?}); its log:\n{}",
+            node.node_id,
+            node.child.try_wait().ok().flatten(),
+            node.log()
+        ),
+        Err(_) => bail!(
+            "{} did not log its HTTP address within {within:?}; its log:\n{}",
+            node.node_id,
+            node.log()
+        ),
+    }
+}
+
 /// Stderr lines kept per process (the last ones).
 const LOG_LINES: usize = 5_000;
 
@@ -535,24 +558,10 @@ impl ProcessNode {
             api: Api::new(SocketAddr::from(([127, 0, 0, 1], 0)))?,
             log,
         };
-        match tokio::time::timeout(WAIT, found).await {
-            Ok(Ok(http)) => {
-                node.http = http;
-                node.api = Api::new(http)?;
-                Ok(node)
-            }
-            Ok(Err(_)) => bail!(
-                "{} exited before serving ({:?}); its log:\n{}",
-                spec.node_id,
-                node.child.try_wait().ok().flatten(),
-                node.log()
-            ),
-            Err(_) => bail!(
-                "{} did not log its HTTP address within {WAIT:?}; its log:\n{}",
-                spec.node_id,
-                node.log()
-            ),
-        }
+        let http = await_serving(&mut node, found, WAIT).await?;
+        node.http = http;
+        node.api = Api::new(http)?;
+        Ok(node)
     }
 
     /// Starts `n` processes `node-0..` on fresh peer ports, each seeded with all of them, and

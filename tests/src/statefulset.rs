@@ -363,27 +363,13 @@ impl StatefulSet {
             api: crate::Api::new(pod.http())?,
             log,
         };
-        match tokio::time::timeout(SERVE_WAIT, found).await {
-            Ok(Ok(http)) => {
-                ensure!(
-                    http == pod.http(),
-                    "{} serves HTTP on {http}, not on {}",
-                    pod.name,
-                    pod.http()
-                );
-            }
-            Ok(Err(_)) => bail!(
-                "{} exited before serving ({:?}); its log:\n{}",
-                pod.name,
-                node.child.try_wait().ok().flatten(),
-                node.log()
-            ),
-            Err(_) => bail!(
-                "{} did not log that it serves within {SERVE_WAIT:?}; its log:\n{}",
-                pod.name,
-                node.log()
-            ),
-        }
+        let http = crate::await_serving(&mut node, found, SERVE_WAIT).await?;
+        ensure!(
+            http == pod.http(),
+            "{} serves HTTP on {http}, not on {}",
+            pod.name,
+            pod.http()
+        );
         // `unshare` and `sh` exec'd: the child's pid is the node's, so signals reach it.
         let comm =
             std::fs::read_to_string(format!("/proc/{}/comm", node.pid())).unwrap_or_default();
