@@ -213,7 +213,7 @@ pub async fn run(
         ));
     }
 
-    let state = AppState {
+    let state = AppState::new(http::Shared {
         router,
         ready: ready.clone(),
         metrics,
@@ -223,7 +223,7 @@ pub async fn run(
             .admin_token
             .as_deref()
             .map(|t| Arc::new(AdminToken::new(t))),
-    };
+    });
     tracing::info!(
         node_id = %config.node_id,
         http = %http_addr,
@@ -239,7 +239,7 @@ pub async fn run(
     let leave_delay = config.leave_delay;
     let result = http::serve::serve(
         listeners.http,
-        http::router(state),
+        move || http::service(state.for_runtime()),
         config.http_threads,
         async move {
             shutdown.await;

@@ -3,15 +3,15 @@
 //! Bodies are parsed by hand from bytes (not axum's `Json`) so that every malformed input maps
 //! to the contract's error codes, with the path of the offending field in the message.
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody, sentence};
+use super::{AppState, MAX_BODY_BYTES};
 use crate::engine::RuleSpec;
 use crate::metrics::seconds;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::LengthLimitError;
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -139,27 +139,42 @@ async fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError>
     Ok(answer)
 }
 
-fn body_error(rejection: BytesRejection) -> ApiError {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "The request body is over the 1 MiB limit.",
-        )
-    } else {
-        ApiError::bad_request("invalid_body", sentence(rejection.body_text()))
-    }
+/// Reads a request body of at most [`MAX_BODY_BYTES`].
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            let e = e.into_inner();
+            if e.is::<LengthLimitError>() {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    "The request body is over the 1 MiB limit.",
+                )
+            } else {
+                ApiError::bad_request(
+                    "invalid_body",
+                    sentence(format!("Failed to read the request body: {e}")),
+                )
+            }
+        })
 }
 
-/// `POST /v1/check`.
-pub async fn check(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let bytes = match body {
+/// `POST /v1/check` as a route. The node answers it through [`super::fast::FastPath`]; the
+/// route stays so that the router still knows the path (another method gets 405, not 404).
+pub async fn check(State(state): State<AppState>, body: Body) -> Response {
+    check_request(&state, body).await
+}
+
+/// `POST /v1/check`: read, decide, answer.
+pub async fn check_request(state: &AppState, body: Body) -> Response {
+    let bytes = match read_body(body).await {
         Ok(b) => b,
-        Err(r) => return body_error(r).into_response(),
+        Err(e) => return e.into_response(),
     };
     let clock = state.router.engine().clock();
     let start = clock.now();
-    match decide(&state, &bytes).await {
+    match decide(state, &bytes).await {
         Ok(answer) => {
             let response = answer_response(&answer);
             state
@@ -220,10 +235,10 @@ struct BatchAnswer {
 }
 
 /// `POST /v1/check/batch`.
-pub async fn batch(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let bytes = match body {
+pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
+    let bytes = match read_body(body).await {
         Ok(b) => b,
-        Err(r) => return body_error(r).into_response(),
+        Err(e) => return e.into_response(),
     };
     let clock = state.router.engine().clock();
     let start = clock.now();

@@ -5,11 +5,13 @@
 //! - [`ops`] — health, readiness, cluster and rules views, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
+//! - [`fast`] — `POST /v1/check` answered before the router.
 //! - [`serve`] — serving on dedicated single-threaded runtimes (`--http-threads`).
 
 pub mod admin;
 pub mod check;
 pub mod error;
+pub mod fast;
 pub mod ops;
 pub mod serve;
 
@@ -25,9 +27,35 @@ use std::sync::atomic::AtomicBool;
 /// Largest request body accepted (the contract's 1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// What the handlers share.
+/// What the handlers share, behind one reference count per HTTP runtime.
+///
+/// Why one per runtime: axum clones the state for every request; with one count shared by
+/// the runtimes on every core, its cache line would travel between the cores on every request.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+
+    /// The same state under a reference count of its own, for one HTTP runtime.
+    pub fn for_runtime(&self) -> Self {
+        Self::new(Shared::clone(&self.0))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+#[derive(Clone)]
+pub struct Shared {
     pub router: Arc<Router>,
     pub ready: Arc<AtomicBool>,
     pub cluster_id: Arc<str>,
@@ -36,6 +64,11 @@ pub struct AppState {
     pub rules: Arc<RulesStatus>,
     /// `None`: the admin API is off.
     pub admin_token: Option<Arc<admin::AdminToken>>,
+}
+
+/// The node's HTTP service: the routes, with `POST /v1/check` answered before them.
+pub fn service(state: AppState) -> fast::FastPath {
+    fast::FastPath::new(state.clone(), router(state))
 }
 
 /// The node's HTTP routes.

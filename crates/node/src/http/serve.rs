@@ -9,6 +9,8 @@
 //! evenly is what makes the gain steady. The rest of the node (peer RPC, gossip) stays on the
 //! main runtime; channels and the shared state work across runtimes.
 
+use super::fast::FastPath;
+use axum::ServiceExt as _;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -19,18 +21,18 @@ use tokio::sync::{mpsc, watch};
 /// Connections waiting for their runtime to pick them up, per runtime.
 const HANDOFF_QUEUE: usize = 1024;
 
-/// Serves `app` on `listener` until `shutdown` completes, then drains. With `threads == 0` on
+/// Serves the routes `app` makes on `listener` until `shutdown` completes, then drains. With `threads == 0` on
 /// the caller's runtime; otherwise on `threads` OS threads each running a current-thread
 /// runtime (they stop when `shutdown` completes, so drive this future to completion: aborting
 /// it would leave them serving).
 pub async fn serve(
     listener: TcpListener,
-    app: axum::Router,
+    app: impl Fn() -> FastPath + Send + Sync + 'static,
     threads: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     if threads == 0 {
-        return axum::serve(listener, app)
+        return axum::serve(listener, app().into_make_service())
             .with_graceful_shutdown(shutdown)
             .await;
     }
@@ -38,6 +40,8 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut queues = Vec::with_capacity(threads);
     let mut workers = Vec::with_capacity(threads);
+    // Each runtime gets routes (and state) of its own: see `AppState::for_runtime`.
+    let app = std::sync::Arc::new(app);
     for i in 0..threads {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
         queues.push(tx);
@@ -52,7 +56,7 @@ pub async fn serve(
                     .enable_all()
                     .build()?;
                 runtime.block_on(async move {
-                    axum::serve(handoff, app)
+                    axum::serve(handoff, app().into_make_service())
                         .with_graceful_shutdown(async move {
                             let _ = stop.wait_for(|stopped| *stopped).await;
                         })
