@@ -149,27 +149,20 @@ where
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix seconds), as the node's HTTP API
 /// sends them; none when the limit is unknown (no node reached yet).
 pub fn rate_headers(headers: &mut HeaderMap, a: &CheckAnswer) {
-    if a.limit == 0 {
-        return;
+    if a.limit != 0 {
+        ringlimit_core::headers::rate_headers(headers, a);
     }
-    headers.insert("x-ratelimit-limit", HeaderValue::from(a.limit));
-    headers.insert("x-ratelimit-remaining", HeaderValue::from(a.remaining));
-    headers.insert(
-        "x-ratelimit-reset",
-        HeaderValue::from(a.reset_at_ms.div_ceil(1000)),
-    );
 }
 
 fn denied<B: From<String>>(a: &CheckAnswer) -> Response<B> {
-    let retry_s = a.retry_after_ms.div_ceil(1000).max(1);
+    let retry_s = ringlimit_core::headers::retry_after_secs(a);
     let mut res = error(
         StatusCode::TOO_MANY_REQUESTS,
         "rate_limited",
         &format!("Too many requests; retry after {retry_s} s."),
     );
     rate_headers(res.headers_mut(), a);
-    res.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(retry_s));
+    ringlimit_core::headers::retry_after(res.headers_mut(), a);
     res
 }
 

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
+use ringlimit_core::headers::{rate_headers, retry_after};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -200,17 +201,9 @@ pub fn answer_response(a: &CheckAnswer) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    headers.insert("x-ratelimit-limit", HeaderValue::from(a.limit));
-    headers.insert("x-ratelimit-remaining", HeaderValue::from(a.remaining));
-    headers.insert(
-        "x-ratelimit-reset",
-        HeaderValue::from(a.reset_at_ms.div_ceil(1000)),
-    );
+    rate_headers(&mut headers, a);
     if !a.allowed {
-        headers.insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(a.retry_after_ms.div_ceil(1000).max(1)),
-        );
+        retry_after(&mut headers, a);
     }
     (status, headers, body).into_response()
 }
