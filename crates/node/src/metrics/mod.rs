@@ -1,4 +1,10 @@
 //! Prometheus metrics, one registry per node (so in-process test clusters do not mix counts).
+//!
+//! What every check updates is sharded per thread ([`sharded`]).
+
+pub mod sharded;
+
+use sharded::{ShardedCounter as Counter, ShardedHistogram as Histogram};
 
 use crate::http::AppState;
 use crate::rules::Mode;
@@ -6,10 +12,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::Ordering;
 
