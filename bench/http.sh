@@ -19,6 +19,9 @@
 #   BENCH_NICE       run servers and load generators under `nice -n BENCH_NICE` (e.g. -10 as root,
 #                    to keep concurrent builds on a shared machine from skewing the figures)
 #   WRK_THREADS      wrk threads (default 2)
+#   HTTP_THREADS     ringlimit --http-threads (default: the server's own, one per CPU).
+#                    HTTP_THREADS=1 WRK_THREADS=1 gives each side one core, as redis-server and
+#                    redis-benchmark --threads 1 have
 #   REDIS_THREADS    redis-benchmark client threads (default 1)
 #   MAX_KEYS         ringlimit --max-keys (default 1000000)
 #   KEYSPACE         distinct keys (default 100000)
@@ -43,6 +46,7 @@ FOREIGN_WARN_PCT="${FOREIGN_WARN_PCT:-10}"
 RETRIES="${RETRIES:-2}"
 RETRY_WAIT="${RETRY_WAIT:-30}"
 WRK_THREADS="${WRK_THREADS:-2}"
+HTTP_THREADS="${HTTP_THREADS:-}"
 REDIS_THREADS="${REDIS_THREADS:-1}"
 MAX_KEYS="${MAX_KEYS:-1000000}"
 export KEYSPACE="${KEYSPACE:-100000}"
@@ -214,7 +218,7 @@ log "CPU busy before start: ${BUSY_BEFORE}% (load average: $(cut -d' ' -f1-3 /pr
 
 # ---------------------------------------------------------------- start servers
 "${NICE[@]}" "$BIN" serve --http "$HOST:$HTTP_PORT" --peer "$HOST:$PEER_PORT" --max-keys "$MAX_KEYS" \
-  --node-id bench >"$OUT_DIR/ringlimit.log" 2>&1 &
+  --node-id bench ${HTTP_THREADS:+--http-threads "$HTTP_THREADS"} >"$OUT_DIR/ringlimit.log" 2>&1 &
 RL_PID=$!
 PIDS+=("$RL_PID")
 
@@ -443,7 +447,7 @@ perrun() { local IFS=' '; echo "$*"; }
 {
   echo
   echo "ringlimit HTTP benchmark — $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, DURATION=${DURATION}s, RUNS=$RUNS"
-  echo "rule: token_bucket $CHECK_LIMIT per $CHECK_PERIOD_MS ms, keys: random of $KEYSPACE, wrk -t$WRK_THREADS, redis-benchmark --threads $REDIS_THREADS"
+  echo "rule: token_bucket $CHECK_LIMIT per $CHECK_PERIOD_MS ms, keys: random of $KEYSPACE, wrk -t$WRK_THREADS, redis-benchmark --threads $REDIS_THREADS, ringlimit --http-threads ${HTTP_THREADS:-default}"
   echo "load generator and servers share the same cores: compare medians and ratios, not absolutes"
   [[ -z "$BENCH_NICE" ]] || echo "servers and load generators ran under nice -n $BENCH_NICE"
   echo "CPU busy before each round (%): $(perrun "${R_BUSY[@]}"); load average at the end: $LOADAVG_AFTER"
