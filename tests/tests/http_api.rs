@@ -356,6 +356,26 @@ async fn health_ready_metrics_and_unknown_paths() -> Result<()> {
     node.stop().await
 }
 
+/// `POST /v1/check` is answered before the router (`http::fast`); the paths around it must
+/// still behave as routes do.
+#[tokio::test]
+async fn check_path_edges_behave_like_routes() -> Result<()> {
+    let node = TestNode::single().await?;
+    let r = node.get("/v1/check").await?;
+    assert_eq!(r.status, 405, "{}", r.text);
+    let r = node
+        .post("/v1/check?trace=1", &inline("q", 1, 60_000))
+        .await?;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()?["remaining"], 0);
+    let r = node.post("/v1/check/", &inline("q", 1, 60_000)).await?;
+    assert_eq!(r.status, 404, "{}", r.text);
+    // The query-string check was the one that spent the bucket.
+    let r = node.check(&inline("q", 1, 60_000)).await?;
+    assert_eq!(r.status, 429, "{}", r.text);
+    node.stop().await
+}
+
 #[tokio::test]
 async fn rules_file_reload_applies_valid_and_refuses_invalid() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("ringlimit-reload-{}", std::process::id()));
