@@ -284,11 +284,7 @@ fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<KnownRule>), 
                 .ok_or_else(|| ClientError::UnknownRule(name.clone()))?,
         },
     };
-    // A global rule is a window counter over `limit` (see the node's `global` module).
-    let capacity = match known.mode {
-        RuleMode::Global => known.rule.limit,
-        RuleMode::Owner => known.rule.capacity(),
-    };
+    let capacity = rule::max_cost(&known.rule, known.mode);
     if check.cost > capacity {
         return Err(ClientError::CostTooLarge {
             cost: check.cost,

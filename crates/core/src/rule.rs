@@ -9,25 +9,9 @@ use crate::store::Store;
 use ringlimit_proto::identity;
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 
-/// Who decides a rule's checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// Exact: the key's owner node decides.
-    #[default]
-    Owner,
-    /// Approximate: every node decides from gossiped counters.
-    Global,
-}
-
-/// What a node answers when a key's owner cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnOwnerUnreachable {
-    /// Answer from a local fallback share and mark the answer degraded.
-    #[default]
-    Open,
-    /// Deny.
-    Closed,
-}
+/// Who decides a rule's checks, and what is answered when a key's owner cannot be reached:
+/// the types `GET /v1/rules` lists them in, under the names the rules file and the node use.
+pub use ringlimit_proto::discovery::{RuleMode as Mode, UnreachablePolicy as OnOwnerUnreachable};
 
 /// Why a rule is invalid: which field, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,23 +135,13 @@ pub fn named_seed(name: &str, algorithm: Algorithm) -> u64 {
 
 pub use identity::bucket_id;
 
-impl Mode {
-    /// The rules file's word for this mode.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Owner => "owner",
-            Mode::Global => "global",
-        }
-    }
-}
-
-impl OnOwnerUnreachable {
-    /// The rules file's word for this policy.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnOwnerUnreachable::Open => "open",
-            OnOwnerUnreachable::Closed => "closed",
-        }
+/// The most one check may cost under `rule`: its bucket's capacity, or for a global rule
+/// `limit` (a global rule is a window counter over `limit` whatever its algorithm; its burst is
+/// ignored).
+pub fn max_cost(rule: &Rule, mode: Mode) -> u64 {
+    match mode {
+        Mode::Global => rule.limit,
+        Mode::Owner => rule.capacity(),
     }
 }
 

@@ -151,16 +151,9 @@ impl Engine {
         spec: RuleSpec<'_>,
         cost: u64,
     ) -> Result<(Resolved, u64), CheckError> {
-        if key.is_empty() || key.len() > ringlimit_proto::CheckAnswer::MAX_KEY_BYTES {
-            return Err(CheckError::InvalidKey(key.len()));
-        }
+        rules::validate_key(key).map_err(CheckError::InvalidKey)?;
         let resolved = self.resolve(spec)?;
-        // A global rule is a window counter over `limit` whatever its algorithm (its burst is
-        // ignored: see `crate::global`).
-        let capacity = match resolved.mode {
-            Mode::Global => resolved.rule.limit,
-            Mode::Owner => resolved.rule.capacity(),
-        };
+        let capacity = rules::max_cost(&resolved.rule, resolved.mode);
         if cost > capacity {
             return Err(CheckError::CostTooLarge { cost, capacity });
         }

@@ -5,11 +5,11 @@
 
 use crate::limiter::Rule;
 pub use ringlimit_core::rule::{
-    FieldError, Mode, OnOwnerUnreachable, bucket_id, field_err, inline_seed, named_seed, validate,
-    validate_inline,
+    FieldError, Mode, OnOwnerUnreachable, bucket_id, field_err, inline_seed, max_cost, named_seed,
+    validate, validate_inline, validate_key,
 };
 use ringlimit_proto::Algorithm;
-use ringlimit_proto::discovery::{RuleInfo, RuleMode, UnreachablePolicy};
+use ringlimit_proto::discovery::RuleInfo;
 use serde_yaml_ng::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,14 +37,8 @@ impl NamedRule {
             period: format_period(r.period_ns),
             algorithm: r.algorithm,
             burst: r.algorithm.has_burst().then_some(r.burst),
-            mode: match self.mode {
-                Mode::Owner => RuleMode::Owner,
-                Mode::Global => RuleMode::Global,
-            },
-            on_owner_unreachable: match self.on_owner_unreachable {
-                OnOwnerUnreachable::Open => UnreachablePolicy::Open,
-                OnOwnerUnreachable::Closed => UnreachablePolicy::Closed,
-            },
+            mode: self.mode,
+            on_owner_unreachable: self.on_owner_unreachable,
         }
     }
 }

@@ -15,6 +15,16 @@ pub enum RuleMode {
     Global,
 }
 
+impl RuleMode {
+    /// The rules file's word for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleMode::Owner => "owner",
+            RuleMode::Global => "global",
+        }
+    }
+}
+
 /// What is answered when a key's owner cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -24,6 +34,16 @@ pub enum UnreachablePolicy {
     Open,
     /// A denial.
     Closed,
+}
+
+impl UnreachablePolicy {
+    /// The rules file's word for this policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnreachablePolicy::Open => "open",
+            UnreachablePolicy::Closed => "closed",
+        }
+    }
 }
 
 /// One configured rule.
