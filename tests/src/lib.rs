@@ -525,31 +525,12 @@ impl ProcessNode {
             cmd.args(["--cluster-id", id]);
         }
         cmd.args(&spec.args);
-        // Nothing from the test's environment may configure the node behind the test's back.
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("RINGLIMIT_") {
-                cmd.env_remove(k);
-            }
-        }
+        clear_ringlimit_env(&mut cmd);
         if let Some(secret) = &spec.secret {
             cmd.env("RINGLIMIT_CLUSTER_SECRET", secret);
         }
-        cmd.env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
+        let Spawned { child, found, log } = spawn_logged(&mut cmd, spec.node_id.clone())
             .with_context(|| format!("cannot start {}", bin.display()))?;
-        let stderr = child.stderr.take().context("no stderr pipe")?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (found_tx, found) = oneshot::channel::<SocketAddr>();
-        let lines = log.clone();
-        let node_id = spec.node_id.clone();
-        std::thread::Builder::new()
-            .name(format!("stderr-{node_id}"))
-            .spawn(move || read_stderr(stderr, lines, found_tx))?;
         let mut node = Self {
             node_id: spec.node_id.clone(),
             http: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -693,6 +674,43 @@ impl Drop for ProcessNode {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Nothing from the test's environment may configure a node behind the test's back.
+pub(crate) fn clear_ringlimit_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("RINGLIMIT_") {
+            cmd.env_remove(k);
+        }
+    }
+}
+
+/// A node process just started, its stderr read by a thread of its own.
+pub(crate) struct Spawned {
+    pub child: Child,
+    /// The HTTP address from the "ringlimit node serving" line.
+    pub found: oneshot::Receiver<SocketAddr>,
+    /// Every stderr line so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Starts `cmd` (a node) with info logs, no colour and a piped stderr, which a thread named
+/// after `name` reads to its end.
+pub(crate) fn spawn_logged(cmd: &mut Command, name: String) -> Result<Spawned> {
+    cmd.env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (found_tx, found) = oneshot::channel::<SocketAddr>();
+    let lines = log.clone();
+    std::thread::Builder::new()
+        .name(format!("stderr-{name}"))
+        .spawn(move || read_stderr(stderr, lines, found_tx))?;
+    Ok(Spawned { child, found, log })
 }
 
 /// Reads a child's stderr to its end: keeps the lines, and hands over the HTTP address from

@@ -18,15 +18,13 @@
 //!
 //! `ROLLING_NAMING=localhost` in the test's environment forces the fallback.
 
-use crate::{ProcessNode, ringlimit_binary, wait_all_alive};
+use crate::{ProcessNode, Spawned, ringlimit_binary, spawn_logged, wait_all_alive};
 use anyhow::{Context, Result, bail, ensure};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// The StatefulSet's name: pod `i` is `ringlimit-i`.
 pub const NAME: &str = "ringlimit";
@@ -312,11 +310,7 @@ impl StatefulSet {
             Naming::Localhost { .. } => Command::new(&self.bin),
         };
         cmd.arg("serve");
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("RINGLIMIT_") {
-                cmd.env_remove(k);
-            }
-        }
+        crate::clear_ringlimit_env(&mut cmd);
         let peer = pod.peer().to_string();
         cmd.env("RINGLIMIT_NODE_ID", &pod.name)
             .env("RINGLIMIT_HTTP", pod.http().to_string())
@@ -329,22 +323,8 @@ impl StatefulSet {
         for (k, v) in &self.env {
             cmd.env(format!("RINGLIMIT_{k}"), v);
         }
-        cmd.env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {}: {cmd:?}", pod.name))?;
-        let stderr = child.stderr.take().context("no stderr pipe")?;
-        let (found_tx, found) = oneshot::channel::<SocketAddr>();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = log.clone();
-        std::thread::Builder::new()
-            .name(format!("stderr-{}-{}", pod.name, pod.generation))
-            .spawn(move || crate::read_stderr(stderr, lines, found_tx))?;
-        Ok(Spawned { child, found, log })
+        spawn_logged(&mut cmd, format!("{}-{}", pod.name, pod.generation))
+            .with_context(|| format!("cannot start {}: {cmd:?}", pod.name))
     }
 
     /// Waits for the "serving" line of a process just spawned and wraps it in a
@@ -394,12 +374,6 @@ impl Drop for StatefulSet {
 }
 
 /// A process just started: its child, the HTTP address it will log, and its log lines.
-struct Spawned {
-    child: std::process::Child,
-    found: oneshot::Receiver<SocketAddr>,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
 /// The address of pod `i` in generation `generation`: 127.0.0.2 and up, a new one for every
 /// restart.
 fn pod_ip(i: usize, generation: usize) -> Result<Ipv4Addr> {
