@@ -86,16 +86,7 @@ fn unreadable_or_invalid_config_is_refused_at_start() {
 /// Starts the binary on ephemeral ports, checks once, then SIGTERM: exit 0.
 #[test]
 fn serves_then_exits_zero_on_sigterm() {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--peer", "127.0.0.1:0", "--node-id", "cli-test"])
-        .env("RINGLIMIT_HTTP", "127.0.0.1:0")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ringlimit");
-    let rx = stderr_lines(&mut child);
+    let (mut child, rx) = serve(&["--node-id", "cli-test"], &[]);
     let deadline = Instant::now() + Duration::from_secs(10);
     let addr = loop {
         let line = rx
@@ -120,6 +111,27 @@ fn serves_then_exits_zero_on_sigterm() {
     );
 
     assert_eq!(terminate(&mut child), Some(0));
+}
+
+/// `ringlimit serve` on ephemeral ports (HTTP from `RINGLIMIT_HTTP`) with info logs, plus
+/// `args` and `envs`; its stderr line by line.
+fn serve(
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--peer", "127.0.0.1:0"])
+        .args(args)
+        .env("RINGLIMIT_HTTP", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ringlimit");
+    let rx = stderr_lines(&mut child);
+    (child, rx)
 }
 
 /// The child's stderr, line by line, from a reader thread.
@@ -174,18 +186,10 @@ fn http_post(addr: &str, path: &str, body: &str) -> String {
 #[test]
 fn json_logs_and_the_admin_token_from_the_environment() {
     let token = "cli-admin-token-value";
-    let mut child = Command::new(BIN)
-        .args(["serve", "--peer", "127.0.0.1:0", "--node-id", "cli-json"])
-        .args(["--log-format", "json"])
-        .env("RINGLIMIT_HTTP", "127.0.0.1:0")
-        .env("RINGLIMIT_ADMIN_TOKEN", token)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ringlimit");
-    let rx = stderr_lines(&mut child);
+    let (mut child, rx) = serve(
+        &["--node-id", "cli-json", "--log-format", "json"],
+        &[("RINGLIMIT_ADMIN_TOKEN", token)],
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut lines = Vec::new();
     let addr = loop {
