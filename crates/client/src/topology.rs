@@ -138,25 +138,21 @@ pub(crate) async fn fetch(
     base: &str,
     settings: &Settings,
 ) -> Result<(ClusterInfo, RuleList), DiscoveryError> {
-    let cluster: ClusterInfo = http
-        .get(format!("{base}/v1/cluster"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let cluster: ClusterInfo = get_json(http, format!("{base}/v1/cluster")).await?;
     if cluster.cluster_id != settings.cluster_id {
         return Err(DiscoveryError::OtherCluster {
             found: cluster.cluster_id,
             expected: settings.cluster_id.clone(),
         });
     }
-    let rules: RuleList = http
-        .get(format!("{base}/v1/rules"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let rules: RuleList = get_json(http, format!("{base}/v1/rules")).await?;
     Ok((cluster, rules))
+}
+
+/// GET `url`, a 2xx answer, its JSON body.
+async fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: String,
+) -> Result<T, reqwest::Error> {
+    http.get(url).send().await?.error_for_status()?.json().await
 }
