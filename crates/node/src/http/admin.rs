@@ -14,8 +14,8 @@ use crate::engine::RuleSpec;
 use crate::forward::reset::{self, MemberReset, ResetStatus};
 use crate::router::{Prepared, fallback_id};
 use crate::rules::Mode;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -171,9 +171,16 @@ fn prepare_key<'a>(
     Ok(state.router.prepare(key, spec, 0)?)
 }
 
-fn query(q: Result<Query<RuleQuery>, QueryRejection>) -> Result<RuleQuery, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::bad_request("invalid_request", sentence(e.body_text())))
+/// A malformed query string is the contract's 400 `invalid_request`, like a malformed body.
+impl<S: Send + Sync> FromRequestParts<S> for RuleQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<RuleQuery>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| q)
+            .map_err(|e| ApiError::bad_request("invalid_request", sentence(e.body_text())))
+    }
 }
 
 /// A key's bucket and who decides it.
@@ -227,12 +234,8 @@ struct KeyState<'a> {
 pub async fn key_state(
     State(state): State<AppState>,
     Path(key): Path<String>,
-    q: Result<Query<RuleQuery>, QueryRejection>,
+    q: RuleQuery,
 ) -> Response {
-    let q = match query(q) {
-        Ok(q) => q,
-        Err(e) => return e.into_response(),
-    };
     let p = match prepare_key(&state, &key, &q) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -269,12 +272,8 @@ struct ResetAnswer<'a> {
 pub async fn reset(
     State(state): State<AppState>,
     Path(key): Path<String>,
-    q: Result<Query<RuleQuery>, QueryRejection>,
+    q: RuleQuery,
 ) -> Response {
-    let q = match query(q) {
-        Ok(q) => q,
-        Err(e) => return e.into_response(),
-    };
     let p = match prepare_key(&state, &key, &q) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
