@@ -114,30 +114,12 @@ impl Metrics {
         let mut registry = Registry::with_prefix("ringlimit");
         let checks = Family::<CheckLabels, Counter>::default();
         registry.register("checks", "Checks decided by this node", checks.clone());
-        let allowed = checks
-            .get_or_create(&CheckLabels {
-                result: "allowed",
-                mode: "owner",
-            })
-            .clone();
-        let denied = checks
-            .get_or_create(&CheckLabels {
-                result: "denied",
-                mode: "owner",
-            })
-            .clone();
-        let global_allowed = checks
-            .get_or_create(&CheckLabels {
-                result: "allowed",
-                mode: "global",
-            })
-            .clone();
-        let global_denied = checks
-            .get_or_create(&CheckLabels {
-                result: "denied",
-                mode: "global",
-            })
-            .clone();
+        let child = |result, mode| -> Counter {
+            checks.get_or_create(&CheckLabels { result, mode }).clone()
+        };
+        let (allowed, denied) = (child("allowed", "owner"), child("denied", "owner"));
+        let (global_allowed, global_denied) =
+            (child("allowed", "global"), child("denied", "global"));
         let durations = Family::<EndpointLabel, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
