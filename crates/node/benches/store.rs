@@ -17,7 +17,8 @@
 //! - `ringlimit_store/manual_now`: `Store::check(id, &rule, now, 1)` with `now` a local counter
 //!   advanced by 100 ns per check (the cost of the store and the algorithm alone);
 //! - `ringlimit_store/system_clock`: the same, reading `SystemClock::now()` per check as the node
-//!   does (governor reads its own quanta clock per check, so this is the fair pairing);
+//!   does, through `Store::check_now` like `Engine::decide` (governor reads its own quanta clock
+//!   per check, so this is the fair pairing);
 //! - `governor_keyed/u64`: `DefaultKeyedRateLimiter<u64>::check_key(&key)`;
 //! - `ringlimit_engine/named` and `/inline`: `Engine::check(key, RuleSpec, 1)` on string keys:
 //!   key validation, rule resolution (an `ArcSwap` load and a map lookup, or inline validation
@@ -174,7 +175,7 @@ impl Limiter for StoreManual {
     }
 }
 
-/// `Store::check` reading the system clock per check, as the node does.
+/// `Store::check_now` reading the system clock per check, as the node does.
 struct StoreSystem {
     store: Store,
     rule: Rule,
@@ -185,7 +186,7 @@ impl Limiter for StoreSystem {
     #[inline(always)]
     fn check(&self, w: &Workload, i: usize, _t: usize) -> bool {
         self.store
-            .check(w.id(i), &self.rule, self.clock.now(), 1)
+            .check_now(w.id(i), &self.rule, || self.clock.now(), 1)
             .allowed
     }
 }

@@ -173,7 +173,8 @@ impl Engine {
 
     /// Decides a prepared check (see [`Engine::prepare`]) now.
     pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
-        self.decide_at(id, rule, cost, self.clock.now())
+        let decision = self.store.check_now(id, rule, || self.clock.now(), cost);
+        answer(&decision, rule)
     }
 
     /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the

@@ -349,23 +349,52 @@ fn concurrent_checks_on_many_buckets_admit_each_limit() {
 
 #[test]
 fn shard_layout() {
-    // (max_keys, shards): a power of two, at most 64, each shard holding two of the heaviest
-    // buckets (weight 2501), and the shares never adding up to more than `max_keys`.
+    // (max_keys, shards): each shard holding two of the heaviest buckets (weight 2501), at
+    // least 64 shards when that allows, and the shares never adding up to more than `max_keys`.
     for (max_keys, shards) in [
         (1, 1),
         (1000, 1),
         (10_000, 1),
         (20_008, 4),
-        (100_000, 16),
-        (1_000_000, 64),
+        (100_000, 19),
+        (320_128, 64),
+        (400_000, 66),
+        (1_000_000, 82),
+        (10_000_000, 102),
     ] {
         let s = Store::new(max_keys);
         assert_eq!(s.shards.len(), shards, "max_keys {max_keys}");
-        assert_eq!(s.shift, 64 - shards.trailing_zeros(), "max_keys {max_keys}");
-        let capacity: u64 = s.shards.iter().map(|c| c.lock().capacity()).sum();
+        let capacity: u64 = s.shards.iter().map(|c| c.table.lock().capacity()).sum();
         assert!(capacity <= max_keys, "max_keys {max_keys}: {capacity}");
+        let share = max_keys / shards as u64;
+        assert!(share >= 2 * 2501 || shards == 1, "max_keys {max_keys}");
+        if max_keys >= 400_000 {
+            // The point of the count: each table, at the bound, is nearly 3/4 full (below
+            // 640k keys the two-heaviest-per-shard rule may cap the count first).
+            let load = share as f64 / table::slots_for(share) as f64;
+            assert!(load > 0.7, "max_keys {max_keys}: load {load}");
+        }
     }
-    // A million keys: 64 shards of 15 625, as the memory measurements assume.
+    // A million keys: 82 shards of 12,195, each table at most 16,384 slots (3/4 full at the
+    // bound), as the memory measurements assume.
     let s = Store::new(1_000_000);
-    assert!(s.shards.iter().all(|c| c.lock().capacity() == 15_625));
+    assert!(s.shards.iter().all(|c| c.table.lock().capacity() == 12_195));
+    assert_eq!(table::slots_for(12_195), 16_384);
+}
+
+#[test]
+fn shards_fill_evenly() {
+    // The multiply-shift pick spreads well-spread ids evenly over a shard count that is not a
+    // power of two.
+    let s = Store::new(1_000_000);
+    let r = tb10();
+    for i in 0..82_000 {
+        s.check(id(i), &r, T0, 1);
+    }
+    let lens: Vec<usize> = s.shards.iter().map(|c| c.table.lock().len()).collect();
+    let (min, max) = (lens.iter().min(), lens.iter().max());
+    assert!(
+        min >= Some(&800) && max <= Some(&1200),
+        "{min:?}..{max:?}"
+    );
 }
