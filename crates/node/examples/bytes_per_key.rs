@@ -15,12 +15,12 @@
 //!   distinct ids each checked once (admitted, so each creates a bucket);
 //! - `flood`: 5,000,000 distinct ids into a 1,000,000-key store, RSS after 1M, 3M and 5M, with the
 //!   store's eviction counters;
-//! - `layout`: the sizes quick_cache 0.7's slab entry is made of (mirrored types) and the
-//!   `memory_used()` of a replica of the store's shards, as built today and pre-sized with
-//!   `reserve`, to show where the bytes go.
+//! - `layout`: the store's shards, slots and their load with a million buckets, i.e. the
+//!   table bytes per bucket that the RSS figures should come close to.
+//!
+//! The `live` phases also print the peak RSS (VmHWM) above the baseline: tables double as
+//! buckets arrive, so for a moment a shard holds its old table and its new one.
 
-use quick_cache::unsync::{Cache, DefaultLifecycle};
-use quick_cache::{OptionsBuilder, UnitWeighter};
 use ringlimit_node::clock::{Clock, SystemClock};
 use ringlimit_node::limiter::{BucketState, Rule};
 use ringlimit_node::rules;
@@ -68,9 +68,6 @@ static GLOBAL: Counting = Counting;
 
 const MAX_KEYS: u64 = 1_000_000;
 const BUCKETS: u64 = 1_000_000;
-/// Store shards for a million keys, and what each holds (see `Store::new`).
-const SHARDS: usize = 64;
-const PER_SHARD: u64 = MAX_KEYS / SHARDS as u64;
 
 fn heap() -> usize {
     HEAP.load(Ordering::Relaxed)
@@ -78,13 +75,18 @@ fn heap() -> usize {
 
 /// Resident set size in bytes.
 fn rss() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// A size line of /proc/self/status, in bytes.
+fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
     let kb: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc/self/status");
+        .expect("a size line of /proc/self/status");
     kb * 1024
 }
 
@@ -111,15 +113,18 @@ fn live(algorithm: Algorithm) {
     for i in 0..BUCKETS {
         denied += u64::from(!store.check(id(i), &rule, now, 1).allowed);
     }
-    let (rss1, heap1) = (rss(), heap());
+    let (rss1, heap1, peak) = (rss(), heap(), status_bytes("VmHWM:"));
     let n = store.len() as u64;
     let d = rss1.saturating_sub(rss0);
     let h = heap1.saturating_sub(heap0) as u64;
+    let p = peak.saturating_sub(rss0);
     println!(
         "[{algorithm}] buckets={n} rss_delta_bytes={d} bytes_per_bucket={:.1} \
+         peak_rss_delta_bytes={p} peak_bytes_per_bucket={:.1} \
          heap_delta_bytes={h} heap_bytes_per_bucket={:.1} inserted={BUCKETS} denied={denied} \
          evictions={} size_of::<BucketState>={}",
         d as f64 / n as f64,
+        p as f64 / n as f64,
         h as f64 / n as f64,
         store.stats().evictions.load(Ordering::Relaxed),
         std::mem::size_of::<BucketState>(),
@@ -154,127 +159,23 @@ fn flood() {
     }
 }
 
-/// quick_cache 0.7's private per-entry types, mirrored to print their sizes.
-#[allow(dead_code)]
-mod mirror {
-    use ringlimit_node::limiter::BucketState;
-    use std::num::NonZeroU32;
-    use std::sync::atomic::AtomicU16;
-
-    pub enum ResidentState {
-        Hot,
-        Cold,
-    }
-    /// `shard::Resident<u64, BucketState>`.
-    pub struct Resident<V> {
-        key: u64,
-        value: V,
-        state: ResidentState,
-        referenced: AtomicU16,
-    }
-    /// `unsync::SharedPlaceholder`.
-    pub struct SharedPlaceholder {
-        hash: u64,
-        idx: NonZeroU32,
-    }
-    pub struct Placeholder {
-        key: u64,
-        hot: ResidentState,
-        shared: SharedPlaceholder,
-    }
-    /// `shard::Entry<u64, BucketState, SharedPlaceholder>`.
-    pub enum Entry<V> {
-        Resident(Resident<V>),
-        Placeholder(Placeholder),
-        Ghost(u64),
-    }
-    /// `linked_slab::Entry<shard::Entry<..>>`: one slab slot per live bucket.
-    pub struct SlabEntry<V> {
-        item: Option<Entry<V>>,
-        next: NonZeroU32,
-        prev: NonZeroU32,
-    }
-    pub type Sizes = (usize, usize, usize, usize);
-    pub fn sizes<V>() -> Sizes {
-        (
-            size_of::<V>(),
-            size_of::<Resident<V>>(),
-            size_of::<Entry<V>>(),
-            size_of::<SlabEntry<V>>(),
-        )
-    }
-    pub fn current() -> Sizes {
-        sizes::<BucketState>()
-    }
-}
-
-type Shard<V> =
-    Cache<u64, V, UnitWeighter, nohash_hasher::BuildNoHashHasher<u64>, DefaultLifecycle<u64, V>>;
-
-/// The store's shards rebuilt from quick_cache directly (same options, same routing), filled
-/// with the same million ids; `reserve` pre-sizes each shard as `Store::new` could.
-fn replica<V: Clone>(label: &str, value: V, reserve: bool) {
-    let (rss0, heap0) = (rss(), heap());
-    let mut shards: Vec<Shard<V>> = (0..SHARDS)
-        .map(|_| {
-            let opts = OptionsBuilder::new()
-                .estimated_items_capacity(PER_SHARD as usize)
-                .weight_capacity(PER_SHARD)
-                .ghost_allocation(0.0)
-                .build()
-                .expect("valid options");
-            let mut c = Shard::with_options(
-                opts,
-                UnitWeighter,
-                nohash_hasher::BuildNoHashHasher::default(),
-                DefaultLifecycle::default(),
-            );
-            if reserve {
-                c.reserve(PER_SHARD as usize);
-            }
-            c
-        })
-        .collect();
-    let shift = 64 - SHARDS.trailing_zeros();
-    for i in 0..BUCKETS {
-        let k = id(i);
-        shards[(k >> shift) as usize].insert(k, value.clone());
-    }
-    let (rss1, heap1) = (rss(), heap());
-    let n: usize = shards.iter().map(|s| s.len()).sum();
-    let slab: usize = shards.iter().map(|s| s.memory_used().entries).sum();
-    let map: usize = shards.iter().map(|s| s.memory_used().map).sum();
-    let d = rss1.saturating_sub(rss0);
-    let h = heap1.saturating_sub(heap0);
-    println!(
-        "[layout] {label}: buckets={n} rss_delta_bytes={d} bytes_per_bucket={:.1} \
-         heap_delta_bytes={h} heap_bytes_per_bucket={:.1} \
-         slab_used_per_bucket={:.1} map_alloc_per_bucket={:.1}",
-        d as f64 / n as f64,
-        h as f64 / n as f64,
-        slab as f64 / n as f64,
-        map as f64 / n as f64,
-    );
-}
-
+/// Where the bytes of a full million-key store go: slots allocated against buckets held.
 fn layout() {
-    let (v, r, e, s) = mirror::current();
+    let rule = rule(Algorithm::TokenBucket);
+    let store = Store::new(MAX_KEYS);
+    let now = SystemClock::new().now();
+    for i in 0..BUCKETS {
+        store.check(id(i), &rule, now, 1);
+    }
+    let (n, slots) = (store.len(), store.slots());
+    let bytes = slots * Store::SLOT_BYTES;
     println!(
-        "[layout] size_of BucketState={v} Resident<u64,BucketState>={r} \
-         shard::Entry={e} linked_slab::Entry={s} hashbrown slot=4+1 ctrl"
-    );
-    let (v, r, e, s) = mirror::sizes::<[u64; 2]>();
-    println!(
-        "[layout] with a 16-byte state: size_of state={v} Resident={r} shard::Entry={e} \
-         linked_slab::Entry={s}"
-    );
-    let per_shard = PER_SHARD as usize;
-    let buckets = (per_shard * 8 / 7 + 1).next_power_of_two();
-    println!(
-        "[layout] hashbrown table for {per_shard} items: {buckets} buckets x 5 B = {} B/shard \
-         = {:.1} B/bucket at {per_shard} per shard",
-        buckets * 5,
-        (buckets * 5) as f64 / per_shard as f64
+        "[layout] shards={} slot_bytes={} buckets={n} slots={slots} load={:.3} \
+         table_bytes={bytes} table_bytes_per_bucket={:.1} (plus 1 referenced bit per slot)",
+        store.shard_count(),
+        Store::SLOT_BYTES,
+        n as f64 / slots as f64,
+        bytes as f64 / n as f64,
     );
 }
 
@@ -285,20 +186,6 @@ fn run_phase(phase: &str) {
         "sliding_window" => live(Algorithm::SlidingWindow),
         "flood" => flood(),
         "layout" => layout(),
-        "replica" => replica(
-            "replica as built (no reserve)",
-            BucketState::Gcra { tat: 1 },
-            false,
-        ),
-        "replica_reserved" => replica(
-            "replica reserve(per_shard)",
-            BucketState::Gcra { tat: 1 },
-            true,
-        ),
-        "replica_16b" => replica("replica 16-byte state, no reserve", [1u64; 2], false),
-        "replica_16b_reserved" => {
-            replica("replica 16-byte state, reserve(per_shard)", [1u64; 2], true)
-        }
         other => {
             eprintln!("unknown phase {other:?}");
             std::process::exit(2);
@@ -306,16 +193,12 @@ fn run_phase(phase: &str) {
     }
 }
 
-const PHASES: [&str; 9] = [
+const PHASES: [&str; 5] = [
     "token_bucket",
     "fixed_window",
     "sliding_window",
     "flood",
     "layout",
-    "replica",
-    "replica_reserved",
-    "replica_16b",
-    "replica_16b_reserved",
 ];
 
 fn main() {

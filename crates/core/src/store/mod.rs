@@ -96,7 +96,11 @@ fn shard_count(max_keys: u64) -> u64 {
     // The largest table whose 3/4 is within a 64th of the keys, then shards enough that each
     // share fits it.
     let slots = table::slots_for(max_keys / 64) as u64;
-    let slots = if slots * 3 / 4 > max_keys / 64 { slots / 2 } else { slots };
+    let slots = if slots * 3 / 4 > max_keys / 64 {
+        slots / 2
+    } else {
+        slots
+    };
     max_keys.div_ceil(slots * 3 / 4).min(most)
 }
 
@@ -213,6 +217,19 @@ impl Store {
     /// Drops a bucket (admin reset).
     pub fn remove(&self, id: u64) -> bool {
         self.shard(id).table.lock().remove(id).is_some()
+    }
+
+    /// Bytes of one slot of a shard's table.
+    pub const SLOT_BYTES: usize = table::SLOT_BYTES;
+
+    /// Slots allocated over all shards (each [`Store::SLOT_BYTES`] plus a referenced bit).
+    pub fn slots(&self) -> usize {
+        self.shards.iter().map(|s| s.table.lock().slots()).sum()
+    }
+
+    /// Shards the store is split into.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
     }
 
     /// Buckets held.

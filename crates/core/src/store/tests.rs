@@ -393,8 +393,5 @@ fn shards_fill_evenly() {
     }
     let lens: Vec<usize> = s.shards.iter().map(|c| c.table.lock().len()).collect();
     let (min, max) = (lens.iter().min(), lens.iter().max());
-    assert!(
-        min >= Some(&800) && max <= Some(&1200),
-        "{min:?}..{max:?}"
-    );
+    assert!(min >= Some(&800) && max <= Some(&1200), "{min:?}..{max:?}");
 }

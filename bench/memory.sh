@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Resident memory of one release node as each of its caps fills, the figures behind the memory
+# request and limit in deploy/k8s:
+#
+#   bench/memory.sh
+#   MAX_KEYS=2000000 bench/memory.sh
+#
+# Starts a node per stage on 127.0.0.1 and fills it through POST /v1/check/batch (1000 checks a
+# request, every key distinct), then reads VmRSS and VmHWM (the peak) from /proc/PID/status:
+#   empty    --max-keys 1000, nothing checked: the process itself
+#   store    --max-keys MAX_KEYS, MAX_KEYS distinct keys of an inline token bucket (more than
+#            fit, as the store spreads keys over shards unevenly: every shard ends up full)
+#   global   as store, plus GLOBAL_KEYS keys of a `mode: global` rule with
+#            --global-max-counters GLOBAL_KEYS
+# A node's store tables grow as buckets arrive, so the peak can exceed the end figure: the
+# allocator frees an outgrown table only some time after it is replaced.
+#
+# Env: MAX_KEYS (default 1000000), GLOBAL_KEYS (default 100000), HTTP_THREADS (default 2, as
+# TOKIO_WORKER_THREADS=2 in deploy/k8s), PORT (default 38180; PORT+1 is the peer port),
+# SKIP_BUILD=1, CARGO_TARGET_DIR.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$BENCH_DIR/.." && pwd)"
+MAX_KEYS="${MAX_KEYS:-1000000}"
+GLOBAL_KEYS="${GLOBAL_KEYS:-100000}"
+HTTP_THREADS="${HTTP_THREADS:-2}"
+PORT="${PORT:-38180}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+SCRIPT=memory
+log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  log "building ringlimit (release)"
+  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
+fi
+BIN="$CARGO_TARGET_DIR/release/ringlimit"
+WORK="$(mktemp -d)"
+PID=""
+cleanup() {
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+cat >"$WORK/rules.yaml" <<'EOF'
+rules:
+  - name: mem-global
+    limit: 1000
+    period: 1m
+    algorithm: sliding_window
+    mode: global
+EOF
+
+start() { # extra serve flags...
+  TOKIO_WORKER_THREADS="$HTTP_THREADS" RUST_LOG=warn "$BIN" serve --node-id mem \
+    --http "127.0.0.1:$PORT" --peer "127.0.0.1:$((PORT + 1))" --config "$WORK/rules.yaml" \
+    --http-threads "$HTTP_THREADS" "$@" 2>"$WORK/node.log" &
+  PID=$!
+  local deadline=$((SECONDS + 20))
+  until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do
+    [ $SECONDS -lt $deadline ] || { log "node did not become ready"; cat "$WORK/node.log" >&2; exit 1; }
+    sleep 0.1
+  done
+}
+
+stop() {
+  kill "$PID" 2>/dev/null || true
+  wait "$PID" 2>/dev/null || true
+  PID=""
+}
+
+# Sends COUNT checks with distinct keys PREFIX0..PREFIX(COUNT-1) in batches of 1000.
+fill() { # COUNT PREFIX CHECK_JSON_TAIL
+  python3 - "$PORT" "$1" "$2" "$3" <<'EOF'
+import http.client, sys
+port, count, prefix, tail = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+for start in range(0, count, 1000):
+    n = min(1000, count - start)
+    items = ",".join('{"key":"%s%d",%s}' % (prefix, start + i, tail) for i in range(n))
+    conn.request("POST", "/v1/check/batch", '{"checks":[%s]}' % items,
+                 {"content-type": "application/json"})
+    r = conn.getresponse()
+    body = r.read()
+    if r.status != 200 or b'"error"' in body:
+        sys.exit("batch at %d: %d %s" % (start, r.status, body[:200]))
+EOF
+}
+
+mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1000 }'; }
+report() { # LABEL
+  local rss hwm
+  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$PID/status")
+  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status")
+  printf '%-58s RSS %8s MB   peak %8s MB\n' "$1" "$(mb "$rss")" "$(mb "$hwm")"
+}
+
+STORE_CHECK='"limit":100,"period_ms":60000'
+GLOBAL_CHECK='"rule":"mem-global"'
+
+log "stage empty"
+start --max-keys 1000
+report "empty: --max-keys 1000"
+stop
+
+log "stage store: $MAX_KEYS keys"
+start --max-keys "$MAX_KEYS"
+report "store: --max-keys $MAX_KEYS, at start"
+fill "$MAX_KEYS" s: "$STORE_CHECK"
+report "store: $MAX_KEYS keys checked"
+fill $((MAX_KEYS / 10)) t: "$STORE_CHECK"
+report "store: $((MAX_KEYS / 10)) more (evicting)"
+stop
+
+log "stage global: + $GLOBAL_KEYS global keys"
+start --max-keys "$MAX_KEYS" --global-max-counters "$GLOBAL_KEYS"
+fill "$MAX_KEYS" s: "$STORE_CHECK"
+fill "$GLOBAL_KEYS" g: "$GLOBAL_CHECK"
+report "every cap full: + $GLOBAL_KEYS global keys"
+sleep 3
+report "every cap full, 3 s later"
+stop
