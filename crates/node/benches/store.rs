@@ -3,7 +3,9 @@
 //!
 //! Both limiters see the same precomputed pseudo-random sequence of 64-bit keys:
 //! - `uniform_100k`: 100,000 keys drawn uniformly;
-//! - `hot_skewed`: 90% of checks on 1,000 hot keys, 10% uniform over all 100,000.
+//! - `hot_skewed`: 90% of checks on 1,000 hot keys, 10% uniform over all 100,000;
+//! - `uniform_1m`: 1,000,000 keys drawn uniformly (the store's bound: its tables at their
+//!   largest; store and governor variants on `u64` keys only).
 //!
 //! Keys are `splitmix64(i)` of a key index, i.e. well-spread 64-bit values like the node's xxh3
 //! bucket identities (the store relies on that: it shards on the top bits and does not rehash).
@@ -52,6 +54,8 @@ use std::time::{Duration, Instant};
 
 /// Distinct keys in each distribution.
 const KEYS: usize = 100_000;
+/// Distinct keys of the `uniform_1m` distribution.
+const KEYS_1M: usize = 1_000_000;
 /// Hot keys of the skewed distribution, and the share of checks they get.
 const HOT_KEYS: usize = 1_000;
 const HOT_SHARE_PERMILLE: u64 = 900;
@@ -86,7 +90,7 @@ struct Workload {
 }
 
 impl Workload {
-    fn new(name: &'static str, skewed: bool) -> Self {
+    fn new(name: &'static str, skewed: bool, keys: usize) -> Self {
         let mut state = 0x5eed_u64;
         let mut next = || {
             state = state.wrapping_add(1);
@@ -98,13 +102,13 @@ impl Workload {
                 let k = if skewed && r % 1000 < HOT_SHARE_PERMILLE {
                     (r >> 32) % HOT_KEYS as u64
                 } else {
-                    (r >> 32) % KEYS as u64
+                    (r >> 32) % keys as u64
                 };
                 k as u32
             })
             .collect();
         let ids = idx.iter().map(|&k| splitmix64(u64::from(k))).collect();
-        let strings = (0..KEYS).map(|k| format!("user:{k:08}")).collect();
+        let strings = (0..keys).map(|k| format!("user:{k:08}")).collect();
         Self {
             name,
             idx,
@@ -362,8 +366,9 @@ fn clocks(c: &mut Criterion) {
 fn benches(c: &mut Criterion) {
     clocks(c);
     for w in [
-        Workload::new("uniform_100k", false),
-        Workload::new("hot_skewed", true),
+        Workload::new("uniform_100k", false, KEYS),
+        Workload::new("hot_skewed", true, KEYS),
+        Workload::new("uniform_1m", false, KEYS_1M),
     ] {
         single(c, &w, "ringlimit_store/manual_now", &store_manual());
         single(c, &w, "ringlimit_store/system_clock", &store_system());
