@@ -198,19 +198,24 @@ impl Store {
 
     /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]).
     pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
-        let mut shard = self.shard(id).table.lock();
+        let shard = self.shard(id);
+        let mut table = shard.table.lock();
         let mut state = Some(state);
-        let merged = shard.update(id, now, |mine| {
+        let merged = table.update(id, now, |mine| {
             if let Some(theirs) = state.take() {
                 mine.absorb(theirs, now);
             }
         });
         let evicted = match (merged, state) {
             (Some((_, evicted)), _) => evicted,
-            (None, Some(state)) => shard.insert(id, state, now),
+            (None, Some(state)) => {
+                let evicted = table.insert(id, state, now);
+                shard.note_layout(&table);
+                evicted
+            }
             (None, None) => Evicted::default(),
         };
-        drop(shard);
+        drop(table);
         self.record(evicted);
     }
 
