@@ -7,7 +7,7 @@
 //! # Layout
 //! - [`clock`] — the `Clock` trait; system and manual clocks.
 //! - [`limiter`] — the algorithms, one module each, pure `decide(state, rule, now, cost)`.
-//! - [`store`] — sharded, bounded (CLOCK-PRO) bucket store keyed by 64-bit identities.
+//! - [`store`] — sharded, bounded (CLOCK) bucket store keyed by 64-bit identities.
 //! - [`rule`] — rule validation, bucket identities, fallback shares, answers.
 //! - [`headers`] — an answer's `X-RateLimit-*` and `Retry-After` headers.
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
