@@ -55,11 +55,14 @@ impl Shard {
         table::prefetch(at, mask, id);
     }
 
-    /// Refreshes the prefetch hint after the table may have grown.
-    fn note_layout(&self, table: &Table) {
+    /// Inserts into this shard's (locked) `table`, refreshing the prefetch hint: an insert is
+    /// what may grow the table.
+    fn insert(&self, table: &mut Table, id: u64, state: BucketState, now: u64) -> Evicted {
+        let evicted = table.insert(id, state, now);
         let (at, mask) = table.layout();
         self.slots_at.store(at, Ordering::Relaxed);
         self.mask.store(mask, Ordering::Relaxed);
+        evicted
     }
 }
 
@@ -95,12 +98,7 @@ fn shard_count(max_keys: u64) -> u64 {
     }
     // The largest table whose 3/4 is within a 64th of the keys, then shards enough that each
     // share fits it.
-    let slots = table::slots_for(max_keys / 64) as u64;
-    let slots = if slots * 3 / 4 > max_keys / 64 {
-        slots / 2
-    } else {
-        slots
-    };
+    let slots = 1u64 << (max_keys / 64 * 4 / 3).ilog2();
     max_keys.div_ceil(slots * 3 / 4).min(most)
 }
 
@@ -152,19 +150,21 @@ impl Store {
         shard.prefetch(id);
         let now = now();
         let mut table = shard.table.lock();
-        if let Some((decision, evicted)) = table.update(id, now, |s| s.decide(rule, now, cost)) {
-            drop(table);
-            self.record(evicted);
-            return decision;
-        }
-        let mut state = BucketState::fresh(rule);
-        let decision = state.decide(rule, now, cost);
-        if decision.allowed && cost > 0 {
-            let evicted = table.insert(id, state, now);
-            shard.note_layout(&table);
-            drop(table);
-            self.record(evicted);
-        }
+        let (decision, evicted) = match table.update(id, now, |s| s.decide(rule, now, cost)) {
+            Some(decided) => decided,
+            None => {
+                let mut state = BucketState::fresh(rule);
+                let decision = state.decide(rule, now, cost);
+                let evicted = if decision.allowed && cost > 0 {
+                    shard.insert(&mut table, id, state, now)
+                } else {
+                    Evicted::default()
+                };
+                (decision, evicted)
+            }
+        };
+        drop(table);
+        self.record(evicted);
         decision
     }
 
@@ -208,11 +208,7 @@ impl Store {
         });
         let evicted = match (merged, state) {
             (Some((_, evicted)), _) => evicted,
-            (None, Some(state)) => {
-                let evicted = table.insert(id, state, now);
-                shard.note_layout(&table);
-                evicted
-            }
+            (None, Some(state)) => shard.insert(&mut table, id, state, now),
             (None, None) => Evicted::default(),
         };
         drop(table);

@@ -237,17 +237,11 @@ impl Table {
         {
             self.grow();
         }
-        match self.find(id) {
-            Err(i) => {
-                self.slots[i] = Slot { id, state };
-                self.len += 1;
-                self.weight += w;
-            }
-            // Removed above and nothing re-adds it; kept total rather than panicking.
-            Ok(i) => {
-                self.weight = self.weight - self.slots[i].state.weight() + w;
-                self.slots[i].state = state;
-            }
+        // Removed above if present, so the probe ends at an empty slot.
+        if let Err(i) = self.find(id) {
+            self.slots[i] = Slot { id, state };
+            self.len += 1;
+            self.weight += w;
         }
         evicted
     }
