@@ -1,6 +1,5 @@
 //! What a service asks ([`Check`]) and the only ways that can go wrong for it ([`ClientError`]).
 
-use ringlimit_core::rule::FieldError;
 use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 use std::time::Duration;
 
@@ -63,39 +62,8 @@ impl Check {
     }
 }
 
-/// Why a check has no answer. Every variant but [`ClientError::Unavailable`] is a mistake in
-/// the check itself; transport trouble becomes a degraded answer, never an error, unless the
-/// client was built with [`crate::FailMode::Closed`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClientError {
-    #[error("`key` must be 1 to 512 bytes, got {0} bytes")]
-    InvalidKey(usize),
-    #[error("invalid rule: {0}")]
-    InvalidRule(FieldError),
-    #[error("no rule named {0:?} is configured on the cluster")]
-    UnknownRule(String),
-    #[error(
-        "`cost` {cost} exceeds the capacity {capacity} of this rule, so it could never be admitted"
-    )]
-    CostTooLarge { cost: u64, capacity: u64 },
-    /// The owner refused the check (for instance its rules changed since the client's refresh).
-    #[error("the key's owner refused the check ({code}): {message}")]
-    Rejected { code: String, message: String },
-    /// The cluster could not answer in time and the client is fail-closed.
-    #[error("no cluster member answered: {0}")]
-    Unavailable(&'static str),
-}
-
-impl ClientError {
-    /// The HTTP API's snake_case error code for this error.
-    pub fn code(&self) -> &str {
-        match self {
-            ClientError::InvalidKey(_) => "invalid_key",
-            ClientError::InvalidRule(e) => e.code(),
-            ClientError::UnknownRule(_) => "unknown_rule",
-            ClientError::CostTooLarge { .. } => "invalid_cost",
-            ClientError::Rejected { code, .. } => code,
-            ClientError::Unavailable(_) => "unavailable",
-        }
-    }
-}
+/// Why a check has no answer: the nodes' own [`CheckError`]. Every variant but
+/// [`ClientError::Unavailable`] is a mistake in the check itself; transport trouble becomes a
+/// degraded answer, never an error, unless the client was built with
+/// [`crate::FailMode::Closed`].
+pub use ringlimit_core::check::CheckError as ClientError;

@@ -3,14 +3,14 @@
 use crate::builder::{BuildError, ClientBuilder, FailMode, Settings};
 use crate::check::{Check, ClientError};
 use crate::fallback::Fallback;
-use crate::topology::{self, KnownRule, Topology};
+use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
-use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
-use ringlimit_core::rule;
-use ringlimit_proto::discovery::{RuleMode, UnreachablePolicy};
+use ringlimit_core::check::Resolved;
+use ringlimit_core::link::fanout::{self, OwnerGroups};
+use ringlimit_core::link::{ForwardError, PeerSettings, PeerStats};
+use ringlimit_core::rule::OnOwnerUnreachable;
 use ringlimit_proto::peer::{PeerAnswer, PeerCheck};
 use ringlimit_proto::{CheckAnswer, RuleRef};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -81,7 +81,7 @@ struct Prepared<'a> {
     check: &'a Check,
     id: u64,
     /// `None`: a named rule while no node has ever been reached.
-    known: Option<KnownRule>,
+    known: Option<Resolved>,
 }
 
 impl Client {
@@ -138,8 +138,8 @@ impl Client {
             return self.inner.degrade(&p, &topo, "no cluster member alive");
         };
         let sent = link.send(vec![peer_check(check)]).await;
-        let answer = sent.map(|mut a| a.pop());
-        self.inner.settle(&p, &topo, answer)
+        let reply = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
+        self.inner.settle(&p, &topo, reply)
     }
 
     /// Decides many checks, one frame per owner, all owners at once; answers in order.
@@ -148,8 +148,7 @@ impl Client {
         let mut results: Vec<Option<Result<CheckAnswer, ClientError>>> =
             Vec::with_capacity(checks.len());
         let mut prepared = Vec::with_capacity(checks.len());
-        // Group by owner; each group remembers the indexes of its checks.
-        let mut groups: HashMap<Arc<str>, (Arc<PeerClient>, Vec<usize>)> = HashMap::new();
+        let mut groups = OwnerGroups::new();
         for (i, check) in checks.iter().enumerate() {
             match self.prepare(topo.clone(), check).await {
                 Err(e) => {
@@ -158,14 +157,9 @@ impl Client {
                 }
                 Ok((t, p)) => {
                     topo = t;
-                    let owner = p.known.and_then(|_| topo.owner(p.id));
-                    match owner {
-                        Some((id, link)) => {
-                            groups
-                                .entry(Arc::from(id))
-                                .or_insert_with(|| (link.clone(), Vec::new()))
-                                .1
-                                .push(i);
+                    match p.known.and_then(|_| topo.owner(p.id)) {
+                        Some((owner, link)) => {
+                            groups.add(owner.to_owned(), link, i);
                             results.push(None);
                         }
                         None => results.push(Some(self.inner.degrade(
@@ -178,21 +172,15 @@ impl Client {
                 }
             }
         }
-        let sends = groups.into_values().map(|(link, idx)| async move {
-            let batch = idx.iter().map(|&i| peer_check(&checks[i])).collect();
-            (idx, link.send(batch).await)
-        });
-        for (idx, sent) in futures::future::join_all(sends).await {
-            let mut answers = sent.map(|a| a.into_iter().map(Some).collect::<Vec<_>>());
-            for (n, i) in idx.into_iter().enumerate() {
-                let Some(p) = prepared[i].as_ref() else {
-                    continue;
-                };
-                let one = match &mut answers {
-                    Ok(a) => Ok(a.get_mut(n).and_then(Option::take)),
-                    Err(e) => Err(*e),
-                };
-                results[i] = Some(self.inner.settle(p, &topo, one));
+        let replies = groups
+            .send(
+                |i| peer_check(&checks[i]),
+                |link, batch| async move { link.send(batch).await },
+            )
+            .await;
+        for (i, reply) in replies {
+            if let Some(p) = prepared[i].as_ref() {
+                results[i] = Some(self.inner.settle(p, &topo, reply));
             }
         }
         results
@@ -265,18 +253,11 @@ impl Client {
 
 /// A check's bucket identity and rule, from what the topology knows. `None` rule: a named
 /// rule while the client has never reached a node (it cannot know the rule's algorithm).
-fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<KnownRule>), ClientError> {
-    rule::validate_key(&check.key).map_err(ClientError::InvalidKey)?;
-    let known = match &check.rule {
-        RuleRef::Inline(inline) => {
-            let r = rule::validate_inline(inline).map_err(ClientError::InvalidRule)?;
-            KnownRule {
-                rule: r,
-                seed: rule::inline_seed(&r),
-                mode: RuleMode::Owner,
-                on_unreachable: UnreachablePolicy::Open,
-            }
-        }
+fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<Resolved>), ClientError> {
+    // The key first, as a node checks it.
+    ringlimit_core::rule::validate_key(&check.key).map_err(ClientError::InvalidKey)?;
+    let resolved = match &check.rule {
+        RuleRef::Inline(inline) => Resolved::inline(inline).map_err(ClientError::InvalidRule)?,
         RuleRef::Named(name) => match &topo.rules {
             None => return Ok((0, None)),
             Some(rules) => *rules
@@ -284,14 +265,7 @@ fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<KnownRule>), 
                 .ok_or_else(|| ClientError::UnknownRule(name.clone()))?,
         },
     };
-    let capacity = rule::max_cost(&known.rule, known.mode);
-    if check.cost > capacity {
-        return Err(ClientError::CostTooLarge {
-            cost: check.cost,
-            capacity,
-        });
-    }
-    Ok((rule::bucket_id(known.seed, &check.key), Some(known)))
+    Ok((resolved.bucket(&check.key, check.cost)?, Some(resolved)))
 }
 
 fn peer_check(check: &Check) -> PeerCheck {
@@ -308,33 +282,27 @@ impl Inner {
         &self,
         p: &Prepared<'_>,
         topo: &Topology,
-        answer: Result<Option<PeerAnswer>, ForwardError>,
+        reply: Result<PeerAnswer, ForwardError>,
     ) -> Result<CheckAnswer, ClientError> {
-        match answer {
-            Ok(Some(PeerAnswer::Answer(a))) => {
+        match &reply {
+            Ok(PeerAnswer::Answer(_)) => {
                 self.stats.direct.fetch_add(1, Ordering::Relaxed);
-                Ok(a)
             }
-            Ok(Some(PeerAnswer::Error { code, message })) => {
-                // The owner knows rules we do not (or no longer): look again soon.
-                if code == "unknown_rule" {
-                    self.wake.notify_one();
-                }
-                Err(ClientError::Rejected { code, message })
-            }
-            Ok(None) => self.degrade(p, topo, "owner answered too few checks"),
-            Err(e) => {
-                // A dead or slow owner: the topology may be stale.
-                self.wake.notify_one();
-                let reason = match e {
-                    ForwardError::CircuitOpen | ForwardError::Lost => "owner unreachable",
-                    ForwardError::Timeout => "owner did not answer within the deadline",
-                    ForwardError::Shed => "queue to the owner is full",
-                    ForwardError::Mismatch => "owner answered too few checks",
-                };
-                self.degrade(p, topo, reason)
-            }
+            // The owner knows rules we do not (or no longer): look again soon.
+            Ok(PeerAnswer::Error { code, .. }) if code == "unknown_rule" => self.wake.notify_one(),
+            _ => {}
         }
+        fanout::settle(reply, |e| {
+            // A dead or slow owner: the topology may be stale.
+            self.wake.notify_one();
+            let reason = match e {
+                ForwardError::CircuitOpen | ForwardError::Lost => "owner unreachable",
+                ForwardError::Timeout => "owner did not answer within the deadline",
+                ForwardError::Shed => "queue to the owner is full",
+                ForwardError::Mismatch => "owner answered too few checks",
+            };
+            self.degrade(p, topo, reason)
+        })
     }
 
     /// The answer without the cluster: per the fail mode, the rule's policy and the fallback.
@@ -354,7 +322,7 @@ impl Inner {
         let Some(known) = p.known else {
             return Ok(self.fallback.unknown());
         };
-        if known.on_unreachable == UnreachablePolicy::Closed {
+        if known.on_unreachable == OnOwnerUnreachable::Closed {
             return Ok(self.fallback.deny(&known.rule));
         }
         Ok(self

@@ -4,7 +4,8 @@
 use crate::builder::FallbackShare;
 use ringlimit_core::clock::{Clock, NANOS_PER_MS, SystemClock};
 use ringlimit_core::limiter::Rule;
-use ringlimit_core::rule::{self, share_of};
+use ringlimit_core::answer;
+use ringlimit_core::rule::share_of;
 use ringlimit_core::store::Store;
 use ringlimit_proto::CheckAnswer;
 
@@ -30,12 +31,12 @@ impl Fallback {
             FallbackShare::PerMember => share_of(rule, alive),
             FallbackShare::Fraction(f) => fraction_of(rule, f),
         };
-        rule::decide_share(&self.store, id, rule, &share, cost, self.clock.now())
+        answer::decide_share(&self.store, id, rule, &share, cost, self.clock.now())
     }
 
     /// A fail-closed rule's answer: denied, degraded.
     pub fn deny(&self, rule: &Rule) -> CheckAnswer {
-        rule::closed_answer(rule, self.clock.now())
+        answer::closed_answer(rule, self.clock.now())
     }
 
     /// An answer for a rule the client has never been able to learn (no node reached yet):
@@ -70,6 +71,7 @@ fn fraction_of(rule: &Rule, f: f64) -> Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringlimit_core::rule;
     use ringlimit_proto::Algorithm;
 
     fn rule(limit: u64) -> Rule {

@@ -2,37 +2,13 @@
 //! rules in force; and how it learns them (`GET /v1/cluster`, `GET /v1/rules` of any node).
 
 use crate::builder::{Settings, http_base};
-use ringlimit_core::limiter::Rule;
+use ringlimit_core::check::Resolved;
 use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
-use ringlimit_core::rule;
 use ringlimit_proto::Ring;
-use ringlimit_proto::discovery::{ClusterInfo, RuleInfo, RuleList, RuleMode, UnreachablePolicy};
+use ringlimit_proto::discovery::{ClusterInfo, RuleList};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// A configured rule as the client routes and falls back with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KnownRule {
-    pub rule: Rule,
-    pub seed: u64,
-    pub mode: RuleMode,
-    pub on_unreachable: UnreachablePolicy,
-}
-
-impl KnownRule {
-    fn from_info(info: &RuleInfo) -> Option<Self> {
-        let period_ns = info.period_ms.checked_mul(1_000_000)?;
-        let burst = info.burst.filter(|_| info.algorithm.has_burst());
-        let rule = rule::validate(info.algorithm, info.limit, period_ns, burst).ok()?;
-        Some(Self {
-            rule,
-            seed: rule::named_seed(&info.name, info.algorithm),
-            mode: info.mode,
-            on_unreachable: info.on_owner_unreachable,
-        })
-    }
-}
 
 /// An immutable snapshot: replaced whole on every refresh, read lock-free by every check.
 pub(crate) struct Topology {
@@ -40,7 +16,7 @@ pub(crate) struct Topology {
     /// A link to every alive member, by node id.
     pub peers: HashMap<Arc<str>, Member>,
     /// `None` until the rules were fetched once.
-    pub rules: Option<HashMap<String, KnownRule>>,
+    pub rules: Option<HashMap<String, Resolved>>,
     pub fetched_at: Option<Instant>,
 }
 
@@ -112,7 +88,7 @@ impl Topology {
         let known = rules
             .rules
             .iter()
-            .filter_map(|r| KnownRule::from_info(r).map(|k| (r.name.clone(), k)))
+            .filter_map(|r| Resolved::from_info(r).map(|k| (r.name.clone(), k)))
             .collect();
         Self {
             ring: Ring::new(peers.keys()),

@@ -8,10 +8,14 @@
 //! - [`clock`] — the `Clock` trait; system and manual clocks.
 //! - [`limiter`] — the algorithms, one module each, pure `decide(state, rule, now, cost)`.
 //! - [`store`] — sharded, bounded (CLOCK) bucket store keyed by 64-bit identities.
-//! - [`rule`] — rule validation, bucket identities, fallback shares, answers.
+//! - [`rule`] — rule validation, bucket identities, fallback shares.
+//! - [`check`] — a check's rule resolved once ([`check::Resolved`]) and its error ([`check::CheckError`]).
+//! - [`answer`] — decisions worded as the contract's answers (owner, fail-closed, fallback share).
 //! - [`headers`] — an answer's `X-RateLimit-*` and `Retry-After` headers.
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
 
+pub mod answer;
+pub mod check;
 pub mod clock;
 pub mod headers;
 pub mod limiter;

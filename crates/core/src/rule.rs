@@ -1,11 +1,11 @@
 //! Rule parameters as the algorithms take them: validation, bucket identities, fallback shares.
+//! How answers are worded is [`crate::answer`]'s.
 //!
 //! One validation serves every way a rule arrives (a node's rules file, a request's inline rule,
 //! the SDK), so a rule one of them refuses is refused by all with the same words.
 
 use crate::clock::NANOS_PER_MS;
-use crate::limiter::{self, Decision, Rule};
-use crate::store::Store;
+use crate::limiter::{self, Rule};
 use ringlimit_proto::identity;
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 
@@ -162,52 +162,5 @@ pub fn share_of(rule: &Rule, members: usize) -> Rule {
         limit: rule.limit.div_ceil(n),
         burst: rule.burst.div_ceil(n),
         ..*rule
-    }
-}
-
-/// The contract's answer for a decision under `rule` (not degraded; times rounded up to ms).
-pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
-    CheckAnswer {
-        allowed: d.allowed,
-        limit: rule.limit,
-        remaining: d.remaining,
-        reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
-        retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
-        degraded: false,
-    }
-}
-
-/// How long a fail-closed rule's denial asks the caller to wait, in ms.
-pub const CLOSED_RETRY_MS: u64 = 1_000;
-
-/// The answer of a rule that fails closed while its owner is unreachable: denied, degraded.
-pub fn closed_answer(rule: &Rule, now_ns: u64) -> CheckAnswer {
-    let now_ms = now_ns / NANOS_PER_MS;
-    CheckAnswer {
-        allowed: false,
-        limit: rule.limit,
-        remaining: 0,
-        reset_at_ms: now_ms + CLOSED_RETRY_MS,
-        retry_after_ms: CLOSED_RETRY_MS,
-        degraded: true,
-    }
-}
-
-/// A fallback decision: bucket `id` of `store` decided alone on `share` of `rule` (a cost above
-/// the share's capacity takes the whole share), answered with the whole rule's limit and marked
-/// degraded. Nodes and the SDK fall back through this one path.
-pub fn decide_share(
-    store: &Store,
-    id: u64,
-    rule: &Rule,
-    share: &Rule,
-    cost: u64,
-    now: u64,
-) -> CheckAnswer {
-    let cost = cost.min(share.capacity());
-    CheckAnswer {
-        limit: rule.limit,
-        degraded: true,
-        ..answer(&store.check(id, share, now, cost), share)
     }
 }

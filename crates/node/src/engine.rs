@@ -1,12 +1,14 @@
-//! The local decision path: resolve a check's rule, identify its bucket, let the store decide,
-//! and phrase the answer. Everything a node answers for a key it owns goes through here.
+//! The local decision path for owned buckets: resolve a check's rule, identify its bucket, let
+//! the store decide, and phrase the answer.
 
-use crate::clock::Clock;
-use crate::limiter::Rule;
-use crate::rules::{self, FieldError, Mode, NamedRule, OnOwnerUnreachable, RuleSet};
-use crate::store::Store;
+use crate::rules::{NamedRule, RuleSet};
 use arc_swap::ArcSwap;
-use ringlimit_proto::{CheckAnswer, InlineRule};
+use ringlimit_core::answer::answer;
+use ringlimit_core::check::{CheckError, Resolved};
+use ringlimit_core::clock::Clock;
+use ringlimit_core::limiter::Rule;
+use ringlimit_core::store::Store;
+use ringlimit_proto::{CheckAnswer, InlineRule, RuleRef};
 use std::sync::Arc;
 
 /// The rule a check names, borrowed from the request.
@@ -16,63 +18,41 @@ pub enum RuleSpec<'a> {
     Inline(InlineRule),
 }
 
-/// Why a check cannot be decided. Each is the caller's mistake, and none touches a bucket.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CheckError {
-    #[error("`key` must be 1 to 512 bytes, got {0} bytes")]
-    InvalidKey(usize),
-    #[error("no rule named {0:?} is configured")]
-    UnknownRule(String),
-    #[error("invalid rule: {0}")]
-    InvalidRule(FieldError),
-    #[error(
-        "`cost` {cost} exceeds the capacity {capacity} of this rule, so it could never be admitted"
-    )]
-    CostTooLarge { cost: u64, capacity: u64 },
-    /// The key's owner refused the check (e.g. its rules differ from ours during a reload).
-    #[error("the key's owner refused the check: {message}")]
-    Owner { code: String, message: String },
-}
+impl<'a> RuleSpec<'a> {
+    /// The rule a peer's check names.
+    pub fn of(r: &'a RuleRef) -> Self {
+        match r {
+            RuleRef::Named(name) => RuleSpec::Named(name),
+            RuleRef::Inline(r) => RuleSpec::Inline(*r),
+        }
+    }
 
-impl CheckError {
-    /// The contract's snake_case error code.
-    pub fn code(&self) -> &'static str {
+    /// This rule as a check travels to its owner.
+    pub fn to_ref(self) -> RuleRef {
         match self {
-            CheckError::InvalidKey(_) => "invalid_key",
-            CheckError::UnknownRule(_) => "unknown_rule",
-            CheckError::InvalidRule(e) => e.code(),
-            CheckError::CostTooLarge { .. } => "invalid_cost",
-            CheckError::Owner { code, .. } => owner_code(code),
+            RuleSpec::Named(name) => RuleRef::Named(name.to_owned()),
+            RuleSpec::Inline(r) => RuleRef::Inline(r),
+        }
+    }
+
+    /// The rule's name; `None` for an inline rule.
+    pub fn name(self) -> Option<&'a str> {
+        match self {
+            RuleSpec::Named(name) => Some(name),
+            RuleSpec::Inline(_) => None,
         }
     }
 }
 
-/// The owner's error code, if it is one of ours (a code from the network is not trusted).
-fn owner_code(code: &str) -> &'static str {
-    const CODES: [&str; 8] = [
-        "invalid_key",
-        "unknown_rule",
-        "invalid_limit",
-        "invalid_period",
-        "invalid_burst",
-        "invalid_rule",
-        "invalid_cost",
-        "invalid_request",
-    ];
-    CODES
-        .into_iter()
-        .find(|c| *c == code)
-        .unwrap_or("invalid_request")
-}
-
-/// A check's rule, resolved and validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resolved {
-    pub rule: Rule,
-    /// Seed of this rule's bucket identities.
-    pub seed: u64,
-    pub mode: Mode,
-    pub on_unreachable: OnOwnerUnreachable,
+/// One validated check, ready to decide or route (nothing consumed yet).
+#[derive(Debug, Clone)]
+pub struct Prepared<'a> {
+    pub key: &'a str,
+    pub spec: RuleSpec<'a>,
+    pub cost: u64,
+    pub resolved: Resolved,
+    /// The bucket's identity.
+    pub id: u64,
 }
 
 /// Rules, buckets and time: everything one node needs to decide checks it owns.
@@ -120,44 +100,44 @@ impl Engine {
     /// Resolves and validates a check's rule.
     pub fn resolve(&self, spec: RuleSpec<'_>) -> Result<Resolved, CheckError> {
         match spec {
-            RuleSpec::Named(name) => {
-                let rules = self.rules.load();
-                let r: &NamedRule = rules
-                    .get(name)
-                    .ok_or_else(|| CheckError::UnknownRule(name.to_owned()))?;
-                Ok(Resolved {
-                    rule: r.rule,
-                    seed: r.seed,
-                    mode: r.mode,
-                    on_unreachable: r.on_owner_unreachable,
-                })
-            }
-            RuleSpec::Inline(inline) => {
-                let rule = rules::validate_inline(&inline).map_err(CheckError::InvalidRule)?;
-                Ok(Resolved {
-                    rule,
-                    seed: rules::inline_seed(&rule),
-                    mode: Mode::Owner,
-                    on_unreachable: OnOwnerUnreachable::Open,
-                })
-            }
+            RuleSpec::Named(name) => self
+                .rules
+                .load()
+                .get(name)
+                .map(|r| NamedRule::resolved(r))
+                .ok_or_else(|| CheckError::UnknownRule(name.to_owned())),
+            RuleSpec::Inline(inline) => Resolved::inline(&inline).map_err(CheckError::InvalidRule),
         }
     }
 
-    /// Validates a whole check without deciding it; returns the bucket's identity.
+    /// Validates a whole check without deciding it; returns the rule and the bucket's identity.
     pub fn prepare(
         &self,
         key: &str,
         spec: RuleSpec<'_>,
         cost: u64,
     ) -> Result<(Resolved, u64), CheckError> {
-        rules::validate_key(key).map_err(CheckError::InvalidKey)?;
+        // The key first: a bad key is named whatever else is wrong.
+        ringlimit_core::rule::validate_key(key).map_err(CheckError::InvalidKey)?;
         let resolved = self.resolve(spec)?;
-        let capacity = rules::max_cost(&resolved.rule, resolved.mode);
-        if cost > capacity {
-            return Err(CheckError::CostTooLarge { cost, capacity });
-        }
-        Ok((resolved, rules::bucket_id(resolved.seed, key)))
+        Ok((resolved, resolved.bucket(key, cost)?))
+    }
+
+    /// [`Engine::prepare`], keeping the check's parts together.
+    pub fn prepare_check<'a>(
+        &self,
+        key: &'a str,
+        spec: RuleSpec<'a>,
+        cost: u64,
+    ) -> Result<Prepared<'a>, CheckError> {
+        let (resolved, id) = self.prepare(key, spec, cost)?;
+        Ok(Prepared {
+            key,
+            spec,
+            cost,
+            resolved,
+            id,
+        })
     }
 
     /// Decides a check on this node.
@@ -185,5 +165,3 @@ impl Engine {
         answer(&self.store.check(id, rule, now, cost), rule)
     }
 }
-
-pub use ringlimit_core::rule::answer;

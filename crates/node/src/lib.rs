@@ -20,6 +20,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod decide;
 pub mod engine;
 pub mod forward;
 pub mod global;
@@ -27,8 +28,9 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod reload;
-pub mod router;
+pub mod routing;
 pub mod rules;
+pub mod service;
 
 pub use ringlimit_core::{clock, limiter, store};
 

@@ -1,19 +1,22 @@
-//! Wiring: one node is an engine, its HTTP API, its peer server, gossip membership and a router,
-//! run until shutdown.
+//! Wiring: one node is an engine, gossip membership, a peer pool and server, the check service
+//! and its HTTP edge, run until shutdown.
 
-use crate::clock::SystemClock;
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
 use crate::cluster::{Membership, View};
 use crate::config::NodeConfig;
+use crate::decide::Here;
 use crate::engine::Engine;
-use crate::forward::{PeerServer, PeerSettings, ServerSettings};
+use crate::forward::{PeerPool, PeerServer, Relay, ServerSettings};
 use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::admin::AdminToken;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::reload::RulesStatus;
-use crate::router::Router;
+use crate::routing::Dispatcher;
+use crate::service::{self, CheckService};
+use ringlimit_core::clock::SystemClock;
+use ringlimit_core::link::PeerSettings;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -151,35 +154,41 @@ pub async fn run(
     )
     .await;
     let metrics = Arc::new(Metrics::new());
-    let router = Arc::new(Router::new(
-        engine.clone(),
-        global.clone(),
-        membership.view_cell(),
-        PeerSettings {
+    let here = Here::new(engine.clone(), global.clone());
+    let pool = Arc::new(PeerPool::new(PeerSettings {
+        node_id: config.node_id.clone(),
+        cluster_id: config.cluster_id.clone(),
+        secret: secret.clone(),
+        deadline: config.forward_timeout,
+        connect_timeout: Duration::from_millis(500),
+        open_for: Duration::from_secs(1),
+        queue: 8192,
+    }));
+    let view = membership.view_cell();
+    let server = Arc::new(PeerServer::new(
+        here.clone(),
+        ServerSettings {
             node_id: config.node_id.clone(),
             cluster_id: config.cluster_id.clone(),
-            secret: secret.clone(),
-            deadline: config.forward_timeout,
-            connect_timeout: Duration::from_millis(500),
-            open_for: Duration::from_secs(1),
-            queue: 8192,
+            secret,
+            handshake_timeout: Duration::from_secs(2),
         },
-        metrics.peer_rpc(),
+        Some(Relay {
+            view: view.clone(),
+            pool: pool.clone(),
+        }),
     ));
-    let server = Arc::new(
-        PeerServer::new(
-            engine.clone(),
-            global.clone(),
-            ServerSettings {
-                node_id: config.node_id.clone(),
-                cluster_id: config.cluster_id.clone(),
-                secret,
-                handshake_timeout: Duration::from_secs(2),
-            },
-        )
-        .with_router(router.clone()),
-    );
     let ready = Arc::new(AtomicBool::new(false));
+    let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
+    let service = Arc::new(CheckService::new(service::Parts {
+        dispatcher: Dispatcher::new(here.clone(), view, pool.clone(), metrics.peer_rpc()),
+        here,
+        pool,
+        metrics,
+        rules: rules.clone(),
+        cluster_id: Arc::from(config.cluster_id.as_str()),
+        ready: ready.clone(),
+    }));
     let mut tasks = JoinSet::new();
     tasks.spawn(server.run(listeners.peer));
     tasks.spawn(global_merger);
@@ -196,7 +205,7 @@ pub async fn run(
     ));
     tasks.spawn(track_view(
         membership.updates(),
-        router.clone(),
+        service.clone(),
         ready.clone(),
         needs_peers(&config.seeds, &advertise_text, advertise),
         Readiness {
@@ -204,7 +213,6 @@ pub async fn run(
             settle: config.gossip_interval * 3,
         },
     ));
-    let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
     if rules.source.is_some() {
         tasks.spawn(crate::reload::watch(
             engine.clone(),
@@ -214,11 +222,7 @@ pub async fn run(
     }
 
     let state = AppState::new(http::Shared {
-        router,
-        ready: ready.clone(),
-        metrics,
-        cluster_id: Arc::from(config.cluster_id.as_str()),
-        rules,
+        service,
         admin_token: config
             .admin_token
             .as_deref()
@@ -278,12 +282,12 @@ struct Readiness {
     settle: Duration,
 }
 
-/// Keeps the router's peer clients in step with membership, hands buckets over when the ring
-/// changes, and sets readiness: at once for a lone node; with seeds, once another member is
+/// Keeps the peer clients in step with membership, hands buckets over when the ring changes,
+/// and sets readiness: at once for a lone node; with seeds, once another member is
 /// seen and membership has settled, or after the grace period.
 async fn track_view(
     mut updates: tokio::sync::watch::Receiver<Arc<View>>,
-    router: Arc<Router>,
+    service: Arc<CheckService>,
     ready: Arc<AtomicBool>,
     needs_peers: bool,
     readiness: Readiness,
@@ -296,14 +300,14 @@ async fn track_view(
     let mut became_ready = false;
     loop {
         let view = updates.borrow_and_update().clone();
-        router.sync_peers(&view);
+        service.follow_members(&view);
         let now = tokio::time::Instant::now();
         if view.ring.members() != ring_members.as_slice() {
             ring_members = view.ring.members().to_vec();
             changed_at = now;
             // Ownership moved: send the buckets that moved away to their new owners.
-            let (router, view) = (router.clone(), view.clone());
-            tokio::spawn(async move { router.hand_over(&view).await });
+            let (service, view) = (service.clone(), view.clone());
+            tokio::spawn(async move { service.hand_over(&view).await });
         }
         let settled_at = changed_at + readiness.settle;
         let has_peers = view.ring.len() > 1;

@@ -3,7 +3,8 @@
 //! Parameter validation and bucket identities live in [`ringlimit_core::rule`], shared with the
 //! SDK; this module adds names, modes and the YAML file.
 
-use crate::limiter::Rule;
+use ringlimit_core::check::Resolved;
+use ringlimit_core::limiter::Rule;
 pub use ringlimit_core::rule::{
     FieldError, Mode, OnOwnerUnreachable, bucket_id, field_err, inline_seed, max_cost, named_seed,
     validate, validate_inline, validate_key,
@@ -27,13 +28,23 @@ pub struct NamedRule {
 }
 
 impl NamedRule {
+    /// This rule as checks resolve it.
+    pub fn resolved(&self) -> Resolved {
+        Resolved {
+            rule: self.rule,
+            seed: self.seed,
+            mode: self.mode,
+            on_unreachable: self.on_owner_unreachable,
+        }
+    }
+
     /// This rule as `GET /v1/rules` lists it.
     pub fn info(&self) -> RuleInfo {
         let r = &self.rule;
         RuleInfo {
             name: self.name.clone(),
             limit: r.limit,
-            period_ms: r.period_ns.div_ceil(crate::clock::NANOS_PER_MS),
+            period_ms: r.period_ns.div_ceil(ringlimit_core::clock::NANOS_PER_MS),
             period: format_period(r.period_ns),
             algorithm: r.algorithm,
             burst: r.algorithm.has_burst().then_some(r.burst),

@@ -18,6 +18,7 @@ pub mod sliding_window;
 pub mod token_bucket;
 
 use ringlimit_proto::Algorithm;
+use ringlimit_proto::peer::WireState;
 
 pub use sliding_log::SlidingLog;
 
@@ -177,6 +178,60 @@ impl BucketState {
             }
             // Different algorithms: the bucket was redefined; keep ours.
             _ => {}
+        }
+    }
+
+    /// This state as it travels to a bucket's new owner ([`WireState`]).
+    pub fn to_wire(&self) -> WireState {
+        match self {
+            BucketState::Gcra { tat } => WireState::Gcra { tat: *tat },
+            BucketState::Fixed { end, count } => WireState::Fixed {
+                end: *end,
+                count: *count,
+            },
+            BucketState::Sliding {
+                until,
+                current,
+                previous,
+            } => WireState::Sliding {
+                until: *until,
+                current: *current,
+                previous: *previous,
+            },
+            BucketState::Log(log) => WireState::Log {
+                entries: log.entries().collect(),
+                max_entries: log.max_entries(),
+            },
+        }
+    }
+
+    /// A travelled state back into a bucket. Untrusted input: a log is capped at its stated
+    /// size, itself capped at the largest limit a log may have.
+    pub fn from_wire(state: WireState) -> Self {
+        match state {
+            WireState::Gcra { tat } => BucketState::Gcra { tat },
+            WireState::Fixed { end, count } => BucketState::Fixed { end, count },
+            WireState::Sliding {
+                until,
+                current,
+                previous,
+            } => BucketState::Sliding {
+                until,
+                current,
+                previous,
+            },
+            WireState::Log {
+                entries,
+                max_entries,
+            } => {
+                let max = max_entries.min(MAX_SLIDING_LOG_LIMIT);
+                let keep = usize::try_from(max).unwrap_or(usize::MAX);
+                let skip = entries.len().saturating_sub(keep);
+                BucketState::Log(Box::new(SlidingLog::from_entries(
+                    max,
+                    entries.into_iter().skip(skip),
+                )))
+            }
         }
     }
 

@@ -1373,3 +1373,39 @@ mod absorb {
         assert_eq!(a, before);
     }
 }
+
+mod wire {
+    use super::*;
+    use ringlimit_proto::peer::WireState;
+
+    #[test]
+    fn states_survive_the_wire() {
+        let log = SlidingLog::from_entries(10, [(5, 1), (3, 2)]);
+        for st in [
+            BucketState::Gcra { tat: 42 },
+            BucketState::Fixed { end: 9, count: 3 },
+            BucketState::Sliding {
+                until: 7,
+                current: 1,
+                previous: 2,
+            },
+            BucketState::Log(Box::new(log)),
+        ] {
+            assert_eq!(BucketState::from_wire(st.to_wire()), st);
+        }
+    }
+
+    #[test]
+    fn a_hostile_log_is_capped() {
+        let entries: Vec<(u64, u32)> = (0..20_000).map(|t| (t, 1)).collect();
+        let st = BucketState::from_wire(WireState::Log {
+            entries,
+            max_entries: u64::MAX,
+        });
+        let BucketState::Log(log) = st else {
+            panic!("not a log")
+        };
+        assert_eq!(log.max_entries(), MAX_SLIDING_LOG_LIMIT);
+        assert_eq!(log.entries().count() as u64, MAX_SLIDING_LOG_LIMIT);
+    }
+}

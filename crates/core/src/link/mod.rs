@@ -6,8 +6,10 @@
 //! # Layout
 //! - [`framing`] — the length-delimited frame stream with the protocol's hard limits.
 //! - [`client`] — one persistent, pipelined, coalescing connection per peer, with a circuit.
+//! - [`fanout`] — group checks by owner, send each group, scatter the replies; settle a reply.
 
 pub mod client;
+pub mod fanout;
 pub mod framing;
 
 pub use client::{ForwardError, PeerClient, PeerSettings, PeerStats};

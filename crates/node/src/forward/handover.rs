@@ -3,67 +3,67 @@
 //! consumption instead of starting from a full bucket, which is what bounds over-admission on
 //! join, leave and rolling restarts to what is decided during the move itself.
 
-use super::client::{PeerSettings, connect};
-use super::framing;
-use crate::limiter::{BucketState, SlidingLog};
-use ringlimit_proto::peer::{Frame, HandedBucket, WireState};
+use crate::cluster::View;
+use ringlimit_core::limiter::BucketState;
+use ringlimit_core::link::client::{PeerSettings, connect};
+use ringlimit_core::link::framing;
+use ringlimit_core::store::Store;
+use ringlimit_proto::peer::{Frame, HandedBucket};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Buckets per frame (each at most a few dozen bytes, except sliding logs).
 const PER_FRAME: usize = 2_000;
 
-/// A bucket state as it travels.
-pub fn to_wire(state: &BucketState) -> WireState {
-    match state {
-        BucketState::Gcra { tat } => WireState::Gcra { tat: *tat },
-        BucketState::Fixed { end, count } => WireState::Fixed {
-            end: *end,
-            count: *count,
-        },
-        BucketState::Sliding {
-            until,
-            current,
-            previous,
-        } => WireState::Sliding {
-            until: *until,
-            current: *current,
-            previous: *previous,
-        },
-        BucketState::Log(log) => WireState::Log {
-            entries: log.entries().collect(),
-            max_entries: log.max_entries(),
-        },
+/// Hands the live buckets of `store` that this node no longer owns under `view`'s ring to their
+/// new owners, at `now`. A bucket whose new owner cannot be reached is put back, so nothing is
+/// lost. Returns how many buckets moved.
+pub async fn hand_over(view: &View, store: &Store, settings: &PeerSettings, now: u64) -> usize {
+    let ring = &view.ring;
+    if ring.is_empty() {
+        return 0;
     }
-}
-
-/// A travelled state back into a bucket (untrusted input: a log is capped at its stated size,
-/// itself capped at the largest limit a log may have).
-pub fn from_wire(state: WireState) -> BucketState {
-    match state {
-        WireState::Gcra { tat } => BucketState::Gcra { tat },
-        WireState::Fixed { end, count } => BucketState::Fixed { end, count },
-        WireState::Sliding {
-            until,
-            current,
-            previous,
-        } => BucketState::Sliding {
-            until,
-            current,
-            previous,
-        },
-        WireState::Log {
-            entries,
-            max_entries,
-        } => {
-            let max = max_entries.min(crate::limiter::MAX_SLIDING_LOG_LIMIT);
-            let keep = usize::try_from(max).unwrap_or(usize::MAX);
-            let skip = entries.len().saturating_sub(keep);
-            BucketState::Log(Box::new(SlidingLog::from_entries(
-                max,
-                entries.into_iter().skip(skip),
-            )))
+    let moving = store.take_if(|id, st| {
+        st.idle_at() > now && ring.owner(id).is_some_and(|o| o != &*view.self_id)
+    });
+    if moving.is_empty() {
+        return 0;
+    }
+    let mut by_owner: HashMap<&str, Vec<(u64, BucketState)>> = HashMap::new();
+    for (id, st) in moving {
+        if let Some(owner) = ring.owner(id) {
+            by_owner.entry(owner).or_default().push((id, st));
         }
     }
+    let mut moved = 0;
+    for (owner, buckets) in by_owner {
+        let Some(addr) = view.peer_addrs.get(owner) else {
+            continue;
+        };
+        let n = buckets.len();
+        match push(addr, settings, &buckets).await {
+            Ok(_) => moved += n,
+            Err(e) => {
+                tracing::warn!(%owner, error = %e, buckets = n, "handover failed; keeping the buckets here");
+                for (id, st) in buckets {
+                    store.absorb(id, st, now);
+                }
+            }
+        }
+    }
+    if moved > 0 {
+        tracing::info!(buckets = moved, "buckets handed over to their new owners");
+    }
+    moved
+}
+
+/// Merges buckets handed over by their previous owner into `store` at `now`; returns how many.
+pub fn receive(store: &Store, buckets: Vec<HandedBucket>, now: u64) -> u64 {
+    let merged = buckets.len() as u64;
+    for b in buckets {
+        store.absorb(b.id, BucketState::from_wire(b.state), now);
+    }
+    merged
 }
 
 /// Sends `buckets` to the node at `addr` on a connection of its own; returns how many it merged.
@@ -82,7 +82,7 @@ pub async fn push(
             .iter()
             .map(|(id, st)| HandedBucket {
                 id: *id,
-                state: to_wire(st),
+                state: st.to_wire(),
             })
             .collect();
         framing::send(&mut conn, &Frame::Handover(chunk))
@@ -97,43 +97,4 @@ pub async fn push(
         }
     }
     Ok(merged)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn states_survive_the_wire() {
-        let log = SlidingLog::from_entries(10, [(5, 1), (3, 2)]);
-        for st in [
-            BucketState::Gcra { tat: 42 },
-            BucketState::Fixed { end: 9, count: 3 },
-            BucketState::Sliding {
-                until: 7,
-                current: 1,
-                previous: 2,
-            },
-            BucketState::Log(Box::new(log)),
-        ] {
-            assert_eq!(from_wire(to_wire(&st)), st);
-        }
-    }
-
-    #[test]
-    fn a_hostile_log_is_capped() {
-        let entries: Vec<(u64, u32)> = (0..20_000).map(|t| (t, 1)).collect();
-        let st = from_wire(WireState::Log {
-            entries,
-            max_entries: u64::MAX,
-        });
-        let BucketState::Log(log) = st else {
-            panic!("not a log")
-        };
-        assert_eq!(log.max_entries(), crate::limiter::MAX_SLIDING_LOG_LIMIT);
-        assert_eq!(
-            log.entries().count() as u64,
-            crate::limiter::MAX_SLIDING_LOG_LIMIT
-        );
-    }
 }

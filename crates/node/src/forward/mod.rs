@@ -1,15 +1,17 @@
-//! Forwarding checks to their owners over the peer port (TCP, length-prefixed bincode frames).
+//! The node's side of the peer protocol (TCP, length-prefixed bincode frames; the link itself,
+//! shared with the SDK, is `ringlimit_core::link`).
 //!
 //! # Layout
-//! - [`framing`], [`client`] — the peer link, shared with the SDK (`ringlimit_core::link`).
+//! - [`pool`] — one client per alive member, and per-runtime copies ([`pool::bind_current_thread`]).
+//! - [`server`] — accepts peers, runs the handshake, decides what lands here, relays what it
+//!   handed over.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
 //! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
-//! - [`server`] — accepts peers, runs the handshake, decides what lands here (never forwards).
 
-pub use ringlimit_core::link::{client, framing};
 pub mod handover;
+pub mod pool;
 pub mod reset;
 pub mod server;
 
-pub use client::{ForwardError, PeerClient, PeerSettings, PeerStats};
-pub use server::{PeerServer, ServerSettings};
+pub use pool::PeerPool;
+pub use server::{PeerServer, Relay, ServerSettings};

@@ -3,11 +3,11 @@
 //! identities; this node drops them from its own store. A member that does not answer within
 //! the bound is reported as failed, never waited on longer.
 
-use super::client::{PeerSettings, connect};
-use super::framing;
 use crate::cluster::{MemberState, View};
-use crate::store::Store;
 use futures::future::join_all;
+use ringlimit_core::link::client::{PeerSettings, connect};
+use ringlimit_core::link::framing;
+use ringlimit_core::store::Store;
 use ringlimit_proto::peer::Frame;
 use serde::Serialize;
 use std::time::Duration;
@@ -106,7 +106,7 @@ pub async fn push(addr: &str, settings: &PeerSettings, ids: &[u64]) -> Result<u6
 mod tests {
     use super::*;
     use crate::cluster::Member;
-    use crate::limiter::Rule;
+    use ringlimit_core::limiter::Rule;
     use ringlimit_proto::{Algorithm, Ring};
     use std::collections::BTreeMap;
     use std::sync::Arc;

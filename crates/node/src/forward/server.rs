@@ -4,18 +4,18 @@
 //! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
 //! at most two hops and rings that disagree for a moment cannot make it loop.
 
-use super::framing::{self, FramedPeer, LinkError};
-use crate::engine::{CheckError, Engine, RuleSpec};
-use crate::forward::PeerClient;
-use crate::global::GlobalCounters;
-use crate::limiter::Rule;
-use crate::router::Router;
-use crate::rules::Mode;
+use super::pool::PeerPool;
+use crate::cluster::View;
+use crate::decide::Here;
+use crate::engine::RuleSpec;
+use arc_swap::ArcSwap;
 use futures::StreamExt;
-use ringlimit_proto::RuleRef;
+use ringlimit_core::check::{CheckError, Resolved};
+use ringlimit_core::link::fanout::OwnerGroups;
+use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
+use ringlimit_core::rule::Mode;
 use ringlimit_proto::handshake::ServerHandshake;
 use ringlimit_proto::peer::{AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -51,31 +51,31 @@ pub struct ServerStats {
     pub relayed: AtomicU64,
 }
 
+/// Where checks for buckets this node no longer holds nor owns are relayed: the owner under
+/// this node's current view, through its peer pool.
+#[derive(Clone)]
+pub struct Relay {
+    pub view: Arc<ArcSwap<View>>,
+    pub pool: Arc<PeerPool>,
+}
+
 /// The peer server; [`PeerServer::run`] serves until dropped.
 pub struct PeerServer {
     pub stats: Arc<ServerStats>,
-    engine: Arc<Engine>,
-    global: Arc<GlobalCounters>,
+    here: Here,
     settings: ServerSettings,
-    /// Where to relay checks for buckets this node handed over; `None`: never relay.
-    router: Option<Arc<Router>>,
+    /// `None`: never relay (decide everything here).
+    relay: Option<Relay>,
 }
 
 impl PeerServer {
-    pub fn new(engine: Arc<Engine>, global: Arc<GlobalCounters>, settings: ServerSettings) -> Self {
+    pub fn new(here: Here, settings: ServerSettings, relay: Option<Relay>) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
-            engine,
-            global,
+            here,
             settings,
-            router: None,
+            relay,
         }
-    }
-
-    /// Relays checks for buckets handed over to their new owner through `router`.
-    pub fn with_router(mut self, router: Arc<Router>) -> Self {
-        self.router = Some(router);
-        self
     }
 
     /// Accepts and serves peers. Connections live in a `JoinSet` owned by this future, so
@@ -134,13 +134,8 @@ impl PeerServer {
             let groups = match frame {
                 Frame::Checks(groups) => groups,
                 Frame::Handover(buckets) => {
-                    let now = self.engine.clock().now();
-                    let merged = buckets.len() as u64;
-                    for b in buckets {
-                        self.engine
-                            .store()
-                            .absorb(b.id, super::handover::from_wire(b.state), now);
-                    }
+                    let store = self.here.engine().store();
+                    let merged = super::handover::receive(store, buckets, self.here.now());
                     self.stats.handed_over.fetch_add(merged, Ordering::Relaxed);
                     if framing::send(&mut conn, &Frame::HandoverAck { merged })
                         .await
@@ -151,7 +146,7 @@ impl PeerServer {
                     continue;
                 }
                 Frame::Reset { ids } => {
-                    let store = self.engine.store();
+                    let store = self.here.engine().store();
                     let removed = ids.iter().filter(|&&id| store.remove(id)).count() as u64;
                     // The node that took the admin request logs the reset; here it is detail.
                     tracing::debug!(%from, %peer, ids = ids.len(), removed, "buckets reset by a peer");
@@ -207,113 +202,92 @@ impl PeerServer {
     /// module doc), and decides here whatever a relay could not deliver.
     async fn answer(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
         // One instant for the whole frame (see `Engine::decide_at`).
-        let now = self.engine.clock().now();
-        // By owner: its client, and each relayed check's place and local decision inputs.
-        type Relay = (Arc<PeerClient>, Vec<(usize, usize, u64, Rule)>);
-        let mut relays: HashMap<Arc<str>, Relay> = HashMap::new();
+        let now = self.here.now();
+        // Relayed checks: their place in `out`, and what deciding them here takes.
+        let mut relayed: Vec<(usize, usize, u64, Resolved)> = Vec::new();
+        let mut by_owner = OwnerGroups::new();
         let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
         for (gi, g) in groups.iter().enumerate() {
             let may_relay = g.id & RELAYED_GROUP == 0;
             let mut answers = Vec::with_capacity(g.checks.len());
             for (ci, c) in g.checks.iter().enumerate() {
-                match self.decide(c, now, may_relay) {
-                    Decided::Here(a) => answers.push(a),
-                    Decided::Relay {
-                        owner,
-                        client,
-                        id,
-                        rule,
-                    } => {
-                        relays
-                            .entry(owner)
-                            .or_insert_with(|| (client, Vec::new()))
-                            .1
-                            .push((gi, ci, id, rule));
-                        // Replaced below by the owner's answer, or by a local decision.
-                        answers.push(PeerAnswer::Error {
-                            code: String::new(),
-                            message: String::new(),
-                        });
+                self.stats.checks.fetch_add(1, Ordering::Relaxed);
+                let (resolved, id) = match self.prepare(c) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        answers.push(error_answer(&e));
+                        continue;
                     }
+                };
+                if may_relay && let Some((owner, client)) = self.relay_target(&resolved, id) {
+                    by_owner.add(owner, &client, relayed.len());
+                    relayed.push((gi, ci, id, resolved));
+                    // Replaced below by the owner's answer, or by a local decision.
+                    answers.push(PeerAnswer::Error {
+                        code: String::new(),
+                        message: String::new(),
+                    });
+                    continue;
                 }
+                answers.push(PeerAnswer::Answer(
+                    self.here.decide_at(id, &resolved, c.cost, now),
+                ));
             }
             out.push(AnswerGroup { id: g.id, answers });
         }
-        if relays.is_empty() {
+        if relayed.is_empty() {
             return out;
         }
-        let sends = relays.into_values().map(|(client, idx)| {
-            let checks = idx
-                .iter()
-                .map(|&(g, c, ..)| groups[g].checks[c].clone())
-                .collect();
-            async move { (client.send_relayed(checks).await, idx) }
-        });
-        for (sent, idx) in futures::future::join_all(sends).await {
-            self.stats
-                .relayed
-                .fetch_add(idx.len() as u64, Ordering::Relaxed);
-            let mut answers = sent.ok().map(Vec::into_iter);
-            for (g, c, id, rule) in idx {
-                out[g].answers[c] = match answers.as_mut().and_then(Iterator::next) {
-                    Some(a) => a,
-                    // The new owner did not answer: decide here, as before relaying existed.
-                    None => PeerAnswer::Answer(self.engine.decide_at(
-                        id,
-                        &rule,
-                        groups[g].checks[c].cost,
-                        now,
-                    )),
-                };
-            }
+        self.stats
+            .relayed
+            .fetch_add(relayed.len() as u64, Ordering::Relaxed);
+        let replies = by_owner
+            .send(
+                |i| {
+                    let (g, c, ..) = relayed[i];
+                    groups[g].checks[c].clone()
+                },
+                |client, checks| async move { client.send_relayed(checks).await },
+            )
+            .await;
+        for (i, reply) in replies {
+            let (g, c, id, resolved) = relayed[i];
+            out[g].answers[c] = match reply {
+                Ok(a) => a,
+                // The new owner did not answer: decide here, as before relaying existed.
+                Err(_) => PeerAnswer::Answer(self.here.decide_at(
+                    id,
+                    &resolved,
+                    groups[g].checks[c].cost,
+                    now,
+                )),
+            };
         }
         out
     }
 
-    /// Decides a forwarded check here at `now` — or, when `may_relay` and the bucket is neither
-    /// held nor owned here, says where to relay it.
-    fn decide(&self, c: &PeerCheck, now: u64, may_relay: bool) -> Decided {
-        self.stats.checks.fetch_add(1, Ordering::Relaxed);
-        let spec = match &c.rule {
-            RuleRef::Named(name) => RuleSpec::Named(name),
-            RuleRef::Inline(r) => RuleSpec::Inline(*r),
-        };
-        Decided::Here(match self.engine.prepare(&c.key, spec, c.cost) {
-            // A global rule reached through the SDK (which sends every check to an owner):
-            // decided from the global counters like any global check.
-            Ok((resolved, id)) if resolved.mode == Mode::Global => {
-                PeerAnswer::Answer(self.global.answer(id, &resolved.rule, now, c.cost))
-            }
-            Ok((resolved, id)) => {
-                if may_relay
-                    && let Some(router) = &self.router
-                    && let Some((owner, client)) = router.relay_target(id)
-                    && !self.engine.store().contains(id)
-                {
-                    return Decided::Relay {
-                        owner,
-                        client,
-                        id,
-                        rule: resolved.rule,
-                    };
-                }
-                PeerAnswer::Answer(self.engine.decide_at(id, &resolved.rule, c.cost, now))
-            }
-            Err(e) => error_answer(&e),
-        })
+    fn prepare(&self, c: &PeerCheck) -> Result<(Resolved, u64), CheckError> {
+        self.here
+            .engine()
+            .prepare(&c.key, RuleSpec::of(&c.rule), c.cost)
     }
-}
 
-/// What [`PeerServer::decide`] made of a check.
-enum Decided {
-    Here(PeerAnswer),
-    /// To the owner's client; `id` and `rule` decide it here if the owner does not answer.
-    Relay {
-        owner: Arc<str>,
-        client: Arc<PeerClient>,
+    /// Where to relay an owner-mode check that a peer sent here: the bucket's owner under this
+    /// node's ring, when that is another member and this node does not hold the bucket. A
+    /// global rule (reached through the SDK, which sends every check to an owner) is decided
+    /// here from the global counters like any global check.
+    fn relay_target(
+        &self,
+        resolved: &Resolved,
         id: u64,
-        rule: Rule,
-    },
+    ) -> Option<(Arc<str>, Arc<ringlimit_core::link::PeerClient>)> {
+        if resolved.mode == Mode::Global {
+            return None;
+        }
+        let relay = self.relay.as_ref()?;
+        let target = relay.pool.owner_client(&relay.view.load(), id)?;
+        (!self.here.engine().store().contains(id)).then_some(target)
+    }
 }
 
 fn error_answer(e: &CheckError) -> PeerAnswer {

@@ -49,7 +49,7 @@ pub mod wire;
 pub use counters::{Actor, GlobalCounters, GlobalStats, actor};
 pub use publish::PublishSettings;
 
-use crate::limiter::Rule;
+use ringlimit_core::limiter::Rule;
 use ringlimit_proto::CheckAnswer;
 
 /// Default cap on the windows one node holds (own and merged, all buckets).
@@ -60,6 +60,6 @@ pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
 impl GlobalCounters {
     /// Decides a global check and phrases the contract's answer (never degraded).
     pub fn answer(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> CheckAnswer {
-        crate::engine::answer(&self.check(id, rule, now, cost), rule)
+        ringlimit_core::answer::answer(&self.check(id, rule, now, cost), rule)
     }
 }

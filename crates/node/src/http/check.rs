@@ -6,7 +6,7 @@
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::engine::RuleSpec;
-use crate::metrics::seconds;
+use crate::service::Check;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -42,54 +42,71 @@ struct CheckBody<'a> {
 }
 
 impl CheckBody<'_> {
-    /// The rule this body names, checked for the contract's "one of rule or limit+period_ms".
-    fn spec(&self) -> Result<RuleSpec<'_>, ApiError> {
-        rule_spec(
-            self.rule.as_deref(),
-            self.limit,
-            self.period_ms,
-            self.algorithm.as_deref(),
-            self.burst,
-        )
+    /// The check this body asks for.
+    fn check(&self) -> Result<Check<'_>, ApiError> {
+        let fields = RuleFields {
+            rule: self.rule.as_deref(),
+            limit: self.limit,
+            period_ms: self.period_ms,
+            algorithm: self.algorithm.as_deref(),
+            burst: self.burst,
+        };
+        Ok(Check {
+            key: &self.key,
+            rule: fields.spec()?,
+            cost: self.cost.unwrap_or(1),
+        })
     }
 }
 
-/// The rule that a check's fields name: `rule`, or an inline rule — one of them, not both.
-/// Shared by check bodies and the admin API's query strings, so both refuse alike.
-pub(super) fn rule_spec<'a>(
-    rule: Option<&'a str>,
-    limit: Option<u64>,
-    period_ms: Option<u64>,
-    algorithm: Option<&str>,
-    burst: Option<u64>,
-) -> Result<RuleSpec<'a>, ApiError> {
-    let inline_fields =
-        limit.is_some() || period_ms.is_some() || algorithm.is_some() || burst.is_some();
-    match (rule, inline_fields) {
-        (Some(_), true) => Err(ApiError::bad_request(
-            "invalid_request",
-            "Give either `rule` or an inline rule (`limit`, `period_ms`, `algorithm`, `burst`), not both.",
-        )),
-        (Some(name), false) => Ok(RuleSpec::Named(name)),
-        (None, _) => {
-            let (Some(limit), Some(period_ms)) = (limit, period_ms) else {
-                return Err(ApiError::bad_request(
-                    "invalid_request",
-                    "A check needs either `rule` or both `limit` and `period_ms`.",
-                ));
-            };
-            let algorithm = match algorithm {
-                None => Algorithm::default(),
-                Some(a) => a.parse().map_err(|e: ringlimit_proto::UnknownAlgorithm| {
-                    ApiError::bad_request("unknown_algorithm", sentence(e.to_string()))
-                })?,
-            };
-            Ok(RuleSpec::Inline(InlineRule {
-                limit,
-                period_ms,
-                algorithm,
-                burst,
-            }))
+/// The fields that name a check's rule, as check bodies and the admin API's query strings
+/// spell them (so both refuse alike).
+pub(super) struct RuleFields<'a> {
+    pub rule: Option<&'a str>,
+    pub limit: Option<u64>,
+    pub period_ms: Option<u64>,
+    pub algorithm: Option<&'a str>,
+    pub burst: Option<u64>,
+}
+
+impl<'a> RuleFields<'a> {
+    /// The rule named: `rule`, or an inline rule — one of them, not both.
+    pub fn spec(&self) -> Result<RuleSpec<'a>, ApiError> {
+        let RuleFields {
+            rule,
+            limit,
+            period_ms,
+            algorithm,
+            burst,
+        } = *self;
+        let inline_fields =
+            limit.is_some() || period_ms.is_some() || algorithm.is_some() || burst.is_some();
+        match (rule, inline_fields) {
+            (Some(_), true) => Err(ApiError::bad_request(
+                "invalid_request",
+                "Give either `rule` or an inline rule (`limit`, `period_ms`, `algorithm`, `burst`), not both.",
+            )),
+            (Some(name), false) => Ok(RuleSpec::Named(name)),
+            (None, _) => {
+                let (Some(limit), Some(period_ms)) = (limit, period_ms) else {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        "A check needs either `rule` or both `limit` and `period_ms`.",
+                    ));
+                };
+                let algorithm = match algorithm {
+                    None => Algorithm::default(),
+                    Some(a) => a.parse().map_err(|e: ringlimit_proto::UnknownAlgorithm| {
+                        ApiError::bad_request("unknown_algorithm", sentence(e.to_string()))
+                    })?,
+                };
+                Ok(RuleSpec::Inline(InlineRule {
+                    limit,
+                    period_ms,
+                    algorithm,
+                    burst,
+                }))
+            }
         }
     }
 }
@@ -131,13 +148,7 @@ fn explain<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> ApiError {
 
 async fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
     let body: CheckBody<'_> = parse(bytes)?;
-    let spec = body.spec()?;
-    let p = state
-        .router
-        .prepare(&body.key, spec, body.cost.unwrap_or(1))?;
-    let answer = state.router.route(&p).await?;
-    state.metrics.count(answer.allowed, p.resolved.mode);
-    Ok(answer)
+    Ok(state.service.check(&body.check()?).await?)
 }
 
 /// Reads a request body of at most [`MAX_BODY_BYTES`].
@@ -173,17 +184,8 @@ pub async fn check_request(state: &AppState, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let clock = state.router.engine().clock();
-    let start = clock.now();
     match decide(state, &bytes).await {
-        Ok(answer) => {
-            let response = answer_response(&answer);
-            state
-                .metrics
-                .check_duration
-                .observe(seconds(start, clock.now()));
-            response
-        }
+        Ok(answer) => answer_response(&answer),
         Err(e) => e.into_response(),
     }
 }
@@ -233,8 +235,6 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let clock = state.router.engine().clock();
-    let start = clock.now();
     let batch: BatchBody<'_> = match parse(&bytes) {
         Ok(b) => b,
         Err(e) => return e.into_response(),
@@ -249,7 +249,7 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
         )
         .into_response();
     }
-    // Parse every item first (borrowing from the body), then route them all at once so that
+    // Parse every item first (borrowing from the body), then decide them all at once so that
     // each owner's checks travel as one group.
     let bodies: Vec<Result<CheckBody<'_>, ApiError>> = batch
         .checks
@@ -257,36 +257,28 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
         .map(|raw| parse(raw.get().as_bytes()))
         .collect();
     let mut results: Vec<Option<BatchItem>> = Vec::with_capacity(bodies.len());
-    let mut prepared = Vec::with_capacity(bodies.len());
+    let mut checks = Vec::with_capacity(bodies.len());
     for body in &bodies {
-        let item = body.as_ref().map_err(Clone::clone).and_then(|b| {
-            let spec = b.spec()?;
-            Ok(state.router.prepare(&b.key, spec, b.cost.unwrap_or(1))?)
-        });
-        match item {
-            Ok(p) => {
+        match body
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(CheckBody::check)
+        {
+            Ok(c) => {
                 results.push(None);
-                prepared.push(p);
+                checks.push(c);
             }
             Err(e) => results.push(Some(BatchItem::Error(e.body))),
         }
     }
-    let mut decided = state
-        .router
-        .check_many(&prepared)
-        .await
-        .into_iter()
-        .zip(prepared.iter().map(|p| p.resolved.mode));
+    let mut decided = state.service.check_many(&checks).await.into_iter();
     let results: Vec<BatchItem> = results
         .into_iter()
         .map(|slot| match slot {
             Some(error) => error,
             None => match decided.next() {
-                Some((Ok(a), mode)) => {
-                    state.metrics.count(a.allowed, mode);
-                    BatchItem::Answer(a)
-                }
-                Some((Err(e), _)) => BatchItem::Error(ApiError::from(e).body),
+                Some(Ok(a)) => BatchItem::Answer(a),
+                Some(Err(e)) => BatchItem::Error(ApiError::from(e).body),
                 None => BatchItem::Error(ErrorBody {
                     error: "internal",
                     message: "No answer was produced for this check.".into(),
@@ -294,10 +286,5 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
             },
         })
         .collect();
-    let response = axum::Json(BatchAnswer { results }).into_response();
-    state
-        .metrics
-        .batch_duration
-        .observe(seconds(start, clock.now()));
-    response
+    axum::Json(BatchAnswer { results }).into_response()
 }

@@ -1,8 +1,8 @@
 //! The contract's error answer: a 4xx status with `{ "error": code, "message": sentence }`.
 
-use crate::engine::CheckError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use ringlimit_core::check::CheckError;
 use serde::Serialize;
 
 /// An error body, also used in place of a failed item of a batch.
@@ -37,10 +37,11 @@ impl ApiError {
 
 impl From<CheckError> for ApiError {
     fn from(e: CheckError) -> Self {
-        let status = if e.code() == "unknown_rule" {
-            StatusCode::NOT_FOUND
-        } else {
-            StatusCode::BAD_REQUEST
+        let status = match e {
+            CheckError::UnknownRule(_) => StatusCode::NOT_FOUND,
+            CheckError::Rejected { .. } if e.code() == "unknown_rule" => StatusCode::NOT_FOUND,
+            CheckError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_REQUEST,
         };
         Self::new(status, e.code(), sentence(e.to_string()))
     }

@@ -1,8 +1,9 @@
-//! The HTTP API (axum): checks, health, readiness, metrics, admin.
+//! The HTTP edge (axum): parse → call the [`CheckService`] → reply, for checks, health,
+//! readiness, views, metrics and admin.
 //!
 //! # Layout
 //! - [`check`] — `POST /v1/check` and `/v1/check/batch`.
-//! - [`ops`] — health, readiness, cluster and rules views, fallback.
+//! - [`ops`] — health, readiness, cluster and rules views, metrics, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
 //! - [`fast`] — `POST /v1/check` answered before the router.
@@ -15,14 +16,11 @@ pub mod fast;
 pub mod ops;
 pub mod serve;
 
-use crate::metrics::Metrics;
-use crate::reload::RulesStatus;
-use crate::router::Router;
+use crate::service::CheckService;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 /// Largest request body accepted (the contract's 1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -56,12 +54,7 @@ impl std::ops::Deref for AppState {
 /// The parts of [`AppState`].
 #[derive(Clone)]
 pub struct Shared {
-    pub router: Arc<Router>,
-    pub ready: Arc<AtomicBool>,
-    pub cluster_id: Arc<str>,
-    pub metrics: Arc<Metrics>,
-    /// Where the rules in force came from, and how reloading went.
-    pub rules: Arc<RulesStatus>,
+    pub service: Arc<CheckService>,
     /// `None`: the admin API is off.
     pub admin_token: Option<Arc<admin::AdminToken>>,
 }
@@ -86,7 +79,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/readyz", get(ops::readyz))
         .route("/v1/cluster", get(ops::cluster))
         .route("/v1/rules", get(ops::rules))
-        .route("/metrics", get(crate::metrics::render))
+        .route("/metrics", get(ops::metrics))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

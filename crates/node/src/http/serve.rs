@@ -51,7 +51,7 @@ pub async fn serve(
         let worker = std::thread::Builder::new()
             .name(format!("ringlimit-http-{i}"))
             .spawn(move || -> io::Result<()> {
-                crate::router::use_runtime_local_peers();
+                crate::forward::pool::bind_current_thread();
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;

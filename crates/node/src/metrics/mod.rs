@@ -1,22 +1,26 @@
 //! Prometheus metrics, one registry per node (so in-process test clusters do not mix counts).
 //!
-//! What every check updates is sharded per thread ([`sharded`]).
+//! Two kinds, each kept once:
+//! - what every check updates (checks, durations, forwarded groups) is recorded here, sharded
+//!   per thread ([`sharded`]);
+//! - everything else is counted where it happens (store, routing, gossip, reloads) and read at
+//!   scrape time from a [`Snapshot`] through the table [`SNAPSHOT_METRICS`].
 
 pub mod sharded;
 
 use sharded::{ShardedCounter as Counter, ShardedHistogram as Histogram};
 
-use crate::http::AppState;
-use crate::rules::Mode;
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use prometheus_client::encoding::EncodeLabelSet;
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::Ordering;
+use ringlimit_core::rule::Mode;
+use std::sync::Arc;
 
 /// Latency buckets, in seconds: a check is decided in tens of microseconds, a forwarded one in
 /// a few hundred, and nothing waits longer than the forward deadline (25 ms by default) times 4.
@@ -31,11 +35,6 @@ fn latency_histogram() -> Histogram {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabel {
     endpoint: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    result: &'static str,
 }
 
 /// What the router observes per forwarded group: handles into the node's registry, so that
@@ -65,42 +64,257 @@ struct CheckLabels {
     mode: &'static str,
 }
 
-/// The node's metrics. Hot-path counters are resolved once, at start.
+/// What the node has counted elsewhere, read at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub buckets: u64,
+    pub evictions: u64,
+    pub evictions_limiting: u64,
+    pub forwarded: u64,
+    pub fail_open: u64,
+    pub fail_closed: u64,
+    pub peer_frames: u64,
+    pub peer_checks: u64,
+    pub members_alive: u64,
+    pub members_leaving: u64,
+    pub members_dead: u64,
+    pub global_counters: u64,
+    pub global_published: u64,
+    pub global_unpublished: u64,
+    pub global_evicted: u64,
+    pub global_dropped_events: u64,
+    pub reloads_ok: u64,
+    pub reloads_error: u64,
+    pub rules_generation: u64,
+    pub rules_loaded_at_s: u64,
+}
+
+/// One series read from a [`Snapshot`]. Consecutive rows of one name are one family, told
+/// apart by their label.
+pub struct SnapshotMetric {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    /// `(label, value)` of this series, for a family.
+    pub label: Option<(&'static str, &'static str)>,
+    pub value: fn(&Snapshot) -> u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+macro_rules! series {
+    ($name:literal, $kind:ident, $field:ident, $help:literal) => {
+        SnapshotMetric {
+            name: $name,
+            help: concat!($help, "."),
+            kind: Kind::$kind,
+            label: None,
+            value: |s| s.$field,
+        }
+    };
+    ($name:literal, $kind:ident, $field:ident, $help:literal, $label:literal = $value:literal) => {
+        SnapshotMetric {
+            name: $name,
+            help: concat!($help, "."),
+            kind: Kind::$kind,
+            label: Some(($label, $value)),
+            value: |s| s.$field,
+        }
+    };
+}
+
+/// The metrics read from a [`Snapshot`] (names get the `ringlimit_` prefix, counters `_total`).
+pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
+    series!(
+        "buckets",
+        Gauge,
+        buckets,
+        "Buckets held in this node's store"
+    ),
+    series!(
+        "evictions",
+        Counter,
+        evictions,
+        "Buckets evicted to stay within --max-keys"
+    ),
+    series!(
+        "evictions_limiting",
+        Counter,
+        evictions_limiting,
+        "Evicted buckets that were still limiting (each may admit more than the rule)"
+    ),
+    series!(
+        "forwarded",
+        Counter,
+        forwarded,
+        "Checks forwarded to their owner"
+    ),
+    series!(
+        "fail_open",
+        Counter,
+        fail_open,
+        "Checks answered from the local fallback share because the owner could not answer"
+    ),
+    series!(
+        "fail_closed",
+        Counter,
+        fail_closed,
+        "Checks denied because the owner could not answer and the rule is on_owner_unreachable: closed"
+    ),
+    series!(
+        "peer_frames",
+        Counter,
+        peer_frames,
+        "Check frames sent to peers"
+    ),
+    series!(
+        "peer_checks",
+        Counter,
+        peer_checks,
+        "Checks sent to peers (checks per frame is the batching factor)"
+    ),
+    series!(
+        "members",
+        Gauge,
+        members_alive,
+        "Cluster members by state",
+        "state" = "alive"
+    ),
+    series!(
+        "members",
+        Gauge,
+        members_leaving,
+        "Cluster members by state",
+        "state" = "leaving"
+    ),
+    series!(
+        "members",
+        Gauge,
+        members_dead,
+        "Cluster members by state",
+        "state" = "dead"
+    ),
+    series!(
+        "global_counters",
+        Gauge,
+        global_counters,
+        "Global-rule window counters held by this node (own and merged)"
+    ),
+    series!(
+        "global_published",
+        Gauge,
+        global_published,
+        "Global-rule keys this node publishes through gossip"
+    ),
+    series!(
+        "global_unpublished",
+        Counter,
+        global_unpublished,
+        "Publish rounds in which a global bucket with new hits was not published: per-node cap reached"
+    ),
+    series!(
+        "global_evicted",
+        Counter,
+        global_evicted,
+        "Global-rule window counters evicted to stay within the cap while they still mattered"
+    ),
+    series!(
+        "global_dropped_events",
+        Counter,
+        global_dropped_events,
+        "Gossiped global counts dropped on a full merge queue (a full rescan follows)"
+    ),
+    series!(
+        "rules_reload",
+        Counter,
+        reloads_ok,
+        "Rules file reloads: ok (new rules in force) or error (refused; the previous rules stay)",
+        "result" = "ok"
+    ),
+    series!(
+        "rules_reload",
+        Counter,
+        reloads_error,
+        "Rules file reloads: ok (new rules in force) or error (refused; the previous rules stay)",
+        "result" = "error"
+    ),
+    series!(
+        "rules_generation",
+        Gauge,
+        rules_generation,
+        "Rule sets put in force since start (1: the rules loaded at start)"
+    ),
+    series!(
+        "rules_last_reload_timestamp_seconds",
+        Gauge,
+        rules_loaded_at_s,
+        "Unix time at which the rules in force were loaded"
+    ),
+];
+
+/// Encodes [`SNAPSHOT_METRICS`] from the snapshot of the scrape under way.
+#[derive(Debug, Default)]
+struct SnapshotCollector {
+    current: Mutex<Snapshot>,
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snap = *self.current.lock();
+        for family in SNAPSHOT_METRICS.chunk_by(|a, b| a.name == b.name) {
+            let first = &family[0];
+            let kind = match first.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let mut metric = encoder.encode_descriptor(first.name, first.help, None, kind)?;
+            match family {
+                // A series without a label is its family's only one.
+                [one] if one.label.is_none() => encode_value(one, &snap, metric)?,
+                _ => {
+                    for series in family {
+                        let label = [series.label.unwrap_or(("", ""))];
+                        encode_value(series, &snap, metric.encode_family(&label)?)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(
+    series: &SnapshotMetric,
+    snap: &Snapshot,
+    e: prometheus_client::encoding::MetricEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    let v = (series.value)(snap);
+    match series.kind {
+        Kind::Counter => ConstCounter::new(v).encode(e),
+        Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(e),
+    }
+}
+
+/// The node's metrics. Hot-path handles are resolved once, at start.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Encodes are one at a time: the snapshot is set, then read by the collector.
+    scrape: Mutex<()>,
+    snapshot: Arc<SnapshotCollector>,
     pub allowed: Counter,
     pub denied: Counter,
     /// Checks of global rules (`mode="global"`), decided from gossiped counters.
     pub global_allowed: Counter,
     pub global_denied: Counter,
-    /// Handling time of `POST /v1/check` and of a whole `POST /v1/check/batch` (answered ones).
+    /// Time to decide a check request and of a whole batch (answered ones).
     pub check_duration: Histogram,
     pub batch_duration: Histogram,
     peer_rpc: PeerRpcMetrics,
-    buckets: Gauge,
-    evictions: Counter,
-    evictions_limiting: Counter,
-    forwarded: Counter,
-    fail_open: Counter,
-    fail_closed: Counter,
-    peer_frames: Counter,
-    peer_checks: Counter,
-    members: Family<StateLabel, Gauge>,
-    global_counters: Gauge,
-    global_published: Gauge,
-    global_unpublished: Counter,
-    global_evicted: Counter,
-    global_dropped_events: Counter,
-    reloads_ok: Counter,
-    reloads_error: Counter,
-    rules_generation: Gauge,
-    rules_loaded_at: Gauge,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabel {
-    state: &'static str,
 }
 
 impl Default for Metrics {
@@ -117,23 +331,15 @@ impl Metrics {
         let child = |result, mode| -> Counter {
             checks.get_or_create(&CheckLabels { result, mode }).clone()
         };
-        let (allowed, denied) = (child("allowed", "owner"), child("denied", "owner"));
-        let (global_allowed, global_denied) =
-            (child("allowed", "global"), child("denied", "global"));
         let durations = Family::<EndpointLabel, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
         registry.register(
             "check_duration_seconds",
-            "Time to handle a check request at the HTTP edge (a batch counts once), answered ones",
+            "Time to handle a check request (a batch counts once), answered ones",
             durations.clone(),
         );
-        let check_duration = durations
-            .get_or_create(&EndpointLabel { endpoint: "check" })
-            .clone();
-        let batch_duration = durations
-            .get_or_create(&EndpointLabel { endpoint: "batch" })
-            .clone();
+        let duration = |endpoint| durations.get_or_create(&EndpointLabel { endpoint }).clone();
         let peer_rpc = PeerRpcMetrics::unregistered();
         registry.register(
             "peer_rpc_duration_seconds",
@@ -145,135 +351,19 @@ impl Metrics {
             "Checks per group forwarded to an owner (groups are coalesced further into frames)",
             peer_rpc.checks.clone(),
         );
-        let buckets = Gauge::default();
-        registry.register(
-            "buckets",
-            "Buckets held in this node's store",
-            buckets.clone(),
-        );
-        let evictions = Counter::default();
-        registry.register(
-            "evictions",
-            "Buckets evicted to stay within --max-keys",
-            evictions.clone(),
-        );
-        let evictions_limiting = Counter::default();
-        registry.register(
-            "evictions_limiting",
-            "Evicted buckets that were still limiting (each may admit more than the rule)",
-            evictions_limiting.clone(),
-        );
-        let forwarded = Counter::default();
-        registry.register(
-            "forwarded",
-            "Checks forwarded to their owner",
-            forwarded.clone(),
-        );
-        let fail_open = Counter::default();
-        registry.register(
-            "fail_open",
-            "Checks answered from the local fallback share because the owner could not answer",
-            fail_open.clone(),
-        );
-        let fail_closed = Counter::default();
-        registry.register(
-            "fail_closed",
-            "Checks denied because the owner could not answer and the rule is on_owner_unreachable: closed",
-            fail_closed.clone(),
-        );
-        let peer_frames = Counter::default();
-        registry.register(
-            "peer_frames",
-            "Check frames sent to peers",
-            peer_frames.clone(),
-        );
-        let peer_checks = Counter::default();
-        registry.register(
-            "peer_checks",
-            "Checks sent to peers (checks per frame is the batching factor)",
-            peer_checks.clone(),
-        );
-        let members = Family::<StateLabel, Gauge>::default();
-        registry.register("members", "Cluster members by state", members.clone());
-        let global_counters = Gauge::default();
-        registry.register(
-            "global_counters",
-            "Global-rule window counters held by this node (own and merged)",
-            global_counters.clone(),
-        );
-        let global_published = Gauge::default();
-        registry.register(
-            "global_published",
-            "Global-rule keys this node publishes through gossip",
-            global_published.clone(),
-        );
-        let global_unpublished = Counter::default();
-        registry.register(
-            "global_unpublished",
-            "Publish rounds in which a global bucket with new hits was not published: per-node cap reached",
-            global_unpublished.clone(),
-        );
-        let global_evicted = Counter::default();
-        registry.register(
-            "global_evicted",
-            "Global-rule window counters evicted to stay within the cap while they still mattered",
-            global_evicted.clone(),
-        );
-        let global_dropped_events = Counter::default();
-        registry.register(
-            "global_dropped_events",
-            "Gossiped global counts dropped on a full merge queue (a full rescan follows)",
-            global_dropped_events.clone(),
-        );
-        let reloads = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "rules_reload",
-            "Rules file reloads: ok (new rules in force) or error (refused; the previous rules stay)",
-            reloads.clone(),
-        );
-        let reloads_ok = reloads.get_or_create(&ResultLabel { result: "ok" }).clone();
-        let reloads_error = reloads
-            .get_or_create(&ResultLabel { result: "error" })
-            .clone();
-        let rules_generation = Gauge::default();
-        registry.register(
-            "rules_generation",
-            "Rule sets put in force since start (1: the rules loaded at start)",
-            rules_generation.clone(),
-        );
-        let rules_loaded_at = Gauge::default();
-        registry.register(
-            "rules_last_reload_timestamp_seconds",
-            "Unix time at which the rules in force were loaded",
-            rules_loaded_at.clone(),
-        );
+        let snapshot = Arc::new(SnapshotCollector::default());
+        registry.register_collector(Box::new(snapshot.clone()));
         Self {
-            check_duration,
-            batch_duration,
+            allowed: child("allowed", "owner"),
+            denied: child("denied", "owner"),
+            global_allowed: child("allowed", "global"),
+            global_denied: child("denied", "global"),
+            check_duration: duration("check"),
+            batch_duration: duration("batch"),
             peer_rpc,
-            fail_closed,
-            reloads_ok,
-            reloads_error,
-            rules_generation,
-            rules_loaded_at,
-            global_allowed,
-            global_denied,
-            global_counters,
-            global_published,
-            global_unpublished,
-            global_evicted,
-            global_dropped_events,
-            forwarded,
-            fail_open,
-            peer_frames,
-            peer_checks,
-            members,
+            snapshot,
+            scrape: Mutex::new(()),
             registry,
-            allowed,
-            denied,
-            buckets,
-            evictions,
-            evictions_limiting,
         }
     }
 
@@ -292,6 +382,15 @@ impl Metrics {
     pub fn peer_rpc(&self) -> PeerRpcMetrics {
         self.peer_rpc.clone()
     }
+
+    /// The OpenMetrics text of every metric, those of the snapshot read from `snapshot`.
+    pub fn encode(&self, snapshot: Snapshot) -> Result<String, std::fmt::Error> {
+        let _one_at_a_time = self.scrape.lock();
+        *self.snapshot.current.lock() = snapshot;
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
 }
 
 /// Nanoseconds (two readings of the engine's clock) as the seconds a histogram takes.
@@ -299,65 +398,5 @@ pub fn seconds(from_ns: u64, to_ns: u64) -> f64 {
     to_ns.saturating_sub(from_ns) as f64 * 1e-9
 }
 
-/// `GET /metrics`.
-pub async fn render(State(state): State<AppState>) -> Response {
-    let m = &state.metrics;
-    let router = &state.router;
-    let store = router.engine().store();
-    m.buckets
-        .set(i64::try_from(store.len()).unwrap_or(i64::MAX));
-    // Store counters are the source of truth; mirror them into the registry at scrape time.
-    let stats = store.stats();
-    let global = router.global();
-    for (counter, source) in [
-        (&m.evictions, &stats.evictions),
-        (&m.evictions_limiting, &stats.evictions_limiting),
-        (&m.forwarded, &router.stats.forwarded),
-        (&m.fail_open, &router.stats.fail_open),
-        (&m.fail_closed, &router.stats.fail_closed),
-        (&m.reloads_ok, &state.rules.reloads_ok),
-        (&m.reloads_error, &state.rules.reloads_failed),
-        (&m.peer_frames, &router.peer_stats.frames),
-        (&m.peer_checks, &router.peer_stats.checks),
-        (&m.global_unpublished, &global.stats.unpublished),
-        (&m.global_evicted, &global.stats.evicted),
-        (&m.global_dropped_events, &global.stats.dropped_events),
-    ] {
-        let (now, shown) = (source.load(Ordering::Relaxed), counter.get());
-        if now > shown {
-            counter.inc_by(now - shown);
-        }
-    }
-    m.global_counters
-        .set(i64::try_from(global.len()).unwrap_or(i64::MAX));
-    m.global_published
-        .set(i64::try_from(global.stats.published.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
-    m.rules_generation
-        .set(i64::try_from(state.rules.generation.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
-    m.rules_loaded_at.set(
-        i64::try_from(state.rules.loaded_at_ms.load(Ordering::Relaxed) / 1000).unwrap_or(i64::MAX),
-    );
-    let view = router.view();
-    for (label, st) in [
-        ("alive", crate::cluster::MemberState::Alive),
-        ("leaving", crate::cluster::MemberState::Leaving),
-        ("dead", crate::cluster::MemberState::Dead),
-    ] {
-        let n = view.members.iter().filter(|m| m.state == st).count();
-        m.members
-            .get_or_create(&StateLabel { state: label })
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-    let mut out = String::new();
-    if prometheus_client::encoding::text::encode(&mut out, &m.registry).is_err() {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        )],
-        out,
-    )
-        .into_response()
-}
+/// The content type of [`Metrics::encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -1,0 +1,93 @@
+//! Group by owner, once: checks are grouped by the member that owns them, each group goes to
+//! its owner as one request (all owners at once), and the answers are scattered back to the
+//! checks' places. And an owner's reply to one check, or its absence, turned into the caller's
+//! result. Nodes forwarding a batch, nodes relaying, and the SDK all go through here.
+
+use super::client::{ForwardError, PeerClient};
+use crate::check::CheckError;
+use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::{PeerAnswer, PeerCheck};
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// Checks (by their index in the caller's list) grouped by owner, with the client that
+/// reaches each owner.
+pub struct OwnerGroups<K> {
+    groups: HashMap<K, (Arc<PeerClient>, Vec<usize>)>,
+}
+
+impl<K: Eq + Hash> Default for OwnerGroups<K> {
+    fn default() -> Self {
+        Self {
+            groups: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Eq + Hash> OwnerGroups<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts check `index` in `owner`'s group.
+    pub fn add(&mut self, owner: K, client: &Arc<PeerClient>, index: usize) {
+        self.groups
+            .entry(owner)
+            .or_insert_with(|| (client.clone(), Vec::new()))
+            .1
+            .push(index);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Sends every group to its owner at once — `check(i)` is check `i` as it travels, `send`
+    /// sends one group on its owner's client — and returns each check's reply by index. A
+    /// group that failed gives its error to each of its checks; an owner that answered fewer
+    /// checks than it was sent leaves the rest [`ForwardError::Mismatch`].
+    pub async fn send<F, Fut>(
+        self,
+        check: impl Fn(usize) -> PeerCheck,
+        send: F,
+    ) -> Vec<(usize, Result<PeerAnswer, ForwardError>)>
+    where
+        F: Fn(Arc<PeerClient>, Vec<PeerCheck>) -> Fut,
+        Fut: Future<Output = Result<Vec<PeerAnswer>, ForwardError>>,
+    {
+        let sends = self.groups.into_values().map(|(client, idx)| {
+            let checks = idx.iter().map(|&i| check(i)).collect();
+            let sent = send(client, checks);
+            async move { (idx, sent.await) }
+        });
+        let mut replies = Vec::new();
+        for (idx, sent) in futures::future::join_all(sends).await {
+            match sent {
+                Ok(answers) => {
+                    let mut answers = answers.into_iter();
+                    for i in idx {
+                        replies.push((i, answers.next().ok_or(ForwardError::Mismatch)));
+                    }
+                }
+                Err(e) => replies.extend(idx.into_iter().map(|i| (i, Err(e)))),
+            }
+        }
+        replies
+    }
+}
+
+/// An owner's reply to one check as the caller's result: the owner's answer, its refusal as
+/// [`CheckError::Rejected`], or — when the owner could not answer — what `fallback` makes of
+/// the failure.
+pub fn settle(
+    reply: Result<PeerAnswer, ForwardError>,
+    fallback: impl FnOnce(ForwardError) -> Result<CheckAnswer, CheckError>,
+) -> Result<CheckAnswer, CheckError> {
+    match reply {
+        Ok(PeerAnswer::Answer(a)) => Ok(a),
+        Ok(PeerAnswer::Error { code, message }) => Err(CheckError::Rejected { code, message }),
+        Err(e) => fallback(e),
+    }
+}

@@ -1,0 +1,166 @@
+//! The peer pool: one client per alive member, kept in step with membership, and — on threads
+//! that run a runtime of their own ([`bind_current_thread`]) — a copy of each client made on
+//! that thread's runtime.
+//!
+//! Why per-runtime copies: the HTTP API runs on dedicated single-threaded runtimes. With the
+//! node's shared clients, on the main runtime, every forwarded check cost two cross-thread
+//! wake-ups, and forwarding through one node of three lost 8% of its throughput when HTTP moved
+//! to its own runtimes. With a copy per runtime, a forwarded check, its frame and its answer
+//! never cross threads.
+
+use crate::cluster::View;
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A pool's clients as one runtime's thread holds them.
+struct LocalPeers {
+    generation: u64,
+    /// By member: the shared client this one mirrors (a member that left and came back gets a
+    /// new shared client, and so a new local one: the old one's circuit may still be open),
+    /// and this runtime's own client.
+    peers: HashMap<Arc<str>, (Arc<PeerClient>, Arc<PeerClient>)>,
+}
+
+thread_local! {
+    /// By pool (a process may run several nodes, in tests).
+    static LOCAL_PEERS: RefCell<HashMap<u64, LocalPeers>> = RefCell::new(HashMap::new());
+    static BOUND: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes every pool give checks sent from this thread clients of this thread's own, spawned on
+/// its (single-threaded) runtime. Call it on a thread that runs one runtime for its whole life.
+pub fn bind_current_thread() {
+    BOUND.set(true);
+}
+
+/// Distinguishes pools in the per-thread cache.
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(0);
+
+/// One client per alive member.
+pub struct PeerPool {
+    /// Unique in this process (key of the per-thread clients).
+    id: u64,
+    settings: Arc<PeerSettings>,
+    /// Read lock-free on every forwarded check, replaced whole (under `update`) when
+    /// membership changes.
+    peers: ArcSwap<HashMap<Arc<str>, Arc<PeerClient>>>,
+    update: Mutex<()>,
+    /// Bumped whenever `peers` is replaced, so that per-thread copies know to follow.
+    generation: AtomicU64,
+    stats: Arc<PeerStats>,
+}
+
+impl std::fmt::Debug for PeerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerPool")
+            .field("members", &self.peers.load().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerPool {
+    pub fn new(settings: PeerSettings) -> Self {
+        Self {
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            settings: Arc::new(settings),
+            peers: ArcSwap::from_pointee(HashMap::new()),
+            update: Mutex::new(()),
+            generation: AtomicU64::new(0),
+            stats: Arc::new(PeerStats::default()),
+        }
+    }
+
+    /// How this node dials its peers.
+    pub fn settings(&self) -> &Arc<PeerSettings> {
+        &self.settings
+    }
+
+    /// Frames and checks sent by every client of the pool.
+    pub fn stats(&self) -> &PeerStats {
+        &self.stats
+    }
+
+    /// Keeps one client per alive peer: connects to new ones, drops those that left the ring.
+    pub fn sync(&self, view: &View) {
+        let _one_writer = self.update.lock();
+        let current = self.peers.load();
+        let mut peers = HashMap::with_capacity(view.peer_addrs.len());
+        for (id, addr) in &view.peer_addrs {
+            if *id == view.self_id {
+                continue;
+            }
+            let client = match current.get(id) {
+                Some(c) if c.addr == *addr => c.clone(),
+                _ => self.spawn(addr.clone()),
+            };
+            peers.insert(id.clone(), client);
+        }
+        self.peers.store(Arc::new(peers));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn spawn(&self, addr: String) -> Arc<PeerClient> {
+        Arc::new(PeerClient::spawn(
+            addr,
+            self.settings.clone(),
+            self.stats.clone(),
+        ))
+    }
+
+    /// The owner of bucket `id` under `view` and the client that reaches it, or `None` when
+    /// this node owns it (or the ring is empty). A member with no client yet (the view just
+    /// changed) gets one.
+    pub fn owner_client(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        let owner = view.ring.owner(id)?;
+        if owner == &*view.self_id {
+            return None;
+        }
+        self.client(owner).or_else(|| {
+            self.sync(view);
+            self.client(owner)
+        })
+    }
+
+    /// The client of member `owner`: this thread's own on a bound thread, else the shared one.
+    fn client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        if BOUND.get() {
+            return self.local_client(owner);
+        }
+        self.peers
+            .load()
+            .get_key_value(owner)
+            .map(|(k, c)| (k.clone(), c.clone()))
+    }
+
+    fn local_client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        let generation = self.generation.load(Ordering::Acquire);
+        LOCAL_PEERS.with_borrow_mut(|all| {
+            let local = all.entry(self.id).or_insert_with(|| LocalPeers {
+                generation: u64::MAX,
+                peers: HashMap::new(),
+            });
+            if local.generation != generation {
+                let shared = self.peers.load();
+                let mut next = HashMap::with_capacity(shared.len());
+                for (id, client) in shared.iter() {
+                    let mine = match local.peers.remove(id) {
+                        Some((of, mine)) if Arc::ptr_eq(&of, client) => mine,
+                        _ => self.spawn(client.addr.clone()),
+                    };
+                    next.insert(id.clone(), (client.clone(), mine));
+                }
+                local.peers = next;
+                local.generation = generation;
+            }
+            local
+                .peers
+                .get_key_value(owner)
+                .map(|(k, (_, c))| (k.clone(), c.clone()))
+        })
+    }
+}

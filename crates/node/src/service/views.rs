@@ -1,0 +1,216 @@
+//! What a node shows of itself: the cluster view, the rules in force, the admin view of the
+//! rules and their reloads, and the metrics text from a snapshot of its counters.
+
+use super::CheckService;
+use crate::cluster::{Member, MemberState};
+use crate::metrics::Snapshot;
+use ringlimit_proto::discovery::RuleInfo;
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// `GET /v1/cluster`: this node's view of the cluster.
+#[derive(Debug, Serialize)]
+pub struct ClusterView {
+    pub node_id: String,
+    pub cluster_id: String,
+    pub members: Vec<Member>,
+    /// Members in the ring (alive, not leaving).
+    pub ring_members: usize,
+    pub forwarding: Forwarding,
+    pub global: GlobalView,
+}
+
+/// Global rules' counters on this node.
+#[derive(Debug, Serialize)]
+pub struct GlobalView {
+    /// Window counters held (own and merged, every global bucket).
+    pub counters: usize,
+    /// Keys this node publishes through gossip now.
+    pub published: u64,
+    /// Publish rounds in which a bucket was left unpublished: the per-node cap was reached.
+    pub unpublished: u64,
+    /// Windows evicted at the cap while they still mattered.
+    pub evicted: u64,
+    /// Peer updates merged, and gossip events dropped on a full queue.
+    pub merged: u64,
+    pub dropped_events: u64,
+    /// Every other member, and every peer heard from: how long ago its counts were last merged
+    /// (`null`: never).
+    pub peers: Vec<PeerMerge>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PeerMerge {
+    pub node_id: String,
+    pub last_merge_ms_ago: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Forwarding {
+    pub forwarded: u64,
+    pub fail_open: u64,
+    pub fail_closed: u64,
+    /// Frames and checks sent to peers: checks per frame is the batching factor.
+    pub peer_frames: u64,
+    pub peer_checks: u64,
+    pub batching_factor: f64,
+    /// Buckets this node sent to their new owners after ring changes.
+    pub handed_over: u64,
+}
+
+/// `GET /v1/admin/rules`: the rules in force, their source and reloads.
+#[derive(Debug, Serialize)]
+pub struct AdminRules {
+    /// The rules file, or `built-in`.
+    pub source: String,
+    /// Rule sets put in force since start (1: those loaded at start).
+    pub generation: u64,
+    /// Unix ms at which the rules in force were loaded.
+    pub loaded_at_ms: u64,
+    pub reloads_ok: u64,
+    pub reloads_error: u64,
+    /// The last reload that changed something (`null`: none since start).
+    pub last_reload: Option<LastReload>,
+    pub rules: Vec<RuleInfo>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LastReload {
+    pub at_ms: u64,
+    /// `ok` or `error`.
+    pub result: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+impl CheckService {
+    /// This node's view of the cluster.
+    pub fn cluster(&self) -> ClusterView {
+        let view = self.dispatcher.view();
+        let stats = &self.dispatcher.stats;
+        let (frames, checks) = (
+            load(&self.pool.stats().frames),
+            load(&self.pool.stats().checks),
+        );
+        let g = self.here.global();
+        let mut ages = g.merge_ages();
+        let mut peers: Vec<PeerMerge> = view
+            .members
+            .iter()
+            .filter(|m| *m.node_id != *view.self_id)
+            .map(|m| PeerMerge {
+                last_merge_ms_ago: ages.remove(&m.node_id).map(millis),
+                node_id: m.node_id.clone(),
+            })
+            .collect();
+        peers.extend(ages.into_iter().map(|(node_id, age)| PeerMerge {
+            node_id,
+            last_merge_ms_ago: Some(millis(age)),
+        }));
+        ClusterView {
+            node_id: view.self_id.to_string(),
+            cluster_id: self.cluster_id.to_string(),
+            members: view.members.clone(),
+            ring_members: view.ring.len(),
+            forwarding: Forwarding {
+                forwarded: load(&stats.forwarded),
+                fail_open: load(&stats.fail_open),
+                fail_closed: load(&stats.fail_closed),
+                peer_frames: frames,
+                peer_checks: checks,
+                handed_over: load(&self.handed_over),
+                batching_factor: if frames == 0 {
+                    0.0
+                } else {
+                    checks as f64 / frames as f64
+                },
+            },
+            global: GlobalView {
+                counters: g.len(),
+                published: load(&g.stats.published),
+                unpublished: load(&g.stats.unpublished),
+                evicted: load(&g.stats.evicted),
+                merged: load(&g.stats.merged),
+                dropped_events: load(&g.stats.dropped_events),
+                peers,
+            },
+        }
+    }
+
+    /// The rules in force here (what the SDK routes and falls back with), sorted by name.
+    pub fn rules(&self) -> Vec<RuleInfo> {
+        self.here
+            .engine()
+            .rules()
+            .iter()
+            .map(|r| r.info())
+            .collect()
+    }
+
+    /// The rules in force, where they came from, and how reloading went.
+    pub fn admin_rules(&self) -> AdminRules {
+        let status = &self.rules;
+        AdminRules {
+            source: status
+                .source
+                .as_ref()
+                .map_or_else(|| "built-in".to_owned(), |p| p.display().to_string()),
+            generation: load(&status.generation),
+            loaded_at_ms: load(&status.loaded_at_ms),
+            reloads_ok: load(&status.reloads_ok),
+            reloads_error: load(&status.reloads_failed),
+            last_reload: status.last().map(|o| LastReload {
+                at_ms: o.at_ms,
+                result: if o.error.is_some() { "error" } else { "ok" },
+                error: o.error,
+            }),
+            rules: self.rules(),
+        }
+    }
+
+    /// The counters kept outside the metrics registry, read now.
+    pub fn snapshot(&self) -> Snapshot {
+        let store = self.here.engine().store();
+        let store_stats = store.stats();
+        let stats = &self.dispatcher.stats;
+        let g = self.here.global();
+        let view = self.dispatcher.view();
+        let members = |st| view.members.iter().filter(|m| m.state == st).count() as u64;
+        Snapshot {
+            buckets: store.len() as u64,
+            evictions: load(&store_stats.evictions),
+            evictions_limiting: load(&store_stats.evictions_limiting),
+            forwarded: load(&stats.forwarded),
+            fail_open: load(&stats.fail_open),
+            fail_closed: load(&stats.fail_closed),
+            peer_frames: load(&self.pool.stats().frames),
+            peer_checks: load(&self.pool.stats().checks),
+            members_alive: members(MemberState::Alive),
+            members_leaving: members(MemberState::Leaving),
+            members_dead: members(MemberState::Dead),
+            global_counters: g.len() as u64,
+            global_published: load(&g.stats.published),
+            global_unpublished: load(&g.stats.unpublished),
+            global_evicted: load(&g.stats.evicted),
+            global_dropped_events: load(&g.stats.dropped_events),
+            reloads_ok: load(&self.rules.reloads_ok),
+            reloads_error: load(&self.rules.reloads_failed),
+            rules_generation: load(&self.rules.generation),
+            rules_loaded_at_s: load(&self.rules.loaded_at_ms) / 1000,
+        }
+    }
+
+    /// Every metric as OpenMetrics text (see [`crate::metrics::CONTENT_TYPE`]).
+    pub fn metrics_text(&self) -> Result<String, std::fmt::Error> {
+        self.metrics.encode(self.snapshot())
+    }
+}
