@@ -11,7 +11,7 @@
 pub mod statefulset;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use ringlimit_node::clock::ManualClock;
+use ringlimit_core::clock::ManualClock;
 use ringlimit_node::engine::{Engine, RuleSpec};
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::{Listeners, NodeConfig, run};

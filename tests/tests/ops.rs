@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
-use ringlimit_node::clock::ManualClock;
+use ringlimit_core::clock::ManualClock;
 use ringlimit_node::config::load_rules;
 use ringlimit_node::engine::{Engine, RuleSpec};
 use ringlimit_node::rules::RuleSet;

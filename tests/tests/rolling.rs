@@ -37,7 +37,7 @@
 //!   from fresh buckets, keys that belong to the peer it has not seen yet.
 
 use anyhow::{Context, Result, anyhow, ensure};
-use ringlimit_node::clock::ManualClock;
+use ringlimit_core::clock::ManualClock;
 use ringlimit_node::engine::{Engine, RuleSpec};
 use ringlimit_node::rules::RuleSet;
 use ringlimit_proto::Ring;

@@ -41,11 +41,11 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use ringlimit_node::clock::{Clock, SystemClock};
+use ringlimit_core::clock::{Clock, SystemClock};
 use ringlimit_node::engine::{Engine, RuleSpec};
-use ringlimit_node::limiter::Rule;
-use ringlimit_node::rules::{self, RuleSet};
-use ringlimit_node::store::Store;
+use ringlimit_core::limiter::Rule;
+use ringlimit_node::rules::RuleSet;
+use ringlimit_core::store::Store;
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -130,7 +130,7 @@ impl Workload {
 }
 
 fn rule() -> Rule {
-    rules::validate(Algorithm::TokenBucket, u64::from(RATE), 1_000_000_000, None)
+    ringlimit_core::rule::validate(Algorithm::TokenBucket, u64::from(RATE), 1_000_000_000, None)
         .expect("valid bench rule")
 }
 

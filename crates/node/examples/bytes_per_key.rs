@@ -21,10 +21,9 @@
 //! The `live` phases also print the peak RSS (VmHWM) above the baseline: tables double as
 //! buckets arrive, so for a moment a shard holds its old table and its new one.
 
-use ringlimit_node::clock::{Clock, SystemClock};
-use ringlimit_node::limiter::{BucketState, Rule};
-use ringlimit_node::rules;
-use ringlimit_node::store::Store;
+use ringlimit_core::clock::{Clock, SystemClock};
+use ringlimit_core::limiter::{BucketState, Rule};
+use ringlimit_core::store::Store;
 use ringlimit_proto::Algorithm;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::Command;
@@ -99,7 +98,7 @@ fn id(i: u64) -> u64 {
 }
 
 fn rule(algorithm: Algorithm) -> Rule {
-    rules::validate(algorithm, 100, 60_000_000_000, None).expect("valid rule")
+    ringlimit_core::rule::validate(algorithm, 100, 60_000_000_000, None).expect("valid rule")
 }
 
 /// One algorithm: a million buckets in a million-key store.

@@ -1,22 +1,27 @@
-//! ringlimit node: a distributed rate limiter's engine, HTTP API and the `ringlimit` binary.
+//! ringlimit node: one member of a ringlimit cluster, as a library, and the `ringlimit` binary.
 //!
-//! A node answers "may key K spend N tokens under rule R now?" from a bounded in-memory store of
-//! buckets, deciding with pure algorithms over an injected clock.
+//! A node answers "may key K spend N tokens under rule R now?": here when it owns the key's
+//! bucket (or the rule is global), at the owner otherwise, from a local fallback share when
+//! the owner cannot answer. Algorithms, the bucket store, rule validation and the peer link are
+//! `ringlimit-core`'s, shared with the SDK.
 //!
 //! # Layout
-//! - [`clock`], [`limiter`], [`store`] — re-exported from `ringlimit-core` (shared with the SDK):
-//!   clocks, the algorithms, the bounded bucket store.
-//! - [`rules`] — rule validation, rules file, built-in rules, bucket identities.
-//! - [`engine`] — resolve a check, decide it on the store, phrase the answer.
-//! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
-//! - [`forward`] — the peer protocol: pipelined, coalescing client and the peer server.
+//! Top to bottom; each layer imports only from layers below it.
+//! - [`node`] — wiring: [`run`] binds listeners, starts gossip, the peer server and the edges.
+//! - [`http`] — the HTTP edge (axum): parse → call the service → reply.
+//! - [`service`] — the check service every edge calls: checks, batches, key state and reset,
+//!   cluster and rules views, metrics text; timing and counting.
+//! - [`routing`] — decide here, forward to the owner (one group per owner), or fail open.
+//! - [`forward`] — the peer pool (clients per member, per runtime), the peer server, handover,
+//!   reset on every member.
+//! - [`decide`] — decide here: owner buckets ([`engine`]) or global counters ([`global`]).
+//! - [`engine`] — rules in force, the store and the clock: prepare and decide owned checks.
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
-//! - [`router`] — decide here, forward to the owner, or fail open to a local share.
-//! - [`http`] — the axum API: checks, batch, health, readiness, cluster and rules views, admin.
-//! - [`metrics`] — Prometheus metrics.
-//! - [`config`] — flags and environment into a [`NodeConfig`].
-//! - [`reload`] — rules file hot reload (content-compared, so ConfigMap symlink swaps count).
-//! - [`node`] — wiring: [`run`] is the whole node.
+//! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
+//! - [`rules`], [`reload`], [`config`] — the rules file and its hot reload; flags into a
+//!   [`NodeConfig`].
+//! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
+//!   snapshot at scrape time.
 
 pub mod cluster;
 pub mod config;
@@ -31,8 +36,6 @@ pub mod reload;
 pub mod routing;
 pub mod rules;
 pub mod service;
-
-pub use ringlimit_core::{clock, limiter, store};
 
 pub use config::NodeConfig;
 pub use node::{Listeners, NodeError, run, shutdown_signal};

@@ -5,10 +5,7 @@
 
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
-pub use ringlimit_core::rule::{
-    FieldError, Mode, OnOwnerUnreachable, bucket_id, field_err, inline_seed, max_cost, named_seed,
-    validate, validate_inline, validate_key,
-};
+use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable, field_err, named_seed, validate};
 use ringlimit_proto::Algorithm;
 use ringlimit_proto::discovery::RuleInfo;
 use serde_yaml_ng::Value;

@@ -16,8 +16,8 @@
 
 use super::decide;
 use super::wire::Update;
-use crate::clock::NANOS_PER_MS;
-use crate::limiter::{Decision, Rule};
+use ringlimit_core::clock::NANOS_PER_MS;
+use ringlimit_core::limiter::{Decision, Rule};
 use crdts::{CmRDT, Dot, GCounter};
 use num_traits::ToPrimitive;
 use parking_lot::Mutex;
@@ -329,7 +329,7 @@ impl GlobalCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::test_support::{SEC, rule};
+    use ringlimit_core::limiter::test_support::{SEC, rule};
     use ringlimit_proto::Algorithm;
 
     const W0: u64 = 1_700_000_000 * SEC; // aligned to 20 s and 10 s

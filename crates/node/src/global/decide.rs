@@ -3,7 +3,7 @@
 //! own arithmetic so that a global rule answers exactly as the same rule would on one node
 //! that had seen every hit.
 
-use crate::limiter::{Decision, Rule, fixed_window, sliding_window};
+use ringlimit_core::limiter::{Decision, Rule, fixed_window, sliding_window};
 use ringlimit_proto::Algorithm;
 
 /// The rule a global check is decided under: `fixed_window` as it is; every other algorithm as
@@ -55,7 +55,7 @@ pub fn decide(rule: &Rule, now: u64, cost: u64, current: u64, previous: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::test_support::{MS, SEC, rule};
+    use ringlimit_core::limiter::test_support::{MS, SEC, rule};
 
     /// A window start (aligned to 20 s).
     const W0: u64 = 1_700_000_000 * SEC;

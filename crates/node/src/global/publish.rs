@@ -38,7 +38,7 @@
 
 use super::counters::{Actor, GlobalCounters, actor};
 use super::wire::{self, Update};
-use crate::clock::{Clock, NANOS_PER_MS};
+use ringlimit_core::clock::{Clock, NANOS_PER_MS};
 use chitchat::{Chitchat, ChitchatId, ListenerHandle};
 use rand::seq::IndexedRandom;
 use std::collections::HashMap;
@@ -338,7 +338,7 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::test_support::{SEC, rule};
+    use ringlimit_core::limiter::test_support::{SEC, rule};
     use ringlimit_proto::Algorithm;
 
     const W0: u64 = 1_700_000_000 * SEC;

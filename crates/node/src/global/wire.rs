@@ -13,7 +13,7 @@
 //! Everything here parses input from the network: nothing panics, every failure is a
 //! [`WireError`].
 
-use crate::limiter::MAX_PERIOD_NS;
+use ringlimit_core::limiter::MAX_PERIOD_NS;
 
 /// Prefix of every global-counter key.
 pub const PREFIX: &str = "g:";
@@ -78,7 +78,7 @@ pub fn parse(key: &str, value: &str) -> Result<Update, WireError> {
     if parts.next().is_some() {
         return Err(bad());
     }
-    if period_ms == 0 || period_ms > MAX_PERIOD_NS / crate::clock::NANOS_PER_MS {
+    if period_ms == 0 || period_ms > MAX_PERIOD_NS / ringlimit_core::clock::NANOS_PER_MS {
         return Err(WireError::Period(period_ms));
     }
     Ok(Update {

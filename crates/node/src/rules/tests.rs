@@ -1,7 +1,8 @@
 //! Rules tests.
 
 use super::*;
-use crate::limiter::{MAX_LIMIT, MAX_PERIOD_NS, MAX_SLIDING_LOG_LIMIT};
+use ringlimit_core::limiter::{MAX_LIMIT, MAX_PERIOD_NS, MAX_SLIDING_LOG_LIMIT};
+use ringlimit_core::rule::{bucket_id, inline_seed, validate_inline};
 use ringlimit_proto::InlineRule;
 
 const MS: u64 = 1_000_000;
