@@ -124,18 +124,7 @@ pub async fn key_state(
     Path(key): Path<String>,
     q: RuleQuery,
 ) -> Response {
-    let answer = match q.spec() {
-        Ok(rule) => state
-            .service
-            .key_state(&key, rule)
-            .await
-            .map_err(ApiError::from),
-        Err(e) => Err(e),
-    };
-    match answer {
-        Ok(a) => axum::Json(a).into_response(),
-        Err(e) => e.into_response(),
-    }
+    json(async { Ok(state.service.key_state(&key, q.spec()?).await?) }.await)
 }
 
 /// `POST /v1/admin/keys/{key}/reset?rule=NAME`: drops the key's bucket and its fallback buckets
@@ -145,16 +134,13 @@ pub async fn reset(
     Path(key): Path<String>,
     q: RuleQuery,
 ) -> Response {
-    let report = match q.spec() {
-        Ok(rule) => state
-            .service
-            .reset(&key, rule)
-            .await
-            .map_err(ApiError::from),
-        Err(e) => Err(e),
-    };
-    match report {
-        Ok(r) => axum::Json(r).into_response(),
+    json(async { Ok(state.service.reset(&key, q.spec()?).await?) }.await)
+}
+
+/// 200 with the body as JSON, or the error's answer.
+fn json<T: serde::Serialize>(body: Result<T, ApiError>) -> Response {
+    match body {
+        Ok(b) => axum::Json(b).into_response(),
         Err(e) => e.into_response(),
     }
 }
