@@ -26,6 +26,19 @@ use tokio::task::JoinSet;
 /// Most peer connections served at once; more are closed on accept.
 const MAX_CONNECTIONS: usize = 4096;
 
+/// Where peer connections come from.
+pub trait Acceptor: Send + 'static {
+    /// The next connection, framed, and who it comes from (for logs).
+    fn accept(&mut self) -> impl Future<Output = std::io::Result<(FramedPeer, String)>> + Send;
+}
+
+impl Acceptor for TcpListener {
+    async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
+        let (stream, from) = TcpListener::accept(self).await?;
+        Ok((framing::framed(stream), from.to_string()))
+    }
+}
+
 /// Who this server is.
 #[derive(Clone)]
 pub struct ServerSettings {
@@ -78,15 +91,16 @@ impl PeerServer {
         }
     }
 
-    /// Accepts and serves peers. Connections live in a `JoinSet` owned by this future, so
-    /// dropping it closes them all.
-    pub async fn run(self: Arc<Self>, listener: TcpListener) {
+    /// Accepts and serves peers from `acceptor` (the peer port, or an in-memory network in
+    /// tests). Connections live in a `JoinSet` owned by this future, so dropping it closes them
+    /// all.
+    pub async fn run(self: Arc<Self>, mut acceptor: impl Acceptor) {
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
-                accepted = listener.accept() => {
-                    let (stream, from) = match accepted {
+                accepted = acceptor.accept() => {
+                    let (conn, from) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
                             tracing::warn!(error = %e, "peer accept failed");
@@ -101,7 +115,7 @@ impl PeerServer {
                     let this = self.clone();
                     conns.spawn(async move {
                         let _permit = permit;
-                        this.serve(framing::framed(stream), from).await;
+                        this.serve(conn, from).await;
                     });
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -109,7 +123,7 @@ impl PeerServer {
         }
     }
 
-    async fn serve(&self, mut conn: FramedPeer, from: std::net::SocketAddr) {
+    async fn serve(&self, mut conn: FramedPeer, from: String) {
         let peer = match self.handshake(&mut conn).await {
             Ok(peer) => peer,
             Err(reason) => {
