@@ -2,8 +2,8 @@
 //! admin API (token, key state, reset across the cluster) and one log line per event.
 
 use anyhow::{Context, Result, ensure};
-use ringlimit_node::NodeConfig;
 use ringlimit_core::clock::ManualClock;
+use ringlimit_node::NodeConfig;
 use ringlimit_node::config::load_rules;
 use ringlimit_node::engine::{Engine, RuleSpec};
 use ringlimit_node::rules::RuleSet;

@@ -97,6 +97,7 @@ impl Client {
             .build()
             .map_err(|e| BuildError::Http(e.to_string()))?;
         let link = Arc::new(PeerSettings {
+            dialer: ringlimit_core::link::dial::tcp(),
             node_id: format!("sdk:{}", settings.name),
             cluster_id: settings.cluster_id.clone(),
             secret: settings.secret.clone(),

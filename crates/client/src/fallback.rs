@@ -2,9 +2,9 @@
 //! bounded store, over a share of each limit.
 
 use crate::builder::FallbackShare;
+use ringlimit_core::answer;
 use ringlimit_core::clock::{Clock, NANOS_PER_MS, SystemClock};
 use ringlimit_core::limiter::Rule;
-use ringlimit_core::answer;
 use ringlimit_core::rule::share_of;
 use ringlimit_core::store::Store;
 use ringlimit_proto::CheckAnswer;

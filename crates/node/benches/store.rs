@@ -42,10 +42,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ringlimit_core::clock::{Clock, SystemClock};
-use ringlimit_node::engine::{Engine, RuleSpec};
 use ringlimit_core::limiter::Rule;
-use ringlimit_node::rules::RuleSet;
 use ringlimit_core::store::Store;
+use ringlimit_node::engine::{Engine, RuleSpec};
+use ringlimit_node::rules::RuleSet;
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::hint::black_box;
 use std::num::NonZeroU32;

@@ -37,5 +37,8 @@ pub mod routing;
 pub mod rules;
 pub mod service;
 
+#[cfg(test)]
+mod in_memory_cluster;
+
 pub use config::NodeConfig;
 pub use node::{Listeners, NodeError, run, shutdown_signal};

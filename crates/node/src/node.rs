@@ -156,6 +156,7 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let here = Here::new(engine.clone(), global.clone());
     let pool = Arc::new(PeerPool::new(PeerSettings {
+        dialer: ringlimit_core::link::dial::tcp(),
         node_id: config.node_id.clone(),
         cluster_id: config.cluster_id.clone(),
         secret: secret.clone(),

@@ -18,8 +18,11 @@ use ringlimit_proto::peer::{CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GR
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+// Tokio's clock: the same as std's, except in tests with a paused clock, where the circuit
+// then follows virtual time.
+use tokio::time::Instant;
 
 /// Most checks coalesced into one frame (keeps frames far below the size limit).
 const MAX_CHECKS_PER_FRAME: usize = 4096;
@@ -33,6 +36,8 @@ const DEADLINE_PER_CHECK: Duration = Duration::from_micros(20);
 /// How a node talks to its peers.
 #[derive(Debug, Clone)]
 pub struct PeerSettings {
+    /// Opens the byte stream to a peer ([`super::dial::tcp`] outside tests).
+    pub dialer: Arc<dyn super::dial::Dial>,
     pub node_id: String,
     pub cluster_id: String,
     pub secret: Option<Arc<[u8]>>,
@@ -294,10 +299,12 @@ async fn connection_loop(
 
 /// Connects and completes the handshake.
 pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
+    let io = settings
+        .dialer
+        .dial(addr)
         .await
         .map_err(|e| e.to_string())?;
-    let mut conn = framing::framed(stream);
+    let mut conn = framing::framed(io);
     let (mut hs, hello) = ClientHandshake::start(
         &settings.cluster_id,
         &settings.node_id,

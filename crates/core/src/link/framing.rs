@@ -1,24 +1,39 @@
-//! Frames on a TCP stream: a 4-byte big-endian length, then a bincode [`Frame`].
+//! Frames on a byte stream: a 4-byte big-endian length, then a bincode [`Frame`].
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use ringlimit_proto::peer::{Frame, FrameError, MAX_FRAME_BYTES};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+/// Any byte stream a peer link can run over (TCP, or an in-memory pipe in tests).
+pub trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> PeerIo for T {}
+
+/// A peer stream, boxed: one type for every transport (a virtual call per read or write is
+/// nothing beside the system call under it).
+pub type BoxedIo = Box<dyn PeerIo>;
+
 /// A framed peer connection.
-pub type FramedPeer = Framed<TcpStream, LengthDelimitedCodec>;
+pub type FramedPeer = Framed<BoxedIo, LengthDelimitedCodec>;
 
 /// Wraps a stream; both directions refuse frames over [`MAX_FRAME_BYTES`].
-pub fn framed(stream: TcpStream) -> FramedPeer {
-    let _ = stream.set_nodelay(true);
+pub fn framed(io: impl PeerIo) -> FramedPeer {
     Framed::new(
-        stream,
+        Box::new(io) as BoxedIo,
         LengthDelimitedCodec::builder()
             .max_frame_length(MAX_FRAME_BYTES)
             .new_codec(),
     )
+}
+
+/// Wraps an accepted TCP stream, with Nagle off (frames are small and latency is the point).
+pub fn framed_tcp(stream: TcpStream) -> FramedPeer {
+    let _ = stream.set_nodelay(true);
+    framed(stream)
 }
 
 /// Why a frame could not be moved.

@@ -123,6 +123,7 @@ mod tests {
 
     fn settings() -> PeerSettings {
         PeerSettings {
+            dialer: ringlimit_core::link::dial::tcp(),
             node_id: "me".into(),
             cluster_id: "ringlimit".into(),
             secret: None,

@@ -35,7 +35,17 @@ pub trait Acceptor: Send + 'static {
 impl Acceptor for TcpListener {
     async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
         let (stream, from) = TcpListener::accept(self).await?;
-        Ok((framing::framed(stream), from.to_string()))
+        Ok((framing::framed_tcp(stream), from.to_string()))
+    }
+}
+
+impl Acceptor for ringlimit_core::link::memnet::MemListener {
+    async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
+        match ringlimit_core::link::memnet::MemListener::accept(self).await {
+            Some((io, from)) => Ok((framing::framed(io), from)),
+            // The network is gone: nothing will ever connect again.
+            None => std::future::pending().await,
+        }
     }
 }
 

@@ -16,11 +16,11 @@
 
 use super::decide;
 use super::wire::Update;
-use ringlimit_core::clock::NANOS_PER_MS;
-use ringlimit_core::limiter::{Decision, Rule};
 use crdts::{CmRDT, Dot, GCounter};
 use num_traits::ToPrimitive;
 use parking_lot::Mutex;
+use ringlimit_core::clock::NANOS_PER_MS;
+use ringlimit_core::limiter::{Decision, Rule};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -38,9 +38,9 @@
 
 use super::counters::{Actor, GlobalCounters, actor};
 use super::wire::{self, Update};
-use ringlimit_core::clock::{Clock, NANOS_PER_MS};
 use chitchat::{Chitchat, ChitchatId, ListenerHandle};
 use rand::seq::IndexedRandom;
+use ringlimit_core::clock::{Clock, NANOS_PER_MS};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,0 +1,379 @@
+//! The peer client over the in-memory network, under tokio's paused clock: no sockets, no
+//! real waiting. A fake owner runs the server side of the handshake and answers (or not).
+
+use super::client::{ForwardError, PeerClient, PeerSettings, PeerStats, TIMEOUTS_TO_OPEN};
+use super::framing::{self, FramedPeer};
+use super::memnet::{MemListener, MemNet};
+use parking_lot::Mutex;
+use ringlimit_proto::handshake::ServerHandshake;
+use ringlimit_proto::peer::{AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
+use ringlimit_proto::{CheckAnswer, RuleRef};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const DEADLINE: Duration = Duration::from_millis(25);
+const OPEN_FOR: Duration = Duration::from_secs(1);
+
+fn settings(net: &MemNet) -> Arc<PeerSettings> {
+    Arc::new(PeerSettings {
+        dialer: net.dialer("client"),
+        node_id: "client".into(),
+        cluster_id: "ringlimit".into(),
+        secret: None,
+        deadline: DEADLINE,
+        connect_timeout: Duration::from_millis(500),
+        open_for: OPEN_FOR,
+        queue: 64,
+    })
+}
+
+fn check(key: &str) -> PeerCheck {
+    PeerCheck {
+        key: key.into(),
+        rule: RuleRef::Named("r".into()),
+        cost: 1,
+    }
+}
+
+/// An owner that answers every check allowed, with `remaining` = the check's key length (so
+/// answers can be told apart), unless told to stay silent. Records every `Checks` frame.
+#[derive(Clone, Default)]
+struct Owner {
+    silent: Arc<AtomicBool>,
+    frames: Arc<Mutex<Vec<Vec<CheckGroup>>>>,
+}
+
+impl Owner {
+    fn spawn(net: &MemNet, addr: &str) -> Self {
+        let owner = Self::default();
+        let listener = net.listen(addr);
+        tokio::spawn(owner.clone().serve(listener));
+        owner
+    }
+
+    async fn serve(self, mut listener: MemListener) {
+        while let Some((io, _from)) = listener.accept().await {
+            tokio::spawn(self.clone().connection(framing::framed(io)));
+        }
+    }
+
+    async fn connection(self, mut conn: FramedPeer) {
+        let within = Duration::from_secs(5);
+        let Ok(hello) = framing::recv(&mut conn, within).await else {
+            return;
+        };
+        let Ok((state, challenge)) =
+            ServerHandshake::on_hello(hello, "ringlimit", "owner", None, [7; 16])
+        else {
+            return;
+        };
+        if framing::send(&mut conn, &challenge).await.is_err() {
+            return;
+        }
+        let Ok(proof) = framing::recv(&mut conn, within).await else {
+            return;
+        };
+        let Ok((_, welcome)) = state.on_proof(proof) else {
+            return;
+        };
+        if framing::send(&mut conn, &welcome).await.is_err() {
+            return;
+        }
+        while let Ok(frame) = framing::recv(&mut conn, Duration::from_secs(3600)).await {
+            let Frame::Checks(groups) = frame else {
+                return;
+            };
+            self.frames.lock().push(groups.clone());
+            if self.silent.load(Ordering::Relaxed) {
+                continue;
+            }
+            let answers = groups
+                .into_iter()
+                .map(|g| AnswerGroup {
+                    id: g.id,
+                    answers: g.checks.iter().map(answer).collect(),
+                })
+                .collect();
+            if framing::send(&mut conn, &Frame::Answers(answers))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    fn groups_seen(&self) -> usize {
+        self.frames.lock().iter().map(Vec::len).sum()
+    }
+}
+
+fn answer(c: &PeerCheck) -> PeerAnswer {
+    PeerAnswer::Answer(CheckAnswer {
+        allowed: true,
+        limit: 10,
+        remaining: c.key.len() as u64,
+        reset_at_ms: 0,
+        retry_after_ms: 0,
+        degraded: false,
+    })
+}
+
+fn remaining(a: &[PeerAnswer]) -> Vec<u64> {
+    a.iter()
+        .map(|a| match a {
+            PeerAnswer::Answer(a) => a.remaining,
+            PeerAnswer::Error { .. } => u64::MAX,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_is_answered_in_order_and_counted() {
+    let net = MemNet::new();
+    let _owner = Owner::spawn(&net, "owner");
+    let stats = Arc::new(PeerStats::default());
+    let client = PeerClient::spawn("owner".into(), settings(&net), stats.clone());
+    let answers = client
+        .send(vec![check("a"), check("bbb"), check("cc")])
+        .await
+        .expect("answered");
+    assert_eq!(remaining(&answers), [1, 3, 2]);
+    assert_eq!(stats.frames.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.checks.load(Ordering::Relaxed), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_owner_times_out_and_opens_the_circuit_only_once_it_stays_silent() {
+    let net = MemNet::new();
+    let _owner = Owner::spawn(&net, "owner");
+    let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
+    client.send(vec![check("warm")]).await.expect("answered");
+    net.stall("owner");
+    for i in 1..=TIMEOUTS_TO_OPEN {
+        let started = Instant::now();
+        assert_eq!(
+            client.send(vec![check("k")]).await,
+            Err(ForwardError::Timeout),
+            "timeout {i}"
+        );
+        assert_eq!(
+            started.elapsed(),
+            DEADLINE,
+            "each waits exactly the deadline"
+        );
+    }
+    // Silent for as many deadlines as it timed out: bypassed at once now.
+    let started = Instant::now();
+    assert_eq!(
+        client.send(vec![check("k")]).await,
+        Err(ForwardError::CircuitOpen)
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert!(!client.available());
+    // Half-open after `open_for`: the owner answers again, and the circuit closes.
+    net.resume("owner");
+    tokio::time::sleep(OPEN_FOR).await;
+    let answers = client.send(vec![check("back")]).await.expect("answered");
+    assert_eq!(remaining(&answers), [4]);
+    assert!(client.available());
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_timeouts_of_one_stall_do_not_open_the_circuit() {
+    let net = MemNet::new();
+    let _owner = Owner::spawn(&net, "owner");
+    let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
+    client.send(vec![check("warm")]).await.expect("answered");
+    net.stall("owner");
+    // Ten callers caught by one short stall: ten timeouts, but the owner was silent for one
+    // deadline only.
+    let sends = (0..10).map(|_| client.send(vec![check("k")]));
+    let results = futures::future::join_all(sends).await;
+    assert!(results.iter().all(|r| *r == Err(ForwardError::Timeout)));
+    net.resume("owner");
+    assert!(
+        client.send(vec![check("ok")]).await.is_ok(),
+        "circuit still closed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_connection_fails_waiting_callers_at_once_and_reconnects() {
+    let net = MemNet::new();
+    let owner = Owner::spawn(&net, "owner");
+    let client = Arc::new(PeerClient::spawn(
+        "owner".into(),
+        settings(&net),
+        Arc::default(),
+    ));
+    client.send(vec![check("warm")]).await.expect("answered");
+    assert_eq!(net.dials("owner"), 1);
+    owner.silent.store(true, Ordering::Relaxed);
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            (client.send(vec![check("k")]).await, started.elapsed())
+        }
+    });
+    // Let the check reach the owner, then break the link.
+    while owner.groups_seen() < 2 {
+        tokio::task::yield_now().await;
+    }
+    net.drop_connections("owner");
+    let (result, waited) = waiting.await.expect("joined");
+    assert_eq!(result, Err(ForwardError::Lost));
+    assert!(
+        waited < DEADLINE,
+        "failed at once, not at the deadline: {waited:?}"
+    );
+    // The circuit is open until a new connection is up.
+    assert_eq!(
+        client.send(vec![check("k")]).await,
+        Err(ForwardError::CircuitOpen)
+    );
+    owner.silent.store(false, Ordering::Relaxed);
+    tokio::time::sleep(OPEN_FOR).await;
+    let answers = client.send(vec![check("again")]).await.expect("answered");
+    assert_eq!(remaining(&answers), [5]);
+    assert_eq!(net.dials("owner"), 2, "reconnected by itself");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_link_fails_fast_and_heals() {
+    let net = MemNet::new();
+    let _owner = Owner::spawn(&net, "owner");
+    let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
+    client.send(vec![check("warm")]).await.expect("answered");
+    net.cut("client", "owner");
+    let first = client.send(vec![check("k")]).await;
+    assert!(
+        matches!(first, Err(ForwardError::Lost | ForwardError::CircuitOpen)),
+        "{first:?}"
+    );
+    let started = Instant::now();
+    assert_eq!(
+        client.send(vec![check("k")]).await,
+        Err(ForwardError::CircuitOpen)
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    net.heal("client", "owner");
+    // Reconnects with backoff (at most 1 s apart) and answers again.
+    let mut answered = false;
+    for _ in 0..10 {
+        tokio::time::sleep(OPEN_FOR).await;
+        if client.send(vec![check("k")]).await.is_ok() {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "the healed link carries checks again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn checks_queued_while_the_writer_waits_travel_as_one_frame() {
+    let net = MemNet::new();
+    let owner = Owner::spawn(&net, "owner");
+    let stats = Arc::new(PeerStats::default());
+    let client = PeerClient::spawn("owner".into(), settings(&net), stats.clone());
+    client.send(vec![check("warm")]).await.expect("answered");
+    // The first of ten concurrent sends occupies the writer on a stalled link; the nine
+    // queued behind it go together as soon as it is free.
+    net.stall("owner");
+    let keys: Vec<String> = (1..=10).map(|n| "k".repeat(n)).collect();
+    let sends = futures::future::join_all(keys.iter().map(|k| client.send(vec![check(k)])));
+    let resume = async {
+        tokio::task::yield_now().await;
+        net.resume("owner");
+    };
+    let (results, ()) = tokio::join!(sends, resume);
+    for (n, r) in results.into_iter().enumerate() {
+        assert_eq!(remaining(&r.expect("answered")), [n as u64 + 1]);
+    }
+    let frames = owner.frames.lock().clone();
+    assert_eq!(
+        frames.len(),
+        2,
+        "warm-up, then all ten in one frame: {frames:?}"
+    );
+    assert_eq!(frames[1].len(), 10);
+    assert_eq!(stats.frames.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relayed_group_carries_the_relayed_bit() {
+    let net = MemNet::new();
+    let owner = Owner::spawn(&net, "owner");
+    let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
+    client.send(vec![check("a")]).await.expect("answered");
+    client
+        .send_relayed(vec![check("b")])
+        .await
+        .expect("answered");
+    let frames = owner.frames.lock().clone();
+    assert_eq!(frames[0][0].id & RELAYED_GROUP, 0);
+    assert_ne!(frames[1][0].id & RELAYED_GROUP, 0);
+}
+
+mod memnet {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::link::framing::BoxedIo;
+
+    /// A connection from a to b, and b's listener (dropping it refuses later dials).
+    async fn connected(net: &MemNet) -> (BoxedIo, BoxedIo, MemListener) {
+        let mut listener = net.listen("b");
+        let near = net.dialer("a").dial("b").await.expect("dialed");
+        let (far, from) = listener.accept().await.expect("accepted");
+        assert_eq!(from, "a");
+        (near, far, listener)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_refuses_dials_and_breaks_open_connections() {
+        let net = MemNet::new();
+        let (mut near, mut far, _listener) = connected(&net).await;
+        net.cut("b", "a");
+        assert!(near.write_all(b"x").await.is_err());
+        assert!(far.read_u8().await.is_err());
+        let refused = net.dialer("a").dial("b").await.err().map(|e| e.kind());
+        assert_eq!(refused, Some(std::io::ErrorKind::ConnectionRefused));
+        net.heal("a", "b");
+        assert!(net.dialer("a").dial("b").await.is_ok());
+        assert!(net.dialer("x").dial("nobody").await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_holds_bytes_and_a_resume_delivers_them() {
+        let net = MemNet::new();
+        let (mut near, mut far, _listener) = connected(&net).await;
+        net.stall("b");
+        let read = tokio::spawn(async move {
+            let mut buf = [0u8; 5];
+            far.read_exact(&mut buf).await.map(|_| buf)
+        });
+        let write = tokio::spawn(async move { near.write_all(b"hello").await });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            !read.is_finished() && !write.is_finished(),
+            "nothing moves while stalled"
+        );
+        net.resume("b");
+        write.await.expect("joined").expect("written");
+        assert_eq!(&read.await.expect("joined").expect("read"), b"hello");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropped_connections_close_and_new_ones_work() {
+        let net = MemNet::new();
+        let (mut near, _far, _listener) = connected(&net).await;
+        net.drop_connections("b");
+        assert!(near.write_all(b"x").await.is_err());
+        assert!(net.dialer("a").dial("b").await.is_ok());
+        assert_eq!(net.dials("b"), 2);
+    }
+}
