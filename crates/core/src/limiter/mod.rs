@@ -10,6 +10,18 @@
 //! - [`fixed_window`] — a counter per aligned window.
 //! - [`sliding_window`] — weighted two-window counter.
 //! - [`sliding_log`] — exact log of admitted requests.
+//!
+//! # Adding an algorithm
+//! 1. `ringlimit_proto::Algorithm`: the variant, its name, its stable code (bucket identities
+//!    hash it) and whether it has a `burst`.
+//! 2. A module here with its pure `decide`, and its [`BucketState`] variant: `fresh`, `fits`,
+//!    `idle_at`, `absorb` (handover), `decide`, and the wire form (`to_wire`/`from_wire`, a
+//!    `ringlimit_proto::peer::WireState` variant appended at the end).
+//! 3. The node's global mode (`global::decide::effective_rule`): how two windowed counts
+//!    approximate it.
+//!
+//! Validation, identities, routing, fallback, the SDK and every edge take it from there; the
+//! `every_algorithm_*` tests in `tests.rs` then hold it to the common contract.
 
 pub mod fixed_window;
 pub mod leaky_bucket;
