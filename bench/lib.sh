@@ -70,4 +70,17 @@ wrk_load() { # LABEL SCRIPT
   echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
 }
 
+# utime+stime in jiffies (CLK_TCK, 100/s here) of the nodes this script started, summed.
+nodes_cpu() {
+  local sum=0 pid st
+  for pid in "${PIDS[@]}"; do
+    st=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    st=${st##*) }
+    # shellcheck disable=SC2086
+    set -- $st
+    sum=$((sum + ${12} + ${13}))
+  done
+  echo "$sum"
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }

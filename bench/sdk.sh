@@ -37,8 +37,13 @@ SEEDS="http://127.0.0.1:$(http_port 0),http://127.0.0.1:$(http_port 1),http://12
 run_load() { # LABEL MODE [sdk_load flags...]
   local label=$1 mode=$2
   shift 2
-  "$LOAD" --seeds "$SEEDS" --mode "$mode" --seconds "$SECS" "$@" | tee -a "$OUT_DIR/results.jsonl" \
-    >"$OUT_DIR/$label.json"
+  local c0 c1
+  c0=$(nodes_cpu)
+  "$LOAD" --seeds "$SEEDS" --mode "$mode" --seconds "$SECS" "$@" >"$OUT_DIR/$label.json"
+  c1=$(nodes_cpu)
+  # server CPU per answered check: steadier than throughput on a shared machine
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["server_cpu_us_per_check"]=(int(sys.argv[2])*1e6/int(sys.argv[3]))/max(r["checks"],1); print(json.dumps(r))' \
+    "$OUT_DIR/$label.json" "$((c1 - c0))" "$(getconf CLK_TCK)" | tee -a "$OUT_DIR/results.jsonl" >/dev/null
 }
 
 log "warm-up"
@@ -71,6 +76,8 @@ for label, key, f in [
     (f"  of which by owners", "direct_per_s", {"concurrency": conc, "rate": 0}),
     (f"p50 us, {conc} callers", "p50_us", {"concurrency": conc, "rate": 0}),
     (f"p99 us, {conc} callers", "p99_us", {"concurrency": conc, "rate": 0}),
+    (f"server CPU us/check, {conc} callers", "server_cpu_us_per_check", {"concurrency": conc, "rate": 0}),
+    (f"server CPU us/check at {rate}/s", "server_cpu_us_per_check", {"rate": rate}),
 ]:
     s, h = med("sdk", key, **f), med("http", key, **f)
     print(f"{label:34}{s:14.1f}{h:20.1f}{(s / h if h else float('nan')):8.2f}")

@@ -45,10 +45,26 @@ pub fn decide_share(
     cost: u64,
     now: u64,
 ) -> CheckAnswer {
+    hold_share(store, id, rule, share, cost, now).0
+}
+
+/// [`decide_share`] for a check that may have to give its cost back (all-or-nothing): also
+/// the mark and the cost of what it took, for [`Store::refund`] of bucket `id` under `share`.
+pub fn hold_share(
+    store: &Store,
+    id: u64,
+    rule: &Rule,
+    share: &Rule,
+    cost: u64,
+    now: u64,
+) -> (CheckAnswer, Option<(u64, u64)>) {
     let cost = cost.min(share.capacity());
-    CheckAnswer {
+    let d = store.check(id, share, now, cost);
+    let taken = (d.allowed && cost > 0).then_some((d.reset_ns, cost));
+    let a = CheckAnswer {
         limit: rule.limit,
         degraded: true,
-        ..answer(&store.check(id, share, now, cost), share)
-    }
+        ..answer(&d, share)
+    };
+    (a, taken)
 }

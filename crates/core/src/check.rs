@@ -15,6 +15,8 @@ pub struct Resolved {
     pub seed: u64,
     pub mode: Mode,
     pub on_unreachable: OnOwnerUnreachable,
+    /// A shadow rule: decided and counted, but its denials are reported, never enforced.
+    pub shadow: bool,
 }
 
 impl Resolved {
@@ -26,6 +28,7 @@ impl Resolved {
             seed: rule::inline_seed(&rule),
             mode: Mode::Owner,
             on_unreachable: OnOwnerUnreachable::Open,
+            shadow: false,
         })
     }
 
@@ -36,6 +39,7 @@ impl Resolved {
             seed: rule::named_seed(name, rule.algorithm),
             mode,
             on_unreachable,
+            shadow: false,
         }
     }
 
@@ -44,12 +48,10 @@ impl Resolved {
         let period_ns = info.period_ms.checked_mul(crate::clock::NANOS_PER_MS)?;
         let burst = info.burst.filter(|_| info.algorithm.has_burst());
         let rule = rule::validate(info.algorithm, info.limit, period_ns, burst).ok()?;
-        Some(Self::named(
-            &info.name,
-            rule,
-            info.mode,
-            info.on_owner_unreachable,
-        ))
+        Some(Self {
+            shadow: info.shadow,
+            ..Self::named(&info.name, rule, info.mode, info.on_owner_unreachable)
+        })
     }
 
     /// Validates `key` and `cost` under this rule (nothing is decided) and returns the bucket's

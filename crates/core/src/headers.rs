@@ -1,15 +1,82 @@
-//! An answer's `X-RateLimit-*` and `Retry-After` headers: the node's HTTP API sends them, and
-//! the SDK's tower layer puts the same ones on the responses it guards.
+//! An answer's `X-RateLimit-*` and `Retry-After` headers, and the IETF `RateLimit-Policy` and
+//! `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-11): the node's HTTP API sends
+//! them, and the SDK's tower layer puts the same ones on the responses it guards.
 
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
-use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
+use std::fmt::Write;
 
 // Constants, not `&str` names: a string name is parsed again on every insert (measured on the
 // check path).
 pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// One limit as the IETF fields describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy<'a> {
+    /// The policy's name: the rule's (see [`inline_policy_name`] for an inline rule).
+    pub name: &'a str,
+    /// The rule's period in ms.
+    pub period_ms: u64,
+    pub answer: &'a CheckAnswer,
+    /// When the answer was made, Unix ms (the `t` parameter counts from it).
+    pub now_ms: u64,
+}
+
+/// The name an inline rule goes by in the IETF fields: its parameters, e.g. `100-per-60000ms`
+/// or `10-per-1000ms-sliding_log` (the algorithm when not the default, the burst when given).
+pub fn inline_policy_name(r: &InlineRule) -> String {
+    let mut name = format!("{}-per-{}ms", r.limit, r.period_ms);
+    if r.algorithm != Algorithm::default() {
+        let _ = write!(name, "-{}", r.algorithm);
+    }
+    if let Some(b) = r.burst {
+        let _ = write!(name, "-burst-{b}");
+    }
+    name
+}
+
+/// `RateLimit-Policy` and `RateLimit`, one list item per limit in order:
+/// `"name";q=<limit>;w=<period, s>` and `"name";r=<remaining>;t=<s until full or reset>`
+/// (seconds rounded up; a window shorter than a second is `w=1`).
+pub fn ietf_fields<'a>(headers: &mut HeaderMap, limits: impl IntoIterator<Item = Policy<'a>>) {
+    let (mut policy, mut state) = (String::new(), String::new());
+    for (i, l) in limits.into_iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let name = sf_string(l.name);
+        let w = l.period_ms.div_ceil(1000).max(1);
+        let t = l.answer.reset_at_ms.saturating_sub(l.now_ms).div_ceil(1000);
+        let _ = write!(policy, "{sep}{name};q={};w={w}", l.answer.limit);
+        let _ = write!(state, "{sep}{name};r={};t={t}", l.answer.remaining);
+    }
+    if let (Ok(p), Ok(s)) = (
+        HeaderValue::from_str(&policy),
+        HeaderValue::from_str(&state),
+    ) {
+        headers.insert(RATELIMIT_POLICY, p);
+        headers.insert(RATELIMIT, s);
+    }
+}
+
+/// A structured-field string (RFC 8941 §3.3.3): printable ASCII in quotes, `"` and `\`
+/// escaped; anything else (names are validated, so never in practice) dropped.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars().filter(|c| (' '..='~').contains(c)) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
 
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix seconds, rounded up).
 pub fn rate_headers(headers: &mut HeaderMap, a: &CheckAnswer) {
@@ -34,6 +101,64 @@ pub fn retry_after(headers: &mut HeaderMap, a: &CheckAnswer) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ietf_fields_list_every_limit_as_structured_fields() {
+        let a = CheckAnswer {
+            allowed: true,
+            limit: 100,
+            remaining: 42,
+            reset_at_ms: 1_700_000_018_000,
+            retry_after_ms: 0,
+            degraded: false,
+        };
+        let b = CheckAnswer {
+            limit: 5,
+            remaining: 0,
+            reset_at_ms: 1_700_000_000_250,
+            ..a
+        };
+        let now_ms = 1_700_000_000_000;
+        let mut h = HeaderMap::new();
+        ietf_fields(
+            &mut h,
+            [
+                Policy {
+                    name: "per-user",
+                    period_ms: 60_000,
+                    answer: &a,
+                    now_ms,
+                },
+                Policy {
+                    name: "odd\"name",
+                    period_ms: 250,
+                    answer: &b,
+                    now_ms,
+                },
+            ],
+        );
+        assert_eq!(
+            h["ratelimit-policy"],
+            r#""per-user";q=100;w=60, "odd\"name";q=5;w=1"#
+        );
+        assert_eq!(
+            h["ratelimit"],
+            r#""per-user";r=42;t=18, "odd\"name";r=0;t=1"#
+        );
+        let inline = InlineRule {
+            limit: 10,
+            period_ms: 1000,
+            algorithm: Algorithm::SlidingLog,
+            burst: None,
+        };
+        assert_eq!(inline_policy_name(&inline), "10-per-1000ms-sliding_log");
+        let default = InlineRule {
+            algorithm: Algorithm::default(),
+            burst: Some(20),
+            ..inline
+        };
+        assert_eq!(inline_policy_name(&default), "10-per-1000ms-burst-20");
+    }
 
     #[test]
     fn headers_round_up_to_whole_seconds() {

@@ -4,6 +4,7 @@
 
 use crate::engine::{Engine, Prepared};
 use crate::global::GlobalCounters;
+use ringlimit_core::answer::answer;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;
@@ -52,5 +53,72 @@ impl Here {
                 .answer(p.id, &p.resolved.rule, self.now(), p.cost),
             Mode::Owner => self.engine.decide(p.id, &p.resolved.rule, p.cost),
         }
+    }
+
+    /// Decides at `now` a check that may have to give back its cost (all-or-nothing): the
+    /// answer, and the mark of what it took (`None` when nothing was taken). Global counters
+    /// cannot give back (their G-counters only grow), so a global check here takes its cost
+    /// for good and is never marked.
+    pub fn hold_at(
+        &self,
+        id: u64,
+        resolved: &Resolved,
+        cost: u64,
+        now: u64,
+    ) -> (CheckAnswer, Option<u64>) {
+        match resolved.mode {
+            Mode::Global => (self.global.answer(id, &resolved.rule, now, cost), None),
+            Mode::Owner => {
+                let d = self.engine.store().check(id, &resolved.rule, now, cost);
+                let mark = (d.allowed && cost > 0).then_some(d.reset_ns);
+                (answer(&d, &resolved.rule), mark)
+            }
+        }
+    }
+
+    /// Gives back what [`Here::hold_at`] took under `mark`.
+    pub fn refund(&self, id: u64, resolved: &Resolved, cost: u64, mark: u64) {
+        if resolved.mode == Mode::Owner {
+            self.engine
+                .store()
+                .refund(id, &resolved.rule, cost, mark, self.now());
+        }
+    }
+
+    /// Decides one request's checks that belong here, all-or-nothing at `now`: when any
+    /// non-shadow check denies (or is `None`: invalid here), what the others took is given
+    /// back before answering. Returns each answer with the mark of what it still holds.
+    pub fn decide_all(
+        &self,
+        checks: &[Option<(u64, Resolved, u64)>],
+        now: u64,
+    ) -> Vec<Option<(CheckAnswer, Option<u64>)>> {
+        let mut out: Vec<_> = checks
+            .iter()
+            .map(|c| c.map(|(id, r, cost)| self.hold_at(id, &r, cost, now)))
+            .collect();
+        let denied = checks.iter().zip(&out).any(|(c, a)| match (c, a) {
+            (Some((_, r, _)), Some((a, _))) => !a.allowed && !r.shadow,
+            _ => true,
+        });
+        if denied {
+            for (c, a) in checks.iter().zip(out.iter_mut()) {
+                if let (Some((id, r, cost)), Some((answer, mark))) = (c, a)
+                    && let Some(m) = mark.take()
+                {
+                    self.refund(*id, r, *cost, m);
+                    *answer = given_back(*answer, *cost);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// An admission's answer once its cost was given back: what the bucket reads without it.
+pub fn given_back(a: CheckAnswer, cost: u64) -> CheckAnswer {
+    CheckAnswer {
+        remaining: a.remaining.saturating_add(cost),
+        ..a
     }
 }

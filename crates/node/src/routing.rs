@@ -4,17 +4,18 @@
 
 use crate::cluster::View;
 use crate::decide::Here;
+use crate::decide::given_back;
 use crate::engine::Prepared;
 use crate::forward::PeerPool;
 use crate::metrics::{PeerRpcMetrics, seconds};
 use arc_swap::ArcSwap;
-use ringlimit_core::answer::{closed_answer, decide_share};
+use ringlimit_core::answer::{closed_answer, decide_share, hold_share};
 use ringlimit_core::check::CheckError;
 use ringlimit_core::link::fanout::{self, OwnerGroups};
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_core::rule::{Mode, OnOwnerUnreachable, share_of};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{PeerAnswer, PeerCheck};
+use ringlimit_proto::peer::{PeerAnswer, PeerCheck, PeerRefund};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,6 +32,10 @@ pub fn fallback_id(id: u64) -> u64 {
 pub struct DispatchStats {
     /// Checks sent to their owner.
     pub forwarded: AtomicU64,
+    /// All-or-nothing requests denied, whose admitted checks gave their cost back.
+    pub refunded_requests: AtomicU64,
+    /// Refunds that could not reach their owner (the cost stays taken: a false deny at worst).
+    pub refunds_lost: AtomicU64,
     /// Checks answered from the fallback share (degraded) because the owner could not answer.
     pub fail_open: AtomicU64,
     /// Checks denied because the owner could not answer and the rule is `closed`.
@@ -122,6 +127,203 @@ impl Dispatcher {
             .collect()
     }
 
+    /// Decides one request's checks all-or-nothing (see [`crate::service::CheckService::check_all`]):
+    /// admitted only when every non-shadow check admits; otherwise every check that took its
+    /// cost gives it back before this returns.
+    ///
+    /// 1. Global checks are asked first without counting (their G-counters cannot give back).
+    /// 2. Owner checks are decided at once: this node's through [`Here::decide_all`], each other
+    ///    owner's as one all-or-nothing group (it gives back itself when its group denies), an
+    ///    unreachable owner's from the fallback share (or denied, for a `closed` rule).
+    /// 3. Admitted so far: the global checks now count (a concurrent request may have taken
+    ///    the room meanwhile; such a late denial denies the request, and global checks that
+    ///    counted already stay counted: never more admitted, at worst a false deny).
+    /// 4. Denied: refunds go to every owner that holds a cost, all at once.
+    pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+        let view = self.view.load_full();
+        let alive = view.alive();
+        let now = self.here.now();
+        let mut results: Vec<Option<Result<CheckAnswer, CheckError>>> = vec![None; items.len()];
+        let mut holds: Vec<Option<Hold>> = vec![None; items.len()];
+        let mut local = Vec::new();
+        let mut groups = OwnerGroups::new();
+        let mut global = Vec::new();
+        for (i, p) in items.iter().enumerate() {
+            if p.resolved.mode == Mode::Global {
+                global.push(i);
+                let d = self.here.global().peek(p.id, &p.resolved.rule, now, p.cost);
+                results[i] = Some(Ok(ringlimit_core::answer::answer(&d, &p.resolved.rule)));
+                continue;
+            }
+            match self.pool.owner_client(&view, p.id) {
+                None => local.push(i),
+                Some((owner, client)) => {
+                    groups.add(owner, &client, i);
+                    self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let here: Vec<_> = local
+            .iter()
+            .map(|&i| Some((items[i].id, items[i].resolved, items[i].cost)))
+            .collect();
+        for (&i, decided) in local.iter().zip(self.here.decide_all(&here, now)) {
+            if let Some((answer, mark)) = decided {
+                results[i] = Some(Ok(answer));
+                holds[i] = mark.map(Hold::Here);
+            }
+        }
+        let clients: std::collections::HashMap<usize, Arc<PeerClient>> = groups.clients();
+        let replies = groups
+            .send(
+                |i| peer_check(&items[i]),
+                |client, checks| self.send_all(client, checks),
+            )
+            .await;
+        for (i, reply) in replies {
+            let p = &items[i];
+            match reply {
+                Ok(PeerAnswer::Held { answer, mark }) => {
+                    results[i] = Some(Ok(answer));
+                    holds[i] = clients.get(&i).map(|c| Hold::Owner(c.clone(), mark));
+                }
+                reply => {
+                    let mut taken = None;
+                    results[i] = Some(fanout::settle(reply, |e| {
+                        tracing::debug!(error = %e, "owner unreachable in an all-or-nothing check");
+                        let (a, t) = self.fallback_held(p, alive);
+                        taken = t;
+                        Ok(a)
+                    }));
+                    holds[i] = taken.map(|(mark, cost)| Hold::Share(mark, cost));
+                }
+            }
+        }
+        let blocks = |r: &Option<Result<CheckAnswer, CheckError>>, p: &Prepared<'_>| match r {
+            Some(Ok(a)) => !a.allowed && !p.resolved.shadow,
+            _ => true,
+        };
+        let mut denied = results.iter().zip(items).any(|(r, p)| blocks(r, p));
+        if !denied {
+            for &i in &global {
+                let p = &items[i];
+                let a = self.here.decide_at(p.id, &p.resolved, p.cost, now);
+                results[i] = Some(Ok(a));
+                if blocks(&results[i], p) {
+                    denied = true;
+                    break;
+                }
+            }
+        }
+        if denied {
+            self.give_back(items, &mut results, holds, alive).await;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(CheckError::Unavailable("no answer was produced"))))
+            .collect()
+    }
+
+    /// Gives back every cost an all-or-nothing request holds: here at once, at other owners
+    /// one refund group each, all at once.
+    async fn give_back(
+        &self,
+        items: &[Prepared<'_>],
+        results: &mut [Option<Result<CheckAnswer, CheckError>>],
+        holds: Vec<Option<Hold>>,
+        alive: usize,
+    ) {
+        self.stats.refunded_requests.fetch_add(1, Ordering::Relaxed);
+        let mut remote: std::collections::HashMap<String, (Arc<PeerClient>, Vec<PeerRefund>)> =
+            std::collections::HashMap::new();
+        for (i, hold) in holds.into_iter().enumerate() {
+            let Some(hold) = hold else { continue };
+            let p = &items[i];
+            let mut cost = p.cost;
+            match hold {
+                Hold::Here(mark) => self.here.refund(p.id, &p.resolved, p.cost, mark),
+                Hold::Share(mark, taken) => {
+                    cost = taken;
+                    let share = share_of(&p.resolved.rule, alive);
+                    self.here.engine().store().refund(
+                        fallback_id(p.id),
+                        &share,
+                        taken,
+                        mark,
+                        self.here.now(),
+                    );
+                }
+                Hold::Owner(client, mark) => {
+                    remote
+                        .entry(client.addr.clone())
+                        .or_insert_with(|| (client.clone(), Vec::new()))
+                        .1
+                        .push(PeerRefund {
+                            key: p.key.to_owned(),
+                            rule: p.spec.to_ref(),
+                            cost: p.cost,
+                            mark,
+                        });
+                }
+            }
+            if let Some(Ok(a)) = &mut results[i] {
+                *a = given_back(*a, cost);
+            }
+        }
+        let sends = remote.into_values().map(|(client, refunds)| async move {
+            let n = refunds.len() as u64;
+            match client.refund(refunds).await {
+                Ok(answers) => answers
+                    .iter()
+                    .filter(|a| !matches!(a, PeerAnswer::Refunded))
+                    .count() as u64,
+                Err(_) => n,
+            }
+        });
+        let lost: u64 = futures::future::join_all(sends).await.into_iter().sum();
+        if lost > 0 {
+            self.stats.refunds_lost.fetch_add(lost, Ordering::Relaxed);
+            tracing::debug!(
+                lost,
+                "refunds did not reach their owner; their costs stay taken"
+            );
+        }
+    }
+
+    /// Sends one request's checks at one owner as an all-or-nothing group.
+    async fn send_all(
+        &self,
+        client: Arc<PeerClient>,
+        checks: Vec<PeerCheck>,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.rpc.checks.observe(checks.len() as f64);
+        let start = self.here.now();
+        let sent = client.send_all(checks).await;
+        if sent.is_ok() {
+            self.rpc.duration.observe(seconds(start, self.here.now()));
+        }
+        sent
+    }
+
+    /// [`Dispatcher::fallback`] for an all-or-nothing check: also what the share took.
+    fn fallback_held(&self, p: &Prepared<'_>, alive: usize) -> (CheckAnswer, Option<(u64, u64)>) {
+        let rule = p.resolved.rule;
+        let now = self.here.now();
+        if p.resolved.on_unreachable == OnOwnerUnreachable::Closed {
+            self.stats.fail_closed.fetch_add(1, Ordering::Relaxed);
+            return (closed_answer(&rule, now), None);
+        }
+        self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
+        hold_share(
+            self.here.engine().store(),
+            fallback_id(p.id),
+            &rule,
+            &share_of(&rule, alive),
+            p.cost,
+            now,
+        )
+    }
+
     /// The check's owner and its client, or `None` when this node decides it (it owns the
     /// bucket, or the rule is global: decided where it lands).
     fn owner(&self, view: &View, p: &Prepared<'_>) -> Option<(Arc<str>, Arc<PeerClient>)> {
@@ -180,6 +382,17 @@ impl Dispatcher {
             now,
         )
     }
+}
+
+/// What an all-or-nothing check holds until its request is known to be admitted.
+#[derive(Clone)]
+enum Hold {
+    /// Taken here, under this mark.
+    Here(u64),
+    /// Taken at another owner, under this mark.
+    Owner(Arc<PeerClient>, u64),
+    /// Taken from this node's fallback share (owner unreachable): mark and cost taken.
+    Share(u64, u64),
 }
 
 fn peer_check(p: &Prepared<'_>) -> PeerCheck {

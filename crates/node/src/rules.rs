@@ -20,6 +20,9 @@ pub struct NamedRule {
     pub rule: Rule,
     pub mode: Mode,
     pub on_owner_unreachable: OnOwnerUnreachable,
+    /// Decided and counted, never denies (`shadow: true`): how an operator tries a new limit
+    /// on live traffic.
+    pub shadow: bool,
     /// See [`named_seed`].
     pub seed: u64,
 }
@@ -32,6 +35,7 @@ impl NamedRule {
             seed: self.seed,
             mode: self.mode,
             on_unreachable: self.on_owner_unreachable,
+            shadow: self.shadow,
         }
     }
 
@@ -47,6 +51,7 @@ impl NamedRule {
             burst: r.algorithm.has_burst().then_some(r.burst),
             mode: self.mode,
             on_owner_unreachable: self.on_owner_unreachable,
+            shadow: self.shadow,
         }
     }
 }
@@ -154,7 +159,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 7] = [
+const RULE_FIELDS: [&str; 8] = [
     "name",
     "limit",
     "period",
@@ -162,6 +167,7 @@ const RULE_FIELDS: [&str; 7] = [
     "burst",
     "mode",
     "on_owner_unreachable",
+    "shadow",
 ];
 
 fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
@@ -281,6 +287,16 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
             )));
         }
     };
+    let shadow = match m.get("shadow") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(fail(field_err(
+                "shadow",
+                format!("must be true or false, got {}", describe(v)),
+            )));
+        }
+    };
     let rule = validate(algorithm, limit, period_ns, burst).map_err(&fail)?;
     Ok(NamedRule {
         seed: named_seed(&name, algorithm),
@@ -288,6 +304,7 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         rule,
         mode,
         on_owner_unreachable,
+        shadow,
     })
 }
 

@@ -60,6 +60,9 @@ pub struct RuleInfo {
     pub burst: Option<u64>,
     pub mode: RuleMode,
     pub on_owner_unreachable: UnreachablePolicy,
+    /// Decided and counted, never denies (nodes that predate shadow rules omit it).
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 /// `GET /v1/rules`.

@@ -50,6 +50,27 @@ pub enum Frame {
     Reset { ids: Vec<u64> },
     /// Server → client: how many of the buckets were held, and dropped.
     ResetAck { removed: u64 },
+    /// Client → server: give back what all-or-nothing checks took (see
+    /// [`ALL_OR_NOTHING_GROUP`]) because another check of their request denied it. Answered
+    /// with an `Answers` frame: one [`PeerAnswer::Refunded`] (or an error) per refund.
+    Refunds(Vec<RefundGroup>),
+}
+
+/// Refunds that travel together and are answered together (like a [`CheckGroup`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundGroup {
+    pub id: u64,
+    pub refunds: Vec<PeerRefund>,
+}
+
+/// Give back `cost` to the bucket of (`key`, `rule`), taken by the admission that `mark`
+/// names (the [`PeerAnswer::Held`] answer's mark).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerRefund {
+    pub key: String,
+    pub rule: RuleRef,
+    pub cost: u64,
+    pub mark: u64,
 }
 
 /// One bucket handed to its new owner.
@@ -98,6 +119,13 @@ pub struct Hello {
 /// that predates relaying ignores the bit and decides every group, as before.
 pub const RELAYED_GROUP: u64 = 1 << 63;
 
+/// Second bit from the top of a [`CheckGroup`] id: the group is one request's checks at this
+/// owner, decided all-or-nothing: when any non-shadow check of the group denies, the owner
+/// gives back what the others took before answering; when all admit, every check that took
+/// its cost is answered [`PeerAnswer::Held`], so that the sender can refund it should a check
+/// at another owner deny. Such groups are decided where they land (never relayed).
+pub const ALL_OR_NOTHING_GROUP: u64 = 1 << 62;
+
 /// Checks that travel together and are answered together.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckGroup {
@@ -130,6 +158,14 @@ pub enum PeerAnswer {
         code: String,
         message: String,
     },
+    /// In an [`ALL_OR_NOTHING_GROUP`]: admitted, and its cost is held until the sender refunds
+    /// it (or never does). `mark` names the admission for [`PeerRefund`].
+    Held {
+        answer: CheckAnswer,
+        mark: u64,
+    },
+    /// A [`PeerRefund`] was applied (or there was nothing left to give back).
+    Refunded,
 }
 
 /// Why bytes are not a frame.
@@ -185,6 +221,7 @@ impl Frame {
             Frame::HandoverAck { .. } => "handover_ack",
             Frame::Reset { .. } => "reset",
             Frame::ResetAck { .. } => "reset_ack",
+            Frame::Refunds(_) => "refunds",
         }
     }
 }

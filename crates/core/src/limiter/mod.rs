@@ -247,6 +247,52 @@ impl BucketState {
         }
     }
 
+    /// Gives back `cost` taken by an admission under `rule` whose decision's `reset_ns` was
+    /// `mark` (a request decided all-or-nothing that another limit denied), at `now`.
+    ///
+    /// Exact when nothing else touched the bucket in between: the state then decides every
+    /// later check as if the admission had never happened. When other admissions came in
+    /// between, never more generous than that: a refund may leave the bucket with less than
+    /// it would have (a false deny, briefly), never with more (an over-admission). The windowed
+    /// algorithms are counters, so giving back is exact either way; the GCRA state is one
+    /// instant, so the refund cannot tell the refill that other admissions used from the one
+    /// they would have wasted on a full bucket, and gives back only what is certain.
+    pub fn refund(&mut self, rule: &Rule, cost: u64, mark: u64, now: u64) {
+        if cost == 0 || !self.fits(rule) {
+            return;
+        }
+        match self {
+            BucketState::Gcra { tat } => {
+                let need = token_bucket::emission_ns(rule).saturating_mul(cost);
+                // Right after the admission the state read `mark`; whatever it runs ahead of
+                // that was taken since by others, who, had this admission never come, would
+                // at worst have started from `now`.
+                let others = tat.saturating_sub(mark);
+                let back = tat.saturating_sub(need).max(now.saturating_add(others));
+                *tat = back.min(*tat);
+            }
+            BucketState::Fixed { end, count } => {
+                if *end == mark {
+                    *count = count.saturating_sub(small(cost));
+                }
+            }
+            BucketState::Sliding {
+                until,
+                current,
+                previous,
+            } => {
+                // The admission counted in the window that `mark` closes (one period before
+                // it): that window is still the current one, or has become the previous one.
+                if *until == mark {
+                    *current = current.saturating_sub(small(cost));
+                } else if Some(*until) == mark.checked_add(rule.period_ns) {
+                    *previous = previous.saturating_sub(small(cost));
+                }
+            }
+            BucketState::Log(log) => log.refund(mark.saturating_sub(rule.period_ns), cost),
+        }
+    }
+
     /// Decides a check of `cost` at `now` against this state, updating it when admitted.
     pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
         if !self.fits(rule) {
@@ -266,6 +312,11 @@ impl BucketState {
             BucketState::Log(log) => log.decide(rule, now, cost),
         }
     }
+}
+
+/// A count as the compact states hold it (`limit <= MAX_LIMIT < u32::MAX`).
+fn small(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// Times and rules for tests (here and in the crates built on this one).

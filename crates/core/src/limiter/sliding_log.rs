@@ -55,6 +55,24 @@ impl SlidingLog {
         }
     }
 
+    /// Gives back `cost` of the admission logged at `at` (see [`super::BucketState::refund`]).
+    /// Admissions at one instant share an entry, so the cost comes off that entry.
+    pub fn refund(&mut self, at: u64, cost: u64) {
+        let Some(i) = self.entries.iter().rposition(|&(t, _)| t == at) else {
+            return; // expired or never here: nothing is left to give back
+        };
+        let back = u32::try_from(cost)
+            .unwrap_or(u32::MAX)
+            .min(self.entries[i].1);
+        self.entries[i].1 -= back;
+        self.total -= u64::from(back);
+        if self.entries[i].1 == 0 {
+            self.entries.remove(i);
+        }
+        // `idle_at` may now be later than needed: only the eviction hint, and the next
+        // decision recomputes it.
+    }
+
     /// Decides a check, appending it to the log when admitted.
     pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
         let p = rule.period_ns;

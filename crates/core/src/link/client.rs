@@ -14,7 +14,10 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use parking_lot::Mutex;
 use ringlimit_proto::handshake::ClientHandshake;
-use ringlimit_proto::peer::{CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
+use ringlimit_proto::peer::{
+    ALL_OR_NOTHING_GROUP, CheckGroup, Frame, PeerAnswer, PeerCheck, PeerRefund, RELAYED_GROUP,
+    RefundGroup,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,11 +77,29 @@ pub struct PeerStats {
 }
 
 struct Outgoing {
-    checks: Vec<PeerCheck>,
+    body: Body,
     reply: oneshot::Sender<Vec<PeerAnswer>>,
-    /// Sent as a relayed group ([`RELAYED_GROUP`]).
-    relayed: bool,
+    /// Flag bits of the group's id ([`RELAYED_GROUP`], [`ALL_OR_NOTHING_GROUP`]).
+    flags: u64,
 }
+
+/// What a caller sends: checks, or refunds of all-or-nothing checks.
+enum Body {
+    Checks(Vec<PeerCheck>),
+    Refunds(Vec<PeerRefund>),
+}
+
+impl Body {
+    fn len(&self) -> usize {
+        match self {
+            Body::Checks(c) => c.len(),
+            Body::Refunds(r) => r.len(),
+        }
+    }
+}
+
+/// The flag bits a group id may carry; the rest is the sender's counter.
+const FLAGS: u64 = RELAYED_GROUP | ALL_OR_NOTHING_GROUP;
 
 struct Shared {
     connected: AtomicBool,
@@ -174,7 +195,20 @@ impl PeerClient {
 
     /// Sends a group of checks and waits, at most the deadline, for their answers (in order).
     pub async fn send(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.send_group(checks, false).await
+        self.send_group(Body::Checks(checks), 0).await
+    }
+
+    /// Sends one request's checks at this owner, decided there all-or-nothing (see
+    /// [`ALL_OR_NOTHING_GROUP`]): admitted checks that took their cost come back
+    /// [`PeerAnswer::Held`].
+    pub async fn send_all(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.send_group(Body::Checks(checks), ALL_OR_NOTHING_GROUP)
+            .await
+    }
+
+    /// Gives back what held checks took; one [`PeerAnswer::Refunded`] (or error) per refund.
+    pub async fn refund(&self, refunds: Vec<PeerRefund>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.send_group(Body::Refunds(refunds), 0).await
     }
 
     /// Like [`PeerClient::send`], for checks this node relays to their new owner: the owner
@@ -183,28 +217,20 @@ impl PeerClient {
         &self,
         checks: Vec<PeerCheck>,
     ) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.send_group(checks, true).await
+        self.send_group(Body::Checks(checks), RELAYED_GROUP).await
     }
 
-    async fn send_group(
-        &self,
-        checks: Vec<PeerCheck>,
-        relayed: bool,
-    ) -> Result<Vec<PeerAnswer>, ForwardError> {
+    async fn send_group(&self, body: Body, flags: u64) -> Result<Vec<PeerAnswer>, ForwardError> {
         // Not connected yet: while the first connection is being made, checks queue for it
         // (bounded by their deadline) rather than fail open; once a connection attempt has failed
         // or a connection was lost, the circuit is open and they fail open at once.
         if self.shared.is_open() {
             return Err(ForwardError::CircuitOpen);
         }
-        let n = checks.len();
+        let n = body.len();
         let (reply, answer) = oneshot::channel();
         self.tx
-            .try_send(Outgoing {
-                checks,
-                reply,
-                relayed,
-            })
+            .try_send(Outgoing { body, reply, flags })
             .map_err(|_| ForwardError::Shed)?;
         let extra = DEADLINE_PER_CHECK
             .saturating_mul(u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX));
@@ -338,44 +364,48 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
     let writer = async {
         while let Some(first) = rx.recv().await {
             let mut groups = Vec::new();
+            let mut refunds = Vec::new();
             let mut checks = 0usize;
-            let mut take = |o: Outgoing, groups: &mut Vec<CheckGroup>| {
-                // A caller that gave up is not worth the bytes.
-                if o.reply.is_closed() {
-                    return 0;
-                }
-                next_id = next_id.wrapping_add(1) & !RELAYED_GROUP;
-                let id = if o.relayed {
-                    next_id | RELAYED_GROUP
-                } else {
-                    next_id
+            let mut take =
+                |o: Outgoing, groups: &mut Vec<CheckGroup>, refunds: &mut Vec<RefundGroup>| {
+                    // A caller that gave up is not worth the bytes.
+                    if o.reply.is_closed() {
+                        return 0;
+                    }
+                    next_id = next_id.wrapping_add(1) & !FLAGS;
+                    let id = next_id | (o.flags & FLAGS);
+                    let n = o.body.len();
+                    pending.lock().insert(id, o.reply);
+                    match o.body {
+                        Body::Checks(checks) => groups.push(CheckGroup { id, checks }),
+                        Body::Refunds(r) => refunds.push(RefundGroup { id, refunds: r }),
+                    }
+                    n
                 };
-                let n = o.checks.len();
-                pending.lock().insert(id, o.reply);
-                groups.push(CheckGroup {
-                    id,
-                    checks: o.checks,
-                });
-                n
-            };
-            checks += take(first, &mut groups);
+            checks += take(first, &mut groups, &mut refunds);
             while checks < MAX_CHECKS_PER_FRAME {
                 match rx.try_recv() {
-                    Ok(o) => checks += take(o, &mut groups),
+                    Ok(o) => checks += take(o, &mut groups, &mut refunds),
                     Err(_) => break,
                 }
             }
-            if groups.is_empty() {
-                continue;
+            // Refunds first: they only ever make room for the checks that follow.
+            for frame in [
+                (!refunds.is_empty()).then(|| Frame::Refunds(refunds)),
+                (!groups.is_empty()).then(|| Frame::Checks(groups)),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let bytes = match frame.encode() {
+                    Ok(b) => b,
+                    Err(e) => return format!("encode: {e}"),
+                };
+                if let Err(e) = sink.send(Bytes::from(bytes)).await {
+                    return format!("write: {e}");
+                }
+                stats.frames.fetch_add(1, Ordering::Relaxed);
             }
-            let bytes = match Frame::Checks(groups).encode() {
-                Ok(b) => b,
-                Err(e) => return format!("encode: {e}"),
-            };
-            if let Err(e) = sink.send(Bytes::from(bytes)).await {
-                return format!("write: {e}");
-            }
-            stats.frames.fetch_add(1, Ordering::Relaxed);
             stats.checks.fetch_add(checks as u64, Ordering::Relaxed);
         }
         "client closed".to_owned()

@@ -44,6 +44,15 @@ impl<K: Eq + Hash> OwnerGroups<K> {
         self.groups.is_empty()
     }
 
+    /// The client each check was grouped under, by index (to follow up on an owner's answer,
+    /// e.g. with a refund).
+    pub fn clients(&self) -> HashMap<usize, Arc<PeerClient>> {
+        self.groups
+            .values()
+            .flat_map(|(client, idx)| idx.iter().map(|&i| (i, client.clone())))
+            .collect()
+    }
+
     /// Sends every group to its owner at once — `check(i)` is check `i` as it travels, `send`
     /// sends one group on its owner's client — and returns each check's reply by index. A
     /// group that failed gives its error to each of its checks; an owner that answered fewer
@@ -86,8 +95,10 @@ pub fn settle(
     fallback: impl FnOnce(ForwardError) -> Result<CheckAnswer, CheckError>,
 ) -> Result<CheckAnswer, CheckError> {
     match reply {
-        Ok(PeerAnswer::Answer(a)) => Ok(a),
+        Ok(PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. }) => Ok(a),
         Ok(PeerAnswer::Error { code, message }) => Err(CheckError::Rejected { code, message }),
+        // Not an answer to a check: the owner misunderstood the request.
+        Ok(PeerAnswer::Refunded) => fallback(ForwardError::Mismatch),
         Err(e) => fallback(e),
     }
 }

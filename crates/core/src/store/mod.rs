@@ -215,6 +215,15 @@ impl Store {
         self.record(evicted);
     }
 
+    /// Gives back `cost` to bucket `id`, taken by the admission whose decision's `reset_ns`
+    /// was `mark` (see [`BucketState::refund`]). A bucket no longer held has nothing to give
+    /// back.
+    pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: u64, now: u64) {
+        let mut table = self.shard(id).table.lock();
+        // A refund never changes a state's weight, so nothing is evicted.
+        let _ = table.update(id, now, |s| s.refund(rule, cost, mark, now));
+    }
+
     /// Drops a bucket (admin reset).
     pub fn remove(&self, id: u64) -> bool {
         self.shard(id).table.lock().remove(id).is_some()

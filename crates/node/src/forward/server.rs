@@ -15,7 +15,10 @@ use ringlimit_core::link::fanout::OwnerGroups;
 use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::handshake::ServerHandshake;
-use ringlimit_proto::peer::{AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
+use ringlimit_proto::peer::{
+    ALL_OR_NOTHING_GROUP, AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP,
+    RefundGroup,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -182,6 +185,16 @@ impl PeerServer {
                     }
                     continue;
                 }
+                Frame::Refunds(groups) => {
+                    let answers = self.refund(groups);
+                    if framing::send(&mut conn, &Frame::Answers(answers))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
                 other => {
                     tracing::warn!(%from, %peer, kind = other.kind(), "unexpected frame from peer; closing");
                     return;
@@ -232,6 +245,10 @@ impl PeerServer {
         let mut by_owner = OwnerGroups::new();
         let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
         for (gi, g) in groups.iter().enumerate() {
+            if g.id & ALL_OR_NOTHING_GROUP != 0 {
+                out.push(self.answer_all(g, now));
+                continue;
+            }
             let may_relay = g.id & RELAYED_GROUP == 0;
             let mut answers = Vec::with_capacity(g.checks.len());
             for (ci, c) in g.checks.iter().enumerate() {
@@ -288,6 +305,63 @@ impl PeerServer {
             };
         }
         out
+    }
+
+    /// One request's checks at this owner, decided all-or-nothing here (never relayed: the
+    /// sender refunds what this answers as held, and a refund must find the bucket that took).
+    fn answer_all(&self, g: &CheckGroup, now: u64) -> AnswerGroup {
+        self.stats
+            .checks
+            .fetch_add(g.checks.len() as u64, Ordering::Relaxed);
+        let prepared: Vec<Result<(Resolved, u64), CheckError>> =
+            g.checks.iter().map(|c| self.prepare(c)).collect();
+        let items: Vec<_> = prepared
+            .iter()
+            .zip(&g.checks)
+            .map(|(p, c)| p.as_ref().ok().map(|&(r, id)| (id, r, c.cost)))
+            .collect();
+        let decided = self.here.decide_all(&items, now);
+        let answers = decided
+            .into_iter()
+            .zip(&prepared)
+            .map(|(d, p)| match (d, p) {
+                (Some((answer, Some(mark))), _) => PeerAnswer::Held { answer, mark },
+                (Some((answer, None)), _) => PeerAnswer::Answer(answer),
+                (None, Err(e)) => error_answer(e),
+                (None, Ok(_)) => PeerAnswer::Error {
+                    code: "invalid_request".into(),
+                    message: "not decided".into(),
+                },
+            })
+            .collect();
+        AnswerGroup { id: g.id, answers }
+    }
+
+    /// Gives back what held checks took (see [`Here::refund`]).
+    fn refund(&self, groups: Vec<RefundGroup>) -> Vec<AnswerGroup> {
+        groups
+            .into_iter()
+            .map(|g| AnswerGroup {
+                id: g.id,
+                answers: g
+                    .refunds
+                    .iter()
+                    .map(|r| {
+                        match self
+                            .here
+                            .engine()
+                            .prepare(&r.key, RuleSpec::of(&r.rule), r.cost)
+                        {
+                            Ok((resolved, id)) => {
+                                self.here.refund(id, &resolved, r.cost, r.mark);
+                                PeerAnswer::Refunded
+                            }
+                            Err(e) => error_answer(&e),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     fn prepare(&self, c: &PeerCheck) -> Result<(Resolved, u64), CheckError> {

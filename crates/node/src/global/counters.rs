@@ -182,6 +182,24 @@ impl GlobalCounters {
         &self.shards[(id >> 60) as usize % SHARDS]
     }
 
+    /// What [`GlobalCounters::check`] would decide now, counting nothing (an all-or-nothing
+    /// request asks its global limits first, before anything is taken anywhere).
+    pub fn peek(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
+        let key = WindowKey {
+            id,
+            period_ms: rule.period_ns / NANOS_PER_MS,
+            window: now / rule.period_ns,
+        };
+        let shard = self.shard(id).lock();
+        let current = shard.total(&key);
+        let previous = match key.window.checked_sub(1) {
+            Some(w) => shard.total(&WindowKey { window: w, ..key }),
+            None => 0,
+        };
+        drop(shard);
+        decide::decide(rule, now, cost, current, previous)
+    }
+
     /// Decides a global check of bucket `id` at `now` from the merged counts, and counts it as
     /// this node's when admitted.
     pub fn check(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {

@@ -1,4 +1,5 @@
-//! `POST /v1/check` and `POST /v1/check/batch`: parse strictly, decide, answer with headers.
+//! `POST /v1/check`, `POST /v1/check/batch` and `POST /v1/check/all`: parse strictly, decide,
+//! answer with headers.
 //!
 //! Bodies are parsed by hand from bytes (not axum's `Json`) so that every malformed input maps
 //! to the contract's error codes, with the path of the offending field in the message.
@@ -6,13 +7,14 @@
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::engine::RuleSpec;
-use crate::service::Check;
+use crate::service::all::{AllError, AllOutcome, MAX_ALL};
+use crate::service::{Check, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
-use ringlimit_core::headers::{rate_headers, retry_after};
+use ringlimit_core::headers::{Policy, ietf_fields, inline_policy_name, rate_headers, retry_after};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -42,6 +44,24 @@ struct CheckBody<'a> {
 }
 
 impl CheckBody<'_> {
+    /// The name of this check's rule in the IETF fields.
+    fn policy_name(&self) -> Cow<'_, str> {
+        match (&self.rule, self.limit, self.period_ms) {
+            (Some(name), ..) => Cow::Borrowed(name),
+            (None, Some(limit), Some(period_ms)) => Cow::Owned(inline_policy_name(&InlineRule {
+                limit,
+                period_ms,
+                algorithm: self
+                    .algorithm
+                    .as_deref()
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or_default(),
+                burst: self.burst,
+            })),
+            _ => Cow::Borrowed(""),
+        }
+    }
+
     /// The check this body asks for.
     fn check(&self) -> Result<Check<'_>, ApiError> {
         let fields = RuleFields {
@@ -146,9 +166,10 @@ fn explain<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> ApiError {
     )
 }
 
-async fn decide(state: &AppState, bytes: &[u8]) -> Result<CheckAnswer, ApiError> {
+async fn decide(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError> {
     let body: CheckBody<'_> = parse(bytes)?;
-    Ok(state.service.check(&body.check()?).await?)
+    let outcome = state.service.check(&body.check()?).await?;
+    Ok(answer_response(&outcome, &body.policy_name()))
 }
 
 /// Reads a request body of at most [`MAX_BODY_BYTES`].
@@ -184,21 +205,65 @@ pub async fn check_request(state: &AppState, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    match decide(state, &bytes).await {
-        Ok(answer) => answer_response(&answer),
-        Err(e) => e.into_response(),
+    decide(state, &bytes)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A check's answer as the body spells it: a shadow rule's also says what it would have done.
+#[derive(Serialize)]
+struct AnswerBody<'a> {
+    #[serde(flatten)]
+    answer: &'a CheckAnswer,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow_denied: Option<bool>,
+}
+
+fn answer_json(o: &Outcome) -> Vec<u8> {
+    // The common case without the flattening's detour.
+    match o.shadow_denied {
+        None => serde_json::to_vec(&o.answer),
+        Some(_) => serde_json::to_vec(&answer_body(o)),
+    }
+    .unwrap_or_default()
+}
+
+fn answer_body(o: &Outcome) -> AnswerBody<'_> {
+    AnswerBody {
+        answer: &o.answer,
+        shadow_denied: o.shadow_denied,
     }
 }
 
-/// The contract's answer: 200 or 429, JSON body, `X-RateLimit-*` and `Retry-After` headers.
-pub fn answer_response(a: &CheckAnswer) -> Response {
-    let status = if a.allowed {
+/// The contract's answer: 200 or 429, JSON body, `X-RateLimit-*` and `Retry-After` headers, and
+/// the IETF fields for the rule `name`.
+pub fn answer_response(o: &Outcome, name: &str) -> Response {
+    let a = &o.answer;
+    let mut headers = status_headers(a);
+    ietf_fields(&mut headers, [policy(o, name)]);
+    (status(a.allowed), headers, answer_json(o)).into_response()
+}
+
+fn policy<'a>(o: &'a Outcome, name: &'a str) -> Policy<'a> {
+    Policy {
+        name,
+        period_ms: o.period_ms,
+        answer: &o.answer,
+        now_ms: o.now_ms,
+    }
+}
+
+fn status(allowed: bool) -> StatusCode {
+    if allowed {
         StatusCode::OK
     } else {
         StatusCode::TOO_MANY_REQUESTS
-    };
-    let body = serde_json::to_vec(a).unwrap_or_default();
-    let mut headers = HeaderMap::with_capacity(5);
+    }
+}
+
+/// Content type, `X-RateLimit-*` and, when denied, `Retry-After`, from answer `a`.
+fn status_headers(a: &CheckAnswer) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(7);
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -207,7 +272,7 @@ pub fn answer_response(a: &CheckAnswer) -> Response {
     if !a.allowed {
         retry_after(&mut headers, a);
     }
-    (status, headers, body).into_response()
+    headers
 }
 
 #[derive(Deserialize)]
@@ -219,14 +284,14 @@ struct BatchBody<'a> {
 
 #[derive(Serialize)]
 #[serde(untagged)]
-enum BatchItem {
-    Answer(CheckAnswer),
+enum BatchItem<'a> {
+    Answer(AnswerBody<'a>),
     Error(ErrorBody),
 }
 
 #[derive(Serialize)]
-struct BatchAnswer {
-    results: Vec<BatchItem>,
+struct BatchAnswer<'a> {
+    results: Vec<BatchItem<'a>>,
 }
 
 /// `POST /v1/check/batch`.
@@ -271,14 +336,15 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
             Err(e) => results.push(Some(BatchItem::Error(e.body))),
         }
     }
-    let mut decided = state.service.check_many(&checks).await.into_iter();
+    let decided = state.service.check_many(&checks).await;
+    let mut decided = decided.iter();
     let results: Vec<BatchItem> = results
         .into_iter()
         .map(|slot| match slot {
             Some(error) => error,
             None => match decided.next() {
-                Some(Ok(a)) => BatchItem::Answer(a),
-                Some(Err(e)) => BatchItem::Error(ApiError::from(e).body),
+                Some(Ok(o)) => BatchItem::Answer(answer_body(o)),
+                Some(Err(e)) => BatchItem::Error(ApiError::from(e.clone()).body),
                 None => BatchItem::Error(ErrorBody {
                     error: "internal",
                     message: "No answer was produced for this check.".into(),
@@ -287,4 +353,95 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
         })
         .collect();
     axum::Json(BatchAnswer { results }).into_response()
+}
+
+/// `POST /v1/check/all` as the body spells it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllBody<'a> {
+    #[serde(borrow)]
+    checks: Vec<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct AllAnswer<'a> {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    reset_at_ms: u64,
+    retry_after_ms: u64,
+    degraded: bool,
+    results: Vec<AnswerBody<'a>>,
+}
+
+/// `POST /v1/check/all`: every check of one request, all-or-nothing.
+pub async fn all(State(state): State<AppState>, body: Body) -> Response {
+    let bytes = match read_body(body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    decide_all(&state, &bytes)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn decide_all(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError> {
+    let all: AllBody<'_> = parse(bytes)?;
+    if all.checks.is_empty() || all.checks.len() > MAX_ALL {
+        return Err(all_error(AllError::Count(all.checks.len())));
+    }
+    let item = |index: usize, e: ApiError| {
+        ApiError::bad_request(
+            e.body.error,
+            sentence(format!("Check {index}: {}", e.body.message)),
+        )
+    };
+    let mut bodies = Vec::with_capacity(all.checks.len());
+    for (index, raw) in all.checks.iter().enumerate() {
+        bodies.push(parse::<CheckBody<'_>>(raw.get().as_bytes()).map_err(|e| item(index, e))?);
+    }
+    let mut checks = Vec::with_capacity(bodies.len());
+    for (index, body) in bodies.iter().enumerate() {
+        checks.push(body.check().map_err(|e| item(index, e))?);
+    }
+    let outcome = state.service.check_all(&checks).await.map_err(all_error)?;
+    let names: Vec<Cow<'_, str>> = bodies.iter().map(CheckBody::policy_name).collect();
+    Ok(all_response(&outcome, &names))
+}
+
+/// An all-or-nothing request's error: 404 for an unknown rule, like a single check; else 400,
+/// the message naming the check.
+fn all_error(e: AllError) -> ApiError {
+    let status = match &e {
+        AllError::Item { error, .. } => ApiError::from(error.clone()).status,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, e.code(), sentence(e.to_string()))
+}
+
+/// 200 or 429 with the binding limit's fields and headers, the IETF fields of every limit,
+/// and every check's answer.
+fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
+    let binding = &o.results[o.binding].answer;
+    let top = CheckAnswer {
+        allowed: o.allowed,
+        degraded: o.degraded,
+        ..*binding
+    };
+    let mut headers = status_headers(&top);
+    ietf_fields(
+        &mut headers,
+        o.results.iter().zip(names).map(|(r, n)| policy(r, n)),
+    );
+    let body = AllAnswer {
+        allowed: top.allowed,
+        limit: top.limit,
+        remaining: top.remaining,
+        reset_at_ms: top.reset_at_ms,
+        retry_after_ms: top.retry_after_ms,
+        degraded: top.degraded,
+        results: o.results.iter().map(answer_body).collect(),
+    };
+    let json = serde_json::to_vec(&body).unwrap_or_default();
+    (status(o.allowed), headers, json).into_response()
 }

@@ -2,7 +2,7 @@
 //! readiness, views, metrics and admin.
 //!
 //! # Layout
-//! - [`check`] — `POST /v1/check` and `/v1/check/batch`.
+//! - [`check`] — `POST /v1/check`, `/v1/check/batch` and `/v1/check/all`.
 //! - [`ops`] — health, readiness, cluster and rules views, metrics, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
@@ -75,6 +75,7 @@ pub fn router(state: AppState) -> axum::Router {
         .merge(admin)
         .route("/v1/check", post(check::check))
         .route("/v1/check/batch", post(check::batch))
+        .route("/v1/check/all", post(check::all))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/v1/cluster", get(ops::cluster))

@@ -311,9 +311,15 @@ pub struct Metrics {
     /// Checks of global rules (`mode="global"`), decided from gossiped counters.
     pub global_allowed: Counter,
     pub global_denied: Counter,
-    /// Time to decide a check request and of a whole batch (answered ones).
+    /// Checks of shadow rules that would have denied (`result="shadow_denied"`; answered as
+    /// allowed).
+    pub shadow_denied: Counter,
+    pub global_shadow_denied: Counter,
+    /// Time to decide a check request, a whole batch and an all-or-nothing request (answered
+    /// ones).
     pub check_duration: Histogram,
     pub batch_duration: Histogram,
+    pub all_duration: Histogram,
     peer_rpc: PeerRpcMetrics,
 }
 
@@ -358,8 +364,11 @@ impl Metrics {
             denied: child("denied", "owner"),
             global_allowed: child("allowed", "global"),
             global_denied: child("denied", "global"),
+            shadow_denied: child("shadow_denied", "owner"),
+            global_shadow_denied: child("shadow_denied", "global"),
             check_duration: duration("check"),
             batch_duration: duration("batch"),
+            all_duration: duration("all"),
             peer_rpc,
             snapshot,
             scrape: Mutex::new(()),
@@ -368,12 +377,14 @@ impl Metrics {
     }
 
     /// Counts one decided check of a rule in `mode`.
-    pub fn count(&self, allowed: bool, mode: Mode) {
-        let c = match (mode, allowed) {
-            (Mode::Owner, true) => &self.allowed,
-            (Mode::Owner, false) => &self.denied,
-            (Mode::Global, true) => &self.global_allowed,
-            (Mode::Global, false) => &self.global_denied,
+    pub fn count(&self, allowed: bool, shadow_denied: bool, mode: Mode) {
+        let c = match (mode, allowed, shadow_denied) {
+            (Mode::Owner, _, true) => &self.shadow_denied,
+            (Mode::Global, _, true) => &self.global_shadow_denied,
+            (Mode::Owner, true, false) => &self.allowed,
+            (Mode::Owner, false, false) => &self.denied,
+            (Mode::Global, true, false) => &self.global_allowed,
+            (Mode::Global, false, false) => &self.global_denied,
         };
         c.inc();
     }

@@ -4,10 +4,12 @@
 //! of HTTP (or of any other transport).
 //!
 //! # Layout
-//! - this module — [`CheckService`]: checks and batches.
+//! - this module — [`CheckService`]: checks and batches, and [`Outcome`], a decided check.
+//! - [`all`] — one request held to several limits, all-or-nothing.
 //! - [`keys`] — a key's bucket state and its reset across the cluster (admin).
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics snapshot.
 
+pub mod all;
 pub mod keys;
 pub mod views;
 
@@ -18,7 +20,8 @@ use crate::forward::PeerPool;
 use crate::metrics::{Metrics, seconds};
 use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
-use ringlimit_core::check::CheckError;
+use ringlimit_core::check::{CheckError, Resolved};
+use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_proto::CheckAnswer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +32,36 @@ pub struct Check<'a> {
     pub key: &'a str,
     pub rule: RuleSpec<'a>,
     pub cost: u64,
+}
+
+/// A decided check as every edge answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The answer as enforced: a shadow rule's is always allowed.
+    pub answer: CheckAnswer,
+    /// For a shadow rule, whether it would have denied; `None` for an enforced rule.
+    pub shadow_denied: Option<bool>,
+    /// The rule's period in ms (the IETF `w`).
+    pub period_ms: u64,
+    /// When it was decided, Unix ms on this node's clock (for the IETF `t`).
+    pub now_ms: u64,
+}
+
+impl Outcome {
+    /// The outcome of `answer` under `resolved` at `now` (ns): a shadow rule never denies.
+    pub fn new(mut answer: CheckAnswer, resolved: &Resolved, now: u64) -> Self {
+        let shadow_denied = resolved.shadow.then_some(!answer.allowed);
+        if resolved.shadow {
+            answer.allowed = true;
+            answer.retry_after_ms = 0;
+        }
+        Self {
+            answer,
+            shadow_denied,
+            period_ms: resolved.rule.period_ns.div_ceil(NANOS_PER_MS),
+            now_ms: now / NANOS_PER_MS,
+        }
+    }
 }
 
 /// What the service is made of (see `node::run`).
@@ -75,22 +108,32 @@ impl CheckService {
     }
 
     /// Decides one check wherever it belongs; counted and timed when answered.
-    pub async fn check(&self, c: &Check<'_>) -> Result<CheckAnswer, CheckError> {
+    pub async fn check(&self, c: &Check<'_>) -> Result<Outcome, CheckError> {
         let start = self.here.now();
         let p = self.prepare(c, c.cost)?;
         let answer = self.dispatcher.check(&p).await?;
-        self.metrics.count(answer.allowed, p.resolved.mode);
-        self.metrics
-            .check_duration
-            .observe(seconds(start, self.here.now()));
-        Ok(answer)
+        let end = self.here.now();
+        let outcome = self.outcome(answer, &p, end);
+        self.metrics.check_duration.observe(seconds(start, end));
+        Ok(outcome)
+    }
+
+    /// The outcome of an answer, counted.
+    fn outcome(&self, answer: CheckAnswer, p: &Prepared<'_>, now: u64) -> Outcome {
+        let o = Outcome::new(answer, &p.resolved, now);
+        self.metrics.count(
+            o.answer.allowed,
+            o.shadow_denied == Some(true),
+            p.resolved.mode,
+        );
+        o
     }
 
     /// Decides many checks at once (each owner's as one group); answers in order, an invalid
     /// check's error in its place. Timed as one.
-    pub async fn check_many(&self, checks: &[Check<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+    pub async fn check_many(&self, checks: &[Check<'_>]) -> Vec<Result<Outcome, CheckError>> {
         let start = self.here.now();
-        let mut results: Vec<Option<Result<CheckAnswer, CheckError>>> =
+        let mut results: Vec<Option<Result<Outcome, CheckError>>> =
             Vec::with_capacity(checks.len());
         let mut prepared = Vec::with_capacity(checks.len());
         for c in checks {
@@ -107,24 +150,20 @@ impl CheckService {
             .check_many(&prepared)
             .await
             .into_iter()
-            .zip(prepared.iter().map(|p| p.resolved.mode));
+            .zip(&prepared);
+        let end = self.here.now();
         let results = results
             .into_iter()
             .map(|slot| match slot {
                 Some(error) => error,
                 None => match decided.next() {
-                    Some((Ok(a), mode)) => {
-                        self.metrics.count(a.allowed, mode);
-                        Ok(a)
-                    }
+                    Some((Ok(a), p)) => Ok(self.outcome(a, p, end)),
                     Some((Err(e), _)) => Err(e),
                     None => Err(CheckError::Unavailable("no answer was produced")),
                 },
             })
             .collect();
-        self.metrics
-            .batch_duration
-            .observe(seconds(start, self.here.now()));
+        self.metrics.batch_duration.observe(seconds(start, end));
         results
     }
 
