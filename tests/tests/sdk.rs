@@ -480,3 +480,66 @@ async fn a_check_sent_to_a_former_owner_is_relayed_to_the_owner() -> Result<()> 
     joiner.stop().await?;
     cluster.stop().await
 }
+
+#[tokio::test]
+async fn check_all_through_the_sdk_is_all_or_nothing_across_owners() -> Result<()> {
+    let cluster = TestCluster::start(3).await?;
+    let client = Client::builder()
+        .seeds(http_seeds([&cluster[1].http]))
+        .deadline(Duration::from_secs(1))
+        .build()
+        .await?;
+    let hour = Duration::from_secs(3600);
+    let ip = Check::inline("ip:203.0.113.7", 10, hour);
+    let users: Vec<Check> = (0..4)
+        .map(|u| Check::inline(format!("user:{u}"), 3, hour))
+        .collect();
+    let owners: std::collections::HashSet<String> = users
+        .iter()
+        .chain([&ip])
+        .filter_map(|c| client.owner_of(c))
+        .collect();
+    assert!(
+        owners.len() >= 2,
+        "limits owned by different nodes: {owners:?}"
+    );
+
+    let mut per_user = [0u64; 4];
+    for r in 0..30 {
+        let u = r % 4;
+        let all = client.check_all(&[users[u].clone(), ip.clone()]).await?;
+        assert!(all.results.iter().all(|a| !a.degraded), "{all:?}");
+        if all.allowed {
+            per_user[u] += 1;
+        } else {
+            assert!(!all.binding_answer().allowed, "the binding limit denies");
+        }
+    }
+    assert_eq!(per_user.iter().sum::<u64>(), 10, "exactly the IP limit");
+    assert_eq!(
+        per_user,
+        [3, 3, 2, 2],
+        "no user over its own, in arrival order"
+    );
+    // Each user's bucket shows exactly its admitted requests: the denied ones gave theirs back.
+    for (u, user) in users.iter().enumerate() {
+        let left = client.check(&user.clone().cost(0)).await?;
+        assert_eq!(left.remaining, 3 - per_user[u], "user {u}");
+    }
+    assert_eq!(client.check(&ip.clone().cost(0)).await?.remaining, 0);
+    // Through a node's HTTP API the buckets read the same.
+    let reply = cluster[0]
+        .check(&serde_json::json!({"key": "user:2", "limit": 3, "period_ms": 3_600_000, "cost": 0}))
+        .await?;
+    assert_eq!(reply.json()?["remaining"], 1);
+    // Misuse is refused before anything is taken.
+    let dup = client.check_all(&[ip.clone(), ip.clone()]).await;
+    assert!(matches!(
+        dup,
+        Err(ringlimit_core::all::AllError::Duplicate {
+            first: 0,
+            second: 1
+        })
+    ));
+    cluster.stop().await
+}

@@ -25,7 +25,7 @@ const UNKNOWN_RULE_REFETCH: Duration = Duration::from_millis(250);
 /// dropping the last clone closes its connections and stops its refresh task.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Client {
@@ -37,24 +37,24 @@ impl std::fmt::Debug for Client {
     }
 }
 
-struct Inner {
-    settings: Settings,
+pub(crate) struct Inner {
+    pub(crate) settings: Settings,
     link: Arc<PeerSettings>,
     http: reqwest::Client,
-    topology: ArcSwap<Topology>,
+    pub(crate) topology: ArcSwap<Topology>,
     /// Serialises refreshes (the periodic one and those asked for by checks), and holds the
     /// node that answered the last one.
     refreshing: tokio::sync::Mutex<Option<String>>,
-    wake: Arc<Notify>,
-    fallback: Fallback,
-    stats: Counters,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) fallback: Fallback,
+    pub(crate) stats: Counters,
     peer_stats: Arc<PeerStats>,
 }
 
 #[derive(Default)]
-struct Counters {
-    direct: AtomicU64,
-    degraded: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) direct: AtomicU64,
+    pub(crate) degraded: AtomicU64,
     refreshes: AtomicU64,
     refresh_failures: AtomicU64,
 }
@@ -77,11 +77,11 @@ pub struct ClientStats {
 }
 
 /// A check made ready to route: its rule resolved, its bucket identified.
-struct Prepared<'a> {
-    check: &'a Check,
-    id: u64,
+pub(crate) struct Prepared<'a> {
+    pub(crate) check: &'a Check,
+    pub(crate) id: u64,
     /// `None`: a named rule while no node has ever been reached.
-    known: Option<Resolved>,
+    pub(crate) known: Option<Resolved>,
 }
 
 impl Client {
@@ -227,7 +227,7 @@ impl Client {
 
     /// Validates a check and identifies its bucket; a named rule the client does not know
     /// makes it refetch the rules once (bounded by the deadline) before it is an error.
-    async fn prepare<'a>(
+    pub(crate) async fn prepare<'a>(
         &self,
         topo: Arc<Topology>,
         check: &'a Check,
@@ -269,7 +269,7 @@ fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<Resolved>), C
     Ok((resolved.bucket(&check.key, check.cost)?, Some(resolved)))
 }
 
-fn peer_check(check: &Check) -> PeerCheck {
+pub(crate) fn peer_check(check: &Check) -> PeerCheck {
     PeerCheck {
         key: check.key.clone(),
         rule: check.rule.clone(),
@@ -307,12 +307,22 @@ impl Inner {
     }
 
     /// The answer without the cluster: per the fail mode, the rule's policy and the fallback.
-    fn degrade(
+    pub(crate) fn degrade(
         &self,
         p: &Prepared<'_>,
         topo: &Topology,
         reason: &'static str,
     ) -> Result<CheckAnswer, ClientError> {
+        self.degrade_held(p, topo, reason).map(|(a, _)| a)
+    }
+
+    /// [`Inner::degrade`] for an all-or-nothing check: also what the fallback share took.
+    pub(crate) fn degrade_held(
+        &self,
+        p: &Prepared<'_>,
+        topo: &Topology,
+        reason: &'static str,
+    ) -> Result<(CheckAnswer, Option<crate::fallback::Taken>), ClientError> {
         if topo.peers.is_empty() {
             self.wake.notify_one();
         }
@@ -321,14 +331,14 @@ impl Inner {
         }
         self.stats.degraded.fetch_add(1, Ordering::Relaxed);
         let Some(known) = p.known else {
-            return Ok(self.fallback.unknown());
+            return Ok((self.fallback.unknown(), None));
         };
         if known.on_unreachable == OnOwnerUnreachable::Closed {
-            return Ok(self.fallback.deny(&known.rule));
+            return Ok((self.fallback.deny(&known.rule), None));
         }
         Ok(self
             .fallback
-            .decide(p.id, &known.rule, p.check.cost, topo.alive()))
+            .hold(p.id, &known.rule, p.check.cost, topo.alive()))
     }
 
     /// Asks the node that answered last, then the other alive members, then the seeds, for

@@ -9,6 +9,22 @@ use ringlimit_core::rule::share_of;
 use ringlimit_core::store::Store;
 use ringlimit_proto::CheckAnswer;
 
+/// What a fallback decision took: enough to give it back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    id: u64,
+    share: Rule,
+    cost: u64,
+    mark: u64,
+}
+
+impl Taken {
+    /// The cost taken (a cost above the share's capacity took the whole share).
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+}
+
 pub(crate) struct Fallback {
     store: Store,
     clock: SystemClock,
@@ -26,12 +42,39 @@ impl Fallback {
 
     /// Decides bucket `id` under this client's share of `rule` (the cluster has `alive`
     /// members); the answer reports the whole rule's limit and is marked degraded.
+    #[cfg(test)]
     pub fn decide(&self, id: u64, rule: &Rule, cost: u64, alive: usize) -> CheckAnswer {
+        self.hold(id, rule, cost, alive).0
+    }
+
+    /// [`Fallback::decide`], also saying what it took, for [`Fallback::refund`].
+    pub fn hold(
+        &self,
+        id: u64,
+        rule: &Rule,
+        cost: u64,
+        alive: usize,
+    ) -> (CheckAnswer, Option<Taken>) {
         let share = match self.share {
             FallbackShare::PerMember => share_of(rule, alive),
             FallbackShare::Fraction(f) => fraction_of(rule, f),
         };
-        answer::decide_share(&self.store, id, rule, &share, cost, self.clock.now())
+        let (a, taken) = answer::hold_share(&self.store, id, rule, &share, cost, self.clock.now());
+        (
+            a,
+            taken.map(|(mark, cost)| Taken {
+                id,
+                share,
+                cost,
+                mark,
+            }),
+        )
+    }
+
+    /// Gives back what [`Fallback::hold`] took.
+    pub fn refund(&self, t: &Taken) {
+        self.store
+            .refund(t.id, &t.share, t.cost, t.mark, self.clock.now());
     }
 
     /// A fail-closed rule's answer: denied, degraded.

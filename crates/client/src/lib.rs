@@ -31,6 +31,7 @@
 //! - `fallback` — the local limiter used when the cluster cannot answer.
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
+pub mod all;
 pub mod builder;
 pub mod check;
 pub mod client;
@@ -38,6 +39,7 @@ mod fallback;
 pub mod layer;
 mod topology;
 
+pub use all::AllAnswer;
 pub use builder::{BuildError, ClientBuilder, FailMode, FallbackShare, Settings};
 pub use check::{Check, ClientError};
 pub use client::{Client, ClientStats};

@@ -10,10 +10,12 @@
 //! - [`store`] — sharded, bounded (CLOCK) bucket store keyed by 64-bit identities.
 //! - [`rule`] — rule validation, bucket identities, fallback shares.
 //! - [`check`] — a check's rule resolved once ([`check::Resolved`]) and its error ([`check::CheckError`]).
+//! - [`all`] — one request against several limits: its errors, shadow answers, the binding limit.
 //! - [`answer`] — decisions worded as the contract's answers (owner, fail-closed, fallback share).
-//! - [`headers`] — an answer's `X-RateLimit-*` and `Retry-After` headers.
+//! - [`headers`] — an answer's `X-RateLimit-*`, `Retry-After` and IETF `RateLimit` fields.
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
 
+pub mod all;
 pub mod answer;
 pub mod check;
 pub mod clock;

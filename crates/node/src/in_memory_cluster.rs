@@ -74,8 +74,13 @@ impl Drop for Node {
 impl Node {
     /// Node `id` (also its address), listening on `net`, seeing `ring`.
     fn start(net: &MemNet, id: &str, ring: &[&str]) -> Self {
+        Self::start_with(net, id, ring, RuleSet::builtin())
+    }
+
+    /// [`Node::start`] with `rules` in force.
+    fn start_with(net: &MemNet, id: &str, ring: &[&str], rules: RuleSet) -> Self {
         let clock = Arc::new(ManualClock::new(1_700_000_000_000_000_000));
-        let engine = Arc::new(Engine::new(RuleSet::builtin(), 10_000, clock));
+        let engine = Arc::new(Engine::new(rules, 10_000, clock));
         let here = Here::new(
             engine.clone(),
             Arc::new(GlobalCounters::new(actor(id, 0), 1000)),
@@ -347,4 +352,236 @@ async fn a_reset_reaches_every_member_and_reports_one_that_does_not_answer() {
         ]
     );
     assert!(!nodes[0].holds(key) && !nodes[1].holds(key) && nodes[2].holds(key));
+}
+
+// ---- One request, several limits (all-or-nothing) ----
+
+const LIMITS: &str = "
+rules:
+  - { name: per-ip, limit: 10, period: 1h }
+  - { name: per-user, limit: 3, period: 1h }
+  - { name: trial, limit: 1, period: 1h, shadow: true }
+  - { name: tb, limit: 2, period: 1h, algorithm: token_bucket }
+  - { name: lb, limit: 2, period: 1h, algorithm: leaky_bucket }
+  - { name: fw, limit: 2, period: 1h, algorithm: fixed_window }
+  - { name: sw, limit: 2, period: 1h, algorithm: sliding_window }
+  - { name: sl, limit: 2, period: 1h, algorithm: sliding_log }
+";
+
+fn limits_cluster(net: &MemNet) -> Vec<Node> {
+    let rules = RuleSet::from_yaml(LIMITS).expect("valid rules");
+    ABC.iter()
+        .map(|id| Node::start_with(net, id, ABC, rules.clone()))
+        .collect()
+}
+
+impl Node {
+    /// One all-or-nothing request of `(rule, key)` checks of cost 1 through this node.
+    async fn check_all(&self, checks: &[(&str, &str)]) -> Vec<CheckAnswer> {
+        let prepared: Vec<_> = checks
+            .iter()
+            .map(|(rule, key)| {
+                self.engine
+                    .prepare_check(key, RuleSpec::Named(rule), 1)
+                    .expect("valid check")
+            })
+            .collect();
+        self.dispatcher
+            .check_all(&prepared)
+            .await
+            .into_iter()
+            .map(|r| r.expect("answered"))
+            .collect()
+    }
+
+    /// What the bucket of (`rule`, `key`) has left, read (cost 0) through this node.
+    async fn remaining(&self, rule: &str, key: &str) -> u64 {
+        let p = self
+            .engine
+            .prepare_check(key, RuleSpec::Named(rule), 0)
+            .expect("valid check");
+        self.dispatcher.check(&p).await.expect("answered").remaining
+    }
+}
+
+/// A key whose bucket under the named `rule` `owner` owns in ring `ABC`.
+fn named_key_owned(nodes: &[Node], rule: &str, prefix: &str, owner: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}:{i}"))
+        .find(|k| {
+            let (_, id) = nodes[0]
+                .engine
+                .prepare(k, RuleSpec::Named(rule), 1)
+                .expect("valid");
+            Ring::new(ABC).owner(id) == Some(owner)
+        })
+        .expect("a key with that owner")
+}
+
+fn admitted(answers: &[CheckAnswer]) -> bool {
+    answers.iter().all(|a| a.allowed)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_ip_limit_and_user_limits_across_owners_admit_exactly_and_lose_nothing() {
+    let net = MemNet::new();
+    let nodes = limits_cluster(&net);
+    // The IP's bucket on a, the users' on b and c.
+    let ip = named_key_owned(&nodes, "per-ip", "ip", "a");
+    let users: Vec<String> = ["b", "c", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, owner)| named_key_owned(&nodes, "per-user", &format!("user{i}"), owner))
+        .collect();
+    let mut per_user = [0u64; 4];
+    let mut total = 0;
+    for r in 0..30 {
+        let u = r % 4;
+        let answers = nodes[r % 3]
+            .check_all(&[("per-user", &users[u]), ("per-ip", &ip)])
+            .await;
+        assert!(answers.iter().all(|a| !a.degraded));
+        if admitted(&answers) {
+            per_user[u] += 1;
+            total += 1;
+        }
+    }
+    assert_eq!(total, 10, "exactly the IP limit");
+    assert_eq!(
+        per_user,
+        [3, 3, 2, 2],
+        "no user over its 3, in arrival order"
+    );
+    // Users 2 and 3 were denied by the IP after their own limit admitted: given back.
+    for (u, user) in users.iter().enumerate() {
+        assert_eq!(
+            nodes[u % 3].remaining("per-user", user).await,
+            3 - per_user[u],
+            "user {u}'s bucket shows exactly its admitted requests"
+        );
+    }
+    assert_eq!(nodes[1].remaining("per-ip", &ip).await, 0);
+    let refunded: u64 = nodes
+        .iter()
+        .map(|n| n.dispatcher.stats.refunded_requests.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(refunded, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denied_request_leaves_every_algorithm_as_if_it_never_came() {
+    let net = MemNet::new();
+    let nodes = limits_cluster(&net);
+    let algorithms = ["tb", "lb", "fw", "sw", "sl"];
+    let keys: Vec<String> = algorithms
+        .iter()
+        .zip(["a", "b", "c", "a", "b"])
+        .map(|(rule, owner)| named_key_owned(&nodes, rule, "k", owner))
+        .collect();
+    let blocker = named_key_owned(&nodes, "per-user", "blocked", "c");
+    for _ in 0..3 {
+        assert!(nodes[0].check_all(&[("per-user", &blocker)]).await[0].allowed);
+    }
+    let mut request: Vec<(&str, &str)> = algorithms
+        .iter()
+        .zip(&keys)
+        .map(|(r, k)| (*r, k.as_str()))
+        .collect();
+    request.push(("per-user", &blocker));
+    for through in 0..3 {
+        let answers = nodes[through].check_all(&request).await;
+        assert!(!admitted(&answers));
+        assert!(!answers[5].allowed, "denied by the exhausted user");
+        assert!(answers[..5].iter().all(|a| a.allowed && a.remaining == 2));
+        for (rule, key) in algorithms.iter().zip(&keys) {
+            assert_eq!(
+                nodes[(through + 1) % 3].remaining(rule, key).await,
+                2,
+                "{rule}: nothing taken"
+            );
+        }
+    }
+    // Without the blocker, the same limits admit twice, then deny.
+    request.pop();
+    for expected in [true, true, false] {
+        assert_eq!(admitted(&nodes[2].check_all(&request).await), expected);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_all_or_nothing_requests_never_admit_more_than_a_limit() {
+    let net = MemNet::new();
+    let nodes = limits_cluster(&net);
+    let ip = named_key_owned(&nodes, "per-ip", "ip", "b");
+    let users: Vec<String> = (0..8)
+        .map(|i| named_key_owned(&nodes, "per-user", &format!("u{i}"), ABC[i % 3]))
+        .collect();
+    let requests = (0..48).map(|r| {
+        let (node, user, ip) = (&nodes[r % 3], &users[r % 8], &ip);
+        async move {
+            let answers = node.check_all(&[("per-user", user), ("per-ip", ip)]).await;
+            (r % 8, admitted(&answers))
+        }
+    });
+    let results = futures::future::join_all(requests).await;
+    let total = results.iter().filter(|(_, ok)| *ok).count();
+    assert!(total <= 10, "never over the IP limit: {total}");
+    for u in 0..8 {
+        let n = results.iter().filter(|(v, ok)| *v == u && *ok).count();
+        assert!(n <= 3, "user {u}: {n}");
+    }
+    // Whatever was admitted is exactly what the buckets show.
+    assert_eq!(nodes[0].remaining("per-ip", &ip).await, 10 - total as u64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shadow_limit_is_decided_and_reported_but_never_blocks() {
+    let net = MemNet::new();
+    let nodes = limits_cluster(&net);
+    let user = named_key_owned(&nodes, "per-user", "s", "b");
+    let trial = named_key_owned(&nodes, "trial", "s", "c");
+    let mut admitted_n = 0;
+    for r in 0..3 {
+        let answers = nodes[r]
+            .check_all(&[("per-user", &user), ("trial", &trial)])
+            .await;
+        // The routing answers as decided; the service turns a shadow denial into an allowed
+        // answer with `shadow_denied`. A shadow denial does not deny the request.
+        assert!(answers[0].allowed);
+        assert_eq!(answers[1].allowed, r == 0, "the trial limit admits one");
+        admitted_n += 1;
+    }
+    assert_eq!(admitted_n, 3);
+    assert_eq!(nodes[0].remaining("per-user", &user).await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_owner_answers_from_the_share_and_a_denial_gives_the_share_back() {
+    let net = MemNet::new();
+    let nodes = limits_cluster(&net);
+    let user = named_key_owned(&nodes, "per-user", "cut", "c");
+    let blocker = named_key_owned(&nodes, "per-ip", "blocker", "b");
+    for _ in 0..10 {
+        assert!(nodes[0].check_all(&[("per-ip", &blocker)]).await[0].allowed);
+    }
+    net.cut("a", "c");
+    // a's share of per-user (3 over 3 members: 1) is taken, then given back on the denial.
+    for _ in 0..3 {
+        let answers = nodes[0]
+            .check_all(&[("per-user", &user), ("per-ip", &blocker)])
+            .await;
+        assert!(answers[0].degraded && answers[0].allowed, "from a's share");
+        assert!(!answers[1].allowed);
+    }
+    let alone = nodes[0].check_all(&[("per-user", &user)]).await;
+    assert!(
+        alone[0].degraded && alone[0].allowed,
+        "the share was given back each time"
+    );
+    assert!(
+        !nodes[0].check_all(&[("per-user", &user)]).await[0].allowed,
+        "then the share of 1 is spent"
+    );
+    // c itself never saw any of it.
+    assert_eq!(nodes[2].remaining("per-user", &user).await, 3);
 }

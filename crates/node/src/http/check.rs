@@ -7,13 +7,14 @@
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::engine::RuleSpec;
-use crate::service::all::{AllError, AllOutcome, MAX_ALL};
+use crate::service::all::AllOutcome;
 use crate::service::{Check, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
+use ringlimit_core::all::{AllError, MAX_ALL};
 use ringlimit_core::headers::{Policy, ietf_fields, inline_policy_name, rate_headers, retry_after};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::{Deserialize, Serialize};

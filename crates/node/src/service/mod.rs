@@ -50,10 +50,10 @@ pub struct Outcome {
 impl Outcome {
     /// The outcome of `answer` under `resolved` at `now` (ns): a shadow rule never denies.
     pub fn new(mut answer: CheckAnswer, resolved: &Resolved, now: u64) -> Self {
-        let shadow_denied = resolved.shadow.then_some(!answer.allowed);
+        let mut shadow_denied = None;
         if resolved.shadow {
-            answer.allowed = true;
-            answer.retry_after_ms = 0;
+            let (a, denied) = ringlimit_core::all::shadowed(answer);
+            (answer, shadow_denied) = (a, Some(denied));
         }
         Self {
             answer,
