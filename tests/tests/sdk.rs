@@ -543,3 +543,74 @@ async fn check_all_through_the_sdk_is_all_or_nothing_across_owners() -> Result<(
     ));
     cluster.stop().await
 }
+
+#[tokio::test]
+async fn layer_holds_a_request_to_several_limits_all_or_nothing() -> Result<()> {
+    let node = TestNode::single().await?;
+    let client = client_for(http_seeds([&node.http])).await?;
+    let per_key = InlineRule {
+        limit: 3,
+        period_ms: 60_000,
+        algorithm: Algorithm::TokenBucket,
+        burst: None,
+    };
+    let per_path = InlineRule {
+        limit: 4,
+        period_ms: 60_000,
+        algorithm: Algorithm::FixedWindow,
+        burst: None,
+    };
+    let layer = RateLimitLayer::inline(client.clone(), per_key, key::header("x-api-key"))
+        .and(ringlimit_client::RuleRef::Inline(per_path), key::path());
+    let app = axum::Router::new()
+        .route("/hello", axum::routing::get(|| async { "hello\n" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let api = Api::new(addr)?;
+    let get = |k: &'static str| {
+        reqwest::Client::new()
+            .get(api.url("/hello"))
+            .header("x-api-key", k)
+            .send()
+    };
+    // alice spends her 3; the 4th is denied by her key's limit and takes nothing from the path.
+    for i in 0..3u64 {
+        let r = get("alice").await?;
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["ratelimit-policy"],
+            r#""3-per-60000ms";q=3;w=60, "4-per-60000ms-fixed_window";q=4;w=60"#
+        );
+        let state = r.headers()["ratelimit"].to_str()?;
+        assert!(
+            state.starts_with(&format!("\"3-per-60000ms\";r={};t=", 2 - i)),
+            "{state}"
+        );
+        assert!(state.contains(&format!("\"4-per-60000ms-fixed_window\";r={};t=", 3 - i)));
+    }
+    let r = get("alice").await?;
+    assert_eq!(r.status(), 429);
+    assert_eq!(
+        r.headers()["x-ratelimit-limit"],
+        "3",
+        "the binding limit: alice's"
+    );
+    // The path's window still has 1: bob gets it, then the path denies him.
+    assert_eq!(get("bob").await?.status(), 200);
+    let r = get("bob").await?;
+    assert_eq!(r.status(), 429);
+    assert_eq!(
+        r.headers()["x-ratelimit-limit"],
+        "4",
+        "the binding limit: the path's"
+    );
+    // bob's denied request gave his token back: 2 of 3 left.
+    let left = client
+        .check(&Check::inline("bob", 3, MINUTE).cost(0))
+        .await?;
+    assert_eq!(left.remaining, 2);
+    server.abort();
+    node.stop().await
+}

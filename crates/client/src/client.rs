@@ -211,6 +211,23 @@ impl Client {
         self.inner.refresh().await.is_ok()
     }
 
+    /// The period in ms of `rule` as this client knows it (`None`: a named rule not learnt yet).
+    pub fn period_ms(&self, rule: &RuleRef) -> Option<u64> {
+        match rule {
+            RuleRef::Inline(r) => Some(r.period_ms),
+            RuleRef::Named(name) => {
+                let topo = self.inner.topology.load();
+                let known = topo.rules.as_ref()?.get(name)?;
+                Some(
+                    known
+                        .rule
+                        .period_ns
+                        .div_ceil(ringlimit_core::clock::NANOS_PER_MS),
+                )
+            }
+        }
+    }
+
     /// What this client has done so far.
     pub fn stats(&self) -> ClientStats {
         let s = &self.inner.stats;

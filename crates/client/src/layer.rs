@@ -1,15 +1,21 @@
 //! A `tower` layer that rate-limits an HTTP service (axum, hyper) with a [`Client`].
 //!
-//! Each request's key comes from a closure (a header, the path, the peer's address...). A
-//! denied request gets `429 Too Many Requests` with `Retry-After` and `X-RateLimit-*` headers
-//! and never reaches the inner service; an admitted one gets the same `X-RateLimit-*` headers
-//! on the inner service's response. A request without a key passes unlimited. The cluster
-//! being unreachable never fails a request (answers come from the client's fallback), unless
-//! the client is fail-closed: then `503` with `Retry-After: 1`.
+//! Each limit is a rule and a closure that takes the request's key for it (a header, the
+//! path, the peer's address...); [`RateLimitLayer::and`] adds more, and a request held to
+//! several limits is decided all-or-nothing ([`Client::check_all`]): a limit that denies takes
+//! nothing from the others. A denied request gets `429 Too Many Requests` with `Retry-After`
+//! and never reaches the inner service; an admitted one reaches it. Both carry
+//! `X-RateLimit-*` (the binding limit) and the IETF `RateLimit-Policy` and `RateLimit` fields
+//! (every limit). A limit whose key the request lacks does not apply; a request with no key at
+//! all passes unlimited. The cluster being unreachable never fails a request (answers come
+//! from the client's fallback), unless the client is fail-closed: then `503` with
+//! `Retry-After: 1`.
 
-use crate::{Check, Client, ClientError};
+use crate::{AllAnswer, Check, Client, ClientError};
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
+use ringlimit_core::all::AllError;
+use ringlimit_core::headers::{Policy, ietf_fields, inline_policy_name};
 use ringlimit_proto::{CheckAnswer, InlineRule, RuleRef};
 use std::future::Future;
 use std::pin::Pin;
@@ -17,21 +23,58 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-/// Rate-limits the services it wraps under one rule, per key.
-pub struct RateLimitLayer<K> {
-    client: Client,
+/// Takes a request's keys, one per limit of the layer, in order (`None`: the limit does not
+/// apply). A closure `Fn(&Request<B>) -> Option<String>` is one; [`RateLimitLayer::and`]
+/// chains more.
+pub trait Keys<B>: Send + Sync + 'static {
+    fn keys(&self, req: &Request<B>, out: &mut Vec<Option<String>>);
+}
+
+impl<B, F> Keys<B> for F
+where
+    F: Fn(&Request<B>) -> Option<String> + Send + Sync + 'static,
+{
+    fn keys(&self, req: &Request<B>, out: &mut Vec<Option<String>>) {
+        out.push(self(req));
+    }
+}
+
+/// The keys of `A`, then the key `F` takes.
+pub struct And<A, F> {
+    first: A,
+    then: F,
+}
+
+impl<B, A: Keys<B>, F> Keys<B> for And<A, F>
+where
+    F: Fn(&Request<B>) -> Option<String> + Send + Sync + 'static,
+{
+    fn keys(&self, req: &Request<B>, out: &mut Vec<Option<String>>) {
+        self.first.keys(req, out);
+        out.push((self.then)(req));
+    }
+}
+
+/// One limit of a layer: its rule and the cost a request takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Limit {
     rule: RuleRef,
     cost: u64,
-    key: Arc<K>,
+}
+
+/// Rate-limits the services it wraps, per key, under one rule or several.
+pub struct RateLimitLayer<K> {
+    client: Client,
+    limits: Arc<[Limit]>,
+    keys: Arc<K>,
 }
 
 impl<K> Clone for RateLimitLayer<K> {
     fn clone(&self) -> Self {
         Self {
             client: self.client.clone(),
-            rule: self.rule.clone(),
-            cost: self.cost,
-            key: self.key.clone(),
+            limits: self.limits.clone(),
+            keys: self.keys.clone(),
         }
     }
 }
@@ -41,9 +84,8 @@ impl<K> RateLimitLayer<K> {
     pub fn new(client: Client, rule: RuleRef, key: K) -> Self {
         Self {
             client,
-            rule,
-            cost: 1,
-            key: Arc::new(key),
+            limits: Arc::from([Limit { rule, cost: 1 }]),
+            keys: Arc::new(key),
         }
     }
 
@@ -57,10 +99,28 @@ impl<K> RateLimitLayer<K> {
         Self::new(client, RuleRef::Inline(rule), key)
     }
 
-    /// Tokens each request takes (default 1).
+    /// Tokens each request takes under the last limit added (default 1).
     pub fn cost(mut self, cost: u64) -> Self {
-        self.cost = cost;
+        let mut limits = self.limits.to_vec();
+        if let Some(last) = limits.last_mut() {
+            last.cost = cost;
+        }
+        self.limits = limits.into();
         self
+    }
+
+    /// Also limits under `rule`, keyed by `key(&request)`: every request is decided against
+    /// all the limits whose key it has, all-or-nothing.
+    pub fn and<F>(self, rule: RuleRef, key: F) -> RateLimitLayer<And<K, F>> {
+        let mut limits = self.limits.to_vec();
+        limits.push(Limit { rule, cost: 1 });
+        let first = Arc::try_unwrap(self.keys)
+            .unwrap_or_else(|_| unreachable!("a layer being built has not been cloned"));
+        RateLimitLayer {
+            client: self.client,
+            limits: limits.into(),
+            keys: Arc::new(And { first, then: key }),
+        }
     }
 }
 
@@ -94,7 +154,7 @@ impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    K: Fn(&Request<ReqBody>) -> Option<String> + Send + Sync + 'static,
+    K: Keys<ReqBody>,
     ReqBody: Send + 'static,
     ResBody: From<String> + Send + 'static,
 {
@@ -107,25 +167,56 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let key = (self.layer.key)(&req);
+        let mut keys = Vec::with_capacity(self.layer.limits.len());
+        self.layer.keys.keys(&req, &mut keys);
+        let checks: Vec<Check> = self
+            .layer
+            .limits
+            .iter()
+            .zip(keys)
+            .filter_map(|(l, key)| {
+                key.map(|key| Check {
+                    key,
+                    rule: l.rule.clone(),
+                    cost: l.cost,
+                })
+            })
+            .collect();
         // The clone that was made ready is the one to call (tower's ready-then-call rule).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let client = self.layer.client.clone();
-        let rule = self.layer.rule.clone();
-        let cost = self.layer.cost;
         Box::pin(async move {
-            let Some(key) = key else {
+            if checks.is_empty() {
                 return inner.call(req).await;
+            }
+            let decided = match checks.as_slice() {
+                // One limit: the single-check path (one group, no refunds possible).
+                [check] => client.check(check).await.map(|a| AllAnswer {
+                    allowed: a.allowed,
+                    binding: 0,
+                    results: vec![a],
+                    shadow_denied: vec![None],
+                }),
+                _ => client.check_all(&checks).await.map_err(|e| match e {
+                    AllError::Item { error, .. } => error,
+                    other => ClientError::Rejected {
+                        code: other.code().to_owned(),
+                        message: other.to_string(),
+                    },
+                }),
             };
-            let check = Check { key, rule, cost };
-            match client.check(&check).await {
-                Ok(a) if a.allowed => {
+            match decided {
+                Ok(all) if all.allowed => {
                     let mut res = inner.call(req).await?;
-                    rate_headers(res.headers_mut(), &a);
+                    all_headers(res.headers_mut(), &client, &checks, &all);
                     Ok(res)
                 }
-                Ok(a) => Ok(denied(&a)),
+                Ok(all) => {
+                    let mut res = denied(all.binding_answer());
+                    all_headers(res.headers_mut(), &client, &checks, &all);
+                    Ok(res)
+                }
                 Err(ClientError::Unavailable(reason)) => Ok(error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
@@ -133,7 +224,7 @@ where
                 )),
                 Err(e) => {
                     // A misconfigured layer (a rule the cluster lacks, an invalid inline
-                    // rule): the service's fault, not the caller's.
+                    // rule, one bucket named twice): the service's fault, not the caller's.
                     tracing::error!(error = %e, "rate limit check refused");
                     Ok(error(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -144,6 +235,35 @@ where
             }
         })
     }
+}
+
+/// `X-RateLimit-*` of the binding limit and the IETF fields of every limit whose rule the
+/// client knows (a named rule before any node was reached has no period to report).
+fn all_headers(headers: &mut HeaderMap, client: &Client, checks: &[Check], all: &AllAnswer) {
+    rate_headers(headers, all.binding_answer());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let named: Vec<(String, u64)> = checks
+        .iter()
+        .map(|c| match &c.rule {
+            RuleRef::Named(name) => (name.clone(), client.period_ms(&c.rule).unwrap_or(0)),
+            RuleRef::Inline(r) => (inline_policy_name(r), r.period_ms),
+        })
+        .collect();
+    ietf_fields(
+        headers,
+        named
+            .iter()
+            .zip(&all.results)
+            .filter(|((_, period_ms), a)| *period_ms > 0 && a.limit > 0)
+            .map(|((name, period_ms), answer)| Policy {
+                name,
+                period_ms: *period_ms,
+                answer,
+                now_ms,
+            }),
+    );
 }
 
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix seconds), as the node's HTTP API
