@@ -2,7 +2,9 @@
 //!
 //! A connection opens with a versioned handshake (`Hello` → `Challenge` → `Proof` → `Welcome`,
 //! see [`crate::auth`]), then carries `Checks` frames one way and `Answers` frames the other,
-//! pipelined: each group has an id, answers may come back in any order. Connections of their
+//! pipelined: each group has an id, answers may come back in any order. A group flagged
+//! [`ALL_OR_NOTHING_GROUP`] is one request's checks at that owner; `Refunds` frames give back
+//! what such groups held, on the same connection, answered like checks. Connections of their
 //! own carry `Handover` (ring changes) and `Reset` (an operator's reset of a key) frames, each
 //! acknowledged. Frames are bincode 2 (standard config) inside a 4-byte big-endian length
 //! prefix; both the prefix and the decoder enforce [`MAX_FRAME_BYTES`], so a hostile length or

@@ -15,7 +15,7 @@
 //! 1. `ringlimit_proto::Algorithm`: the variant, its name, its stable code (bucket identities
 //!    hash it) and whether it has a `burst`.
 //! 2. A module here with its pure `decide`, and its [`BucketState`] variant: `fresh`, `fits`,
-//!    `idle_at`, `absorb` (handover), `decide`, and the wire form (`to_wire`/`from_wire`, a
+//!    `idle_at`, `absorb` (handover), `decide`, `refund` (all-or-nothing requests), and the wire form (`to_wire`/`from_wire`, a
 //!    `ringlimit_proto::peer::WireState` variant appended at the end).
 //! 3. The node's global mode (`global::decide::effective_rule`): how two windowed counts
 //!    approximate it.
