@@ -540,18 +540,16 @@ async fn a_shadow_limit_is_decided_and_reported_but_never_blocks() {
     let nodes = limits_cluster(&net);
     let user = named_key_owned(&nodes, "per-user", "s", "b");
     let trial = named_key_owned(&nodes, "trial", "s", "c");
-    let mut admitted_n = 0;
-    for r in 0..3 {
-        let answers = nodes[r]
+    for (r, node) in nodes.iter().enumerate() {
+        let answers = node
             .check_all(&[("per-user", &user), ("trial", &trial)])
             .await;
         // The routing answers as decided; the service turns a shadow denial into an allowed
-        // answer with `shadow_denied`. A shadow denial does not deny the request.
+        // answer with `shadow_denied`. A shadow denial does not deny the request: the user's
+        // limit took its cost every time.
         assert!(answers[0].allowed);
         assert_eq!(answers[1].allowed, r == 0, "the trial limit admits one");
-        admitted_n += 1;
     }
-    assert_eq!(admitted_n, 3);
     assert_eq!(nodes[0].remaining("per-user", &user).await, 0);
 }
 

@@ -391,8 +391,8 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
             }
             // Refunds first: they only ever make room for the checks that follow.
             for frame in [
-                (!refunds.is_empty()).then(|| Frame::Refunds(refunds)),
-                (!groups.is_empty()).then(|| Frame::Checks(groups)),
+                (!refunds.is_empty()).then_some(Frame::Refunds(refunds)),
+                (!groups.is_empty()).then_some(Frame::Checks(groups)),
             ]
             .into_iter()
             .flatten()

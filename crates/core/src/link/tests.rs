@@ -124,8 +124,8 @@ fn answer(c: &PeerCheck) -> PeerAnswer {
 fn remaining(a: &[PeerAnswer]) -> Vec<u64> {
     a.iter()
         .map(|a| match a {
-            PeerAnswer::Answer(a) => a.remaining,
-            PeerAnswer::Error { .. } => u64::MAX,
+            PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. } => a.remaining,
+            PeerAnswer::Error { .. } | PeerAnswer::Refunded => u64::MAX,
         })
         .collect()
 }
