@@ -2,6 +2,7 @@
 //! `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-11): the node's HTTP API sends
 //! them, and the SDK's tower layer puts the same ones on the responses it guards.
 
+use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
@@ -45,28 +46,32 @@ pub fn inline_policy_name(r: &InlineRule) -> String {
 /// `"name";q=<limit>;w=<period, s>` and `"name";r=<remaining>;t=<s until full or reset>`
 /// (seconds rounded up; a window shorter than a second is `w=1`).
 pub fn ietf_fields<'a>(headers: &mut HeaderMap, limits: impl IntoIterator<Item = Policy<'a>>) {
-    let (mut policy, mut state) = (String::new(), String::new());
+    // Built in place and handed over without a copy: this runs on every check answer.
+    let (mut policy, mut state) = (String::with_capacity(64), String::with_capacity(64));
     for (i, l) in limits.into_iter().enumerate() {
-        let sep = if i == 0 { "" } else { ", " };
-        let name = sf_string(l.name);
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        push_sf_string(&mut policy, l.name);
+        push_sf_string(&mut state, l.name);
         let w = l.period_ms.div_ceil(1000).max(1);
         let t = l.answer.reset_at_ms.saturating_sub(l.now_ms).div_ceil(1000);
-        let _ = write!(policy, "{sep}{name};q={};w={w}", l.answer.limit);
-        let _ = write!(state, "{sep}{name};r={};t={t}", l.answer.remaining);
+        let _ = write!(policy, ";q={};w={w}", l.answer.limit);
+        let _ = write!(state, ";r={};t={t}", l.answer.remaining);
     }
     if let (Ok(p), Ok(s)) = (
-        HeaderValue::from_str(&policy),
-        HeaderValue::from_str(&state),
+        HeaderValue::from_maybe_shared(Bytes::from(policy)),
+        HeaderValue::from_maybe_shared(Bytes::from(state)),
     ) {
         headers.insert(RATELIMIT_POLICY, p);
         headers.insert(RATELIMIT, s);
     }
 }
 
-/// A structured-field string (RFC 8941 §3.3.3): printable ASCII in quotes, `"` and `\`
-/// escaped; anything else (names are validated, so never in practice) dropped.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// Appends a structured-field string (RFC 8941 §3.3.3): printable ASCII in quotes, `"` and
+/// `\\` escaped; anything else (names are validated, so never in practice) dropped.
+fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars().filter(|c| (' '..='~').contains(c)) {
         if c == '"' || c == '\\' {
@@ -75,7 +80,6 @@ fn sf_string(s: &str) -> String {
         out.push(c);
     }
     out.push('"');
-    out
 }
 
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix seconds, rounded up).
