@@ -10,7 +10,7 @@ use ringlimit_core::all::{AllError, MAX_ALL, binding, duplicate, shadowed};
 use ringlimit_core::link::PeerClient;
 use ringlimit_core::link::fanout::{self, OwnerGroups};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{PeerAnswer, PeerRefund};
+use ringlimit_proto::peer::{Mark, PeerAnswer, PeerRefund};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -38,7 +38,7 @@ impl AllAnswer {
 
 /// What a check holds until its request is known to be admitted.
 enum Hold {
-    Owner(Arc<PeerClient>, u64),
+    Owner(Arc<PeerClient>, Mark),
     Share(Taken),
 }
 

@@ -8,6 +8,7 @@ use ringlimit_core::limiter::Rule;
 use ringlimit_core::rule::share_of;
 use ringlimit_core::store::Store;
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::Mark;
 
 /// What a fallback decision took: enough to give it back.
 #[derive(Debug, Clone, Copy)]
@@ -15,7 +16,7 @@ pub(crate) struct Taken {
     id: u64,
     share: Rule,
     cost: u64,
-    mark: u64,
+    mark: Mark,
 }
 
 impl Taken {

@@ -5,6 +5,7 @@ use crate::clock::NANOS_PER_MS;
 use crate::limiter::{Decision, Rule};
 use crate::store::Store;
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::Mark;
 
 /// The contract's answer for a decision under `rule` (not degraded; times rounded up to ms).
 pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
@@ -57,10 +58,16 @@ pub fn hold_share(
     share: &Rule,
     cost: u64,
     now: u64,
-) -> (CheckAnswer, Option<(u64, u64)>) {
+) -> (CheckAnswer, Option<(Mark, u64)>) {
     let cost = cost.min(share.capacity());
     let d = store.check(id, share, now, cost);
-    let taken = (d.allowed && cost > 0).then_some((d.reset_ns, cost));
+    let taken = (d.allowed && cost > 0).then_some((
+        Mark {
+            reset_ns: d.reset_ns,
+            at_ns: now,
+        },
+        cost,
+    ));
     let a = CheckAnswer {
         limit: rule.limit,
         degraded: true,

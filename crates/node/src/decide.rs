@@ -8,6 +8,7 @@ use ringlimit_core::answer::answer;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::Mark;
 use std::sync::Arc;
 
 /// Owner buckets and global counters, side by side.
@@ -65,23 +66,32 @@ impl Here {
         resolved: &Resolved,
         cost: u64,
         now: u64,
-    ) -> (CheckAnswer, Option<u64>) {
+    ) -> (CheckAnswer, Option<Mark>) {
         match resolved.mode {
             Mode::Global => (self.global.answer(id, &resolved.rule, now, cost), None),
             Mode::Owner => {
                 let d = self.engine.store().check(id, &resolved.rule, now, cost);
-                let mark = (d.allowed && cost > 0).then_some(d.reset_ns);
+                let mark = (d.allowed && cost > 0).then_some(Mark {
+                    reset_ns: d.reset_ns,
+                    at_ns: now,
+                });
                 (answer(&d, &resolved.rule), mark)
             }
         }
     }
 
     /// Gives back what [`Here::hold_at`] took under `mark`.
-    pub fn refund(&self, id: u64, resolved: &Resolved, cost: u64, mark: u64) {
+    pub fn refund(&self, id: u64, resolved: &Resolved, cost: u64, mark: Mark) {
+        self.refund_at(id, resolved, cost, mark, self.now());
+    }
+
+    /// [`Here::refund`] at `now` (an owner giving back its own group does so at the instant
+    /// it decided: exactly).
+    fn refund_at(&self, id: u64, resolved: &Resolved, cost: u64, mark: Mark, now: u64) {
         if resolved.mode == Mode::Owner {
             self.engine
                 .store()
-                .refund(id, &resolved.rule, cost, mark, self.now());
+                .refund(id, &resolved.rule, cost, mark, now);
         }
     }
 
@@ -92,7 +102,7 @@ impl Here {
         &self,
         checks: &[Option<(u64, Resolved, u64)>],
         now: u64,
-    ) -> Vec<Option<(CheckAnswer, Option<u64>)>> {
+    ) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
         let mut out: Vec<_> = checks
             .iter()
             .map(|c| c.map(|(id, r, cost)| self.hold_at(id, &r, cost, now)))
@@ -106,7 +116,7 @@ impl Here {
                 if let (Some((id, r, cost)), Some((answer, mark))) = (c, a)
                     && let Some(m) = mark.take()
                 {
-                    self.refund(*id, r, *cost, m);
+                    self.refund_at(*id, r, *cost, m, now);
                     *answer = given_back(*answer, *cost);
                 }
             }

@@ -15,7 +15,7 @@ use ringlimit_core::link::fanout::{self, OwnerGroups};
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_core::rule::{Mode, OnOwnerUnreachable, share_of};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{PeerAnswer, PeerCheck, PeerRefund};
+use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -306,7 +306,7 @@ impl Dispatcher {
     }
 
     /// [`Dispatcher::fallback`] for an all-or-nothing check: also what the share took.
-    fn fallback_held(&self, p: &Prepared<'_>, alive: usize) -> (CheckAnswer, Option<(u64, u64)>) {
+    fn fallback_held(&self, p: &Prepared<'_>, alive: usize) -> (CheckAnswer, Option<(Mark, u64)>) {
         let rule = p.resolved.rule;
         let now = self.here.now();
         if p.resolved.on_unreachable == OnOwnerUnreachable::Closed {
@@ -388,11 +388,11 @@ impl Dispatcher {
 #[derive(Clone)]
 enum Hold {
     /// Taken here, under this mark.
-    Here(u64),
+    Here(Mark),
     /// Taken at another owner, under this mark.
-    Owner(Arc<PeerClient>, u64),
+    Owner(Arc<PeerClient>, Mark),
     /// Taken from this node's fallback share (owner unreachable): mark and cost taken.
-    Share(u64, u64),
+    Share(Mark, u64),
 }
 
 fn peer_check(p: &Prepared<'_>) -> PeerCheck {

@@ -72,7 +72,15 @@ pub struct PeerRefund {
     pub key: String,
     pub rule: RuleRef,
     pub cost: u64,
-    pub mark: u64,
+    pub mark: Mark,
+}
+
+/// Names an admission that may be given back: when it was decided and what its decision
+/// said of the bucket (its `reset`), both ns on the deciding node's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub reset_ns: u64,
+    pub at_ns: u64,
 }
 
 /// One bucket handed to its new owner.
@@ -164,7 +172,7 @@ pub enum PeerAnswer {
     /// it (or never does). `mark` names the admission for [`PeerRefund`].
     Held {
         answer: CheckAnswer,
-        mark: u64,
+        mark: Mark,
     },
     /// A [`PeerRefund`] was applied (or there was nothing left to give back).
     Refunded,

@@ -30,7 +30,7 @@ pub mod sliding_window;
 pub mod token_bucket;
 
 use ringlimit_proto::Algorithm;
-use ringlimit_proto::peer::WireState;
+use ringlimit_proto::peer::{Mark, WireState};
 
 pub use sliding_log::SlidingLog;
 
@@ -247,28 +247,38 @@ impl BucketState {
         }
     }
 
-    /// Gives back `cost` taken by an admission under `rule` whose decision's `reset_ns` was
-    /// `mark` (a request decided all-or-nothing that another limit denied), at `now`.
+    /// Gives back `cost` taken by an admission under `rule` decided at `mark.at_ns` whose
+    /// decision's `reset_ns` was `mark.reset_ns` (a request decided all-or-nothing that another
+    /// limit denied), at `now`.
     ///
     /// Exact when nothing else touched the bucket in between: the state then decides every
     /// later check as if the admission had never happened. When other admissions came in
     /// between, never more generous than that: a refund may leave the bucket with less than
     /// it would have (a false deny, briefly), never with more (an over-admission). The windowed
     /// algorithms are counters, so giving back is exact either way; the GCRA state is one
-    /// instant, so the refund cannot tell the refill that other admissions used from the one
-    /// they would have wasted on a full bucket, and gives back only what is certain.
-    pub fn refund(&mut self, rule: &Rule, cost: u64, mark: u64, now: u64) {
+    /// instant, which cannot tell the refill that others used from the refill a full bucket
+    /// would have wasted, so a token or leaky bucket gets back its cost less the refill since
+    /// the admission: exact when given back at the admission's instant (an owner refunding its
+    /// own group) or when the bucket was full then; otherwise short by the refill of the time
+    /// in between (a round trip: 0.2 ms at 100/s is 1/50 of a token).
+    pub fn refund(&mut self, rule: &Rule, cost: u64, mark: Mark, now: u64) {
+        let Mark {
+            reset_ns: mark,
+            at_ns: at,
+        } = mark;
         if cost == 0 || !self.fits(rule) {
             return;
         }
         match self {
             BucketState::Gcra { tat } => {
                 let need = token_bucket::emission_ns(rule).saturating_mul(cost);
-                // Right after the admission the state read `mark`; whatever it runs ahead of
-                // that was taken since by others, who, had this admission never come, would
-                // at worst have started from `now`.
-                let others = tat.saturating_sub(mark);
-                let back = tat.saturating_sub(need).max(now.saturating_add(others));
+                // Had the admission not come, the bucket may have been full from its time on,
+                // refilling in vain: that refill is not given back. (Nothing tells whether
+                // others touched the bucket since: a refund of another admission and an
+                // admission of the same cost leave it reading `mark` again.)
+                let back = tat
+                    .saturating_sub(need)
+                    .saturating_add(now.saturating_sub(at));
                 *tat = back.min(*tat);
             }
             BucketState::Fixed { end, count } => {

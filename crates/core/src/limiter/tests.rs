@@ -7,6 +7,7 @@ use super::test_support::{MS, SEC, T0, rule};
 use super::*;
 use proptest::prelude::*;
 use ringlimit_proto::Algorithm;
+use ringlimit_proto::peer::Mark;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -1407,5 +1408,216 @@ mod wire {
         };
         assert_eq!(log.max_entries(), MAX_SLIDING_LOG_LIMIT);
         assert_eq!(log.entries().count() as u64, MAX_SLIDING_LOG_LIMIT);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refunds (all-or-nothing requests give back what they took when another limit denies)
+// ---------------------------------------------------------------------------------------------
+
+/// The mark of an admission decided at `at`.
+fn mark(d: &Decision, at: u64) -> Mark {
+    Mark {
+        reset_ns: d.reset_ns,
+        at_ns: at,
+    }
+}
+
+/// The state after `arrivals` from `start`, and the time of the last one.
+fn state_after(r: &Rule, start: u64, arrivals: &[Arrival]) -> (BucketState, u64) {
+    let mut s = BucketState::fresh(r);
+    let mut now = start;
+    for a in arrivals {
+        now += a.gap(r.period_ns);
+        let cost = if a.peek { 0 } else { a.cost(r) };
+        s.decide(r, now, cost);
+    }
+    (s, now)
+}
+
+/// Runs `arrivals` where an admission marked held is given back `delay` arrivals later (or at
+/// the end), at that arrival's time, with other traffic in between: the admissions that stand.
+fn run_with_refunds(r: &Rule, start: u64, arrivals: &[(Arrival, bool, u8)]) -> Vec<(u64, u64)> {
+    let mut s = BucketState::fresh(r);
+    let mut now = start;
+    // (due at arrival index, admission time, cost, mark)
+    let mut held: Vec<(usize, u64, u64, Mark)> = Vec::new();
+    let mut admitted: Vec<(u64, u64)> = Vec::new();
+    let give_back =
+        |s: &mut BucketState, admitted: &mut Vec<(u64, u64)>, h: (usize, u64, u64, Mark), now| {
+            s.refund(r, h.2, h.3, now);
+            let at = admitted
+                .iter()
+                .position(|&a| a == (h.1, h.2))
+                .expect("a held admission stands until given back");
+            admitted.remove(at);
+        };
+    for (i, (a, hold, delay)) in arrivals.iter().enumerate() {
+        now += a.gap(r.period_ns);
+        while let Some(k) = held.iter().position(|h| h.0 <= i) {
+            let h = held.remove(k);
+            give_back(&mut s, &mut admitted, h, now);
+        }
+        let cost = if a.peek { 0 } else { a.cost(r) };
+        let d = s.decide(r, now, cost);
+        if d.allowed && cost > 0 {
+            admitted.push((now, cost));
+            if *hold {
+                held.push((i + 1 + usize::from(*delay % 4), now, cost, mark(&d, now)));
+            }
+        }
+    }
+    for h in held {
+        give_back(&mut s, &mut admitted, h, now);
+    }
+    admitted
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Alone, a refund is exact: after an admission given back, the state decides every later
+    /// check exactly as the state that never saw it — for the windowed algorithms whenever it
+    /// is given back, for the GCRA ones when given back at the admission's instant (as an
+    /// owner does with its own group; later, they keep the refill in between).
+    #[test]
+    fn every_algorithm_refund_is_exact_when_alone(
+        r in arb_rule(),
+        history in arb_arrivals(30),
+        offset in any::<u64>(),
+        admit_gap in any::<u64>(),
+        cost_raw in any::<u64>(),
+        refund_gap in any::<u64>(),
+        later in arb_arrivals(30),
+    ) {
+        let start = start_time(offset, false, r.period_ns);
+        let (s0, last) = state_after(&r, start, &history);
+        let t_r = last + admit_gap % (2 * r.period_ns);
+        let cost = 1 + cost_raw % r.capacity();
+        let mut s1 = s0.clone();
+        let mut d = s1.decide(&r, t_r, cost);
+        let mut cost = cost;
+        if !d.allowed {
+            // A smaller cost, else a full bucket: a refund needs an admission.
+            cost = 1;
+            d = s1.decide(&r, t_r, cost);
+            if !d.allowed {
+                return Ok(());
+            }
+        }
+        let t_f = if r.algorithm.has_burst() {
+            t_r
+        } else {
+            t_r + refund_gap % (2 * r.period_ns + 1)
+        };
+        s1.refund(&r, cost, mark(&d, t_r), t_f);
+        let (mut never, mut refunded) = (s0, s1);
+        let mut now = t_f;
+        for a in &later {
+            now += a.gap(r.period_ns);
+            let cost = if a.peek { 0 } else { a.cost(&r) };
+            prop_assert_eq!(
+                refunded.decide(&r, now, cost),
+                never.decide(&r, now, cost),
+                "at {} cost {} ({:?})", now, cost, r
+            );
+        }
+    }
+
+    /// With other traffic between an admission and its refund, the admissions that stand
+    /// still respect every algorithm's bound: a refund is never more generous than had the
+    /// admission never come.
+    #[test]
+    fn every_algorithm_refund_never_over_admits_under_interleaving(
+        r in arb_rule(),
+        arrivals in prop::collection::vec(
+            (arb_arrivals(2), prop::bool::weighted(0.4), any::<u8>()),
+            1..80,
+        ),
+        offset in any::<u64>(),
+    ) {
+        let start = start_time(offset, false, r.period_ns);
+        let arrivals: Vec<(Arrival, bool, u8)> =
+            arrivals.into_iter().map(|(a, hold, delay)| (a[0], hold, delay)).collect();
+        let standing = run_with_refunds(&r, start, &arrivals);
+        check_bounds(&r, &standing)?;
+    }
+}
+
+#[test]
+fn refunds_give_back_exactly_what_was_taken() {
+    let now = T0;
+    // Token bucket: 3 of a burst of 5 taken and given back at once: 5 left again.
+    let tb = rule(Algorithm::TokenBucket, 5, 1000, 5);
+    let mut s = BucketState::fresh(&tb);
+    let d = s.decide(&tb, now, 3);
+    assert_eq!(d.remaining, 2);
+    s.refund(&tb, 3, mark(&d, now), now);
+    assert_eq!(s.decide(&tb, now, 0).remaining, 5);
+
+    // Fixed window: a refund after the window rolled changes nothing.
+    let fw = rule_for(Algorithm::FixedWindow, 4, 1000);
+    let mut s = BucketState::fresh(&fw);
+    let start = window_start(now, fw.period_ns);
+    let d = s.decide(&fw, start, 2);
+    s.refund(&fw, 2, mark(&d, start), start + 100 * MS);
+    assert_eq!(
+        s.decide(&fw, start + 500 * MS, 0).remaining,
+        4,
+        "same window: given back"
+    );
+    let mut s = BucketState::fresh(&fw);
+    let d = s.decide(&fw, start, 2);
+    s.decide(&fw, start + SEC, 1);
+    let before = s.clone();
+    s.refund(&fw, 2, mark(&d, start), start + SEC);
+    assert_eq!(s, before, "the window it took from is over");
+
+    // Sliding window: after one roll the cost comes off `previous`.
+    let sw = rule_for(Algorithm::SlidingWindow, 4, 1000);
+    let mut s = BucketState::fresh(&sw);
+    let d = s.decide(&sw, start, 3);
+    s.decide(&sw, start + SEC, 1);
+    s.refund(&sw, 3, mark(&d, start), start + SEC);
+    assert_eq!(
+        s,
+        BucketState::Sliding {
+            until: start + 3 * SEC,
+            current: 1,
+            previous: 0
+        }
+    );
+
+    // Sliding log: two admissions at one instant share an entry; a refund takes only its cost.
+    let sl = rule_for(Algorithm::SlidingLog, 5, 1000);
+    let mut s = BucketState::fresh(&sl);
+    let a = s.decide(&sl, now, 2);
+    s.decide(&sl, now, 1);
+    s.refund(&sl, 2, mark(&a, now), now);
+    assert_eq!(s.decide(&sl, now, 0).remaining, 4);
+    let BucketState::Log(log) = &s else {
+        panic!("a sliding log")
+    };
+    assert_eq!(log.entries().collect::<Vec<_>>(), vec![(now, 1)]);
+
+    // Cost 0, or a mark that names nothing, change nothing.
+    for r in [tb, fw, sw, sl] {
+        let mut s = BucketState::fresh(&r);
+        let d = s.decide(&r, now, 1);
+        let before = s.clone();
+        s.refund(&r, 0, mark(&d, now), now);
+        assert_eq!(s, before, "{r:?}");
+        if r.algorithm != Algorithm::TokenBucket {
+            s.refund(
+                &r,
+                1,
+                Mark {
+                    reset_ns: d.reset_ns + 7,
+                    at_ns: now,
+                },
+                now,
+            );
+            assert_eq!(s, before, "{r:?}");
+        }
     }
 }

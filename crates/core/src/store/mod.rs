@@ -12,6 +12,7 @@
 
 use crate::limiter::{BucketState, Decision, MAX_SLIDING_LOG_LIMIT, Rule, SlidingLog};
 use parking_lot::Mutex;
+use ringlimit_proto::peer::Mark;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use table::{Evicted, Table};
 
@@ -218,7 +219,7 @@ impl Store {
     /// Gives back `cost` to bucket `id`, taken by the admission whose decision's `reset_ns`
     /// was `mark` (see [`BucketState::refund`]). A bucket no longer held has nothing to give
     /// back.
-    pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: u64, now: u64) {
+    pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: Mark, now: u64) {
         let mut table = self.shard(id).table.lock();
         // A refund never changes a state's weight, so nothing is evicted.
         let _ = table.update(id, now, |s| s.refund(rule, cost, mark, now));
