@@ -127,7 +127,7 @@ impl Dispatcher {
             .collect()
     }
 
-    /// Decides one request's checks all-or-nothing (see [`crate::service::CheckService::check_all`]):
+    /// Decides one request's checks all-or-nothing (the check service's `check_all`):
     /// admitted only when every non-shadow check admits; otherwise every check that took its
     /// cost gives it back before this returns.
     ///
