@@ -583,3 +583,64 @@ async fn an_unreachable_owner_answers_from_the_share_and_a_denial_gives_the_shar
     // c itself never saw any of it.
     assert_eq!(nodes[2].remaining("per-user", &user).await, 3);
 }
+
+const GLOBAL_AND_CLOSED: &str = "
+rules:
+  - { name: per-user, limit: 3, period: 1h }
+  - { name: cap, limit: 4, period: 1h, mode: global }
+  - { name: strict, limit: 5, period: 1h, on_owner_unreachable: closed }
+";
+
+#[tokio::test(start_paused = true)]
+async fn a_global_limit_counts_only_when_the_request_is_admitted() {
+    let net = MemNet::new();
+    let rules = RuleSet::from_yaml(GLOBAL_AND_CLOSED).expect("valid rules");
+    let nodes: Vec<Node> = ABC
+        .iter()
+        .map(|id| Node::start_with(&net, id, ABC, rules.clone()))
+        .collect();
+    let user = named_key_owned(&nodes, "per-user", "g", "b");
+    // Three admitted: the global cap counts each (on a, where they land).
+    for _ in 0..3 {
+        assert!(admitted(
+            &nodes[0]
+                .check_all(&[("per-user", &user), ("cap", "all")])
+                .await
+        ));
+    }
+    // The user's limit denies: the cap is asked, never counted.
+    for _ in 0..5 {
+        let answers = nodes[0]
+            .check_all(&[("per-user", &user), ("cap", "all")])
+            .await;
+        assert!(!answers[0].allowed && answers[1].allowed);
+    }
+    let p = nodes[0]
+        .engine
+        .prepare_check("all", RuleSpec::Named("cap"), 0)
+        .expect("valid");
+    let cap = nodes[0].dispatcher.check(&p).await.expect("answered");
+    assert_eq!(cap.remaining, 1, "4 - the 3 admitted requests");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_rule_whose_owner_is_unreachable_denies_the_request_and_takes_nothing() {
+    let net = MemNet::new();
+    let rules = RuleSet::from_yaml(GLOBAL_AND_CLOSED).expect("valid rules");
+    let nodes: Vec<Node> = ABC
+        .iter()
+        .map(|id| Node::start_with(&net, id, ABC, rules.clone()))
+        .collect();
+    let user = named_key_owned(&nodes, "per-user", "c", "b");
+    let strict = named_key_owned(&nodes, "strict", "c", "c");
+    net.cut("a", "c");
+    let answers = nodes[0]
+        .check_all(&[("per-user", &user), ("strict", &strict)])
+        .await;
+    assert!(answers[0].allowed && !answers[1].allowed && answers[1].degraded);
+    assert_eq!(
+        nodes[1].remaining("per-user", &user).await,
+        3,
+        "the user's cost was given back"
+    );
+}
