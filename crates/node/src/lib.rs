@@ -33,6 +33,7 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod reload;
+pub mod request_key;
 pub mod routing;
 pub mod rules;
 pub mod service;

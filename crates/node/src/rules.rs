@@ -3,6 +3,7 @@
 //! Parameter validation and bucket identities live in [`ringlimit_core::rule`], shared with the
 //! SDK; this module adds names, modes and the YAML file.
 
+use crate::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
 use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable, field_err, named_seed, validate};
@@ -23,6 +24,8 @@ pub struct NamedRule {
     /// Decided and counted, never denies (`shadow: true`): how an operator tries a new limit
     /// on live traffic.
     pub shadow: bool,
+    /// Where a gateway's forwarded request finds its key (`/v1/forward-auth`).
+    pub request_key: Option<Arc<KeyTemplate>>,
     /// See [`named_seed`].
     pub seed: u64,
 }
@@ -52,6 +55,7 @@ impl NamedRule {
             mode: self.mode,
             on_owner_unreachable: self.on_owner_unreachable,
             shadow: self.shadow,
+            request_key: self.request_key.as_ref().map(|t| t.to_string()),
         }
     }
 }
@@ -159,7 +163,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 8] = [
+const RULE_FIELDS: [&str; 9] = [
     "name",
     "limit",
     "period",
@@ -168,6 +172,7 @@ const RULE_FIELDS: [&str; 8] = [
     "mode",
     "on_owner_unreachable",
     "shadow",
+    "request_key",
 ];
 
 fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
@@ -297,6 +302,21 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
             )));
         }
     };
+    let request_key = match m.get("request_key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(Arc::new(
+            KeyTemplate::parse(s).map_err(|reason| fail(field_err("request_key", reason)))?,
+        )),
+        Some(v) => {
+            return Err(fail(field_err(
+                "request_key",
+                format!(
+                    "must be a key template such as \"apikey:{{header:x-api-key}}\", got {}",
+                    describe(v)
+                ),
+            )));
+        }
+    };
     let rule = validate(algorithm, limit, period_ns, burst).map_err(&fail)?;
     Ok(NamedRule {
         seed: named_seed(&name, algorithm),
@@ -305,6 +325,7 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         mode,
         on_owner_unreachable,
         shadow,
+        request_key,
     })
 }
 

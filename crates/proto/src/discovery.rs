@@ -63,6 +63,9 @@ pub struct RuleInfo {
     /// Decided and counted, never denies (nodes that predate shadow rules omit it).
     #[serde(default)]
     pub shadow: bool,
+    /// The key template gateways' requests are limited by (`/v1/forward-auth`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_key: Option<String>,
 }
 
 /// `GET /v1/rules`.

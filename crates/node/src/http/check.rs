@@ -412,7 +412,7 @@ async fn decide_all(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError
 
 /// An all-or-nothing request's error: 404 for an unknown rule, like a single check; else 400,
 /// the message naming the check.
-fn all_error(e: AllError) -> ApiError {
+pub(super) fn all_error(e: AllError) -> ApiError {
     let status = match &e {
         AllError::Item { error, .. } => ApiError::from(error.clone()).status,
         _ => StatusCode::BAD_REQUEST,
@@ -422,7 +422,7 @@ fn all_error(e: AllError) -> ApiError {
 
 /// 200 or 429 with the binding limit's fields and headers, the IETF fields of every limit,
 /// and every check's answer.
-fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
+pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
     let binding = &o.results[o.binding].answer;
     let top = CheckAnswer {
         allowed: o.allowed,

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`check`] — `POST /v1/check`, `/v1/check/batch` and `/v1/check/all`.
+//! - [`forward_auth`] — `/v1/forward-auth`: gateways' forwarded requests, keyed by templates.
 //! - [`ops`] — health, readiness, cluster and rules views, metrics, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
@@ -13,13 +14,14 @@ pub mod admin;
 pub mod check;
 pub mod error;
 pub mod fast;
+pub mod forward_auth;
 pub mod ops;
 pub mod serve;
 
 use crate::service::CheckService;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use std::sync::Arc;
 
 /// Largest request body accepted (the contract's 1 MiB).
@@ -76,6 +78,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/check", post(check::check))
         .route("/v1/check/batch", post(check::batch))
         .route("/v1/check/all", post(check::all))
+        .route("/v1/forward-auth", any(forward_auth::forward_auth))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/v1/cluster", get(ops::cluster))

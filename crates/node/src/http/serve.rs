@@ -18,6 +18,25 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+/// The address a request's connection comes from (forward auth's last resort for
+/// `{client_ip}`), as the `ConnectInfo` of every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Handoff>> for PeerAddr {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Handoff>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
 /// Connections waiting for their runtime to pick them up, per runtime.
 const HANDOFF_QUEUE: usize = 1024;
 
@@ -32,9 +51,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     if threads == 0 {
-        return axum::serve(listener, app().into_make_service())
-            .with_graceful_shutdown(shutdown)
-            .await;
+        return axum::serve(
+            listener,
+            app().into_make_service_with_connect_info::<PeerAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await;
     }
     let local = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -56,11 +78,14 @@ pub async fn serve(
                     .enable_all()
                     .build()?;
                 runtime.block_on(async move {
-                    axum::serve(handoff, app().into_make_service())
-                        .with_graceful_shutdown(async move {
-                            let _ = stop.wait_for(|stopped| *stopped).await;
-                        })
-                        .await
+                    axum::serve(
+                        handoff,
+                        app().into_make_service_with_connect_info::<PeerAddr>(),
+                    )
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    })
+                    .await
                 })
             })?;
         workers.push(worker);

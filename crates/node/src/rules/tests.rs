@@ -398,6 +398,40 @@ fn bad_mode() {
 }
 
 #[test]
+fn shadow_and_request_key_are_validated() {
+    assert_rule_err(
+        &one(&["limit: 1", "period: 1s", "shadow: maybe"]),
+        "r",
+        "shadow",
+        "true or false",
+    );
+    assert_rule_err(
+        &one(&["limit: 1", "period: 1s", "request_key: plain"]),
+        "r",
+        "request_key",
+        "no placeholder",
+    );
+    assert_rule_err(
+        &one(&["limit: 1", "period: 1s", "request_key: \"k:{cookie:a}\""]),
+        "r",
+        "request_key",
+        "unknown placeholder",
+    );
+    let set = RuleSet::from_yaml(&one(&[
+        "limit: 1",
+        "period: 1s",
+        "shadow: true",
+        "request_key: \"ip:{client_ip}\"",
+    ]))
+    .expect("valid");
+    let r = set.get("r").expect("the rule");
+    assert!(r.shadow && r.resolved().shadow);
+    let info = r.info();
+    assert!(info.shadow);
+    assert_eq!(info.request_key.as_deref(), Some("ip:{client_ip}"));
+}
+
+#[test]
 fn bad_on_owner_unreachable() {
     assert_rule_err(
         &one(&["limit: 1", "period: 1s", "on_owner_unreachable: deny"]),

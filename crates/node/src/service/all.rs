@@ -65,3 +65,47 @@ pub fn decide(results: Vec<Outcome>) -> AllOutcome {
         results,
     }
 }
+
+/// Why a forward-auth request names rules it cannot be checked under.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRuleError {
+    #[error("no rule named {0:?} is configured")]
+    Unknown(String),
+    #[error("rule {0:?} has no `request_key`, so a forwarded request has no key under it")]
+    NoTemplate(String),
+}
+
+impl CheckService {
+    /// The rules a gateway's forwarded request is checked under, with their key templates:
+    /// those `names` (each must have a `request_key`), or every rule that has one.
+    pub fn request_keys(
+        &self,
+        names: Option<&[&str]>,
+    ) -> Result<Vec<(String, std::sync::Arc<crate::request_key::KeyTemplate>)>, KeyRuleError> {
+        let rules = self.here.engine().rules();
+        match names {
+            None => {
+                let mut all: Vec<_> = rules
+                    .iter()
+                    .filter_map(|r| Some((r.name.clone(), r.request_key.clone()?)))
+                    .collect();
+                // One order whatever the map's: the answer lists the limits in it.
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok(all)
+            }
+            Some(names) => names
+                .iter()
+                .map(|&name| {
+                    let rule = rules
+                        .get(name)
+                        .ok_or_else(|| KeyRuleError::Unknown(name.to_owned()))?;
+                    let template = rule
+                        .request_key
+                        .clone()
+                        .ok_or_else(|| KeyRuleError::NoTemplate(name.to_owned()))?;
+                    Ok((name.to_owned(), template))
+                })
+                .collect(),
+        }
+    }
+}
