@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod config;
 pub mod decide;
 pub mod engine;
+pub mod envoy_config;
 pub mod forward;
 pub mod global;
 pub mod http;
