@@ -240,6 +240,8 @@ pub struct TestNode {
     pub http: SocketAddr,
     /// Peer address: TCP peer RPC and UDP gossip.
     pub peer: SocketAddr,
+    /// gRPC, when the config asked for it.
+    pub grpc: Option<SocketAddr>,
     pub node_id: String,
     api: Api,
     stop: Option<oneshot::Sender<()>>,
@@ -267,6 +269,7 @@ impl TestNode {
         init_logs();
         let http = listeners.http_addr().context("no HTTP address")?;
         let peer = listeners.peer_addr().context("no peer address")?;
+        let grpc = listeners.grpc_addr();
         let node_id = config.node_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run(config, listeners, async move {
@@ -275,6 +278,7 @@ impl TestNode {
         Ok(Self {
             http,
             peer,
+            grpc,
             node_id,
             api: Api::new(http)?,
             stop: Some(stop),

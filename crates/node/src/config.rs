@@ -71,6 +71,12 @@ pub struct ServeArgs {
     /// YAML rules file, reloaded when it changes (default: built-in rules).
     #[arg(long, env = "RINGLIMIT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// gRPC address: Envoy's rate limit service and grpc.health.v1 (default: off).
+    #[arg(long, env = "RINGLIMIT_GRPC", value_name = "ADDR")]
+    pub grpc: Option<SocketAddr>,
+    /// envoyproxy/ratelimit configuration: a YAML file or a directory of them, one domain each.
+    #[arg(long, env = "RINGLIMIT_ENVOY_CONFIG", value_name = "PATH")]
+    pub envoy_config: Option<PathBuf>,
     /// Most buckets held in memory by this node (least recently used evicted beyond it).
     #[arg(long, env = "RINGLIMIT_MAX_KEYS", value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -143,6 +149,13 @@ pub enum ConfigError {
     InvalidRules { path: PathBuf, source: RulesError },
     #[error("--node-id must not be empty")]
     EmptyNodeId,
+    #[error("cannot read envoy config {path}: {source}")]
+    ReadEnvoy {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("envoy config {0}")]
+    InvalidEnvoy(#[from] crate::envoy_config::EnvoyConfigError),
 }
 
 /// Everything a node needs to run (see [`crate::run`]).
@@ -156,6 +169,10 @@ pub struct NodeConfig {
     pub rules_path: Option<PathBuf>,
     /// The rules in force at start (from `rules_path`, or built in).
     pub rules: RuleSet,
+    /// gRPC address (`--grpc`); `None`: no gRPC.
+    pub grpc_addr: Option<SocketAddr>,
+    /// envoyproxy/ratelimit configuration for `ShouldRateLimit` (empty without `--envoy-config`).
+    pub envoy_config: crate::envoy_config::EnvoyConfig,
     pub max_keys: u64,
     pub cluster_id: String,
     pub rules_poll: Duration,
@@ -195,6 +212,8 @@ impl NodeConfig {
             seeds: Vec::new(),
             rules_path: None,
             rules: RuleSet::builtin(),
+            grpc_addr: None,
+            envoy_config: crate::envoy_config::EnvoyConfig::default(),
             max_keys: 100_000,
             cluster_id: "ringlimit".into(),
             rules_poll: Duration::from_millis(100),
@@ -225,6 +244,41 @@ pub fn load_rules(path: &std::path::Path) -> Result<RuleSet, ConfigError> {
     })
 }
 
+/// Reads envoyproxy/ratelimit configuration: one YAML file, or every `*.yaml`/`*.yml` file of
+/// a directory (hidden files skipped), in name order.
+pub fn load_envoy(path: &std::path::Path) -> Result<crate::envoy_config::EnvoyConfig, ConfigError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|source| ConfigError::ReadEnvoy {
+            path: p.to_owned(),
+            source,
+        })
+    };
+    let mut files = Vec::new();
+    if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|source| ConfigError::ReadEnvoy {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut names: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+            })
+            .collect();
+        names.sort();
+        for p in names {
+            let text = read(&p)?;
+            files.push((p.display().to_string(), text));
+        }
+    } else {
+        files.push((path.display().to_string(), read(path)?));
+    }
+    Ok(crate::envoy_config::EnvoyConfig::from_files(
+        files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
+    )?)
+}
+
 impl ServeArgs {
     /// Resolves defaults and loads the rules file.
     pub fn into_config(self) -> Result<NodeConfig, ConfigError> {
@@ -249,6 +303,11 @@ impl ServeArgs {
                 .collect(),
             rules_path: self.config,
             rules,
+            grpc_addr: self.grpc,
+            envoy_config: match &self.envoy_config {
+                Some(path) => load_envoy(path)?,
+                None => crate::envoy_config::EnvoyConfig::default(),
+            },
             max_keys: self.max_keys,
             cluster_id: self.cluster_id,
             rules_poll: Duration::from_millis(self.config_poll_ms),

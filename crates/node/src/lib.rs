@@ -30,6 +30,7 @@ pub mod engine;
 pub mod envoy_config;
 pub mod forward;
 pub mod global;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod node;

@@ -32,6 +32,8 @@ pub struct Listeners {
     /// Peer RPC (TCP) and gossip (UDP) share one port number.
     pub peer: TcpListener,
     pub gossip: UdpSocket,
+    /// gRPC (`--grpc`), when configured.
+    pub grpc: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -56,12 +58,30 @@ impl Listeners {
                 Err(e) => return Err(bind_err("peer (UDP)", addr, e)),
             }
         };
-        Ok(Self { http, peer, gossip })
+        let grpc = match config.grpc_addr {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| bind_err("gRPC", addr, e))?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            http,
+            peer,
+            gossip,
+            grpc,
+        })
     }
 
     /// The HTTP address actually bound.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.local_addr().ok()
+    }
+
+    /// The gRPC address actually bound, if any.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The peer address actually bound.
@@ -240,6 +260,20 @@ pub async fn run(
         admin_api = config.admin_token.is_some(),
         "ringlimit node serving"
     );
+    if let Some(listener) = listeners.grpc {
+        let grpc_addr = listener.local_addr().ok();
+        let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
+        let service = state.service.clone();
+        tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit service, health)");
+        // Stopped with the node's other tasks once HTTP has drained.
+        tasks.spawn(async move {
+            if let Err(e) =
+                crate::grpc::serve(listener, service, envoy, std::future::pending()).await
+            {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        });
+    }
     let leaving = membership.clone();
     let leave_delay = config.leave_delay;
     let result = http::serve::serve(

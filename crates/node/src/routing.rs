@@ -158,7 +158,11 @@ impl Dispatcher {
             match self.pool.owner_client(&view, p.id) {
                 None => local.push(i),
                 Some((owner, client)) => {
-                    groups.add(owner, &client, i);
+                    // A shadow check travels in a group of its own: the owner may not know it
+                    // is one (an edge's own shadow setting), and must not let its denial give
+                    // back the others'.
+                    let group = (owner, p.resolved.shadow.then_some(i));
+                    groups.add(group, &client, i);
                     self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -76,6 +76,7 @@ impl CheckBody<'_> {
             key: &self.key,
             rule: fields.spec()?,
             cost: self.cost.unwrap_or(1),
+            shadow: false,
         })
     }
 }

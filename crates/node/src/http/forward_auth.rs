@@ -144,6 +144,7 @@ async fn decide(state: &AppState, req: &Parts) -> Result<Response, ApiError> {
             key,
             rule: RuleSpec::Named(name),
             cost: 1,
+            shadow: false,
         })
         .collect();
     let outcome = state

@@ -32,6 +32,9 @@ pub struct Check<'a> {
     pub key: &'a str,
     pub rule: RuleSpec<'a>,
     pub cost: u64,
+    /// Decide as a shadow rule whatever the rule says (an edge's own shadow setting, e.g. an
+    /// envoyproxy/ratelimit `shadow_mode` descriptor).
+    pub shadow: bool,
 }
 
 /// A decided check as every edge answers it.
@@ -169,7 +172,9 @@ impl CheckService {
 
     /// Validates a check at `cost` (nothing is consumed).
     fn prepare<'a>(&self, c: &Check<'a>, cost: u64) -> Result<Prepared<'a>, CheckError> {
-        self.here.engine().prepare_check(c.key, c.rule, cost)
+        let mut p = self.here.engine().prepare_check(c.key, c.rule, cost)?;
+        p.resolved.shadow |= c.shadow;
+        Ok(p)
     }
 
     /// Keeps a client per alive member (called on every membership change).

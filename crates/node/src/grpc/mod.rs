@@ -1,0 +1,48 @@
+//! The gRPC edge (`--grpc ADDR`): Envoy's rate limit service (`envoy.service.ratelimit.v3`)
+//! over the node's check service, and `grpc.health.v1` (SERVING once the node is ready).
+//!
+//! # Layout
+//! - [`envoy_rls`] — `ShouldRateLimit`: descriptors matched against envoyproxy/ratelimit's
+//!   configuration, decided all-or-nothing.
+
+pub mod envoy_rls;
+
+use crate::envoy_config::EnvoyConfig;
+use crate::service::CheckService;
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Serves gRPC on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    service: Arc<CheckService>,
+    envoy: Arc<ArcSwap<EnvoyConfig>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let ready = service.clone();
+    // SERVING once the node answers checks (its readiness), and from then on.
+    tokio::spawn(async move {
+        while !ready.is_ready() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        health
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        health
+            .set_serving::<RateLimitServiceServer<envoy_rls::EnvoyRls>>()
+            .await;
+    });
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(RateLimitServiceServer::new(envoy_rls::EnvoyRls {
+            service,
+            config: envoy,
+        }))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}
