@@ -132,3 +132,85 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
     assert_eq!(r.statuses[0].limit_remaining, 6);
     node.stop().await
 }
+
+/// Debian's Python with grpcio and grpc-tools (`.ci/run` installs them).
+fn python_grpc() -> Option<&'static str> {
+    let py = "/usr/bin/python3";
+    std::process::Command::new(py)
+        .args(["-c", "import grpc, grpc_tools"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| py)
+}
+
+#[tokio::test]
+async fn a_python_grpcio_client_speaks_envoys_rate_limit_protocol() -> Result<()> {
+    let Some(python) = python_grpc() else {
+        eprintln!("python3-grpcio / python3-grpc-tools not installed: skipping");
+        return Ok(());
+    };
+    let mut config = NodeConfig::local("grpc-python-node");
+    config.grpc_addr = Some("127.0.0.1:0".parse()?);
+    config.envoy_config = EnvoyConfig::from_files([("edge.yaml", ENVOY)])?;
+    let node = TestNode::start(config).await?;
+    let addr = node.grpc.context("a gRPC address")?;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/rls_client.py");
+    let target = addr.to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .arg(target)
+            .output()
+    });
+    // The client's own calls time out after 5 s each; this bounds protoc and the start.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
+        .await
+        .context("the Python client took over a minute")???;
+    anyhow::ensure!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let by = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["call"] == name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let overall: Vec<String> = (0..3)
+        .map(|i| {
+            by(&format!("login-{i}"))["overall"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(overall, ["OK", "OK", "OVER_LIMIT"]);
+    let first = by("login-0");
+    assert_eq!(first["statuses"][1]["limit"], 2);
+    assert_eq!(first["statuses"][1]["remaining"], 1);
+    assert_eq!(first["statuses"][0]["remaining"], 2);
+    let policy = first["headers"]["ratelimit-policy"].as_str().unwrap_or("");
+    assert!(
+        policy.contains(";q=3;w=3600") && policy.contains(";q=2;w=3600"),
+        "{policy}"
+    );
+    let reset = first["statuses"][0]["reset_s"].as_i64().unwrap_or(-1);
+    assert!((1..=3600).contains(&reset), "duration_until_reset {reset}");
+    // The denied login took nothing from the address: its third is still there.
+    let alone = by("address-alone");
+    assert_eq!(alone["overall"], "OK");
+    assert_eq!(alone["statuses"][0]["remaining"], 0);
+    assert_eq!(by("unknown")["overall"], "OK");
+    let raised = by("override");
+    assert_eq!(raised["overall"], "OK");
+    assert_eq!(raised["statuses"][0]["limit"], 10);
+    assert_eq!(raised["statuses"][0]["remaining"], 6);
+    node.stop().await
+}
