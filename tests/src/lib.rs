@@ -356,9 +356,13 @@ impl TestCluster {
             .collect::<Option<_>>()
             .context("no peer address")?;
         let mut nodes = Vec::with_capacity(n);
-        for (mut config, listeners) in bound {
+        for (mut config, mut listeners) in bound {
             config.seeds = seeds.clone();
             configure(&mut config);
+            // Asked for by `configure`, after the other sockets were bound.
+            if let (Some(addr), None) = (config.grpc_addr, &listeners.grpc) {
+                listeners.grpc = Some(tokio::net::TcpListener::bind(addr).await?);
+            }
             nodes.push(TestNode::spawn(config, listeners)?);
         }
         let cluster = Self { nodes };

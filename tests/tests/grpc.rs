@@ -133,37 +133,65 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
     node.stop().await
 }
 
-/// Debian's Python with grpcio and grpc-tools (`.ci/run` installs them).
-fn python_grpc() -> Option<&'static str> {
-    let py = "/usr/bin/python3";
-    std::process::Command::new(py)
-        .args(["-c", "import grpc, grpc_tools"])
+/// The Python that has grpcio and Envoy's generated types: `RINGLIMIT_TEST_PYTHON`, else the
+/// environment `.ci/run` makes.
+fn python_with_envoy_types() -> Option<String> {
+    let py = std::env::var("RINGLIMIT_TEST_PYTHON")
+        .unwrap_or_else(|_| "/tmp/ringlimit-grpc-venv/bin/python".into());
+    std::process::Command::new(&py)
+        .args(["-c", "import grpc, envoy_data_plane"])
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|_| py)
 }
 
+const ENVOY_NESTED: &str = "
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: hour, requests_per_unit: 3 }
+  - key: path
+    value: /login
+    rate_limit: { unit: hour, requests_per_unit: 2 }
+  - key: trial
+    shadow_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: internal
+    rate_limit: { unlimited: true }
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: user
+        rate_limit: { unit: hour, requests_per_unit: 5 }
+";
+
 #[tokio::test]
-async fn a_python_grpcio_client_speaks_envoys_rate_limit_protocol() -> Result<()> {
-    let Some(python) = python_grpc() else {
-        eprintln!("python3-grpcio / python3-grpc-tools not installed: skipping");
+async fn a_python_grpcio_client_with_envoys_types_against_three_nodes() -> Result<()> {
+    let Some(python) = python_with_envoy_types() else {
+        eprintln!("no Python with grpcio and envoy-data-plane (made by .ci/run): skipping");
         return Ok(());
     };
-    let mut config = NodeConfig::local("grpc-python-node");
-    config.grpc_addr = Some("127.0.0.1:0".parse()?);
-    config.envoy_config = EnvoyConfig::from_files([("edge.yaml", ENVOY)])?;
-    let node = TestNode::start(config).await?;
-    let addr = node.grpc.context("a gRPC address")?;
+    let cluster = ringlimit_tests::TestCluster::start_with(3, |c| {
+        c.grpc_addr = "127.0.0.1:0".parse().ok();
+        c.envoy_config =
+            EnvoyConfig::from_files([("edge.yaml", ENVOY_NESTED)]).expect("valid envoy config");
+    })
+    .await?;
+    let addrs = cluster
+        .iter()
+        .map(|n| n.grpc.map(|a| a.to_string()))
+        .collect::<Option<Vec<_>>>()
+        .context("every node serves gRPC")?
+        .join(",");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/rls_client.py");
-    let target = addr.to_string();
     let run = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
             .arg(script)
-            .arg(target)
+            .arg(addrs)
             .output()
     });
-    // The client's own calls time out after 5 s each; this bounds protoc and the start.
+    // The client's own calls time out after 5 s each; this bounds its start.
     let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
         .await
         .context("the Python client took over a minute")???;
@@ -183,6 +211,7 @@ async fn a_python_grpcio_client_speaks_envoys_rate_limit_protocol() -> Result<()
             .cloned()
             .unwrap_or_default()
     };
+    // Each call through another node: exact across the cluster, all-or-nothing.
     let overall: Vec<String> = (0..3)
         .map(|i| {
             by(&format!("login-{i}"))["overall"]
@@ -202,15 +231,43 @@ async fn a_python_grpcio_client_speaks_envoys_rate_limit_protocol() -> Result<()
         "{policy}"
     );
     let reset = first["statuses"][0]["reset_s"].as_i64().unwrap_or(-1);
-    assert!((1..=3600).contains(&reset), "duration_until_reset {reset}");
-    // The denied login took nothing from the address: its third is still there.
+    assert!((0..=3600).contains(&reset), "duration_until_reset {reset}");
+    assert_eq!(by("login-2")["statuses"][1]["code"], "OVER_LIMIT");
     let alone = by("address-alone");
-    assert_eq!(alone["overall"], "OK");
+    assert_eq!(
+        alone["overall"], "OK",
+        "the denied login took nothing: {alone}"
+    );
     assert_eq!(alone["statuses"][0]["remaining"], 0);
-    assert_eq!(by("unknown")["overall"], "OK");
+    for i in 0..3 {
+        assert_eq!(
+            by(&format!("shadow-{i}"))["overall"],
+            "OK",
+            "shadow never denies"
+        );
+    }
+    assert_eq!(
+        by("unlimited")["statuses"][0]["remaining"],
+        u64::from(u32::MAX)
+    );
+    let nested = by("nested");
+    assert_eq!(nested["statuses"][0]["limit"], 5);
+    assert_eq!(nested["statuses"][0]["remaining"], 4);
+    assert_eq!(
+        by("nested-parent-only")["statuses"][0]["limit"],
+        serde_json::Value::Null
+    );
+    assert_eq!(by("unknown-descriptor")["overall"], "OK");
+    assert_eq!(by("unknown-domain")["overall"], "OK");
     let raised = by("override");
     assert_eq!(raised["overall"], "OK");
     assert_eq!(raised["statuses"][0]["limit"], 10);
     assert_eq!(raised["statuses"][0]["remaining"], 6);
-    node.stop().await
+    assert_eq!(by("empty-domain")["error"], "INVALID_ARGUMENT");
+    assert_eq!(by("bad-unit")["error"], "INVALID_ARGUMENT");
+    // The nodes are fine after the bad requests.
+    for node in cluster.iter() {
+        node.wait_ready().await?;
+    }
+    cluster.stop().await
 }
