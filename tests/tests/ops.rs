@@ -9,10 +9,10 @@ use ringlimit_node::engine::{Engine, RuleSpec};
 use ringlimit_node::rules::RuleSet;
 use ringlimit_proto::Ring;
 use ringlimit_tests::{
-    ProcessNode, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, wait_until,
+    ProcessNode, TempDir, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, wait_until,
 };
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,27 +155,6 @@ async fn metrics_name_every_operations_series() -> Result<()> {
     assert_eq!(want("ringlimit_rules_generation")?, 1.0);
     assert!(want("ringlimit_rules_last_reload_timestamp_seconds")? > 1.7e9);
     cluster.stop().await
-}
-
-/// A temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("ringlimit-{what}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Publishes `text` the way the kubelet updates a mounted ConfigMap: a new timestamped

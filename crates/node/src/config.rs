@@ -173,6 +173,8 @@ pub struct NodeConfig {
     pub grpc_addr: Option<SocketAddr>,
     /// envoyproxy/ratelimit configuration for `ShouldRateLimit` (empty without `--envoy-config`).
     pub envoy_config: crate::envoy_config::EnvoyConfig,
+    /// Where `envoy_config` came from, polled like the rules file (`None`: nothing to reload).
+    pub envoy_path: Option<PathBuf>,
     pub max_keys: u64,
     pub cluster_id: String,
     pub rules_poll: Duration,
@@ -214,6 +216,7 @@ impl NodeConfig {
             rules: RuleSet::builtin(),
             grpc_addr: None,
             envoy_config: crate::envoy_config::EnvoyConfig::default(),
+            envoy_path: None,
             max_keys: 100_000,
             cluster_id: "ringlimit".into(),
             rules_poll: Duration::from_millis(100),
@@ -244,9 +247,10 @@ pub fn load_rules(path: &std::path::Path) -> Result<RuleSet, ConfigError> {
     })
 }
 
-/// Reads envoyproxy/ratelimit configuration: one YAML file, or every `*.yaml`/`*.yml` file of
-/// a directory (hidden files skipped), in name order.
-pub fn load_envoy(path: &std::path::Path) -> Result<crate::envoy_config::EnvoyConfig, ConfigError> {
+/// Reads envoyproxy/ratelimit configuration files as `(name, text)`: one YAML file, or every
+/// `*.yaml`/`*.yml` file of a directory (hidden files skipped: a ConfigMap's `..data`), in name
+/// order.
+pub fn read_envoy_files(path: &std::path::Path) -> Result<Vec<(String, String)>, ConfigError> {
     let read = |p: &std::path::Path| {
         std::fs::read_to_string(p).map_err(|source| ConfigError::ReadEnvoy {
             path: p.to_owned(),
@@ -274,6 +278,12 @@ pub fn load_envoy(path: &std::path::Path) -> Result<crate::envoy_config::EnvoyCo
     } else {
         files.push((path.display().to_string(), read(path)?));
     }
+    Ok(files)
+}
+
+/// Reads and validates envoyproxy/ratelimit configuration (see [`read_envoy_files`]).
+pub fn load_envoy(path: &std::path::Path) -> Result<crate::envoy_config::EnvoyConfig, ConfigError> {
+    let files = read_envoy_files(path)?;
     Ok(crate::envoy_config::EnvoyConfig::from_files(
         files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
     )?)
@@ -308,6 +318,7 @@ impl ServeArgs {
                 Some(path) => load_envoy(path)?,
                 None => crate::envoy_config::EnvoyConfig::default(),
             },
+            envoy_path: self.envoy_config,
             max_keys: self.max_keys,
             cluster_id: self.cluster_id,
             rules_poll: Duration::from_millis(self.config_poll_ms),

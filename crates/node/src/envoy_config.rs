@@ -127,6 +127,11 @@ impl EnvoyConfig {
         Ok(Self { domains })
     }
 
+    /// How many domains are configured.
+    pub fn domains(&self) -> usize {
+        self.domains.len()
+    }
+
     /// Whether `domain` is configured.
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)

@@ -201,12 +201,18 @@ pub async fn run(
     ));
     let ready = Arc::new(AtomicBool::new(false));
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
+    let envoy_status = Arc::new(RulesStatus::new(config.envoy_path.clone()));
+    if config.envoy_path.is_none() {
+        envoy_status.generation.store(0, Ordering::Relaxed);
+    }
+    let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
     let service = Arc::new(CheckService::new(service::Parts {
         dispatcher: Dispatcher::new(here.clone(), view, pool.clone(), metrics.peer_rpc()),
         here,
         pool,
         metrics,
         rules: rules.clone(),
+        envoy: envoy_status.clone(),
         cluster_id: Arc::from(config.cluster_id.as_str()),
         ready: ready.clone(),
     }));
@@ -241,6 +247,13 @@ pub async fn run(
             config.rules_poll,
         ));
     }
+    if envoy_status.source.is_some() && listeners.grpc.is_some() {
+        tasks.spawn(crate::reload::watch_envoy(
+            envoy.clone(),
+            envoy_status,
+            config.rules_poll,
+        ));
+    }
 
     let state = AppState::new(http::Shared {
         service,
@@ -262,7 +275,6 @@ pub async fn run(
     );
     if let Some(listener) = listeners.grpc {
         let grpc_addr = listener.local_addr().ok();
-        let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
         let service = state.service.clone();
         tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit service, health)");
         // Stopped with the node's other tasks once HTTP has drained.

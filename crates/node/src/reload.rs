@@ -7,9 +7,11 @@
 //! is refused with one log line naming the rule and field, and the previous rules stay in force.
 
 use crate::engine::Engine;
+use crate::envoy_config::EnvoyConfig;
 use crate::rules::{RuleSet, RulesError};
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -89,26 +91,45 @@ fn parse(bytes: &[u8]) -> Result<RuleSet, RulesError> {
     RuleSet::from_yaml(text)
 }
 
-/// Watches `status.source` every `every` until the task is dropped (nothing without a source).
-pub async fn watch(engine: Arc<Engine>, status: Arc<RulesStatus>, every: Duration) {
+/// A configuration source polled by [`poll`]: read as a snapshot of its bytes, applied when
+/// they change.
+trait Source: Send + 'static {
+    /// What one read returns (the bytes of its file or files), compared between polls.
+    type Snapshot: PartialEq + Send + 'static;
+    /// What the logs call it.
+    const WHAT: &'static str;
+    /// Reads the source (blocking; run off the async threads).
+    fn read(path: &Path) -> Result<Self::Snapshot, String>;
+    /// Validates a changed snapshot and puts it in force: `Ok(Some(n))` with `n` entries in
+    /// force now, `Ok(None)` when it means what is in force already.
+    fn apply(&self, snapshot: &Self::Snapshot) -> Result<Option<usize>, String>;
+}
+
+/// Polls `status.source` every `every` until the task is dropped (nothing without a source).
+async fn poll<S: Source>(source: S, status: Arc<RulesStatus>, every: Duration) {
     let Some(path) = status.source.clone() else {
         return;
     };
-    // Start from nothing read: the first poll compares the file with the rules in force, so a
+    let source = Arc::new(source);
+    // Start from nothing read: the first poll compares the source with what is in force, so a
     // change made between start-up and this task's first read is not missed.
-    let mut last: Option<Vec<u8>> = None;
+    let mut last: Option<S::Snapshot> = None;
     let mut unreadable = false;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        // One read, parsed as read: the bytes compared next time are the bytes validated now.
-        let bytes = match tokio::fs::read(&path).await {
-            Ok(bytes) => bytes,
+        // One read, parsed as read: what is compared next time is what was validated now.
+        let read_path = path.clone();
+        let read = tokio::task::spawn_blocking(move || S::read(&read_path))
+            .await
+            .unwrap_or_else(|e| Err(format!("reading failed: {e}")));
+        let snapshot = match read {
+            Ok(snapshot) => snapshot,
             Err(e) => {
                 if !unreadable {
-                    tracing::warn!(path = %path.display(), error = %e, "rules file unreadable; the previous rules stay in force");
-                    status.refused(format!("cannot read {}: {e}", path.display()));
+                    tracing::warn!(path = %path.display(), error = %e, "{} unreadable; the previous one stays in force", S::WHAT);
+                    status.refused(e);
                     unreadable = true;
                 }
                 last = None;
@@ -116,33 +137,84 @@ pub async fn watch(engine: Arc<Engine>, status: Arc<RulesStatus>, every: Duratio
             }
         };
         unreadable = false;
-        if last.as_deref() == Some(bytes.as_slice()) {
+        if last.as_ref() == Some(&snapshot) {
             continue;
         }
-        let parsed = parse(&bytes);
-        last = Some(bytes);
-        match parsed {
-            // Same rules (a comment or layout change, or the file as loaded at start).
-            Ok(rules) if *engine.rules() == rules => {}
-            Ok(rules) => {
-                let count = rules.len();
-                engine.set_rules(rules);
+        let applied = source.apply(&snapshot);
+        last = Some(snapshot);
+        match applied {
+            Ok(None) => {}
+            Ok(Some(count)) => {
                 let generation = status.put_in_force();
-                tracing::info!(path = %path.display(), rules = count, generation, "rules reloaded");
+                tracing::info!(path = %path.display(), entries = count, generation, "{} reloaded", S::WHAT);
             }
             Err(e) => {
-                match &e {
-                    RulesError::Rule { rule, error } => tracing::warn!(
-                        path = %path.display(), %rule, field = error.field, error = %e,
-                        "rules file refused; the previous rules stay in force"
-                    ),
-                    _ => tracing::warn!(
-                        path = %path.display(), error = %e,
-                        "rules file refused; the previous rules stay in force"
-                    ),
-                }
-                status.refused(e.to_string());
+                tracing::warn!(path = %path.display(), error = %e, "{} refused; the previous one stays in force", S::WHAT);
+                status.refused(e);
             }
         }
     }
+}
+
+/// The rules file, put in force in the engine.
+struct RulesFile(Arc<Engine>);
+
+impl Source for RulesFile {
+    type Snapshot = Vec<u8>;
+    const WHAT: &'static str = "rules file";
+
+    fn read(path: &Path) -> Result<Vec<u8>, String> {
+        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    }
+
+    fn apply(&self, bytes: &Vec<u8>) -> Result<Option<usize>, String> {
+        // The error names the rule and the field (`RulesError::Rule`).
+        let rules = parse(bytes).map_err(|e| e.to_string())?;
+        // Same rules (a comment or layout change, or the file as loaded at start).
+        if *self.0.rules() == rules {
+            return Ok(None);
+        }
+        let count = rules.len();
+        self.0.set_rules(rules);
+        Ok(Some(count))
+    }
+}
+
+/// envoyproxy/ratelimit's configuration (`--envoy-config`, a file or a directory), put in
+/// force for `ShouldRateLimit`.
+struct EnvoyFiles(Arc<ArcSwap<EnvoyConfig>>);
+
+impl Source for EnvoyFiles {
+    type Snapshot = Vec<(String, String)>;
+    const WHAT: &'static str = "envoy config";
+
+    fn read(path: &Path) -> Result<Self::Snapshot, String> {
+        crate::config::read_envoy_files(path).map_err(|e| e.to_string())
+    }
+
+    fn apply(&self, files: &Self::Snapshot) -> Result<Option<usize>, String> {
+        let config = EnvoyConfig::from_files(files.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+            .map_err(|e| e.to_string())?;
+        if **self.0.load() == config {
+            return Ok(None);
+        }
+        let domains = config.domains();
+        self.0.store(Arc::new(config));
+        Ok(Some(domains))
+    }
+}
+
+/// Watches the rules file (`status.source`) every `every` until the task is dropped.
+pub async fn watch(engine: Arc<Engine>, status: Arc<RulesStatus>, every: Duration) {
+    poll(RulesFile(engine), status, every).await;
+}
+
+/// Watches the envoyproxy/ratelimit configuration (`status.source`, a file or a directory:
+/// files added, changed or removed) every `every` until the task is dropped.
+pub async fn watch_envoy(
+    config: Arc<ArcSwap<EnvoyConfig>>,
+    status: Arc<RulesStatus>,
+    every: Duration,
+) {
+    poll(EnvoyFiles(config), status, every).await;
 }

@@ -87,6 +87,9 @@ pub struct Snapshot {
     pub reloads_error: u64,
     pub rules_generation: u64,
     pub rules_loaded_at_s: u64,
+    pub envoy_reloads_ok: u64,
+    pub envoy_reloads_error: u64,
+    pub envoy_generation: u64,
 }
 
 /// One series read from a [`Snapshot`]. Consecutive rows of one name are one family, told
@@ -253,6 +256,26 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Gauge,
         rules_loaded_at_s,
         "Unix time at which the rules in force were loaded"
+    ),
+    series!(
+        "envoy_config_reload",
+        Counter,
+        envoy_reloads_ok,
+        "envoyproxy/ratelimit configuration reloads (--envoy-config): ok or error (refused; the previous stays)",
+        "result" = "ok"
+    ),
+    series!(
+        "envoy_config_reload",
+        Counter,
+        envoy_reloads_error,
+        "envoyproxy/ratelimit configuration reloads (--envoy-config): ok or error (refused; the previous stays)",
+        "result" = "error"
+    ),
+    series!(
+        "envoy_config_generation",
+        Gauge,
+        envoy_generation,
+        "envoyproxy/ratelimit configurations put in force since start (1: loaded at start; 0: none)"
     ),
 ];
 

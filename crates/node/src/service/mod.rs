@@ -74,6 +74,8 @@ pub struct Parts {
     pub pool: Arc<PeerPool>,
     pub metrics: Arc<Metrics>,
     pub rules: Arc<RulesStatus>,
+    /// The envoyproxy/ratelimit configuration's reloads (`--envoy-config`), for the metrics.
+    pub envoy: Arc<RulesStatus>,
     pub cluster_id: Arc<str>,
     pub ready: Arc<AtomicBool>,
 }
@@ -85,6 +87,7 @@ pub struct CheckService {
     pool: Arc<PeerPool>,
     metrics: Arc<Metrics>,
     rules: Arc<RulesStatus>,
+    envoy: Arc<RulesStatus>,
     cluster_id: Arc<str>,
     ready: Arc<AtomicBool>,
     /// Buckets this node sent to their new owners after ring changes.
@@ -99,6 +102,7 @@ impl CheckService {
             pool: p.pool,
             metrics: p.metrics,
             rules: p.rules,
+            envoy: p.envoy,
             cluster_id: p.cluster_id,
             ready: p.ready,
             handed_over: AtomicU64::new(0),

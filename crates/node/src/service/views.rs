@@ -206,6 +206,9 @@ impl CheckService {
             reloads_error: load(&self.rules.reloads_failed),
             rules_generation: load(&self.rules.generation),
             rules_loaded_at_s: load(&self.rules.loaded_at_ms) / 1000,
+            envoy_reloads_ok: load(&self.envoy.reloads_ok),
+            envoy_reloads_error: load(&self.envoy.reloads_failed),
+            envoy_generation: load(&self.envoy.generation),
         }
     }
 
