@@ -816,27 +816,6 @@ impl Reply {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_the_serving_line() {
-        let line = "2026-01-01T00:00:00.000000Z  INFO ringlimit_node::node: ringlimit node serving \
-                    node_id=x http=127.0.0.1:38077 peer=127.0.0.1:35397 seeds=[]";
-        assert_eq!(field(line, "http"), Some("127.0.0.1:38077"));
-        assert_eq!(field(line, "peer"), Some("127.0.0.1:35397"));
-        assert_eq!(field(line, "nope"), None);
-    }
-
-    #[test]
-    fn free_ports_are_free() {
-        let p = free_peer_port().expect("port");
-        assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
-        assert!(std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok());
-    }
-}
-
 /// A temporary directory, removed on drop.
 pub struct TempDir(pub PathBuf);
 
@@ -855,5 +834,26 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_serving_line() {
+        let line = "2026-01-01T00:00:00.000000Z  INFO ringlimit_node::node: ringlimit node serving \
+                    node_id=x http=127.0.0.1:38077 peer=127.0.0.1:35397 seeds=[]";
+        assert_eq!(field(line, "http"), Some("127.0.0.1:38077"));
+        assert_eq!(field(line, "peer"), Some("127.0.0.1:35397"));
+        assert_eq!(field(line, "nope"), None);
+    }
+
+    #[test]
+    fn free_ports_are_free() {
+        let p = free_peer_port().expect("port");
+        assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+        assert!(std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok());
     }
 }
