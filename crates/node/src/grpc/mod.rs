@@ -1,16 +1,21 @@
 //! The gRPC edge (`--grpc ADDR`): Envoy's rate limit service (`envoy.service.ratelimit.v3`)
-//! over the node's check service, and `grpc.health.v1` (SERVING once the node is ready).
+//! and ringlimit's own `ringlimit.v1.RateLimiter` over the node's check service, and
+//! `grpc.health.v1` (SERVING once the node is ready).
 //!
 //! # Layout
 //! - [`envoy_rls`] — `ShouldRateLimit`: descriptors matched against envoyproxy/ratelimit's
 //!   configuration, decided all-or-nothing.
+//! - [`ringlimit_v1`] — `ringlimit.v1.RateLimiter`: the HTTP API's checks as gRPC.
 
 pub mod envoy_rls;
+pub mod ringlimit_v1;
 
 use crate::envoy_config::EnvoyConfig;
 use crate::service::CheckService;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use ringlimit_v1::RingLimitV1;
+use ringlimit_v1::pb::rate_limiter_server::RateLimiterServer;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -36,13 +41,15 @@ pub async fn serve(
         health
             .set_serving::<RateLimitServiceServer<envoy_rls::EnvoyRls>>()
             .await;
+        health.set_serving::<RateLimiterServer<RingLimitV1>>().await;
     });
     tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(envoy_rls::EnvoyRls {
-            service,
+            service: service.clone(),
             config: envoy,
         }))
+        .add_service(RateLimiterServer::new(RingLimitV1 { service }))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await
 }

@@ -8,7 +8,7 @@ use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::engine::RuleSpec;
 use crate::service::all::AllOutcome;
-use crate::service::{Check, Outcome};
+use crate::service::{Check, MAX_BATCH, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -20,9 +20,6 @@ use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-
-/// Most checks in one batch.
-pub const MAX_BATCH: usize = 1000;
 
 /// A check as the JSON body spells it.
 #[derive(Debug, Deserialize)]

@@ -26,6 +26,9 @@ use ringlimit_proto::CheckAnswer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Most checks in one batch, on every edge.
+pub const MAX_BATCH: usize = 1000;
+
 /// One check as an edge hands it over: may `key` spend `cost` under `rule` now?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Check<'a> {

@@ -1,0 +1,216 @@
+//! `ringlimit.v1.RateLimiter` (`crates/proto/proto/ringlimit/v1/ratelimiter.proto`): the HTTP
+//! API's three checks as gRPC, over the same check service, with the same validation and error
+//! codes. A thin edge: messages in and out, deciding in the service.
+
+use crate::engine::RuleSpec;
+use crate::service::all::AllOutcome;
+use crate::service::{Check, CheckService, MAX_BATCH, Outcome};
+use ringlimit_core::all::AllError;
+use ringlimit_core::check::CheckError;
+use ringlimit_proto::{Algorithm, InlineRule};
+use std::sync::Arc;
+
+/// The code generated from the .proto (build.rs).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("ringlimit.v1");
+}
+
+use pb::check_request::RuleSpec as PbRuleSpec;
+use pb::rate_limiter_server::RateLimiter;
+
+/// `ringlimit.v1.RateLimiter` over the node's check service.
+pub struct RingLimitV1 {
+    pub service: Arc<CheckService>,
+}
+
+/// A gRPC status carrying the HTTP API's error code: `"<code>: <sentence>"`.
+fn status(grpc: tonic::Code, code: &str, message: impl std::fmt::Display) -> tonic::Status {
+    tonic::Status::new(grpc, format!("{code}: {message}"))
+}
+
+/// The gRPC code of a check error, as the HTTP API's status: 404 → NOT_FOUND, 503 →
+/// UNAVAILABLE, the rest (400) → INVALID_ARGUMENT.
+fn grpc_code(e: &CheckError) -> tonic::Code {
+    match e.code() {
+        "unknown_rule" => tonic::Code::NotFound,
+        "unavailable" => tonic::Code::Unavailable,
+        _ => tonic::Code::InvalidArgument,
+    }
+}
+
+fn check_status(e: &CheckError) -> tonic::Status {
+    status(grpc_code(e), e.code(), e)
+}
+
+fn all_status(e: &AllError) -> tonic::Status {
+    let grpc = match e {
+        AllError::Item { error, .. } => grpc_code(error),
+        _ => tonic::Code::InvalidArgument,
+    };
+    status(grpc, e.code(), e)
+}
+
+/// Why a request message cannot be a check (before the service sees it).
+struct Invalid {
+    code: &'static str,
+    message: String,
+}
+
+impl Invalid {
+    fn status(&self) -> tonic::Status {
+        status(tonic::Code::InvalidArgument, self.code, &self.message)
+    }
+}
+
+/// The check a request message asks for.
+fn check(r: &pb::CheckRequest) -> Result<Check<'_>, Invalid> {
+    let rule = match &r.rule_spec {
+        Some(PbRuleSpec::Rule(name)) => RuleSpec::Named(name),
+        Some(PbRuleSpec::Inline(i)) => RuleSpec::Inline(InlineRule {
+            limit: i.limit,
+            period_ms: i.period_ms,
+            algorithm: algorithm(i.algorithm)?,
+            burst: i.burst,
+        }),
+        None => {
+            return Err(Invalid {
+                code: "invalid_request",
+                message: "a check needs either `rule` or `inline`".into(),
+            });
+        }
+    };
+    Ok(Check {
+        key: &r.key,
+        rule,
+        cost: r.cost.unwrap_or(1),
+        shadow: false,
+    })
+}
+
+fn algorithm(value: i32) -> Result<Algorithm, Invalid> {
+    use pb::Algorithm as A;
+    match A::try_from(value) {
+        Ok(A::Unspecified) => Ok(Algorithm::default()),
+        Ok(A::TokenBucket) => Ok(Algorithm::TokenBucket),
+        Ok(A::FixedWindow) => Ok(Algorithm::FixedWindow),
+        Ok(A::SlidingWindow) => Ok(Algorithm::SlidingWindow),
+        Ok(A::SlidingLog) => Ok(Algorithm::SlidingLog),
+        Ok(A::LeakyBucket) => Ok(Algorithm::LeakyBucket),
+        Err(_) => Err(Invalid {
+            code: "unknown_algorithm",
+            message: format!("unknown algorithm {value}"),
+        }),
+    }
+}
+
+fn answer(o: &Outcome) -> pb::CheckResponse {
+    let a = &o.answer;
+    pb::CheckResponse {
+        allowed: a.allowed,
+        limit: a.limit,
+        remaining: a.remaining,
+        reset_at_ms: a.reset_at_ms,
+        retry_after_ms: a.retry_after_ms,
+        degraded: a.degraded,
+        shadow_denied: o.shadow_denied,
+    }
+}
+
+fn all_answer(o: &AllOutcome) -> pb::CheckAllResponse {
+    pb::CheckAllResponse {
+        allowed: o.allowed,
+        binding: o.results.get(o.binding).map(answer),
+        binding_index: u32::try_from(o.binding).unwrap_or(u32::MAX),
+        degraded: o.degraded,
+        results: o.results.iter().map(answer).collect(),
+    }
+}
+
+/// Every check of a request message, or the first invalid one's error naming its index.
+fn checks(requests: &[pb::CheckRequest]) -> Result<Vec<Check<'_>>, tonic::Status> {
+    requests
+        .iter()
+        .enumerate()
+        .map(|(index, r)| {
+            check(r).map_err(|e| {
+                status(
+                    tonic::Code::InvalidArgument,
+                    e.code,
+                    format!("check {index}: {}", e.message),
+                )
+            })
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl RateLimiter for RingLimitV1 {
+    async fn check(
+        &self,
+        request: tonic::Request<pb::CheckRequest>,
+    ) -> Result<tonic::Response<pb::CheckResponse>, tonic::Status> {
+        let r = request.into_inner();
+        let c = check(&r).map_err(|e| e.status())?;
+        let outcome = self.service.check(&c).await.map_err(|e| check_status(&e))?;
+        Ok(tonic::Response::new(answer(&outcome)))
+    }
+
+    async fn check_batch(
+        &self,
+        request: tonic::Request<pb::CheckBatchRequest>,
+    ) -> Result<tonic::Response<pb::CheckBatchResponse>, tonic::Status> {
+        let r = request.into_inner();
+        if r.checks.is_empty() || r.checks.len() > MAX_BATCH {
+            return Err(status(
+                tonic::Code::InvalidArgument,
+                "invalid_batch",
+                format!(
+                    "`checks` must hold 1 to {MAX_BATCH} checks, got {}",
+                    r.checks.len()
+                ),
+            ));
+        }
+        // An invalid item gets its error in its place; the valid ones are decided together.
+        let parsed: Vec<Result<Check<'_>, Invalid>> = r.checks.iter().map(check).collect();
+        let valid: Vec<Check<'_>> = parsed
+            .iter()
+            .filter_map(|p| p.as_ref().ok().copied())
+            .collect();
+        let mut decided = self.service.check_many(&valid).await.into_iter();
+        let error = |code: &str, message: String| {
+            pb::check_batch_result::Result::Error(pb::Error {
+                error: code.to_owned(),
+                message,
+            })
+        };
+        let results = parsed
+            .iter()
+            .map(|p| pb::CheckBatchResult {
+                result: Some(match p {
+                    Err(e) => error(e.code, e.message.clone()),
+                    Ok(_) => match decided.next() {
+                        Some(Ok(o)) => pb::check_batch_result::Result::Answer(answer(&o)),
+                        Some(Err(e)) => error(e.code(), e.to_string()),
+                        None => error("unavailable", "no answer was produced".into()),
+                    },
+                }),
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::CheckBatchResponse { results }))
+    }
+
+    async fn check_all(
+        &self,
+        request: tonic::Request<pb::CheckAllRequest>,
+    ) -> Result<tonic::Response<pb::CheckAllResponse>, tonic::Status> {
+        let r = request.into_inner();
+        let checks = checks(&r.checks)?;
+        let outcome = self
+            .service
+            .check_all(&checks)
+            .await
+            .map_err(|e| all_status(&e))?;
+        Ok(tonic::Response::new(all_answer(&outcome)))
+    }
+}

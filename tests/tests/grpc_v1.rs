@@ -1,0 +1,372 @@
+//! `ringlimit.v1.RateLimiter` and `grpc.health.v1` on a real node: the HTTP API's three checks
+//! as gRPC over the same buckets, with the same validation and error codes (a gRPC status
+//! whose message starts with the HTTP API's code), and from Python grpcio with stubs that
+//! `grpc_tools` compiles from our `.proto` at test time.
+
+use anyhow::{Context, Result, ensure};
+use ringlimit_node::NodeConfig;
+use ringlimit_node::grpc::ringlimit_v1::pb;
+use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClient;
+use ringlimit_node::rules::RuleSet;
+use ringlimit_tests::{TestCluster, TestNode, WAIT, wait_until};
+use serde_json::json;
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const RULES: &str = "
+rules:
+  - { name: per-ip, limit: 10, period: 1h }
+  - { name: per-user, limit: 3, period: 1h }
+  - { name: trial, limit: 1, period: 1h, shadow: true }
+";
+
+fn with_rules(config: &mut NodeConfig) {
+    config.rules = RuleSet::from_yaml(RULES).expect("valid rules");
+    config.grpc_addr = "127.0.0.1:0".parse().ok();
+}
+
+fn named(rule: &str, key: &str) -> pb::CheckRequest {
+    pb::CheckRequest {
+        key: key.into(),
+        rule_spec: Some(pb::check_request::RuleSpec::Rule(rule.into())),
+        cost: None,
+    }
+}
+
+fn inline(key: &str, limit: u64, period_ms: u64, algorithm: i32) -> pb::CheckRequest {
+    pb::CheckRequest {
+        key: key.into(),
+        rule_spec: Some(pb::check_request::RuleSpec::Inline(pb::InlineRule {
+            limit,
+            period_ms,
+            algorithm,
+            burst: None,
+        })),
+        cost: None,
+    }
+}
+
+/// The status's gRPC code and the HTTP API code its message starts with.
+fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> (Code, String) {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(s) => (
+            s.code(),
+            s.message().split(':').next().unwrap_or("").to_owned(),
+        ),
+    }
+}
+
+async fn client(node: &TestNode) -> Result<RateLimiterClient<Channel>> {
+    let addr = node.grpc.context("a gRPC address")?;
+    Ok(RateLimiterClient::connect(format!("http://{addr}")).await?)
+}
+
+#[tokio::test]
+async fn health_reports_serving_for_every_service() -> Result<()> {
+    let mut config = NodeConfig::local("grpc-health");
+    with_rules(&mut config);
+    let node = TestNode::start(config).await?;
+    let addr = node.grpc.context("a gRPC address")?;
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let mut health = HealthClient::new(channel);
+    for service in [
+        "",
+        "ringlimit.v1.RateLimiter",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        wait_until(&format!("{service:?} SERVING"), WAIT, || {
+            let mut health = health.clone();
+            async move {
+                let r = health
+                    .check(HealthCheckRequest {
+                        service: service.into(),
+                    })
+                    .await?
+                    .into_inner();
+                Ok(r.status == ServingStatus::Serving as i32)
+            }
+        })
+        .await?;
+    }
+    let (code, _) = refused(
+        health
+            .check(HealthCheckRequest {
+                service: "no.such.Service".into(),
+            })
+            .await,
+    );
+    assert_eq!(code, Code::NotFound);
+    node.stop().await
+}
+
+#[tokio::test]
+async fn check_batch_and_all_share_the_http_apis_buckets_and_errors() -> Result<()> {
+    let mut config = NodeConfig::local("grpc-v1");
+    with_rules(&mut config);
+    let node = TestNode::start(config).await?;
+    let mut c = client(&node).await?;
+
+    // Check: the same bucket as POST /v1/check.
+    let a = c.check(named("per-user", "u1")).await?.into_inner();
+    assert!(a.allowed);
+    assert_eq!((a.limit, a.remaining, a.retry_after_ms), (3, 2, 0));
+    assert_eq!(a.shadow_denied, None);
+    let http = node
+        .api()
+        .check(&json!({ "rule": "per-user", "key": "u1", "cost": 0 }))
+        .await?
+        .json()?;
+    assert_eq!(http["remaining"], 2, "gRPC and HTTP share the bucket");
+    let mut heavy = named("per-user", "u1");
+    heavy.cost = Some(2);
+    assert!(c.check(heavy.clone()).await?.into_inner().allowed);
+    let denied = c.check(named("per-user", "u1")).await?.into_inner();
+    assert!(!denied.allowed);
+    assert!(denied.retry_after_ms > 0);
+    // Inline rules, every algorithm.
+    for algorithm in 0..=5 {
+        let key = format!("inline-{algorithm}");
+        let r = c
+            .check(inline(&key, 2, 60_000, algorithm))
+            .await?
+            .into_inner();
+        assert!(r.allowed, "algorithm {algorithm}");
+        assert_eq!(r.limit, 2);
+    }
+
+    // Errors: the HTTP API's codes, as statuses.
+    let mut no_rule = named("per-user", "u1");
+    no_rule.rule_spec = None;
+    let mut zero_period = inline("k", 1, 0, 0);
+    zero_period.cost = Some(1);
+    let mut too_costly = named("per-user", "u9");
+    too_costly.cost = Some(4);
+    let cases = [
+        (named("per-user", ""), Code::InvalidArgument, "invalid_key"),
+        (named("nope", "k"), Code::NotFound, "unknown_rule"),
+        (no_rule, Code::InvalidArgument, "invalid_request"),
+        (
+            inline("k", 1, 1000, 99),
+            Code::InvalidArgument,
+            "unknown_algorithm",
+        ),
+        (
+            inline("k", 0, 1000, 0),
+            Code::InvalidArgument,
+            "invalid_limit",
+        ),
+        (zero_period, Code::InvalidArgument, "invalid_period"),
+        (too_costly, Code::InvalidArgument, "invalid_cost"),
+    ];
+    for (request, grpc, code) in cases {
+        let got = refused(c.check(request.clone()).await);
+        assert_eq!(got, (grpc, code.to_owned()), "{request:?}");
+    }
+    let u9 = c.check(named("per-user", "u9")).await?.into_inner();
+    assert_eq!(u9.remaining, 2, "a refused check changed nothing");
+
+    // CheckBatch: in order, an invalid item's error in its place.
+    let mut bad = named("per-user", "u2");
+    bad.rule_spec = None;
+    let batch = c
+        .check_batch(pb::CheckBatchRequest {
+            checks: vec![
+                named("per-user", "u2"),
+                bad,
+                named("nope", "u2"),
+                named("per-ip", "ip"),
+            ],
+        })
+        .await?
+        .into_inner();
+    use pb::check_batch_result::Result as R;
+    let kinds: Vec<String> = batch
+        .results
+        .iter()
+        .map(|r| match &r.result {
+            Some(R::Answer(a)) => format!("remaining {}", a.remaining),
+            Some(R::Error(e)) => e.error.clone(),
+            None => "none".into(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "remaining 2",
+            "invalid_request",
+            "unknown_rule",
+            "remaining 9"
+        ]
+    );
+    let empty = refused(
+        c.check_batch(pb::CheckBatchRequest { checks: vec![] })
+            .await,
+    );
+    assert_eq!(empty, (Code::InvalidArgument, "invalid_batch".into()));
+    let huge = pb::CheckBatchRequest {
+        checks: vec![named("per-ip", "x"); 1001],
+    };
+    assert_eq!(
+        refused(c.check_batch(huge).await),
+        (Code::InvalidArgument, "invalid_batch".into())
+    );
+
+    // CheckAll: all-or-nothing; the denied request leaves the IP's bucket as it was.
+    let all = |user: &str| pb::CheckAllRequest {
+        checks: vec![
+            named("per-ip", "ip-a"),
+            named("per-user", user),
+            named("trial", user),
+        ],
+    };
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        answers.push(c.check_all(all("u3")).await?.into_inner());
+    }
+    let allowed: Vec<bool> = answers.iter().map(|a| a.allowed).collect();
+    assert_eq!(allowed, [true, true, true, false]);
+    let last = &answers[3];
+    assert_eq!(last.binding_index, 1, "per-user binds");
+    assert_eq!(last.binding.as_ref().map(|b| b.limit), Some(3));
+    assert_eq!(last.results.len(), 3);
+    assert_eq!(last.results[2].shadow_denied, Some(true));
+    assert!(last.results[2].allowed, "a shadow rule never denies");
+    assert_eq!(answers[0].results[2].shadow_denied, Some(false));
+    let ip = c
+        .check(pb::CheckRequest {
+            cost: Some(0),
+            ..named("per-ip", "ip-a")
+        })
+        .await?
+        .into_inner();
+    assert_eq!(ip.remaining, 7, "three admitted, the denied one refunded");
+    // Bad requests: nothing consumed, the index named.
+    let mut bad = all("u4");
+    bad.checks[1].key = String::new();
+    let status = c.check_all(bad).await.expect_err("an empty key is refused");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    ensure!(
+        status.message().starts_with("invalid_key: check 1:"),
+        "{}",
+        status.message()
+    );
+    let mut dup = all("u4");
+    dup.checks.push(named("per-ip", "ip-a"));
+    assert_eq!(
+        refused(c.check_all(dup).await),
+        (Code::InvalidArgument, "duplicate_check".into())
+    );
+    assert_eq!(
+        refused(c.check_all(pb::CheckAllRequest { checks: vec![] }).await),
+        (Code::InvalidArgument, "invalid_batch".into())
+    );
+    let ip = c
+        .check(pb::CheckRequest {
+            cost: Some(0),
+            ..named("per-ip", "ip-a")
+        })
+        .await?
+        .into_inner();
+    assert_eq!(ip.remaining, 7, "refused requests consumed nothing");
+    node.stop().await
+}
+
+/// The Python with grpcio and grpc_tools: `RINGLIMIT_TEST_PYTHON`, else the environment
+/// `.ci/run` makes.
+fn python_with_grpc_tools() -> Option<String> {
+    let py = std::env::var("RINGLIMIT_TEST_PYTHON")
+        .unwrap_or_else(|_| "/tmp/ringlimit-grpc-venv/bin/python".into());
+    std::process::Command::new(&py)
+        .args(["-c", "import grpc, grpc_tools"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| py)
+}
+
+#[tokio::test]
+async fn a_python_grpcio_client_compiled_from_our_proto_against_three_nodes() -> Result<()> {
+    let Some(python) = python_with_grpc_tools() else {
+        eprintln!("no Python with grpcio and grpc_tools (made by .ci/run): skipping");
+        return Ok(());
+    };
+    let cluster = TestCluster::start_with(3, with_rules).await?;
+    let addrs = cluster
+        .iter()
+        .map(|n| n.grpc.map(|a| a.to_string()))
+        .collect::<Option<Vec<_>>>()
+        .context("every node serves gRPC")?
+        .join(",");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/v1_client.py");
+    let protos = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/proto/proto");
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args([script, protos, &addrs])
+            .output()
+    });
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
+        .await
+        .context("the Python client took over a minute")???;
+    ensure!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let by = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["call"] == name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    // uint64 fields are strings in protobuf's JSON mapping.
+    let allowed: Vec<bool> = (0..4)
+        .map(|i| by(&format!("user-{i}"))["answer"]["allowed"] == true)
+        .collect();
+    assert_eq!(allowed, [true, true, true, false], "exact across nodes");
+    assert_eq!(by("user-0")["answer"]["remaining"], "2");
+    assert_eq!(by("inline")["answer"]["remaining"], "3");
+    let all: Vec<bool> = (0..4)
+        .map(|i| by(&format!("all-{i}"))["allowed"] == true)
+        .collect();
+    assert_eq!(all, [true, true, true, false]);
+    let denied = by("all-3");
+    assert_eq!(denied["binding_index"], 1);
+    assert_eq!(denied["results"][2]["shadow_denied"], true);
+    assert_eq!(
+        by("ip-after")["answer"]["remaining"],
+        "7",
+        "the denial refunded"
+    );
+    let batch = by("batch");
+    assert_eq!(batch["results"][0]["answer"]["remaining"], "9");
+    assert_eq!(batch["results"][1]["error"]["error"], "invalid_request");
+    assert_eq!(batch["results"][2]["error"]["error"], "unknown_rule");
+    for (call, code, prefix) in [
+        ("empty-key", "INVALID_ARGUMENT", "invalid_key:"),
+        ("unknown-rule", "NOT_FOUND", "unknown_rule:"),
+        ("bad-algorithm", "INVALID_ARGUMENT", "unknown_algorithm:"),
+        ("all-empty", "INVALID_ARGUMENT", "invalid_batch:"),
+    ] {
+        let line = by(call);
+        assert_eq!(line["error"], code, "{line}");
+        assert!(
+            line["message"].as_str().unwrap_or("").starts_with(prefix),
+            "{line}"
+        );
+    }
+    for node in cluster.iter() {
+        node.wait_ready().await?;
+    }
+    cluster.stop().await
+}
