@@ -85,4 +85,4 @@ call("unknown-descriptor", [([("nothing", "here")], None)])
 call("unknown-domain", [([("remote_address", "1.1.1.1")], None)], domain="nope")
 call("override", [([("remote_address", "10.9.0.2")], (10, 3))], hits=4)
 call("empty-domain", [([("remote_address", "1.1.1.1")], None)], domain="")
-call("bad-unit", [([("remote_address", "10.9.0.3")], (10, 6))])
+call("bad-unit", [([("remote_address", "10.9.0.3")], (10, 0))])  # UNKNOWN

@@ -200,6 +200,20 @@ pub struct NodeConfig {
     /// Test hook: drops gossip to and from listed peers (a simulated partition).
     #[doc(hidden)]
     pub gossip_blocklist: Option<Arc<GossipBlocklist>>,
+    /// Test hook: the clock buckets are decided by (`None`: the system clock). A manual clock
+    /// makes windows and refills exact in a test of whole nodes.
+    #[doc(hidden)]
+    pub clock: Option<EngineClock>,
+}
+
+/// A clock for [`NodeConfig::clock`] (a newtype only so that the config stays `Debug`).
+#[derive(Clone)]
+pub struct EngineClock(pub Arc<dyn ringlimit_core::clock::Clock>);
+
+impl std::fmt::Debug for EngineClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineClock")
+    }
 }
 
 impl NodeConfig {
@@ -231,6 +245,7 @@ impl NodeConfig {
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
             gossip_blocklist: None,
+            clock: None,
         }
     }
 }
@@ -337,6 +352,7 @@ impl ServeArgs {
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
             gossip_blocklist: None,
+            clock: None,
         })
     }
 }

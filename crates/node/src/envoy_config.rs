@@ -2,10 +2,13 @@
 //! matching of a request's descriptors against them — as its README specifies: per domain, a
 //! tree of descriptors (`key`, optional `value`, optional `rate_limit`, nested `descriptors`);
 //! a request descriptor `(k1, v1), …, (kn, vn)` walks one level per entry, preferring at each
-//! level the node with that key and value, then a node whose value ends in `*` and prefixes
+//! level the node with that key and value, then the first (in file order) node whose value
+//! has `*` wildcards (each matching any run of characters, anywhere in the value) and matches
 //! the entry's value, then the node with the key alone; the limit is the last node's
 //! `rate_limit`, if any (no node, or no limit: the descriptor is not limited). `unlimited`,
-//! `shadow_mode` and `replaces` (by `name`) are honoured; `detailed_metric` is accepted.
+//! `shadow_mode`, `quota_mode`, `replaces` (by `name`) and `share_threshold` (every value a
+//! wildcard matches shares one bucket) are honoured; `detailed_metric`, `value_to_metric`
+//! and `metadata` (metrics and Envoy dynamic metadata in envoyproxy/ratelimit) are accepted.
 //! Windows are fixed and aligned to the unit, as envoyproxy/ratelimit's; a ringlimit
 //! `algorithm` inside `rate_limit` (an extra field no stock file has) picks another.
 //!
@@ -26,24 +29,75 @@ pub struct EnvoyLimit {
     /// `unlimited: true`: always OK, never counted.
     pub unlimited: bool,
     pub shadow: bool,
+    /// `quota_mode: true`: a request is over only when every quota descriptor in it is (or
+    /// any other descriptor is).
+    pub quota: bool,
     /// `rate_limit.name`, what `replaces` refers to.
     pub name: Option<String>,
     pub replaces: Vec<String>,
 }
 
+/// A request descriptor's limit, and how its bucket is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched {
+    pub limit: EnvoyLimit,
+    /// Per entry: the wildcard pattern that names the bucket in place of the entry's value,
+    /// where the entry matched a `share_threshold` wildcard (all its values share a bucket).
+    pub shared: Vec<Option<String>>,
+}
+
+impl std::ops::Deref for Matched {
+    type Target = EnvoyLimit;
+    fn deref(&self) -> &EnvoyLimit {
+        &self.limit
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Level {
-    /// By `key`, then value: exact values, wildcard prefixes (value without its `*`), and the
+    /// By `key`, then value: exact values, wildcard values (in file order), and the
     /// key-only node.
     exact: HashMap<(String, String), Node>,
-    wildcard: Vec<(String, String, Node)>,
+    wildcard: Vec<Wildcard>,
     any: HashMap<String, Node>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Wildcard {
+    key: String,
+    /// The configured value, with its `*`s.
+    pattern: String,
+    node: Node,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Node {
     limit: Option<EnvoyLimit>,
+    /// `share_threshold: true` (only on a wildcard value).
+    share: bool,
     children: Level,
+}
+
+/// Whether `value` matches `pattern`, whose every `*` stands for any run of characters
+/// (empty too): the first piece is a prefix, the last a suffix, the others in order between.
+fn glob(pattern: &str, value: &str) -> bool {
+    let mut pieces = pattern.split('*');
+    let first = pieces.next().unwrap_or("");
+    let Some(mut rest) = value.strip_prefix(first) else {
+        return false;
+    };
+    let mut pieces: Vec<&str> = pieces.collect();
+    let Some(last) = pieces.pop() else {
+        // No `*`: the whole value.
+        return rest.is_empty();
+    };
+    for piece in pieces {
+        match rest.find(piece) {
+            Some(i) => rest = &rest[i + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// Every domain's descriptor tree.
@@ -62,15 +116,18 @@ pub struct EnvoyConfigError {
     pub reason: String,
 }
 
-const DESCRIPTOR_FIELDS: [&str; 7] = [
+const DESCRIPTOR_FIELDS: [&str; 10] = [
     "key",
     "value",
     "rate_limit",
     "descriptors",
     "shadow_mode",
-    "detailed_metric",
-    // Newer envoyproxy/ratelimit files may carry it; read, and for now limited as usual.
     "quota_mode",
+    "share_threshold",
+    // Metrics and Envoy dynamic metadata in envoyproxy/ratelimit: accepted, not used.
+    "detailed_metric",
+    "value_to_metric",
+    "metadata",
 ];
 const LIMIT_FIELDS: [&str; 6] = [
     "unit",
@@ -143,12 +200,11 @@ impl EnvoyConfig {
         &self,
         domain: &str,
         descriptors: &[Vec<(&str, &str)>],
-    ) -> Vec<Option<EnvoyLimit>> {
+    ) -> Vec<Option<Matched>> {
         let Some(top) = self.domains.get(domain) else {
             return vec![None; descriptors.len()];
         };
-        let mut found: Vec<Option<EnvoyLimit>> =
-            descriptors.iter().map(|d| find(top, d).cloned()).collect();
+        let mut found: Vec<Option<Matched>> = descriptors.iter().map(|d| find(top, d)).collect();
         let replaced: Vec<String> = found
             .iter()
             .flatten()
@@ -169,25 +225,31 @@ impl EnvoyConfig {
     }
 }
 
-fn find<'a>(top: &'a Level, entries: &[(&str, &str)]) -> Option<&'a EnvoyLimit> {
+fn find(top: &Level, entries: &[(&str, &str)]) -> Option<Matched> {
     let mut level = top;
     let mut node = None;
+    let mut shared = Vec::with_capacity(entries.len());
     for (key, value) in entries {
-        let next = level
-            .exact
-            .get(&((*key).to_owned(), (*value).to_owned()))
-            .or_else(|| {
-                level
-                    .wildcard
-                    .iter()
-                    .find(|(k, prefix, _)| k == key && value.starts_with(prefix.as_str()))
-                    .map(|(_, _, n)| n)
-            })
-            .or_else(|| level.any.get(*key))?;
+        let exact = level.exact.get(&((*key).to_owned(), (*value).to_owned()));
+        let (next, share) = match exact {
+            Some(n) => (n, None),
+            None => match level
+                .wildcard
+                .iter()
+                .find(|w| w.key == *key && glob(&w.pattern, value))
+            {
+                Some(w) => (&w.node, w.node.share.then(|| w.pattern.clone())),
+                None => (level.any.get(*key)?, None),
+            },
+        };
+        shared.push(share);
         node = Some(next);
         level = &next.children;
     }
-    node?.limit.as_ref()
+    Some(Matched {
+        limit: node?.limit.clone()?,
+        shared,
+    })
 }
 
 type ParseError = (String, String);
@@ -205,17 +267,19 @@ fn parse_level(v: &Value, at: &str) -> Result<Level, ParseError> {
         let (key, value, node) = parse_descriptor(m, &here)?;
         let duplicate = match value {
             None => level.any.insert(key.clone(), node).is_some(),
-            Some(v) => match v.strip_suffix('*') {
-                Some(prefix) => {
-                    let dup = level
-                        .wildcard
-                        .iter()
-                        .any(|(k, p, _)| *k == key && p == prefix);
-                    level.wildcard.push((key.clone(), prefix.to_owned(), node));
-                    dup
-                }
-                None => level.exact.insert((key.clone(), v), node).is_some(),
-            },
+            Some(v) if v.contains('*') => {
+                let dup = level
+                    .wildcard
+                    .iter()
+                    .any(|w| w.key == key && w.pattern == v);
+                level.wildcard.push(Wildcard {
+                    key: key.clone(),
+                    pattern: v,
+                    node,
+                });
+                dup
+            }
+            Some(v) => level.exact.insert((key.clone(), v), node).is_some(),
         };
         if duplicate {
             return Err((
@@ -244,7 +308,9 @@ fn parse_descriptor(m: &Mapping, at: &str) -> Result<(String, Option<String>, No
         _ => return Err(err("`key` is missing or not a non-empty string".into())),
     };
     let value = match m.get("value") {
+        // An empty value is no value, as in envoyproxy/ratelimit.
         None | Some(Value::Null) => None,
+        Some(Value::String(v)) if v.is_empty() => None,
         Some(Value::String(v)) => Some(v.clone()),
         // YAML reads `value: 5` or `value: true` as scalars; envoyproxy/ratelimit takes them
         // as their text.
@@ -253,12 +319,23 @@ fn parse_descriptor(m: &Mapping, at: &str) -> Result<(String, Option<String>, No
         Some(other) => return Err(err(format!("`value` must be a string, got {other:?}"))),
     };
     let shadow = flag(m, "shadow_mode").map_err(err)?;
+    let quota = flag(m, "quota_mode").map_err(err)?;
+    let share = flag(m, "share_threshold").map_err(err)?;
+    if share && !value.as_ref().is_some_and(|v| v.contains('*')) {
+        return Err(err(
+            "`share_threshold` needs a wildcard `value` (one with `*`)".into(),
+        ));
+    }
     flag(m, "detailed_metric").map_err(err)?;
-    flag(m, "quota_mode").map_err(err)?;
+    flag(m, "value_to_metric").map_err(err)?;
+    match m.get("metadata") {
+        None | Some(Value::Null | Value::Mapping(_)) => {}
+        Some(other) => return Err(err(format!("`metadata` must be a mapping, got {other:?}"))),
+    }
     let limit = match m.get("rate_limit") {
         None | Some(Value::Null) => None,
         Some(Value::Mapping(r)) => {
-            Some(parse_limit(r, shadow).map_err(|r| (format!("{at}.rate_limit"), r))?)
+            Some(parse_limit(r, shadow, quota).map_err(|r| (format!("{at}.rate_limit"), r))?)
         }
         Some(_) => return Err(err("`rate_limit` must be a mapping".into())),
     };
@@ -266,7 +343,15 @@ fn parse_descriptor(m: &Mapping, at: &str) -> Result<(String, Option<String>, No
         None | Some(Value::Null) => Level::default(),
         Some(v) => parse_level(v, &format!("{at}.descriptors"))?,
     };
-    Ok((key, value, Node { limit, children }))
+    Ok((
+        key,
+        value,
+        Node {
+            limit,
+            share,
+            children,
+        },
+    ))
 }
 
 fn flag(m: &Mapping, name: &str) -> Result<bool, String> {
@@ -277,7 +362,23 @@ fn flag(m: &Mapping, name: &str) -> Result<bool, String> {
     }
 }
 
-fn parse_limit(r: &Mapping, shadow: bool) -> Result<EnvoyLimit, String> {
+/// A unit's length in ms, by its name in envoyproxy/ratelimit's files (any case, as there);
+/// a month is 30 days and a year 365, as there.
+pub fn unit_ms(unit: &str) -> Option<u64> {
+    const DAY: u64 = 86_400_000;
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "second" => 1_000,
+        "minute" => 60_000,
+        "hour" => 3_600_000,
+        "day" => DAY,
+        "week" => 7 * DAY,
+        "month" => 30 * DAY,
+        "year" => 365 * DAY,
+        _ => return None,
+    })
+}
+
+fn parse_limit(r: &Mapping, shadow: bool, quota: bool) -> Result<EnvoyLimit, String> {
     for (k, _) in r {
         if !k.as_str().is_some_and(|k| LIMIT_FIELDS.contains(&k)) {
             return Err(format!(
@@ -303,6 +404,12 @@ fn parse_limit(r: &Mapping, shadow: bool) -> Result<EnvoyLimit, String> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("`replaces` must be a list".into()),
     };
+    if replaces.iter().any(String::is_empty) {
+        return Err("`replaces` must not hold an empty `name`".into());
+    }
+    if let Some(n) = name.as_ref().filter(|n| replaces.contains(n)) {
+        return Err(format!("`replaces` names this limit's own name {n:?}"));
+    }
     let algorithm = match r.get("algorithm") {
         None | Some(Value::Null) => Algorithm::FixedWindow,
         Some(Value::String(a)) => a
@@ -310,27 +417,27 @@ fn parse_limit(r: &Mapping, shadow: bool) -> Result<EnvoyLimit, String> {
             .map_err(|e: ringlimit_proto::UnknownAlgorithm| e.to_string())?,
         Some(other) => return Err(format!("`algorithm` must be a string, got {other:?}")),
     };
+    let unit = r.get("unit").and_then(Value::as_str).and_then(unit_ms);
     if unlimited {
+        if unit.is_some() {
+            return Err("an `unlimited` limit must not have a `unit`".into());
+        }
         return Ok(EnvoyLimit {
             requests_per_unit: 0,
             unit_ms: 1000,
             algorithm,
             unlimited,
             shadow,
+            quota,
             name,
             replaces,
         });
     }
-    let unit_ms = match r.get("unit").and_then(Value::as_str) {
-        Some("second") => 1_000,
-        Some("minute") => 60_000,
-        Some("hour") => 3_600_000,
-        Some("day") => 86_400_000,
-        other => {
-            return Err(format!(
-                "`unit` must be second, minute, hour or day, got {other:?}"
-            ));
-        }
+    let Some(unit_ms) = unit else {
+        return Err(format!(
+            "`unit` must be second, minute, hour, day, week, month or year, got {:?}",
+            r.get("unit")
+        ));
     };
     let requests_per_unit = r
         .get("requests_per_unit")
@@ -348,6 +455,7 @@ fn parse_limit(r: &Mapping, shadow: bool) -> Result<EnvoyLimit, String> {
         algorithm,
         unlimited,
         shadow,
+        quota,
         name,
         replaces,
     })
@@ -542,6 +650,25 @@ descriptors:
     }
 
     #[test]
+    fn wildcards_match_anywhere_in_order() {
+        for (pattern, value, want) in [
+            ("value*", "value", true),
+            ("value*", "valueXYZ", true),
+            ("value*", "valu", false),
+            ("/api/*/action", "/api/123/action", true),
+            ("/api/*/action", "/api/123/other", false),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "acb", false),
+            ("ab*ba", "aba", false),
+            ("*", "", true),
+            ("*x", "yyx", true),
+        ] {
+            assert_eq!(super::glob(pattern, value), want, "{pattern} ~ {value}");
+        }
+    }
+
+    #[test]
     fn bad_files_are_refused_naming_the_file_and_the_place() {
         for (text, at, says) in [
             (
@@ -550,7 +677,7 @@ descriptors:
                 "`key` is missing",
             ),
             (
-                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: week, requests_per_unit: 1 }\n",
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
                 "descriptors[0].rate_limit",
                 "`unit` must be",
             ),

@@ -118,7 +118,10 @@ pub async fn run(
     let engine = Arc::new(Engine::new(
         config.rules.clone(),
         config.max_keys,
-        Arc::new(SystemClock::new()),
+        config
+            .clock
+            .as_ref()
+            .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone()),
     ));
     let secret: Option<Arc<[u8]>> = config
         .cluster_secret

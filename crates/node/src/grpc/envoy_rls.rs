@@ -5,7 +5,7 @@
 //! mode and fail-open as HTTP checks. A thin edge: matching here, deciding in the service.
 
 use crate::engine::RuleSpec;
-use crate::envoy_config::{EnvoyConfig, EnvoyLimit};
+use crate::envoy_config::{EnvoyConfig, EnvoyLimit, Matched};
 use crate::service::{Check, CheckService, Outcome};
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -34,6 +34,8 @@ struct Limited {
     rule: InlineRule,
     cost: u64,
     shadow: bool,
+    /// A `quota_mode` descriptor decided loosely (see [`RateLimitService::should_rate_limit`]).
+    quota: bool,
 }
 
 fn unit_ms(unit: i32) -> Option<u64> {
@@ -43,7 +45,9 @@ fn unit_ms(unit: i32) -> Option<u64> {
         Unit::Hour => Some(3_600_000),
         Unit::Day => Some(86_400_000),
         Unit::Week => Some(7 * 86_400_000),
-        _ => None,
+        Unit::Month => Some(30 * 86_400_000),
+        Unit::Year => Some(365 * 86_400_000),
+        Unit::Unknown => None,
     }
 }
 
@@ -53,8 +57,40 @@ fn unit_of(ms: u64) -> Unit {
         60_000 => Unit::Minute,
         3_600_000 => Unit::Hour,
         86_400_000 => Unit::Day,
-        _ => Unit::Week,
+        604_800_000 => Unit::Week,
+        2_592_000_000 => Unit::Month,
+        _ => Unit::Year,
     }
+}
+
+/// The bucket key of a descriptor: its domain and entries, each part length-prefixed so that
+/// no two descriptors share a key by the placement of separators; a `share_threshold`
+/// entry is named by its wildcard pattern. Past the key limit, the tail is a SHA-256 digest
+/// (a gateway may send long values, e.g. a path).
+fn bucket_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(64);
+    let _ = write!(key, "{}:{domain}", domain.len());
+    for (i, (k, v)) in entries.iter().enumerate() {
+        let v = shared.get(i).and_then(Option::as_deref).unwrap_or(v);
+        let _ = write!(key, "|{}:{k}={}:{v}", k.len(), v.len());
+    }
+    if key.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES {
+        return key;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let mut short = String::with_capacity(200);
+    let mut cut = 128.min(key.len());
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    short.push_str(&key[..cut]);
+    short.push('#');
+    for b in digest {
+        let _ = write!(short, "{b:02x}");
+    }
+    short
 }
 
 fn ok_status() -> DescriptorStatus {
@@ -96,41 +132,70 @@ impl RateLimitService for EnvoyRls {
             .collect();
         let matched = config.match_request(&req.domain, &entries);
         let request_hits = u64::from(req.hits_addend.max(1));
+        // A descriptor's own `limit` overrides the configuration (Envoy's dynamic limits).
+        let mut limits: Vec<Option<Matched>> = Vec::with_capacity(matched.len());
+        for (at, (d, m)) in req.descriptors.iter().zip(matched).enumerate() {
+            limits.push(match (&d.limit, m) {
+                (Some(o), m) => {
+                    let unit_ms = unit_ms(o.unit).ok_or_else(|| {
+                        tonic::Status::invalid_argument(format!(
+                            "descriptor {at}: unsupported unit {} in its limit override",
+                            o.unit
+                        ))
+                    })?;
+                    let (base, shared) = match m {
+                        Some(m) => (m.limit, m.shared),
+                        None => (
+                            EnvoyLimit {
+                                requests_per_unit: 0,
+                                unit_ms,
+                                algorithm: ringlimit_proto::Algorithm::FixedWindow,
+                                unlimited: false,
+                                shadow: false,
+                                quota: false,
+                                name: None,
+                                replaces: Vec::new(),
+                            },
+                            Vec::new(),
+                        ),
+                    };
+                    Some(Matched {
+                        limit: EnvoyLimit {
+                            requests_per_unit: u64::from(o.requests_per_unit),
+                            unit_ms,
+                            unlimited: false,
+                            ..base
+                        },
+                        shared,
+                    })
+                }
+                (None, m) => m,
+            });
+        }
+        // `quota_mode` as envoyproxy/ratelimit decides it: the request is over when any other
+        // descriptor is, or when every quota descriptor is. One quota descriptor is then
+        // simply enforced (all-or-nothing as the others); several are decided like shadow
+        // descriptors and the request is over only when none has room — and then, as in
+        // envoyproxy/ratelimit, the other descriptors keep what they took.
+        let loose_quota = limits
+            .iter()
+            .flatten()
+            .filter(|m| m.quota && !m.shadow && !m.unlimited)
+            .count()
+            > 1;
+        let (mut quotas, mut quotas_over) = (0usize, 0usize);
         let mut statuses: Vec<DescriptorStatus> = vec![ok_status(); req.descriptors.len()];
         let mut over = false;
         let mut limited: Vec<Limited> = Vec::new();
-        for (at, (d, m)) in req.descriptors.iter().zip(&matched).enumerate() {
-            // A descriptor's own `limit` overrides the configuration (Envoy's dynamic limits).
-            let limit = match (&d.limit, m) {
-                (Some(o), m) => match unit_ms(o.unit) {
-                    Some(unit_ms) => Some(EnvoyLimit {
-                        requests_per_unit: u64::from(o.requests_per_unit),
-                        unit_ms,
-                        unlimited: false,
-                        ..m.clone().unwrap_or(EnvoyLimit {
-                            requests_per_unit: 0,
-                            unit_ms,
-                            algorithm: ringlimit_proto::Algorithm::FixedWindow,
-                            unlimited: false,
-                            shadow: false,
-                            name: None,
-                            replaces: Vec::new(),
-                        })
-                    }),
-                    None => {
-                        return Err(tonic::Status::invalid_argument(format!(
-                            "descriptor {at}: unsupported unit {} in its limit override",
-                            o.unit
-                        )));
-                    }
-                },
-                (None, m) => m.clone(),
-            };
-            let Some(limit) = limit else { continue };
+        for (at, (d, m)) in req.descriptors.iter().zip(&limits).enumerate() {
+            let Some(m) = m else { continue };
+            let limit = &m.limit;
             if limit.unlimited {
                 statuses[at].limit_remaining = u32::MAX;
                 continue;
             }
+            let quota = loose_quota && limit.quota && !limit.shadow;
+            quotas += usize::from(quota);
             let cost = d.hits_addend.as_ref().map_or(request_hits, |h| h.value);
             let current = RateLimit {
                 name: limit.name.clone().unwrap_or_default(),
@@ -140,15 +205,16 @@ impl RateLimitService for EnvoyRls {
             statuses[at].current_limit = Some(current);
             // Nothing can pass a limit of 0 or a cost above it: over, without a check.
             if limit.requests_per_unit == 0 || cost > limit.requests_per_unit {
-                if !limit.shadow {
+                if quota {
+                    statuses[at].code = Code::OverLimit as i32;
+                    quotas_over += 1;
+                } else if !limit.shadow {
                     statuses[at].code = Code::OverLimit as i32;
                     over = true;
                 }
                 continue;
             }
-            let key = std::iter::once(req.domain.as_str())
-                .chain(d.entries.iter().flat_map(|e| ["|", &e.key, "=", &e.value]))
-                .collect::<String>();
+            let key = bucket_key(&req.domain, &entries[at], &m.shared);
             // One bucket named twice in a request: its costs add up.
             if let Some(same) = limited.iter_mut().find(|l| l.key == key) {
                 same.cost = same.cost.saturating_add(cost);
@@ -164,7 +230,8 @@ impl RateLimitService for EnvoyRls {
                     burst: None,
                 },
                 cost,
-                shadow: limit.shadow,
+                shadow: limit.shadow || quota,
+                quota,
             });
         }
         let mut headers = Vec::new();
@@ -186,7 +253,9 @@ impl RateLimitService for EnvoyRls {
             over = !outcome.allowed;
             for (l, o) in limited.iter().zip(&outcome.results) {
                 let s = &mut statuses[l.at];
-                if !o.answer.allowed {
+                let quota_over = l.quota && o.shadow_denied == Some(true);
+                quotas_over += usize::from(quota_over);
+                if !o.answer.allowed || quota_over {
                     s.code = Code::OverLimit as i32;
                 }
                 s.limit_remaining = u32::try_from(o.answer.remaining).unwrap_or(u32::MAX);
@@ -195,6 +264,7 @@ impl RateLimitService for EnvoyRls {
             }
             headers = ietf_headers(&limited, &outcome.results, &config, &req.domain);
         }
+        over |= quotas > 0 && quotas_over == quotas;
         Ok(tonic::Response::new(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
@@ -233,4 +303,40 @@ fn ietf_headers(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bucket_key;
+
+    #[test]
+    fn bucket_keys_are_unambiguous_bounded_and_share_by_pattern() {
+        // Separators inside keys or values cannot make two descriptors one bucket.
+        assert_ne!(
+            bucket_key("d", &[("a=b", "c")], &[]),
+            bucket_key("d", &[("a", "b=c")], &[])
+        );
+        assert_ne!(
+            bucket_key("d", &[("a", "b|1:c=d")], &[]),
+            bucket_key("d", &[("a", "b"), ("c", "d")], &[])
+        );
+        // A share_threshold entry is named by its pattern: all its values, one bucket.
+        let shared = [Some("files/*".to_owned())];
+        assert_eq!(
+            bucket_key("d", &[("files", "files/a")], &shared),
+            bucket_key("d", &[("files", "files/b")], &shared)
+        );
+        // Long values (a gateway's path) stay within the key limit, and distinct.
+        let long_a = "a".repeat(2000);
+        let long_b = format!("{}b", "a".repeat(1999));
+        let (ka, kb) = (
+            bucket_key("d", &[("path", &long_a)], &[]),
+            bucket_key("d", &[("path", &long_b)], &[]),
+        );
+        assert!(ka.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES);
+        assert_ne!(ka, kb);
+        // Multi-byte characters are cut at a boundary.
+        let k = bucket_key("d", &[("p", &"é".repeat(600))], &[]);
+        assert!(k.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES);
+    }
 }
