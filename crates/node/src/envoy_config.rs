@@ -316,7 +316,12 @@ fn parse_descriptor(m: &Mapping, at: &str) -> Result<(String, Option<String>, No
         // as their text.
         Some(Value::Number(n)) => Some(n.to_string()),
         Some(Value::Bool(b)) => Some(b.to_string()),
-        Some(other) => return Err(err(format!("`value` must be a string, got {other:?}"))),
+        Some(other) => {
+            return Err(err(format!(
+                "`value` must be a string, got {}",
+                show(other)
+            )));
+        }
     };
     let shadow = flag(m, "shadow_mode").map_err(err)?;
     let quota = flag(m, "quota_mode").map_err(err)?;
@@ -330,7 +335,12 @@ fn parse_descriptor(m: &Mapping, at: &str) -> Result<(String, Option<String>, No
     flag(m, "value_to_metric").map_err(err)?;
     match m.get("metadata") {
         None | Some(Value::Null | Value::Mapping(_)) => {}
-        Some(other) => return Err(err(format!("`metadata` must be a mapping, got {other:?}"))),
+        Some(other) => {
+            return Err(err(format!(
+                "`metadata` must be a mapping, got {}",
+                show(other)
+            )));
+        }
     }
     let limit = match m.get("rate_limit") {
         None | Some(Value::Null) => None,
@@ -354,11 +364,24 @@ fn parse_descriptor(m: &Mapping, at: &str) -> Result<(String, Option<String>, No
     ))
 }
 
+/// A YAML value as the file spells it, for an error.
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => serde_yaml_ng::to_string(other)
+            .map(|t| t.trim_end().replace('\n', " "))
+            .unwrap_or_else(|_| "?".into()),
+    }
+}
+
 fn flag(m: &Mapping, name: &str) -> Result<bool, String> {
     match m.get(name) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(format!("`{name}` must be true or false, got {other:?}")),
+        Some(other) => Err(format!(
+            "`{name}` must be true or false, got {}",
+            show(other)
+        )),
     }
 }
 
@@ -391,7 +414,7 @@ fn parse_limit(r: &Mapping, shadow: bool, quota: bool) -> Result<EnvoyLimit, Str
     let name = match r.get("name") {
         None | Some(Value::Null) => None,
         Some(Value::String(n)) => Some(n.clone()),
-        Some(other) => return Err(format!("`name` must be a string, got {other:?}")),
+        Some(other) => return Err(format!("`name` must be a string, got {}", show(other))),
     };
     let replaces = match r.get("replaces") {
         None | Some(Value::Null) => Vec::new(),
@@ -415,7 +438,7 @@ fn parse_limit(r: &Mapping, shadow: bool, quota: bool) -> Result<EnvoyLimit, Str
         Some(Value::String(a)) => a
             .parse()
             .map_err(|e: ringlimit_proto::UnknownAlgorithm| e.to_string())?,
-        Some(other) => return Err(format!("`algorithm` must be a string, got {other:?}")),
+        Some(other) => return Err(format!("`algorithm` must be a string, got {}", show(other))),
     };
     let unit = r.get("unit").and_then(Value::as_str).and_then(unit_ms);
     if unlimited {
@@ -435,8 +458,8 @@ fn parse_limit(r: &Mapping, shadow: bool, quota: bool) -> Result<EnvoyLimit, Str
     }
     let Some(unit_ms) = unit else {
         return Err(format!(
-            "`unit` must be second, minute, hour, day, week, month or year, got {:?}",
-            r.get("unit")
+            "`unit` must be second, minute, hour, day, week, month or year, got {}",
+            r.get("unit").map_or_else(|| "none".to_owned(), show)
         ));
     };
     let requests_per_unit = r
