@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# gRPC through one node: Envoy's ShouldRateLimit (one and three descriptors) and ringlimit.v1
+# Check, beside POST /v1/check, side by side in alternating order on the same node.
+#
+#   bench/grpc.sh                      # 10 s per load, 3 rounds, 8 concurrent streams
+#   DURATION=5 RUNS=5 bench/grpc.sh
+#
+# The gRPC load comes from h2load (Debian's nghttp2-client: a client we did not write) posting
+# a fixed gRPC frame over STREAMS concurrent HTTP/2 streams (H2_CONNS connections of
+# STREAMS/H2_CONNS each); POST /v1/check from wrk with CONNS=STREAMS connections. Each request
+# names the same buckets (h2load sends one body), so the HTTP load does too (KEYSPACE=1): what
+# is measured is the path, not the store. Limits are high enough that every call is admitted.
+# Figures: calls/s, p50/p99 (h2load's per-request log; wrk's --latency), and the node's CPU
+# time per call (utime + stime over the load: steadier than throughput on a shared machine).
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$BENCH_DIR/.." && pwd)"
+DURATION="${DURATION:-10}"
+RUNS="${RUNS:-3}"
+STREAMS="${STREAMS:-8}"
+H2_CONNS="${H2_CONNS:-2}"
+export CONNS="$STREAMS"
+OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/grpc-$(date +%Y%m%d-%H%M%S)}"
+BASE_PORT="${BASE_PORT:-39700}"
+GRPC_PORT=$((BASE_PORT + 90))
+mkdir -p "$OUT_DIR"
+
+SCRIPT=grpc.sh
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+command -v h2load >/dev/null || {
+  log "installing h2load (nghttp2-client)"
+  apt-get update -qq && apt-get install -y -qq nghttp2-client >/dev/null
+}
+
+cat >"$OUT_DIR/rules.yaml" <<'YAML'
+rules:
+  - { name: bench, limit: 1000000000, period: 1h }
+YAML
+mkdir -p "$OUT_DIR/envoy"
+cat >"$OUT_DIR/envoy/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
+  - key: path
+    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
+YAML
+
+# The request bodies: gRPC frames (flag 0, big-endian length, protobuf). Protobuf written by
+# hand here (a few length-delimited fields) so that the script needs nothing but python3.
+python3 - "$OUT_DIR" <<'PY'
+import sys
+out = sys.argv[1]
+def varint(n):
+    b = bytearray()
+    while True:
+        if n < 0x80:
+            b.append(n); return bytes(b)
+        b.append(n & 0x7F | 0x80); n >>= 7
+def field(num, payload):
+    payload = payload.encode() if isinstance(payload, str) else payload
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+def frame(msg):
+    return b"\x00" + len(msg).to_bytes(4, "big") + msg
+def descriptor(k, v):  # RateLimitDescriptor{entries: [Entry{key, value}]}
+    return field(1, field(1, k) + field(2, v))
+def rls(descriptors):  # RateLimitRequest{domain, descriptors}
+    return field(1, "bench") + b"".join(field(2, descriptor(k, v)) for k, v in descriptors)
+d3 = [("remote_address", "10.0.0.1"), ("user", "u1"), ("path", "/api")]
+open(f"{out}/rls1.bin", "wb").write(frame(rls(d3[:1])))
+open(f"{out}/rls3.bin", "wb").write(frame(rls(d3)))
+# ringlimit.v1 CheckRequest{key = 1, rule = 2}
+open(f"{out}/v1.bin", "wb").write(frame(field(1, "u1") + field(2, "bench")))
+PY
+
+start_nodes 1 grpc --config "$OUT_DIR/rules.yaml" --grpc "127.0.0.1:$GRPC_PORT" \
+  --envoy-config "$OUT_DIR/envoy"
+HZ=$(getconf CLK_TCK)
+RLS=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+V1=/ringlimit.v1.RateLimiter/Check
+path_of() { case $1 in rls1 | rls3) echo "$RLS" ;; v1) echo "$V1" ;; esac; }
+
+# Each body must be answered with grpc-status 0 (h2load counts HTTP statuses only).
+for b in rls1 rls3 v1; do
+  curl -sS --http2-prior-knowledge -o /dev/null -D - -H 'content-type: application/grpc' \
+    -H 'te: trailers' --data-binary "@$OUT_DIR/$b.bin" "http://127.0.0.1:$GRPC_PORT$(path_of $b)" \
+    >"$OUT_DIR/probe-$b.txt" 2>&1 || true
+  grep -qi '^grpc-status: 0' "$OUT_DIR/probe-$b.txt" || {
+    log "$b: no grpc-status 0 (see $OUT_DIR/probe-$b.txt)"
+    exit 1
+  }
+done
+
+# h2load MODE LABEL -> "calls_per_s p50_ms p99_ms"
+h2_load() {
+  local mode=$1 label=$2
+  timeout --kill-after=5 $((DURATION + 30)) h2load -t2 -c"$H2_CONNS" -m$((STREAMS / H2_CONNS)) \
+    -D "$DURATION" -H 'content-type: application/grpc' -H 'te: trailers' \
+    -d "$OUT_DIR/$mode.bin" --log-file="$OUT_DIR/$label.log" \
+    "http://127.0.0.1:$GRPC_PORT$(path_of "$mode")" >"$OUT_DIR/$label.txt" 2>&1
+  python3 - "$OUT_DIR/$label.log" "$DURATION" <<'PY'
+import sys
+rows = [l.split("\t") for l in open(sys.argv[1]) if l.strip()]
+ok = sorted(int(r[2]) for r in rows if r[1] == "200")
+bad = len(rows) - len(ok)
+if bad:
+    print(f"{bad} non-200 answers", file=sys.stderr)
+pct = lambda p: ok[min(len(ok) - 1, int(p * len(ok)))] / 1000
+print(f"{len(ok) / float(sys.argv[2]):.0f} {pct(0.5):.3f} {pct(0.99):.3f}")
+PY
+}
+
+measure() { # MODE LABEL -> "calls_per_s p50_ms p99_ms cpu_us_per_call"
+  local mode=$1 label=$2 c0 c1 rps p50 p99
+  c0=$(nodes_cpu)
+  if [ "$mode" = http ]; then
+    read -r rps p50 p99 <<<"$(KEYSPACE=1 RULE=bench wrk_load "$label" check.lua)"
+  else
+    read -r rps p50 p99 <<<"$(h2_load "$mode" "$label")"
+  fi
+  c1=$(nodes_cpu)
+  awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v dc="$((c1 - c0))" -v hz="$HZ" \
+    -v d="$DURATION" 'BEGIN { printf "%.0f %s %s %.1f\n", rps, p50, p99, (dc / hz * 1e6) / (rps * d) }'
+}
+
+log "warm-up"
+DURATION=2 measure http warmup-http >/dev/null
+DURATION=2 measure rls3 warmup-rls3 >/dev/null
+MODES=(http rls1 rls3 v1)
+: >"$OUT_DIR/results.tsv"
+for ((run = 1; run <= RUNS; run++)); do
+  # Rotate the order each round so that no load always runs first.
+  order=("${MODES[@]:$(((run - 1) % 4))}" "${MODES[@]:0:$(((run - 1) % 4))}")
+  for mode in "${order[@]}"; do
+    log "round $run: $mode"
+    echo "$run $mode $(measure "$mode" "$mode-$run")" >>"$OUT_DIR/results.tsv"
+  done
+done
+
+python3 - "$OUT_DIR/results.tsv" "$STREAMS" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+def med(mode, col):
+    return statistics.median(float(r[col]) for r in rows if r[1] == mode)
+names = {"http": "POST /v1/check", "rls1": "RLS 1 descr.", "rls3": "RLS 3 descr.", "v1": "v1 Check"}
+print(f"{sys.argv[2]} concurrent streams/connections, medians of {len(rows) // 4} rounds")
+print(f"{'':26}" + "".join(f"{names[m]:>16}" for m in names))
+for label, col in [("calls/s", 2), ("p50 ms", 3), ("p99 ms", 4), ("node CPU us per call", 5)]:
+    print(f"{label:26}" + "".join(f"{med(m, col):16.3f}" for m in names))
+print(f"{'calls/s vs POST /v1/check':26}" + "".join(f"{med(m, 2) / med('http', 2):16.2f}" for m in names))
+print("per round:", " | ".join(f"{r[0]} {r[1]} {float(r[2]):.0f}/s p99 {r[4]}" for r in rows))
+for m in ("rls1", "rls3"):
+    p99 = med(m, 4)
+    print(f"target {names[m]} p99 < 1 ms: {'PASS' if p99 < 1 else 'MISS'} ({p99:.3f} ms)")
+PY
+log "raw results in $OUT_DIR"
