@@ -112,6 +112,19 @@ pub struct ServeArgs {
     pub seed_wait_ms: u64,
     /// Threads serving the HTTP API, each with its own single-threaded runtime (default: one per
     /// CPU); 0 serves it on the main runtime with peer RPC and gossip.
+    /// Time a client has to send a request's whole header (slow-header clients are closed).
+    #[arg(long, env = "RINGLIMIT_HTTP_HEADER_TIMEOUT_MS", value_name = "MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout_ms: u64,
+    /// A keep-alive connection with no request in flight and no traffic for this long is closed.
+    #[arg(long, env = "RINGLIMIT_HTTP_IDLE_TIMEOUT_MS", value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_idle_timeout_ms: u64,
+    /// Most open HTTP connections; at the cap a new one closes the longest-idle connection
+    /// (refused when all are busy).
+    #[arg(long, env = "RINGLIMIT_HTTP_MAX_CONNECTIONS", value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_max_connections: u64,
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
           value_parser = clap::value_parser!(u64).range(0..=256))]
     pub http_threads: u64,
@@ -158,6 +171,29 @@ pub enum ConfigError {
     InvalidEnvoy(#[from] crate::envoy_config::EnvoyConfigError),
 }
 
+/// Limits on the HTTP server's connections (`--http-header-timeout-ms`,
+/// `--http-idle-timeout-ms`, `--http-max-connections`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// A request's header must be complete within this once it starts (and a new connection's
+    /// first request within this of connecting).
+    pub header_timeout: Duration,
+    /// A connection with no request in flight and no bytes moved for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most open connections.
+    pub max_connections: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+        }
+    }
+}
+
 /// Everything a node needs to run (see [`crate::run`]).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -200,6 +236,8 @@ pub struct NodeConfig {
     /// Test hook: drops gossip to and from listed peers (a simulated partition).
     #[doc(hidden)]
     pub gossip_blocklist: Option<Arc<GossipBlocklist>>,
+    /// The HTTP server's connection limits.
+    pub http_limits: ConnLimits,
     /// Test hook: the clock buckets are decided by (`None`: the system clock). A manual clock
     /// makes windows and refills exact in a test of whole nodes.
     #[doc(hidden)]
@@ -245,6 +283,7 @@ impl NodeConfig {
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
             gossip_blocklist: None,
+            http_limits: ConnLimits::default(),
             clock: None,
         }
     }
@@ -352,6 +391,11 @@ impl ServeArgs {
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
             gossip_blocklist: None,
+            http_limits: ConnLimits {
+                header_timeout: Duration::from_millis(self.http_header_timeout_ms),
+                idle_timeout: Duration::from_millis(self.http_idle_timeout_ms),
+                max_connections: usize::try_from(self.http_max_connections).unwrap_or(usize::MAX),
+            },
             clock: None,
         })
     }

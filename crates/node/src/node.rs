@@ -295,6 +295,7 @@ pub async fn run(
         listeners.http,
         move || http::service(state.for_runtime()),
         config.http_threads,
+        std::sync::Arc::new(http::conns::ConnTable::new(config.http_limits)),
         async move {
             shutdown.await;
             ready.store(false, Ordering::Release);

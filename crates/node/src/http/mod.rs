@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod check;
+pub mod conns;
 pub mod error;
 pub mod fast;
 pub mod forward_auth;

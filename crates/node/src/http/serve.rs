@@ -9,67 +9,62 @@
 //! evenly is what makes the gain steady. The rest of the node (peer RPC, gossip) stays on the
 //! main runtime; channels and the shared state work across runtimes.
 
+use super::conns::{Conn, ConnTable, Tracked};
 use super::fast::FastPath;
-use axum::ServiceExt as _;
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+use tower::Service as _;
 
 /// The address a request's connection comes from (forward auth's last resort for
 /// `{client_ip}`), as the `ConnectInfo` of every request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>>
-    for PeerAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Handoff>> for PeerAddr {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Handoff>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
 /// Connections waiting for their runtime to pick them up, per runtime.
 const HANDOFF_QUEUE: usize = 1024;
 
-/// Serves the routes `app` makes on `listener` until `shutdown` completes, then drains. With `threads == 0` on
-/// the caller's runtime; otherwise on `threads` OS threads each running a current-thread
-/// runtime (they stop when `shutdown` completes, so drive this future to completion: aborting
-/// it would leave them serving).
+/// A connection handed to a runtime.
+type Handed = (std::net::TcpStream, SocketAddr, Arc<Conn>);
+
+/// Serves the routes `app` makes on `listener` until `shutdown` completes, then drains, with
+/// every connection bounded by `table` ([`super::conns`]). With `threads == 0` on the caller's
+/// runtime; otherwise on `threads` OS threads each running a current-thread runtime (they stop
+/// when `shutdown` completes, so drive this future to completion: aborting it would leave them
+/// serving).
 pub async fn serve(
     listener: TcpListener,
     app: impl Fn() -> FastPath + Send + Sync + 'static,
     threads: usize,
+    table: Arc<ConnTable>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    if threads == 0 {
-        return axum::serve(
-            listener,
-            app().into_make_service_with_connect_info::<PeerAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await;
-    }
-    let local = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    if threads == 0 {
+        let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
+        let acceptor = tokio::spawn(accept_loop(listener, vec![tx], table.clone()));
+        let server = tokio::spawn(run_connections(rx, app(), table, stop_rx));
+        shutdown.await;
+        acceptor.abort();
+        let _ = stop_tx.send(true);
+        return server.await.map_err(io::Error::other);
+    }
     let mut queues = Vec::with_capacity(threads);
     let mut workers = Vec::with_capacity(threads);
     // Each runtime gets routes (and state) of its own: see `AppState::for_runtime`.
-    let app = std::sync::Arc::new(app);
+    let app = Arc::new(app);
     for i in 0..threads {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
         queues.push(tx);
-        let handoff = Handoff { rx, local };
         let app = app.clone();
-        let mut stop = stop_rx.clone();
+        let stop = stop_rx.clone();
+        let table = table.clone();
         let worker = std::thread::Builder::new()
             .name(format!("ringlimit-http-{i}"))
             .spawn(move || -> io::Result<()> {
@@ -77,20 +72,12 @@ pub async fn serve(
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                runtime.block_on(async move {
-                    axum::serve(
-                        handoff,
-                        app().into_make_service_with_connect_info::<PeerAddr>(),
-                    )
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|stopped| *stopped).await;
-                    })
-                    .await
-                })
+                runtime.block_on(run_connections(rx, app(), table, stop));
+                Ok(())
             })?;
         workers.push(worker);
     }
-    let acceptor = tokio::spawn(accept_loop(listener, queues));
+    let acceptor = tokio::spawn(accept_loop(listener, queues, table));
     // A worker that fails (its runtime cannot start) ends the node like the single-runtime
     // server would; otherwise wait for the shutdown signal.
     let (failed_tx, mut failed_rx) = mpsc::channel::<io::Error>(threads);
@@ -126,12 +113,17 @@ pub async fn serve(
     early.map_or(Ok(()), Err)
 }
 
-/// Accepts connections and deals them out to the runtimes in turn.
-async fn accept_loop(listener: TcpListener, queues: Vec<mpsc::Sender<std::net::TcpStream>>) {
+/// Accepts connections, admits them to the table (refusing at the cap when every connection
+/// is busy) and deals them out to the runtimes in turn.
+async fn accept_loop(
+    listener: TcpListener,
+    queues: Vec<mpsc::Sender<Handed>>,
+    table: Arc<ConnTable>,
+) {
     let mut next = 0usize;
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: the error persists for a while, and a
                 // tight retry loop would only burn the CPU the other connections need.
@@ -140,60 +132,124 @@ async fn accept_loop(listener: TcpListener, queues: Vec<mpsc::Sender<std::net::T
                 continue;
             }
         };
+        let Some(conn) = table.admit() else {
+            // Every connection is busy at the cap: closing this one at once is all we can do.
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let Ok(stream) = stream.into_std() else {
+            table.remove(&conn);
             continue;
         };
         // A full queue means that runtime is far behind: try the others before dropping.
-        let mut stream = stream;
-        let mut handed = false;
+        let mut handed = Some((stream, peer, conn));
         for k in 0..queues.len() {
-            match queues[(next + k) % queues.len()].try_send(stream) {
-                Ok(()) => {
-                    handed = true;
-                    break;
-                }
-                Err(mpsc::error::TrySendError::Full(s) | mpsc::error::TrySendError::Closed(s)) => {
-                    stream = s;
+            let Some(h) = handed.take() else { break };
+            match queues[(next + k) % queues.len()].try_send(h) {
+                Ok(()) => break,
+                Err(mpsc::error::TrySendError::Full(h) | mpsc::error::TrySendError::Closed(h)) => {
+                    handed = Some(h);
                 }
             }
         }
-        if !handed {
+        if let Some((_, _, conn)) = handed {
+            table.remove(&conn);
             tracing::warn!("every HTTP runtime is saturated; connection dropped");
         }
         next = next.wrapping_add(1);
     }
 }
 
-/// One runtime's share of the connections, as an axum listener.
-struct Handoff {
-    rx: mpsc::Receiver<std::net::TcpStream>,
-    local: SocketAddr,
-}
-
-impl axum::serve::Listener for Handoff {
-    type Io = TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Some(stream) = self.rx.recv().await else {
-                // The acceptor stopped: the node is shutting down, and the graceful shutdown
-                // signal ends this server.
-                std::future::pending::<()>().await;
-                continue;
-            };
-            let Ok(stream) = TcpStream::from_std(stream) else {
-                continue;
-            };
-            let Ok(peer) = stream.peer_addr() else {
-                continue;
-            };
-            return (stream, peer);
+/// Serves the connections handed to this runtime until `stop`, then lets each finish its
+/// request in flight and waits for all of them.
+async fn run_connections(
+    mut rx: mpsc::Receiver<Handed>,
+    app: FastPath,
+    table: Arc<ConnTable>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Each connection task holds a receiver; `closed()` resolves when the last one is gone.
+    let (open_tx, open_rx) = watch::channel(());
+    let for_connections = stop.clone();
+    loop {
+        tokio::select! {
+            handed = rx.recv() => {
+                let Some((stream, peer, conn)) = handed else { break };
+                let Ok(stream) = TcpStream::from_std(stream) else {
+                    table.remove(&conn);
+                    continue;
+                };
+                let task = serve_connection(stream, peer, conn, app.clone(), table.clone(), for_connections.clone());
+                let open = open_rx.clone();
+                tokio::spawn(async move {
+                    task.await;
+                    drop(open);
+                });
+            }
+            _ = stop.wait_for(|s| *s) => break,
         }
     }
+    drop(open_rx);
+    open_tx.closed().await;
+}
 
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
+/// One connection: HTTP/1.1 or HTTP/2 (prior knowledge), its header read timed, closed when
+/// idle, evicted or at shutdown (after its request in flight).
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    conn: Arc<Conn>,
+    app: FastPath,
+    table: Arc<ConnTable>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let limits = table.limits();
+    let io = TokioIo::new(Tracked::new(stream, table.clone(), conn.clone()));
+    let service = {
+        let (table, conn) = (table.clone(), conn.clone());
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let guard = table.start_request(&conn);
+            let mut req = req.map(axum::body::Body::new);
+            req.extensions_mut().insert(ConnectInfo(PeerAddr(peer)));
+            let call = app.clone().call(req);
+            async move {
+                let response = call.await;
+                drop(guard);
+                response
+            }
+        })
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    tracing::trace!(error = %e, "HTTP connection ended");
+                }
+                break;
+            }
+            _ = stop.wait_for(|s| *s), if !closing => {
+                // Shutting down: a request in flight is finished (then the connection closes);
+                // a connection without one closes now.
+                if !conn.busy() {
+                    break;
+                }
+                closing = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            // Idle or evicted (only an idle connection is): no request is in flight, so it is
+            // closed at once — a graceful shutdown would wait for a half-sent header.
+            () = table.idle(&conn), if !closing => break,
+            () = conn.evicted(), if !closing => break,
+        }
     }
+    table.remove(&conn);
 }

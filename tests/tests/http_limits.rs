@@ -1,0 +1,121 @@
+//! The HTTP server's connection limits on a real node: a client that never finishes its
+//! header is closed, an idle keep-alive connection is closed, and at the connection cap idle
+//! connections make room for a real client (and a flood of slow ones cannot lock it out).
+
+use anyhow::{Context, Result, ensure};
+use ringlimit_node::NodeConfig;
+use ringlimit_node::config::ConnLimits;
+use ringlimit_tests::{TestNode, WAIT};
+use serde_json::json;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn node(limits: ConnLimits) -> Result<TestNode> {
+    let mut config = NodeConfig::local("http-limits");
+    config.http_limits = limits;
+    TestNode::start(config).await
+}
+
+/// Reads until the server closes the connection (EOF or reset), within `WAIT`; the bytes read.
+async fn closed_by_server(s: &mut TcpStream) -> Result<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .context("the server never closed the connection")?;
+    Ok(got)
+}
+
+const CHECK: &str = r#"{"key":"k","limit":10,"period_ms":60000}"#;
+
+fn request(keep_alive: bool) -> String {
+    format!(
+        "POST /v1/check HTTP/1.1\r\nHost: n\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n{CHECK}",
+        CHECK.len(),
+        if keep_alive { "keep-alive" } else { "close" }
+    )
+}
+
+#[tokio::test]
+async fn a_header_that_never_ends_is_closed_and_an_idle_connection_too() -> Result<()> {
+    let n = node(ConnLimits {
+        header_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(300),
+        max_connections: 100,
+    })
+    .await?;
+    // Half a header, then nothing (slowloris).
+    let mut slow = TcpStream::connect(n.http).await?;
+    slow.write_all(b"POST /v1/check HTTP/1.1\r\nHost: n\r\n")
+        .await?;
+    closed_by_server(&mut slow).await?;
+    // A keep-alive connection: answered, then closed once idle.
+    let mut idle = TcpStream::connect(n.http).await?;
+    idle.write_all(request(true).as_bytes()).await?;
+    let answer = closed_by_server(&mut idle).await?;
+    let text = String::from_utf8_lossy(&answer);
+    ensure!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // A connection that sends nothing at all.
+    let mut silent = TcpStream::connect(n.http).await?;
+    closed_by_server(&mut silent).await?;
+    // The node answers as before.
+    let r = n
+        .check(&json!({ "key": "after", "limit": 1, "period_ms": 1000 }))
+        .await?;
+    assert_eq!(r.status, 200);
+    n.stop().await
+}
+
+#[tokio::test]
+async fn at_the_cap_idle_connections_make_room_for_real_clients() -> Result<()> {
+    let n = node(ConnLimits {
+        header_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        max_connections: 20,
+    })
+    .await?;
+    // 200 connections that send half a header and then nothing: ten times the cap.
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(n.http).await?;
+        s.write_all(b"GET /v1/cluster HTTP/1.1\r\n").await?;
+        flood.push(s);
+    }
+    // Real clients keep getting answers.
+    for i in 0..20 {
+        let mut s = TcpStream::connect(n.http).await?;
+        s.write_all(request(false).as_bytes()).await?;
+        let answer = closed_by_server(&mut s).await?;
+        let text = String::from_utf8_lossy(&answer);
+        // Answered (the check's own limit of 10 denies the later ones).
+        ensure!(
+            text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.1 429"),
+            "request {i}: {text:?}"
+        );
+    }
+    // At most the cap stays open: the others were closed to make room.
+    let mut open = 0;
+    for s in &mut flood {
+        let mut b = [0u8; 1];
+        // Nothing to read within the wait: still open (a closed one reads EOF or a reset).
+        if tokio::time::timeout(Duration::from_millis(20), s.read(&mut b))
+            .await
+            .is_err()
+        {
+            open += 1;
+        }
+    }
+    ensure!(
+        open <= 20,
+        "{open} slow connections still open, over the cap of 20"
+    );
+    n.stop().await
+}
