@@ -175,8 +175,8 @@ pub enum ConfigError {
 /// `--http-idle-timeout-ms`, `--http-max-connections`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
-    /// A request's header must be complete within this once it starts (and a new connection's
-    /// first request within this of connecting).
+    /// A request's header must be complete within this once it starts (hyper's header-read
+    /// timeout); a connection that sends nothing is the idle timeout's.
     pub header_timeout: Duration,
     /// A connection with no request in flight and no bytes moved for this long is closed.
     pub idle_timeout: Duration,

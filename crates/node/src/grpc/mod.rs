@@ -14,11 +14,31 @@ use crate::envoy_config::EnvoyConfig;
 use crate::service::CheckService;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use ringlimit_core::all::AllError;
+use ringlimit_core::check::CheckError;
 use ringlimit_v1::RingLimitV1;
 use ringlimit_v1::pb::rate_limiter_server::RateLimiterServer;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+
+/// The gRPC code of a check error, as the HTTP API's status: 404 → NOT_FOUND, 503 →
+/// UNAVAILABLE, the rest (400) → INVALID_ARGUMENT.
+fn check_code(e: &CheckError) -> tonic::Code {
+    match e.code() {
+        "unknown_rule" => tonic::Code::NotFound,
+        "unavailable" => tonic::Code::Unavailable,
+        _ => tonic::Code::InvalidArgument,
+    }
+}
+
+/// [`check_code`] of an all-or-nothing request's error (its own errors are 400s).
+fn all_code(e: &AllError) -> tonic::Code {
+    match e {
+        AllError::Item { error, .. } => check_code(error),
+        _ => tonic::Code::InvalidArgument,
+    }
+}
 
 /// Serves gRPC on `listener` until `shutdown` completes.
 pub async fn serve(

@@ -2,6 +2,7 @@
 //! API's three checks as gRPC, over the same check service, with the same validation and error
 //! codes. A thin edge: messages in and out, deciding in the service.
 
+use super::{all_code, check_code};
 use crate::engine::RuleSpec;
 use crate::service::all::AllOutcome;
 use crate::service::{Check, CheckService, MAX_BATCH, Outcome};
@@ -29,26 +30,12 @@ fn status(grpc: tonic::Code, code: &str, message: impl std::fmt::Display) -> ton
     tonic::Status::new(grpc, format!("{code}: {message}"))
 }
 
-/// The gRPC code of a check error, as the HTTP API's status: 404 → NOT_FOUND, 503 →
-/// UNAVAILABLE, the rest (400) → INVALID_ARGUMENT.
-fn grpc_code(e: &CheckError) -> tonic::Code {
-    match e.code() {
-        "unknown_rule" => tonic::Code::NotFound,
-        "unavailable" => tonic::Code::Unavailable,
-        _ => tonic::Code::InvalidArgument,
-    }
-}
-
 fn check_status(e: &CheckError) -> tonic::Status {
-    status(grpc_code(e), e.code(), e)
+    status(check_code(e), e.code(), e)
 }
 
 fn all_status(e: &AllError) -> tonic::Status {
-    let grpc = match e {
-        AllError::Item { error, .. } => grpc_code(error),
-        _ => tonic::Code::InvalidArgument,
-    };
-    status(grpc, e.code(), e)
+    status(all_code(e), e.code(), e)
 }
 
 /// Why a request message cannot be a check (before the service sees it).
