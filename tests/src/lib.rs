@@ -334,7 +334,83 @@ impl Deref for TestCluster {
     }
 }
 
+/// The Python that can import `modules` (e.g. `"grpc, grpc_tools"`: clients we did not
+/// write): `RINGLIMIT_TEST_PYTHON`, else the venv `.ci/run` makes.
+pub fn python_with(modules: &str) -> Option<String> {
+    let py = std::env::var("RINGLIMIT_TEST_PYTHON")
+        .unwrap_or_else(|_| "/tmp/ringlimit-grpc-venv/bin/python".into());
+    Command::new(&py)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| py)
+}
+
+/// What a client script printed: one JSON line per call, named by its `call` field.
+pub struct CallLog(pub Vec<Value>);
+
+impl CallLog {
+    /// The line of `call` (null when the script printed none).
+    pub fn by(&self, call: &str) -> Value {
+        self.0
+            .iter()
+            .find(|l| l["call"] == call)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Runs `python` with `args` (a client script and its arguments), bounded to a minute, and
+/// reads its JSON lines; a failed script is an error with its stderr.
+pub async fn run_client_script(python: String, args: Vec<String>) -> Result<CallLog> {
+    let run = tokio::task::spawn_blocking(move || Command::new(python).args(args).output());
+    // The scripts' own calls time out after 5 s each; this bounds the whole run.
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .context("the Python client took over a minute")???;
+    ensure!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(CallLog(
+        String::from_utf8(out.stdout)?
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?,
+    ))
+}
+
+/// An Envoy rate limit descriptor of `entries`.
+pub fn envoy_descriptor(
+    entries: &[(&str, &str)],
+) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
 impl TestCluster {
+    /// Every node's gRPC address, comma-separated (for a client script).
+    pub fn grpc_addrs(&self) -> Result<String> {
+        Ok(self
+            .nodes
+            .iter()
+            .map(|n| n.grpc.map(|a| a.to_string()))
+            .collect::<Option<Vec<_>>>()
+            .context("every node serves gRPC")?
+            .join(","))
+    }
+
     /// Starts `n` nodes with `NodeConfig::local` and waits until every node shows all `n` alive.
     pub async fn start(n: usize) -> Result<Self> {
         Self::start_with(n, |_| {}).await

@@ -5,8 +5,6 @@
 //! manual one that the test moves, so fixed windows turn exactly where the test says.
 
 use anyhow::{Context, Result};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -14,7 +12,7 @@ use ringlimit_core::clock::ManualClock;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::{EngineClock, load_envoy};
 use ringlimit_node::envoy_config::EnvoyConfig;
-use ringlimit_tests::TestNode;
+use ringlimit_tests::{TestNode, envoy_descriptor};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tonic::transport::Channel;
@@ -40,12 +38,18 @@ struct Rls {
 struct Status(Code, Option<u32>, u32);
 
 impl Rls {
+    /// A node serving the fixture directory `dir`.
     async fn start(dir: &str) -> Result<Self> {
+        Self::serve(&fixtures(dir)).await
+    }
+
+    /// A node serving the envoyproxy/ratelimit files at `path`.
+    async fn serve(path: &std::path::Path) -> Result<Self> {
         // Midnight UTC: every fixed window (second to day) starts here.
         let clock = ManualClock::new(20_000 * 86_400 * 1_000_000_000);
         let mut config = NodeConfig::local("envoy-compat");
         config.grpc_addr = Some("127.0.0.1:0".parse()?);
-        config.envoy_config = load_envoy(&fixtures(dir))?;
+        config.envoy_config = load_envoy(path)?;
         config.clock = Some(EngineClock(Arc::new(clock.clone())));
         let node = TestNode::start(config).await?;
         let addr = node.grpc.context("a gRPC address")?;
@@ -68,19 +72,7 @@ impl Rls {
             .client
             .should_rate_limit(RateLimitRequest {
                 domain: domain.into(),
-                descriptors: descriptors
-                    .iter()
-                    .map(|d| RateLimitDescriptor {
-                        entries: d
-                            .iter()
-                            .map(|(k, v)| Entry {
-                                key: (*k).into(),
-                                value: (*v).into(),
-                            })
-                            .collect(),
-                        ..Default::default()
-                    })
-                    .collect(),
+                descriptors: descriptors.iter().map(|d| envoy_descriptor(d)).collect(),
                 hits_addend: hits,
             })
             .await?
@@ -519,19 +511,7 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 10 }
 ",
     )?;
-    let clock = ManualClock::new(20_000 * 86_400 * 1_000_000_000);
-    let mut config = NodeConfig::local("envoy-quota");
-    config.grpc_addr = Some("127.0.0.1:0".parse()?);
-    config.envoy_config = load_envoy(&dir.0)?;
-    config.clock = Some(EngineClock(Arc::new(clock.clone())));
-    let node = TestNode::start(config).await?;
-    let addr = node.grpc.context("a gRPC address")?;
-    let client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
-    let mut rls = Rls {
-        node,
-        client,
-        clock,
-    };
+    let mut rls = Rls::serve(&dir.0).await?;
     let s1: &[(&str, &str)] = &[("service", "service_1")];
     let s2: &[(&str, &str)] = &[("service", "service_2")];
     let user: &[(&str, &str)] = &[("user", "u")];

@@ -4,13 +4,14 @@
 
 use anyhow::{Context, Result};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::envoy_config::EnvoyConfig;
-use ringlimit_tests::{TempDir, TestNode, WAIT, wait_until};
+use ringlimit_tests::{
+    TempDir, TestNode, WAIT, envoy_descriptor, python_with, run_client_script, wait_until,
+};
 use std::time::Duration;
 
 const ENVOY: &str = "
@@ -27,19 +28,6 @@ descriptors:
   - key: internal
     rate_limit: { unlimited: true }
 ";
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
 
 fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
@@ -62,8 +50,8 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
     // the address, which still has its third.
     let login = || {
         request(vec![
-            descriptor(&[("remote_address", "10.0.0.1")]),
-            descriptor(&[("path", "/login")]),
+            envoy_descriptor(&[("remote_address", "10.0.0.1")]),
+            envoy_descriptor(&[("path", "/login")]),
         ])
     };
     let mut codes = Vec::new();
@@ -86,7 +74,10 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
         [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]
     );
     let alone = client
-        .should_rate_limit(request(vec![descriptor(&[("remote_address", "10.0.0.1")])]))
+        .should_rate_limit(request(vec![envoy_descriptor(&[(
+            "remote_address",
+            "10.0.0.1",
+        )])]))
         .await?
         .into_inner();
     assert_eq!(
@@ -100,9 +91,9 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
     for _ in 0..3 {
         let r = client
             .should_rate_limit(request(vec![
-                descriptor(&[("trial", "t")]),
-                descriptor(&[("internal", "x")]),
-                descriptor(&[("nothing", "configured")]),
+                envoy_descriptor(&[("trial", "t")]),
+                envoy_descriptor(&[("internal", "x")]),
+                envoy_descriptor(&[("nothing", "configured")]),
             ]))
             .await?
             .into_inner();
@@ -111,7 +102,7 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
         assert!(r.statuses[2].current_limit.is_none());
     }
     // hits_addend is the cost; a descriptor's own limit overrides the configuration.
-    let mut heavy = request(vec![descriptor(&[("remote_address", "10.0.0.2")])]);
+    let mut heavy = request(vec![envoy_descriptor(&[("remote_address", "10.0.0.2")])]);
     heavy.hits_addend = 4;
     let r = client.should_rate_limit(heavy).await?.into_inner();
     assert_eq!(
@@ -119,7 +110,7 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
         Code::OverLimit as i32,
         "4 can never fit in 3"
     );
-    let mut raised = descriptor(&[("remote_address", "10.0.0.2")]);
+    let mut raised = envoy_descriptor(&[("remote_address", "10.0.0.2")]);
     raised.limit = Some(
         envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
             requests_per_unit: 10,
@@ -132,19 +123,6 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert_eq!(r.statuses[0].limit_remaining, 6);
     node.stop().await
-}
-
-/// The Python that has grpcio and Envoy's generated types: `RINGLIMIT_TEST_PYTHON`, else the
-/// environment `.ci/run` makes.
-fn python_with_envoy_types() -> Option<String> {
-    let py = std::env::var("RINGLIMIT_TEST_PYTHON")
-        .unwrap_or_else(|_| "/tmp/ringlimit-grpc-venv/bin/python".into());
-    std::process::Command::new(&py)
-        .args(["-c", "import grpc, envoy_data_plane"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| py)
 }
 
 const ENVOY_NESTED: &str = "
@@ -169,7 +147,7 @@ descriptors:
 
 #[tokio::test]
 async fn a_python_grpcio_client_with_envoys_types_against_three_nodes() -> Result<()> {
-    let Some(python) = python_with_envoy_types() else {
+    let Some(python) = python_with("grpc, envoy_data_plane") else {
         eprintln!("no Python with grpcio and envoy-data-plane (made by .ci/run): skipping");
         return Ok(());
     };
@@ -179,39 +157,9 @@ async fn a_python_grpcio_client_with_envoys_types_against_three_nodes() -> Resul
             EnvoyConfig::from_files([("edge.yaml", ENVOY_NESTED)]).expect("valid envoy config");
     })
     .await?;
-    let addrs = cluster
-        .iter()
-        .map(|n| n.grpc.map(|a| a.to_string()))
-        .collect::<Option<Vec<_>>>()
-        .context("every node serves gRPC")?
-        .join(",");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/rls_client.py");
-    let run = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .arg(addrs)
-            .output()
-    });
-    // The client's own calls time out after 5 s each; this bounds its start.
-    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
-        .await
-        .context("the Python client took over a minute")???;
-    anyhow::ensure!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    let by = |name: &str| {
-        lines
-            .iter()
-            .find(|l| l["call"] == name)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let calls = run_client_script(python, vec![script.into(), cluster.grpc_addrs()?]).await?;
+    let by = |name: &str| calls.by(name);
     // Each call through another node: exact across the cluster, all-or-nothing.
     let overall: Vec<String> = (0..3)
         .map(|i| {
@@ -298,7 +246,7 @@ async fn envoy_config_directory_is_hot_reloaded() -> Result<()> {
     let mut client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
     let mut limit_of = async |user: &str| -> Result<Option<u32>> {
         let r = client
-            .should_rate_limit(request(vec![descriptor(&[("user", user)])]))
+            .should_rate_limit(request(vec![envoy_descriptor(&[("user", user)])]))
             .await?
             .into_inner();
         Ok(r.statuses[0]

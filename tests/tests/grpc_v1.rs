@@ -8,7 +8,7 @@ use ringlimit_node::NodeConfig;
 use ringlimit_node::grpc::ringlimit_v1::pb;
 use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClient;
 use ringlimit_node::rules::RuleSet;
-use ringlimit_tests::{TestCluster, TestNode, WAIT, wait_until};
+use ringlimit_tests::{TestCluster, TestNode, WAIT, python_with, run_client_script, wait_until};
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -277,58 +277,18 @@ async fn check_batch_and_all_share_the_http_apis_buckets_and_errors() -> Result<
     node.stop().await
 }
 
-/// The Python with grpcio and grpc_tools: `RINGLIMIT_TEST_PYTHON`, else the environment
-/// `.ci/run` makes.
-fn python_with_grpc_tools() -> Option<String> {
-    let py = std::env::var("RINGLIMIT_TEST_PYTHON")
-        .unwrap_or_else(|_| "/tmp/ringlimit-grpc-venv/bin/python".into());
-    std::process::Command::new(&py)
-        .args(["-c", "import grpc, grpc_tools"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| py)
-}
-
 #[tokio::test]
 async fn a_python_grpcio_client_compiled_from_our_proto_against_three_nodes() -> Result<()> {
-    let Some(python) = python_with_grpc_tools() else {
+    let Some(python) = python_with("grpc, grpc_tools") else {
         eprintln!("no Python with grpcio and grpc_tools (made by .ci/run): skipping");
         return Ok(());
     };
     let cluster = TestCluster::start_with(3, with_rules).await?;
-    let addrs = cluster
-        .iter()
-        .map(|n| n.grpc.map(|a| a.to_string()))
-        .collect::<Option<Vec<_>>>()
-        .context("every node serves gRPC")?
-        .join(",");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/v1_client.py");
     let protos = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/proto/proto");
-    let run = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .args([script, protos, &addrs])
-            .output()
-    });
-    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
-        .await
-        .context("the Python client took over a minute")???;
-    ensure!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    let by = |name: &str| {
-        lines
-            .iter()
-            .find(|l| l["call"] == name)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let args = vec![script.into(), protos.into(), cluster.grpc_addrs()?];
+    let calls = run_client_script(python, args).await?;
+    let by = |name: &str| calls.by(name);
     // uint64 fields are strings in protobuf's JSON mapping.
     let allowed: Vec<bool> = (0..4)
         .map(|i| by(&format!("user-{i}"))["answer"]["allowed"] == true)
