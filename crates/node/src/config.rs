@@ -110,8 +110,6 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_SEED_WAIT_MS", value_name = "MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(0..=300_000))]
     pub seed_wait_ms: u64,
-    /// Threads serving the HTTP API, each with its own single-threaded runtime (default: one per
-    /// CPU); 0 serves it on the main runtime with peer RPC and gossip.
     /// Time a client has to send a request's whole header (slow-header clients are closed).
     #[arg(long, env = "RINGLIMIT_HTTP_HEADER_TIMEOUT_MS", value_name = "MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -125,6 +123,8 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_MAX_CONNECTIONS", value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub http_max_connections: u64,
+    /// Threads serving the HTTP API, each with its own single-threaded runtime (default: one per
+    /// CPU); 0 serves it on the main runtime with peer RPC and gossip.
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
           value_parser = clap::value_parser!(u64).range(0..=256))]
     pub http_threads: u64,

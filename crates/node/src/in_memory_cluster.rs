@@ -3,6 +3,7 @@
 //! sockets, no real waiting. Each node is the real routing, peer pool and peer server; only
 //! membership is set by hand (a view per node), so a test can make nodes disagree.
 
+use crate::cluster::quorum::Quorum;
 use crate::cluster::{Member, MemberState, View};
 use crate::decide::Here;
 use crate::engine::{Engine, RuleSpec};
@@ -53,6 +54,10 @@ fn view(self_id: &str, ring: &[&str]) -> View {
             .iter()
             .map(|id| (Arc::from(*id), (*id).to_owned()))
             .collect::<BTreeMap<_, _>>(),
+        quorum: Quorum {
+            known: ring.iter().map(|id| Arc::from(*id)).collect(),
+            quorate: true,
+        },
     }
 }
 
@@ -643,4 +648,75 @@ async fn a_closed_rule_whose_owner_is_unreachable_denies_the_request_and_takes_n
         3,
         "the user's cost was given back"
     );
+}
+
+impl Node {
+    /// This node's view: `alive` of the last known `known`, without a majority.
+    fn set_minority(&self, alive: &[&str], known: &[&str]) {
+        let mut v = view(&self.view.load().self_id, alive);
+        v.quorum = Quorum {
+            known: known.iter().map(|id| Arc::from(*id)).collect(),
+            quorate: false,
+        };
+        self.view.store(Arc::new(v));
+    }
+}
+
+/// Regression (issue 15): in a 2 | 1 partition the lone node took ownership of every key and
+/// both sides granted each key its whole limit (100–122% over). Without a majority a node owns
+/// nothing: its own keys and the others' get a third of the limit each, degraded.
+#[tokio::test(start_paused = true)]
+async fn a_node_without_a_majority_answers_every_key_from_its_share() {
+    let net = MemNet::new();
+    let nodes: Vec<Node> = ABC.iter().map(|id| Node::start(&net, id, ABC)).collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let of_a = key_owned(&[(ABC, "a"), (&["a", "c"], "a")]);
+    let of_b = key_owned(&[(ABC, "b"), (&["a", "c"], "c")]);
+    for key in [&of_a, &of_b] {
+        for _ in 0..5 {
+            assert!(a.check(key).await.allowed);
+        }
+    }
+    // b is cut off: a and c declared it dead; b sees neither of them.
+    net.cut("a", "b");
+    net.cut("c", "b");
+    a.set_ring(&["a", "c"]);
+    c.set_ring(&["a", "c"]);
+    b.set_minority(&["b"], ABC);
+    for key in [&of_a, &of_b] {
+        let answers: Vec<CheckAnswer> =
+            futures::future::join_all((0..6).map(|_| b.check(key))).await;
+        assert!(answers.iter().all(|x| x.degraded && x.limit == 5));
+        let allowed = answers.iter().filter(|x| x.allowed).count();
+        assert_eq!(
+            allowed, 2,
+            "b's share of 5 among the 3 it last knew, for {key}"
+        );
+    }
+    assert_eq!(b.dispatcher.stats.minority.load(Ordering::Relaxed), 12);
+    assert!(!b.holds(&of_a), "b took no ownership of a's key");
+    // The majority side keeps deciding exactly: a's key stays spent.
+    assert!(!a.check(&of_a).await.allowed && !c.check(&of_a).await.degraded);
+    // An all-or-nothing request at b takes from the share and gives it back when denied.
+    let rules = RuleSet::from_yaml(LIMITS).expect("valid rules");
+    let lone = Node::start_with(&net, "d", &["d"], rules);
+    lone.set_minority(&["d"], &["d", "e", "f"]);
+    let both = [("per-user", "u1"), ("per-ip", "ip")];
+    let first = lone.check_all(&both).await;
+    assert!(admitted(&first) && first.iter().all(|x| x.degraded));
+    // per-user's share of 3 among 3 is 1: the second request is denied and gives per-ip back.
+    assert!(!admitted(&lone.check_all(&both).await));
+    let mut ip = 0;
+    for _ in 0..5 {
+        ip += usize::from(admitted(&lone.check_all(&[("per-ip", "ip")]).await));
+    }
+    assert_eq!(
+        ip, 3,
+        "per-ip's share of 10 among 3 is 4, one held by the first request"
+    );
+    // Healed: b sees a majority again and forwards to the owner.
+    net.heal("a", "b");
+    net.heal("c", "b");
+    b.set_ring(ABC);
+    assert!(!b.check(&of_a).await.degraded);
 }

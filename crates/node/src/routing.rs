@@ -40,6 +40,9 @@ pub struct DispatchStats {
     pub fail_open: AtomicU64,
     /// Checks denied because the owner could not answer and the rule is `closed`.
     pub fail_closed: AtomicU64,
+    /// Owner-mode checks answered without an owner because this node saw fewer than a majority
+    /// of the cluster (also counted in `fail_open` or `fail_closed`).
+    pub minority: AtomicU64,
 }
 
 /// Sends each check where it is decided.
@@ -75,13 +78,14 @@ impl Dispatcher {
     /// Decides one prepared check wherever it belongs.
     pub async fn check(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
         let view = self.view.load();
-        match self.owner(&view, p) {
-            None => Ok(self.here.decide(p)),
-            Some((_, client)) => {
+        match self.route(&view, p) {
+            Route::Here => Ok(self.here.decide(p)),
+            Route::Share => Ok(self.fallback(p, view.share_members())),
+            Route::Owner(_, client) => {
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                 let sent = self.send(client, vec![peer_check(p)]).await;
                 let reply = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
-                self.settle(p, reply, view.alive())
+                self.settle(p, reply, view.share_members())
             }
         }
     }
@@ -96,14 +100,15 @@ impl Dispatcher {
         // One instant for the whole batch (see `Engine::decide_at`).
         let now = self.here.now();
         for (i, p) in items.iter().enumerate() {
-            match self.owner(&view, p) {
-                None => results.push(Some(Ok(self.here.decide_at(
+            match self.route(&view, p) {
+                Route::Here => results.push(Some(Ok(self.here.decide_at(
                     p.id,
                     &p.resolved,
                     p.cost,
                     now,
                 )))),
-                Some((owner, client)) => {
+                Route::Share => results.push(Some(Ok(self.fallback(p, view.share_members())))),
+                Route::Owner(owner, client) => {
                     results.push(None);
                     groups.add(owner, &client, i);
                     self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
@@ -117,13 +122,13 @@ impl Dispatcher {
             )
             .await;
         for (i, reply) in replies {
-            results[i] = Some(self.settle(&items[i], reply, view.alive()));
+            results[i] = Some(self.settle(&items[i], reply, view.share_members()));
         }
         // Every forwarded check got a reply above, so every slot is filled.
         results
             .into_iter()
             .zip(items)
-            .map(|(r, p)| r.unwrap_or_else(|| Ok(self.fallback(p, view.alive()))))
+            .map(|(r, p)| r.unwrap_or_else(|| Ok(self.fallback(p, view.share_members()))))
             .collect()
     }
 
@@ -141,7 +146,7 @@ impl Dispatcher {
     /// 4. Denied: refunds go to every owner that holds a cost, all at once.
     pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
         let view = self.view.load_full();
-        let alive = view.alive();
+        let alive = view.share_members();
         let now = self.here.now();
         let mut results: Vec<Option<Result<CheckAnswer, CheckError>>> = vec![None; items.len()];
         let mut holds: Vec<Option<Hold>> = vec![None; items.len()];
@@ -155,9 +160,14 @@ impl Dispatcher {
                 results[i] = Some(Ok(ringlimit_core::answer::answer(&d, &p.resolved.rule)));
                 continue;
             }
-            match self.pool.owner_client(&view, p.id) {
-                None => local.push(i),
-                Some((owner, client)) => {
+            match self.route(&view, p) {
+                Route::Here => local.push(i),
+                Route::Share => {
+                    let (a, taken) = self.fallback_held(p, alive);
+                    results[i] = Some(Ok(a));
+                    holds[i] = taken.map(|(mark, cost)| Hold::Share(mark, cost));
+                }
+                Route::Owner(owner, client) => {
                     // A shadow check travels in a group of its own: the owner may not know it
                     // is one (an edge's own shadow setting), and must not let its denial give
                     // back the others'.
@@ -328,13 +338,21 @@ impl Dispatcher {
         )
     }
 
-    /// The check's owner and its client, or `None` when this node decides it (it owns the
-    /// bucket, or the rule is global: decided where it lands).
-    fn owner(&self, view: &View, p: &Prepared<'_>) -> Option<(Arc<str>, Arc<PeerClient>)> {
+    /// Where the check is decided: here (this node owns the bucket, or the rule is global:
+    /// decided where it lands), at its owner, or from the fallback share when this node sees
+    /// fewer than a majority of the cluster (then it owns no keys: see `cluster::quorum`).
+    fn route(&self, view: &View, p: &Prepared<'_>) -> Route {
         if p.resolved.mode == Mode::Global {
-            return None;
+            return Route::Here;
         }
-        self.pool.owner_client(view, p.id)
+        if !view.quorum.quorate {
+            self.stats.minority.fetch_add(1, Ordering::Relaxed);
+            return Route::Share;
+        }
+        match self.pool.owner_client(view, p.id) {
+            None => Route::Here,
+            Some((owner, client)) => Route::Owner(owner, client),
+        }
     }
 
     /// Sends one group to its owner's client, observing its size and, when answered, its time.
@@ -386,6 +404,13 @@ impl Dispatcher {
             now,
         )
     }
+}
+
+/// Where one check is decided.
+enum Route {
+    Here,
+    Owner(Arc<str>, Arc<PeerClient>),
+    Share,
 }
 
 /// What an all-or-nothing check holds until its request is known to be admitted.

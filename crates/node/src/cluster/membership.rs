@@ -6,6 +6,7 @@
 //! carries membership and nothing else. A task turns chitchat's live-node watcher into an
 //! immutable [`View`]; the ring inside it is rebuilt only when the set of live members changes.
 
+use super::quorum::Quorum;
 use super::transport::PeerTransport;
 use arc_swap::ArcSwap;
 use chitchat::{
@@ -54,6 +55,9 @@ pub struct View {
     pub ring: Ring,
     /// Peer address of each alive member.
     pub peer_addrs: BTreeMap<Arc<str>, String>,
+    /// Whether this node sees a majority of the members it last knew; without one it owns no
+    /// keys (see [`super::quorum`]).
+    pub quorum: Quorum,
 }
 
 impl View {
@@ -70,13 +74,24 @@ impl View {
                 generation: 0,
             }],
             ring: Ring::new([self_id]),
-            peer_addrs: BTreeMap::from([(id, peer_addr.to_owned())]),
+            peer_addrs: BTreeMap::from([(id.clone(), peer_addr.to_owned())]),
+            quorum: Quorum::solo(&id),
         }
     }
 
     /// Alive members (the ring's size), at least 1.
     pub fn alive(&self) -> usize {
         self.ring.len().max(1)
+    }
+
+    /// How many members a limit is shared among when answered from a fallback share: the alive
+    /// ones, or on the small side of a partition all those last known.
+    pub fn share_members(&self) -> usize {
+        if self.quorum.quorate {
+            self.alive()
+        } else {
+            self.quorum.share_members()
+        }
     }
 }
 
@@ -325,15 +340,29 @@ fn build_view(
     } else {
         Ring::new(peer_addrs.keys())
     };
+    let quorum = previous.quorum.next(&members);
     Some(View {
         self_id: self_id.clone(),
         members,
         ring,
         peer_addrs,
+        quorum,
     })
 }
 
 fn log_changes(before: &View, after: &View) {
+    match (before.quorum.quorate, after.quorum.quorate) {
+        (true, false) => tracing::warn!(
+            known = after.quorum.known.len(),
+            alive = after.ring.len(),
+            "fewer than a majority of the known members are seen: owning no keys, answering from fallback shares"
+        ),
+        (false, true) => tracing::info!(
+            alive = after.ring.len(),
+            "a majority is seen again: owning keys"
+        ),
+        _ => {}
+    }
     for m in &after.members {
         let old = before
             .members

@@ -2,10 +2,12 @@
 //!
 //! # Layout
 //! - [`membership`] — chitchat wrapper producing immutable [`membership::View`]s.
+//! - [`quorum`] — the majority rule: who owns keys on the small side of a partition.
 //! - [`transport`] — gossip over the node's UDP socket, with a per-datagram MAC.
 //! - [`seeds`] — a bounded wait for seed host names to resolve before gossip starts.
 
 pub mod membership;
+pub mod quorum;
 pub mod seeds;
 pub mod transport;
 

@@ -158,6 +158,7 @@ mod tests {
             ],
             ring: Ring::new(["me", "silent"]),
             peer_addrs: BTreeMap::new(),
+            quorum: crate::cluster::quorum::Quorum::solo(&Arc::from("me")),
         };
         let store = Store::new(100);
         let rule = Rule {

@@ -73,6 +73,8 @@ pub struct Snapshot {
     pub forwarded: u64,
     pub fail_open: u64,
     pub fail_closed: u64,
+    pub minority: u64,
+    pub quorate: u64,
     pub peer_frames: u64,
     pub peer_checks: u64,
     pub members_alive: u64,
@@ -167,6 +169,18 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Counter,
         fail_closed,
         "Checks denied because the owner could not answer and the rule is on_owner_unreachable: closed"
+    ),
+    series!(
+        "minority_checks",
+        Counter,
+        minority,
+        "Owner-mode checks answered without an owner because this node saw fewer than a majority of the cluster"
+    ),
+    series!(
+        "quorate",
+        Gauge,
+        quorate,
+        "1 while this node sees a majority of the members it last knew (and owns keys), else 0"
     ),
     series!(
         "peer_frames",

@@ -17,6 +17,11 @@ pub struct ClusterView {
     pub members: Vec<Member>,
     /// Members in the ring (alive, not leaving).
     pub ring_members: usize,
+    /// Whether this node sees a majority of the members it last knew; when false it owns no
+    /// keys and answers owner-mode checks from its fallback share (degraded).
+    pub quorate: bool,
+    /// The members it last knew while it saw a majority (what a majority is counted of).
+    pub known_members: usize,
     pub forwarding: Forwarding,
     pub global: GlobalView,
 }
@@ -51,6 +56,8 @@ pub struct Forwarding {
     pub forwarded: u64,
     pub fail_open: u64,
     pub fail_closed: u64,
+    /// Checks answered without an owner because this node saw fewer than a majority.
+    pub minority: u64,
     /// Frames and checks sent to peers: checks per frame is the batching factor.
     pub peer_frames: u64,
     pub peer_checks: u64,
@@ -121,10 +128,13 @@ impl CheckService {
             cluster_id: self.cluster_id.to_string(),
             members: view.members.clone(),
             ring_members: view.ring.len(),
+            quorate: view.quorum.quorate,
+            known_members: view.quorum.known.len(),
             forwarding: Forwarding {
                 forwarded: load(&stats.forwarded),
                 fail_open: load(&stats.fail_open),
                 fail_closed: load(&stats.fail_closed),
+                minority: load(&stats.minority),
                 peer_frames: frames,
                 peer_checks: checks,
                 handed_over: load(&self.handed_over),
@@ -192,6 +202,8 @@ impl CheckService {
             forwarded: load(&stats.forwarded),
             fail_open: load(&stats.fail_open),
             fail_closed: load(&stats.fail_closed),
+            minority: load(&stats.minority),
+            quorate: u64::from(view.quorum.quorate),
             peer_frames: load(&self.pool.stats().frames),
             peer_checks: load(&self.pool.stats().checks),
             members_alive: members(MemberState::Alive),
