@@ -1223,6 +1223,20 @@ async fn live_members_are_never_declared_dead() -> Result<()> {
         deaths.join("\n")
     );
     assert!(not_alive.is_empty(), "{not_alive:?}");
+    if degraded > 0 {
+        for n in &nodes {
+            let log = n.log();
+            let why: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("majority") || l.contains("circuit"))
+                .collect();
+            eprintln!(
+                "--- {}: circuits and majority ---\n{}",
+                n.node_id,
+                why.join("\n")
+            );
+        }
+    }
     assert_eq!(degraded, 0);
     Ok(())
 }

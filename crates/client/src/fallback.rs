@@ -128,7 +128,10 @@ mod tests {
         let f = Fallback::new(1000, FallbackShare::PerMember);
         let r = rule(10);
         let admitted = (0..20).filter(|_| f.decide(7, &r, 1, 3).allowed).count();
-        assert_eq!(admitted, 4, "ceil(10 / 3)");
+        assert_eq!(
+            admitted, 3,
+            "10 / 3 rounded down: the shares of 3 members add up to 9"
+        );
         let a = f.decide(7, &r, 1, 3);
         assert!(a.degraded && !a.allowed);
         assert_eq!(a.limit, 10, "answers report the whole rule");

@@ -189,6 +189,7 @@ pub async fn run(
         queue: 8192,
     }));
     let view = membership.view_cell();
+    let probe = crate::forward::reach::probe(pool.clone(), view.clone());
     let server = Arc::new(PeerServer::new(
         here.clone(),
         ServerSettings {
@@ -220,6 +221,7 @@ pub async fn run(
         ready: ready.clone(),
     }));
     let mut tasks = JoinSet::new();
+    tasks.spawn(probe);
     tasks.spawn(server.run(listeners.peer));
     tasks.spawn(global_merger);
     let gossip = membership.clone();

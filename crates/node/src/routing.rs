@@ -80,7 +80,7 @@ impl Dispatcher {
         let view = self.view.load();
         match self.route(&view, p) {
             Route::Here => Ok(self.here.decide(p)),
-            Route::Share => Ok(self.fallback(p, view.share_members())),
+            Route::Share { own } => Ok(self.minority_held(p, view.share_members(), own).0),
             Route::Owner(_, client) => {
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                 let sent = self.send(client, vec![peer_check(p)]).await;
@@ -107,7 +107,9 @@ impl Dispatcher {
                     p.cost,
                     now,
                 )))),
-                Route::Share => results.push(Some(Ok(self.fallback(p, view.share_members())))),
+                Route::Share { own } => {
+                    results.push(Some(Ok(self.minority_held(p, view.share_members(), own).0)))
+                }
                 Route::Owner(owner, client) => {
                     results.push(None);
                     groups.add(owner, &client, i);
@@ -162,10 +164,10 @@ impl Dispatcher {
             }
             match self.route(&view, p) {
                 Route::Here => local.push(i),
-                Route::Share => {
-                    let (a, taken) = self.fallback_held(p, alive);
+                Route::Share { own } => {
+                    let (a, hold) = self.minority_held(p, alive, own);
                     results[i] = Some(Ok(a));
-                    holds[i] = taken.map(|(mark, cost)| Hold::Share(mark, cost));
+                    holds[i] = hold;
                 }
                 Route::Owner(owner, client) => {
                     // A shadow check travels in a group of its own: the owner may not know it
@@ -258,14 +260,11 @@ impl Dispatcher {
                 Hold::Here(mark) => self.here.refund(p.id, &p.resolved, p.cost, mark),
                 Hold::Share(mark, taken) => {
                     cost = taken;
-                    let share = share_of(&p.resolved.rule, alive);
-                    self.here.engine().store().refund(
-                        fallback_id(p.id),
-                        &share,
-                        taken,
-                        mark,
-                        self.here.now(),
-                    );
+                    self.refund_share(p, alive, mark, taken);
+                }
+                Hold::Both(here, share, taken) => {
+                    self.here.refund(p.id, &p.resolved, p.cost, here);
+                    self.refund_share(p, alive, share, taken);
                 }
                 Hold::Owner(client, mark) => {
                     remote
@@ -338,6 +337,56 @@ impl Dispatcher {
         )
     }
 
+    /// On the small side of a partition (no majority): the fallback share of the last known
+    /// cluster; for a key this node owned under the last ring (`own`), its exact bucket too,
+    /// which knows what was spent before the partition: admitted only when both admit. Also what
+    /// the answer holds, for an all-or-nothing request to give back.
+    fn minority_held(
+        &self,
+        p: &Prepared<'_>,
+        members: usize,
+        own: bool,
+    ) -> (CheckAnswer, Option<Hold>) {
+        let (share, taken) = self.fallback_held(p, members);
+        if !own || !share.allowed {
+            return (share, taken.map(|(mark, cost)| Hold::Share(mark, cost)));
+        }
+        let (exact, mark) = self
+            .here
+            .hold_at(p.id, &p.resolved, p.cost, self.here.now());
+        if !exact.allowed {
+            if let Some((mark, cost)) = taken {
+                self.refund_share(p, members, mark, cost);
+            }
+            return (
+                CheckAnswer {
+                    degraded: true,
+                    ..exact
+                },
+                None,
+            );
+        }
+        let hold = match (mark, taken) {
+            (Some(here), Some((share, cost))) => Some(Hold::Both(here, share, cost)),
+            (Some(here), None) => Some(Hold::Here(here)),
+            (None, taken) => taken.map(|(mark, cost)| Hold::Share(mark, cost)),
+        };
+        let answer = CheckAnswer {
+            remaining: share.remaining.min(exact.remaining),
+            ..share
+        };
+        (answer, hold)
+    }
+
+    /// Gives back what the fallback share of bucket `p` took under `mark`.
+    fn refund_share(&self, p: &Prepared<'_>, members: usize, mark: Mark, cost: u64) {
+        let share = share_of(&p.resolved.rule, members);
+        self.here
+            .engine()
+            .store()
+            .refund(fallback_id(p.id), &share, cost, mark, self.here.now());
+    }
+
     /// Where the check is decided: here (this node owns the bucket, or the rule is global:
     /// decided where it lands), at its owner, or from the fallback share when this node sees
     /// fewer than a majority of the cluster (then it owns no keys: see `cluster::quorum`).
@@ -345,9 +394,10 @@ impl Dispatcher {
         if p.resolved.mode == Mode::Global {
             return Route::Here;
         }
-        if !view.quorum.quorate {
+        if !view.quorum.quorate || self.pool.cut_off() {
             self.stats.minority.fetch_add(1, Ordering::Relaxed);
-            return Route::Share;
+            let own = view.ring.owner(p.id) == Some(&*view.self_id);
+            return Route::Share { own };
         }
         match self.pool.owner_client(view, p.id) {
             None => Route::Here,
@@ -410,7 +460,10 @@ impl Dispatcher {
 enum Route {
     Here,
     Owner(Arc<str>, Arc<PeerClient>),
-    Share,
+    /// From the fallback share, without a majority; `own`: this node owned the key.
+    Share {
+        own: bool,
+    },
 }
 
 /// What an all-or-nothing check holds until its request is known to be admitted.
@@ -422,6 +475,9 @@ enum Hold {
     Owner(Arc<PeerClient>, Mark),
     /// Taken from this node's fallback share (owner unreachable): mark and cost taken.
     Share(Mark, u64),
+    /// Taken here and from the share (a key this node owned, without a majority): the marks
+    /// here and in the share, and the cost the share took.
+    Both(Mark, Mark, u64),
 }
 
 fn peer_check(p: &Prepared<'_>) -> PeerCheck {

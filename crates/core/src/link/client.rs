@@ -193,6 +193,12 @@ impl PeerClient {
         self.shared.connected.load(Ordering::Acquire) && !self.shared.is_open()
     }
 
+    /// An empty group: answered by a live peer, so that an idle link's silence is noticed too;
+    /// a timeout counts towards opening the circuit like any other.
+    pub async fn ping(&self) -> Result<(), ForwardError> {
+        self.send_group(Body::Checks(Vec::new()), 0).await.map(drop)
+    }
+
     /// Sends a group of checks and waits, at most the deadline, for their answers (in order).
     pub async fn send(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
         self.send_group(Body::Checks(checks), 0).await

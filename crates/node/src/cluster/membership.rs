@@ -51,7 +51,8 @@ pub struct View {
     pub self_id: Arc<str>,
     /// Every member known, dead ones included, sorted by id.
     pub members: Vec<Member>,
-    /// Ring over the alive members (not leaving, not dead).
+    /// Ring over the alive members (not leaving, not dead); without a majority, over the
+    /// members last known (see [`View::quorum`]).
     pub ring: Ring,
     /// Peer address of each alive member.
     pub peer_addrs: BTreeMap<Arc<str>, String>,
@@ -261,7 +262,13 @@ async fn watch_members(
                 // chitchat's first watcher value, before its first round: not a real view.
                 continue;
             }
-            build_view(&self_id, &live_nodes, &dead, &view.load())
+            build_view(
+                &self_id,
+                &live_nodes,
+                &dead,
+                &view.load(),
+                std::time::Instant::now(),
+            )
         };
         if let Some(next) = next {
             let next = Arc::new(next);
@@ -278,6 +285,7 @@ fn build_view(
     live: &BTreeMap<ChitchatId, NodeState>,
     dead: &[ChitchatId],
     previous: &View,
+    now: std::time::Instant,
 ) -> Option<View> {
     // A restarted node may briefly show twice: keep the newest generation of each id.
     let mut members: BTreeMap<String, Member> = BTreeMap::new();
@@ -326,7 +334,8 @@ fn build_view(
         );
     }
     let members: Vec<Member> = members.into_values().collect();
-    if members == previous.members {
+    let quorum = previous.quorum.next(&members, now);
+    if members == previous.members && quorum == previous.quorum {
         return None;
     }
     let peer_addrs: BTreeMap<Arc<str>, String> = members
@@ -334,13 +343,22 @@ fn build_view(
         .filter(|m| m.state == MemberState::Alive)
         .map(|m| (Arc::from(m.node_id.as_str()), m.peer_addr.clone()))
         .collect();
-    let same_ring = peer_addrs.keys().eq(previous.peer_addrs.keys());
-    let ring = if same_ring {
+    // Without a majority this node owns no keys; its ring stays that of the members it last
+    // knew, which says which keys it owned (see `crate::routing`).
+    let members_of_ring: Vec<&Arc<str>> = if quorum.quorate {
+        peer_addrs.keys().collect()
+    } else {
+        quorum.known.iter().collect()
+    };
+    let ring = if members_of_ring
+        .iter()
+        .copied()
+        .eq(previous.ring.members().iter())
+    {
         previous.ring.clone()
     } else {
-        Ring::new(peer_addrs.keys())
+        Ring::new(members_of_ring)
     };
-    let quorum = previous.quorum.next(&members);
     Some(View {
         self_id: self_id.clone(),
         members,

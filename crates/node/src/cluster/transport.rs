@@ -257,22 +257,29 @@ impl Socket for RelaySocket {
                     if self.blocked(&from) {
                         continue;
                     }
-                    let len = match &self.secret {
-                        None => n,
-                        Some(secret) => {
-                            let ok = n >= TAG_LEN && auth::verify_datagram(secret, &self.buf[..n - TAG_LEN], &self.buf[n - TAG_LEN..n]);
-                            if !ok {
-                                self.rejected.fetch_add(1, Ordering::Relaxed);
-                                tracing::debug!(%from, "gossip datagram without a valid tag dropped");
-                                continue;
-                            }
-                            n - TAG_LEN
-                        }
+                    let Some(len) = payload_len(self.secret.as_deref(), &self.buf[..n]) else {
+                        self.rejected.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%from, "gossip datagram without a valid tag dropped");
+                        continue;
                     };
                     let Ok(relay) = self.relay(from).await else { continue };
                     let _ = relay.send(&self.buf[..len]).await;
                 }
             }
+        }
+    }
+}
+
+/// The length of the gossip message in `datagram` as it came off the wire: all of it without a
+/// secret; with one, what precedes a valid tag, or `None` (dropped) when the tag is missing or
+/// wrong.
+pub fn payload_len(secret: Option<&[u8]>, datagram: &[u8]) -> Option<usize> {
+    match secret {
+        None => Some(datagram.len()),
+        Some(secret) => {
+            let len = datagram.len().checked_sub(TAG_LEN)?;
+            let (payload, tag) = datagram.split_at(len);
+            auth::verify_datagram(secret, payload, tag).then_some(len)
         }
     }
 }

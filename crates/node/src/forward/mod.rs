@@ -6,10 +6,12 @@
 //! - [`server`] — accepts peers, runs the handshake, decides what lands here, relays what it
 //!   handed over.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
+//! - [`reach`] — pinging every link, and whether this node reaches a majority over them.
 //! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
 
 pub mod handover;
 pub mod pool;
+pub mod reach;
 pub mod reset;
 pub mod server;
 

@@ -15,7 +15,7 @@ use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A pool's clients as one runtime's thread holds them.
 struct LocalPeers {
@@ -53,6 +53,8 @@ pub struct PeerPool {
     /// Bumped whenever `peers` is replaced, so that per-thread copies know to follow.
     generation: AtomicU64,
     stats: Arc<PeerStats>,
+    /// Set by [`super::reach::probe`]: the links of a majority of the known members are silent.
+    cut_off: AtomicBool,
 }
 
 impl std::fmt::Debug for PeerPool {
@@ -72,6 +74,7 @@ impl PeerPool {
             update: Mutex::new(()),
             generation: AtomicU64::new(0),
             stats: Arc::new(PeerStats::default()),
+            cut_off: AtomicBool::new(false),
         }
     }
 
@@ -83,6 +86,26 @@ impl PeerPool {
     /// Frames and checks sent by every client of the pool.
     pub fn stats(&self) -> &PeerStats {
         &self.stats
+    }
+
+    /// Whether the links of a majority of the known members are silent (see [`super::reach`]).
+    pub fn cut_off(&self) -> bool {
+        self.cut_off.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`PeerPool::cut_off`]; returns the previous value.
+    pub fn set_cut_off(&self, cut_off: bool) -> bool {
+        self.cut_off.swap(cut_off, Ordering::Relaxed)
+    }
+
+    /// Pings every member's shared client at once; returns, when all answered or timed out,
+    /// which answered.
+    pub async fn ping_all(&self) -> Vec<(Arc<str>, bool)> {
+        let peers = self.peers.load_full();
+        let pings = peers
+            .iter()
+            .map(|(id, c)| async move { (id.clone(), c.ping().await.is_ok()) });
+        futures::future::join_all(pings).await
     }
 
     /// Keeps one client per alive peer: connects to new ones, drops those that left the ring.

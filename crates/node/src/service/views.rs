@@ -17,8 +17,9 @@ pub struct ClusterView {
     pub members: Vec<Member>,
     /// Members in the ring (alive, not leaving).
     pub ring_members: usize,
-    /// Whether this node sees a majority of the members it last knew; when false it owns no
-    /// keys and answers owner-mode checks from its fallback share (degraded).
+    /// Whether this node sees a majority of the members it last knew, through gossip and over
+    /// their peer links; when false it owns no keys and answers owner-mode checks from its
+    /// fallback share (degraded).
     pub quorate: bool,
     /// The members it last knew while it saw a majority (what a majority is counted of).
     pub known_members: usize,
@@ -128,7 +129,7 @@ impl CheckService {
             cluster_id: self.cluster_id.to_string(),
             members: view.members.clone(),
             ring_members: view.ring.len(),
-            quorate: view.quorum.quorate,
+            quorate: view.quorum.quorate && !self.pool.cut_off(),
             known_members: view.quorum.known.len(),
             forwarding: Forwarding {
                 forwarded: load(&stats.forwarded),
@@ -203,7 +204,7 @@ impl CheckService {
             fail_open: load(&stats.fail_open),
             fail_closed: load(&stats.fail_closed),
             minority: load(&stats.minority),
-            quorate: u64::from(view.quorum.quorate),
+            quorate: u64::from(view.quorum.quorate && !self.pool.cut_off()),
             peer_frames: load(&self.pool.stats().frames),
             peer_checks: load(&self.pool.stats().checks),
             members_alive: members(MemberState::Alive),

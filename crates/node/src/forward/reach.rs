@@ -1,0 +1,126 @@
+//! Whether this node reaches a majority of the cluster over the peer link, not only through
+//! gossip. Gossip can be fooled by a one-way partition: a node whose packets to its peers are
+//! lost still hears their gossip and keeps them alive, and so kept owning its keys for as long as
+//! the partition lasted (measured: 6 s of two owners in an 8 s cut) while its peers had declared
+//! it dead and owned them too. Every member's link is pinged (an empty group) each round; a
+//! member whose pings failed [`FAILED_ROUNDS`] rounds in a row is not counted, and a node that
+//! then counts fewer than a majority of the members it knows owns nothing, as the majority rule
+//! says (`cluster::quorum`).
+//!
+//! Failed rounds, not time since the last answer: a node whose own runtime stalled (a starved
+//! test host) found every link "silent" when it woke and gave up its keys for a round (seen in
+//! the steady-load test); a stalled prober sends no pings, so it counts no failures.
+
+use super::PeerPool;
+use crate::cluster::View;
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often each link is pinged.
+pub const PING_EVERY: Duration = Duration::from_millis(200);
+/// Failed pings in a row after which a member is not counted (~1.6 s at one a round): several,
+/// so that a busy host's late answer does not take ownership away.
+pub const FAILED_ROUNDS: u32 = 8;
+
+/// Consecutive failed pings per member.
+#[derive(Debug, Default)]
+pub struct Failures(HashMap<Arc<str>, u32>);
+
+impl Failures {
+    /// Records one round of pings: members not pinged (no client: not alive) are forgotten.
+    pub fn record(&mut self, round: &[(Arc<str>, bool)]) {
+        let before = std::mem::take(&mut self.0);
+        for (id, ok) in round {
+            let n = if *ok {
+                0
+            } else {
+                before.get(id).copied().unwrap_or(0).saturating_add(1)
+            };
+            self.0.insert(id.clone(), n);
+        }
+    }
+
+    /// Members of `view`'s quorum reached: this node, and every other pinged whose last
+    /// [`FAILED_ROUNDS`] pings did not all fail.
+    pub fn reached(&self, view: &View) -> usize {
+        view.quorum
+            .known
+            .iter()
+            .filter(|id| {
+                ***id == *view.self_id || self.0.get(*id).is_some_and(|n| *n < FAILED_ROUNDS)
+            })
+            .count()
+    }
+}
+
+/// Pings every member's link each round and sets the pool's `cut_off` flag: whether this node
+/// reaches fewer than a majority of the members it knows.
+pub async fn probe(pool: Arc<PeerPool>, view: Arc<ArcSwap<View>>) {
+    let mut tick = tokio::time::interval(PING_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failures = Failures::default();
+    loop {
+        tick.tick().await;
+        failures.record(&pool.ping_all().await);
+        let view = view.load();
+        let known = view.quorum.known.len();
+        let cut_off = 2 * failures.reached(&view) <= known;
+        if pool.set_cut_off(cut_off) != cut_off {
+            if cut_off {
+                tracing::warn!(
+                    known,
+                    "the peer links of a majority fail: owning no keys, answering from fallback shares"
+                );
+            } else {
+                tracing::info!("the peer links of a majority answer again: owning keys");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::View;
+    use crate::cluster::quorum::Quorum;
+
+    fn abc(self_id: &str) -> View {
+        let mut v = View::solo(self_id, "", "");
+        v.quorum = Quorum::of(["a".into(), "b".into(), "c".into()]);
+        v
+    }
+
+    #[test]
+    fn a_majority_of_links_failing_round_after_round_cuts_the_node_off() {
+        let view = abc("a");
+        let mut f = Failures::default();
+        let round = |b: bool, c: bool| vec![(Arc::from("b"), b), (Arc::from("c"), c)];
+        for _ in 0..FAILED_ROUNDS - 1 {
+            f.record(&round(false, false));
+        }
+        assert_eq!(
+            f.reached(&view),
+            3,
+            "not yet: a few failed pings are a busy host"
+        );
+        f.record(&round(false, true));
+        assert_eq!(
+            f.reached(&view),
+            2,
+            "one link down of two: still a majority"
+        );
+        for _ in 0..FAILED_ROUNDS {
+            f.record(&round(false, false));
+        }
+        assert_eq!(f.reached(&view), 1);
+        f.record(&round(true, false));
+        assert_eq!(f.reached(&view), 2, "one answer and the link counts again");
+        // A member that is no longer pinged (not alive in gossip) does not count.
+        f.record(&[(Arc::from("b"), true)]);
+        assert_eq!(f.reached(&view), 2);
+        f.record(&[]);
+        assert_eq!(f.reached(&view), 1);
+    }
+}
