@@ -384,7 +384,16 @@ async fn rolling_restart_under_load() -> Result<()> {
         .iter()
         .map(|p| Api::with_timeout(p.http(), CHECK_TIMEOUT))
         .collect::<Result<_>>()?;
-    let (admitted, degraded) = exhaust(&apis).await?;
+    let (admitted, degraded) = match exhaust(&apis).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Which node answered without an owner, and why (quorate, members, links).
+            for a in &apis {
+                eprintln!("{}: {:?}", a.addr, a.cluster().await.map(|v| v.0));
+            }
+            return Err(e);
+        }
+    };
     eprintln!(
         "{QUOTA_KEYS} quota keys exhausted (each denied by its owner): {admitted} admitted, \
          {degraded} degraded answers on the way"

@@ -24,32 +24,40 @@ pub const PING_EVERY: Duration = Duration::from_millis(200);
 /// so that a busy host's late answer does not take ownership away.
 pub const FAILED_ROUNDS: u32 = 8;
 
-/// Consecutive failed pings per member.
+/// Per member: consecutive failed pings, and whether its link ever answered.
 #[derive(Debug, Default)]
-pub struct Failures(HashMap<Arc<str>, u32>);
+pub struct Failures(HashMap<Arc<str>, (u32, bool)>);
 
 impl Failures {
     /// Records one round of pings: members not pinged (no client: not alive) are forgotten.
     pub fn record(&mut self, round: &[(Arc<str>, bool)]) {
         let before = std::mem::take(&mut self.0);
         for (id, ok) in round {
-            let n = if *ok {
-                0
+            let (failed, answered) = before.get(id).copied().unwrap_or((0, false));
+            let next = if *ok {
+                (0, true)
             } else {
-                before.get(id).copied().unwrap_or(0).saturating_add(1)
+                (failed.saturating_add(1), answered)
             };
-            self.0.insert(id.clone(), n);
+            self.0.insert(id.clone(), next);
         }
     }
 
     /// Members of `view`'s quorum reached: this node, and every other pinged whose last
-    /// [`FAILED_ROUNDS`] pings did not all fail.
+    /// [`FAILED_ROUNDS`] pings did not all fail. A link that never answered yet counts: a
+    /// member that just joined (its name not resolving yet, its port not open) is not a
+    /// partition, and counting it failed held a new node's keys degraded after it was ready
+    /// (seen in the StatefulSet test).
     pub fn reached(&self, view: &View) -> usize {
         view.quorum
             .known
             .iter()
             .filter(|id| {
-                ***id == *view.self_id || self.0.get(*id).is_some_and(|n| *n < FAILED_ROUNDS)
+                ***id == *view.self_id
+                    || self
+                        .0
+                        .get(*id)
+                        .is_some_and(|(failed, answered)| *failed < FAILED_ROUNDS || !answered)
             })
             .count()
     }
@@ -97,6 +105,15 @@ mod tests {
         let view = abc("a");
         let mut f = Failures::default();
         let round = |b: bool, c: bool| vec![(Arc::from("b"), b), (Arc::from("c"), c)];
+        for _ in 0..FAILED_ROUNDS * 2 {
+            f.record(&round(false, false));
+        }
+        assert_eq!(
+            f.reached(&view),
+            3,
+            "links that never answered yet are not a partition"
+        );
+        f.record(&round(true, true));
         for _ in 0..FAILED_ROUNDS - 1 {
             f.record(&round(false, false));
         }

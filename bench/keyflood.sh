@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# A key flood: millions of distinct keys at the highest rate this machine allows, while real
+# clients check a small set of other keys; the node must stay within --max-keys and keep those
+# clients' p99 low.
+#
+#   bench/keyflood.sh
+#   MAX_KEYS=200000 DURATION=30 bench/keyflood.sh
+#
+# One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -c16 sending
+# POST /v1/check/batch of 100 never-seen keys (bench/wrk/flood.lua). The clients: wrk -t1 -c2
+# POST /v1/check on 1,000 keys (bench/wrk/check.lua), first alone (quiet), then with the flood.
+# Sampled each second: VmRSS, buckets held and evictions (/metrics). Reported: keys flooded and
+# per second, most buckets held, evictions, peak RSS, and the clients' checks/s, p50 and p99.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$BENCH_DIR/.." && pwd)"
+DURATION="${DURATION:-20}"
+MAX_KEYS="${MAX_KEYS:-1000000}"
+OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/keyflood-$(date +%Y%m%d-%H%M%S)}"
+BASE_PORT="${BASE_PORT:-39900}"
+mkdir -p "$OUT_DIR"
+SCRIPT=keyflood.sh
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+
+start_nodes 1 flood --max-keys "$MAX_KEYS"
+PORT=$(http_port 0)
+PID=${PIDS[0]}
+
+probe() { # LABEL -> "rps p50 p99"
+  local out="$OUT_DIR/$1.txt"
+  KEYSPACE=1000 KEY_PREFIX="probe:" timeout $((DURATION + 30)) wrk -t1 -c2 -d"${DURATION}s" \
+    --latency -s "$BENCH_DIR/wrk/check.lua" "http://127.0.0.1:$PORT" >"$out" 2>&1
+  echo "$(awk '/^Requests\/sec/ {print $2}' "$out") $(to_ms "$(awk '$1 == "50%" {print $2}' "$out")") $(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")"
+}
+
+sample() { # every second until killed: "t rss_kb buckets evictions"
+  local t=0
+  while true; do
+    local rss buckets evictions
+    rss=$(awk '/^VmRSS/ {print $2}' "/proc/$PID/status")
+    buckets=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^ringlimit_buckets / {print $2}')
+    evictions=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^ringlimit_evictions_total / {print $2}')
+    echo "$t $rss $buckets $evictions"
+    sleep 1
+    t=$((t + 1))
+  done
+}
+
+log "clients alone for ${DURATION}s"
+read -r q_rps q_p50 q_p99 < <(probe quiet)
+sample >"$OUT_DIR/samples.txt" &
+SAMPLER=$!
+log "flood (wrk -c16, 100 new keys a request) and clients for ${DURATION}s"
+timeout $((DURATION + 30)) wrk -t1 -c16 -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
+  "http://127.0.0.1:$PORT" >"$OUT_DIR/flood.txt" 2>&1 &
+FLOOD=$!
+sleep 1
+read -r f_rps f_p50 f_p99 < <(probe flooded)
+wait "$FLOOD" || true
+sleep 1
+kill "$SAMPLER" 2>/dev/null || true
+keys=$(sed -n 's/.*keys=\([0-9]*\).*/\1/p' "$OUT_DIR/flood.txt")
+bad=$(sed -n 's/.*bad_responses=\([0-9]*\).*/\1/p' "$OUT_DIR/flood.txt")
+hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$PID/status")
+read -r max_rss max_buckets last_evictions < <(awk '
+  { if ($2 > r) r = $2; if ($3 > b) b = $3; e = $4 } END { print r, b, e }' "$OUT_DIR/samples.txt")
+{
+  echo "max-keys                    $MAX_KEYS"
+  echo "keys flooded                $keys in $((DURATION + 2)) s ($((keys / (DURATION + 2)))/s), bad responses $bad"
+  echo "most buckets held           $max_buckets"
+  echo "evictions                   $last_evictions"
+  echo "RSS: most sampled, peak     $((max_rss / 1024)) MiB, $((hwm / 1024)) MiB"
+  printf '%-28s%12s%12s\n' "clients (wrk -c2)" quiet flooded
+  printf '%-28s%12s%12s\n' "checks/s" "$q_rps" "$f_rps"
+  printf '%-28s%12s%12s\n' "p50 ms" "$q_p50" "$f_p50"
+  printf '%-28s%12s%12s\n' "p99 ms" "$q_p99" "$f_p99"
+} | tee "$OUT_DIR/summary.txt"
