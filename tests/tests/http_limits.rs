@@ -117,5 +117,19 @@ async fn at_the_cap_idle_connections_make_room_for_real_clients() -> Result<()> 
         open <= 20,
         "{open} slow connections still open, over the cap of 20"
     );
+    // What the server did is in its metrics.
+    let metrics = n.get("/metrics").await?.text;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(-1.0)
+    };
+    ensure!(
+        value("ringlimit_http_connections_closed_total{reason=\"evicted\"} ") >= 180.0,
+        "{metrics}"
+    );
+    let gauge = value("ringlimit_http_connections ");
+    ensure!((1.0..=20.0).contains(&gauge), "open connections {gauge}");
     n.stop().await
 }

@@ -132,6 +132,7 @@ pub async fn run(
             "RINGLIMIT_CLUSTER_SECRET is not set: the peer port (gossip and RPC) is unauthenticated"
         );
     }
+    raise_open_files(config.http_limits.max_connections);
     let http_addr = listeners.http_addr().unwrap_or(config.http_addr);
     let peer_addr = listeners.peer_addr().unwrap_or(config.peer_addr);
     let advertise_text =
@@ -204,6 +205,7 @@ pub async fn run(
         }),
     ));
     let ready = Arc::new(AtomicBool::new(false));
+    let conns = Arc::new(crate::metrics::ConnStats::default());
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
     let envoy_status = Arc::new(RulesStatus::new(config.envoy_path.clone()));
     if config.envoy_path.is_none() {
@@ -219,6 +221,7 @@ pub async fn run(
         envoy: envoy_status.clone(),
         cluster_id: Arc::from(config.cluster_id.as_str()),
         ready: ready.clone(),
+        conns: conns.clone(),
     }));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
@@ -297,7 +300,7 @@ pub async fn run(
         listeners.http,
         move || http::service(state.for_runtime()),
         config.http_threads,
-        std::sync::Arc::new(http::conns::ConnTable::new(config.http_limits)),
+        std::sync::Arc::new(http::conns::ConnTable::new(config.http_limits, conns)),
         async move {
             shutdown.await;
             ready.store(false, Ordering::Release);
@@ -385,6 +388,25 @@ async fn track_view(
         if wait.is_err() {
             return;
         }
+    }
+}
+
+/// Descriptors beyond the HTTP connections: peers, gossip relays, listeners, files.
+const SPARE_FILES: u64 = 1_024;
+
+/// Raises the open-files limit to what the HTTP connection cap needs (up to the hard limit): with
+/// the usual soft limit of 1024, a node capped at 10,000 connections ran out of descriptors long
+/// before the cap, and then could not accept even its peers. Says so when the hard limit is lower.
+fn raise_open_files(max_connections: usize) {
+    let wanted = (max_connections as u64).saturating_add(SPARE_FILES);
+    match rlimit::increase_nofile_limit(wanted) {
+        Ok(got) if got < wanted => tracing::warn!(
+            open_files = got,
+            wanted,
+            "the open-files limit is below --http-max-connections plus spare: connections beyond it are refused by the system; raise `ulimit -n` (or the pod's limit) or lower the cap"
+        ),
+        Ok(got) => tracing::debug!(open_files = got, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
     }
 }
 

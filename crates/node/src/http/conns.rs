@@ -7,6 +7,7 @@
 //! request is in flight, which only the connection's IO and service see.
 
 pub use crate::config::ConnLimits;
+use crate::metrics::ConnStats;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
@@ -50,22 +51,18 @@ pub struct ConnTable {
     epoch: Instant,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Conn>>>,
-    /// Closed by the server for idleness / to make room; refused at the cap.
-    pub closed_idle: AtomicU64,
-    pub evicted: AtomicU64,
-    pub refused: AtomicU64,
+    /// Closed by the server for idleness / to make room; refused at the cap; open now.
+    pub stats: Arc<ConnStats>,
 }
 
 impl ConnTable {
-    pub fn new(limits: ConnLimits) -> Self {
+    pub fn new(limits: ConnLimits, stats: Arc<ConnStats>) -> Self {
         Self {
             limits,
             epoch: Instant::now(),
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
-            closed_idle: AtomicU64::new(0),
-            evicted: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
+            stats,
         }
     }
 
@@ -102,10 +99,10 @@ impl ConnTable {
             match oldest.and_then(|id| open.remove(&id)) {
                 Some(victim) => {
                     victim.close.notify_one();
-                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                    self.stats.evicted.fetch_add(1, Ordering::Relaxed);
                 }
                 None => {
-                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
             }
@@ -117,12 +114,15 @@ impl ConnTable {
             close: Notify::new(),
         });
         open.insert(conn.id, conn.clone());
+        self.stats.open.store(open.len() as u64, Ordering::Relaxed);
         Some(conn)
     }
 
     /// Forgets a connection that ended.
     pub fn remove(&self, conn: &Conn) {
-        self.open.lock().remove(&conn.id);
+        let mut open = self.open.lock();
+        open.remove(&conn.id);
+        self.stats.open.store(open.len() as u64, Ordering::Relaxed);
     }
 
     /// Marks activity on `conn` now.
@@ -149,7 +149,7 @@ impl ConnTable {
                 .now_ms()
                 .saturating_sub(conn.last_active_ms.load(Ordering::Relaxed));
             if !conn.busy() && since >= limit_ms {
-                self.closed_idle.fetch_add(1, Ordering::Relaxed);
+                self.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             // Sleep until the earliest moment it could be idle long enough.
@@ -245,10 +245,13 @@ mod tests {
     use super::*;
 
     fn table(max: usize) -> Arc<ConnTable> {
-        Arc::new(ConnTable::new(ConnLimits {
-            max_connections: max,
-            ..ConnLimits::default()
-        }))
+        Arc::new(ConnTable::new(
+            ConnLimits {
+                max_connections: max,
+                ..ConnLimits::default()
+            },
+            Arc::default(),
+        ))
     }
 
     #[tokio::test(start_paused = true)]
@@ -261,7 +264,8 @@ mod tests {
         t.touch(&b);
         let c = t.admit().expect("a evicted");
         assert_eq!(t.len(), 2);
-        assert_eq!(t.evicted.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats.evicted.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats.open.load(Ordering::Relaxed), 2);
         tokio::time::timeout(Duration::from_secs(1), a.evicted())
             .await
             .expect("a told to close");
@@ -269,15 +273,18 @@ mod tests {
         let _rb = t.start_request(&b);
         let _rc = t.start_request(&c);
         assert!(t.admit().is_none());
-        assert_eq!(t.refused.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats.refused.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_means_no_request_in_flight_for_the_whole_timeout() {
-        let t = Arc::new(ConnTable::new(ConnLimits {
-            idle_timeout: Duration::from_millis(50),
-            ..ConnLimits::default()
-        }));
+        let t = Arc::new(ConnTable::new(
+            ConnLimits {
+                idle_timeout: Duration::from_millis(50),
+                ..ConnLimits::default()
+            },
+            Arc::default(),
+        ));
         let c = t.admit().expect("room");
         let guard = t.start_request(&c);
         // Busy: never idle, whatever the time.
@@ -290,6 +297,6 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), t.idle(&c))
             .await
             .expect("idle after the request");
-        assert_eq!(t.closed_idle.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats.closed_idle.load(Ordering::Relaxed), 1);
     }
 }

@@ -64,6 +64,19 @@ struct CheckLabels {
     mode: &'static str,
 }
 
+/// The HTTP server's connections (`http::conns`), counted where they happen and read at scrape
+/// time: here so that the service reads them without knowing the HTTP edge.
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    /// Open now.
+    pub open: std::sync::atomic::AtomicU64,
+    /// Closed by the server: idle for the idle timeout; closed to make room at the cap.
+    pub closed_idle: std::sync::atomic::AtomicU64,
+    pub evicted: std::sync::atomic::AtomicU64,
+    /// Refused at the cap with every connection busy.
+    pub refused: std::sync::atomic::AtomicU64,
+}
+
 /// What the node has counted elsewhere, read at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -75,6 +88,10 @@ pub struct Snapshot {
     pub fail_closed: u64,
     pub minority: u64,
     pub quorate: u64,
+    pub http_open: u64,
+    pub http_closed_idle: u64,
+    pub http_evicted: u64,
+    pub http_refused: u64,
     pub peer_frames: u64,
     pub peer_checks: u64,
     pub members_alive: u64,
@@ -181,6 +198,32 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Gauge,
         quorate,
         "1 while this node sees a majority of the members it last knew (and owns keys), else 0"
+    ),
+    series!(
+        "http_connections",
+        Gauge,
+        http_open,
+        "Open HTTP connections"
+    ),
+    series!(
+        "http_connections_closed",
+        Counter,
+        http_closed_idle,
+        "HTTP connections the server closed",
+        "reason" = "idle"
+    ),
+    series!(
+        "http_connections_closed",
+        Counter,
+        http_evicted,
+        "HTTP connections the server closed",
+        "reason" = "evicted"
+    ),
+    series!(
+        "http_connections_refused",
+        Counter,
+        http_refused,
+        "HTTP connections refused at --http-max-connections with every connection busy"
     ),
     series!(
         "peer_frames",

@@ -81,6 +81,8 @@ pub struct Parts {
     pub envoy: Arc<RulesStatus>,
     pub cluster_id: Arc<str>,
     pub ready: Arc<AtomicBool>,
+    /// The HTTP server's connections, for the metrics.
+    pub conns: Arc<crate::metrics::ConnStats>,
 }
 
 /// The node's API, for every edge.
@@ -93,6 +95,7 @@ pub struct CheckService {
     envoy: Arc<RulesStatus>,
     cluster_id: Arc<str>,
     ready: Arc<AtomicBool>,
+    conns: Arc<crate::metrics::ConnStats>,
     /// Buckets this node sent to their new owners after ring changes.
     handed_over: AtomicU64,
 }
@@ -108,6 +111,7 @@ impl CheckService {
             envoy: p.envoy,
             cluster_id: p.cluster_id,
             ready: p.ready,
+            conns: p.conns,
             handed_over: AtomicU64::new(0),
         }
     }
