@@ -70,6 +70,18 @@ class Conn:
         self.reader = self.writer = None
 
 
+async def paced(interval, rng, running):
+    """Yields once every `interval` s (from a random phase) while `running()`; a turn that came
+    late (a try timed out) does not make the next ones burst to catch up."""
+    nxt = time.monotonic() + rng.random() * interval
+    while running():
+        delay = nxt - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        nxt = max(nxt + interval, time.monotonic())
+        yield
+
+
 class Load:
     def __init__(self, prefix, rate, workers=20):
         self.prefix, self.rate, self.workers = prefix, rate, workers
@@ -100,19 +112,11 @@ class Load:
     async def worker(self, w):
         conns = [Conn(addr(i), 8080) for i in range(len(NODES))]
         rng = random.Random(w)
-        interval = self.workers / self.rate
-        nxt = time.monotonic() + rng.random() * interval
         k = w
-        while not self.stop:
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            nxt += interval
+        async for _ in paced(self.workers / self.rate, rng, lambda: not self.stop):
             key = f"{self.prefix}:{rng.randrange(KEYS)}"
             self.samples.append(await self.one(conns, k % len(NODES), key))
             k += 1
-            # Behind schedule (a try timed out): do not burst to catch up.
-            nxt = max(nxt, time.monotonic())
         for c in conns:
             c.close()
 
@@ -209,16 +213,23 @@ class Cluster:
                     os.kill(p.pid, signal.SIGCONT)
                 except OSError:
                     pass
-                p.terminate()
         for p in self.pollers:
             if p.returncode is None:
                 p.terminate()
-        for p in self.procs:
-            if p:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stop_processes(self.procs)
+
+
+def stop_processes(procs):
+    """SIGTERM to every node still running, then a bounded wait for each (SIGKILL after 10 s)."""
+    for p in procs:
+        if p and p.poll() is None:
+            p.terminate()
+    for p in procs:
+        if p:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 def fault(cluster, name, on):

@@ -5,8 +5,9 @@
 #
 #   bench/keyflood.sh
 #   MAX_KEYS=200000 DURATION=30 bench/keyflood.sh
+#   FLOOD_CONNS=1 bench/keyflood.sh         # a lighter flood: one connection, closed loop
 #
-# One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -c16 sending
+# One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -cFLOOD_CONNS (16) sending
 # POST /v1/check/batch of 100 never-seen keys (bench/wrk/flood.lua). The clients: wrk -t1 -c2
 # POST /v1/check on 1,000 keys (bench/wrk/check.lua), first alone (quiet), then with the flood.
 # Sampled each second: VmRSS, buckets held and evictions (/metrics). Reported: keys flooded and
@@ -19,6 +20,7 @@ DURATION="${DURATION:-20}"
 MAX_KEYS="${MAX_KEYS:-1000000}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/keyflood-$(date +%Y%m%d-%H%M%S)}"
 BASE_PORT="${BASE_PORT:-39900}"
+FLOOD_CONNS="${FLOOD_CONNS:-16}"
 mkdir -p "$OUT_DIR"
 SCRIPT=keyflood.sh
 # shellcheck source=bench/lib.sh
@@ -52,8 +54,8 @@ log "clients alone for ${DURATION}s"
 read -r q_rps q_p50 q_p99 < <(probe quiet)
 sample >"$OUT_DIR/samples.txt" &
 SAMPLER=$!
-log "flood (wrk -c16, 100 new keys a request) and clients for ${DURATION}s"
-timeout $((DURATION + 30)) wrk -t1 -c16 -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
+log "flood (wrk -c$FLOOD_CONNS, 100 new keys a request) and clients for ${DURATION}s"
+timeout $((DURATION + 30)) wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
   "http://127.0.0.1:$PORT" >"$OUT_DIR/flood.txt" 2>&1 &
 FLOOD=$!
 sleep 1

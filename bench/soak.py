@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faults import Conn  # noqa: E402  (the same raw keep-alive client as the fault bench)
+from faults import Conn, paced, stop_processes  # noqa: E402  (shared with the fault bench)
 
 NODES = 3
 USERS = 2000
@@ -79,15 +79,7 @@ class Cluster:
         return 0.0
 
     def stop(self):
-        for p in self.procs:
-            if p and p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            if p:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stop_processes(self.procs)
 
 
 class Soak:
@@ -129,14 +121,8 @@ class Soak:
     async def worker(self, w):
         conns = [Conn("127.0.0.1", http_port(i)) for i in range(NODES)]
         rng = random.Random(w)
-        interval = self.args.workers / self.args.rate
-        nxt = time.monotonic() + rng.random() * interval
         k = w
-        while not self.stop:
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            nxt = max(nxt + interval, time.monotonic() - interval)
+        async for _ in paced(self.args.workers / self.args.rate, rng, lambda: not self.stop):
             start, latency, a, user, ip = await self.one(conns, k % NODES, rng)
             k += 1
             m = self.minutes[int((start - self.t0) // 60)]

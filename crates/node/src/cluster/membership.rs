@@ -344,7 +344,7 @@ fn build_view(
         .map(|m| (Arc::from(m.node_id.as_str()), m.peer_addr.clone()))
         .collect();
     // Without a majority this node owns no keys; its ring stays that of the members it last
-    // knew, which says which keys it owned (see `crate::routing`).
+    // knew, which says which keys it owned (the router bounds those by their exact buckets).
     let members_of_ring: Vec<&Arc<str>> = if quorum.quorate {
         peer_addrs.keys().collect()
     } else {
