@@ -144,6 +144,26 @@ impl Api {
             .await
     }
 
+    /// An admin API request: `method` on `path` with `token` as bearer and `body` as JSON.
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply> {
+        let mut req = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(b)?);
+        }
+        Reply::read(req.send().await?).await
+    }
+
     pub async fn get(&self, path: &str) -> Result<Reply> {
         let r = self.client.get(self.url(path)).send().await?;
         Reply::read(r).await

@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit configuration: a YAML file or a directory of them, one domain each.
     #[arg(long, env = "RINGLIMIT_ENVOY_CONFIG", value_name = "PATH")]
     pub envoy_config: Option<PathBuf>,
+    /// Directory where this node keeps the rules written through the admin API (created if
+    /// missing; default: none, the API rules live in memory and gossip only).
+    #[arg(long, env = "RINGLIMIT_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Most buckets held in memory by this node (least recently used evicted beyond it).
     #[arg(long, env = "RINGLIMIT_MAX_KEYS", value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -211,6 +215,8 @@ pub struct NodeConfig {
     pub envoy_config: crate::envoy_config::EnvoyConfig,
     /// Where `envoy_config` came from, polled like the rules file (`None`: nothing to reload).
     pub envoy_path: Option<PathBuf>,
+    /// Where the admin API's rules are kept (`--data-dir`); `None`: memory and gossip only.
+    pub data_dir: Option<PathBuf>,
     pub max_keys: u64,
     pub cluster_id: String,
     pub rules_poll: Duration,
@@ -269,6 +275,7 @@ impl NodeConfig {
             grpc_addr: None,
             envoy_config: crate::envoy_config::EnvoyConfig::default(),
             envoy_path: None,
+            data_dir: None,
             max_keys: 100_000,
             cluster_id: "ringlimit".into(),
             rules_poll: Duration::from_millis(100),
@@ -373,6 +380,7 @@ impl ServeArgs {
                 None => crate::envoy_config::EnvoyConfig::default(),
             },
             envoy_path: self.envoy_config,
+            data_dir: self.data_dir,
             max_keys: self.max_keys,
             cluster_id: self.cluster_id,
             rules_poll: Duration::from_millis(self.config_poll_ms),

@@ -18,6 +18,8 @@
 //! - [`engine`] — rules in force, the store and the clock: prepare and decide owned checks.
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
 //! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
+//! - [`rule_sync`] — the admin API's rules through gossip (publish, merge).
+//! - [`rulebook`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
 //! - [`rules`], [`reload`], [`config`] — the rules file and its hot reload; flags into a
 //!   [`NodeConfig`].
 //! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
@@ -37,6 +39,8 @@ pub mod node;
 pub mod reload;
 pub mod request_key;
 pub mod routing;
+pub mod rule_sync;
+pub mod rulebook;
 pub mod rules;
 pub mod service;
 

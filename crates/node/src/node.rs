@@ -14,6 +14,8 @@ use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
+use crate::rule_sync::Synced;
+use crate::rulebook::RuleBook;
 use crate::service::{self, CheckService};
 use ringlimit_core::clock::SystemClock;
 use ringlimit_core::link::PeerSettings;
@@ -105,6 +107,8 @@ pub enum NodeError {
     Gossip(#[from] GossipError),
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
+    #[error("--data-dir: {0}")]
+    DataDir(String),
 }
 
 /// Runs a node until `shutdown` completes: then announces `leaving`, keeps serving for the
@@ -133,6 +137,15 @@ pub async fn run(
         );
     }
     raise_open_files(config.http_limits.max_connections);
+    if let Some(dir) = &config.data_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| NodeError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    // The file's rules and the admin API's (those kept under --data-dir go in force now).
+    let book = Arc::new(
+        RuleBook::open(engine.clone(), &config.node_id, config.data_dir.clone())
+            .map_err(|e| NodeError::DataDir(e.to_string()))?,
+    );
     let http_addr = listeners.http_addr().unwrap_or(config.http_addr);
     let peer_addr = listeners.peer_addr().unwrap_or(config.peer_addr);
     let advertise_text =
@@ -222,6 +235,7 @@ pub async fn run(
         cluster_id: Arc::from(config.cluster_id.as_str()),
         ready: ready.clone(),
         conns: conns.clone(),
+        book: book.clone(),
     }));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
@@ -238,6 +252,14 @@ pub async fn run(
         },
         move |peer| gossip.gossip_now(peer),
     ));
+    let rules_synced = Arc::new(Synced::default());
+    tasks.spawn(crate::rule_sync::run(
+        membership.chitchat(),
+        membership.chitchat_id(),
+        book.clone(),
+        rules_synced.clone(),
+        config.gossip_interval,
+    ));
     tasks.spawn(track_view(
         membership.updates(),
         service.clone(),
@@ -246,11 +268,12 @@ pub async fn run(
         Readiness {
             grace: config.gossip_interval * 20,
             settle: config.gossip_interval * 3,
+            rules: rules_synced,
         },
     ));
     if rules.source.is_some() {
         tasks.spawn(crate::reload::watch(
-            engine.clone(),
+            book.clone(),
             rules.clone(),
             config.rules_poll,
         ));
@@ -336,6 +359,9 @@ struct Readiness {
     /// heard from one peer may not know the others yet, and until it does it would decide their
     /// keys itself (seen in the rolling-restart test as over-admission).
     settle: Duration,
+    /// Set once the admin API's rules were merged from peers: a node that joins has every rule
+    /// before it answers checks.
+    rules: Arc<Synced>,
 }
 
 /// Keeps the peer clients in step with membership, hands buckets over when the ring changes,
@@ -367,7 +393,8 @@ async fn track_view(
         }
         let settled_at = changed_at + readiness.settle;
         let has_peers = view.ring.len() > 1;
-        if !became_ready && (!needs_peers || (has_peers && now >= settled_at) || now >= deadline) {
+        let settled = has_peers && now >= settled_at && readiness.rules.get();
+        if !became_ready && (!needs_peers || settled || now >= deadline) {
             tracing::info!(members = view.ring.len(), "node ready");
             ready.store(true, Ordering::Release);
             became_ready = true;
@@ -376,7 +403,10 @@ async fn track_view(
             updates.changed().await.map_err(|_| ())
         } else {
             let wake = if has_peers {
-                settled_at.min(deadline)
+                // Settled, waiting for the rules to sync: look again shortly.
+                settled_at
+                    .max(now + Duration::from_millis(20))
+                    .min(deadline)
             } else {
                 deadline
             };

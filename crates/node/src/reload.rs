@@ -6,8 +6,8 @@
 //! A change is a change of the bytes read through the path (symlinks followed). An invalid file
 //! is refused with one log line naming the rule and field, and the previous rules stay in force.
 
-use crate::engine::Engine;
 use crate::envoy_config::EnvoyConfig;
+use crate::rulebook::RuleBook;
 use crate::rules::{RuleSet, RulesError};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -157,7 +157,7 @@ async fn poll<S: Source>(source: S, status: Arc<RulesStatus>, every: Duration) {
 }
 
 /// The rules file, put in force in the engine.
-struct RulesFile(Arc<Engine>);
+struct RulesFile(Arc<RuleBook>);
 
 impl Source for RulesFile {
     type Snapshot = Vec<u8>;
@@ -170,13 +170,9 @@ impl Source for RulesFile {
     fn apply(&self, bytes: &Vec<u8>) -> Result<Option<usize>, String> {
         // The error names the rule and the field (`RulesError::Rule`).
         let rules = parse(bytes).map_err(|e| e.to_string())?;
-        // Same rules (a comment or layout change, or the file as loaded at start).
-        if *self.0.rules() == rules {
-            return Ok(None);
-        }
         let count = rules.len();
-        self.0.set_rules(rules);
-        Ok(Some(count))
+        // Same rules (a comment or layout change, or the file as loaded at start): `false`.
+        Ok(self.0.set_file(rules).then_some(count))
     }
 }
 
@@ -205,8 +201,8 @@ impl Source for EnvoyFiles {
 }
 
 /// Watches the rules file (`status.source`) every `every` until the task is dropped.
-pub async fn watch(engine: Arc<Engine>, status: Arc<RulesStatus>, every: Duration) {
-    poll(RulesFile(engine), status, every).await;
+pub async fn watch(book: Arc<RuleBook>, status: Arc<RulesStatus>, every: Duration) {
+    poll(RulesFile(book), status, every).await;
 }
 
 /// Watches the envoyproxy/ratelimit configuration (`status.source`, a file or a directory:

@@ -3,6 +3,8 @@
 //! Parameter validation and bucket identities live in [`ringlimit_core::rule`], shared with the
 //! SDK; this module adds names, modes and the YAML file.
 
+pub mod api;
+
 use crate::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
@@ -84,6 +86,21 @@ impl RuleSet {
         let mut v: Vec<_> = self.rules.values().map(|r| r.as_ref()).collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v.into_iter()
+    }
+
+    /// These rules and `api`'s (rules written through the admin API), file rules first: an
+    /// API rule whose name the file now defines is left out, and its name returned.
+    pub fn with_api(&self, api: Vec<NamedRule>) -> (Self, Vec<String>) {
+        let mut rules = self.rules.clone();
+        let mut shadowed = Vec::new();
+        for r in api {
+            if rules.contains_key(&r.name) {
+                shadowed.push(r.name);
+            } else {
+                rules.insert(r.name.clone(), Arc::new(r));
+            }
+        }
+        (Self { rules }, shadowed)
     }
 
     /// The rules a node has when started without `--config`.

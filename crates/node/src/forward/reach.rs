@@ -43,21 +43,21 @@ impl Failures {
         }
     }
 
-    /// Members of `view`'s quorum reached: this node, and every other pinged whose last
-    /// [`FAILED_ROUNDS`] pings did not all fail. A link that never answered yet counts: a
-    /// member that just joined (its name not resolving yet, its port not open) is not a
-    /// partition, and counting it failed held a new node's keys degraded after it was ready
-    /// (seen in the StatefulSet test).
+    /// Members of `view`'s quorum reached: this node, and every other alive in gossip whose link
+    /// has not failed [`FAILED_ROUNDS`] pings in a row after it once answered. Only that is
+    /// evidence of a partition: a member just joined (not pinged yet, its name not resolving
+    /// yet, its port not open) counts, or a new node's keys were held degraded after it was
+    /// ready (seen in the StatefulSet and leave-and-rejoin tests).
     pub fn reached(&self, view: &View) -> usize {
         view.quorum
             .known
             .iter()
             .filter(|id| {
-                ***id == *view.self_id
-                    || self
-                        .0
-                        .get(*id)
-                        .is_some_and(|(failed, answered)| *failed < FAILED_ROUNDS || !answered)
+                let failed = self
+                    .0
+                    .get(*id)
+                    .is_some_and(|(failed, answered)| *answered && *failed >= FAILED_ROUNDS);
+                ***id == *view.self_id || (view.peer_addrs.contains_key(*id) && !failed)
             })
             .count()
     }
@@ -97,6 +97,9 @@ mod tests {
     fn abc(self_id: &str) -> View {
         let mut v = View::solo(self_id, "", "");
         v.quorum = Quorum::of(["a".into(), "b".into(), "c".into()]);
+        for id in ["a", "b", "c"] {
+            v.peer_addrs.insert(Arc::from(id), String::new());
+        }
         v
     }
 
@@ -134,10 +137,13 @@ mod tests {
         assert_eq!(f.reached(&view), 1);
         f.record(&round(true, false));
         assert_eq!(f.reached(&view), 2, "one answer and the link counts again");
-        // A member that is no longer pinged (not alive in gossip) does not count.
-        f.record(&[(Arc::from("b"), true)]);
-        assert_eq!(f.reached(&view), 2);
-        f.record(&[]);
-        assert_eq!(f.reached(&view), 1);
+        // A member not pinged yet (just joined) counts; one not alive in gossip does not.
+        let mut fresh = Failures::default();
+        assert_eq!(fresh.reached(&view), 3);
+        fresh.record(&[(Arc::from("b"), true)]);
+        assert_eq!(fresh.reached(&view), 3);
+        let mut without_c = view.clone();
+        without_c.peer_addrs.remove("c");
+        assert_eq!(f.reached(&without_c), 2);
     }
 }

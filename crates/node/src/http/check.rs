@@ -172,7 +172,7 @@ async fn decide(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError> {
 }
 
 /// Reads a request body of at most [`MAX_BODY_BYTES`].
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|e| {

@@ -11,6 +11,7 @@
 //! - [`serve`] — serving on dedicated single-threaded runtimes (`--http-threads`).
 
 pub mod admin;
+pub mod admin_rules;
 pub mod check;
 pub mod conns;
 pub mod error;
@@ -71,6 +72,12 @@ pub fn service(state: AppState) -> fast::FastPath {
 pub fn router(state: AppState) -> axum::Router {
     let admin = axum::Router::new()
         .route("/v1/admin/rules", get(admin::rules))
+        .route(
+            "/v1/admin/rules/{name}",
+            get(admin_rules::get)
+                .put(admin_rules::put)
+                .delete(admin_rules::delete),
+        )
         .route("/v1/admin/keys/{key}", get(admin::key_state))
         .route("/v1/admin/keys/{key}/reset", post(admin::reset))
         .route_layer(middleware::from_fn_with_state(state.clone(), admin::guard));

@@ -92,6 +92,10 @@ pub struct Snapshot {
     pub http_closed_idle: u64,
     pub http_evicted: u64,
     pub http_refused: u64,
+    pub api_rule_puts: u64,
+    pub api_rule_deletes: u64,
+    pub api_rule_merged: u64,
+    pub api_rule_save_failed: u64,
     pub peer_frames: u64,
     pub peer_checks: u64,
     pub members_alive: u64,
@@ -198,6 +202,33 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Gauge,
         quorate,
         "1 while this node sees a majority of the members it last knew (and owns keys), else 0"
+    ),
+    series!(
+        "rules_api_changes",
+        Counter,
+        api_rule_puts,
+        "Rules changed through this node's admin API, and changes learnt from peers",
+        "op" = "put"
+    ),
+    series!(
+        "rules_api_changes",
+        Counter,
+        api_rule_deletes,
+        "Rules changed through this node's admin API, and changes learnt from peers",
+        "op" = "delete"
+    ),
+    series!(
+        "rules_api_changes",
+        Counter,
+        api_rule_merged,
+        "Rules changed through this node's admin API, and changes learnt from peers",
+        "op" = "merged"
+    ),
+    series!(
+        "rules_api_save_failed",
+        Counter,
+        api_rule_save_failed,
+        "API rule changes in force but not saved under --data-dir"
     ),
     series!(
         "http_connections",

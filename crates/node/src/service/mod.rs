@@ -7,9 +7,11 @@
 //! - this module — [`CheckService`]: checks and batches, and [`Outcome`], a decided check.
 //! - [`all`] — one request held to several limits, all-or-nothing.
 //! - [`keys`] — a key's bucket state and its reset across the cluster (admin).
+//! - [`api_rules`] — rules written, deleted and listed through the admin API.
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics snapshot.
 
 pub mod all;
+pub mod api_rules;
 pub mod keys;
 pub mod views;
 
@@ -83,6 +85,8 @@ pub struct Parts {
     pub ready: Arc<AtomicBool>,
     /// The HTTP server's connections, for the metrics.
     pub conns: Arc<crate::metrics::ConnStats>,
+    /// The rules in force and the admin API's changes to them.
+    pub book: Arc<crate::rulebook::RuleBook>,
 }
 
 /// The node's API, for every edge.
@@ -96,6 +100,7 @@ pub struct CheckService {
     cluster_id: Arc<str>,
     ready: Arc<AtomicBool>,
     conns: Arc<crate::metrics::ConnStats>,
+    book: Arc<crate::rulebook::RuleBook>,
     /// Buckets this node sent to their new owners after ring changes.
     handed_over: AtomicU64,
 }
@@ -112,6 +117,7 @@ impl CheckService {
             cluster_id: p.cluster_id,
             ready: p.ready,
             conns: p.conns,
+            book: p.book,
             handed_over: AtomicU64::new(0),
         }
     }

@@ -80,7 +80,7 @@ pub struct AdminRules {
     pub reloads_error: u64,
     /// The last reload that changed something (`null`: none since start).
     pub last_reload: Option<LastReload>,
-    pub rules: Vec<RuleInfo>,
+    pub rules: Vec<super::api_rules::AdminRule>,
 }
 
 #[derive(Debug, Serialize)]
@@ -184,7 +184,7 @@ impl CheckService {
                 result: if o.error.is_some() { "error" } else { "ok" },
                 error: o.error,
             }),
-            rules: self.rules(),
+            rules: self.admin_rule_list(),
         }
     }
 
@@ -209,6 +209,10 @@ impl CheckService {
             http_closed_idle: load(&self.conns.closed_idle),
             http_evicted: load(&self.conns.evicted),
             http_refused: load(&self.conns.refused),
+            api_rule_puts: load(&self.book.stats.puts),
+            api_rule_deletes: load(&self.book.stats.deletes),
+            api_rule_merged: load(&self.book.stats.merged),
+            api_rule_save_failed: load(&self.book.stats.save_failed),
             peer_frames: load(&self.pool.stats().frames),
             peer_checks: load(&self.pool.stats().checks),
             members_alive: members(MemberState::Alive),

@@ -1,0 +1,277 @@
+//! The rules in force: the rules file's (reloaded when it changes) and those written through the
+//! admin API (replicated by gossip, kept under `--data-dir`), put in force together in the
+//! engine. File rules win a name: the API cannot write one (409), and an API rule whose name the
+//! file comes to define is left out while the file defines it.
+//!
+//! A rule changed while buckets exist keeps them: a bucket's identity is the rule's name and the
+//! key, so the next check of the key meets its consumption under the new parameters (a lower
+//! limit denies at once what is already over it; another algorithm starts the bucket afresh).
+
+use crate::engine::Engine;
+use crate::rules::api::{self, ApiRules, Entry, StoreError};
+use crate::rules::{RuleSet, RulesError};
+use parking_lot::Mutex;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why an admin API change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("rule {0:?} is defined in the rules file; change it there")]
+    FromFile(String),
+    #[error("{0}")]
+    Invalid(RulesError),
+    #[error("no rule {0:?} was written through the API")]
+    NotFound(String),
+    #[error("the change could not be saved: {0}")]
+    Persist(StoreError),
+}
+
+/// API changes counted (`ringlimit_rules_api_*` metrics).
+#[derive(Debug, Default)]
+pub struct BookStats {
+    pub puts: AtomicU64,
+    pub deletes: AtomicU64,
+    /// Entries learnt from peers that changed something here.
+    pub merged: AtomicU64,
+    /// Saves to `--data-dir` that failed (the change is in force and gossiped, not on disk).
+    pub save_failed: AtomicU64,
+}
+
+struct Inner {
+    file: RuleSet,
+    api: ApiRules,
+}
+
+/// The file's rules and the API's, and the engine they are put in force in.
+pub struct RuleBook {
+    engine: Arc<Engine>,
+    node_id: String,
+    data_dir: Option<PathBuf>,
+    inner: Mutex<Inner>,
+    /// Bumped on every change of the API rules: the gossip publisher follows it.
+    changes: tokio::sync::watch::Sender<u64>,
+    pub stats: BookStats,
+}
+
+impl RuleBook {
+    /// A book over `engine`, whose rules are the file's; API rules are read from `data_dir`
+    /// (when set) and put in force at once.
+    pub fn open(
+        engine: Arc<Engine>,
+        node_id: &str,
+        data_dir: Option<PathBuf>,
+    ) -> Result<Self, StoreError> {
+        let api = match &data_dir {
+            Some(dir) => ApiRules::load(dir)?,
+            None => ApiRules::default(),
+        };
+        let file = (*engine.rules()).clone();
+        let book = Self {
+            engine,
+            node_id: node_id.to_owned(),
+            data_dir,
+            inner: Mutex::new(Inner { file, api }),
+            changes: tokio::sync::watch::channel(0).0,
+            stats: BookStats::default(),
+        };
+        book.put_in_force(&book.inner.lock());
+        Ok(book)
+    }
+
+    /// Follows changes of the API rules (a counter).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// New rules from the rules file; returns whether the rules in force changed.
+    pub fn set_file(&self, file: RuleSet) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.file == file {
+            return false;
+        }
+        inner.file = file;
+        self.put_in_force(&inner);
+        true
+    }
+
+    /// Creates or replaces API rule `name` with `spec` (the rules file's fields, as JSON).
+    pub fn put(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+        now_ms: u64,
+    ) -> Result<Entry, ChangeError> {
+        api::validate(name, &spec).map_err(ChangeError::Invalid)?;
+        let mut inner = self.inner.lock();
+        if inner.file.get(name).is_some() {
+            return Err(ChangeError::FromFile(name.to_owned()));
+        }
+        let entry = inner.api.write(name, Some(spec), now_ms, &self.node_id);
+        self.changed(&inner)?;
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        Ok(entry)
+    }
+
+    /// Deletes API rule `name`.
+    pub fn delete(&self, name: &str, now_ms: u64) -> Result<Entry, ChangeError> {
+        let mut inner = self.inner.lock();
+        if inner.file.get(name).is_some() {
+            return Err(ChangeError::FromFile(name.to_owned()));
+        }
+        if inner.api.get(name).is_none_or(|e| e.spec.is_none()) {
+            return Err(ChangeError::NotFound(name.to_owned()));
+        }
+        let entry = inner.api.write(name, None, now_ms, &self.node_id);
+        self.changed(&inner)?;
+        self.stats.deletes.fetch_add(1, Ordering::Relaxed);
+        Ok(entry)
+    }
+
+    /// Merges entries learnt from peers; returns how many changed something here.
+    pub fn merge(&self, entries: impl IntoIterator<Item = (String, Entry)>) -> usize {
+        let mut inner = self.inner.lock();
+        let mut merged = 0;
+        for (name, entry) in entries {
+            let what = describe(&entry);
+            let by = entry.version.node.clone();
+            if inner.api.merge(&name, entry) {
+                tracing::info!(rule = %name, change = what, by = %by, "API rule changed by a peer");
+                merged += 1;
+            }
+        }
+        if merged > 0 {
+            self.stats
+                .merged
+                .fetch_add(merged as u64, Ordering::Relaxed);
+            // Saving can only fail here: the change is in force and gossiped already.
+            let _ = self.changed(&inner);
+        }
+        merged
+    }
+
+    /// Forgets deletes older than [`api::TOMBSTONE_KEEP_MS`].
+    pub fn prune(&self, now_ms: u64) {
+        let mut inner = self.inner.lock();
+        if inner.api.prune(now_ms, api::TOMBSTONE_KEEP_MS) > 0 {
+            let _ = self.changed(&inner);
+        }
+    }
+
+    /// Every API entry, tombstones included, by name.
+    pub fn api_entries(&self) -> Vec<(String, Entry)> {
+        let inner = self.inner.lock();
+        inner
+            .api
+            .entries()
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Whether `name` is a rule of the rules file (or built in).
+    pub fn from_file(&self, name: &str) -> bool {
+        self.inner.lock().file.get(name).is_some()
+    }
+
+    /// Puts the API rules in force, tells the publisher, saves them.
+    fn changed(&self, inner: &Inner) -> Result<(), ChangeError> {
+        self.put_in_force(inner);
+        self.changes.send_modify(|n| *n += 1);
+        let Some(dir) = &self.data_dir else {
+            return Ok(());
+        };
+        inner.api.save(dir).map_err(|e| {
+            self.stats.save_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, "API rules not saved");
+            ChangeError::Persist(e)
+        })
+    }
+
+    fn put_in_force(&self, inner: &Inner) {
+        let (api_rules, invalid) = inner.api.rules();
+        for e in invalid {
+            tracing::warn!(error = %e, "an API rule learnt from a peer does not validate here; left out");
+        }
+        let (rules, shadowed) = inner.file.with_api(api_rules);
+        for name in shadowed {
+            tracing::warn!(rule = %name, "the rules file defines this API rule's name; the file's rule is in force");
+        }
+        if *self.engine.rules() != rules {
+            self.engine.set_rules(rules);
+        }
+    }
+}
+
+fn describe(e: &Entry) -> &'static str {
+    if e.spec.is_some() { "put" } else { "delete" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_core::clock::ManualClock;
+    use serde_json::json;
+
+    fn book(dir: Option<PathBuf>) -> RuleBook {
+        let engine = Arc::new(Engine::new(
+            RuleSet::builtin(),
+            1000,
+            Arc::new(ManualClock::new(0)),
+        ));
+        RuleBook::open(engine, "n0", dir).expect("opened")
+    }
+
+    #[test]
+    fn api_rules_go_in_force_beside_the_file_and_never_over_it() {
+        let b = book(None);
+        b.put("gold", json!({ "limit": 5, "period": "1m" }), 1)
+            .expect("put");
+        assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(5));
+        assert!(matches!(
+            b.put("default", json!({ "limit": 5, "period": "1m" }), 2),
+            Err(ChangeError::FromFile(_))
+        ));
+        assert!(matches!(
+            b.put("bad", json!({ "limit": 5 }), 3),
+            Err(ChangeError::Invalid(_))
+        ));
+        assert!(b.engine.rules().get("bad").is_none());
+        b.delete("gold", 4).expect("deleted");
+        assert!(b.engine.rules().get("gold").is_none());
+        assert!(matches!(b.delete("gold", 5), Err(ChangeError::NotFound(_))));
+        assert!(matches!(
+            b.delete("default", 6),
+            Err(ChangeError::FromFile(_))
+        ));
+        assert_eq!(b.stats.puts.load(Ordering::Relaxed), 1);
+        assert_eq!(b.stats.deletes.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_file_takes_a_name_back_from_the_api() {
+        let b = book(None);
+        b.put("gold", json!({ "limit": 5, "period": "1m" }), 1)
+            .expect("put");
+        let file = RuleSet::from_yaml("rules:\n  - { name: gold, limit: 9, period: 1s }\n")
+            .expect("valid");
+        assert!(b.set_file(file));
+        assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(9));
+    }
+
+    #[test]
+    fn rules_survive_a_restart_with_the_data_dir() {
+        let dir = std::env::temp_dir().join(format!("ringlimit-book-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let b = book(Some(dir.clone()));
+        b.put("gold", json!({ "limit": 5, "period": "1m" }), 1)
+            .expect("put");
+        drop(b);
+        let again = book(Some(dir.clone()));
+        assert_eq!(
+            again.engine.rules().get("gold").map(|r| r.rule.limit),
+            Some(5)
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,327 @@
+//! Rules written through the admin API: versioned entries that every node merges the same way,
+//! so that the cluster converges whatever order changes arrive in.
+//!
+//! Each rule name holds one entry: the rule's fields as written (a JSON object), or a tombstone
+//! after a delete, and the version of the change. Versions are hybrid logical clock readings —
+//! wall milliseconds, a counter for changes within one millisecond or behind a peer's clock, and
+//! the writing node's id as the tie-break — so the last writer wins, and two nodes that change
+//! one rule at once end with the same entry on every node. A node that learns a version also
+//! moves its own clock past it, so its next change wins over what it has seen even if its wall
+//! clock is behind. Tombstones are kept for [`TOMBSTONE_KEEP_MS`], so a node returning from a
+//! partition shorter than that cannot bring a deleted rule back.
+
+use super::{NamedRule, RulesError, parse_rule};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// How long a delete is remembered (7 days).
+pub const TOMBSTONE_KEEP_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// When and where a change was made; ordered by clock, then counter, then node.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Version {
+    /// Wall milliseconds (hybrid: never behind a version this node has seen).
+    pub ms: u64,
+    pub counter: u32,
+    pub node: String,
+}
+
+/// One rule name's latest change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub version: Version,
+    /// The rule's fields as written; `None` once deleted.
+    pub spec: Option<serde_json::Value>,
+}
+
+/// Every API rule a node knows, tombstones included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiRules {
+    entries: BTreeMap<String, Entry>,
+    /// The hybrid clock: the latest (ms, counter) made or seen.
+    clock: (u64, u32),
+}
+
+/// What the file under `--data-dir` holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Saved {
+    format: u32,
+    rules: BTreeMap<String, Entry>,
+}
+
+const FORMAT: u32 = 1;
+/// The file under `--data-dir`.
+pub const FILE: &str = "api-rules.json";
+
+/// Why API rules could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not an API rules file: {reason}")]
+    Format { path: String, reason: String },
+}
+
+/// Validates a rule written through the API: the rules file's fields and checks, `name` taken
+/// from the path (a `name` field in the body must agree with it).
+pub fn validate(name: &str, spec: &serde_json::Value) -> Result<NamedRule, RulesError> {
+    let serde_json::Value::Object(fields) = spec else {
+        return Err(RulesError::Rule {
+            rule: name.to_owned(),
+            error: ringlimit_core::rule::field_err("rule", "must be a JSON object of fields"),
+        });
+    };
+    if let Some(body_name) = fields.get("name")
+        && body_name.as_str() != Some(name)
+    {
+        return Err(RulesError::Rule {
+            rule: name.to_owned(),
+            error: ringlimit_core::rule::field_err(
+                "name",
+                format!("is {body_name} in the body but {name:?} in the path"),
+            ),
+        });
+    }
+    let mut fields = fields.clone();
+    fields.insert("name".into(), serde_json::Value::String(name.to_owned()));
+    let yaml = serde_yaml_ng::to_value(serde_json::Value::Object(fields)).map_err(|e| {
+        RulesError::Rule {
+            rule: name.to_owned(),
+            error: ringlimit_core::rule::field_err("rule", e.to_string()),
+        }
+    })?;
+    parse_rule(0, &yaml)
+}
+
+impl ApiRules {
+    /// The latest entry of `name`, tombstone or rule.
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.get(name)
+    }
+
+    /// Every entry, by name.
+    pub fn entries(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.entries.iter()
+    }
+
+    /// The rules in force (tombstones left out), validated again: an entry that no longer
+    /// validates (written by a newer node) is skipped and returned as an error beside them.
+    pub fn rules(&self) -> (Vec<NamedRule>, Vec<RulesError>) {
+        let mut rules = Vec::new();
+        let mut errors = Vec::new();
+        for (name, e) in &self.entries {
+            if let Some(spec) = &e.spec {
+                match validate(name, spec) {
+                    Ok(r) => rules.push(r),
+                    Err(err) => errors.push(err),
+                }
+            }
+        }
+        (rules, errors)
+    }
+
+    /// A new version from this node at wall time `now_ms`: after every version made or seen.
+    fn next_version(&mut self, now_ms: u64, node: &str) -> Version {
+        let (ms, counter) = if now_ms > self.clock.0 {
+            (now_ms, 0)
+        } else {
+            (self.clock.0, self.clock.1.saturating_add(1))
+        };
+        self.clock = (ms, counter);
+        Version {
+            ms,
+            counter,
+            node: node.to_owned(),
+        }
+    }
+
+    /// Records a change made here (a rule's fields, or `None` to delete); returns the entry.
+    pub fn write(
+        &mut self,
+        name: &str,
+        spec: Option<serde_json::Value>,
+        now_ms: u64,
+        node: &str,
+    ) -> Entry {
+        let entry = Entry {
+            version: self.next_version(now_ms, node),
+            spec,
+        };
+        self.entries.insert(name.to_owned(), entry.clone());
+        entry
+    }
+
+    /// Merges an entry learnt from a peer (or the data dir): kept when its version is newer
+    /// than this node's. Returns whether anything changed.
+    pub fn merge(&mut self, name: &str, entry: Entry) -> bool {
+        let seen = (entry.version.ms, entry.version.counter);
+        if seen > self.clock {
+            self.clock = seen;
+        }
+        match self.entries.get(name) {
+            Some(mine) if mine.version >= entry.version => false,
+            _ => {
+                self.entries.insert(name.to_owned(), entry);
+                true
+            }
+        }
+    }
+
+    /// Forgets tombstones older than `keep_ms` at `now_ms`; returns how many.
+    pub fn prune(&mut self, now_ms: u64, keep_ms: u64) -> usize {
+        let before = self.entries.len();
+        self.entries
+            .retain(|_, e| e.spec.is_some() || now_ms.saturating_sub(e.version.ms) < keep_ms);
+        before - self.entries.len()
+    }
+
+    /// Reads `dir`/[`FILE`]; an absent file is an empty set.
+    pub fn load(dir: &Path) -> Result<Self, StoreError> {
+        let path = dir.join(FILE);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: path.display().to_string(),
+                    source,
+                });
+            }
+        };
+        let saved: Saved = serde_json::from_slice(&text).map_err(|e| StoreError::Format {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        if saved.format != FORMAT {
+            return Err(StoreError::Format {
+                path: path.display().to_string(),
+                reason: format!("format {} (this node reads {FORMAT})", saved.format),
+            });
+        }
+        let mut rules = Self::default();
+        for (name, entry) in saved.rules {
+            rules.merge(&name, entry);
+        }
+        Ok(rules)
+    }
+
+    /// Writes every entry to `dir`/[`FILE`] atomically: a temporary file, synced, renamed over
+    /// the old one, and the directory synced, so a crash leaves the old file or the new one.
+    pub fn save(&self, dir: &Path) -> Result<(), StoreError> {
+        let path = dir.join(FILE);
+        let io = |source| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let bytes = serde_json::to_vec_pretty(&Saved {
+            format: FORMAT,
+            rules: self.entries.clone(),
+        })
+        .map_err(|e| io(std::io::Error::other(e)))?;
+        let tmp = dir.join(format!("{FILE}.tmp"));
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(&bytes).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_rule_written_through_the_api_is_validated_like_the_file() {
+        let r = validate("tier-gold", &json!({ "limit": 1000, "period": "1m" })).expect("valid");
+        assert_eq!((r.name.as_str(), r.rule.limit), ("tier-gold", 1000));
+        let e = validate("x", &json!({ "limit": 0, "period": "1m" })).expect_err("limit 0");
+        assert!(e.to_string().contains("limit"), "{e}");
+        let e = validate("x", &json!({ "limit": 1, "period": "1m", "colour": 1 }))
+            .expect_err("unknown field");
+        assert!(e.to_string().contains("colour"), "{e}");
+        let e = validate("x", &json!({ "name": "y", "limit": 1, "period": "1m" }))
+            .expect_err("names disagree");
+        assert!(e.to_string().contains("path"), "{e}");
+        assert!(validate("x", &json!([1])).is_err());
+    }
+
+    #[test]
+    fn concurrent_changes_converge_on_the_last_writer_whatever_the_order() {
+        let mut a = ApiRules::default();
+        let mut b = ApiRules::default();
+        // Same millisecond on both nodes: the node id breaks the tie.
+        let ea = a.write(
+            "r",
+            Some(json!({ "limit": 1, "period": "1s" })),
+            1_000,
+            "node-a",
+        );
+        let eb = b.write(
+            "r",
+            Some(json!({ "limit": 2, "period": "1s" })),
+            1_000,
+            "node-b",
+        );
+        let mut a_then_b = ApiRules::default();
+        a_then_b.merge("r", ea.clone());
+        a_then_b.merge("r", eb.clone());
+        let mut b_then_a = ApiRules::default();
+        b_then_a.merge("r", eb.clone());
+        b_then_a.merge("r", ea.clone());
+        assert_eq!(a_then_b.get("r"), b_then_a.get("r"));
+        assert_eq!(a_then_b.get("r"), Some(&eb));
+        // a learns b's change, then changes the rule with its wall clock behind: still newer.
+        a.merge("r", eb.clone());
+        let later = a.write("r", None, 500, "node-a");
+        assert!(later.version > eb.version);
+        b.merge("r", later.clone());
+        assert_eq!(b.get("r"), Some(&later), "the delete wins");
+        assert!(b.rules().0.is_empty());
+    }
+
+    #[test]
+    fn a_delete_outlives_an_old_copy_until_it_is_pruned() {
+        let mut a = ApiRules::default();
+        let created = a.write("r", Some(json!({ "limit": 1, "period": "1s" })), 1_000, "a");
+        let deleted = a.write("r", None, 2_000, "a");
+        // A node back from a partition offers its old copy: refused.
+        assert!(!a.merge("r", created.clone()));
+        assert_eq!(a.get("r"), Some(&deleted));
+        assert_eq!(a.prune(2_000 + TOMBSTONE_KEEP_MS - 1, TOMBSTONE_KEEP_MS), 0);
+        assert_eq!(a.prune(2_000 + TOMBSTONE_KEEP_MS, TOMBSTONE_KEEP_MS), 1);
+    }
+
+    #[test]
+    fn saved_rules_come_back_and_a_torn_write_leaves_the_old_file() {
+        let dir = std::env::temp_dir().join(format!("ringlimit-api-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut a = ApiRules::default();
+        a.write("r", Some(json!({ "limit": 7, "period": "1h" })), 1_000, "a");
+        a.write("gone", None, 1_001, "a");
+        a.save(&dir).expect("saved");
+        // A crash between writing the temporary file and the rename leaves the old file.
+        std::fs::write(dir.join(format!("{FILE}.tmp")), b"{ torn").expect("tmp");
+        let back = ApiRules::load(&dir).expect("loaded");
+        assert_eq!(back.entries().count(), 2);
+        assert_eq!(back.rules().0[0].rule.limit, 7);
+        std::fs::write(dir.join(FILE), b"not json").expect("corrupt");
+        assert!(matches!(
+            ApiRules::load(&dir),
+            Err(StoreError::Format { .. })
+        ));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert_eq!(ApiRules::load(&dir).expect("no file").entries().count(), 0);
+    }
+}

@@ -1,0 +1,336 @@
+//! Rules through the admin API (issue 16) on real in-process nodes: written on one node and in
+//! force on the others within a second, concurrent writes converging, a delete surviving a
+//! partition, rules kept across a restart of the whole cluster with its data dirs, bad rules
+//! refused with nothing changed, and the propagation time over 100 changes.
+
+use anyhow::{Context, Result, ensure};
+use reqwest::Method;
+use ringlimit_node::cluster::transport::GossipBlocklist;
+use ringlimit_tests::{Api, TestCluster, WAIT, wait_until};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "test-admin-token";
+
+async fn put(api: &Api, name: &str, body: Value) -> Result<ringlimit_tests::Reply> {
+    api.admin(
+        Method::PUT,
+        &format!("/v1/admin/rules/{name}"),
+        TOKEN,
+        Some(&body),
+    )
+    .await
+}
+
+async fn delete(api: &Api, name: &str) -> Result<ringlimit_tests::Reply> {
+    api.admin(
+        Method::DELETE,
+        &format!("/v1/admin/rules/{name}"),
+        TOKEN,
+        None,
+    )
+    .await
+}
+
+/// The rule as `api`'s node lists it, or `None` when it has no such rule.
+async fn listed(api: &Api, name: &str) -> Result<Option<Value>> {
+    let r = api
+        .admin(Method::GET, &format!("/v1/admin/rules/{name}"), TOKEN, None)
+        .await?;
+    match r.status {
+        200 => Ok(Some(r.json()?)),
+        404 => Ok(None),
+        s => anyhow::bail!("GET rule {name}: {s} {}", r.text),
+    }
+}
+
+/// A check of `key` under rule `name` through `api`: its status (404: the node has no such rule).
+async fn check_status(api: &Api, name: &str, key: &str) -> Result<u16> {
+    Ok(api
+        .check(&json!({ "key": key, "rule": name }))
+        .await?
+        .status)
+}
+
+struct DataDirs(Vec<PathBuf>);
+
+impl DataDirs {
+    fn new(tag: &str, n: usize) -> Self {
+        Self(
+            (0..n)
+                .map(|i| {
+                    std::env::temp_dir().join(format!(
+                        "ringlimit-api-rules-{tag}-{}-{i}",
+                        std::process::id()
+                    ))
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for DataDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+async fn cluster(
+    dirs: Option<&DataDirs>,
+    lists: Option<&[Arc<GossipBlocklist>]>,
+) -> Result<TestCluster> {
+    let mut i = 0;
+    TestCluster::start_with(3, |c| {
+        c.admin_token = Some(TOKEN.into());
+        if let Some(d) = dirs {
+            c.data_dir = Some(d.0[i].clone());
+        }
+        if let Some(l) = lists {
+            c.gossip_blocklist = Some(l[i].clone());
+        }
+        i += 1;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_written_on_one_node_is_in_force_on_every_node_within_a_second() -> Result<()> {
+    let c = cluster(None, None).await?;
+    // Created on node-0, checked through node-1.
+    let r = put(&c[0], "gold", json!({ "limit": 2, "period": "1h" })).await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let body = r.json()?;
+    ensure!(body["source"] == "api" && body["limit"] == 2, "{body}");
+    let started = Instant::now();
+    wait_until("node-1 knows gold", Duration::from_secs(1), || async {
+        Ok(check_status(&c[1], "gold", "probe").await? != 404)
+    })
+    .await?;
+    eprintln!(
+        "created on node-0, in force on node-1 after {:?}",
+        started.elapsed()
+    );
+    // Updated on node-1, seen with its new limit on node-2.
+    let r = put(&c[1], "gold", json!({ "limit": 5, "period": "1h" })).await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    wait_until("node-2 has gold at 5", Duration::from_secs(1), || async {
+        Ok(listed(&c[2], "gold")
+            .await?
+            .is_some_and(|v| v["limit"] == 5))
+    })
+    .await?;
+    // Deleted on node-2, unknown on node-0.
+    let r = delete(&c[2], "gold").await?;
+    ensure!(r.status == 204, "{} {}", r.status, r.text);
+    wait_until("node-0 forgot gold", Duration::from_secs(1), || async {
+        Ok(check_status(&c[0], "gold", "probe").await? == 404)
+    })
+    .await?;
+    // The admin listing says where rules come from.
+    let all = c[0]
+        .admin(Method::GET, "/v1/admin/rules", TOKEN, None)
+        .await?
+        .json()?;
+    let default = all["rules"]
+        .as_array()
+        .context("rules")?
+        .iter()
+        .find(|r| r["name"] == "default")
+        .context("default rule")?
+        .clone();
+    ensure!(default["source"] == "file", "{default}");
+    c.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rules_and_file_rules_are_refused_and_nothing_changes() -> Result<()> {
+    let c = cluster(None, None).await?;
+    for (body, code) in [
+        (json!({ "limit": 0, "period": "1m" }), "invalid_rule"),
+        (json!({ "limit": 5 }), "invalid_rule"),
+        (
+            json!({ "limit": 5, "period": "1m", "colour": "red" }),
+            "invalid_rule",
+        ),
+        (
+            json!({ "name": "other", "limit": 5, "period": "1m" }),
+            "invalid_rule",
+        ),
+        (json!([1, 2]), "invalid_rule"),
+    ] {
+        let r = put(&c[0], "new-rule", body.clone()).await?;
+        ensure!(r.status == 400, "{body}: {} {}", r.status, r.text);
+        ensure!(r.json()?["error"] == code, "{body}: {}", r.text);
+    }
+    let r = c[0]
+        .admin(Method::PUT, "/v1/admin/rules/x", TOKEN, None)
+        .await?;
+    ensure!(
+        r.status == 400 && r.json()?["error"] == "invalid_json",
+        "{}",
+        r.text
+    );
+    ensure!(listed(&c[0], "new-rule").await?.is_none());
+    // The rules file's (here built-in) names are read-only.
+    let r = put(&c[0], "default", json!({ "limit": 1, "period": "1s" })).await?;
+    ensure!(r.status == 409, "{} {}", r.status, r.text);
+    let r = delete(&c[0], "default").await?;
+    ensure!(r.status == 409, "{} {}", r.status, r.text);
+    ensure!(listed(&c[0], "default").await?.context("default")?["limit"] == 100);
+    let r = delete(&c[0], "never-written").await?;
+    ensure!(r.status == 404, "{} {}", r.status, r.text);
+    // Without the token: 401.
+    let r = c[0]
+        .admin(Method::PUT, "/v1/admin/rules/x", "wrong", Some(&json!({})))
+        .await?;
+    ensure!(r.status == 401, "{}", r.status);
+    c.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_of_one_rule_end_the_same_on_every_node() -> Result<()> {
+    let c = cluster(None, None).await?;
+    for round in 0..5 {
+        let (a, b) = tokio::join!(
+            put(
+                &c[0],
+                "race",
+                json!({ "limit": 10 + round, "period": "1m" })
+            ),
+            put(
+                &c[1],
+                "race",
+                json!({ "limit": 20 + round, "period": "1m" })
+            ),
+        );
+        ensure!(a?.status == 200 && b?.status == 200);
+        wait_until("every node has the same version", WAIT, || async {
+            let mut seen = Vec::new();
+            for n in 0..3 {
+                let v = listed(&c[n], "race").await?.context("race")?;
+                seen.push((v["version"].clone(), v["limit"].clone()));
+            }
+            Ok(seen.windows(2).all(|w| w[0] == w[1]))
+        })
+        .await?;
+    }
+    c.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_partitioned_during_a_delete_does_not_bring_the_rule_back() -> Result<()> {
+    let lists: Vec<Arc<GossipBlocklist>> = (0..3)
+        .map(|_| Arc::new(GossipBlocklist::default()))
+        .collect();
+    let c = cluster(None, Some(&lists)).await?;
+    let r = put(&c[0], "doomed", json!({ "limit": 3, "period": "1h" })).await?;
+    ensure!(r.status == 200, "{}", r.text);
+    wait_until("node-2 has doomed", WAIT, || async {
+        Ok(listed(&c[2], "doomed").await?.is_some())
+    })
+    .await?;
+    // node-2 cut off from gossip; the rule is deleted on the other side.
+    for i in 0..2 {
+        lists[i].block(c[2].peer);
+        lists[2].block(c[i].peer);
+    }
+    let r = delete(&c[0], "doomed").await?;
+    ensure!(r.status == 204, "{}", r.text);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ensure!(
+        listed(&c[2], "doomed").await?.is_some(),
+        "node-2 was cut off"
+    );
+    // Healed: node-2 learns the delete; nobody brings the rule back.
+    for l in &lists {
+        l.clear();
+    }
+    wait_until("node-2 forgot doomed", WAIT, || async {
+        Ok(listed(&c[2], "doomed").await?.is_none())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for n in 0..3 {
+        ensure!(
+            listed(&c[n], "doomed").await?.is_none(),
+            "node-{n} has it back"
+        );
+    }
+    c.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_survive_a_restart_of_every_node_with_its_data_dir() -> Result<()> {
+    let dirs = DataDirs::new("restart", 3);
+    let c = cluster(Some(&dirs), None).await?;
+    let r = put(&c[1], "kept", json!({ "limit": 4, "period": "1h" })).await?;
+    ensure!(r.status == 200, "{}", r.text);
+    wait_until("every node has kept", WAIT, || async {
+        for n in 0..3 {
+            if listed(&c[n], "kept").await?.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
+    c.stop().await?;
+    // Every node again, on new ports, with its directory: the rule is there before it is ready.
+    let c = cluster(Some(&dirs), None).await?;
+    for n in 0..3 {
+        let v = listed(&c[n], "kept")
+            .await?
+            .context("kept after the restart")?;
+        ensure!(v["limit"] == 4 && v["source"] == "api", "{v}");
+    }
+    c.stop().await
+}
+
+/// Propagation time over 100 changes, each written on one node and timed until both others
+/// list it (polled every 5 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_time_over_100_changes() -> Result<()> {
+    // The default gossip round (100 ms), not the test nodes' 50 ms.
+    let c = TestCluster::start_with(3, |c| {
+        c.admin_token = Some(TOKEN.into());
+        c.gossip_interval = Duration::from_millis(100);
+    })
+    .await?;
+    let mut times = Vec::new();
+    for i in 0..100u64 {
+        let writer = (i % 3) as usize;
+        let name = format!("p{}", i % 10);
+        let started = Instant::now();
+        let r = put(&c[writer], &name, json!({ "limit": 1 + i, "period": "1m" })).await?;
+        ensure!(r.status == 200, "{}", r.text);
+        loop {
+            let mut all = true;
+            for n in (0..3).filter(|&n| n != writer) {
+                if !listed(&c[n], &name)
+                    .await?
+                    .is_some_and(|v| v["limit"] == 1 + i)
+                {
+                    all = false;
+                }
+            }
+            if all {
+                break;
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(5),
+                "change {i} never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        times.push(started.elapsed());
+    }
+    times.sort();
+    let (median, max) = (times[50], times[99]);
+    eprintln!("propagation over 100 changes: median {median:?}, max {max:?}");
+    ensure!(max < Duration::from_secs(1), "max {max:?} over 1 s");
+    c.stop().await
+}
