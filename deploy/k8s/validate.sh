@@ -255,6 +255,19 @@ if envoy_dir:
     check(os.path.dirname(config) != envoy_dir, "the rules file must not lie in the envoy directory")
     check("RINGLIMIT_GRPC" in env, "RINGLIMIT_ENVOY_CONFIG is set but RINGLIMIT_GRPC is not (it serves it)")
 
+# The admin API's rules: RINGLIMIT_DATA_DIR is a writable mount of a volume claim template
+# (the root filesystem is read-only; a pod restarted keeps its claim).
+data_dir = (value("RINGLIMIT_DATA_DIR") or "").rstrip("/")
+if data_dir:
+    claims = {c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])}
+    mounts = [m for m in container.get("volumeMounts", []) if m["mountPath"].rstrip("/") == data_dir]
+    check(len(mounts) == 1, f"RINGLIMIT_DATA_DIR {data_dir!r} is not a mounted volume")
+    for m in mounts:
+        check(not m.get("readOnly"), "the data directory must be writable")
+        check(m["name"] in claims, f"the data directory's volume {m['name']!r} is not a volume claim template")
+    check(spec["template"]["spec"].get("securityContext", {}).get("fsGroup") is not None,
+          "a data volume needs the pod's fsGroup to be writable by the non-root user")
+
 if errors:
     sys.exit("semantic checks failed:\n  " + "\n  ".join(errors))
 print(f"semantic checks passed ({len(docs)} objects, {sum(n.startswith('RINGLIMIT_') for n in env)} RINGLIMIT_* variables)")

@@ -334,3 +334,116 @@ async fn propagation_time_over_100_changes() -> Result<()> {
     ensure!(max < Duration::from_secs(1), "max {max:?} over 1 s");
     c.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_rule_keeps_its_buckets_consumption() -> Result<()> {
+    let c = cluster(None, None).await?;
+    // A window algorithm keeps its count; a token bucket keeps the time it needs to refill,
+    // which a new rate rescales (3 of 5 an hour spent is 36 minutes: 3.6 of 6 an hour).
+    let r = put(
+        &c[0],
+        "tier",
+        json!({ "limit": 5, "period": "1h", "algorithm": "sliding_log" }),
+    )
+    .await?;
+    ensure!(r.status == 200, "{}", r.text);
+    // Until the key's owner has learnt the rule, checks are answered from a share (degraded).
+    wait_until("every node has tier", WAIT, || async {
+        for n in 0..3 {
+            if listed(&c[n], "tier").await?.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
+    for _ in 0..3 {
+        ensure!(check_status(&c[0], "tier", "user:1").await? == 200);
+    }
+    // Raised to 6 on another node: the 3 spent stay spent, 3 are left.
+    let r = put(
+        &c[1],
+        "tier",
+        json!({ "limit": 6, "period": "1h", "algorithm": "sliding_log" }),
+    )
+    .await?;
+    ensure!(r.status == 200, "{}", r.text);
+    wait_until("node-0 has tier at 6", WAIT, || async {
+        Ok(listed(&c[0], "tier")
+            .await?
+            .is_some_and(|v| v["limit"] == 6))
+    })
+    .await?;
+    let r = c[0]
+        .check(&json!({ "key": "user:1", "rule": "tier", "cost": 0 }))
+        .await?;
+    let v = r.json()?;
+    ensure!(v["limit"] == 6 && v["remaining"] == 3, "{v}");
+    // Lowered to 2: what is spent is already over it, so the next check is denied.
+    let r = put(
+        &c[2],
+        "tier",
+        json!({ "limit": 2, "period": "1h", "algorithm": "sliding_log" }),
+    )
+    .await?;
+    ensure!(r.status == 200, "{}", r.text);
+    wait_until("node-0 has tier at 2", WAIT, || async {
+        Ok(listed(&c[0], "tier")
+            .await?
+            .is_some_and(|v| v["limit"] == 2))
+    })
+    .await?;
+    ensure!(check_status(&c[0], "tier", "user:1").await? == 429);
+    // GET /v1/rules (what the SDK reads) lists it like a file rule; the metrics count it.
+    let rules = c[1].get("/v1/rules").await?.json()?;
+    ensure!(
+        rules["rules"]
+            .as_array()
+            .context("rules")?
+            .iter()
+            .any(|r| r["name"] == "tier" && r["limit"] == 2),
+        "{rules}"
+    );
+    let metrics = c[0].get("/metrics").await?.text;
+    ensure!(
+        metrics.contains("ringlimit_rules_api_changes_total{op=\"put\"} 1"),
+        "{metrics}"
+    );
+    ensure!(
+        metrics.contains("ringlimit_rules_api_changes_total{op=\"merged\"} 2"),
+        "{metrics}"
+    );
+    c.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_has_every_rule_when_it_turns_ready() -> Result<()> {
+    let c = cluster(None, None).await?;
+    for i in 0..20 {
+        let r = put(
+            &c[i % 3],
+            &format!("r{i}"),
+            json!({ "limit": 1 + i, "period": "1m" }),
+        )
+        .await?;
+        ensure!(r.status == 200, "{}", r.text);
+    }
+    wait_until("node-2 has all 20", WAIT, || async {
+        Ok(listed(&c[2], "r19").await?.is_some() && listed(&c[2], "r0").await?.is_some())
+    })
+    .await?;
+    let mut config = ringlimit_node::NodeConfig::local("node-late");
+    config.seeds = c.seeds();
+    config.admin_token = Some(TOKEN.into());
+    let late = ringlimit_tests::TestNode::start(config).await?;
+    late.wait_ready().await?;
+    for i in 0..20 {
+        let v = listed(&late, &format!("r{i}")).await?;
+        ensure!(
+            v.as_ref().is_some_and(|v| v["limit"] == 1 + i as u64),
+            "r{i} on the new node when it turned ready: {v:?}"
+        );
+    }
+    late.stop().await?;
+    c.stop().await
+}

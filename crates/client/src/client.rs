@@ -318,6 +318,7 @@ impl Inner {
                 ForwardError::Timeout => "owner did not answer within the deadline",
                 ForwardError::Shed => "queue to the owner is full",
                 ForwardError::Mismatch => "owner answered too few checks",
+                ForwardError::RuleUnknownAtOwner => "owner does not know the rule yet",
             };
             self.degrade(p, topo, reason)
         })

@@ -4,8 +4,10 @@
 //! file comes to define is left out while the file defines it.
 //!
 //! A rule changed while buckets exist keeps them: a bucket's identity is the rule's name and the
-//! key, so the next check of the key meets its consumption under the new parameters (a lower
-//! limit denies at once what is already over it; another algorithm starts the bucket afresh).
+//! key, so the next check of the key meets its consumption under the new parameters. Window
+//! algorithms keep their counts (a lower limit denies at once what is already over it); token
+//! and leaky buckets keep the time they need to refill, which a new rate rescales (3 of 5 an
+//! hour spent is 36 minutes: 3.6 of 6 an hour). Another algorithm starts the bucket afresh.
 
 use crate::engine::Engine;
 use crate::rules::api::{self, ApiRules, Entry, StoreError};

@@ -67,6 +67,10 @@ pub enum ForwardError {
     Lost,
     #[error("the owner answered a different number of checks")]
     Mismatch,
+    /// A named rule the sender knows and the owner does not (yet): rules written through the
+    /// admin API reach every node within about a second.
+    #[error("the owner does not know the rule yet")]
+    RuleUnknownAtOwner,
 }
 
 /// Counters of one peer client (and, summed, of all).

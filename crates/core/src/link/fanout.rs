@@ -88,14 +88,19 @@ impl<K: Eq + Hash> OwnerGroups<K> {
 }
 
 /// An owner's reply to one check as the caller's result: the owner's answer, its refusal as
-/// [`CheckError::Rejected`], or — when the owner could not answer — what `fallback` makes of
-/// the failure.
+/// [`CheckError::Rejected`], or — when the owner could not answer, or does not know the named
+/// rule the caller resolved — what `fallback` makes of the failure.
 pub fn settle(
     reply: Result<PeerAnswer, ForwardError>,
     fallback: impl FnOnce(ForwardError) -> Result<CheckAnswer, CheckError>,
 ) -> Result<CheckAnswer, CheckError> {
     match reply {
         Ok(PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. }) => Ok(a),
+        // The caller resolved the rule, so it exists: the owner has not learnt it yet (a rule
+        // just written through the admin API). The owner cannot answer it for now.
+        Ok(PeerAnswer::Error { code, .. }) if code == "unknown_rule" => {
+            fallback(ForwardError::RuleUnknownAtOwner)
+        }
         Ok(PeerAnswer::Error { code, message }) => Err(CheckError::Rejected { code, message }),
         // Not an answer to a check: the owner misunderstood the request.
         Ok(PeerAnswer::Refunded) => fallback(ForwardError::Mismatch),
