@@ -54,6 +54,33 @@ async fn check_status(api: &Api, name: &str, key: &str) -> Result<u16> {
         .status)
 }
 
+/// Writes sliding-log rule `name` at `limit` an hour through `writer` and waits until `reader`
+/// lists it at that limit.
+async fn put_seen(writer: &Api, reader: &Api, name: &str, limit: u64) -> Result<()> {
+    let spec = json!({ "limit": limit, "period": "1h", "algorithm": "sliding_log" });
+    let r = put(writer, name, spec).await?;
+    ensure!(r.status == 200, "{}", r.text);
+    wait_until(&format!("{name} at {limit}"), WAIT, || async {
+        Ok(listed(reader, name)
+            .await?
+            .is_some_and(|v| v["limit"] == limit))
+    })
+    .await
+}
+
+/// Waits until every node of `c` lists rule `name`.
+async fn everywhere(c: &TestCluster, name: &str) -> Result<()> {
+    wait_until(&format!("every node has {name}"), WAIT, || async {
+        for node in c.iter() {
+            if listed(node, name).await?.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await
+}
+
 struct DataDirs(Vec<PathBuf>);
 
 impl DataDirs {
@@ -269,15 +296,7 @@ async fn rules_survive_a_restart_of_every_node_with_its_data_dir() -> Result<()>
     let c = cluster(Some(&dirs), None).await?;
     let r = put(&c[1], "kept", json!({ "limit": 4, "period": "1h" })).await?;
     ensure!(r.status == 200, "{}", r.text);
-    wait_until("every node has kept", WAIT, || async {
-        for n in 0..3 {
-            if listed(&c[n], "kept").await?.is_none() {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    })
-    .await?;
+    everywhere(&c, "kept").await?;
     c.stop().await?;
     // Every node again, on new ports, with its directory: the rule is there before it is ready.
     let c = cluster(Some(&dirs), None).await?;
@@ -348,51 +367,19 @@ async fn a_changed_rule_keeps_its_buckets_consumption() -> Result<()> {
     .await?;
     ensure!(r.status == 200, "{}", r.text);
     // Until the key's owner has learnt the rule, checks are answered from a share (degraded).
-    wait_until("every node has tier", WAIT, || async {
-        for n in 0..3 {
-            if listed(&c[n], "tier").await?.is_none() {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    })
-    .await?;
+    everywhere(&c, "tier").await?;
     for _ in 0..3 {
         ensure!(check_status(&c[0], "tier", "user:1").await? == 200);
     }
     // Raised to 6 on another node: the 3 spent stay spent, 3 are left.
-    let r = put(
-        &c[1],
-        "tier",
-        json!({ "limit": 6, "period": "1h", "algorithm": "sliding_log" }),
-    )
-    .await?;
-    ensure!(r.status == 200, "{}", r.text);
-    wait_until("node-0 has tier at 6", WAIT, || async {
-        Ok(listed(&c[0], "tier")
-            .await?
-            .is_some_and(|v| v["limit"] == 6))
-    })
-    .await?;
+    put_seen(&c[1], &c[0], "tier", 6).await?;
     let r = c[0]
         .check(&json!({ "key": "user:1", "rule": "tier", "cost": 0 }))
         .await?;
     let v = r.json()?;
     ensure!(v["limit"] == 6 && v["remaining"] == 3, "{v}");
     // Lowered to 2: what is spent is already over it, so the next check is denied.
-    let r = put(
-        &c[2],
-        "tier",
-        json!({ "limit": 2, "period": "1h", "algorithm": "sliding_log" }),
-    )
-    .await?;
-    ensure!(r.status == 200, "{}", r.text);
-    wait_until("node-0 has tier at 2", WAIT, || async {
-        Ok(listed(&c[0], "tier")
-            .await?
-            .is_some_and(|v| v["limit"] == 2))
-    })
-    .await?;
+    put_seen(&c[2], &c[0], "tier", 2).await?;
     ensure!(check_status(&c[0], "tier", "user:1").await? == 429);
     // GET /v1/rules (what the SDK reads) lists it like a file rule; the metrics count it.
     let rules = c[1].get("/v1/rules").await?.json()?;
