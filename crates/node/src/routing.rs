@@ -387,6 +387,12 @@ impl Dispatcher {
             .refund(fallback_id(p.id), &share, cost, mark, self.here.now());
     }
 
+    /// Whether this node owns keys under `view`: it sees a majority of the members it last knew
+    /// through gossip (`cluster::quorum`) and over their peer links (`forward::reach`).
+    pub fn owns_keys(&self, view: &View) -> bool {
+        view.quorum.quorate && !self.pool.cut_off()
+    }
+
     /// Where the check is decided: here (this node owns the bucket, or the rule is global:
     /// decided where it lands), at its owner, or from the fallback share when this node sees
     /// fewer than a majority of the cluster (then it owns no keys: see `cluster::quorum`).
@@ -394,7 +400,7 @@ impl Dispatcher {
         if p.resolved.mode == Mode::Global {
             return Route::Here;
         }
-        if !view.quorum.quorate || self.pool.cut_off() {
+        if !self.owns_keys(view) {
             self.stats.minority.fetch_add(1, Ordering::Relaxed);
             let own = view.ring.owner(p.id) == Some(&*view.self_id);
             return Route::Share { own };

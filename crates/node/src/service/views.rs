@@ -129,7 +129,7 @@ impl CheckService {
             cluster_id: self.cluster_id.to_string(),
             members: view.members.clone(),
             ring_members: view.ring.len(),
-            quorate: view.quorum.quorate && !self.pool.cut_off(),
+            quorate: self.dispatcher.owns_keys(&view),
             known_members: view.quorum.known.len(),
             forwarding: Forwarding {
                 forwarded: load(&stats.forwarded),
@@ -204,7 +204,7 @@ impl CheckService {
             fail_open: load(&stats.fail_open),
             fail_closed: load(&stats.fail_closed),
             minority: load(&stats.minority),
-            quorate: u64::from(view.quorum.quorate && !self.pool.cut_off()),
+            quorate: u64::from(self.dispatcher.owns_keys(&view)),
             http_open: load(&self.conns.open),
             http_closed_idle: load(&self.conns.closed_idle),
             http_evicted: load(&self.conns.evicted),
