@@ -11,6 +11,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Nanoseconds per millisecond.
 pub const NANOS_PER_MS: u64 = 1_000_000;
 
+/// The wall clock now, in Unix milliseconds (0 before 1970): for what is stamped with a date
+/// (reloads, rule versions), not for deciding checks, which read a [`Clock`].
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// A source of monotonic, Unix-anchored nanoseconds.
 pub trait Clock: Send + Sync + 'static {
     /// Nanoseconds since the Unix epoch; never goes backwards.

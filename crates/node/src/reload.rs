@@ -11,10 +11,11 @@ use crate::rulebook::RuleBook;
 use crate::rules::{RuleSet, RulesError};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use ringlimit_core::clock::unix_ms;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Where the rules in force came from and how reloading went: read by the admin API and the
 /// metrics, written by [`watch`].
@@ -76,12 +77,6 @@ impl RulesStatus {
             error: Some(error),
         });
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Parses a rules file's bytes (the same validation as at start).

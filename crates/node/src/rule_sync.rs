@@ -12,10 +12,11 @@
 use crate::rulebook::RuleBook;
 use crate::rules::api::Entry;
 use chitchat::{Chitchat, ChitchatId};
+use ringlimit_core::clock::unix_ms;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::Mutex;
 
 /// Chitchat key prefix of API rules.
@@ -133,10 +134,4 @@ async fn publish_all(
         state.delete(&format!("{PREFIX}{name}"));
         published.remove(&name);
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

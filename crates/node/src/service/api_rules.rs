@@ -4,9 +4,9 @@
 use super::CheckService;
 use crate::rulebook::ChangeError;
 use crate::rules::api::Entry;
+use ringlimit_core::clock::unix_ms;
 use ringlimit_proto::discovery::RuleInfo;
 use serde::Serialize;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A rule as `GET /v1/admin/rules` lists it: its fields, where it came from, and for an API
 /// rule, the version of its last change.
@@ -28,12 +28,6 @@ pub struct AdminRule {
 /// A change's version as the API shows it: `ms.counter.node`, ordered as the versions are.
 fn version(e: &Entry) -> String {
     format!("{}.{}.{}", e.version.ms, e.version.counter, e.version.node)
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl CheckService {
