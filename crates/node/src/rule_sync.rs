@@ -116,9 +116,10 @@ async fn publish_all(
             Err(e) => tracing::warn!(rule = %name, error = %e, "API rule not publishable"),
         }
     }
+    let known: std::collections::HashSet<&String> = entries.iter().map(|(n, _)| n).collect();
     let gone: Vec<String> = published
         .keys()
-        .filter(|n| !entries.iter().any(|(name, _)| name == *n))
+        .filter(|n| !known.contains(n))
         .cloned()
         .collect();
     if writes.is_empty() && gone.is_empty() {

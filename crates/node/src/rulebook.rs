@@ -13,6 +13,7 @@ use crate::engine::Engine;
 use crate::rules::api::{self, ApiRules, Entry, StoreError};
 use crate::rules::{RuleSet, RulesError};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,9 +172,16 @@ impl RuleBook {
             .collect()
     }
 
-    /// Whether `name` is a rule of the rules file (or built in).
-    pub fn from_file(&self, name: &str) -> bool {
-        self.inner.lock().file.get(name).is_some()
+    /// The API entries in force, by name: rules (not deletes) whose name the file does not
+    /// define.
+    pub fn api_in_force(&self) -> HashMap<String, Entry> {
+        let inner = self.inner.lock();
+        inner
+            .api
+            .entries()
+            .filter(|(name, e)| e.spec.is_some() && inner.file.get(name).is_none())
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect()
     }
 
     /// Puts the API rules in force, tells the publisher, saves them.

@@ -33,15 +33,13 @@ fn version(e: &Entry) -> String {
 impl CheckService {
     /// Every rule in force with its source.
     pub fn admin_rule_list(&self) -> Vec<AdminRule> {
-        let api = self.book.api_entries();
+        let api = self.book.api_in_force();
         self.here
             .engine()
             .rules()
             .iter()
             .map(|r| {
-                let entry = (!self.book.from_file(&r.name))
-                    .then(|| api.iter().find(|(n, _)| *n == r.name).map(|(_, e)| e))
-                    .flatten();
+                let entry = api.get(&r.name);
                 AdminRule {
                     info: r.info(),
                     source: if entry.is_some() { "api" } else { "file" },
