@@ -60,6 +60,11 @@ async fn put_seen(writer: &Api, reader: &Api, name: &str, limit: u64) -> Result<
     let spec = json!({ "limit": limit, "period": "1h", "algorithm": "sliding_log" });
     let r = put(writer, name, spec).await?;
     ensure!(r.status == 200, "{}", r.text);
+    seen_at(reader, name, limit).await
+}
+
+/// Waits until `reader` lists rule `name` at `limit`.
+async fn seen_at(reader: &Api, name: &str, limit: u64) -> Result<()> {
     wait_until(&format!("{name} at {limit}"), WAIT, || async {
         Ok(listed(reader, name)
             .await?
@@ -382,6 +387,8 @@ async fn a_changed_rule_keeps_its_buckets_consumption() -> Result<()> {
     put_seen(&c[2], &c[0], "tier", 2).await?;
     ensure!(check_status(&c[0], "tier", "user:1").await? == 429);
     // GET /v1/rules (what the SDK reads) lists it like a file rule; the metrics count it.
+    // (Written on node-2 and seen on node-0: node-1 may learn it a round later.)
+    seen_at(&c[1], "tier", 2).await?;
     let rules = c[1].get("/v1/rules").await?.json()?;
     ensure!(
         rules["rules"]
