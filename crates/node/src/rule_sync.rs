@@ -48,6 +48,9 @@ pub async fn run(
     // What this node publishes now, by name (its JSON), to write only what differs.
     let mut published: HashMap<String, String> = HashMap::new();
     let mut publish = true;
+    // The gossip version of each peer key merged already: unchanged entries are not parsed
+    // and merged again every round.
+    let mut seen: HashMap<(ChitchatId, String), u64> = HashMap::new();
     let mut pruned_at = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -59,7 +62,7 @@ pub async fn run(
                 publish = true;
             }
         }
-        let (found, peers) = scan(&chitchat, &self_id).await;
+        let (found, peers) = scan(&chitchat, &self_id, &mut seen).await;
         if book.merge(found) > 0 {
             publish = true;
         }
@@ -77,26 +80,38 @@ pub async fn run(
     }
 }
 
-/// Every API entry every other node publishes, and whether any other node has state.
-async fn scan(chitchat: &Mutex<Chitchat>, self_id: &ChitchatId) -> (Vec<(String, Entry)>, bool) {
+/// The API entries other nodes publish that changed since the last scan (`seen`: the gossip
+/// version of each key merged, kept for the keys still there), and whether any other node has
+/// state.
+async fn scan(
+    chitchat: &Mutex<Chitchat>,
+    self_id: &ChitchatId,
+    seen: &mut HashMap<(ChitchatId, String), u64>,
+) -> (Vec<(String, Entry)>, bool) {
     let cc = chitchat.lock().await;
     let mut found = Vec::new();
     let mut peers = false;
+    let mut still = HashMap::with_capacity(seen.len());
     for (id, state) in cc.node_states() {
         if id == self_id {
             continue;
         }
         peers = true;
         for (key, value) in state.iter_prefix(PREFIX) {
-            let name = &key[PREFIX.len()..];
-            match serde_json::from_str::<Entry>(&value.value) {
-                Ok(entry) => found.push((name.to_owned(), entry)),
-                Err(e) => {
-                    tracing::debug!(node = %id.node_id, key, error = %e, "malformed API rule in gossip")
+            let at = (id.clone(), key.to_owned());
+            if seen.get(&at) != Some(&value.version) {
+                let name = &key[PREFIX.len()..];
+                match serde_json::from_str::<Entry>(&value.value) {
+                    Ok(entry) => found.push((name.to_owned(), entry)),
+                    Err(e) => {
+                        tracing::debug!(node = %id.node_id, key, error = %e, "malformed API rule in gossip")
+                    }
                 }
             }
+            still.insert(at, value.version);
         }
     }
+    *seen = still;
     (found, peers)
 }
 
