@@ -44,6 +44,20 @@ pub fn init_logs() {
 }
 
 /// An inline check body: `limit` requests per `period_ms` for `key`.
+/// A shared per-ip limit, a per-user limit and a shadow trial: the rules of the several-limits
+/// tests (HTTP `/v1/check/all` and gRPC `CheckAll`).
+pub const LIMIT_RULES: &str = "
+rules:
+  - { name: per-ip, limit: 10, period: 1h }
+  - { name: per-user, limit: 3, period: 1h }
+  - { name: trial, limit: 1, period: 1h, shadow: true }
+";
+
+/// Puts [`LIMIT_RULES`] in force in `config`.
+pub fn with_limit_rules(config: &mut NodeConfig) {
+    config.rules = ringlimit_node::rules::RuleSet::from_yaml(LIMIT_RULES).expect("valid rules");
+}
+
 pub fn inline(key: &str, limit: u64, period_ms: u64) -> Value {
     json!({ "key": key, "limit": limit, "period_ms": period_ms })
 }

@@ -3,24 +3,12 @@
 
 use anyhow::{Result, ensure};
 use ringlimit_node::NodeConfig;
-use ringlimit_node::rules::RuleSet;
-use ringlimit_tests::{Api, TestCluster, TestNode};
+use ringlimit_tests::{Api, TestCluster, TestNode, with_limit_rules};
 use serde_json::{Value, json};
-
-const RULES: &str = "
-rules:
-  - { name: per-ip, limit: 10, period: 1h }
-  - { name: per-user, limit: 3, period: 1h }
-  - { name: trial, limit: 1, period: 1h, shadow: true }
-";
-
-fn with_rules(config: &mut NodeConfig) {
-    config.rules = RuleSet::from_yaml(RULES).expect("valid rules");
-}
 
 async fn single() -> Result<TestNode> {
     let mut config = NodeConfig::local("all-node");
-    with_rules(&mut config);
+    with_limit_rules(&mut config);
     TestNode::start(config).await
 }
 
@@ -45,7 +33,7 @@ async fn remaining(api: &Api, rule: &str, key: &str) -> Result<u64> {
 
 #[tokio::test]
 async fn a_shared_ip_limit_and_user_limits_across_three_nodes_admit_exactly() -> Result<()> {
-    let cluster = TestCluster::start_with(3, with_rules).await?;
+    let cluster = TestCluster::start_with(3, with_limit_rules).await?;
     let ip = "ip:203.0.113.7";
     let users: Vec<String> = (0..4).map(|u| format!("user:{u}")).collect();
     let mut per_user = [0u64; 4];

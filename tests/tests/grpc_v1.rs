@@ -7,8 +7,9 @@ use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
 use ringlimit_node::grpc::ringlimit_v1::pb;
 use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClient;
-use ringlimit_node::rules::RuleSet;
-use ringlimit_tests::{TestCluster, TestNode, WAIT, python_with, run_client_script, wait_until};
+use ringlimit_tests::{
+    TestCluster, TestNode, WAIT, python_with, run_client_script, wait_until, with_limit_rules,
+};
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -16,15 +17,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-const RULES: &str = "
-rules:
-  - { name: per-ip, limit: 10, period: 1h }
-  - { name: per-user, limit: 3, period: 1h }
-  - { name: trial, limit: 1, period: 1h, shadow: true }
-";
-
 fn with_rules(config: &mut NodeConfig) {
-    config.rules = RuleSet::from_yaml(RULES).expect("valid rules");
+    with_limit_rules(config);
     config.grpc_addr = "127.0.0.1:0".parse().ok();
 }
 
