@@ -441,3 +441,59 @@ async fn a_node_that_joins_has_every_rule_when_it_turns_ready() -> Result<()> {
     late.stop().await?;
     c.stop().await
 }
+
+/// Many rules at once: 500 written on node-0 in a burst. Each node republishes every entry, so
+/// gossip carries 3 x 500 keys; chitchat sends them in MTU-sized deltas over several rounds. The
+/// time until the last node has every rule is reported (bench/README "Rules through the API").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_rules_written_at_once_reach_every_node() -> Result<()> {
+    const RULES: usize = 500;
+    let c = TestCluster::start_with(3, |c| {
+        c.admin_token = Some(TOKEN.into());
+        c.gossip_interval = Duration::from_millis(100);
+    })
+    .await?;
+    let base = c[1].get("/v1/rules").await?.json()?["rules"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let started = Instant::now();
+    let mut puts = Vec::new();
+    for i in 0..RULES {
+        let put_started = Instant::now();
+        let spec = json!({ "limit": 10 + i, "period": "1m", "algorithm": "sliding_window" });
+        let r = put(&c[0], &format!("tier-{i:03}"), spec).await?;
+        ensure!(r.status == 200, "{}", r.text);
+        puts.push(put_started.elapsed());
+    }
+    let written = started.elapsed();
+    eprintln!(
+        "PUT: first 50 {:?}, last 50 {:?}",
+        puts[..50].iter().sum::<Duration>(),
+        puts[RULES - 50..].iter().sum::<Duration>()
+    );
+    let mut arrived = Vec::new();
+    for n in 1..3 {
+        wait_until(
+            &format!("node-{n} has {RULES} API rules"),
+            WAIT * 2,
+            || async {
+                let v: Value = c[n].get("/v1/rules").await?.json()?;
+                Ok(v["rules"].as_array().map_or(0, Vec::len) == base + RULES)
+            },
+        )
+        .await?;
+        arrived.push(started.elapsed());
+    }
+    eprintln!(
+        "{RULES} rules: written in {written:?}, on node-1 after {:?}, node-2 after {:?}",
+        arrived[0], arrived[1]
+    );
+    // The last one written is in force with its limit, not only listed.
+    ensure!(
+        listed(&c[2], "tier-499")
+            .await?
+            .is_some_and(|v| v["limit"] == 509),
+        "tier-499 wrong on node-2"
+    );
+    c.stop().await
+}
