@@ -162,6 +162,7 @@ pub async fn run(
     };
 
     crate::cluster::seeds::wait_for_names(&config.seeds, config.seed_wait).await;
+    let gossip_stats = Arc::new(crate::metrics::GossipStats::default());
     let membership = Membership::start(
         GossipSettings {
             node_id: config.node_id.clone(),
@@ -171,7 +172,7 @@ pub async fn run(
             seeds: config.seeds.clone(),
             interval: config.gossip_interval,
         },
-        PeerTransport::new(listeners.gossip, secret.clone())
+        PeerTransport::new(listeners.gossip, secret.clone(), gossip_stats.clone())
             .with_blocklist(config.gossip_blocklist.clone()),
     )
     .await?;
@@ -235,6 +236,7 @@ pub async fn run(
         cluster_id: Arc::from(config.cluster_id.as_str()),
         ready: ready.clone(),
         conns: conns.clone(),
+        gossip: gossip_stats,
         book: book.clone(),
     }));
     let mut tasks = JoinSet::new();

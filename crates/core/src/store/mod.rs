@@ -16,6 +16,7 @@ use ringlimit_proto::peer::Mark;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use table::{Evicted, Table};
 
+mod slots;
 mod table;
 
 /// Counters of what the store dropped to stay within its bound.

@@ -16,6 +16,7 @@
 //! bound at most 3/4 full, so that a store sized for a million keys but holding a hundred
 //! thousand touches a table sized for those.
 
+use super::slots::Slots;
 use crate::limiter::BucketState;
 
 /// The id of an empty slot. A real id 0 is kept as 1: one more colliding pair among 2⁶⁴ ids.
@@ -64,8 +65,8 @@ impl Evicted {
 }
 
 pub(super) struct Table {
-    /// A power of two of slots.
-    slots: Box<[Slot]>,
+    /// A power of two of slots, in a memory map of their own (see [`Slots`]).
+    slots: Slots<Slot>,
     /// CLOCK's referenced bits, one per slot: set by a hit, cleared by the passing hand. Kept
     /// apart so a slot stays 32 bytes (2 KiB per 16k slots; stays in L2).
     referenced: Box<[u64]>,
@@ -115,7 +116,7 @@ impl Table {
 
     fn with_slots(capacity: u64, max_slots: usize, n: usize) -> Self {
         Self {
-            slots: vec![Slot::VACANT; n].into_boxed_slice(),
+            slots: Slots::new(n, Slot::VACANT),
             referenced: vec![0; n.div_ceil(64)].into_boxed_slice(),
             len: 0,
             weight: 0,

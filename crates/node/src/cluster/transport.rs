@@ -15,6 +15,7 @@
 //! the cluster. Without a secret the same path runs with no tag. (anyhow appears here only
 //! because chitchat's `Transport` trait uses it.)
 
+use crate::metrics::GossipStats;
 use async_trait::async_trait;
 use chitchat::ChitchatEnvelope;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpSocket as ChitchatUdp};
@@ -23,7 +24,7 @@ use ringlimit_proto::auth;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use tokio::net::UdpSocket;
 use tokio::task::JoinSet;
 
@@ -66,17 +67,16 @@ impl GossipBlocklist {
 pub struct PeerTransport {
     socket: Mutex<Option<UdpSocket>>,
     secret: Option<Arc<[u8]>>,
-    /// Datagrams dropped for a missing or wrong tag.
-    pub rejected: Arc<AtomicU64>,
+    stats: Arc<GossipStats>,
     blocklist: Option<Arc<GossipBlocklist>>,
 }
 
 impl PeerTransport {
-    pub fn new(socket: UdpSocket, secret: Option<Arc<[u8]>>) -> Self {
+    pub fn new(socket: UdpSocket, secret: Option<Arc<[u8]>>, stats: Arc<GossipStats>) -> Self {
         Self {
             socket: Mutex::new(Some(socket)),
             secret,
-            rejected: Arc::new(AtomicU64::new(0)),
+            stats,
             blocklist: None,
         }
     }
@@ -110,7 +110,7 @@ impl Transport for PeerTransport {
             tasks: JoinSet::new(),
             clock: 0,
             buf: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
-            rejected: self.rejected.clone(),
+            stats: self.stats.clone(),
             blocklist: self.blocklist.clone(),
         }))
     }
@@ -137,7 +137,7 @@ struct RelaySocket {
     /// Uses so far: orders relays by recency for eviction.
     clock: u64,
     buf: Box<[u8]>,
-    rejected: Arc<AtomicU64>,
+    stats: Arc<GossipStats>,
     blocklist: Option<Arc<GossipBlocklist>>,
 }
 
@@ -161,6 +161,7 @@ impl RelaySocket {
         let relay_addr = relay.local_addr()?;
         // What chitchat sends to this relay goes out to the peer, tagged.
         let (public, secret, out) = (self.public.clone(), self.secret.clone(), relay.clone());
+        let stats = self.stats.clone();
         let task = self.tasks.spawn(async move {
             let mut buf = vec![0u8; MAX_DATAGRAM + TAG_LEN];
             loop {
@@ -175,8 +176,12 @@ impl RelaySocket {
                     }
                     None => n,
                 };
-                if let Err(e) = public.send_to(&buf[..len], peer).await {
-                    tracing::trace!(%peer, error = %e, "gossip send failed");
+                match public.send_to(&buf[..len], peer).await {
+                    Ok(sent) => {
+                        stats.sent_bytes.fetch_add(sent as u64, Ordering::Relaxed);
+                        stats.sent_datagrams.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::trace!(%peer, error = %e, "gossip send failed"),
                 }
             }
         });
@@ -257,8 +262,10 @@ impl Socket for RelaySocket {
                     if self.blocked(&from) {
                         continue;
                     }
+                    self.stats.received_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    self.stats.received_datagrams.fetch_add(1, Ordering::Relaxed);
                     let Some(len) = payload_len(self.secret.as_deref(), &self.buf[..n]) else {
-                        self.rejected.fetch_add(1, Ordering::Relaxed);
+                        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(%from, "gossip datagram without a valid tag dropped");
                         continue;
                     };

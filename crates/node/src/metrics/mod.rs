@@ -77,6 +77,19 @@ pub struct ConnStats {
     pub refused: std::sync::atomic::AtomicU64,
 }
 
+/// Gossip traffic on the public peer port (`cluster::transport`), counted where it happens and
+/// read at scrape time: what each node's share of the cluster's gossip costs grows with the
+/// cluster and with global rules' counters.
+#[derive(Debug, Default)]
+pub struct GossipStats {
+    pub sent_bytes: std::sync::atomic::AtomicU64,
+    pub sent_datagrams: std::sync::atomic::AtomicU64,
+    pub received_bytes: std::sync::atomic::AtomicU64,
+    pub received_datagrams: std::sync::atomic::AtomicU64,
+    /// Datagrams dropped for a missing or wrong tag.
+    pub rejected: std::sync::atomic::AtomicU64,
+}
+
 /// What the node has counted elsewhere, read at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -92,6 +105,11 @@ pub struct Snapshot {
     pub http_closed_idle: u64,
     pub http_evicted: u64,
     pub http_refused: u64,
+    pub gossip_sent_bytes: u64,
+    pub gossip_sent_datagrams: u64,
+    pub gossip_received_bytes: u64,
+    pub gossip_received_datagrams: u64,
+    pub gossip_rejected: u64,
     pub api_rule_puts: u64,
     pub api_rule_deletes: u64,
     pub api_rule_merged: u64,
@@ -288,6 +306,40 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         members_dead,
         "Cluster members by state",
         "state" = "dead"
+    ),
+    series!(
+        "gossip_bytes",
+        Counter,
+        gossip_sent_bytes,
+        "Gossip bytes on the peer UDP port (with the MAC tag)",
+        "direction" = "sent"
+    ),
+    series!(
+        "gossip_bytes",
+        Counter,
+        gossip_received_bytes,
+        "Gossip bytes on the peer UDP port (with the MAC tag)",
+        "direction" = "received"
+    ),
+    series!(
+        "gossip_datagrams",
+        Counter,
+        gossip_sent_datagrams,
+        "Gossip datagrams on the peer UDP port",
+        "direction" = "sent"
+    ),
+    series!(
+        "gossip_datagrams",
+        Counter,
+        gossip_received_datagrams,
+        "Gossip datagrams on the peer UDP port",
+        "direction" = "received"
+    ),
+    series!(
+        "gossip_rejected",
+        Counter,
+        gossip_rejected,
+        "Gossip datagrams dropped for a missing or wrong cluster-secret tag"
     ),
     series!(
         "global_counters",

@@ -85,6 +85,8 @@ pub struct Parts {
     pub ready: Arc<AtomicBool>,
     /// The HTTP server's connections, for the metrics.
     pub conns: Arc<crate::metrics::ConnStats>,
+    /// Gossip traffic, for the metrics.
+    pub gossip: Arc<crate::metrics::GossipStats>,
     /// The rules in force and the admin API's changes to them.
     pub book: Arc<crate::rulebook::RuleBook>,
 }
@@ -100,6 +102,7 @@ pub struct CheckService {
     cluster_id: Arc<str>,
     ready: Arc<AtomicBool>,
     conns: Arc<crate::metrics::ConnStats>,
+    gossip: Arc<crate::metrics::GossipStats>,
     book: Arc<crate::rulebook::RuleBook>,
     /// Buckets this node sent to their new owners after ring changes.
     handed_over: AtomicU64,
@@ -117,6 +120,7 @@ impl CheckService {
             cluster_id: p.cluster_id,
             ready: p.ready,
             conns: p.conns,
+            gossip: p.gossip,
             book: p.book,
             handed_over: AtomicU64::new(0),
         }
