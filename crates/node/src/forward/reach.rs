@@ -63,6 +63,13 @@ impl Failures {
     }
 }
 
+/// Whether a node reaching `reached` of the `known` members is cut off: reaching no more than
+/// half. Knowing nobody yet (a node whose view has not formed) is not being cut off: a single
+/// node logged a partition at every start.
+fn cut_off(reached: usize, known: usize) -> bool {
+    known > 0 && 2 * reached <= known
+}
+
 /// Pings every member's link each round and sets the pool's `cut_off` flag: whether this node
 /// reaches fewer than a majority of the members it knows.
 pub async fn probe(pool: Arc<PeerPool>, view: Arc<ArcSwap<View>>) {
@@ -74,7 +81,7 @@ pub async fn probe(pool: Arc<PeerPool>, view: Arc<ArcSwap<View>>) {
         failures.record(&pool.ping_all().await);
         let view = view.load();
         let known = view.quorum.known.len();
-        let cut_off = 2 * failures.reached(&view) <= known;
+        let cut_off = cut_off(failures.reached(&view), known);
         if pool.set_cut_off(cut_off) != cut_off {
             if cut_off {
                 tracing::warn!(
@@ -101,6 +108,15 @@ mod tests {
             v.peer_addrs.insert(Arc::from(id), String::new());
         }
         v
+    }
+
+    #[test]
+    fn cut_off_means_no_more_than_half_of_those_known() {
+        assert!(!cut_off(0, 0), "a view not formed yet");
+        assert!(!cut_off(1, 1));
+        assert!(cut_off(1, 2));
+        assert!(!cut_off(2, 3));
+        assert!(cut_off(2, 4));
     }
 
     #[test]
