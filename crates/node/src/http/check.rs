@@ -4,6 +4,7 @@
 //! Bodies are parsed by hand from bytes (not axum's `Json`) so that every malformed input maps
 //! to the contract's error codes, with the path of the offending field in the message.
 
+use super::answer_json::{self, Item};
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::engine::RuleSpec;
@@ -219,12 +220,7 @@ struct AnswerBody<'a> {
 }
 
 fn answer_json(o: &Outcome) -> Vec<u8> {
-    // The common case without the flattening's detour.
-    match o.shadow_denied {
-        None => serde_json::to_vec(&o.answer),
-        Some(_) => serde_json::to_vec(&answer_body(o)),
-    }
-    .unwrap_or_default()
+    super::answer_json::answer(&o.answer, o.shadow_denied)
 }
 
 fn answer_body(o: &Outcome) -> AnswerBody<'_> {
@@ -291,22 +287,6 @@ struct TypedBatch<'a> {
     checks: Vec<CheckBody<'a>>,
 }
 
-#[derive(Serialize)]
-#[serde(untagged)]
-enum BatchItem<'a> {
-    /// Without a shadow verdict: the answer's own fields, serialized without `AnswerBody`'s
-    /// flattening, which goes through serde's map path (measured: most of the batch's
-    /// serialization time).
-    Plain(&'a CheckAnswer),
-    Answer(AnswerBody<'a>),
-    Error(ErrorBody),
-}
-
-#[derive(Serialize)]
-struct BatchAnswer<'a> {
-    results: Vec<BatchItem<'a>>,
-}
-
 /// `POST /v1/check/batch`.
 pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
     let bytes = match read_body(body).await {
@@ -337,7 +317,7 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
         )
         .into_response();
     }
-    let mut results: Vec<Option<BatchItem>> = Vec::with_capacity(bodies.len());
+    let mut results: Vec<Option<Item>> = Vec::with_capacity(bodies.len());
     let mut checks = Vec::with_capacity(bodies.len());
     for body in &bodies {
         match body
@@ -349,27 +329,33 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
                 results.push(None);
                 checks.push(c);
             }
-            Err(e) => results.push(Some(BatchItem::Error(e.body))),
+            Err(e) => results.push(Some(Item::Error(e.body))),
         }
     }
     let decided = state.service.check_many(&checks).await;
     let mut decided = decided.iter();
-    let results: Vec<BatchItem> = results
+    let results: Vec<Item> = results
         .into_iter()
         .map(|slot| match slot {
             Some(error) => error,
             None => match decided.next() {
-                Some(Ok(o)) if o.shadow_denied.is_none() => BatchItem::Plain(&o.answer),
-                Some(Ok(o)) => BatchItem::Answer(answer_body(o)),
-                Some(Err(e)) => BatchItem::Error(ApiError::from(e.clone()).body),
-                None => BatchItem::Error(ErrorBody {
+                Some(Ok(o)) => Item::Answer(&o.answer, o.shadow_denied),
+                Some(Err(e)) => Item::Error(ApiError::from(e.clone()).body),
+                None => Item::Error(ErrorBody {
                     error: "internal",
                     message: "No answer was produced for this check.".into(),
                 }),
             },
         })
         .collect();
-    axum::Json(BatchAnswer { results }).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        answer_json::batch(&results),
+    )
+        .into_response()
 }
 
 /// `POST /v1/check/all` as the body spells it.

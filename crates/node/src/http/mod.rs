@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod admin_rules;
+pub mod answer_json;
 pub mod check;
 pub mod conns;
 pub mod error;
