@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# p99 of POST /v1/check at half of capacity, open loop, when the node's HTTP threads lose the CPU
+# (issue 17, part 4):
+#
+#   bench/tail.sh                                   # /tmp/rl-gossip, 10 s per condition
+#   BINS="/tmp/rl-a /tmp/rl-b" RUNS=3 bench/tail.sh # A/B, medians of 3 rounds
+#   RATE=20000 DURATION=3 bench/tail.sh             # a fixed rate instead of capacity/2
+#
+# Starts one node on 127.0.0.1 per binary, measures its capacity closed loop (wrk -t2 -c8 -d5s,
+# bench/wrk/check.lua; requests/s), then sends RATE = capacity/2 checks/s with openloop
+# (bench/openloop: every request has a fixed send time, latency counts from that time, so a
+# stalled HTTP thread shows in the tail instead of slowing the load down) in three conditions:
+#   alone       nothing else running
+#   neighbour   two CPU-bound busy loops at normal priority on the same (all) cores during the run
+#               (stress-ng --cpu 2, or two `sh` loops without it)
+#   quota       the node (every thread) in a cgroup with 1 CPU of quota per 100 ms period
+#               (cgroup v1 cpu.cfs_quota_us, or v2 cpu.max); openloop stays outside. Skipped, with
+#               a message, when cgroups are not writable.
+# openloop runs WARMUP s unrecorded, then DURATION s; its JSON per run is saved in OUT_DIR (and
+# the quota cgroup's cpu.stat, throttling counts, beside it).
+# The table gives medians over RUNS rounds (each round runs the three conditions in turn).
+#
+# Env: BIN (default /tmp/rl-gossip; never built here), BINS (space-separated, default $BIN),
+# OPENLOOP (default $REPO/target/release/openloop, built when missing unless SKIP_BUILD=1),
+# DURATION (default 10), WARMUP (default 2), CONNS (default 8), HTTP_THREADS (default 2),
+# RUNS (default 1), RATE (default capacity/2 of each binary), PORT (default 38580; PORT+1 is
+# the peer port), OUT_DIR (default bench/out/tail-<timestamp>), CARGO_TARGET_DIR.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$BENCH_DIR/.." && pwd)"
+BIN="${BIN:-/tmp/rl-gossip}"
+BINS="${BINS:-$BIN}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+OPENLOOP="${OPENLOOP:-$CARGO_TARGET_DIR/release/openloop}"
+DURATION="${DURATION:-10}"
+WARMUP="${WARMUP:-2}"
+CONNS="${CONNS:-8}"
+HTTP_THREADS="${HTTP_THREADS:-2}"
+RUNS="${RUNS:-1}"
+PORT="${PORT:-38580}"
+OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/tail-$(date +%Y%m%d-%H%M%S)}"
+CG_NAME=ringlimit-tail
+SCRIPT=tail.sh
+log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
+
+command -v wrk >/dev/null || { log "wrk is needed (apt-get install wrk)"; exit 1; }
+if [ ! -x "$OPENLOOP" ]; then
+  [ "${SKIP_BUILD:-0}" != 1 ] || { log "no $OPENLOOP and SKIP_BUILD=1"; exit 1; }
+  log "building openloop (release, on its own)"
+  cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
+fi
+for b in $BINS; do [ -x "$b" ] || { log "no node binary $b"; exit 1; }; done
+mkdir -p "$OUT_DIR"
+
+NODE=""   # the node's PID
+BUSY=()   # the neighbour's PIDs
+JOB=""    # wrk or openloop, while it runs
+CG=""     # the quota cgroup's directory, once created
+CG_HOME="" # the node's cgroup before the move (cgroup.procs of it)
+
+# Ends a process this script started: TERM, up to 5 s, then KILL; reaps it.
+stop_pid() { # PID
+  local p=$1 i
+  kill "$p" 2>/dev/null || { wait "$p" 2>/dev/null || true; return 0; }
+  for ((i = 0; i < 50; i++)); do
+    [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null || echo Z)" != Z ] || break
+    sleep 0.1
+  done
+  kill -9 "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+}
+
+stop_busy() {
+  local p c
+  for p in "${BUSY[@]:-}"; do
+    [ -n "$p" ] || continue
+    c=$(pgrep -P "$p" || true) # stress-ng's workers
+    stop_pid "$p"
+    # shellcheck disable=SC2086
+    [ -z "$c" ] || kill -9 $c 2>/dev/null || true
+  done
+  BUSY=()
+}
+
+# Moves the node back to its own cgroup and removes the quota cgroup.
+cgroup_remove() {
+  [ -n "$CG" ] || return 0
+  if [ -d "$CG" ]; then
+    local p
+    while read -r p; do
+      echo "$p" >"$CG_HOME/cgroup.procs" 2>/dev/null || true
+    done <"$CG/cgroup.procs"
+    rmdir "$CG" 2>/dev/null || log "could not remove $CG"
+  fi
+  CG=""
+}
+
+stop_node() {
+  cgroup_remove
+  [ -z "$NODE" ] || stop_pid "$NODE"
+  NODE=""
+}
+
+cleanup() {
+  [ -z "$JOB" ] || stop_pid "$JOB"
+  JOB=""
+  stop_busy
+  stop_node
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM # exit runs the EXIT trap
+
+# PORT lies in Linux's ephemeral range (32768-60999): a client socket of anything else on the
+# machine may hold it (even in TIME-WAIT, up to 60 s), so a refused bind is retried for 75 s.
+start_node() { # BIN LABEL
+  local deadline=$((SECONDS + 75)) ready
+  while :; do
+    RUST_LOG=warn "$1" serve --node-id tail --http "127.0.0.1:$PORT" --peer "127.0.0.1:$((PORT + 1))" \
+      --http-threads "$HTTP_THREADS" --max-keys 1000000 2>"$OUT_DIR/node-$2.log" &
+    NODE=$!
+    ready=$((SECONDS + 20))
+    until [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/readyz")" = 200 ]; do
+      kill -0 "$NODE" 2>/dev/null || break
+      [ $SECONDS -lt $ready ] || { log "node $1 did not become ready"; cat "$OUT_DIR/node-$2.log" >&2; exit 1; }
+      sleep 0.1
+    done
+    # Still alive a moment later: the answer was its own, not another process's on PORT.
+    sleep 0.2
+    kill -0 "$NODE" 2>/dev/null && return 0
+    wait "$NODE" 2>/dev/null || true
+    NODE=""
+    if grep -q 'already in use' "$OUT_DIR/node-$2.log" && [ $SECONDS -lt $deadline ]; then
+      log "port $PORT or $((PORT + 1)) is busy, retrying"
+      sleep 2
+      continue
+    fi
+    log "node $1 exited"
+    cat "$OUT_DIR/node-$2.log" >&2
+    exit 1
+  done
+}
+
+# Runs a command in the background (so that a signal reaches the trap at once) and waits for it.
+run_job() { # OUT_FILE ERR_FILE CMD...
+  local out=$1 err=$2 rc=0
+  shift 2
+  "$@" >"$out" 2>"$err" &
+  JOB=$!
+  wait "$JOB" || rc=$?
+  JOB=""
+  return $rc
+}
+
+capacity() { # LABEL; sets CAP (requests/s)
+  local out="$OUT_DIR/capacity-$1.txt"
+  run_job "$out" "${out%.txt}.err" timeout --kill-after=5 35 wrk -t2 -c8 -d5s -s "$BENCH_DIR/wrk/check.lua" \
+    "http://127.0.0.1:$PORT" || { log "wrk failed"; cat "$out" "${out%.txt}.err" >&2; exit 1; }
+  CAP=$(awk '/^Requests\/sec/ {printf "%d", $2}' "$out")
+  [ -n "$CAP" ] || { log "no Requests/sec in $out"; exit 1; }
+}
+
+# utime+stime of the node, in clock ticks (CLK_TCK, 100/s).
+node_ticks() {
+  local st
+  st=$(cat "/proc/$NODE/stat")
+  st=${st##*) }
+  # shellcheck disable=SC2086
+  set -- $st
+  echo $((${12} + ${13}))
+}
+
+openloop() { # RATE OUT_JSON
+  local t0 s0=$SECONDS
+  t0=$(node_ticks)
+  run_job "$2" "${2%.json}.err" timeout --kill-after=5 $((WARMUP + DURATION + 30)) "$OPENLOOP" \
+    --url "http://127.0.0.1:$PORT/v1/check" --rate "$1" --duration "$DURATION" --warmup "$WARMUP" \
+    --connections "$CONNS" --keyspace 100000 --json \
+    --body-template '{"key":"user:{n}","limit":100,"period_ms":1000,"algorithm":"token_bucket","cost":1}' \
+    || { log "openloop failed"; cat "$2" "${2%.json}.err" >&2; exit 1; }
+  [ ! -s "${2%.json}.err" ] || log "  openloop: $(sort -u "${2%.json}.err" | sed 's/^openloop: connection [0-9]*: //' | sort -u | tr '\n' ' ')"
+  log "  node CPU: $(awk -v t=$(($(node_ticks) - t0)) -v s=$((SECONDS - s0)) 'BEGIN {printf "%.2f", t / 100 / s}') cores (warmup included)"
+}
+
+start_busy() {
+  local secs=$((WARMUP + DURATION + 10))
+  if command -v stress-ng >/dev/null; then
+    stress-ng --cpu 2 --timeout "${secs}s" --quiet >/dev/null 2>&1 &
+    BUSY+=($!)
+  else
+    timeout "$secs" sh -c 'while :; do :; done' &
+    BUSY+=($!)
+    timeout "$secs" sh -c 'while :; do :; done' &
+    BUSY+=($!)
+  fi
+  sleep 0.5 # let them reach the CPUs
+}
+
+# Puts the node (every thread) into a new cgroup of 1 CPU; fails (status 1) when not possible.
+cgroup_enter() {
+  local pid=$NODE tid
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then # v2
+    CG_HOME="/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' "/proc/$pid/cgroup")"
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null ||
+      echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || return 1
+    mkdir -p "/sys/fs/cgroup/$CG_NAME" 2>/dev/null || return 1
+    CG="/sys/fs/cgroup/$CG_NAME"
+    echo "100000 100000" >"$CG/cpu.max" 2>/dev/null || return 1
+    echo "$pid" >"$CG/cgroup.procs" 2>/dev/null || return 1
+  elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then # v1
+    CG_HOME="/sys/fs/cgroup/cpu$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$pid/cgroup")"
+    mkdir -p "/sys/fs/cgroup/cpu/$CG_NAME" 2>/dev/null || return 1
+    CG="/sys/fs/cgroup/cpu/$CG_NAME"
+    echo 100000 >"$CG/cpu.cfs_period_us" 2>/dev/null || return 1
+    echo 100000 >"$CG/cpu.cfs_quota_us" 2>/dev/null || return 1
+    echo "$pid" >"$CG/cgroup.procs" 2>/dev/null || {
+      for tid in /proc/"$pid"/task/*; do echo "${tid##*/}" >"$CG/tasks" 2>/dev/null || return 1; done
+    }
+  else
+    return 1
+  fi
+  # Every thread must be in: compare the node's threads with the cgroup's.
+  for tid in /proc/"$pid"/task/*; do
+    grep -qx "${tid##*/}" "$CG/$([ -f "$CG/tasks" ] && echo tasks || echo cgroup.threads)" || return 1
+  done
+}
+
+: >"$OUT_DIR/results.tsv"
+bi=0
+for bin in $BINS; do
+  bi=$((bi + 1))
+  label="$bi-$(basename "$bin")"
+  log "$bin: starting the node ($HTTP_THREADS HTTP threads)"
+  start_node "$bin" "$label"
+  capacity "$label"
+  rate="${RATE:-$((CAP / 2))}"
+  log "$bin: capacity $CAP checks/s closed loop (wrk -c8); open loop at $rate/s, $CONNS connections"
+  for ((run = 1; run <= RUNS; run++)); do
+    log "round $run: alone"
+    openloop "$rate" "$OUT_DIR/$label-alone-$run.json"
+    echo "$label alone $run $OUT_DIR/$label-alone-$run.json" >>"$OUT_DIR/results.tsv"
+
+    log "round $run: neighbour (2 busy loops)"
+    start_busy
+    openloop "$rate" "$OUT_DIR/$label-neighbour-$run.json"
+    stop_busy
+    echo "$label neighbour $run $OUT_DIR/$label-neighbour-$run.json" >>"$OUT_DIR/results.tsv"
+
+    if cgroup_enter; then
+      log "round $run: quota (node in $CG, 1 CPU)"
+      openloop "$rate" "$OUT_DIR/$label-quota-$run.json"
+      cp "$CG/cpu.stat" "$OUT_DIR/$label-quota-$run.cpu.stat" 2>/dev/null || true
+      log "round $run: quota: $(grep -h throttled "$CG/cpu.stat" 2>/dev/null | tr '\n' ' ')"
+      echo "$label quota $run $OUT_DIR/$label-quota-$run.json" >>"$OUT_DIR/results.tsv"
+    else
+      log "round $run: quota case skipped: cgroups not writable (or a thread did not move)"
+    fi
+    cgroup_remove
+  done
+  stop_node
+  sleep 0.5 # the port is free again
+done
+
+python3 - "$OUT_DIR/results.tsv" <<'PY' | tee "$OUT_DIR/table.txt"
+import json, statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+groups = {}
+for label, cond, _run, path in rows:
+    groups.setdefault((label, cond), []).append(json.load(open(path)))
+cols = [("rate", "rate", "{:.0f}"), ("achieved", "achieved", "{:.0f}"), ("p50", "p50_ms", "{:.3f}"),
+        ("p90", "p90_ms", "{:.3f}"), ("p99", "p99_ms", "{:.3f}"), ("p99.9", "p999_ms", "{:.3f}"),
+        ("max", "max_ms", "{:.3f}"), ("errors", "errors", "{:.0f}")]
+print(f"{'binary':24}{'condition':11}" + "".join(f"{h:>10}" for h, _, _ in cols) + "   (ms; medians)")
+for (label, cond), runs in groups.items():
+    vals = [fmt.format(statistics.median(r[k] for r in runs)) for _, k, fmt in cols]
+    print(f"{label:24}{cond:11}" + "".join(f"{v:>10}" for v in vals))
+for (label, cond), runs in groups.items():
+    if len(runs) > 1:
+        print(f"{label} {cond} p99 per round:", " ".join(f"{r['p99_ms']:.3f}" for r in runs))
+PY
+log "raw results in $OUT_DIR"
