@@ -37,7 +37,7 @@
 #   WRK_THREADS   wrk threads (default 2); CONNS: wrk connections (default 8)
 #   HTTP_THREADS  ringlimit --http-threads (default 2); MAX_KEYS: --max-keys (default 1000000)
 #   KEYSPACE, CHECK_LIMIT, CHECK_PERIOD_MS   passed to the wrk scripts (default 100000, 100, 1000)
-#   PORT          ringlimit HTTP port (default 38480); PEER_PORT (PORT+1); NGINX_PORT (PORT+2)
+#   PORT          ringlimit HTTP port (default 18480); PEER_PORT (PORT+1); NGINX_PORT (PORT+2)
 #   OUT_DIR       where raw outputs go (default bench/out/cpu-<timestamp>)
 # Everything runs on 127.0.0.1. No build: point BINS at release binaries.
 set -euo pipefail
@@ -55,7 +55,7 @@ MAX_KEYS="${MAX_KEYS:-1000000}"
 export KEYSPACE="${KEYSPACE:-100000}"
 export CHECK_LIMIT="${CHECK_LIMIT:-100}"
 export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
-PORT="${PORT:-38480}"
+PORT="${PORT:-18480}"
 PEER_PORT="${PEER_PORT:-$((PORT + 1))}"
 NGINX_PORT="${NGINX_PORT:-$((PORT + 2))}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/cpu-$(date +%Y%m%d-%H%M%S)}"

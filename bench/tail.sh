@@ -13,6 +13,9 @@
 #   alone       nothing else running
 #   neighbour   two CPU-bound busy loops at normal priority on the same (all) cores during the run
 #               (stress-ng --cpu 2, or two `sh` loops without it)
+#   podneighbour  the same busy loops in a cgroup of their own and the node in another of equal
+#               weight, as two pods sharing the cores (the case above is a neighbour inside the
+#               node's own container)
 #   quota       the node (every thread) in a cgroup with 1 CPU of quota per 100 ms period
 #               (cgroup v1 cpu.cfs_quota_us, or v2 cpu.max); openloop stays outside. Skipped, with
 #               a message, when cgroups are not writable.
@@ -22,8 +25,10 @@
 #
 # Env: BIN (default /tmp/rl-gossip; never built here), BINS (space-separated, default $BIN),
 # OPENLOOP (default $REPO/target/release/openloop, built when missing unless SKIP_BUILD=1),
+# THREADS_LIST: --http-threads values to compare, each a node of its own (default HTTP_THREADS;
+# "2 0" compares per-core runtimes with the work-stealing runtime).
 # DURATION (default 10), WARMUP (default 2), CONNS (default 8), HTTP_THREADS (default 2),
-# RUNS (default 1), RATE (default capacity/2 of each binary), PORT (default 38580; PORT+1 is
+# RUNS (default 1), RATE (default capacity/2 of each binary), PORT (default 18580; PORT+1 is
 # the peer port), OUT_DIR (default bench/out/tail-<timestamp>), CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -37,8 +42,9 @@ DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-2}"
 CONNS="${CONNS:-8}"
 HTTP_THREADS="${HTTP_THREADS:-2}"
+THREADS_LIST="${THREADS_LIST:-$HTTP_THREADS}"
 RUNS="${RUNS:-1}"
-PORT="${PORT:-38580}"
+PORT="${PORT:-18580}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/tail-$(date +%Y%m%d-%H%M%S)}"
 CG_NAME=ringlimit-tail
 SCRIPT=tail.sh
@@ -107,6 +113,7 @@ cleanup() {
   JOB=""
   stop_busy
   stop_node
+  rmdir /sys/fs/cgroup/ringlimit-tail-neighbour /sys/fs/cgroup/cpu/ringlimit-tail-neighbour 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM # exit runs the EXIT trap
@@ -182,10 +189,12 @@ openloop() { # RATE OUT_JSON
   log "  node CPU: $(awk -v t=$(($(node_ticks) - t0)) -v s=$((SECONDS - s0)) 'BEGIN {printf "%.2f", t / 100 / s}') cores (warmup included)"
 }
 
-start_busy() {
-  local secs=$((WARMUP + DURATION + 10))
+start_busy() { # [CGROUP_DIR: run the busy loops in it]
+  local secs=$((WARMUP + DURATION + 10)) into="${1:-}"
   if command -v stress-ng >/dev/null; then
-    stress-ng --cpu 2 --timeout "${secs}s" --quiet >/dev/null 2>&1 &
+    # shellcheck disable=SC2016 # $$ is the inner shell's
+    sh -c '[ -z "$1" ] || echo $$ >"$1/cgroup.procs"; exec stress-ng --cpu 2 --timeout "$2" --quiet' \
+      sh "$into" "${secs}s" >/dev/null 2>&1 &
     BUSY+=($!)
   else
     timeout "$secs" sh -c 'while :; do :; done' &
@@ -196,23 +205,37 @@ start_busy() {
   sleep 0.5 # let them reach the CPUs
 }
 
-# Puts the node (every thread) into a new cgroup of 1 CPU; fails (status 1) when not possible.
+# A cgroup of its own for the busy loops, beside the node's (another pod on the same cores);
+# empty output when not possible.
+neighbour_cgroup() {
+  local d
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then d=/sys/fs/cgroup/ringlimit-tail-neighbour
+  elif [ -d /sys/fs/cgroup/cpu ]; then d=/sys/fs/cgroup/cpu/ringlimit-tail-neighbour
+  else return 0; fi
+  mkdir -p "$d" 2>/dev/null && echo "$d"
+}
+
+# Puts the node (every thread) into a new cgroup: of 1 CPU of quota (`cgroup_enter quota`), or
+# of default weight and no quota (`cgroup_enter pod`: a pod of its own). Fails (status 1) when
+# not possible.
 cgroup_enter() {
-  local pid=$NODE tid
+  local pid=$NODE tid kind="${1:-quota}"
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then # v2
     CG_HOME="/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' "/proc/$pid/cgroup")"
     grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null ||
       echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || return 1
     mkdir -p "/sys/fs/cgroup/$CG_NAME" 2>/dev/null || return 1
     CG="/sys/fs/cgroup/$CG_NAME"
-    echo "100000 100000" >"$CG/cpu.max" 2>/dev/null || return 1
+    [ "$kind" != quota ] || echo "100000 100000" >"$CG/cpu.max" 2>/dev/null || return 1
     echo "$pid" >"$CG/cgroup.procs" 2>/dev/null || return 1
   elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then # v1
     CG_HOME="/sys/fs/cgroup/cpu$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$pid/cgroup")"
     mkdir -p "/sys/fs/cgroup/cpu/$CG_NAME" 2>/dev/null || return 1
     CG="/sys/fs/cgroup/cpu/$CG_NAME"
-    echo 100000 >"$CG/cpu.cfs_period_us" 2>/dev/null || return 1
-    echo 100000 >"$CG/cpu.cfs_quota_us" 2>/dev/null || return 1
+    if [ "$kind" = quota ]; then
+      echo 100000 >"$CG/cpu.cfs_period_us" 2>/dev/null || return 1
+      echo 100000 >"$CG/cpu.cfs_quota_us" 2>/dev/null || return 1
+    fi
     echo "$pid" >"$CG/cgroup.procs" 2>/dev/null || {
       for tid in /proc/"$pid"/task/*; do echo "${tid##*/}" >"$CG/tasks" 2>/dev/null || return 1; done
     }
@@ -228,8 +251,9 @@ cgroup_enter() {
 : >"$OUT_DIR/results.tsv"
 bi=0
 for bin in $BINS; do
+ for HTTP_THREADS in $THREADS_LIST; do
   bi=$((bi + 1))
-  label="$bi-$(basename "$bin")"
+  label="$bi-$(basename "$bin")-t$HTTP_THREADS"
   log "$bin: starting the node ($HTTP_THREADS HTTP threads)"
   start_node "$bin" "$label"
   capacity "$label"
@@ -246,7 +270,20 @@ for bin in $BINS; do
     stop_busy
     echo "$label neighbour $run $OUT_DIR/$label-neighbour-$run.json" >>"$OUT_DIR/results.tsv"
 
-    if cgroup_enter; then
+    NB="$(neighbour_cgroup)"
+    if [ -n "$NB" ] && cgroup_enter pod; then
+      log "round $run: pod neighbour (node and busy loops in sibling cgroups of equal weight)"
+      start_busy "$NB"
+      openloop "$rate" "$OUT_DIR/$label-podneighbour-$run.json"
+      stop_busy
+      echo "$label podneighbour $run $OUT_DIR/$label-podneighbour-$run.json" >>"$OUT_DIR/results.tsv"
+    else
+      log "round $run: pod neighbour case skipped: cgroups not writable"
+    fi
+    cgroup_remove
+    [ -z "$NB" ] || rmdir "$NB" 2>/dev/null || true
+
+    if cgroup_enter quota; then
       log "round $run: quota (node in $CG, 1 CPU)"
       openloop "$rate" "$OUT_DIR/$label-quota-$run.json"
       cp "$CG/cpu.stat" "$OUT_DIR/$label-quota-$run.cpu.stat" 2>/dev/null || true
@@ -259,6 +296,7 @@ for bin in $BINS; do
   done
   stop_node
   sleep 0.5 # the port is free again
+ done
 done
 
 python3 - "$OUT_DIR/results.tsv" <<'PY' | tee "$OUT_DIR/table.txt"

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# What gossip costs as the cluster grows (issue 17): SIZES clusters of node processes on
+# 127.0.0.1, each node seeded with n0, one tokio worker and one HTTP thread per node:
+#
+#   bench/scale.sh
+#   SIZES="3 9" WINDOW=5 HOT_KEYS=1000 SKIP_BUILD=1 bench/scale.sh
+#   BIN=/tmp/ringlimit SIZES=25 bench/scale.sh
+#
+# Per size, three phases, each measured over WINDOW s after SETTLE s:
+#   idle       the cluster formed, no checks
+#   hot-K      K keys of a `mode: global` rule (limit 1000000/min, never denied), each checked
+#              about once a second in total: POST /v1/check/batch of up to 1000 checks, the keys
+#              in one chunk per node, the chunks rotated over the nodes every second, so every
+#              node checks (and publishes through gossip) every key within N seconds. The load
+#              loop is a Python process of its own; its CPU is not counted. The counters of an
+#              earlier phase are still in the gossip state (a 1 min sliding window).
+# and for each, over the nodes, median and max of:
+#   gossip_sent_B/s, gossip_recv_B/s   rate of ringlimit_gossip_bytes_total{direction=...} in
+#                                      GET /metrics (UDP payload on the peer port, MAC included)
+#   cpu_%                              utime+stime of the node process (/proc/PID/stat) over the
+#                                      window, in % of one core (2 cores shared by every node:
+#                                      25 nodes can starve each other under load)
+#   checks/s                           global-rule checks the nodes counted, summed (achieved)
+#   udp_drops/s                        datagrams the kernel dropped at the nodes' peer ports (a
+#                                      full receive buffer: /proc/net/udp), summed over the nodes
+# Then membership changes, timed by polling every node's GET /v1/cluster every 50 ms (each wait
+# at most WAIT_TIMEOUT s; "-" when it ran out); `when` is idle (after the idle phase, node nN)
+# and after-hot (once the last hot phase's load has stopped, its counters still in the gossip
+# state; node nN+1):
+#   join_s             one more node started (seeded with n0) until every node, itself included,
+#                      lists it `alive`
+#   kill_detected_s    that node SIGKILLed until no other node lists it `alive` (dead or absent)
+#   leave_s            after-hot only: the last original node SIGTERMed (graceful leave) until no
+#                      other node lists it `alive` (`leaving` or gone; the raw JSON also has the
+#                      time until it is dead or absent everywhere, and each node's own times)
+# Raw figures, per node, as JSON lines in OUT_DIR/results.jsonl; the tables in
+# OUT_DIR/summary.txt, node logs in OUT_DIR/logs.
+#
+# Env: SIZES (default "3 9 25"), WINDOW (s, default 10), SETTLE (s, default 5), HOT_KEYS
+# (default "1000 10000"), BASE (default 39000: node i has HTTP BASE+2i and peer BASE+2i+1, or
+# the next free pair above when another program holds one of them),
+# WAIT_TIMEOUT (s, default 60), LEAVE=0 (skip the graceful leave), CONVERGE_IDLE=0 (skip the
+# idle join and kill), OUT_DIR (default bench/out/scale-<timestamp>), BIN (default
+# $CARGO_TARGET_DIR/release/ringlimit, built first unless BIN is given or SKIP_BUILD=1),
+# CARGO_TARGET_DIR. The load on the machine (other benchmarks) shows in every figure.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$BENCH_DIR/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+export OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/scale-$(date +%Y%m%d-%H%M%S)}"
+export SIZES="${SIZES:-3 9 25}" WINDOW="${WINDOW:-10}" SETTLE="${SETTLE:-5}"
+export HOT_KEYS="${HOT_KEYS:-1000 10000}" BASE="${BASE:-39000}" WAIT_TIMEOUT="${WAIT_TIMEOUT:-60}"
+log() { printf '[scale.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [ -z "${BIN:-}" ]; then
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    log "building ringlimit (release)"
+    cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
+  fi
+  BIN="$CARGO_TARGET_DIR/release/ringlimit"
+fi
+[ -x "$BIN" ] || { log "no binary at $BIN"; exit 1; }
+BIN="$(realpath "$BIN")"
+export BIN
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(realpath "$OUT_DIR")"
+
+# The helper stops its nodes and load loop however it ends; this is for when it cannot (killed):
+# every process it started is listed in OUT_DIR/pids, and each of them has OUT_DIR on its
+# command line (the nodes' --config, the load loop's argument), which guards against reused ids.
+PY_PID=""
+cleanup() {
+  if [ -n "$PY_PID" ] && kill -0 "$PY_PID" 2>/dev/null; then
+    kill -TERM "$PY_PID" 2>/dev/null || true
+    for _ in $(seq 1 150); do kill -0 "$PY_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$PY_PID" 2>/dev/null || true
+    wait "$PY_PID" 2>/dev/null || true
+  fi
+  PY_PID=""
+  if [ -f "$OUT_DIR/pids" ]; then
+    local pid
+    while read -r pid; do
+      if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$OUT_DIR"; then
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+    done <"$OUT_DIR/pids"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# In the background, so that INT and TERM reach the trap at once rather than after the helper.
+python3 "$BENCH_DIR/scale.py" run &
+PY_PID=$!
+rc=0
+wait "$PY_PID" || rc=$?
+PY_PID=""
+[ "$rc" = 0 ] && log "done: $OUT_DIR" || log "failed ($rc): $OUT_DIR"
+exit "$rc"
