@@ -143,6 +143,13 @@ pub struct ServeArgs {
           default_value_t = crate::global::DEFAULT_MAX_PUBLISHED as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub global_max_published: u64,
+    /// Global-counter updates each node may receive per second from all its peers together;
+    /// each node publishes at most its share (this divided by the other live members), oldest
+    /// changes first, so gossip stays bounded however many nodes and hot keys there are.
+    #[arg(long, env = "RINGLIMIT_GLOBAL_GOSSIP_BUDGET", value_name = "N",
+          default_value_t = crate::global::DEFAULT_GOSSIP_BUDGET,
+          value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    pub global_gossip_budget: u64,
     /// Most global-rule window counters (own and merged) held by this node; the oldest windows
     /// are evicted beyond it.
     #[arg(long, env = "RINGLIMIT_GLOBAL_MAX_COUNTERS", value_name = "N",
@@ -237,6 +244,8 @@ pub struct NodeConfig {
     pub global_publish: Duration,
     /// Most global-rule keys published at once by this node.
     pub global_max_published: usize,
+    /// Global-counter updates a node receives per second at most (see `--global-gossip-budget`).
+    pub global_gossip_budget: u64,
     /// Most global-rule window counters held by this node.
     pub global_max_counters: usize,
     /// Test hook: drops gossip to and from listed peers (a simulated partition).
@@ -288,6 +297,7 @@ impl NodeConfig {
             admin_token: None,
             global_publish: Duration::from_millis(50),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
+            global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
             gossip_blocklist: None,
             http_limits: ConnLimits::default(),
@@ -397,6 +407,7 @@ impl ServeArgs {
                 .filter(|s| !s.is_empty()),
             global_publish: Duration::from_millis(self.global_publish_ms),
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
+            global_gossip_budget: self.global_gossip_budget,
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
             gossip_blocklist: None,
             http_limits: ConnLimits {

@@ -251,6 +251,7 @@ pub async fn run(
         PublishSettings {
             interval: config.global_publish,
             max_published: config.global_max_published,
+            gossip_budget: config.global_gossip_budget,
         },
         move |peer| gossip.gossip_now(peer),
     ));

@@ -56,6 +56,9 @@ use ringlimit_proto::CheckAnswer;
 pub const DEFAULT_MAX_WINDOWS: usize = 100_000;
 /// Default cap on the keys one node publishes at once.
 pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
+/// Default gossip budget: global-counter updates a node receives per second from all its peers
+/// together (about 70 bytes each on the wire: 140 KB/s), split among the publishing nodes.
+pub const DEFAULT_GOSSIP_BUDGET: u64 = 2_000;
 
 impl GlobalCounters {
     /// Decides a global check and phrases the contract's answer (never degraded).

@@ -66,6 +66,48 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 pub struct PublishSettings {
     pub interval: Duration,
     pub max_published: usize,
+    /// Updates a node receives per second from all its peers together, at most (see
+    /// [`Budget`]).
+    pub gossip_budget: u64,
+}
+
+/// This node's share of the cluster's gossip budget: a token bucket of key writes. Every node
+/// receives every other node's writes, so with each of the `n` live nodes writing at most
+/// `budget / (n - 1)` a second, what any node receives stays within `budget` however large the
+/// cluster or the number of hot keys (measured before it: 10,000 hot keys on 9 nodes sent
+/// 336 KB/s per node, peers' receive buffers overflowed, and live nodes were declared dead;
+/// `bench/scale.sh`). Changes beyond the share wait in the publisher's backlog, oldest first:
+/// peers then see a bucket's count later, which is the price (over-admission up to the hits
+/// a backlog holds back).
+#[derive(Debug)]
+pub struct Budget {
+    per_second: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    pub fn new(budget: u64, at: Instant) -> Self {
+        Self {
+            per_second: budget as f64,
+            tokens: budget as f64,
+            at,
+        }
+    }
+
+    /// Writes allowed now with `peers` other live nodes; spend what is used with [`Budget::spend`].
+    pub fn available(&mut self, peers: usize, at: Instant) -> usize {
+        let rate = self.per_second / peers.max(1) as f64;
+        let elapsed = at.saturating_duration_since(self.at).as_secs_f64();
+        self.at = at;
+        // At most a second's worth saved up.
+        self.tokens = (self.tokens + rate * elapsed).min(rate.max(1.0));
+        self.tokens.max(0.0) as usize
+    }
+
+    pub fn spend(&mut self, writes: usize) {
+        self.tokens -= writes as f64;
+    }
 }
 
 /// One peer update, as the listener queues it.
@@ -213,6 +255,9 @@ pub async fn publish_loop(
     nudge: impl Fn(SocketAddr) + Send + 'static,
 ) {
     let mut publisher = Publisher::new(settings.max_published);
+    let mut budget = Budget::new(settings.gossip_budget, Instant::now());
+    // Other live nodes at the last round that wrote (the share of the budget divides by it).
+    let mut peers_live = 0usize;
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warned: Option<Instant> = None;
@@ -231,7 +276,9 @@ pub async fn publish_loop(
         }
         last = Instant::now();
         let now = clock.now();
-        let round = publisher.round(&counters, now);
+        let allowed = budget.available(peers_live, Instant::now());
+        let round = publisher.round(&counters, now, allowed);
+        budget.spend(round.set.len());
         if !round.set.is_empty() || !round.delete.is_empty() {
             let peers = {
                 let mut cc = chitchat.lock().await;
@@ -250,6 +297,7 @@ pub async fn publish_loop(
                     .collect();
                 live
             };
+            peers_live = peers.len();
             let picked = peers.choose_multiple(&mut rand::rng(), NUDGE_FANOUT);
             for peer in picked {
                 nudge(*peer);
@@ -278,12 +326,16 @@ pub struct Round {
     pub refused: u64,
 }
 
-/// The publisher's memory: which keys this node publishes, for which window.
+/// The publisher's memory: which keys this node publishes, for which window, and the changed
+/// buckets waiting for the budget.
 #[derive(Debug)]
 pub struct Publisher {
     /// Bucket id → (period ms, window of its last published value).
     published: HashMap<u64, (u64, u64)>,
     max_published: usize,
+    /// Changed buckets not written yet (id, period ms), oldest first, each once.
+    backlog: std::collections::VecDeque<(u64, u64)>,
+    queued: std::collections::HashSet<u64>,
 }
 
 impl Publisher {
@@ -291,13 +343,25 @@ impl Publisher {
         Self {
             published: HashMap::new(),
             max_published,
+            backlog: std::collections::VecDeque::new(),
+            queued: std::collections::HashSet::new(),
         }
     }
 
-    /// Plans one round at `now` (pure but for draining the dirty set and the stats).
-    pub fn round(&mut self, counters: &GlobalCounters, now: u64) -> Round {
+    /// Plans one round at `now` writing at most `max_writes` keys, the changes waiting longest
+    /// first (pure but for draining the dirty set and the stats).
+    pub fn round(&mut self, counters: &GlobalCounters, now: u64, max_writes: usize) -> Round {
         let mut round = Round::default();
         for (id, period_ms) in counters.take_dirty() {
+            if self.queued.insert(id) {
+                self.backlog.push_back((id, period_ms));
+            }
+        }
+        while round.set.len() < max_writes {
+            let Some((id, period_ms)) = self.backlog.pop_front() else {
+                break;
+            };
+            self.queued.remove(&id);
             if !self.published.contains_key(&id) && self.published.len() >= self.max_published {
                 round.refused += 1;
                 continue;
@@ -331,6 +395,10 @@ impl Publisher {
             .stats
             .published
             .store(self.published.len() as u64, Ordering::Relaxed);
+        counters
+            .stats
+            .backlog
+            .store(self.backlog.len() as u64, Ordering::Relaxed);
         round
     }
 }
@@ -350,22 +418,60 @@ mod tests {
         let mut p = Publisher::new(10);
         let w = W0 / r.period_ns;
         c.check(7, &r, W0, 3);
-        let round = p.round(&c, W0 + SEC);
+        let round = p.round(&c, W0 + SEC, usize::MAX);
         assert_eq!(round.set, vec![(wire::key(7), format!("20000:{w}:3:0"))],);
         // Nothing new: nothing written.
-        assert_eq!(p.round(&c, W0 + 2 * SEC), Round::default());
+        assert_eq!(p.round(&c, W0 + 2 * SEC, usize::MAX), Round::default());
         // Next window: the value carries the final count as `previous`.
         c.check(7, &r, W0 + 21 * SEC, 1);
-        let round = p.round(&c, W0 + 21 * SEC);
+        let round = p.round(&c, W0 + 21 * SEC, usize::MAX);
         assert_eq!(
             round.set,
             vec![(wire::key(7), format!("20000:{}:1:3", w + 1))]
         );
         assert!(round.delete.is_empty());
         // Two windows later both counts are over: the key goes.
-        let round = p.round(&c, W0 + 60 * SEC);
+        let round = p.round(&c, W0 + 60 * SEC, usize::MAX);
         assert_eq!(round.delete, vec![wire::key(7)]);
         assert_eq!(c.stats.published.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn beyond_the_budget_changes_wait_oldest_first() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let r = rule(Algorithm::FixedWindow, 100, 20_000, 100);
+        let mut p = Publisher::new(100);
+        for id in 1..=5u64 {
+            c.check(id << 40, &r, W0, 1);
+        }
+        let first = p.round(&c, W0, 2);
+        assert_eq!(first.set.len(), 2);
+        assert_eq!(c.stats.backlog.load(Ordering::Relaxed), 3);
+        // A bucket written again while waiting is queued once; the waiting ones go first.
+        let again = first.set[0].0.clone();
+        let id = u64::from_str_radix(again.strip_prefix("g:").unwrap_or(""), 16).unwrap_or(0);
+        c.check(id, &r, W0, 1);
+        let second = p.round(&c, W0, 3);
+        assert_eq!(second.set.len(), 3);
+        assert!(second.set.iter().all(|(k, _)| *k != again));
+        let third = p.round(&c, W0, 3);
+        assert_eq!(third.set.len(), 1);
+        assert_eq!(third.set[0].0, again);
+        assert_eq!(c.stats.backlog.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_budget_is_shared_by_the_peers_and_saves_up_a_second_at_most() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(1_000, t0);
+        // Alone (no peer yet): the whole budget, a second's worth at once.
+        assert_eq!(b.available(0, t0), 1_000);
+        b.spend(1_000);
+        // With 4 peers, 250 a second: 25 after 100 ms.
+        assert_eq!(b.available(4, t0 + Duration::from_millis(100)), 25);
+        b.spend(25);
+        // Idle for a minute: no more than a second's worth.
+        assert_eq!(b.available(4, t0 + Duration::from_secs(60)), 250);
     }
 
     #[test]
@@ -376,7 +482,7 @@ mod tests {
         for id in [1, 2, 3] {
             c.check(id << 40, &r, W0, 1);
         }
-        let round = p.round(&c, W0);
+        let round = p.round(&c, W0, usize::MAX);
         assert_eq!(round.set.len(), 2);
         assert_eq!(round.refused, 1);
         assert_eq!(c.stats.unpublished.load(Ordering::Relaxed), 1);
@@ -385,7 +491,7 @@ mod tests {
         let published = round.set[0].0.clone();
         let id = u64::from_str_radix(published.strip_prefix("g:").unwrap_or(""), 16).unwrap_or(0);
         c.check(id, &r, W0, 1);
-        let round = p.round(&c, W0);
+        let round = p.round(&c, W0, usize::MAX);
         assert_eq!(round.set.len(), 1);
         assert_eq!(round.refused, 0);
     }

@@ -121,6 +121,7 @@ pub struct Snapshot {
     pub members_dead: u64,
     pub global_counters: u64,
     pub global_published: u64,
+    pub global_backlog: u64,
     pub global_unpublished: u64,
     pub global_evicted: u64,
     pub global_dropped_events: u64,
@@ -352,6 +353,12 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Gauge,
         global_published,
         "Global-rule keys this node publishes through gossip"
+    ),
+    series!(
+        "global_backlog",
+        Gauge,
+        global_backlog,
+        "Changed global-rule keys waiting for this node's share of the gossip budget"
     ),
     series!(
         "global_unpublished",

@@ -225,6 +225,7 @@ impl CheckService {
             members_dead: members(MemberState::Dead),
             global_counters: g.len() as u64,
             global_published: load(&g.stats.published),
+            global_backlog: load(&g.stats.backlog),
             global_unpublished: load(&g.stats.unpublished),
             global_evicted: load(&g.stats.evicted),
             global_dropped_events: load(&g.stats.dropped_events),
