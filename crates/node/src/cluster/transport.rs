@@ -32,6 +32,14 @@ use tokio::task::JoinSet;
 const MAX_DATAGRAM: usize = 65_507;
 /// Length of the tag appended to each datagram when a secret is set.
 const TAG_LEN: usize = 16;
+/// Bytes of received datagrams waiting for chitchat at most. chitchat reads its socket from
+/// the loop that also applies what it read, under its lock, so a burst of large deltas from
+/// several peers at once overflowed the kernel's receive buffer (212 KB by default), and the
+/// datagrams lost included heartbeats: live nodes were declared dead (`bench/scale.sh`, 9 nodes
+/// with 10,000 hot global keys). A task of its own now drains the port into this queue.
+const MAX_QUEUED_BYTES: usize = 16 << 20;
+/// Receive buffer asked of the kernel for the peer port (it grants at most `net.core.rmem_max`).
+const RECV_BUFFER: usize = 4 << 20;
 /// Most relays (distinct peer addresses) kept at once, far above any real cluster's size; beyond,
 /// the least recently used relay is closed (a peer that comes back simply gets a new one).
 const MAX_RELAYS: usize = 1024;
@@ -97,19 +105,33 @@ impl Transport for PeerTransport {
             .lock()
             .take()
             .ok_or_else(|| anyhow::anyhow!("the gossip socket was already opened"))?;
+        if let Err(e) = socket2::SockRef::from(&public).set_recv_buffer_size(RECV_BUFFER) {
+            tracing::debug!(error = %e, "gossip receive buffer not enlarged");
+        }
         let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let inner = ChitchatUdp::open(loopback).await?;
         let inner_addr = inner.local_addr()?;
+        let public = Arc::new(public);
+        let (tx, incoming) = tokio::sync::mpsc::unbounded_channel();
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = JoinSet::new();
+        tasks.spawn(drain(
+            public.clone(),
+            tx,
+            queued.clone(),
+            self.stats.clone(),
+        ));
         Ok(Box::new(RelaySocket {
-            public: Arc::new(public),
+            public,
+            incoming,
+            queued,
             inner,
             inner_addr,
             secret: self.secret.clone(),
             relays: HashMap::new(),
             by_relay_addr: HashMap::new(),
-            tasks: JoinSet::new(),
+            tasks,
             clock: 0,
-            buf: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
             stats: self.stats.clone(),
             blocklist: self.blocklist.clone(),
         }))
@@ -123,8 +145,42 @@ struct Relay {
     task: tokio::task::AbortHandle,
 }
 
+/// Reads the public port as fast as datagrams come, queueing them for [`RelaySocket::recv`]
+/// within [`MAX_QUEUED_BYTES`] (beyond, a datagram is dropped and counted, as the kernel would).
+async fn drain(
+    public: Arc<UdpSocket>,
+    tx: tokio::sync::mpsc::UnboundedSender<(Vec<u8>, SocketAddr)>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    stats: Arc<GossipStats>,
+) {
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    loop {
+        let (n, from) = match public.recv_from(&mut buf).await {
+            Ok(r) => r,
+            Err(e) if transient(&e) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "gossip port unreadable");
+                return;
+            }
+        };
+        stats.received_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        stats.received_datagrams.fetch_add(1, Ordering::Relaxed);
+        if queued.fetch_add(n, Ordering::AcqRel) + n > MAX_QUEUED_BYTES {
+            queued.fetch_sub(n, Ordering::AcqRel);
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if tx.send((buf[..n].to_vec(), from)).is_err() {
+            return;
+        }
+    }
+}
+
 struct RelaySocket {
     public: Arc<UdpSocket>,
+    /// Datagrams read from the public port by [`drain`], and their bytes.
+    incoming: tokio::sync::mpsc::UnboundedReceiver<(Vec<u8>, SocketAddr)>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
     inner: ChitchatUdp,
     inner_addr: SocketAddr,
     secret: Option<Arc<[u8]>>,
@@ -136,7 +192,6 @@ struct RelaySocket {
     tasks: JoinSet<()>,
     /// Uses so far: orders relays by recency for eviction.
     clock: u64,
-    buf: Box<[u8]>,
     stats: Arc<GossipStats>,
     blocklist: Option<Arc<GossipBlocklist>>,
 }
@@ -253,24 +308,21 @@ impl Socket for RelaySocket {
                         None => continue,
                     }
                 }
-                got = self.public.recv_from(&mut self.buf) => {
-                    let (n, from) = match got {
-                        Ok(r) => r,
-                        Err(e) if transient(&e) => continue,
-                        Err(e) => return Err(e.into()),
+                got = self.incoming.recv() => {
+                    let Some((datagram, from)) = got else {
+                        return Err(anyhow::anyhow!("the gossip port is closed"));
                     };
+                    self.queued.fetch_sub(datagram.len(), Ordering::AcqRel);
                     if self.blocked(&from) {
                         continue;
                     }
-                    self.stats.received_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    self.stats.received_datagrams.fetch_add(1, Ordering::Relaxed);
-                    let Some(len) = payload_len(self.secret.as_deref(), &self.buf[..n]) else {
+                    let Some(len) = payload_len(self.secret.as_deref(), &datagram) else {
                         self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(%from, "gossip datagram without a valid tag dropped");
                         continue;
                     };
                     let Ok(relay) = self.relay(from).await else { continue };
-                    let _ = relay.send(&self.buf[..len]).await;
+                    let _ = relay.send(&datagram[..len]).await;
                 }
             }
         }

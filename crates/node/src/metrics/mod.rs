@@ -88,6 +88,8 @@ pub struct GossipStats {
     pub received_datagrams: std::sync::atomic::AtomicU64,
     /// Datagrams dropped for a missing or wrong tag.
     pub rejected: std::sync::atomic::AtomicU64,
+    /// Datagrams dropped because chitchat had fallen too far behind (queue full).
+    pub dropped: std::sync::atomic::AtomicU64,
 }
 
 /// What the node has counted elsewhere, read at scrape time.
@@ -110,6 +112,7 @@ pub struct Snapshot {
     pub gossip_received_bytes: u64,
     pub gossip_received_datagrams: u64,
     pub gossip_rejected: u64,
+    pub gossip_dropped: u64,
     pub api_rule_puts: u64,
     pub api_rule_deletes: u64,
     pub api_rule_merged: u64,
@@ -341,6 +344,12 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Counter,
         gossip_rejected,
         "Gossip datagrams dropped for a missing or wrong cluster-secret tag"
+    ),
+    series!(
+        "gossip_dropped",
+        Counter,
+        gossip_dropped,
+        "Gossip datagrams dropped because chitchat fell behind (receive queue full)"
     ),
     series!(
         "global_counters",

@@ -214,6 +214,7 @@ impl CheckService {
             gossip_received_bytes: load(&self.gossip.received_bytes),
             gossip_received_datagrams: load(&self.gossip.received_datagrams),
             gossip_rejected: load(&self.gossip.rejected),
+            gossip_dropped: load(&self.gossip.dropped),
             api_rule_puts: load(&self.book.stats.puts),
             api_rule_deletes: load(&self.book.stats.deletes),
             api_rule_merged: load(&self.book.stats.merged),
