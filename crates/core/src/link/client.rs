@@ -393,6 +393,12 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
                     n
                 };
             checks += take(first, &mut groups, &mut refunds);
+            // Alone in the queue: let the callers that are ready run first, so that checks
+            // arriving together leave in one frame instead of one frame each (32 SDK callers
+            // sent 1.16 checks a frame, and every frame costs a write and a read on both ends).
+            if rx.is_empty() {
+                tokio::task::yield_now().await;
+            }
             while checks < MAX_CHECKS_PER_FRAME {
                 match rx.try_recv() {
                     Ok(o) => checks += take(o, &mut groups, &mut refunds),
