@@ -2,7 +2,8 @@
 //! through its map path, escaping each field name as it goes, and that was a quarter of a
 //! `POST /v1/check/batch`'s server CPU time (`perf` under `bench/cpu.sh`'s load: 27% with 100
 //! checks a request). The fields are six fixed names and numbers, so the bytes are known but
-//! for the numbers; the tests hold the output to serde's, byte for byte.
+//! for the numbers; the tests hold the output to serde's, byte for byte. Every answer body of
+//! the check endpoints (single, batch, all-or-nothing) is written here.
 
 use super::error::ErrorBody;
 use ringlimit_proto::CheckAnswer;
@@ -10,13 +11,13 @@ use ringlimit_proto::CheckAnswer;
 /// Bytes of one answer at most (six fields, three 20-digit numbers, a shadow verdict).
 const MAX_ANSWER_BYTES: usize = 200;
 
-/// Appends `a` (and, for a shadow rule, `shadow_denied`) as the contract's answer object.
-pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bool>) {
+/// Appends `a`'s fields, `"allowed":…,"degraded":…`, without the braces.
+fn write_fields(out: &mut Vec<u8>, a: &CheckAnswer) {
     let mut n = itoa::Buffer::new();
     out.extend_from_slice(if a.allowed {
-        b"{\"allowed\":true,\"limit\":"
+        b"\"allowed\":true,\"limit\":"
     } else {
-        b"{\"allowed\":false,\"limit\":"
+        b"\"allowed\":false,\"limit\":"
     });
     out.extend_from_slice(n.format(a.limit).as_bytes());
     out.extend_from_slice(b",\"remaining\":");
@@ -30,6 +31,12 @@ pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bo
     } else {
         b",\"degraded\":false"
     });
+}
+
+/// Appends `a` (and, for a shadow rule, `shadow_denied`) as the contract's answer object.
+pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bool>) {
+    out.push(b'{');
+    write_fields(out, a);
     match shadow_denied {
         None => {}
         Some(true) => out.extend_from_slice(b",\"shadow_denied\":true"),
@@ -42,6 +49,26 @@ pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bo
 pub fn answer(a: &CheckAnswer, shadow_denied: Option<bool>) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAX_ANSWER_BYTES);
     write_answer(&mut out, a, shadow_denied);
+    out
+}
+
+/// The all-or-nothing answer: `top`'s fields (the binding limit's, with the request's verdict)
+/// and every check's answer with its shadow verdict, `{...,"results":[...]}`.
+pub fn all<'a>(
+    top: &CheckAnswer,
+    results: impl ExactSizeIterator<Item = (&'a CheckAnswer, Option<bool>)>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity((results.len() + 1) * MAX_ANSWER_BYTES / 2);
+    out.push(b'{');
+    write_fields(&mut out, top);
+    out.extend_from_slice(b",\"results\":[");
+    for (i, (a, shadow)) in results.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_answer(&mut out, a, shadow);
+    }
+    out.extend_from_slice(b"]}");
     out
 }
 
@@ -115,12 +142,30 @@ mod tests {
             )
     }
 
+    /// `/v1/check/all`'s body as serde wrote it before.
+    #[derive(Serialize)]
+    struct AllRef<'a> {
+        #[serde(flatten)]
+        top: &'a CheckAnswer,
+        results: Vec<WithShadow<'a>>,
+    }
+
     proptest! {
         #[test]
         fn an_answer_is_serdes_bytes(case in answers()) {
             let (a, shadow) = case;
             let serde = serde_json::to_vec(&WithShadow { answer: &a, shadow_denied: shadow }).unwrap();
             prop_assert_eq!(String::from_utf8(answer(&a, shadow)).unwrap(), String::from_utf8(serde).unwrap());
+        }
+
+        #[test]
+        fn an_all_or_nothing_answer_is_serdes_bytes(top in answers(), cases in proptest::collection::vec(answers(), 1..6)) {
+            let serde = serde_json::to_vec(&AllRef {
+                top: &top.0,
+                results: cases.iter().map(|(a, s)| WithShadow { answer: a, shadow_denied: *s }).collect(),
+            }).unwrap();
+            let ours = all(&top.0, cases.iter().map(|(a, s)| (a, *s)));
+            prop_assert_eq!(String::from_utf8(ours).unwrap(), String::from_utf8(serde).unwrap());
         }
 
         #[test]

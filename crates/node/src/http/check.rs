@@ -18,7 +18,7 @@ use http_body_util::LengthLimitError;
 use ringlimit_core::all::{AllError, MAX_ALL};
 use ringlimit_core::headers::{Policy, ietf_fields, inline_policy_name, rate_headers, retry_after};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
@@ -210,33 +210,18 @@ pub async fn check_request(state: &AppState, body: Body) -> Response {
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// A check's answer as the body spells it: a shadow rule's also says what it would have done.
-#[derive(Serialize)]
-struct AnswerBody<'a> {
-    #[serde(flatten)]
-    answer: &'a CheckAnswer,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shadow_denied: Option<bool>,
-}
-
-fn answer_json(o: &Outcome) -> Vec<u8> {
-    super::answer_json::answer(&o.answer, o.shadow_denied)
-}
-
-fn answer_body(o: &Outcome) -> AnswerBody<'_> {
-    AnswerBody {
-        answer: &o.answer,
-        shadow_denied: o.shadow_denied,
-    }
-}
-
 /// The contract's answer: 200 or 429, JSON body, `X-RateLimit-*` and `Retry-After` headers, and
 /// the IETF fields for the rule `name`.
 pub fn answer_response(o: &Outcome, name: &str) -> Response {
     let a = &o.answer;
     let mut headers = status_headers(a);
     ietf_fields(&mut headers, [policy(o, name)]);
-    (status(a.allowed), headers, answer_json(o)).into_response()
+    (
+        status(a.allowed),
+        headers,
+        answer_json::answer(a, o.shadow_denied),
+    )
+        .into_response()
 }
 
 fn policy<'a>(o: &'a Outcome, name: &'a str) -> Policy<'a> {
@@ -366,17 +351,6 @@ struct AllBody<'a> {
     checks: Vec<&'a RawValue>,
 }
 
-#[derive(Serialize)]
-struct AllAnswer<'a> {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_at_ms: u64,
-    retry_after_ms: u64,
-    degraded: bool,
-    results: Vec<AnswerBody<'a>>,
-}
-
 /// `POST /v1/check/all`: every check of one request, all-or-nothing.
 pub async fn all(State(state): State<AppState>, body: Body) -> Response {
     let bytes = match read_body(body).await {
@@ -436,15 +410,6 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
         &mut headers,
         o.results.iter().zip(names).map(|(r, n)| policy(r, n)),
     );
-    let body = AllAnswer {
-        allowed: top.allowed,
-        limit: top.limit,
-        remaining: top.remaining,
-        reset_at_ms: top.reset_at_ms,
-        retry_after_ms: top.retry_after_ms,
-        degraded: top.degraded,
-        results: o.results.iter().map(answer_body).collect(),
-    };
-    let json = serde_json::to_vec(&body).unwrap_or_default();
+    let json = answer_json::all(&top, o.results.iter().map(|r| (&r.answer, r.shadow_denied)));
     (status(o.allowed), headers, json).into_response()
 }
