@@ -276,7 +276,7 @@ pub async fn publish_loop(
         }
         last = Instant::now();
         let now = clock.now();
-        let allowed = budget.available(peers_live, Instant::now());
+        let allowed = budget.available(peers_live, last);
         let round = publisher.round(&counters, now, allowed);
         budget.spend(round.set.len());
         if !round.set.is_empty() || !round.delete.is_empty() {
