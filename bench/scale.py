@@ -336,8 +336,14 @@ class Bench:
             per_node.append({
                 "node": f"n{i}",
                 "window_s": dt,
-                "sent_Bps": rate('ringlimit_gossip_bytes_total{direction="sent"}'),
-                "recv_Bps": rate('ringlimit_gossip_bytes_total{direction="received"}'),
+                # Gossip (UDP) plus global counts pushed over the peer link (TCP payload;
+                # zero on builds that still carried counts in gossip).
+                "sent_Bps": rate('ringlimit_gossip_bytes_total{direction="sent"}')
+                + rate("ringlimit_global_sent_bytes_total"),
+                "recv_Bps": rate('ringlimit_gossip_bytes_total{direction="received"}')
+                + rate("ringlimit_global_received_bytes_total"),
+                "gossip_sent_Bps": rate('ringlimit_gossip_bytes_total{direction="sent"}'),
+                "gossip_recv_Bps": rate('ringlimit_gossip_bytes_total{direction="received"}'),
                 "sent_dgps": rate('ringlimit_gossip_datagrams_total{direction="sent"}'),
                 "recv_dgps": rate('ringlimit_gossip_datagrams_total{direction="received"}'),
                 "udp_drops_ps": (db - da) / dt,
@@ -347,7 +353,8 @@ class Bench:
         if not per_node:
             raise RuntimeError(f"size {size}, {phase}: no node answered GET /metrics")
         summary = {"measured_nodes": len(per_node), "missing": missing}
-        for field in ("sent_Bps", "recv_Bps", "cpu_pct", "sent_dgps", "recv_dgps", "udp_drops_ps"):
+        for field in ("sent_Bps", "recv_Bps", "gossip_sent_Bps", "gossip_recv_Bps", "cpu_pct",
+                      "sent_dgps", "recv_dgps", "udp_drops_ps"):
             vals = [p[field] for p in per_node]
             summary[field] = {"median": statistics.median(vals), "max": max(vals), "sum": sum(vals)}
         load = None
@@ -508,8 +515,8 @@ class Bench:
                 f"{fmt_s(c['kill_detected_s']):>15}  {fmt_s(c['leave_s']):>7}")
 
 
-HEADER = (f"{'nodes':>5}  {'phase':<10}  {'gossip_sent_B/s(median,max)':>27}  "
-          f"{'gossip_recv_B/s(median,max)':>27}  {'cpu_%(median,max)':>17}  {'checks/s':>8}  "
+HEADER = (f"{'nodes':>5}  {'phase':<10}  {'peer_sent_B/s(median,max)':>27}  "
+          f"{'peer_recv_B/s(median,max)':>27}  {'cpu_%(median,max)':>17}  {'checks/s':>8}  "
           f"{'udp_drops/s':>11}")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What gossip costs as the cluster grows (issue 17): SIZES clusters of node processes on
+# What gossip and global counts cost as the cluster grows (issue 17): SIZES clusters of node processes on
 # 127.0.0.1, each node seeded with n0, one tokio worker and one HTTP thread per node:
 #
 #   bench/scale.sh
@@ -11,12 +11,15 @@
 #   hot-K      K keys of a `mode: global` rule (limit 1000000/min, never denied), each checked
 #              about once a second in total: POST /v1/check/batch of up to 1000 checks, the keys
 #              in one chunk per node, the chunks rotated over the nodes every second, so every
-#              node checks (and publishes through gossip) every key within N seconds. The load
+#              node checks (and publishes) every key within N seconds. The load
 #              loop is a Python process of its own; its CPU is not counted. The counters of an
-#              earlier phase are still in the gossip state (a 1 min sliding window).
+#              earlier phase are still published (a 1 min sliding window).
 # and for each, over the nodes, median and max of:
-#   gossip_sent_B/s, gossip_recv_B/s   rate of ringlimit_gossip_bytes_total{direction=...} in
+#   peer_sent_B/s, peer_recv_B/s       rate of ringlimit_gossip_bytes_total{direction=...} in
 #                                      GET /metrics (UDP payload on the peer port, MAC included)
+#                                      plus ringlimit_global_{sent,received}_bytes_total (global
+#                                      counts pushed over the peer link, TCP payload); gossip
+#                                      alone is in results.jsonl (gossip_sent_Bps, gossip_recv_Bps)
 #   cpu_%                              utime+stime of the node process (/proc/PID/stat) over the
 #                                      window, in % of one core (2 cores shared by every node:
 #                                      25 nodes can starve each other under load)
@@ -25,8 +28,8 @@
 #                                      full receive buffer: /proc/net/udp), summed over the nodes
 # Then membership changes, timed by polling every node's GET /v1/cluster every 50 ms (each wait
 # at most WAIT_TIMEOUT s; "-" when it ran out); `when` is idle (after the idle phase, node nN)
-# and after-hot (once the last hot phase's load has stopped, its counters still in the gossip
-# state; node nN+1):
+# and after-hot (once the last hot phase's load has stopped, its counters still published;
+# node nN+1):
 #   join_s             one more node started (seeded with n0) until every node, itself included,
 #                      lists it `alive`
 #   kill_detected_s    that node SIGKILLed until no other node lists it `alive` (dead or absent)

@@ -177,23 +177,15 @@ pub async fn run(
     )
     .await?;
     let membership = Arc::new(membership);
-    // Global rules: counters keyed by this incarnation, fed by gossip (the listener must live
-    // as long as the node).
+    // Global rules: counters keyed by this incarnation, fed by what peers push.
     let self_gossip_id = membership.chitchat_id();
     let global = Arc::new(GlobalCounters::new(
         global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
         config.global_max_counters,
     ));
-    let (_global_listener, global_merger) = global::publish::subscribe(
-        membership.chitchat(),
-        self_gossip_id,
-        global.clone(),
-        engine.clock().clone(),
-    )
-    .await;
     let metrics = Arc::new(Metrics::new());
     let here = Here::new(engine.clone(), global.clone());
-    let pool = Arc::new(PeerPool::new(PeerSettings {
+    let peer_settings = PeerSettings {
         dialer: ringlimit_core::link::dial::tcp(),
         node_id: config.node_id.clone(),
         cluster_id: config.cluster_id.clone(),
@@ -202,7 +194,14 @@ pub async fn run(
         connect_timeout: Duration::from_millis(500),
         open_for: Duration::from_secs(1),
         queue: 8192,
-    }));
+    };
+    let pusher = global::push::Pusher::new(
+        peer_settings.clone(),
+        self_gossip_id.generation_id,
+        global.clone(),
+    )
+    .with_blocklist(config.gossip_blocklist.clone());
+    let pool = Arc::new(PeerPool::new(peer_settings));
     let view = membership.view_cell();
     let probe = crate::forward::reach::probe(pool.clone(), view.clone());
     let server = Arc::new(PeerServer::new(
@@ -242,10 +241,8 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
     tasks.spawn(server.run(listeners.peer));
-    tasks.spawn(global_merger);
-    let gossip = membership.clone();
     tasks.spawn(global::publish::publish_loop(
-        membership.chitchat(),
+        membership.view_cell(),
         global,
         engine.clock().clone(),
         PublishSettings {
@@ -253,7 +250,7 @@ pub async fn run(
             max_published: config.global_max_published,
             gossip_budget: config.global_gossip_budget,
         },
-        move |peer| gossip.gossip_now(peer),
+        pusher,
     ));
     let rules_synced = Arc::new(Synced::default());
     tasks.spawn(crate::rule_sync::run(

@@ -6,9 +6,10 @@
 //! [`ALL_OR_NOTHING_GROUP`] is one request's checks at that owner; `Refunds` frames give back
 //! what such groups held, on the same connection, answered like checks. Connections of their
 //! own carry `Handover` (ring changes) and `Reset` (an operator's reset of a key) frames, each
-//! acknowledged. Frames are bincode 2 (standard config) inside a 4-byte big-endian length
-//! prefix; both the prefix and the decoder enforce [`MAX_FRAME_BYTES`], so a hostile length or
-//! count can never make a node allocate more than that.
+//! acknowledged; another carries `GlobalCounts` frames one way, unanswered. Frames are bincode 2
+//! (standard config) inside a 4-byte big-endian length prefix; both the prefix and the decoder
+//! enforce [`MAX_FRAME_BYTES`], so a hostile length or count can never make a node allocate
+//! more than that.
 
 use crate::auth::NONCE_LEN;
 use crate::{CheckAnswer, RuleRef};
@@ -56,6 +57,28 @@ pub enum Frame {
     /// [`ALL_OR_NOTHING_GROUP`]) because another check of their request denied it. Answered
     /// with an `Answers` frame: one [`PeerAnswer::Refunded`] (or an error) per refund.
     Refunds(Vec<RefundGroup>),
+    /// Client → server: the sending node's own counts of global-rule buckets (`mode: global`),
+    /// on a connection of their own: the buckets that changed since the last frame, or every
+    /// bucket the sender publishes when the connection is new. Not answered (the counts are
+    /// absolute and merged by maximum, so a lost frame is made good by the full set the next
+    /// connection starts with). `generation` is the sender's incarnation (its gossip
+    /// generation), so that a restarted node counts afresh.
+    GlobalCounts {
+        generation: u64,
+        counts: Vec<GlobalCount>,
+    },
+}
+
+/// One node's own admitted hits of one global bucket, in the window `window` (numbered
+/// `unix_ms / period_ms`, alike on every node) and in the window before it (carried so that a
+/// node that hears of the bucket only after the window turned still learns the final count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobalCount {
+    pub id: u64,
+    pub period_ms: u64,
+    pub window: u64,
+    pub current: u64,
+    pub previous: u64,
 }
 
 /// Refunds that travel together and are answered together (like a [`CheckGroup`]).
@@ -232,6 +255,7 @@ impl Frame {
             Frame::Reset { .. } => "reset",
             Frame::ResetAck { .. } => "reset_ack",
             Frame::Refunds(_) => "refunds",
+            Frame::GlobalCounts { .. } => "global_counts",
         }
     }
 }
@@ -275,6 +299,18 @@ mod tests {
             let bytes = f.encode().expect("encode");
             assert_eq!(Frame::decode(&bytes).expect("decode"), f);
         }
+        let counts = Frame::GlobalCounts {
+            generation: 3,
+            counts: vec![GlobalCount {
+                id: u64::MAX,
+                period_ms: 1000,
+                window: 1_700_000_000,
+                current: 5,
+                previous: 0,
+            }],
+        };
+        let bytes = counts.encode().expect("encode");
+        assert_eq!(Frame::decode(&bytes).expect("decode"), counts);
         // Appended variants: an existing frame's tag is unchanged.
         let ack = Frame::HandoverAck { merged: 1 }.encode().expect("encode");
         assert_eq!(ack[0], 8);

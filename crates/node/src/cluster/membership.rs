@@ -198,8 +198,8 @@ impl Membership {
         self.view.clone()
     }
 
-    /// The shared chitchat state, for the global counters' publisher and listener
-    /// ([`crate::global::publish`]). Lock it briefly: gossip waits on the same lock.
+    /// The shared chitchat state, for the API rules' replication ([`crate::rule_sync`]). Lock it
+    /// briefly: gossip waits on the same lock.
     pub fn chitchat(&self) -> Arc<tokio::sync::Mutex<chitchat::Chitchat>> {
         self.handle.chitchat()
     }
@@ -207,14 +207,6 @@ impl Membership {
     /// This node's gossip identity (node id, generation, advertised address).
     pub fn chitchat_id(&self) -> ChitchatId {
         self.handle.chitchat_id().clone()
-    }
-
-    /// Starts a gossip exchange with `peer` now, outside the regular rounds: whatever either
-    /// side has newer reaches the other within a round trip.
-    pub fn gossip_now(&self, peer: SocketAddr) {
-        if let Err(e) = self.handle.gossip(peer) {
-            tracing::debug!(%peer, error = %e, "gossip already stopped");
-        }
     }
 
     /// Notified whenever the view changes.

@@ -64,7 +64,9 @@ impl GossipBlocklist {
         self.0.write().clear();
     }
 
-    fn blocks(&self, peer: &SocketAddr) -> bool {
+    /// Whether gossip (and global counts, see `crate::global::push`) to and from `peer` is
+    /// dropped.
+    pub fn blocks(&self, peer: &SocketAddr) -> bool {
         let set = self.0.read();
         !set.is_empty() && set.contains(peer)
     }

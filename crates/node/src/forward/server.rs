@@ -148,10 +148,11 @@ impl PeerServer {
         };
         tracing::debug!(%from, %peer, "peer connected");
         while let Some(bytes) = conn.next().await {
-            let frame = match bytes
-                .map_err(LinkError::from)
-                .and_then(|b| Ok(Frame::decode(&b)?))
-            {
+            let mut len = 0;
+            let frame = match bytes.map_err(LinkError::from).and_then(|b| {
+                len = b.len();
+                Ok(Frame::decode(&b)?)
+            }) {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(%from, %peer, error = %e, "bad frame from peer; closing");
@@ -183,6 +184,16 @@ impl PeerServer {
                     {
                         return;
                     }
+                    continue;
+                }
+                Frame::GlobalCounts { generation, counts } => {
+                    // Unanswered: counts are absolute, the sender resyncs after any loss.
+                    let global = self.here.global();
+                    global.receive(&peer, generation, &counts, self.here.now());
+                    global
+                        .stats
+                        .received_bytes
+                        .fetch_add(len as u64 + 4, Ordering::Relaxed);
                     continue;
                 }
                 Frame::Refunds(groups) => {

@@ -1,11 +1,11 @@
 //! Every global bucket's per-window G-counters on this node: this node's own hits and the
-//! counts merged from its peers' gossip.
+//! counts merged from what its peers push (see [`super::push`]).
 //!
 //! A bucket's window `(id, period, window)` holds a `crdts::GCounter` whose actors are the
 //! nodes (`node_id@generation`, so that a restarted node counts afresh instead of hiding under
 //! its previous life's larger count). Own hits are `inc_many` ops; a peer's published count is
 //! applied as the dot `{peer, count}`, which keeps the larger of what is known (element-wise max
-//! merge): late, repeated or reordered gossip never double-counts. The estimate is the sum over
+//! merge): late, repeated or reordered updates never double-count. The estimate is the sum over
 //! every actor ever heard of in that window, dead members included: their hits still count
 //! until the window ends, as the issue asks.
 //!
@@ -128,17 +128,27 @@ pub struct GlobalStats {
     pub evicted: AtomicU64,
     /// Keys this node publishes now (gauge, set by the publisher).
     pub published: AtomicU64,
-    /// Changed buckets waiting for this node's share of the gossip budget (gauge).
+    /// Changed buckets waiting for this node's share of the budget (`--global-gossip-budget`) (gauge).
     pub backlog: AtomicU64,
     /// Publish rounds in which a bucket with new hits was not published because the per-node
     /// cap on published keys was reached (see [`super::publish`]).
     pub unpublished: AtomicU64,
     /// Peer updates merged.
     pub merged: AtomicU64,
-    /// Gossip events lost because the merge queue was full (a full rescan follows).
+    /// Updates not queued for a peer whose queue was full (the peer is slow or unreachable;
+    /// it is sent the full set later, see [`super::push`]).
     pub dropped_events: AtomicU64,
-    /// Gossiped global keys that did not parse (ignored).
+    /// Updates received from peers that were refused (ignored; see [`super::wire::validate`]).
     pub malformed: AtomicU64,
+    /// `GlobalCounts` frames and their bytes (length prefix included) written to peers.
+    pub push_frames: AtomicU64,
+    pub push_bytes: AtomicU64,
+    /// Bytes of `GlobalCounts` frames received from peers (length prefix included).
+    pub received_bytes: AtomicU64,
+    /// Full sets queued for a peer: new connections, and peers that may have missed a frame.
+    pub resyncs: AtomicU64,
+    /// Connections to peers that failed (connect or write); each is retried with a full set.
+    pub push_failed: AtomicU64,
 }
 
 /// This node's global counters. Shared by the check path, the publisher and the merger.
@@ -261,6 +271,23 @@ impl GlobalCounters {
         drop(shard);
         self.stats.merged.fetch_add(1, Ordering::Relaxed);
         raised
+    }
+
+    /// Merges a `GlobalCounts` frame from the peer `node_id` (incarnation `generation`);
+    /// refused updates are counted and skipped. Returns how many were merged.
+    pub fn receive(&self, node_id: &str, generation: u64, counts: &[Update], now: u64) -> usize {
+        let from = actor(node_id, generation);
+        let mut merged = 0;
+        for u in counts {
+            if super::wire::validate(u).is_err() {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.merge(&from, u, now);
+            merged += 1;
+        }
+        self.note_merge(node_id, Instant::now());
+        merged
     }
 
     /// Notes that an update from `node_id` was just merged.

@@ -1,11 +1,11 @@
 //! Global rules: `mode: global` rules are decided by every node at once, from its own count
-//! plus the counts its peers gossip — eventual consistency with a bounded error, no forwarding.
+//! plus the counts its peers push — eventual consistency with a bounded error, no forwarding.
 //!
 //! For hot keys and cluster-wide quotas, where sending every check to one owner would make that
 //! owner the bottleneck. Each node keeps, per bucket and window, a G-counter (`crdts`) of the
-//! hits each node admitted ([`counters`]); it publishes its own changed counts through chitchat
-//! every `--global-publish-ms` and merges what the others publish ([`publish`]); a check is
-//! admitted when the merged estimate plus its cost fits the limit ([`decide`]).
+//! hits each node admitted ([`counters`]); it pushes its own changed counts to every other live
+//! member every `--global-publish-ms` ([`publish`], [`push`]) and merges what the others push;
+//! a check is admitted when the merged estimate plus its cost fits the limit ([`decide`]).
 //!
 //! # What each algorithm means in global mode
 //! Windows are aligned to the Unix epoch (`unix_ms / period_ms`), so every node numbers them
@@ -20,15 +20,15 @@
 //!
 //! # The error bound
 //! A node does not see its peers' most recent hits: those since their last publish round, up
-//! to one `--global-publish-ms` (half on average; each round is pushed to peers at once by a
-//! gossip exchange, so delivery adds a round trip, not a gossip round). At a cluster-wide rate
-//! `R` spread over `n` nodes, a window over-admits about `R × (n − 1)/n × interval / 2` on
+//! to one `--global-publish-ms` (half on average; each round goes to every peer at once over
+//! the peer protocol, so delivery adds a one-way delay, not a gossip round). At a cluster-wide
+//! rate `R` spread over `n` nodes, a window over-admits about `R × (n − 1)/n × interval / 2` on
 //! average, reached only when the limit is hit mid-window. The last tenth of each window's
 //! quota is published faster (every `interval / 5` at most), which shrinks that term five-fold
-//! where it matters; `bench/global.sh` measures the result per interval. Under a partition each side
-//! admits at most the limit minus what it saw of the other side (its merged counts remain), so
-//! the cluster admits at most `sides × limit` while split; a dead member's counts still count
-//! until its window ends.
+//! where it matters; `bench/global.sh` measures the result per interval. Under a partition each
+//! side admits at most the limit minus what it saw of the other side (its merged counts
+//! remain), so the cluster admits at most `sides × limit` while split; a dead member's counts
+//! still count until its window ends.
 //!
 //! # Answers
 //! A global check is never forwarded and never `degraded`: losing peers only means hearing
@@ -36,14 +36,16 @@
 //! counts as if no other traffic came (other nodes' hits may make a retry wait longer).
 //!
 //! # Layout
-//! - [`wire`] — the `g:<id>` key-values in gossip.
-//! - [`counters`] — per-window G-counters, caps, expiry.
+//! - [`wire`] — one bucket's counts as they travel, and their validation.
+//! - [`counters`] — per-window G-counters, caps, expiry, merging what peers send.
 //! - [`decide`] — the pure decision over merged counts.
-//! - [`publish`] — the publisher and merger tasks over chitchat.
+//! - [`publish`] — what each round sends: changed buckets, within the budget and the cap.
+//! - [`push`] — one connection per live peer, resynchronised whole after any loss.
 
 pub mod counters;
 pub mod decide;
 pub mod publish;
+pub mod push;
 pub mod wire;
 
 pub use counters::{Actor, GlobalCounters, GlobalStats, actor};
@@ -54,10 +56,10 @@ use ringlimit_proto::CheckAnswer;
 
 /// Default cap on the windows one node holds (own and merged, all buckets).
 pub const DEFAULT_MAX_WINDOWS: usize = 100_000;
-/// Default cap on the keys one node publishes at once.
+/// Default cap on the buckets one node publishes at once.
 pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
 /// Default gossip budget: global-counter updates a node receives per second from all its peers
-/// together (about 70 bytes each on the wire: 140 KB/s), split among the publishing nodes.
+/// together (about 30 bytes each on the wire: 60 KB/s), split among the publishing nodes.
 pub const DEFAULT_GOSSIP_BUDGET: u64 = 2_000;
 
 impl GlobalCounters {

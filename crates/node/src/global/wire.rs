@@ -1,136 +1,72 @@
-//! How one node's global counts travel in its chitchat key-values.
+//! How one node's global counts travel: [`Update`]s in the peer protocol's `GlobalCounts`
+//! frame (`ringlimit_proto::peer`), one per bucket: the node's own admitted count in window
+//! `window` (numbered `unix_ms / period_ms`, the same on every node) and in the window before
+//! it. Carrying the previous window's final count lets a node that only hears of the bucket
+//! after the window turned still learn it (the sliding-window estimate needs it).
 //!
-//! One key per bucket, `g:<bucket id, 16 hex digits>`, whose value is
-//! `<period_ms>:<window>:<current>:<previous>`: the node's own admitted count in window
-//! `window` (numbered `unix_ms / period_ms`, the same on every node) and in the window before it.
-//! About 45 bytes a key, and the key is overwritten when the window moves on rather than a new
-//! key being made per window: chitchat keeps a tombstone per deleted key for its grace period
-//! and sends every key to every node, so one key per bucket keeps the replicated state (and its
-//! tombstones) proportional to the hot buckets, not to buckets × windows. Carrying the previous
-//! window's final count in the same value lets a node that only hears the key after the window
-//! turned still learn it (the sliding-window estimate needs it).
-//!
-//! Everything here parses input from the network: nothing panics, every failure is a
-//! [`WireError`].
+//! Updates come from the network: [`validate`] refuses what the counters must not hold, and
+//! nothing here panics.
 
 use ringlimit_core::limiter::MAX_PERIOD_NS;
 
-/// Prefix of every global-counter key.
-pub const PREFIX: &str = "g:";
-/// Longest value accepted (four `u64`s and three colons fit in 80).
-const MAX_VALUE_LEN: usize = 80;
-
 /// One node's counts for one bucket, as published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Update {
-    pub id: u64,
-    pub period_ms: u64,
-    pub window: u64,
-    /// Admitted by the publishing node in `window`.
-    pub current: u64,
-    /// Admitted by the publishing node in `window - 1`.
-    pub previous: u64,
-}
+pub use ringlimit_proto::peer::GlobalCount as Update;
 
-/// Why a gossiped key or value is not a global counter.
+/// Most updates in one frame (about 30 bytes each): a full set of 10,000 published buckets is
+/// one frame, far below the peer protocol's frame limit.
+pub const MAX_PER_FRAME: usize = 20_000;
+
+/// Why an update is not a global count this node can hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("key {0:?} is not g:<16 hex digits>")]
-    Key(String),
-    #[error("value of {len} bytes is too long")]
-    TooLong { len: usize },
-    #[error("value {0:?} is not <period_ms>:<window>:<current>:<previous>")]
-    Value(String),
     #[error("period {0} ms is out of range")]
     Period(u64),
+    #[error("window {0} is not a window of the Unix epoch's first {1} ms")]
+    Window(u64, u64),
 }
 
-/// The key for bucket `id`.
-pub fn key(id: u64) -> String {
-    format!("{PREFIX}{id:016x}")
-}
-
-/// The value for an update (`id` is in the key).
-pub fn value(u: &Update) -> String {
-    format!("{}:{}:{}:{}", u.period_ms, u.window, u.current, u.previous)
-}
-
-/// Parses a key without its `g:` prefix (as chitchat's listeners hand it over).
-pub fn parse_id(key: &str) -> Result<u64, WireError> {
-    if key.len() != 16 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(WireError::Key(truncate(key)));
+/// Checks an update received from a peer.
+pub fn validate(u: &Update) -> Result<(), WireError> {
+    if u.period_ms == 0 || u.period_ms > MAX_PERIOD_NS / ringlimit_core::clock::NANOS_PER_MS {
+        return Err(WireError::Period(u.period_ms));
     }
-    u64::from_str_radix(key, 16).map_err(|_| WireError::Key(truncate(key)))
-}
-
-/// Parses a key (prefix stripped) and its value.
-pub fn parse(key: &str, value: &str) -> Result<Update, WireError> {
-    let id = parse_id(key)?;
-    if value.len() > MAX_VALUE_LEN {
-        return Err(WireError::TooLong { len: value.len() });
+    // Windows are counted from the epoch in ns on the receiving side: one whose start does not
+    // fit in a u64 of ns cannot be a real window.
+    let limit_ms = u64::MAX / ringlimit_core::clock::NANOS_PER_MS;
+    if u.window
+        .checked_mul(u.period_ms)
+        .is_none_or(|ms| ms > limit_ms)
+    {
+        return Err(WireError::Window(u.window, limit_ms));
     }
-    let bad = || WireError::Value(value.to_owned());
-    let mut parts = value
-        .split(':')
-        .map(|p| p.parse::<u64>().map_err(|_| bad()));
-    let mut next = || parts.next().unwrap_or_else(|| Err(bad()));
-    let (period_ms, window, current, previous) = (next()?, next()?, next()?, next()?);
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    if period_ms == 0 || period_ms > MAX_PERIOD_NS / ringlimit_core::clock::NANOS_PER_MS {
-        return Err(WireError::Period(period_ms));
-    }
-    Ok(Update {
-        id,
-        period_ms,
-        window,
-        current,
-        previous,
-    })
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(40).collect()
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trips() {
-        let u = Update {
+    fn update(period_ms: u64, window: u64) -> Update {
+        Update {
             id: 0x0123_4567_89ab_cdef,
-            period_ms: 20_000,
-            window: 88_000_000,
+            period_ms,
+            window,
             current: 17,
             previous: 300,
-        };
-        let k = key(u.id);
-        assert_eq!(k, "g:0123456789abcdef");
-        let v = value(&u);
-        assert!(k.len() + v.len() <= 45, "{k} {v}");
-        assert_eq!(parse(k.strip_prefix(PREFIX).unwrap(), &v), Ok(u));
+        }
     }
 
     #[test]
-    fn refuses_garbage() {
-        let id = "0123456789abcdef";
-        for (k, v) in [
-            ("0123", "1:2:3:4"),
-            ("0123456789abcdeg", "1:2:3:4"),
-            ("+123456789abcdef", "1:2:3:4"),
-            (id, ""),
-            (id, "1:2:3"),
-            (id, "1:2:3:4:5"),
-            (id, "1:2:-3:4"),
-            (id, "0:2:3:4"),
-            (id, "99999999999999999:2:3:4"),
-            (id, "1:2:3:18446744073709551616"),
-            (id, &"9".repeat(100)),
+    fn accepts_real_windows_and_refuses_the_rest() {
+        assert_eq!(validate(&update(20_000, 88_000_000)), Ok(()));
+        assert_eq!(validate(&update(1, 1_800_000_000_000)), Ok(()));
+        for bad in [
+            update(0, 1),
+            update(99_999_999_999_999_999, 1),
+            update(1_000, u64::MAX),
+            update(1, u64::MAX / 1_000),
         ] {
-            assert!(parse(k, v).is_err(), "{k:?} {v:?}");
+            assert!(validate(&bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -128,6 +128,12 @@ pub struct Snapshot {
     pub global_unpublished: u64,
     pub global_evicted: u64,
     pub global_dropped_events: u64,
+    pub global_sent_frames: u64,
+    pub global_sent_bytes: u64,
+    pub global_received_bytes: u64,
+    pub global_resyncs: u64,
+    pub global_push_failed: u64,
+    pub global_malformed: u64,
     pub reloads_ok: u64,
     pub reloads_error: u64,
     pub rules_generation: u64,
@@ -361,7 +367,7 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         "global_published",
         Gauge,
         global_published,
-        "Global-rule keys this node publishes through gossip"
+        "Global-rule buckets this node publishes to its peers"
     ),
     series!(
         "global_backlog",
@@ -385,7 +391,43 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         "global_dropped_events",
         Counter,
         global_dropped_events,
-        "Gossiped global counts dropped on a full merge queue (a full rescan follows)"
+        "Own global-rule updates not queued for a slow or unreachable peer (it is sent the full set later)"
+    ),
+    series!(
+        "global_sent_frames",
+        Counter,
+        global_sent_frames,
+        "GlobalCounts frames written to peers"
+    ),
+    series!(
+        "global_sent_bytes",
+        Counter,
+        global_sent_bytes,
+        "Bytes of GlobalCounts frames written to peers (length prefixes included)"
+    ),
+    series!(
+        "global_received_bytes",
+        Counter,
+        global_received_bytes,
+        "Bytes of GlobalCounts frames received from peers (length prefixes included)"
+    ),
+    series!(
+        "global_resyncs",
+        Counter,
+        global_resyncs,
+        "Full sets of this node's global counts queued for a peer (new connection, or a possible loss)"
+    ),
+    series!(
+        "global_push_failed",
+        Counter,
+        global_push_failed,
+        "Connections pushing global counts to a peer that failed (retried with a full set)"
+    ),
+    series!(
+        "global_malformed",
+        Counter,
+        global_malformed,
+        "Global counts received from peers and refused (period or window out of range)"
     ),
     series!(
         "rules_reload",

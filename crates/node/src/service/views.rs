@@ -32,15 +32,18 @@ pub struct ClusterView {
 pub struct GlobalView {
     /// Window counters held (own and merged, every global bucket).
     pub counters: usize,
-    /// Keys this node publishes through gossip now.
+    /// Buckets this node publishes to its peers now.
     pub published: u64,
     /// Publish rounds in which a bucket was left unpublished: the per-node cap was reached.
     pub unpublished: u64,
     /// Windows evicted at the cap while they still mattered.
     pub evicted: u64,
-    /// Peer updates merged, and gossip events dropped on a full queue.
+    /// Peer updates merged, and own updates not queued for a slow or unreachable peer (it is
+    /// sent the full set later).
     pub merged: u64,
     pub dropped_events: u64,
+    /// Full sets sent to peers (new connections, and peers that may have missed an update).
+    pub resyncs: u64,
     /// Every other member, and every peer heard from: how long ago its counts were last merged
     /// (`null`: never).
     pub peers: Vec<PeerMerge>,
@@ -152,6 +155,7 @@ impl CheckService {
                 evicted: load(&g.stats.evicted),
                 merged: load(&g.stats.merged),
                 dropped_events: load(&g.stats.dropped_events),
+                resyncs: load(&g.stats.resyncs),
                 peers,
             },
         }
@@ -230,6 +234,12 @@ impl CheckService {
             global_unpublished: load(&g.stats.unpublished),
             global_evicted: load(&g.stats.evicted),
             global_dropped_events: load(&g.stats.dropped_events),
+            global_sent_frames: load(&g.stats.push_frames),
+            global_sent_bytes: load(&g.stats.push_bytes),
+            global_received_bytes: load(&g.stats.received_bytes),
+            global_resyncs: load(&g.stats.resyncs),
+            global_push_failed: load(&g.stats.push_failed),
+            global_malformed: load(&g.stats.malformed),
             reloads_ok: load(&self.rules.reloads_ok),
             reloads_error: load(&self.rules.reloads_failed),
             rules_generation: load(&self.rules.generation),
