@@ -160,6 +160,7 @@ class Bench:
         self.results = open(os.path.join(self.out, "results.jsonl"), "a")
         self.rows = []
         self.conv = []
+        self.false_deaths = {}
         self.formed = None
         self.ports = {}  # node index -> (http, peer), per size
         self.next_port = self.base
@@ -444,6 +445,25 @@ class Bench:
         self.convergence(n, "after-hot" if self.hot else "idle", n + 1, leave=self.leave)
         log(f"size {n}: stopping")
         self.stop_all()
+        self.false_deaths[n] = self.count_false_deaths(n)
+
+    def count_false_deaths(self, n):
+        """Times a node logged a member it never stopped (n0 .. n(n-2): not the node that left,
+        not the ones that joined and were killed) as declared dead, summed over the nodes."""
+        never_stopped = {f"n{i}" for i in range(n - 1)}
+        logdir = os.path.join(self.out, "logs")
+        count = 0
+        for name in os.listdir(logdir):
+            if not name.startswith(f"size{n}-"):
+                continue
+            with open(os.path.join(logdir, name), errors="replace") as f:
+                for line in f:
+                    if "member declared dead" in line:
+                        m = line.rstrip().rsplit("member=", 1)
+                        if len(m) == 2 and m[1].split()[0] in never_stopped:
+                            count += 1
+        self.record({"kind": "false_deaths", "nodes": n, "count": count})
+        return count
 
     def convergence(self, n, when, new, leave):
         """Join of node `new`, then its SIGKILL, then (if leave) the SIGTERM of n(n-1)."""
@@ -513,6 +533,10 @@ class Bench:
         for c in self.conv:
             out(f"{c['nodes']:>5}  {c['when']:<10}  {fmt_s(c['join_s']):>7}  "
                 f"{fmt_s(c['kill_detected_s']):>15}  {fmt_s(c['leave_s']):>7}")
+        out()
+        out(f"{'nodes':>5}  {'false_deaths':>12}   (never-stopped members declared dead, all logs)")
+        for n, count in self.false_deaths.items():
+            out(f"{n:>5}  {count:>12}")
 
 
 HEADER = (f"{'nodes':>5}  {'phase':<10}  {'peer_sent_B/s(median,max)':>27}  "

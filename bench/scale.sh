@@ -36,6 +36,8 @@
 #   leave_s            after-hot only: the last original node SIGTERMed (graceful leave) until no
 #                      other node lists it `alive` (`leaving` or gone; the raw JSON also has the
 #                      time until it is dead or absent everywhere, and each node's own times)
+# and per size false_deaths: how often a node logged "member declared dead" for a member that
+# was never stopped (n0 .. n(N-2)), summed over every node's log.
 # Raw figures, per node, as JSON lines in OUT_DIR/results.jsonl; the tables in
 # OUT_DIR/summary.txt, node logs in OUT_DIR/logs.
 #
