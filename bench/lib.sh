@@ -13,11 +13,12 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+# BIN=path runs that binary (e.g. an older build, for a before/after), without building.
+if [ -z "${BIN:-}" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "building ringlimit (release)"
   cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
 fi
-BIN="$CARGO_TARGET_DIR/release/ringlimit"
+BIN="${BIN:-$CARGO_TARGET_DIR/release/ringlimit}"
 
 http_port() { echo $((BASE_PORT + $1)); }
 peer_port() { echo $((BASE_PORT + 50 + $1)); }
