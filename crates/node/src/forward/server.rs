@@ -28,6 +28,8 @@ use tokio::task::JoinSet;
 
 /// Most peer connections served at once; more are closed on accept.
 const MAX_CONNECTIONS: usize = 4096;
+/// Global counts merged between two yields to the runtime.
+const MERGE_SLICE: usize = 512;
 
 /// Where peer connections come from.
 pub trait Acceptor: Send + 'static {
@@ -188,8 +190,15 @@ impl PeerServer {
                 }
                 Frame::GlobalCounts { generation, counts } => {
                     // Unanswered: counts are absolute, the sender resyncs after any loss.
+                    // A full set (up to 10,000 counts, a few ms to merge) is merged in slices
+                    // so the checks sharing this worker are not held up behind it.
                     let global = self.here.global();
-                    global.receive(&peer, generation, &counts, self.here.now());
+                    for slice in counts.chunks(MERGE_SLICE) {
+                        global.receive(&peer, generation, slice, self.here.now());
+                        if counts.len() > MERGE_SLICE {
+                            tokio::task::yield_now().await;
+                        }
+                    }
                     global
                         .stats
                         .received_bytes

@@ -456,6 +456,26 @@ mod tests {
         assert_eq!(c.totals(1, 20_000, w), (105, 0));
     }
 
+    /// A frame from a peer: valid counts merged under the peer's incarnation (repeats change
+    /// nothing), refused ones counted and skipped, the peer's merge time noted.
+    #[test]
+    fn a_peers_frame_is_merged_and_bad_counts_are_refused() {
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        let now = W0;
+        let w = now / (20 * SEC);
+        let mut bad = update(2, w, 7, 0);
+        bad.period_ms = 0;
+        let frame = [update(1, w, 4, 1), bad, update(3, u64::MAX, 9, 0)];
+        assert_eq!(c.receive("b", 2, &frame, now), 1);
+        assert_eq!(c.receive("b", 2, &frame, now), 1);
+        assert_eq!(c.totals(1, 20_000, w), (4, 1));
+        assert_eq!(c.stats.malformed.load(Ordering::Relaxed), 4);
+        assert!(c.merge_ages().contains_key("b"));
+        // The same node's next incarnation counts afresh.
+        c.receive("b", 3, &[update(1, w, 2, 0)], now);
+        assert_eq!(c.totals(1, 20_000, w), (6, 1));
+    }
+
     #[test]
     fn sliding_estimate_reads_the_previous_window() {
         let r = rule(Algorithm::SlidingWindow, 100, 20_000, 100);
