@@ -153,9 +153,9 @@ impl Membership {
                 initial_interval: interval,
                 dead_node_grace_period: Duration::from_secs(600),
             },
-            // Only global counters' keys are ever deleted (`crate::global`); their tombstones are
-            // sent to every node and kept this long, so keep it short. A member out of touch for
-            // longer catches up through chitchat's full-state reset instead.
+            // Only API rules' keys are ever deleted (when the rule book forgets a delete, after
+            // days); chitchat's tombstones are sent to every node and kept this long, so keep it
+            // short. A member out of touch for longer catches up through a full-state reset.
             marked_for_deletion_grace_period: Duration::from_secs(300),
             catchup_callback: None,
             extra_liveness_predicate: None,
@@ -246,8 +246,8 @@ async fn watch_members(
             _ = tick.tick() => {},
         }
         let dead: Vec<ChitchatId> = chitchat.lock().await.dead_nodes().cloned().collect();
-        // Read the live nodes in place: the watcher fires on every key-value change (global
-        // counters change every publish round) and a clone would copy every node's state.
+        // Read the live nodes in place: the watcher fires on every key-value change of any
+        // node, and a clone would copy every node's state.
         let next = {
             let live_nodes = live.borrow_and_update();
             if live_nodes.is_empty() {

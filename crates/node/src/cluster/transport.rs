@@ -47,8 +47,9 @@ const MAX_RELAYS: usize = 1024;
 /// A test hook that simulates a network partition on the gossip path: datagrams to or from the
 /// listed peer addresses are dropped, both ways, before chitchat or the MAC sees them. Peer RPC
 /// (TCP) is untouched, so owner-mode forwarding still works across the "partition"; membership
-/// and global counters, which travel only by gossip, are cut. Settable at run time through the
-/// `Arc` the test keeps (see `NodeConfig::gossip_blocklist`). Not part of the product.
+/// is cut, and so are global counts (their pusher skips blocked peers). Settable at run time
+/// through the `Arc` the test keeps (see `NodeConfig::gossip_blocklist`). Not part of the
+/// product.
 #[doc(hidden)]
 #[derive(Debug, Default)]
 pub struct GossipBlocklist(parking_lot::RwLock<std::collections::HashSet<SocketAddr>>);
@@ -64,8 +65,7 @@ impl GossipBlocklist {
         self.0.write().clear();
     }
 
-    /// Whether gossip (and global counts, see `crate::global::push`) to and from `peer` is
-    /// dropped.
+    /// Whether gossip (and global counts) to and from `peer` is dropped.
     pub fn blocks(&self, peer: &SocketAddr) -> bool {
         let set = self.0.read();
         !set.is_empty() && set.contains(peer)
