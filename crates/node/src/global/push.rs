@@ -286,35 +286,42 @@ mod tests {
     use super::*;
     use crate::cluster::Member;
     use crate::cluster::quorum::Quorum;
-    use futures::StreamExt;
-    use ringlimit_core::link::framing;
+    use crate::decide::Here;
+    use crate::engine::Engine;
+    use crate::forward::{PeerServer, ServerSettings};
+    use crate::global::actor;
+    use crate::rules::RuleSet;
+    use ringlimit_core::clock::ManualClock;
     use ringlimit_core::link::memnet::MemNet;
     use ringlimit_proto::Ring;
-    use ringlimit_proto::handshake::ServerHandshake;
     use std::collections::BTreeMap;
+
+    const WINDOW: u64 = 1_700_000_000;
 
     fn update(id: u64, current: u64) -> Update {
         Update {
             id,
             period_ms: 1_000,
-            window: 1_700_000_000,
+            window: WINDOW,
             current,
             previous: 0,
         }
     }
 
-    fn view(peers: &[&str]) -> View {
-        let mut members: Vec<Member> = std::iter::once("me")
-            .chain(peers.iter().copied())
-            .map(|id| Member {
-                node_id: id.into(),
-                peer_addr: id.into(),
-                http_addr: String::new(),
-                state: MemberState::Alive,
-                generation: 1,
-            })
-            .collect();
-        members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    fn member(id: &str, addr: &str) -> Member {
+        Member {
+            node_id: id.into(),
+            peer_addr: addr.into(),
+            http_addr: String::new(),
+            state: MemberState::Alive,
+            generation: 1,
+        }
+    }
+
+    /// This node ("me") and `peers` (id, address), all alive.
+    fn view(peers: &[(&str, &str)]) -> View {
+        let mut members = vec![member("me", "me")];
+        members.extend(peers.iter().map(|(id, addr)| member(id, addr)));
         View {
             self_id: Arc::from("me"),
             members,
@@ -324,8 +331,8 @@ mod tests {
         }
     }
 
-    fn settings(net: &MemNet) -> PeerSettings {
-        PeerSettings {
+    fn pusher(net: &MemNet) -> Pusher {
+        let settings = PeerSettings {
             dialer: net.dialer("me"),
             node_id: "me".into(),
             cluster_id: "c".into(),
@@ -334,58 +341,43 @@ mod tests {
             connect_timeout: Duration::from_millis(500),
             open_for: Duration::from_secs(1),
             queue: 16,
-        }
+        };
+        Pusher::new(
+            settings,
+            9,
+            Arc::new(GlobalCounters::new(actor("me", 9), 100)),
+        )
     }
 
-    /// A peer that completes handshakes and reports every `GlobalCounts` frame it reads, with
-    /// the connection it came on.
-    fn listen(net: &MemNet, addr: &str) -> mpsc::UnboundedReceiver<(usize, Vec<Update>)> {
-        let mut listener = net.listen(addr);
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut n = 0;
-            while let Some((io, _)) = listener.accept().await {
-                n += 1;
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    let mut conn = framing::framed(io);
-                    let within = Duration::from_secs(1);
-                    let Ok(hello) = framing::recv(&mut conn, within).await else {
-                        return;
-                    };
-                    let Ok((hs, challenge)) =
-                        ServerHandshake::on_hello(hello, "c", "peer", None, [7; 16])
-                    else {
-                        return;
-                    };
-                    let _ = framing::send(&mut conn, &challenge).await;
-                    let Ok(proof) = framing::recv(&mut conn, within).await else {
-                        return;
-                    };
-                    let Ok((_, welcome)) = hs.on_proof(proof) else {
-                        return;
-                    };
-                    let _ = framing::send(&mut conn, &welcome).await;
-                    while let Some(Ok(bytes)) = conn.next().await {
-                        if let Ok(Frame::GlobalCounts { generation, counts }) =
-                            Frame::decode(&bytes)
-                        {
-                            assert_eq!(generation, 9);
-                            let _ = tx.send((n, counts));
-                        }
-                    }
-                });
+    /// A real peer server at `addr` (within the window on its clock); returns its counters.
+    fn receiver(net: &MemNet, addr: &str) -> Arc<GlobalCounters> {
+        let counters = Arc::new(GlobalCounters::new(actor(addr, 1), 1_000));
+        let clock = Arc::new(ManualClock::new(WINDOW * 1_000_000_000));
+        let engine = Arc::new(Engine::new(RuleSet::builtin(), 100, clock));
+        let server = Arc::new(PeerServer::new(
+            Here::new(engine, counters.clone()),
+            ServerSettings {
+                node_id: addr.into(),
+                cluster_id: "c".into(),
+                secret: None,
+                handshake_timeout: Duration::from_secs(1),
+            },
+            None,
+        ));
+        tokio::spawn(server.run(net.listen(addr)));
+        counters
+    }
+
+    /// Whether `counters` come to hold `current` for bucket `id` (from "me") within 10 s of
+    /// tokio's paused clock.
+    async fn reaches(counters: &GlobalCounters, id: u64, current: u64) -> bool {
+        for _ in 0..1_000 {
+            if counters.totals(id, 1_000, WINDOW) == (current, 0) {
+                return true;
             }
-        });
-        rx
-    }
-
-    async fn next(rx: &mut mpsc::UnboundedReceiver<(usize, Vec<Update>)>) -> (usize, Vec<Update>) {
-        tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_default()
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
     }
 
     /// A new peer gets the full set, then only deltas; after its connections drop it gets the
@@ -393,37 +385,36 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn full_set_first_deltas_after_and_again_after_a_loss() {
         let net = MemNet::new();
-        let mut got = listen(&net, "p");
-        let counters = Arc::new(GlobalCounters::new(super::super::actor("me", 9), 100));
-        let stats = &counters.stats;
-        let mut pusher = Pusher::new(settings(&net), 9, counters.clone());
-        assert_eq!(pusher.track(&view(&["p"])), 1);
+        let got = receiver(&net, "p");
+        let mut pusher = pusher(&net);
+        assert_eq!(pusher.track(&view(&[("p", "p")])), 1);
         assert!(pusher.wants_full());
-        let everything = vec![update(1, 5), update(2, 3)];
-        pusher.send(&[update(1, 5)], || everything.clone());
-        assert_eq!(next(&mut got).await, (1, everything.clone()));
+        pusher.send(&[update(1, 5)], || vec![update(1, 5), update(2, 3)]);
+        assert!(reaches(&got, 1, 5).await && reaches(&got, 2, 3).await);
         assert!(!pusher.wants_full());
-        pusher.send(&[update(2, 4)], Vec::new);
-        assert_eq!(next(&mut got).await, (1, vec![update(2, 4)]));
+        // A delta carries only what changed: the full set's closure is not called.
+        pusher.send(&[update(2, 4)], || vec![update(1, 99)]);
+        assert!(reaches(&got, 2, 4).await);
+        assert_eq!(got.totals(1, 1_000, WINDOW), (5, 0));
+        assert_eq!(net.dials("p"), 1);
 
         // The connection is lost: the next delta fails, the task backs off and asks for the
-        // full set, which comes on a second connection.
+        // full set, which comes on a second connection (bucket 1 is only in the full set).
         net.drop_connections("p");
-        let mut asked = false;
+        let mut resynced = false;
         for _ in 0..50 {
             pusher.send(&[update(3, 1)], || {
                 vec![update(1, 6), update(2, 4), update(3, 1)]
             });
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if let Ok((conn, counts)) = got.try_recv() {
-                assert_eq!(conn, 2, "{counts:?}");
-                if counts.len() == 3 {
-                    asked = true;
-                    break;
-                }
+            if got.totals(1, 1_000, WINDOW) == (6, 0) {
+                resynced = true;
+                break;
             }
         }
-        assert!(asked, "no full set after the loss");
+        assert!(resynced, "no full set after the loss");
+        assert_eq!(net.dials("p"), 2);
+        let stats = &pusher.counters.stats;
         assert!(stats.push_failed.load(Ordering::Relaxed) >= 1);
         assert_eq!(stats.resyncs.load(Ordering::Relaxed), 2);
 
@@ -434,28 +425,23 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_blocked_member_is_resynced_when_unblocked() {
         let net = MemNet::new();
-        let mut got = listen(&net, "127.0.0.1:9");
+        let addr = "127.0.0.1:9";
+        let got = receiver(&net, addr);
         let list = Arc::new(GossipBlocklist::default());
-        let counters = Arc::new(GlobalCounters::new(super::super::actor("me", 9), 100));
-        let mut pusher =
-            Pusher::new(settings(&net), 9, counters).with_blocklist(Some(list.clone()));
-        let mut v = view(&[]);
-        v.members.push(Member {
-            node_id: "q".into(),
-            peer_addr: "127.0.0.1:9".into(),
-            http_addr: String::new(),
-            state: MemberState::Alive,
-            generation: 1,
-        });
+        let mut pusher = pusher(&net).with_blocklist(Some(list.clone()));
+        let v = view(&[("q", addr)]);
         assert_eq!(pusher.track(&v), 1);
         pusher.send(&[], || vec![update(1, 1)]);
-        assert_eq!(next(&mut got).await.1, vec![update(1, 1)]);
-        list.block("127.0.0.1:9".parse().expect("addr"));
+        assert!(reaches(&got, 1, 1).await);
+        list.block(addr.parse().expect("addr"));
         assert_eq!(pusher.track(&v), 0);
         pusher.send(&[update(1, 2)], || vec![update(1, 2)]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(got.totals(1, 1_000, WINDOW), (1, 0));
         list.clear();
         assert_eq!(pusher.track(&v), 1);
         pusher.send(&[update(1, 3)], || vec![update(1, 3), update(2, 1)]);
-        assert_eq!(next(&mut got).await, (2, vec![update(1, 3), update(2, 1)]));
+        assert!(reaches(&got, 1, 3).await && reaches(&got, 2, 1).await);
+        assert_eq!(net.dials(addr), 2);
     }
 }
