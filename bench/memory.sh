@@ -36,9 +36,10 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 BIN="$CARGO_TARGET_DIR/release/ringlimit"
 WORK="$(mktemp -d)"
-PID=""
+# shellcheck source=bench/node.sh
+source "$BENCH_DIR/node.sh"
 cleanup() {
-  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  node_stop
   rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
@@ -52,47 +53,13 @@ rules:
     mode: global
 EOF
 
-start() { # extra serve flags...
-  TOKIO_WORKER_THREADS="$HTTP_THREADS" RUST_LOG=warn "$BIN" serve --node-id mem \
-    --http "127.0.0.1:$PORT" --peer "127.0.0.1:$((PORT + 1))" --config "$WORK/rules.yaml" \
-    --http-threads "$HTTP_THREADS" "$@" 2>"$WORK/node.log" &
-  PID=$!
-  local deadline=$((SECONDS + 20))
-  until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do
-    [ $SECONDS -lt $deadline ] || { log "node did not become ready"; cat "$WORK/node.log" >&2; exit 1; }
-    sleep 0.1
-  done
-}
-
-stop() {
-  kill "$PID" 2>/dev/null || true
-  wait "$PID" 2>/dev/null || true
-  PID=""
-}
-
-# Sends COUNT checks with distinct keys PREFIX0..PREFIX(COUNT-1) in batches of 1000.
-fill() { # COUNT PREFIX CHECK_JSON_TAIL
-  python3 - "$PORT" "$1" "$2" "$3" <<'EOF'
-import http.client, sys
-port, count, prefix, tail = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-for start in range(0, count, 1000):
-    n = min(1000, count - start)
-    items = ",".join('{"key":"%s%d",%s}' % (prefix, start + i, tail) for i in range(n))
-    conn.request("POST", "/v1/check/batch", '{"checks":[%s]}' % items,
-                 {"content-type": "application/json"})
-    r = conn.getresponse()
-    body = r.read()
-    if r.status != 200 or b'"error"' in body:
-        sys.exit("batch at %d: %d %s" % (start, r.status, body[:200]))
-EOF
-}
+start() { node_start "$BIN" --config "$WORK/rules.yaml" "$@"; }
 
 mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1000 }'; }
 report() { # LABEL
   local rss hwm
-  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$PID/status")
-  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status")
+  rss=$(node_kb VmRSS)
+  hwm=$(node_kb VmHWM)
   printf '%-58s RSS %8s MB   peak %8s MB\n' "$1" "$(mb "$rss")" "$(mb "$hwm")"
 }
 
@@ -102,22 +69,22 @@ GLOBAL_CHECK='"rule":"mem-global"'
 log "stage empty"
 start --max-keys 1000
 report "empty: --max-keys 1000"
-stop
+node_stop
 
 log "stage store: $MAX_KEYS keys"
 start --max-keys "$MAX_KEYS"
 report "store: --max-keys $MAX_KEYS, at start"
-fill "$MAX_KEYS" s: "$STORE_CHECK"
+node_fill "$MAX_KEYS" s: "$STORE_CHECK"
 report "store: $MAX_KEYS keys checked"
-fill $((MAX_KEYS / 10)) t: "$STORE_CHECK"
+node_fill $((MAX_KEYS / 10)) t: "$STORE_CHECK"
 report "store: $((MAX_KEYS / 10)) more (evicting)"
-stop
+node_stop
 
 log "stage global: + $GLOBAL_KEYS global keys"
 start --max-keys "$MAX_KEYS" --global-max-counters "$GLOBAL_KEYS"
-fill "$MAX_KEYS" s: "$STORE_CHECK"
-fill "$GLOBAL_KEYS" g: "$GLOBAL_CHECK"
+node_fill "$MAX_KEYS" s: "$STORE_CHECK"
+node_fill "$GLOBAL_KEYS" g: "$GLOBAL_CHECK"
 report "every cap full: + $GLOBAL_KEYS global keys"
 sleep 3
 report "every cap full, 3 s later"
-stop
+node_stop
