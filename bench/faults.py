@@ -145,8 +145,14 @@ class Cluster:
             stdout=subprocess.DEVNULL, stderr=log, env=env,
         )
 
-    def iptables(self, i, *rule):
-        subprocess.run(["ip", "netns", "exec", self.ns(i), "iptables", *rule], check=True)
+    async def iptables(self, i, *rule):
+        # Not subprocess.run: this event loop also runs the load and times its answers, and a
+        # blocking `ip netns exec iptables` (10-25 ms each) added its time to every answer in
+        # flight (the 50-61 ms "slowest answers" at the instant of a heal were these).
+        p = await asyncio.create_subprocess_exec(
+            "ip", "netns", "exec", self.ns(i), "iptables", *rule)
+        if await p.wait() != 0:
+            raise RuntimeError(f"iptables {' '.join(rule)} in {self.ns(i)} failed")
 
     async def start_pollers(self):
         for i in range(len(NODES)):
@@ -232,39 +238,39 @@ def stop_processes(procs):
                 p.kill()
 
 
-def fault(cluster, name, on):
+async def fault(cluster, name, on):
     """Applies (on) or removes scenario `name`'s fault on the victim."""
     v = VICTIM
     if name == "stall":
         os.kill(cluster.procs[v].pid, signal.SIGSTOP if on else signal.SIGCONT)
         return
     if not on:
-        cluster.iptables(v, "-F", "INPUT")
-        cluster.iptables(v, "-F", "OUTPUT")
+        await cluster.iptables(v, "-F", "INPUT")
+        await cluster.iptables(v, "-F", "OUTPUT")
         return
     if name == "isolate":
-        cluster.iptables(v, "-A", "INPUT", "!", "-i", "lo", "-j", "DROP")
-        cluster.iptables(v, "-A", "OUTPUT", "!", "-o", "lo", "-j", "DROP")
+        await cluster.iptables(v, "-A", "INPUT", "!", "-i", "lo", "-j", "DROP")
+        await cluster.iptables(v, "-A", "OUTPUT", "!", "-o", "lo", "-j", "DROP")
     elif name == "loss":
         for chain, iface in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            cluster.iptables(v, "-A", chain, "!", iface, "lo", "-m", "statistic",
+            await cluster.iptables(v, "-A", chain, "!", iface, "lo", "-m", "statistic",
                              "--mode", "random", "--probability", "0.1", "-j", "DROP")
     else:
         for peer in PEERS_OF_VICTIM:
             if name in ("split", "oneway-in"):
-                cluster.iptables(v, "-A", "INPUT", "-s", peer, "-j", "DROP")
+                await cluster.iptables(v, "-A", "INPUT", "-s", peer, "-j", "DROP")
             if name in ("split", "oneway-out"):
-                cluster.iptables(v, "-A", "OUTPUT", "-d", peer, "-j", "DROP")
+                await cluster.iptables(v, "-A", "OUTPUT", "-d", peer, "-j", "DROP")
 
 
 async def scenario(cluster, name, args):
     load = Load(f"{name}-{int(time.time())}", args.rate)
     runner = asyncio.get_running_loop().create_task(load.run())
     await asyncio.sleep(args.warm)
-    fault(cluster, name, True)
+    await fault(cluster, name, True)
     faulted = time.time()
     await asyncio.sleep(args.fault)
-    fault(cluster, name, False)
+    await fault(cluster, name, False)
     healed = time.time()
     converged = None
     deadline = healed + args.heal
