@@ -351,7 +351,7 @@ mod tests {
 
     /// A real peer server at `addr` (within the window on its clock); returns its counters.
     fn receiver(net: &MemNet, addr: &str) -> Arc<GlobalCounters> {
-        let counters = Arc::new(GlobalCounters::new(actor(addr, 1), 1_000));
+        let counters = Arc::new(GlobalCounters::new(actor(addr, 1), 100_000));
         let clock = Arc::new(ManualClock::new(WINDOW * 1_000_000_000));
         let engine = Arc::new(Engine::new(RuleSet::builtin(), 100, clock));
         let server = Arc::new(PeerServer::new(
@@ -443,5 +443,36 @@ mod tests {
         pusher.send(&[update(1, 3)], || vec![update(1, 3), update(2, 1)]);
         assert!(reaches(&got, 1, 3).await && reaches(&got, 2, 1).await);
         assert_eq!(net.dials(addr), 2);
+    }
+
+    /// A stalled member (its process paused: bytes stop moving, nothing is lost) holds up
+    /// nobody: the other member gets every round at once; once resumed it catches up.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_member_holds_up_nobody_and_catches_up_when_it_resumes() {
+        let net = MemNet::new();
+        let p = receiver(&net, "p");
+        let q = receiver(&net, "q");
+        let mut pusher = pusher(&net);
+        assert_eq!(pusher.track(&view(&[("p", "p"), ("q", "q")])), 2);
+        // Every bucket changes every round, so a round's delta is also the full set.
+        let round_of = |round: u64| -> Vec<Update> {
+            (0..=2_000u64).map(|i| update(i << 40 | 1, round)).collect()
+        };
+        pusher.send(&[], || round_of(1));
+        assert!(reaches(&p, 1, 1).await && reaches(&q, 1, 1).await);
+        net.stall("q");
+        // Rounds of 2,001 buckets (~50 KB a frame): q's pipe is full within a few.
+        for round in 2..=30u64 {
+            let delta = round_of(round);
+            pusher.send(&delta, || delta.clone());
+            assert!(reaches(&p, 1, round).await, "round {round} late at p");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(q.totals(1, 1_000, WINDOW).0 < 30);
+        net.resume("q");
+        let delta = round_of(31);
+        pusher.send(&delta, || delta.clone());
+        assert!(reaches(&q, 1, 31).await && reaches(&q, 2_000 << 40 | 1, 31).await);
+        assert!(pusher.counters.stats.push_failed.load(Ordering::Relaxed) >= 1);
     }
 }
