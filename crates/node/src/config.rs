@@ -132,8 +132,8 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
           value_parser = clap::value_parser!(u64).range(0..=256))]
     pub http_threads: u64,
-    /// How often this node publishes its changed global-rule counts through gossip, in
-    /// milliseconds (the main term of global rules' over-admission).
+    /// How often this node sends its changed global-rule counts to the other live members
+    /// (over the peer port), in milliseconds (the main term of global rules' over-admission).
     #[arg(long, env = "RINGLIMIT_GLOBAL_PUBLISH_MS", value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(10..=10_000))]
     pub global_publish_ms: u64,
@@ -145,7 +145,7 @@ pub struct ServeArgs {
     pub global_max_published: u64,
     /// Global-counter updates each node may receive per second from all its peers together;
     /// each node publishes at most its share (this divided by the other live members), oldest
-    /// changes first, so gossip stays bounded however many nodes and hot keys there are.
+    /// changes first, so the traffic stays bounded however many nodes and hot keys there are.
     #[arg(long, env = "RINGLIMIT_GLOBAL_GOSSIP_BUDGET", value_name = "N",
           default_value_t = crate::global::DEFAULT_GOSSIP_BUDGET,
           value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
