@@ -128,7 +128,7 @@ pub struct GlobalStats {
     pub evicted: AtomicU64,
     /// Keys this node publishes now (gauge, set by the publisher).
     pub published: AtomicU64,
-    /// Changed buckets waiting for this node's share of the budget (`--global-gossip-budget`) (gauge).
+    /// Changed buckets waiting for this node's share of `--global-gossip-budget` (gauge).
     pub backlog: AtomicU64,
     /// Publish rounds in which a bucket with new hits was not published because the per-node
     /// cap on published keys was reached (see [`super::publish`]).

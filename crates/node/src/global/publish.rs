@@ -1,5 +1,5 @@
 //! Publishing this node's global counts: every round, the buckets with new own hits go to
-//! every other live member ([`super::push`]), within the node's share of the gossip budget.
+//! every other live member ([`super::push`]), within the node's share of the budget.
 //!
 //! # Publishing
 //! Every `interval` (default 100 ms, `--global-publish-ms`), the buckets with new own hits are
@@ -54,14 +54,13 @@ pub struct PublishSettings {
     pub gossip_budget: u64,
 }
 
-/// This node's share of the cluster's gossip budget: a token bucket of key writes. Every node
-/// receives every other node's writes, so with each of the `n` live nodes writing at most
-/// `budget / (n - 1)` a second, what any node receives stays within `budget` however large the
-/// cluster or the number of hot keys (measured before it: 10,000 hot keys on 9 nodes sent
-/// 336 KB/s per node, peers' receive buffers overflowed, and live nodes were declared dead;
-/// `bench/scale.sh`). Changes beyond the share wait in the publisher's backlog, oldest first:
-/// peers then see a bucket's count later, which is the price (over-admission up to the hits
-/// a backlog holds back).
+/// This node's share of the cluster's budget (`--global-gossip-budget`): a token bucket of
+/// bucket updates. Every node receives every other node's updates, so with each of the `n`
+/// live nodes sending at most `budget / (n - 1)` a second, what any node receives (bytes, and
+/// CPU to merge) stays within `budget` however large the cluster or the number of hot keys.
+/// Changes beyond the share wait in the publisher's backlog, oldest first: peers then see a
+/// bucket's count later, which is the price (over-admission up to the hits a backlog holds
+/// back). Full sets for new or resynced peers are not counted.
 #[derive(Debug)]
 pub struct Budget {
     per_second: f64,

@@ -373,7 +373,7 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         "global_backlog",
         Gauge,
         global_backlog,
-        "Changed global-rule keys waiting for this node's share of the gossip budget"
+        "Changed global-rule buckets waiting for this node's share of --global-gossip-budget"
     ),
     series!(
         "global_unpublished",
