@@ -25,7 +25,7 @@ use futures::SinkExt;
 use ringlimit_core::link::client::{PeerSettings, connect};
 use ringlimit_core::link::framing::FramedPeer;
 use ringlimit_proto::peer::Frame;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,26 +97,23 @@ impl Pusher {
     /// Keeps one task per other member that is alive (or leaving: it still admits) in `view`;
     /// returns how many there are.
     pub fn track(&mut self, view: &View) -> usize {
-        let mut live: HashMap<PeerKey, ()> = HashMap::new();
+        let mut live: HashSet<PeerKey> = HashSet::new();
         for m in &view.members {
             if *m.node_id == *view.self_id || m.state == MemberState::Dead {
                 continue;
             }
+            // A blocked member is let go like a lost one: a full set once it is reachable again.
             let blocked = self.blocklist.as_ref().is_some_and(|b| {
                 m.peer_addr
                     .parse::<SocketAddr>()
                     .is_ok_and(|a| b.blocks(&a))
             });
-            let key = (m.node_id.clone(), m.generation, m.peer_addr.clone());
-            if blocked {
-                // As if the connection were lost: the full set once it is reachable again.
-                self.peers.remove(&key);
-                continue;
+            if !blocked {
+                live.insert((m.node_id.clone(), m.generation, m.peer_addr.clone()));
             }
-            live.insert(key, ());
         }
-        self.peers.retain(|k, _| live.contains_key(k));
-        for key in live.into_keys() {
+        self.peers.retain(|k, _| live.contains(k));
+        for key in live {
             if !self.peers.contains_key(&key) {
                 let peer = self.start(&key.2);
                 self.peers.insert(key, peer);
