@@ -6,10 +6,14 @@
 #   bench/all.sh                          # 10 s per load, 3 rounds
 #   DURATION=5 RUNS=5 bench/all.sh
 #   BENCH_NICE=-10 bench/all.sh           # nodes ahead of the machine's other work (root)
+#   OPEN_RATES="5000 9000" bench/all.sh   # also check/all at fixed rates (open loop)
 #
 # Figures per request of three limits: requests/s, latency (for the separate calls, per call:
 # a request needs three in turn), and the nodes' CPU time per request (utime + stime of all
 # three nodes over the load, steadier than throughput on a shared machine).
+# With OPEN_RATES, then check/all alone at each rate (requests/s), RUNS times, from
+# bench/openloop (8 connections, latency from each request's scheduled time, so a stall is not
+# hidden by the closed loop's waiting): p50, p99, p99.9.
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -84,4 +88,28 @@ a_rps, t_rps, a_p99 = med("all", 2), med("three", 2), med("all", 4)
 print(f"targets: check/all p99 < 1 ms: {'PASS' if a_p99 < 1 else 'MISS'} ({a_p99:.3f}); "
       f">= 2x the requests/s of three calls: {'PASS' if a_rps >= 2 * t_rps else 'MISS'} ({a_rps / t_rps:.2f}x)")
 PY
+
+if [ -n "${OPEN_RATES:-}" ]; then
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
+  fi
+  OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
+  body='{"checks":[{"key":"user:{n}","rule":"per-user"},{"key":"ip:{n}","rule":"per-ip"},'
+  body+='{"key":"POST /orders","limit":1000000,"period_ms":1000}]}'
+  echo "check/all at a fixed rate (open loop, $CONNS connections, $DURATION s per run), ms:"
+  printf '%10s %4s %9s %8s %8s %8s %7s\n' rate run achieved p50 p99 p99.9 errors
+  for rate in $OPEN_RATES; do
+    for ((run = 1; run <= RUNS; run++)); do
+      "$OPENLOOP" --url "http://127.0.0.1:$(http_port 0)/v1/check/all" --rate "$rate" \
+        --duration "$DURATION" --warmup 2 --connections "$CONNS" --keyspace "$KEYSPACE" \
+        --body-template "$body" --json >"$OUT_DIR/open-$rate-$run.json"
+      python3 - "$OUT_DIR/open-$rate-$run.json" "$rate" "$run" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]:>10} {sys.argv[3]:>4} {r['achieved']:9.0f} {r['p50_ms']:8.3f} "
+      f"{r['p99_ms']:8.3f} {r['p999_ms']:8.3f} {r['errors'] + r['timeouts']:7d}")
+PY
+    done
+  done
+fi
 log "raw results in $OUT_DIR"
