@@ -6,6 +6,7 @@
 #   bench/keyflood.sh
 #   MAX_KEYS=200000 DURATION=30 bench/keyflood.sh
 #   FLOOD_CONNS=1 bench/keyflood.sh         # a lighter flood: one connection, closed loop
+#   BENCH_NICE=-10 bench/keyflood.sh        # the node ahead of the load generators (root)
 #
 # One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -cFLOOD_CONNS (16) sending
 # POST /v1/check/batch of 100 never-seen keys (bench/wrk/flood.lua). The clients: wrk -t1 -c2
@@ -29,6 +30,11 @@ source "$BENCH_DIR/lib.sh"
 start_nodes 1 flood --max-keys "$MAX_KEYS"
 PORT=$(http_port 0)
 PID=${PIDS[0]}
+# BENCH_NICE=-10 (as root): the node ahead of both wrk processes, to tell the node's own
+# queueing from the CPU its load generators take.
+if [ -n "${BENCH_NICE:-}" ]; then
+  renice -n "$BENCH_NICE" -p "$PID" >/dev/null
+fi
 
 probe() { # LABEL -> "rps p50 p99"
   local out="$OUT_DIR/$1.txt"

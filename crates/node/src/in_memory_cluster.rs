@@ -721,3 +721,35 @@ async fn a_node_without_a_majority_answers_every_key_from_its_share() {
     b.set_ring(ABC);
     assert!(!b.check(&of_a).await.degraded);
 }
+
+/// A large batch decided here gives the runtime back every few decisions, so a single check
+/// polled beside it is answered before the batch ends (under a flood of batches, other keys'
+/// checks no longer wait for whole batches: bench/keyflood.sh).
+#[tokio::test(start_paused = true)]
+async fn a_large_local_batch_lets_a_single_check_through_before_it_ends() {
+    let net = MemNet::new();
+    let a = Node::start(&net, "a", &["a"]);
+    let keys: Vec<String> = (0..1_000).map(|i| format!("flood:{i}")).collect();
+    let batch: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            a.engine
+                .prepare_check(k, RuleSpec::Inline(RULE), 1)
+                .expect("valid check")
+        })
+        .collect();
+    let done = std::cell::RefCell::new(Vec::new());
+    // `join!` polls the batch first; the single check only runs when the batch yields.
+    tokio::join!(
+        async {
+            let answers = a.dispatcher.check_many(&batch).await;
+            assert!(answers.iter().all(|r| r.as_ref().is_ok_and(|x| x.allowed)));
+            done.borrow_mut().push("batch");
+        },
+        async {
+            assert!(a.check("single").await.allowed);
+            done.borrow_mut().push("single");
+        },
+    );
+    assert_eq!(*done.borrow(), ["single", "batch"]);
+}
