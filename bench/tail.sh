@@ -118,8 +118,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM # exit runs the EXIT trap
 
-# PORT lies in Linux's ephemeral range (32768-60999): a client socket of anything else on the
-# machine may hold it (even in TIME-WAIT, up to 60 s), so a refused bind is retried for 75 s.
+# PORT may still be held by another program (another bench, or a socket in TIME-WAIT when
+# PORT is set inside Linux's ephemeral range, 32768-60999), so a refused bind is retried for
+# 75 s.
 start_node() { # BIN LABEL
   local deadline=$((SECONDS + 75)) ready
   while :; do

@@ -193,11 +193,11 @@ impl PeerServer {
                     // A full set (up to 10,000 counts, a few ms to merge) is merged in slices
                     // so the checks sharing this worker are not held up behind it.
                     let global = self.here.global();
-                    for slice in counts.chunks(MERGE_SLICE) {
-                        global.receive(&peer, generation, slice, self.here.now());
-                        if counts.len() > MERGE_SLICE {
+                    for (i, slice) in counts.chunks(MERGE_SLICE).enumerate() {
+                        if i > 0 {
                             tokio::task::yield_now().await;
                         }
+                        global.receive(&peer, generation, slice, self.here.now());
                     }
                     global
                         .stats
