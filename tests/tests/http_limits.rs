@@ -74,6 +74,85 @@ async fn a_header_that_never_ends_is_closed_and_an_idle_connection_too() -> Resu
     n.stop().await
 }
 
+/// Writes `req` on `s` and reads one answer's head and body (up to its Content-Length).
+async fn exchange(s: &mut TcpStream, req: &str) -> Result<String> {
+    s.write_all(req.as_bytes()).await?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let text = String::from_utf8_lossy(&got);
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: ")?.parse::<usize>().ok())
+                    .context("no content-length")?;
+                if body.len() >= len {
+                    return Ok(text.into_owned());
+                }
+            }
+            let n = s.read(&mut buf).await?;
+            ensure!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .context("no answer in time")?
+}
+
+#[tokio::test]
+async fn a_keep_alive_connection_waits_for_the_idle_timeout_not_the_header_timeout() -> Result<()> {
+    // The regression: hyper's header-read timer ran while a keep-alive connection waited for
+    // its next request, so such connections closed after 5 s instead of the idle timeout's 60.
+    let n = node(ConnLimits {
+        header_timeout: Duration::from_millis(200),
+        idle_timeout: Duration::from_secs(30),
+        max_connections: 100,
+    })
+    .await?;
+    let mut s = TcpStream::connect(n.http).await?;
+    let first = exchange(&mut s, &request(true)).await?;
+    ensure!(first.starts_with("HTTP/1.1 200"), "{first}");
+    // Three header timeouts without a byte.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let second = exchange(&mut s, &request(true)).await?;
+    ensure!(second.starts_with("HTTP/1.1 200"), "{second}");
+    // A head that begins and stalls is still closed, timed from its first byte.
+    s.write_all(b"POST /v1/check HTTP/1.1\r\n").await?;
+    closed_by_server(&mut s).await?;
+    let metrics = n.get("/metrics").await?.text;
+    ensure!(
+        metrics.contains("ringlimit_http_connections_closed_total{reason=\"header_timeout\"} 1"),
+        "{metrics}"
+    );
+    n.stop().await
+}
+
+#[tokio::test]
+async fn an_http2_connection_has_no_header_clock() -> Result<()> {
+    let n = node(ConnLimits {
+        header_timeout: Duration::from_millis(200),
+        idle_timeout: Duration::from_secs(30),
+        max_connections: 100,
+    })
+    .await?;
+    let tcp = TcpStream::connect(n.http).await?;
+    let (client, connection) = h2::client::handshake(tcp).await?;
+    let driver = tokio::spawn(connection);
+    // Connected (preface and settings sent), then quiet for three header timeouts.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut client = client.ready().await?;
+    let request = http::Request::post("/v1/check")
+        .header("content-type", "application/json")
+        .body(())?;
+    let (response, mut body) = client.send_request(request, false)?;
+    body.send_data(bytes::Bytes::from_static(CHECK.as_bytes()), true)?;
+    let response = tokio::time::timeout(WAIT, response).await??;
+    ensure!(response.status() == 200, "{response:?}");
+    driver.abort();
+    n.stop().await
+}
+
 #[tokio::test]
 async fn at_the_cap_idle_connections_make_room_for_real_clients() -> Result<()> {
     let n = node(ConnLimits {

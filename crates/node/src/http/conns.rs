@@ -2,24 +2,32 @@
 //! a keep-alive connection idle for too long is closed, and open connections are capped — at
 //! the cap a new connection closes the one idle the longest, or is refused when none is idle.
 //!
-//! Why by hand: `axum::serve` exposes none of these. hyper has the header-read timeout; the
-//! idle timeout and the cap need to know, per connection, when bytes last moved and whether a
-//! request is in flight, which only the connection's IO and service see.
+//! Why by hand: `axum::serve` exposes none of these, and hyper's header-read timeout does not
+//! fit: it starts whenever hyper waits for a request head, so it also closed every keep-alive
+//! connection idle for the header timeout (5 s), long before the idle timeout (60 s), and it
+//! allocated and armed a timer for every request. Here the header clock starts at the first
+//! byte of a request head, and each connection has one timer of its own ([`Expiry`]). Both
+//! timeouts and the cap need to know, per connection, when bytes last moved, whether a head has
+//! begun and whether a request is in flight, which only the connection's IO and service see.
 
 pub use crate::config::ConnLimits;
 use crate::metrics::ConnStats;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 // tokio's clock: follows a paused test clock; the same `Instant` in a release build.
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
+
+/// `Conn::head_since_ms` when no request head has begun.
+const NO_HEAD: u64 = u64::MAX;
 
 /// One open connection, as the table and its task see it.
 #[derive(Debug)]
@@ -27,6 +35,11 @@ pub struct Conn {
     id: u64,
     /// Ms since the table's epoch when bytes last moved or a request ended.
     last_active_ms: AtomicU64,
+    /// Ms since the table's epoch when the first byte of a request head not yet started
+    /// arrived ([`NO_HEAD`]: none since the last request started).
+    head_since_ms: AtomicU64,
+    /// HTTP/2 (prior knowledge): frames, not request heads, so no header clock.
+    h2: AtomicBool,
     inflight: AtomicUsize,
     /// Told to close (evicted at the cap).
     close: Notify,
@@ -110,6 +123,8 @@ impl ConnTable {
         let conn = Arc::new(Conn {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             last_active_ms: AtomicU64::new(now),
+            head_since_ms: AtomicU64::new(NO_HEAD),
+            h2: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             close: Notify::new(),
         });
@@ -130,8 +145,23 @@ impl ConnTable {
         conn.last_active_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
-    /// A request started on `conn`; the guard ends it.
+    /// Bytes arrived on `conn`: activity, and the start of a request head if none has begun
+    /// and no request is in flight (bytes read during a request may be the next pipelined
+    /// head; its clock then starts with the next bytes after, or the idle timeout applies).
+    fn received(&self, conn: &Conn) {
+        let now = self.now_ms();
+        conn.last_active_ms.store(now, Ordering::Relaxed);
+        if !conn.busy()
+            && conn.head_since_ms.load(Ordering::Relaxed) == NO_HEAD
+            && !conn.h2.load(Ordering::Relaxed)
+        {
+            conn.head_since_ms.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// A request started on `conn` (its head is complete); the guard ends it.
     pub fn start_request(self: &Arc<Self>, conn: &Arc<Conn>) -> RequestGuard {
+        conn.head_since_ms.store(NO_HEAD, Ordering::Relaxed);
         conn.inflight.fetch_add(1, Ordering::Relaxed);
         RequestGuard {
             table: self.clone(),
@@ -139,24 +169,106 @@ impl ConnTable {
         }
     }
 
-    /// Resolves when `conn` has been idle (no request in flight, no bytes) for the idle
-    /// timeout.
-    pub async fn idle(&self, conn: &Conn) {
-        let limit = self.limits.idle_timeout;
-        let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
-        loop {
-            let since = self
-                .now_ms()
-                .saturating_sub(conn.last_active_ms.load(Ordering::Relaxed));
-            if !conn.busy() && since >= limit_ms {
-                self.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
-                return;
+    /// Resolves when `conn` is to be closed: idle (no request in flight, no bytes) for the
+    /// idle timeout, or a request head begun and not complete within the header timeout.
+    /// Poll it after the connection in the same task (`select!` with `biased;`): each poll
+    /// sees the state the connection left, so a head that began in that poll arms the header
+    /// timer at once.
+    pub fn expiry(self: &Arc<Self>, conn: &Arc<Conn>) -> Expiry {
+        Expiry {
+            table: self.clone(),
+            conn: conn.clone(),
+            sleep: Box::pin(tokio::time::sleep_until(self.epoch)),
+            armed_ms: 0,
+        }
+    }
+
+    /// The moment `conn` should close if nothing changes, in ms since the epoch, and why;
+    /// `None` while a request is in flight.
+    fn deadline(&self, conn: &Conn) -> Option<(u64, Expired)> {
+        if conn.busy() {
+            return None;
+        }
+        let idle = conn
+            .last_active_ms
+            .load(Ordering::Relaxed)
+            .saturating_add(millis(self.limits.idle_timeout));
+        let head = conn.head_since_ms.load(Ordering::Relaxed);
+        if head != NO_HEAD {
+            let header = head.saturating_add(millis(self.limits.header_timeout));
+            if header <= idle {
+                return Some((header, Expired::HeaderTimeout));
             }
-            // Sleep until the earliest moment it could be idle long enough.
-            let wait = Duration::from_millis(limit_ms.saturating_sub(since).max(1))
-                .min(limit)
-                .max(Duration::from_millis(10));
-            tokio::time::sleep(wait).await;
+        }
+        Some((idle, Expired::Idle))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Why a connection's [`Expiry`] ended it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    Idle,
+    HeaderTimeout,
+}
+
+/// A connection's timer for both timeouts: see [`ConnTable::expiry`]. Armed at the earliest
+/// deadline seen; a deadline that moved later (every request moves the idle one) is not
+/// re-armed until the timer fires, so a busy connection costs no timer work per request.
+pub struct Expiry {
+    table: Arc<ConnTable>,
+    conn: Arc<Conn>,
+    sleep: Pin<Box<Sleep>>,
+    /// The deadline the timer is set for (ms since the epoch); 0 before the first poll.
+    armed_ms: u64,
+}
+
+impl Expiry {
+    fn arm(&mut self, at_ms: u64) {
+        self.armed_ms = at_ms;
+        let at = self.table.epoch + Duration::from_millis(at_ms.min(u64::MAX / 4));
+        self.sleep.as_mut().reset(at);
+    }
+}
+
+impl Future for Expiry {
+    type Output = Expired;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
+        loop {
+            let now_or_later = match self.table.deadline(&self.conn) {
+                Some((at, why)) => {
+                    if self.armed_ms == 0 || at < self.armed_ms {
+                        self.arm(at);
+                    }
+                    Some((at, why))
+                }
+                None => None,
+            };
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The timer fired: close if the deadline is really here, else re-arm for the
+            // current one (or, with a request in flight, look again an idle timeout later).
+            let now = self.table.now_ms();
+            match now_or_later {
+                Some((at, why)) if at <= now => {
+                    let stat = match why {
+                        Expired::Idle => &self.table.stats.closed_idle,
+                        Expired::HeaderTimeout => &self.table.stats.closed_header_timeout,
+                    };
+                    stat.fetch_add(1, Ordering::Relaxed);
+                    return Poll::Ready(why);
+                }
+                Some((at, _)) => self.arm(at),
+                None => {
+                    let later = now.saturating_add(millis(self.table.limits.idle_timeout));
+                    self.arm(later);
+                }
+            }
         }
     }
 }
@@ -179,11 +291,32 @@ pub struct Tracked<T> {
     io: T,
     table: Arc<ConnTable>,
     conn: Arc<Conn>,
+    /// The connection's first bytes, up to 4, and how many: `PRI ` starts HTTP/2's preface,
+    /// never an HTTP/1 request.
+    first: [u8; 4],
+    sniffed: usize,
 }
 
 impl<T> Tracked<T> {
     pub fn new(io: T, table: Arc<ConnTable>, conn: Arc<Conn>) -> Self {
-        Self { io, table, conn }
+        Self {
+            io,
+            table,
+            conn,
+            first: [0; 4],
+            sniffed: 0,
+        }
+    }
+
+    /// Looks at the first bytes the connection receives for HTTP/2's preface.
+    fn sniff(&mut self, received: &[u8]) {
+        let n = received.len().min(4 - self.sniffed);
+        self.first[self.sniffed..self.sniffed + n].copy_from_slice(&received[..n]);
+        self.sniffed += n;
+        if self.sniffed == 4 && self.first == *b"PRI " {
+            self.conn.h2.store(true, Ordering::Relaxed);
+            self.conn.head_since_ms.store(NO_HEAD, Ordering::Relaxed);
+        }
     }
 }
 
@@ -196,7 +329,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.table.touch(&self.conn);
+            if self.sniffed < 4 {
+                self.sniff(&buf.filled()[before..]);
+            }
+            self.table.received(&self.conn);
         }
         polled
     }
@@ -276,6 +412,92 @@ mod tests {
         assert_eq!(t.stats.refused.load(Ordering::Relaxed), 1);
     }
 
+    fn timed(header_ms: u64, idle_ms: u64) -> Arc<ConnTable> {
+        Arc::new(ConnTable::new(
+            ConnLimits {
+                header_timeout: Duration::from_millis(header_ms),
+                idle_timeout: Duration::from_millis(idle_ms),
+                ..ConnLimits::default()
+            },
+            Arc::default(),
+        ))
+    }
+
+    /// Polls `expiry` for up to `ms`: what it gave, if it ended.
+    async fn within(expiry: &mut Pin<Box<Expiry>>, ms: u64) -> Option<Expired> {
+        tokio::time::timeout(Duration::from_millis(ms), expiry.as_mut())
+            .await
+            .ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_header_clock_starts_at_a_heads_first_byte_not_while_idle() {
+        // The regression: a keep-alive connection waiting for its next request was closed
+        // after the header timeout (hyper's), not the idle timeout.
+        let t = timed(100, 1_000);
+        let c = t.admit().expect("room");
+        let mut expiry = Box::pin(t.expiry(&c));
+        let mut io = Tracked::new(&b"POST /v1/check HTTP/1.1\r\n"[..], t.clone(), c.clone());
+        let mut buf = [0u8; 64];
+        // A whole request came and went.
+        tokio::io::AsyncReadExt::read(&mut io, &mut buf[..5])
+            .await
+            .expect("read");
+        drop(t.start_request(&c));
+        // Idle well past the header timeout: still open.
+        assert_eq!(within(&mut expiry, 500).await, None);
+        // The next head begins and stalls: closed a header timeout after its first byte.
+        tokio::io::AsyncReadExt::read(&mut io, &mut buf[..5])
+            .await
+            .expect("read");
+        assert_eq!(within(&mut expiry, 99).await, None);
+        assert_eq!(within(&mut expiry, 2).await, Some(Expired::HeaderTimeout));
+        assert_eq!(t.stats.closed_header_timeout.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_completed_in_time_stops_the_header_clock() {
+        let t = timed(100, 1_000);
+        let c = t.admit().expect("room");
+        let mut expiry = Box::pin(t.expiry(&c));
+        let mut io = Tracked::new(&b"POST /v1/check"[..], t.clone(), c.clone());
+        let mut buf = [0u8; 4];
+        tokio::io::AsyncReadExt::read(&mut io, &mut buf)
+            .await
+            .expect("read");
+        assert_eq!(within(&mut expiry, 50).await, None);
+        // The head completes: its request runs for longer than the header timeout.
+        let request = t.start_request(&c);
+        assert_eq!(within(&mut expiry, 5_000).await, None);
+        drop(request);
+        // Then idle: closed for idleness, an idle timeout after the request ended.
+        assert_eq!(within(&mut expiry, 999).await, None);
+        assert_eq!(within(&mut expiry, 2).await, Some(Expired::Idle));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http2_connections_have_no_header_clock() {
+        let t = timed(100, 1_000);
+        let c = t.admit().expect("room");
+        let mut expiry = Box::pin(t.expiry(&c));
+        // The preface arrives in two reads: the clock starts at the first, stops once known.
+        let mut io = Tracked::new(
+            &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+            t.clone(),
+            c.clone(),
+        );
+        let mut buf = [0u8; 64];
+        tokio::io::AsyncReadExt::read(&mut io, &mut buf[..2])
+            .await
+            .expect("read");
+        tokio::io::AsyncReadExt::read(&mut io, &mut buf[2..])
+            .await
+            .expect("read");
+        assert_eq!(within(&mut expiry, 999).await, None);
+        assert_eq!(within(&mut expiry, 2).await, Some(Expired::Idle));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_means_no_request_in_flight_for_the_whole_timeout() {
         let t = Arc::new(ConnTable::new(
@@ -286,17 +508,12 @@ mod tests {
             Arc::default(),
         ));
         let c = t.admit().expect("room");
+        let mut expiry = Box::pin(t.expiry(&c));
         let guard = t.start_request(&c);
         // Busy: never idle, whatever the time.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(200), t.idle(&c))
-                .await
-                .is_err()
-        );
+        assert_eq!(within(&mut expiry, 200).await, None);
         drop(guard);
-        tokio::time::timeout(Duration::from_secs(5), t.idle(&c))
-            .await
-            .expect("idle after the request");
+        assert_eq!(within(&mut expiry, 5_000).await, Some(Expired::Idle));
         assert_eq!(t.stats.closed_idle.load(Ordering::Relaxed), 1);
     }
 }

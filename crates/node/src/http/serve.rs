@@ -193,8 +193,8 @@ async fn run_connections(
     open_tx.closed().await;
 }
 
-/// One connection: HTTP/1.1 or HTTP/2 (prior knowledge), its header read timed, closed when
-/// idle, evicted or at shutdown (after its request in flight).
+/// One connection: HTTP/1.1 or HTTP/2 (prior knowledge), closed when a request head is too
+/// slow, when idle, evicted or at shutdown (after its request in flight).
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -203,7 +203,6 @@ async fn serve_connection(
     table: Arc<ConnTable>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let limits = table.limits();
     let io = TokioIo::new(Tracked::new(stream, table.clone(), conn.clone()));
     let service = {
         let (table, conn) = (table.clone(), conn.clone());
@@ -220,16 +219,19 @@ async fn serve_connection(
         })
     };
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+    // No HTTP/1 timer: the header timeout is the table's (see `conns`), and without a timer
+    // hyper arms none of its own per request.
+    builder.http1().header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
+    let expiry = table.expiry(&conn);
+    tokio::pin!(expiry);
     let mut closing = false;
     loop {
         tokio::select! {
+            // The connection first: the expiry, polled after it, sees what it just read.
+            biased;
             result = connection.as_mut() => {
                 if let Err(e) = result {
                     tracing::trace!(error = %e, "HTTP connection ended");
@@ -245,9 +247,10 @@ async fn serve_connection(
                 closing = true;
                 connection.as_mut().graceful_shutdown();
             }
-            // Idle or evicted (only an idle connection is): no request is in flight, so it is
-            // closed at once — a graceful shutdown would wait for a half-sent header.
-            () = table.idle(&conn), if !closing => break,
+            // Idle, a head too slow, or evicted (only an idle connection is): no request is in
+            // flight, so it is closed at once — a graceful shutdown would wait for a half-sent
+            // header.
+            _ = expiry.as_mut(), if !closing => break,
             () = conn.evicted(), if !closing => break,
         }
     }

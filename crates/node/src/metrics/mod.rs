@@ -70,8 +70,10 @@ struct CheckLabels {
 pub struct ConnStats {
     /// Open now.
     pub open: std::sync::atomic::AtomicU64,
-    /// Closed by the server: idle for the idle timeout; closed to make room at the cap.
+    /// Closed by the server: idle for the idle timeout; a request head not complete within
+    /// the header timeout; closed to make room at the cap.
     pub closed_idle: std::sync::atomic::AtomicU64,
+    pub closed_header_timeout: std::sync::atomic::AtomicU64,
     pub evicted: std::sync::atomic::AtomicU64,
     /// Refused at the cap with every connection busy.
     pub refused: std::sync::atomic::AtomicU64,
@@ -105,6 +107,7 @@ pub struct Snapshot {
     pub quorate: u64,
     pub http_open: u64,
     pub http_closed_idle: u64,
+    pub http_closed_header_timeout: u64,
     pub http_evicted: u64,
     pub http_refused: u64,
     pub gossip_sent_bytes: u64,
@@ -270,6 +273,13 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         http_closed_idle,
         "HTTP connections the server closed",
         "reason" = "idle"
+    ),
+    series!(
+        "http_connections_closed",
+        Counter,
+        http_closed_header_timeout,
+        "HTTP connections the server closed",
+        "reason" = "header_timeout"
     ),
     series!(
         "http_connections_closed",

@@ -211,6 +211,7 @@ impl CheckService {
             quorate: u64::from(self.dispatcher.owns_keys(&view)),
             http_open: load(&self.conns.open),
             http_closed_idle: load(&self.conns.closed_idle),
+            http_closed_header_timeout: load(&self.conns.closed_header_timeout),
             http_evicted: load(&self.conns.evicted),
             http_refused: load(&self.conns.refused),
             gossip_sent_bytes: load(&self.gossip.sent_bytes),
