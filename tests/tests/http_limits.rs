@@ -50,6 +50,7 @@ async fn a_header_that_never_ends_is_closed_and_an_idle_connection_too() -> Resu
         header_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_millis(300),
         max_connections: 100,
+        ..ConnLimits::default()
     })
     .await?;
     // Half a header, then nothing (slowloris).
@@ -108,6 +109,7 @@ async fn a_keep_alive_connection_waits_for_the_idle_timeout_not_the_header_timeo
         header_timeout: Duration::from_millis(200),
         idle_timeout: Duration::from_secs(30),
         max_connections: 100,
+        ..ConnLimits::default()
     })
     .await?;
     let mut s = TcpStream::connect(n.http).await?;
@@ -129,11 +131,44 @@ async fn a_keep_alive_connection_waits_for_the_idle_timeout_not_the_header_timeo
 }
 
 #[tokio::test]
+async fn a_body_that_stalls_is_answered_408_and_its_connection_closed() -> Result<()> {
+    // Before the body timeout, a complete header and half a body held the connection busy
+    // for ever: never idle, never evicted at the cap.
+    let n = node(ConnLimits {
+        body_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(30),
+        ..ConnLimits::default()
+    })
+    .await?;
+    let mut s = TcpStream::connect(n.http).await?;
+    s.write_all(
+        format!(
+            "POST /v1/check HTTP/1.1\r\nHost: n\r\nContent-Length: {}\r\n\r\n{}",
+            CHECK.len(),
+            &CHECK[..10]
+        )
+        .as_bytes(),
+    )
+    .await?;
+    let answer = closed_by_server(&mut s).await?;
+    let text = String::from_utf8_lossy(&answer);
+    ensure!(text.starts_with("HTTP/1.1 408"), "{text}");
+    ensure!(text.contains("connection: close"), "{text}");
+    ensure!(text.contains("\"error\":\"request_timeout\""), "{text}");
+    // The bucket was not touched: the key's first check still sees the whole limit.
+    let r = n.check(&serde_json::from_str(CHECK)?).await?;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()?["remaining"], 9);
+    n.stop().await
+}
+
+#[tokio::test]
 async fn an_http2_connection_has_no_header_clock() -> Result<()> {
     let n = node(ConnLimits {
         header_timeout: Duration::from_millis(200),
         idle_timeout: Duration::from_secs(30),
         max_connections: 100,
+        ..ConnLimits::default()
     })
     .await?;
     let tcp = TcpStream::connect(n.http).await?;
@@ -159,6 +194,7 @@ async fn at_the_cap_idle_connections_make_room_for_real_clients() -> Result<()> 
         header_timeout: Duration::from_secs(30),
         idle_timeout: Duration::from_secs(30),
         max_connections: 20,
+        ..ConnLimits::default()
     })
     .await?;
     // 200 connections that send half a header and then nothing: ten times the cap.

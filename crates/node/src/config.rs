@@ -122,6 +122,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_IDLE_TIMEOUT_MS", value_name = "MS", default_value_t = 60_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub http_idle_timeout_ms: u64,
+    /// Time a client has, once a request's header is complete, to send its whole body (a
+    /// stalled body is answered 408 and its connection closed).
+    #[arg(long, env = "RINGLIMIT_HTTP_BODY_TIMEOUT_MS", value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_body_timeout_ms: u64,
     /// Most open HTTP connections; at the cap a new one closes the longest-idle connection
     /// (refused when all are busy).
     #[arg(long, env = "RINGLIMIT_HTTP_MAX_CONNECTIONS", value_name = "N", default_value_t = 10_000,
@@ -183,12 +188,14 @@ pub enum ConfigError {
 }
 
 /// Limits on the HTTP server's connections (`--http-header-timeout-ms`,
-/// `--http-idle-timeout-ms`, `--http-max-connections`).
+/// `--http-body-timeout-ms`, `--http-idle-timeout-ms`, `--http-max-connections`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
-    /// A request's header must be complete within this once it starts (hyper's header-read
-    /// timeout); a connection that sends nothing is the idle timeout's.
+    /// A request's header must be complete within this once its first byte arrived; a
+    /// connection that sends nothing is the idle timeout's.
     pub header_timeout: Duration,
+    /// A request's body must be complete within this once its header is.
+    pub body_timeout: Duration,
     /// A connection with no request in flight and no bytes moved for this long is closed.
     pub idle_timeout: Duration,
     /// Most open connections.
@@ -199,6 +206,7 @@ impl Default for ConnLimits {
     fn default() -> Self {
         Self {
             header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
         }
@@ -412,6 +420,7 @@ impl ServeArgs {
             gossip_blocklist: None,
             http_limits: ConnLimits {
                 header_timeout: Duration::from_millis(self.http_header_timeout_ms),
+                body_timeout: Duration::from_millis(self.http_body_timeout_ms),
                 idle_timeout: Duration::from_millis(self.http_idle_timeout_ms),
                 max_connections: usize::try_from(self.http_max_connections).unwrap_or(usize::MAX),
             },

@@ -292,6 +292,7 @@ pub async fn run(
             .admin_token
             .as_deref()
             .map(|t| Arc::new(AdminToken::new(t))),
+        body_timeout: config.http_limits.body_timeout,
     });
     tracing::info!(
         node_id = %config.node_id,

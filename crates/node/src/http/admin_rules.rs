@@ -27,7 +27,7 @@ fn change_error(e: ChangeError) -> ApiError {
 /// `PUT /v1/admin/rules/{name}`: creates or replaces the API rule; 200 with the rule as listed.
 pub async fn put(State(state): State<AppState>, Path(name): Path<String>, body: Body) -> Response {
     let result = async {
-        let bytes = read_body(body).await?;
+        let bytes = read_body(&state, body).await?;
         let spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
             ApiError::bad_request(
                 "invalid_json",

@@ -172,25 +172,39 @@ async fn decide(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError> {
     Ok(answer_response(&outcome, &body.policy_name()))
 }
 
-/// Reads a request body of at most [`MAX_BODY_BYTES`].
-pub(super) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            let e = e.into_inner();
-            if e.is::<LengthLimitError>() {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "The request body is over the 1 MiB limit.",
-                )
-            } else {
-                ApiError::bad_request(
-                    "invalid_body",
-                    sentence(format!("Failed to read the request body: {e}")),
-                )
-            }
-        })
+/// Reads a request body of at most [`MAX_BODY_BYTES`], within the body timeout: a body that
+/// stalls would otherwise hold its connection busy (never idle, never evictable) for ever.
+pub(super) async fn read_body(state: &AppState, body: Body) -> Result<Bytes, ApiError> {
+    let Ok(read) = tokio::time::timeout(
+        state.body_timeout,
+        axum::body::to_bytes(body, MAX_BODY_BYTES),
+    )
+    .await
+    else {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "The request body did not arrive within {} ms.",
+                state.body_timeout.as_millis()
+            ),
+        ));
+    };
+    read.map_err(|e| {
+        let e = e.into_inner();
+        if e.is::<LengthLimitError>() {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "The request body is over the 1 MiB limit.",
+            )
+        } else {
+            ApiError::bad_request(
+                "invalid_body",
+                sentence(format!("Failed to read the request body: {e}")),
+            )
+        }
+    })
 }
 
 /// `POST /v1/check` as a route. The node answers it through [`super::fast::FastPath`]; the
@@ -201,7 +215,7 @@ pub async fn check(State(state): State<AppState>, body: Body) -> Response {
 
 /// `POST /v1/check`: read, decide, answer.
 pub async fn check_request(state: &AppState, body: Body) -> Response {
-    let bytes = match read_body(body).await {
+    let bytes = match read_body(state, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -274,7 +288,7 @@ struct TypedBatch<'a> {
 
 /// `POST /v1/check/batch`.
 pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
-    let bytes = match read_body(body).await {
+    let bytes = match read_body(&state, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -353,7 +367,7 @@ struct AllBody<'a> {
 
 /// `POST /v1/check/all`: every check of one request, all-or-nothing.
 pub async fn all(State(state): State<AppState>, body: Body) -> Response {
-    let bytes = match read_body(body).await {
+    let bytes = match read_body(&state, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };

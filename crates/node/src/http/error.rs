@@ -61,6 +61,16 @@ pub fn sentence(mut s: String) -> String {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body)).into_response()
+        let close = self.status == StatusCode::REQUEST_TIMEOUT;
+        let mut response = (self.status, axum::Json(self.body)).into_response();
+        if close {
+            // 408: the rest of the request never came, so the connection cannot carry another
+            // (RFC 9110 15.5.9: the server closes it).
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }

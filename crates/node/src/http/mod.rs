@@ -62,6 +62,8 @@ pub struct Shared {
     pub service: Arc<CheckService>,
     /// `None`: the admin API is off.
     pub admin_token: Option<Arc<admin::AdminToken>>,
+    /// How long a request body may take to arrive (`--http-body-timeout-ms`).
+    pub body_timeout: std::time::Duration,
 }
 
 /// The node's HTTP service: the routes, with `POST /v1/check` answered before them.
