@@ -48,24 +48,34 @@ pub fn inline_policy_name(r: &InlineRule) -> String {
 pub fn ietf_fields<'a>(headers: &mut HeaderMap, limits: impl IntoIterator<Item = Policy<'a>>) {
     // Built in place and handed over without a copy: this runs on every check answer.
     let (mut policy, mut state) = (String::with_capacity(64), String::with_capacity(64));
-    for (i, l) in limits.into_iter().enumerate() {
-        if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        push_sf_string(&mut policy, l.name);
-        push_sf_string(&mut state, l.name);
-        let w = l.period_ms.div_ceil(1000).max(1);
-        let t = l.answer.reset_at_ms.saturating_sub(l.now_ms).div_ceil(1000);
-        let _ = write!(policy, ";q={};w={w}", l.answer.limit);
-        let _ = write!(state, ";r={};t={t}", l.answer.remaining);
-    }
+    ietf_values(&mut policy, &mut state, limits);
     if let (Ok(p), Ok(s)) = (
         HeaderValue::from_maybe_shared(Bytes::from(policy)),
         HeaderValue::from_maybe_shared(Bytes::from(state)),
     ) {
         headers.insert(RATELIMIT_POLICY, p);
         headers.insert(RATELIMIT, s);
+    }
+}
+
+/// The values of [`RATELIMIT_POLICY`] and [`RATELIMIT`] for `limits`, appended to `policy` and
+/// `state` (see [`ietf_fields`]).
+pub fn ietf_values<'a>(
+    policy: &mut String,
+    state: &mut String,
+    limits: impl IntoIterator<Item = Policy<'a>>,
+) {
+    for (i, l) in limits.into_iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        push_sf_string(policy, l.name);
+        push_sf_string(state, l.name);
+        let w = l.period_ms.div_ceil(1000).max(1);
+        let t = l.answer.reset_at_ms.saturating_sub(l.now_ms).div_ceil(1000);
+        let _ = write!(policy, ";q={};w={w}", l.answer.limit);
+        let _ = write!(state, ";r={};t={t}", l.answer.remaining);
     }
 }
 
@@ -84,12 +94,18 @@ fn push_sf_string(out: &mut String, s: &str) {
 
 /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix seconds, rounded up).
 pub fn rate_headers(headers: &mut HeaderMap, a: &CheckAnswer) {
-    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(a.limit));
-    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(a.remaining));
-    headers.insert(
-        X_RATELIMIT_RESET,
-        HeaderValue::from(a.reset_at_ms.div_ceil(1000)),
-    );
+    for (name, value) in rate_values(a) {
+        headers.insert(name, HeaderValue::from(value));
+    }
+}
+
+/// The headers of [`rate_headers`] with their values, in order.
+pub fn rate_values(a: &CheckAnswer) -> [(HeaderName, u64); 3] {
+    [
+        (X_RATELIMIT_LIMIT, a.limit),
+        (X_RATELIMIT_REMAINING, a.remaining),
+        (X_RATELIMIT_RESET, a.reset_at_ms.div_ceil(1000)),
+    ]
 }
 
 /// Whole seconds to wait before retrying a denied check: rounded up, at least 1.

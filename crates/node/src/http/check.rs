@@ -12,11 +12,15 @@ use crate::service::all::AllOutcome;
 use crate::service::{Check, MAX_BATCH, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
+use axum::http::HeaderName;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
 use ringlimit_core::all::{AllError, MAX_ALL};
-use ringlimit_core::headers::{Policy, ietf_fields, inline_policy_name, rate_headers, retry_after};
+use ringlimit_core::headers::{
+    Policy, RATELIMIT, RATELIMIT_POLICY, ietf_fields, ietf_values, inline_policy_name,
+    rate_headers, rate_values, retry_after, retry_after_secs,
+};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -167,9 +171,19 @@ fn explain<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> ApiError {
 }
 
 async fn decide(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError> {
+    decide_with(state, bytes, answer_response).await
+}
+
+/// Decides the `POST /v1/check` body `bytes` and gives `answer` the outcome and its rule's
+/// name in the IETF fields.
+pub(super) async fn decide_with<R>(
+    state: &AppState,
+    bytes: &[u8],
+    answer: impl FnOnce(&Outcome, &str) -> R,
+) -> Result<R, ApiError> {
     let body: CheckBody<'_> = parse(bytes)?;
     let outcome = state.service.check(&body.check()?).await?;
-    Ok(answer_response(&outcome, &body.policy_name()))
+    Ok(answer(&outcome, &body.policy_name()))
 }
 
 /// Reads a request body of at most [`MAX_BODY_BYTES`], within the body timeout: a body that
@@ -181,14 +195,7 @@ pub(super) async fn read_body(state: &AppState, body: Body) -> Result<Bytes, Api
     )
     .await
     else {
-        return Err(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            format!(
-                "The request body did not arrive within {} ms.",
-                state.body_timeout.as_millis()
-            ),
-        ));
+        return Err(ApiError::body_timeout(state.body_timeout));
     };
     read.map_err(|e| {
         let e = e.into_inner();
@@ -219,7 +226,12 @@ pub async fn check_request(state: &AppState, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    decide(state, &bytes)
+    answer(state, &bytes).await
+}
+
+/// The answer to a `POST /v1/check` whose body is `bytes`.
+pub(super) async fn answer(state: &AppState, bytes: &[u8]) -> Response {
+    decide(state, bytes)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -227,15 +239,45 @@ pub async fn check_request(state: &AppState, body: Body) -> Response {
 /// The contract's answer: 200 or 429, JSON body, `X-RateLimit-*` and `Retry-After` headers, and
 /// the IETF fields for the rule `name`.
 pub fn answer_response(o: &Outcome, name: &str) -> Response {
-    let a = &o.answer;
-    let mut headers = status_headers(a);
-    ietf_fields(&mut headers, [policy(o, name)]);
+    let mut headers = HeaderMap::with_capacity(7);
+    answer_headers(o, name, |h, v| {
+        if let Ok(v) = HeaderValue::from_bytes(v) {
+            headers.append(h, v);
+        }
+    });
     (
-        status(a.allowed),
+        answer_status(o),
         headers,
-        answer_json::answer(a, o.shadow_denied),
+        answer_json::answer(&o.answer, o.shadow_denied),
     )
         .into_response()
+}
+
+/// The status of [`answer_response`].
+pub(super) fn answer_status(o: &Outcome) -> StatusCode {
+    status(o.answer.allowed)
+}
+
+/// The headers of [`answer_response`], in order, given to `emit`: content type,
+/// `X-RateLimit-*`, `Retry-After` when denied, the IETF fields. The check loop writes them
+/// straight to the wire (`h1.rs`), the route into a header map.
+pub(super) fn answer_headers(o: &Outcome, name: &str, mut emit: impl FnMut(HeaderName, &[u8])) {
+    let a = &o.answer;
+    emit(header::CONTENT_TYPE, b"application/json");
+    let mut n = itoa::Buffer::new();
+    for (h, v) in rate_values(a) {
+        emit(h, n.format(v).as_bytes());
+    }
+    if !a.allowed {
+        emit(
+            header::RETRY_AFTER,
+            n.format(retry_after_secs(a)).as_bytes(),
+        );
+    }
+    let (mut p, mut s) = (String::with_capacity(64), String::with_capacity(64));
+    ietf_values(&mut p, &mut s, [policy(o, name)]);
+    emit(RATELIMIT_POLICY, p.as_bytes());
+    emit(RATELIMIT, s.as_bytes());
 }
 
 fn policy<'a>(o: &'a Outcome, name: &'a str) -> Policy<'a> {

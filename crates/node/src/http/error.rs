@@ -33,6 +33,18 @@ impl ApiError {
     pub fn bad_request(error: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, error, message)
     }
+
+    /// A request body not complete within `limit` of its header (`--http-body-timeout-ms`).
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "The request body did not arrive within {} ms.",
+                limit.as_millis()
+            ),
+        )
+    }
 }
 
 impl From<CheckError> for ApiError {

@@ -26,6 +26,10 @@ impl FastPath {
     pub fn new(state: AppState, routes: axum::Router) -> Self {
         Self { state, routes }
     }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
 }
 
 impl Service<Request> for FastPath {

@@ -8,6 +8,7 @@
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
 //! - [`error`] — the contract's error body.
 //! - [`fast`] — `POST /v1/check` answered before the router.
+//! - `h1` — `POST /v1/check` over HTTP/1.1 answered before hyper (other requests: hyper's).
 //! - [`serve`] — serving on dedicated single-threaded runtimes (`--http-threads`).
 
 pub mod admin;
@@ -18,6 +19,7 @@ pub mod conns;
 pub mod error;
 pub mod fast;
 pub mod forward_auth;
+mod h1;
 pub mod ops;
 pub mod serve;
 

@@ -11,6 +11,7 @@
 
 use super::conns::{Conn, ConnTable, Tracked};
 use super::fast::FastPath;
+use super::h1;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::future::Future;
@@ -194,7 +195,8 @@ async fn run_connections(
 }
 
 /// One connection: HTTP/1.1 or HTTP/2 (prior knowledge), closed when a request head is too
-/// slow, when idle, evicted or at shutdown (after its request in flight).
+/// slow, when idle, evicted or at shutdown (after its request in flight). Its checks are
+/// answered by [`h1::serve`] until a request of another shape hands it to hyper.
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -203,7 +205,29 @@ async fn serve_connection(
     table: Arc<ConnTable>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let io = TokioIo::new(Tracked::new(stream, table.clone(), conn.clone()));
+    let mut io = Tracked::new(stream, table.clone(), conn.clone());
+    let expiry = table.expiry(&conn);
+    tokio::pin!(expiry);
+    let prefix = {
+        let mut stopped = stop.clone();
+        let closing = async {
+            tokio::select! {
+                _ = stopped.wait_for(|s| *s) => {}
+                _ = expiry.as_mut() => {}
+                () = conn.evicted() => {}
+            }
+        };
+        tokio::pin!(closing);
+        let stopping = || *stop.borrow();
+        match h1::serve(&mut io, app.state(), &table, &conn, closing, stopping).await {
+            h1::Ended::Closed => {
+                table.remove(&conn);
+                return;
+            }
+            h1::Ended::HandOver(prefix) => prefix,
+        }
+    };
+    let io = TokioIo::new(h1::Rewind::new(prefix, io));
     let service = {
         let (table, conn) = (table.clone(), conn.clone());
         hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -225,8 +249,6 @@ async fn serve_connection(
     builder.http2().timer(TokioTimer::new());
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    let expiry = table.expiry(&conn);
-    tokio::pin!(expiry);
     let mut closing = false;
     loop {
         tokio::select! {
