@@ -6,7 +6,8 @@
 #   CASES=1000000 fuzz/run.sh fuzz_peer_frame_decoder
 #
 # Targets: fuzz_peer_frame_decoder, fuzz_peer_stream, fuzz_handshake, fuzz_gossip_datagram,
-# fuzz_rules_file, fuzz_envoy_files, fuzz_http_check_bodies (and the alias-bomb regression).
+# fuzz_rules_file, fuzz_envoy_files, fuzz_http_check_bodies, fuzz_http_wire (and the alias-bomb
+# regression).
 # A failure prints the minimal input proptest shrank it to.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

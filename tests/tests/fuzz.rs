@@ -556,3 +556,106 @@ fn fuzz_http_check_bodies() {
     assert_eq!(after.status, 200);
     rt.block_on(node.stop()).expect("stopped");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP/1.1 on the wire, against a running node: the check loop's head parser (`http/h1.rs`)
+// and its hand-over to hyper see any bytes a client may send. The connection is half-closed
+// after the bytes, so every case ends: no panic, every answer a whole HTTP/1.1 response below
+// 500 (but 505, HTTP's own answer to a version it does not speak), and the node answers a real
+// check afterwards.
+
+fn wire_seeds() -> Vec<Vec<u8>> {
+    let body = r#"{"key":"wire","limit":1000000,"period_ms":1000}"#;
+    let check = format!(
+        "POST /v1/check HTTP/1.1\r\nHost: n\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    [
+        check.clone(),
+        format!("{check}{check}"),
+        format!("{check}GET /healthz HTTP/1.1\r\nHost: n\r\n\r\n{check}"),
+        check.replace("Host: n", "Transfer-Encoding: chunked"),
+        check.replace("Host: n", "Expect: 100-continue"),
+        check.replace("Host: n", "Connection: close"),
+        check.replace("HTTP/1.1", "HTTP/1.0"),
+        "GET /v1/cluster HTTP/1.1\r\nHost: n\r\n\r\n".to_owned(),
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned(),
+    ]
+    .into_iter()
+    .map(String::into_bytes)
+    .collect()
+}
+
+/// The status codes of the responses in `bytes`, in order: every `HTTP/1.x NNN ` in them (a
+/// looser reading than parsing each response, which would have to know which have no body:
+/// 1xx, answers to HEAD; an HTTP/1.0 request is answered in HTTP/1.0); an error for bytes that
+/// do not start as a response.
+fn statuses(bytes: &[u8]) -> Result<Vec<u16>, String> {
+    let status_line = |w: &[u8]| {
+        (w.starts_with(b"HTTP/1.1 ") || w.starts_with(b"HTTP/1.0 "))
+            && w[9..12].iter().all(u8::is_ascii_digit)
+            && w[12] == b' '
+    };
+    let starts_as_response = bytes.get(..13).is_some_and(status_line);
+    if !bytes.is_empty() && !starts_as_response {
+        return Err(format!(
+            "not a response: {:?}",
+            String::from_utf8_lossy(bytes)
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, w) in bytes.windows(13).enumerate() {
+        if status_line(w) {
+            let code = std::str::from_utf8(&w[9..12])
+                .ok()
+                .and_then(|c| c.parse().ok());
+            out.push(code.ok_or_else(|| format!("bad status at {i}"))?);
+        }
+    }
+    Ok(out)
+}
+
+#[test]
+fn fuzz_http_wire() {
+    use ringlimit_tests::{TestNode, inline};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let node = rt.block_on(TestNode::single()).expect("a node");
+    let addr = node.http;
+    runner()
+        .run(&input(wire_seeds()), |bytes| {
+            let got = rt.block_on(async {
+                let mut s = tokio::net::TcpStream::connect(addr).await?;
+                s.write_all(&bytes).await?;
+                s.shutdown().await?;
+                let mut got = Vec::new();
+                tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+                    .await
+                    .map_err(|_| std::io::Error::other("the node kept the connection open"))??;
+                Ok::<_, std::io::Error>(got)
+            });
+            let got = match got {
+                Ok(got) => got,
+                // A reset once the node closed on bad bytes: what it sent before is lost.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+                Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+            };
+            if bytes.starts_with(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") {
+                // HTTP/2 prior knowledge: frames back, hyper's and h2's to judge.
+                return Ok(());
+            }
+            let codes = statuses(&got).map_err(TestCaseError::fail)?;
+            prop_assert!(
+                codes.iter().all(|&c| c < 500 || c == 505),
+                "{codes:?} for {:?}",
+                String::from_utf8_lossy(&bytes)
+            );
+            Ok(())
+        })
+        .expect("every answer a response below 500");
+    let after = rt
+        .block_on(node.api().check(&inline("wire:after", 1, 60_000)))
+        .expect("the node still answers");
+    assert_eq!(after.status, 200);
+    rt.block_on(node.stop()).expect("stopped");
+}
