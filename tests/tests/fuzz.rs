@@ -574,6 +574,20 @@ fn wire_seeds() -> Vec<Vec<u8>> {
         check.clone(),
         format!("{check}{check}"),
         format!("{check}GET /healthz HTTP/1.1\r\nHost: n\r\n\r\n{check}"),
+        check
+            .replace("/v1/check", "/v1/check/all")
+            .replace(body, &format!("{{\"checks\":[{body}]}}"))
+            .replace(
+                &format!("Length: {}", body.len()),
+                &format!("Length: {}", body.len() + 13),
+            ),
+        check
+            .replace("/v1/check", "/v1/check/batch")
+            .replace(body, &format!("{{\"checks\":[{body}]}}"))
+            .replace(
+                &format!("Length: {}", body.len()),
+                &format!("Length: {}", body.len() + 13),
+            ),
         check.replace("Host: n", "Transfer-Encoding: chunked"),
         check.replace("Host: n", "Expect: 100-continue"),
         check.replace("Host: n", "Connection: close"),

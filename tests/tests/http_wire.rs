@@ -1,4 +1,4 @@
-//! `POST /v1/check` on the wire: the HTTP/1.1 check loop (`http/h1.rs`) answers with the same
+//! The check endpoints on the wire: the HTTP/1.1 check loop (`http/h1.rs`) answers with the same
 //! bytes as hyper's path (forced by a first request of another shape on the connection),
 //! takes heads and bodies in pieces and pipelined, and hands a connection to hyper mid-way.
 
@@ -22,8 +22,12 @@ async fn node() -> Result<TestNode> {
 }
 
 fn check(body: &str) -> String {
+    post("/v1/check", body)
+}
+
+fn post(path: &str, body: &str) -> String {
     format!(
-        "POST /v1/check HTTP/1.1\r\nHost: n\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: n\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
 }
@@ -108,20 +112,30 @@ async fn the_check_loop_answers_with_hypers_bytes() -> Result<()> {
         r#"{"key":"f","limit":1,"period_ms":1000,"cost":5}"#,
         "",
     ];
+    let batch = r#"{"checks":[{"key":"g","limit":1,"period_ms":60000},{"key":"g","limit":1,"period_ms":60000},{"key":""}]}"#;
+    let all = r#"{"checks":[{"key":"i","limit":5,"period_ms":60000},{"key":"j","limit":1,"period_ms":60000,"cost":1}]}"#;
+    let cases = cases.iter().map(|b| ("/v1/check", *b)).chain([
+        ("/v1/check/batch", batch),
+        ("/v1/check/batch", r#"{"checks":[]}"#),
+        ("/v1/check/all", all),
+        ("/v1/check/all", all),
+        ("/v1/check/all", r#"{"checks":[{"key":"k"}]}"#),
+    ]);
     let mut statuses = Vec::new();
-    for body in cases {
+    for (path, body) in cases {
         // Each path its own keys (one node: the same key would share a bucket).
-        let f = check(&body.replace(r#""key":""#, r#""key":"f-"#));
-        let h = check(&body.replace(r#""key":""#, r#""key":"h-"#));
+        let f = post(path, &body.replace(r#""key":""#, r#""key":"f-"#));
+        let h = post(path, &body.replace(r#""key":""#, r#""key":"h-"#));
         let f = exchange(n.http, &mut fast, &f).await?;
         let h = exchange(n.http, &mut slow, &h).await?;
-        ensure!(f == h, "body {body:?}\n check loop:\n{f}\n hyper:\n{h}");
+        ensure!(f == h, "{path} {body:?}\n check loop:\n{f}\n hyper:\n{h}");
         statuses.push(f.get(9..12).unwrap_or_default().to_owned());
     }
     ensure!(
         statuses
             == [
-                "200", "429", "200", "200", "400", "400", "400", "404", "400", "400", "400"
+                "200", "429", "200", "200", "400", "400", "400", "404", "400", "400", "400", "200",
+                "400", "200", "429", "400"
             ],
         "{statuses:?}"
     );

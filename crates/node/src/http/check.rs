@@ -334,12 +334,17 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
+    batch_answer(&state, &bytes).await
+}
+
+/// The answer to a `POST /v1/check/batch` whose body is `bytes`.
+pub(super) async fn batch_answer(state: &AppState, bytes: &[u8]) -> Response {
     // Parse every item first (borrowing from the body), then decide them all at once so that
     // each owner's checks travel as one group.
     let bodies: Vec<Result<CheckBody<'_>, ApiError>> =
-        match serde_json::from_slice::<TypedBatch<'_>>(&bytes) {
+        match serde_json::from_slice::<TypedBatch<'_>>(bytes) {
             Ok(batch) => batch.checks.into_iter().map(Ok).collect(),
-            Err(_) => match parse::<BatchBody<'_>>(&bytes) {
+            Err(_) => match parse::<BatchBody<'_>>(bytes) {
                 Ok(batch) => batch
                     .checks
                     .iter()
@@ -413,7 +418,12 @@ pub async fn all(State(state): State<AppState>, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    decide_all(&state, &bytes)
+    all_answer(&state, &bytes).await
+}
+
+/// The answer to a `POST /v1/check/all` whose body is `bytes`.
+pub(super) async fn all_answer(state: &AppState, bytes: &[u8]) -> Response {
+    decide_all(state, bytes)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }

@@ -1,6 +1,6 @@
-//! `POST /v1/check` over HTTP/1.1, read and answered straight off the connection; the first
-//! request of any other shape hands the connection, with the bytes already read, to hyper for
-//! the rest of its life.
+//! The check endpoints over HTTP/1.1 (`POST /v1/check`, `/v1/check/batch`, `/v1/check/all`),
+//! read and answered straight off the connection; the first request of any other shape hands
+//! the connection, with the bytes already read, to hyper for the rest of its life.
 //!
 //! Why by hand (measured before writing it: `bench/cpu.sh`, `perf`): a single check cost
 //! 17.8 µs of server CPU against 12.9 µs for nginx answering the same exchange. The kernel's
@@ -8,20 +8,20 @@
 //! 8.4 µs against nginx's 3, spread over hyper's dispatcher, header maps built and hashed for
 //! every request, a boxed body, a request future, and ~20 allocations. A check is the narrowest
 //! HTTP/1.1 there is — one small body of known length, answered at once — so this loop takes
-//! only that shape: `POST /v1/check`, HTTP/1.1, one `Content-Length` of at most
+//! only that shape: `POST` to a check endpoint, HTTP/1.1, one `Content-Length` of at most
 //! [`MAX_BODY`], no `Transfer-Encoding`, `Expect`, `Upgrade` or `Connection` other than
 //! keep-alive, a head that `httparse` (hyper's parser) reads whole with at most
 //! [`MAX_HEADERS`] headers. Everything else (other routes and methods, HTTP/1.0, HTTP/2's
 //! preface, chunked bodies, malformed heads and their 400s) is hyper's, unchanged. The answer is
-//! the route's own [`check::answer`], written as hyper writes it (same status line, headers in
-//! the same order, `content-length`, `date`): `tests/tests/http_wire.rs` holds the two paths to
-//! the same bytes.
+//! the route's own (a single check's written straight from its outcome), written as hyper writes
+//! it (same status line, headers in the same order, `content-length`, `date`):
+//! `tests/tests/http_wire.rs` holds the two paths to the same bytes.
 
-use super::AppState;
 use super::answer_json;
 use super::check;
 use super::conns::{Conn, ConnTable};
 use super::error::ApiError;
+use super::{AppState, MAX_BODY_BYTES};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, Bytes, BytesMut};
@@ -38,12 +38,35 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 const MAX_HEADERS: usize = 32;
 /// Longest head read here; a longer one goes to hyper (its limits, its 431).
 const MAX_HEAD: usize = 8 * 1024;
-/// Longest body read here (a check is ~100 bytes); longer ones go to hyper (the 1 MiB limit,
-/// the 413).
-const MAX_BODY: usize = 16 * 1024;
-/// Read buffer grown by this much at a time: small, since thousands of idle connections each
-/// hold one.
+/// Longest body read here: the API's limit; longer ones go to hyper (its 413).
+const MAX_BODY: usize = MAX_BODY_BYTES;
+/// Read buffer grown by this much at a time while waiting for a head: small, since thousands of
+/// idle connections each hold one.
 const READ_CHUNK: usize = 1024;
+/// A body is read in steps of at most this: memory follows the bytes that arrive, not the
+/// length a client declares.
+const BODY_CHUNK: usize = 64 * 1024;
+/// A read buffer grown past this (a large batch) is dropped once its request is answered.
+const KEEP_BUFFER: usize = 16 * 1024;
+
+/// The endpoints this loop serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Check,
+    Batch,
+    All,
+}
+
+impl Route {
+    fn of(path: &str) -> Option<Self> {
+        match path {
+            "/v1/check" => Some(Self::Check),
+            "/v1/check/batch" => Some(Self::Batch),
+            "/v1/check/all" => Some(Self::All),
+            _ => None,
+        }
+    }
+}
 
 /// How the loop ended.
 pub(super) enum Ended {
@@ -56,8 +79,12 @@ pub(super) enum Ended {
 /// What the bytes read so far hold.
 #[derive(Debug, PartialEq, Eq)]
 enum Head {
-    /// A check: its head is `head` bytes, its body the next `body`.
-    Check { head: usize, body: usize },
+    /// A request to `route`: its head is `head` bytes, its body the next `body`.
+    Check {
+        route: Route,
+        head: usize,
+        body: usize,
+    },
     /// Not a whole head yet.
     Partial,
     /// Anything else: hyper's.
@@ -73,7 +100,7 @@ fn parse(buf: &[u8]) -> Head {
             // Decided as early as the request line allows, so that other requests reach
             // hyper without waiting for their whole head here.
             let other = req.method.is_some_and(|m| m != "POST")
-                || req.path.is_some_and(|p| p != "/v1/check")
+                || req.path.is_some_and(|p| Route::of(p).is_none())
                 || req.version.is_some_and(|v| v != 1);
             return if other || buf.len() > MAX_HEAD {
                 Head::Other
@@ -83,7 +110,10 @@ fn parse(buf: &[u8]) -> Head {
         }
         Err(_) => return Head::Other,
     };
-    if req.method != Some("POST") || req.path != Some("/v1/check") || req.version != Some(1) {
+    let Some(route) = req.path.and_then(Route::of) else {
+        return Head::Other;
+    };
+    if req.method != Some("POST") || req.version != Some(1) {
         return Head::Other;
     }
     let mut length = None;
@@ -106,14 +136,14 @@ fn parse(buf: &[u8]) -> Head {
         }
     }
     match length {
-        Some(body) if body <= MAX_BODY => Head::Check { head, body },
+        Some(body) if body <= MAX_BODY => Head::Check { route, head, body },
         _ => Head::Other,
     }
 }
 
-/// A `Content-Length` value of digits only, at most 5 of them (anything else: hyper's).
+/// A `Content-Length` value of digits only, at most 7 of them (anything else: hyper's).
 fn content_length(value: &[u8]) -> Option<usize> {
-    if value.is_empty() || value.len() > 5 || !value.iter().all(u8::is_ascii_digit) {
+    if value.is_empty() || value.len() > 7 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
     Some(value.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')))
@@ -139,9 +169,9 @@ where
     let (mut out, mut body_out) = (Vec::new(), Vec::new());
     loop {
         // A whole head of a check, or hand over.
-        let (head, body) = loop {
+        let (route, head, body) = loop {
             match parse(&buf) {
-                Head::Check { head, body } => break (head, body),
+                Head::Check { route, head, body } => break (route, head, body),
                 Head::Other => return Ended::HandOver(buf.freeze()),
                 Head::Partial => {}
             }
@@ -160,9 +190,9 @@ where
         let request = table.start_request(conn);
         let end = head + body;
         if buf.len() < end {
-            buf.reserve(end - buf.len());
             let deadline = tokio::time::Instant::now() + state.body_timeout;
             while buf.len() < end {
+                buf.reserve((end - buf.len()).min(BODY_CHUNK));
                 match tokio::time::timeout_at(deadline, io.read_buf(&mut buf)).await {
                     Ok(Ok(0) | Err(_)) => return Ended::Closed,
                     Ok(Ok(_)) => {}
@@ -174,23 +204,36 @@ where
                 }
             }
         }
-        // An answer is written straight from the outcome (no header map, no response body);
-        // an error goes through its response.
-        let decided = check::decide_with(state, &buf[head..end], |o, name| {
-            body_out.clear();
-            answer_json::write_answer(&mut body_out, &o.answer, o.shadow_denied);
-            out.clear();
-            status_line(&mut out, check::answer_status(o));
-            check::answer_headers(o, name, |h, v| header_line(&mut out, h.as_str(), v));
-            end_head(&mut out, body_out.len());
-            out.extend_from_slice(&body_out);
-        })
-        .await;
-        buf.advance(end);
-        let written = match decided {
-            Ok(()) => io.write_all(&out).await,
-            Err(e) => write(io, &mut out, e.into_response()).await,
+        let bytes = &buf[head..end];
+        let written = match route {
+            // A single check's answer is written straight from its outcome (no header map, no
+            // response body); an error goes through its response.
+            Route::Check => {
+                let decided = check::decide_with(state, bytes, |o, name| {
+                    body_out.clear();
+                    answer_json::write_answer(&mut body_out, &o.answer, o.shadow_denied);
+                    out.clear();
+                    status_line(&mut out, check::answer_status(o));
+                    check::answer_headers(o, name, |h, v| header_line(&mut out, h.as_str(), v));
+                    end_head(&mut out, body_out.len());
+                    out.extend_from_slice(&body_out);
+                })
+                .await;
+                match decided {
+                    Ok(()) => io.write_all(&out).await,
+                    Err(e) => write(io, &mut out, e.into_response()).await,
+                }
+            }
+            Route::Batch => write(io, &mut out, check::batch_answer(state, bytes).await).await,
+            Route::All => write(io, &mut out, check::all_answer(state, bytes).await).await,
         };
+        buf.advance(end);
+        if buf.capacity() > KEEP_BUFFER {
+            buf = BytesMut::from(&buf[..]);
+        }
+        if out.capacity() > KEEP_BUFFER {
+            out = Vec::new();
+        }
         if written.is_err() {
             return Ended::Closed;
         }
@@ -210,8 +253,8 @@ async fn write<I: AsyncWrite + Unpin>(
     response: Response,
 ) -> io::Result<()> {
     let (parts, body) = response.into_parts();
-    // The route's bodies are whole bytes: collected at once.
-    let body = axum::body::to_bytes(body, MAX_BODY * 64)
+    // The routes' bodies are whole bytes: collected at once.
+    let body = axum::body::to_bytes(body, usize::MAX)
         .await
         .map_err(io::Error::other)?;
     out.clear();
@@ -360,10 +403,27 @@ mod tests {
         assert_eq!(
             parse(all.as_bytes()),
             Head::Check {
+                route: Route::Check,
                 head: head.len(),
                 body: BODY.len()
             }
         );
+        let batch = head.replace("/v1/check", "/v1/check/batch");
+        assert!(matches!(
+            parse(batch.as_bytes()),
+            Head::Check {
+                route: Route::Batch,
+                ..
+            }
+        ));
+        let all = head.replace("/v1/check", "/v1/check/all");
+        assert!(matches!(
+            parse(all.as_bytes()),
+            Head::Check {
+                route: Route::All,
+                ..
+            }
+        ));
         // Case does not matter in header names.
         let lower = check_head("content-type: application/json\r\n")
             .replace("Content-Length", "content-LENGTH");
@@ -374,7 +434,8 @@ mod tests {
     fn any_other_shape_goes_to_hyper() {
         let other = [
             "GET /v1/check HTTP/1.1\r\nHost: n\r\n\r\n".to_owned(),
-            "POST /v1/check/batch HTTP/1.1\r\nContent-Length: 2\r\n\r\n".to_owned(),
+            "POST /v1/check/batches HTTP/1.1\r\nContent-Length: 2\r\n\r\n".to_owned(),
+            "POST /v1/forward-auth HTTP/1.1\r\nContent-Length: 2\r\n\r\n".to_owned(),
             "POST /v1/check?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n".to_owned(),
             "POST /v1/check HTTP/1.0\r\nContent-Length: 2\r\n\r\n".to_owned(),
             "POST /v1/check HTTP/1.1\r\nHost: n\r\n\r\n".to_owned(),
@@ -385,7 +446,7 @@ mod tests {
             check_head("Content-Length: 40\r\n"),
             "POST /v1/check HTTP/1.1\r\nContent-Length: +4\r\n\r\n".to_owned(),
             "POST /v1/check HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n".to_owned(),
-            "POST /v1/check HTTP/1.1\r\nContent-Length: 16385\r\n\r\n".to_owned(),
+            "POST /v1/check HTTP/1.1\r\nContent-Length: 1048577\r\n\r\n".to_owned(),
             "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned(),
             "POST /v1/check HTTP/1.1\r\nBad Header: x\r\n\r\n".to_owned(),
         ];
@@ -405,7 +466,8 @@ mod tests {
             Head::Partial
         );
         assert_eq!(parse(b"GET /metr"), Head::Other);
-        assert_eq!(parse(b"POST /v1/check/all HTTP/1.1\r\n"), Head::Other);
+        assert_eq!(parse(b"POST /v1/check/all HTTP/1.1\r\n"), Head::Partial);
+        assert_eq!(parse(b"POST /v1/cluster HTTP/1.1\r\n"), Head::Other);
         let long = format!("POST /v1/check HTTP/1.1\r\nX: {}", "a".repeat(MAX_HEAD));
         assert_eq!(parse(long.as_bytes()), Head::Other);
     }
