@@ -3,12 +3,17 @@
 #
 #   bench/slowconns.sh                       # 10,000 hostile connections, 10 s, 3 rounds
 #   SLOW=20000 MAX_CONNECTIONS=10000 bench/slowconns.sh
+#   OPEN_RATE=20000 bench/slowconns.sh       # real clients at a fixed rate (open loop), not wrk
+#   FLOOD_IDLE=1 OPEN_RATE=20000 bench/slowconns.sh   # the flood's process on idle CPU only
 #
 # bench/slowconns.py keeps SLOW connections open to one release node on 127.0.0.1: half send
 # half a request header and then a byte now and then (slowloris), half connect and say nothing;
 # every one the node closes is reopened at once. Meanwhile wrk -c8 sends POST /v1/check
 # (bench/wrk/check.lua). Reported: wrk's checks/s and p50/p99 with and without the flood, the
 # connections the flood held open, and how many the node closed (header timeout, idle, cap).
+# With OPEN_RATE, the real clients are bench/openloop at that many checks/s over CONNS
+# connections instead (latency from each request's scheduled time): what clients that do not
+# saturate the machine see, where wrk's closed loop keeps both cores busy by itself.
 # With 2-second drips the slowloris half is closed by the header timeout (5 s) and reopened.
 # Needs a high open-files limit: the script raises its own (as root) before starting anything.
 set -euo pipefail
@@ -32,8 +37,31 @@ source "$BENCH_DIR/lib.sh"
 start_nodes 1 slow --http-max-connections "$MAX_CONNECTIONS"
 HTTP="127.0.0.1:$(http_port 0)"
 
+# FLOOD_IDLE=1: the flood's own process runs only on CPU nobody else wants (SCHED_IDLE). On a
+# real network the attacker's CPU is not the node's; here all share 2 cores, and the Python
+# flood's bursts (5,000 drips at once) otherwise take the cores from the node and its clients.
+FLOOD_PREFIX=""
+if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX="chrt --idle 0"; fi
+
+if [ -n "${OPEN_RATE:-}" ]; then
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
+  fi
+  OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
+fi
+
 run_wrk() { # LABEL -> "rps p50 p99"
-  wrk_load "$1" check.lua
+  if [ -z "${OPEN_RATE:-}" ]; then
+    wrk_load "$1" check.lua
+    return
+  fi
+  "$OPENLOOP" --url "http://$HTTP/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
+    --warmup 2 --connections "$CONNS" --json >"$OUT_DIR/open-$1.json"
+  python3 - "$OUT_DIR/open-$1.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['achieved']:.0f} {r['p50_ms']:.3f} {r['p99_ms']:.3f} {r['errors'] + r['timeouts']}")
+PY
 }
 
 : >"$OUT_DIR/results.tsv"
@@ -41,7 +69,8 @@ for ((run = 1; run <= RUNS; run++)); do
   log "round $run: without the flood"
   echo "$run quiet $(run_wrk "quiet-$run") 0" >>"$OUT_DIR/results.tsv"
   log "round $run: with $SLOW slow/idle connections"
-  python3 "$BENCH_DIR/slowconns.py" "$HTTP" "$SLOW" $((DURATION + 8)) >"$OUT_DIR/slow-$run.txt" &
+  # shellcheck disable=SC2086
+  $FLOOD_PREFIX python3 "$BENCH_DIR/slowconns.py" "$HTTP" "$SLOW" $((DURATION + 8)) >"$OUT_DIR/slow-$run.txt" &
   flood=$!
   sleep 5 # let the flood reach its size before measuring
   echo "$run flood $(run_wrk "flood-$run")" >>"$OUT_DIR/results.tsv"
