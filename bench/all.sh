@@ -23,7 +23,7 @@ RUNS="${RUNS:-3}"
 CONNS="${CONNS:-8}"
 export KEYSPACE="${KEYSPACE:-100000}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/all-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39500}"
+BASE_PORT="${BASE_PORT:-29500}"
 mkdir -p "$OUT_DIR"
 
 SCRIPT=all.sh

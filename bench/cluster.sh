@@ -18,7 +18,7 @@ export KEYSPACE="${KEYSPACE:-100000}"
 export CHECK_LIMIT="${CHECK_LIMIT:-100}"
 export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/cluster-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39100}"
+BASE_PORT="${BASE_PORT:-29100}"
 mkdir -p "$OUT_DIR"
 
 SCRIPT=cluster.sh

@@ -17,7 +17,7 @@ CALLERS="${CALLERS:-32}"
 IP_LIMIT="${IP_LIMIT:-200}"
 USERS="${USERS:-400}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/contention-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39600}"
+BASE_PORT="${BASE_PORT:-29600}"
 mkdir -p "$OUT_DIR"
 
 SCRIPT=contention.sh

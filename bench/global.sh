@@ -30,7 +30,7 @@ LOAD_RATE="${LOAD_RATE:-250}"
 ACC_RUNS="${ACC_RUNS:-1}"
 GOSSIP_MS="${GOSSIP_MS:-100}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/global-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39300}"
+BASE_PORT="${BASE_PORT:-29300}"
 mkdir -p "$OUT_DIR"
 
 SCRIPT=global.sh

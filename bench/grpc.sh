@@ -22,7 +22,7 @@ STREAMS="${STREAMS:-8}"
 H2_CONNS="${H2_CONNS:-2}"
 export CONNS="$STREAMS"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/grpc-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39700}"
+BASE_PORT="${BASE_PORT:-29700}"
 GRPC_PORT=$((BASE_PORT + 90))
 mkdir -p "$OUT_DIR"
 

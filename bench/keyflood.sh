@@ -20,7 +20,7 @@ REPO="$(cd "$BENCH_DIR/.." && pwd)"
 DURATION="${DURATION:-20}"
 MAX_KEYS="${MAX_KEYS:-1000000}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/keyflood-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39900}"
+BASE_PORT="${BASE_PORT:-29900}"
 FLOOD_CONNS="${FLOOD_CONNS:-16}"
 mkdir -p "$OUT_DIR"
 SCRIPT=keyflood.sh

@@ -1,6 +1,8 @@
 # Shared helpers of the cluster benchmarks (bench/cluster.sh, bench/global.sh): source it after
 # setting BENCH_DIR, REPO, OUT_DIR, BASE_PORT and SCRIPT (the caller's name, for log lines).
-# Everything runs on 127.0.0.1.
+# Everything runs on 127.0.0.1. The scripts' BASE_PORT defaults lie below Linux's ephemeral range
+# (32768-60999): there, the client ports of a load (bench/slowconns.sh opens tens of thousands of
+# connections) could hold a node's port when the next run binds it.
 
 log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
 command -v wrk >/dev/null || { log "installing wrk"; apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }

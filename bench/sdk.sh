@@ -18,7 +18,7 @@ RUNS="${RUNS:-1}"
 RATE="${RATE:-5000}"
 CONC="${CONC:-32}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/sdk-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39300}"
+BASE_PORT="${BASE_PORT:-29300}"
 mkdir -p "$OUT_DIR"
 
 SCRIPT=sdk.sh

@@ -26,7 +26,7 @@ SLOW="${SLOW:-10000}"
 export CONNS="${CONNS:-8}"
 MAX_CONNECTIONS="${MAX_CONNECTIONS:-10000}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/slowconns-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-39800}"
+BASE_PORT="${BASE_PORT:-29800}"
 mkdir -p "$OUT_DIR"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 

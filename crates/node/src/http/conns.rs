@@ -28,6 +28,8 @@ use tokio::time::{Instant, Sleep};
 
 /// `Conn::head_since_ms` when no request head has begun.
 const NO_HEAD: u64 = u64::MAX;
+/// At the cap, the longest-idle `1 / EVICT_SHARE` of the cap is closed at once.
+const EVICT_SHARE: usize = 100;
 
 /// One open connection, as the table and its task see it.
 #[derive(Debug)]
@@ -96,27 +98,35 @@ impl ConnTable {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Registers a new connection; at the cap, first evicts the connection idle the longest.
-    /// `None`: the cap is reached and every connection is busy (refuse this one).
+    /// Registers a new connection; at the cap, first evicts the connections idle the longest
+    /// (a hundredth of the cap at once, see [`EVICT_SHARE`]). `None`: the cap is reached and
+    /// every connection is busy (refuse this one).
     pub fn admit(&self) -> Option<Arc<Conn>> {
         let now = self.now_ms();
         let mut open = self.open.lock();
         if open.len() >= self.limits.max_connections {
-            // O(open) at the cap only: a scan of 10,000 entries is microseconds, less than
-            // accepting the connection costs.
-            let oldest = open
+            // O(open) at the cap only, and once per batch: a flood that reconnects every
+            // connection it loses keeps the table at the cap, and a scan of 10,000 entries for
+            // each new connection (the lock held meanwhile) cost ~30% of a core at ~3,000
+            // reconnects a second (`bench/slowconns.sh`, round 2).
+            let batch = (self.limits.max_connections / EVICT_SHARE).max(1);
+            let mut idle: Vec<(u64, u64)> = open
                 .values()
                 .filter(|c| !c.busy())
-                .min_by_key(|c| c.last_active_ms.load(Ordering::Relaxed))
-                .map(|c| c.id);
-            match oldest.and_then(|id| open.remove(&id)) {
-                Some(victim) => {
+                .map(|c| (c.last_active_ms.load(Ordering::Relaxed), c.id))
+                .collect();
+            if idle.is_empty() {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            let batch = batch.min(idle.len());
+            if batch < idle.len() {
+                idle.select_nth_unstable(batch - 1);
+            }
+            for &(_, id) in &idle[..batch] {
+                if let Some(victim) = open.remove(&id) {
                     victim.close.notify_one();
                     self.stats.evicted.fetch_add(1, Ordering::Relaxed);
-                }
-                None => {
-                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                    return None;
                 }
             }
         }
@@ -426,6 +436,32 @@ mod tests {
         let _rc = t.start_request(&c);
         assert!(t.admit().is_none());
         assert_eq!(t.stats.refused.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_a_hundredth_of_it_is_evicted_at_once_longest_idle_first() {
+        let t = table(300);
+        let conns: Vec<_> = (0..300).map(|_| t.admit().expect("room")).collect();
+        // Every connection active after the first five, in order; one of those five is busy.
+        tokio::time::advance(Duration::from_millis(10)).await;
+        for c in &conns[5..] {
+            t.touch(c);
+        }
+        let _busy = t.start_request(&conns[1]);
+        t.admit().expect("room made");
+        assert_eq!(t.stats.evicted.load(Ordering::Relaxed), 3);
+        assert_eq!(t.len(), 298);
+        for i in [0, 2, 3] {
+            tokio::time::timeout(Duration::from_secs(1), conns[i].evicted())
+                .await
+                .expect("evicted");
+        }
+        // Room for two more without another scan.
+        t.admit().expect("room");
+        t.admit().expect("room");
+        assert_eq!(t.stats.evicted.load(Ordering::Relaxed), 3);
+        t.admit().expect("room made");
+        assert_eq!(t.stats.evicted.load(Ordering::Relaxed), 6);
     }
 
     fn timed(header_ms: u64, idle_ms: u64) -> Arc<ConnTable> {
