@@ -7,6 +7,7 @@
 #   MAX_KEYS=200000 DURATION=30 bench/keyflood.sh
 #   FLOOD_CONNS=1 bench/keyflood.sh         # a lighter flood: one connection, closed loop
 #   BENCH_NICE=-10 bench/keyflood.sh        # the node ahead of the load generators (root)
+#   OPEN_RATE=5000 bench/keyflood.sh        # the clients at a fixed rate (open loop), not wrk
 #
 # One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -cFLOOD_CONNS (16) sending
 # POST /v1/check/batch of 100 never-seen keys (bench/wrk/flood.lua). The clients: wrk -t1 -c2
@@ -36,8 +37,28 @@ if [ -n "${BENCH_NICE:-}" ]; then
   renice -n "$BENCH_NICE" -p "$PID" >/dev/null
 fi
 
+if [ -n "${OPEN_RATE:-}" ]; then
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
+  fi
+  OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
+fi
+
 probe() { # LABEL -> "rps p50 p99"
   local out="$OUT_DIR/$1.txt"
+  if [ -n "${OPEN_RATE:-}" ]; then
+    # Latency from each request's scheduled time: the flood's stalls are not hidden by a
+    # closed loop that stops sending while it waits.
+    "$OPENLOOP" --url "http://127.0.0.1:$PORT/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
+      --warmup 1 --connections 2 --keyspace 1000 \
+      --body-template '{"key":"probe:{n}","limit":100,"period_ms":1000}' --json >"$out"
+    python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['achieved']:.0f} {r['p50_ms']:.3f} {r['p99_ms']:.3f}")
+PY
+    return
+  fi
   KEYSPACE=1000 KEY_PREFIX="probe:" timeout $((DURATION + 30)) wrk -t1 -c2 -d"${DURATION}s" \
     --latency -s "$BENCH_DIR/wrk/check.lua" "http://127.0.0.1:$PORT" >"$out" 2>&1
   echo "$(awk '/^Requests\/sec/ {print $2}' "$out") $(to_ms "$(awk '$1 == "50%" {print $2}' "$out")") $(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")"
@@ -80,7 +101,7 @@ read -r max_rss max_buckets last_evictions < <(awk '
   echo "most buckets held           $max_buckets"
   echo "evictions                   $last_evictions"
   echo "RSS: most sampled, peak     $((max_rss / 1024)) MiB, $((hwm / 1024)) MiB"
-  printf '%-28s%12s%12s\n' "clients (wrk -c2)" quiet flooded
+  printf '%-28s%12s%12s\n' "clients (${OPEN_RATE:+open loop }${OPEN_RATE:-wrk -c2}${OPEN_RATE:+/s})" quiet flooded
   printf '%-28s%12s%12s\n' "checks/s" "$q_rps" "$f_rps"
   printf '%-28s%12s%12s\n' "p50 ms" "$q_p50" "$f_p50"
   printf '%-28s%12s%12s\n' "p99 ms" "$q_p99" "$f_p99"
