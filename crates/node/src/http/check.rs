@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
 use ringlimit_core::all::{AllError, MAX_ALL};
 use ringlimit_core::headers::{
-    Policy, RATELIMIT, RATELIMIT_POLICY, ietf_fields, ietf_values, inline_policy_name,
-    rate_headers, rate_values, retry_after, retry_after_secs,
+    Policy, RATELIMIT, RATELIMIT_POLICY, ietf_values, inline_policy_name, rate_values,
+    retry_after_secs,
 };
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::Deserialize;
@@ -226,12 +226,7 @@ pub async fn check_request(state: &AppState, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    answer(state, &bytes).await
-}
-
-/// The answer to a `POST /v1/check` whose body is `bytes`.
-pub(super) async fn answer(state: &AppState, bytes: &[u8]) -> Response {
-    decide(state, bytes)
+    decide(state, &bytes)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -239,15 +234,9 @@ pub(super) async fn answer(state: &AppState, bytes: &[u8]) -> Response {
 /// The contract's answer: 200 or 429, JSON body, `X-RateLimit-*` and `Retry-After` headers, and
 /// the IETF fields for the rule `name`.
 pub fn answer_response(o: &Outcome, name: &str) -> Response {
-    let mut headers = HeaderMap::with_capacity(7);
-    answer_headers(o, name, |h, v| {
-        if let Ok(v) = HeaderValue::from_bytes(v) {
-            headers.append(h, v);
-        }
-    });
     (
         answer_status(o),
-        headers,
+        header_map(&o.answer, [policy(o, name)]),
         answer_json::answer(&o.answer, o.shadow_denied),
     )
         .into_response()
@@ -258,11 +247,14 @@ pub(super) fn answer_status(o: &Outcome) -> StatusCode {
     status(o.answer.allowed)
 }
 
-/// The headers of [`answer_response`], in order, given to `emit`: content type,
-/// `X-RateLimit-*`, `Retry-After` when denied, the IETF fields. The check loop writes them
-/// straight to the wire (`h1.rs`), the route into a header map.
-pub(super) fn answer_headers(o: &Outcome, name: &str, mut emit: impl FnMut(HeaderName, &[u8])) {
-    let a = &o.answer;
+/// The headers of an answer `a` to the limits `policies`, in order, given to `emit`: content
+/// type, `X-RateLimit-*`, `Retry-After` when denied, the IETF fields. The check loop writes
+/// them straight to the wire (`h1.rs`), the routes into a header map ([`header_map`]).
+pub(super) fn answer_headers<'a>(
+    a: &CheckAnswer,
+    policies: impl IntoIterator<Item = Policy<'a>>,
+    mut emit: impl FnMut(HeaderName, &[u8]),
+) {
     emit(header::CONTENT_TYPE, b"application/json");
     let mut n = itoa::Buffer::new();
     for (h, v) in rate_values(a) {
@@ -275,12 +267,24 @@ pub(super) fn answer_headers(o: &Outcome, name: &str, mut emit: impl FnMut(Heade
         );
     }
     let (mut p, mut s) = (String::with_capacity(64), String::with_capacity(64));
-    ietf_values(&mut p, &mut s, [policy(o, name)]);
+    ietf_values(&mut p, &mut s, policies);
     emit(RATELIMIT_POLICY, p.as_bytes());
     emit(RATELIMIT, s.as_bytes());
 }
 
-fn policy<'a>(o: &'a Outcome, name: &'a str) -> Policy<'a> {
+/// [`answer_headers`] as a header map.
+fn header_map<'a>(a: &CheckAnswer, policies: impl IntoIterator<Item = Policy<'a>>) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(7);
+    answer_headers(a, policies, |h, v| {
+        if let Ok(v) = HeaderValue::from_bytes(v) {
+            headers.append(h, v);
+        }
+    });
+    headers
+}
+
+/// The IETF fields' description of `o`, the answer of the rule named `name`.
+pub(super) fn policy<'a>(o: &'a Outcome, name: &'a str) -> Policy<'a> {
     Policy {
         name,
         period_ms: o.period_ms,
@@ -295,20 +299,6 @@ fn status(allowed: bool) -> StatusCode {
     } else {
         StatusCode::TOO_MANY_REQUESTS
     }
-}
-
-/// Content type, `X-RateLimit-*` and, when denied, `Retry-After`, from answer `a`.
-fn status_headers(a: &CheckAnswer) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(7);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    rate_headers(&mut headers, a);
-    if !a.allowed {
-        retry_after(&mut headers, a);
-    }
-    headers
 }
 
 #[derive(Deserialize)]
@@ -471,11 +461,7 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
         degraded: o.degraded,
         ..*binding
     };
-    let mut headers = status_headers(&top);
-    ietf_fields(
-        &mut headers,
-        o.results.iter().zip(names).map(|(r, n)| policy(r, n)),
-    );
+    let headers = header_map(&top, o.results.iter().zip(names).map(|(r, n)| policy(r, n)));
     let json = answer_json::all(&top, o.results.iter().map(|r| (&r.answer, r.shadow_denied)));
     (status(o.allowed), headers, json).into_response()
 }

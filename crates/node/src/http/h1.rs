@@ -209,7 +209,10 @@ where
                     answer_json::write_answer(&mut body_out, &o.answer, o.shadow_denied);
                     out.clear();
                     status_line(&mut out, check::answer_status(o));
-                    check::answer_headers(o, name, |h, v| header_line(&mut out, h.as_str(), v));
+                    let policy = [check::policy(o, name)];
+                    check::answer_headers(&o.answer, policy, |h, v| {
+                        header_line(&mut out, h.as_str(), v)
+                    });
                     end_head(&mut out, body_out.len());
                     out.extend_from_slice(&body_out);
                 })
