@@ -947,6 +947,41 @@ impl Drop for TempDir {
     }
 }
 
+/// Reads `n` whole HTTP/1.1 responses (each head, then its `Content-Length` of body) from a raw
+/// connection, within [`WAIT`]: each response's text. Bytes past the `n`th are an error.
+pub async fn read_responses(s: &mut tokio::net::TcpStream, n: usize) -> Result<Vec<String>> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let mut out = Vec::new();
+            let mut rest = &got[..];
+            while let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&rest[..end + 4]);
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: ")?.trim().parse().ok())
+                    .context("no content-length")?;
+                if rest.len() < end + 4 + len {
+                    break;
+                }
+                out.push(String::from_utf8_lossy(&rest[..end + 4 + len]).into_owned());
+                rest = &rest[end + 4 + len..];
+            }
+            if out.len() >= n {
+                ensure!(rest.is_empty(), "bytes after the answers: {rest:?}");
+                return Ok(out);
+            }
+            let read = s.read(&mut buf).await?;
+            ensure!(read > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..read]);
+        }
+    })
+    .await
+    .context("answers did not come in time")?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

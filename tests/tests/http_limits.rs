@@ -5,7 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::ConnLimits;
-use ringlimit_tests::{TestNode, WAIT};
+use ringlimit_tests::{TestNode, WAIT, read_responses};
 use serde_json::json;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -78,27 +78,7 @@ async fn a_header_that_never_ends_is_closed_and_an_idle_connection_too() -> Resu
 /// Writes `req` on `s` and reads one answer's head and body (up to its Content-Length).
 async fn exchange(s: &mut TcpStream, req: &str) -> Result<String> {
     s.write_all(req.as_bytes()).await?;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(WAIT, async {
-        loop {
-            let text = String::from_utf8_lossy(&got);
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let len = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length: ")?.parse::<usize>().ok())
-                    .context("no content-length")?;
-                if body.len() >= len {
-                    return Ok(text.into_owned());
-                }
-            }
-            let n = s.read(&mut buf).await?;
-            ensure!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await
-    .context("no answer in time")?
+    Ok(read_responses(s, 1).await?.remove(0))
 }
 
 #[tokio::test]

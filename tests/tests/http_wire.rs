@@ -6,7 +6,7 @@ use anyhow::{Context, Result, ensure};
 use ringlimit_core::clock::ManualClock;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::EngineClock;
-use ringlimit_tests::{TestNode, WAIT};
+use ringlimit_tests::{TestNode, WAIT, read_responses};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,42 +32,18 @@ fn post(path: &str, body: &str) -> String {
     )
 }
 
-/// Reads `n` whole responses (each to its Content-Length) from `s`, `date` values masked.
+/// Reads `n` whole responses from `s`, `date` values masked.
 async fn responses(s: &mut TcpStream, n: usize) -> Result<Vec<String>> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(WAIT, async {
-        loop {
-            let mut out = Vec::new();
-            let mut rest = &got[..];
-            while let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&rest[..end + 4]).into_owned();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length: ")?.trim().parse().ok())
-                    .context("no content-length")?;
-                if rest.len() < end + 4 + len {
-                    break;
-                }
-                let body = String::from_utf8_lossy(&rest[end + 4..end + 4 + len]).into_owned();
-                out.push(mask_date(&head) + &body);
-                rest = &rest[end + 4 + len..];
-            }
-            if out.len() >= n {
-                ensure!(rest.is_empty(), "bytes after the answers: {rest:?}");
-                return Ok(out);
-            }
-            let read = s.read(&mut buf).await?;
-            ensure!(read > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&buf[..read]);
-        }
-    })
-    .await
-    .context("answers did not come in time")?
+    Ok(read_responses(s, n)
+        .await?
+        .iter()
+        .map(|r| mask_date(r))
+        .collect())
 }
 
-fn mask_date(head: &str) -> String {
-    head.lines()
+fn mask_date(response: &str) -> String {
+    response
+        .lines()
         .map(|l| {
             if l.starts_with("date: ") {
                 "date: <masked>".to_owned()
@@ -79,8 +55,7 @@ fn mask_date(head: &str) -> String {
         .join("\r\n")
 }
 
-async fn exchange(addr: SocketAddr, s: &mut TcpStream, request: &str) -> Result<String> {
-    let _ = addr;
+async fn exchange(s: &mut TcpStream, request: &str) -> Result<String> {
     s.write_all(request.as_bytes()).await?;
     Ok(responses(s, 1).await?.remove(0))
 }
@@ -88,7 +63,7 @@ async fn exchange(addr: SocketAddr, s: &mut TcpStream, request: &str) -> Result<
 /// A connection whose requests hyper serves: its first request is not a check.
 async fn hyper_connection(addr: SocketAddr) -> Result<TcpStream> {
     let mut s = TcpStream::connect(addr).await?;
-    let health = exchange(addr, &mut s, "GET /healthz HTTP/1.1\r\nHost: n\r\n\r\n").await?;
+    let health = exchange(&mut s, "GET /healthz HTTP/1.1\r\nHost: n\r\n\r\n").await?;
     ensure!(health.starts_with("HTTP/1.1 200"), "{health}");
     Ok(s)
 }
@@ -126,8 +101,8 @@ async fn the_check_loop_answers_with_hypers_bytes() -> Result<()> {
         // Each path its own keys (one node: the same key would share a bucket).
         let f = post(path, &body.replace(r#""key":""#, r#""key":"f-"#));
         let h = post(path, &body.replace(r#""key":""#, r#""key":"h-"#));
-        let f = exchange(n.http, &mut fast, &f).await?;
-        let h = exchange(n.http, &mut slow, &h).await?;
+        let f = exchange(&mut fast, &f).await?;
+        let h = exchange(&mut slow, &h).await?;
         ensure!(f == h, "{path} {body:?}\n check loop:\n{f}\n hyper:\n{h}");
         statuses.push(f.get(9..12).unwrap_or_default().to_owned());
     }
@@ -203,14 +178,18 @@ async fn a_real_http_client_gets_the_check_loops_answers() -> Result<()> {
     let n = node().await?;
     let url = format!("http://{}/v1/check", n.http);
     let body = r#"{"key":"curl","limit":2,"period_ms":60000}"#;
+    // Each transfer prints its status and whether it opened a connection.
+    let report = [
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{num_connects}\\n",
+    ];
     let mut args = Vec::new();
     for _ in 0..3 {
+        args.extend(report);
         args.extend([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code} %{num_connects}\\n",
             "-X",
             "POST",
             "-H",
@@ -218,17 +197,11 @@ async fn a_real_http_client_gets_the_check_loops_answers() -> Result<()> {
             "-d",
             body,
             &url,
-            "--next",
         ]);
+        args.push("--next");
     }
-    args.extend([
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code} %{num_connects}\\n",
-        &url,
-    ]);
+    args.extend(report);
+    args.push(&url);
     // curl exits by itself; run it off the runtime so the node keeps serving meanwhile.
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let out = tokio::task::spawn_blocking(move || {
