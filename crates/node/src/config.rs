@@ -132,6 +132,20 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_MAX_CONNECTIONS", value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub http_max_connections: u64,
+    /// A gRPC connection with no call in flight for this long is sent GOAWAY and closed
+    /// (gRPC's `MAX_CONNECTION_IDLE`: pings and other frames do not count as use).
+    #[arg(long, env = "RINGLIMIT_GRPC_IDLE_TIMEOUT_MS", value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub grpc_idle_timeout_ms: u64,
+    /// Longest a gRPC call may take, its request message included (answered DEADLINE_EXCEEDED).
+    #[arg(long, env = "RINGLIMIT_GRPC_REQUEST_TIMEOUT_MS", value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub grpc_request_timeout_ms: u64,
+    /// Most open gRPC connections; at the cap a new one closes the longest-idle connections
+    /// (refused when all are busy).
+    #[arg(long, env = "RINGLIMIT_GRPC_MAX_CONNECTIONS", value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub grpc_max_connections: u64,
     /// Threads serving the HTTP API, each with its own single-threaded runtime (default: one per
     /// CPU); 0 serves it on the main runtime with peer RPC and gossip.
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
@@ -187,8 +201,9 @@ pub enum ConfigError {
     InvalidEnvoy(#[from] crate::envoy_config::EnvoyConfigError),
 }
 
-/// Limits on the HTTP server's connections (`--http-header-timeout-ms`,
-/// `--http-body-timeout-ms`, `--http-idle-timeout-ms`, `--http-max-connections`).
+/// Limits on a server's connections: the HTTP port's (`--http-header-timeout-ms`,
+/// `--http-body-timeout-ms`, `--http-idle-timeout-ms`, `--http-max-connections`) or the gRPC
+/// port's ([`ConnLimits::grpc`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnLimits {
     /// A request's header must be complete within this once its first byte arrived; a
@@ -200,6 +215,20 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
     /// Most open connections.
     pub max_connections: usize,
+}
+
+impl ConnLimits {
+    /// The gRPC port's limits (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`,
+    /// `--grpc-max-connections`): HTTP/2 has frames, not request heads, so no header timeout
+    /// (the field is unused there); the request timeout bounds a whole call.
+    pub fn grpc(idle_timeout: Duration, request_timeout: Duration, max_connections: usize) -> Self {
+        Self {
+            header_timeout: Duration::MAX,
+            body_timeout: request_timeout,
+            idle_timeout,
+            max_connections,
+        }
+    }
 }
 
 impl Default for ConnLimits {
@@ -261,6 +290,8 @@ pub struct NodeConfig {
     pub gossip_blocklist: Option<Arc<GossipBlocklist>>,
     /// The HTTP server's connection limits.
     pub http_limits: ConnLimits,
+    /// The gRPC port's connection limits.
+    pub grpc_limits: ConnLimits,
     /// Test hook: the clock buckets are decided by (`None`: the system clock). A manual clock
     /// makes windows and refills exact in a test of whole nodes.
     #[doc(hidden)]
@@ -309,6 +340,7 @@ impl NodeConfig {
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
             gossip_blocklist: None,
             http_limits: ConnLimits::default(),
+            grpc_limits: ConnLimits::grpc(Duration::from_secs(60), Duration::from_secs(10), 10_000),
             clock: None,
         }
     }
@@ -424,6 +456,11 @@ impl ServeArgs {
                 idle_timeout: Duration::from_millis(self.http_idle_timeout_ms),
                 max_connections: usize::try_from(self.http_max_connections).unwrap_or(usize::MAX),
             },
+            grpc_limits: ConnLimits::grpc(
+                Duration::from_millis(self.grpc_idle_timeout_ms),
+                Duration::from_millis(self.grpc_request_timeout_ms),
+                usize::try_from(self.grpc_max_connections).unwrap_or(usize::MAX),
+            ),
             clock: None,
         })
     }

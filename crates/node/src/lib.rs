@@ -9,6 +9,8 @@
 //! Top to bottom; each layer imports only from layers below it.
 //! - [`node`] — wiring: [`run`] binds listeners, starts gossip, the peer server and the edges.
 //! - [`http`] — the HTTP edge (axum): parse → call the service → reply.
+//! - [`listen`] — serving a port's connections, bounded (timeouts, a cap): the HTTP and gRPC
+//!   edges' shared server.
 //! - [`service`] — the check service every edge calls: checks, batches, key state and reset,
 //!   cluster and rules views, metrics text; timing and counting.
 //! - [`routing`] — decide here, forward to the owner (one group per owner), or fail open.
@@ -34,6 +36,7 @@ pub mod forward;
 pub mod global;
 pub mod grpc;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod node;
 pub mod reload;

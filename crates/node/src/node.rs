@@ -136,7 +136,13 @@ pub async fn run(
             "RINGLIMIT_CLUSTER_SECRET is not set: the peer port (gossip and RPC) is unauthenticated"
         );
     }
-    raise_open_files(config.http_limits.max_connections);
+    raise_open_files(config.http_limits.max_connections.saturating_add(
+        if config.grpc_addr.is_some() {
+            config.grpc_limits.max_connections
+        } else {
+            0
+        },
+    ));
     if let Some(dir) = &config.data_dir {
         std::fs::create_dir_all(dir)
             .map_err(|e| NodeError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
@@ -219,6 +225,7 @@ pub async fn run(
     ));
     let ready = Arc::new(AtomicBool::new(false));
     let conns = Arc::new(crate::metrics::ConnStats::default());
+    let grpc_conns = Arc::new(crate::metrics::ConnStats::default());
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
     let envoy_status = Arc::new(RulesStatus::new(config.envoy_path.clone()));
     if config.envoy_path.is_none() {
@@ -235,6 +242,7 @@ pub async fn run(
         cluster_id: Arc::from(config.cluster_id.as_str()),
         ready: ready.clone(),
         conns: conns.clone(),
+        grpc_conns: grpc_conns.clone(),
         gossip: gossip_stats,
         book: book.clone(),
     }));
@@ -309,10 +317,14 @@ pub async fn run(
         let grpc_addr = listener.local_addr().ok();
         let service = state.service.clone();
         tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit service, health)");
+        let table = Arc::new(crate::listen::conns::ConnTable::new(
+            config.grpc_limits,
+            grpc_conns,
+        ));
         // Stopped with the node's other tasks once HTTP has drained.
         tasks.spawn(async move {
             if let Err(e) =
-                crate::grpc::serve(listener, service, envoy, std::future::pending()).await
+                crate::grpc::serve(listener, service, envoy, table, std::future::pending()).await
             {
                 tracing::error!(error = %e, "gRPC server failed");
             }
@@ -320,11 +332,15 @@ pub async fn run(
     }
     let leaving = membership.clone();
     let leave_delay = config.leave_delay;
-    let result = http::serve::serve(
+    let result = crate::listen::serve(
+        "HTTP",
         listeners.http,
-        move || http::service(state.for_runtime()),
+        move || http::serve::HttpConnections(http::service(state.for_runtime())),
         config.http_threads,
-        std::sync::Arc::new(http::conns::ConnTable::new(config.http_limits, conns)),
+        std::sync::Arc::new(crate::listen::conns::ConnTable::new(
+            config.http_limits,
+            conns,
+        )),
         async move {
             shutdown.await;
             ready.store(false, Ordering::Release);
@@ -434,7 +450,7 @@ fn raise_open_files(max_connections: usize) {
         Ok(got) if got < wanted => tracing::warn!(
             open_files = got,
             wanted,
-            "the open-files limit is below --http-max-connections plus spare: connections beyond it are refused by the system; raise `ulimit -n` (or the pod's limit) or lower the cap"
+            "the open-files limit is below --http-max-connections (plus --grpc-max-connections) plus spare: connections beyond it are refused by the system; raise `ulimit -n` (or the pod's limit) or lower the cap"
         ),
         Ok(got) => tracing::debug!(open_files = got, "open-files limit"),
         Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),

@@ -11,16 +11,24 @@ pub mod envoy_rls;
 pub mod ringlimit_v1;
 
 use crate::envoy_config::EnvoyConfig;
+use crate::listen::conns::{Conn, ConnTable};
+use crate::listen::{Ended, Handler, OnExpiry};
 use crate::service::CheckService;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use ringlimit_core::all::AllError;
 use ringlimit_core::check::CheckError;
 use ringlimit_v1::RingLimitV1;
 use ringlimit_v1::pb::rate_limiter_server::RateLimiterServer;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use std::sync::atomic::Ordering;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tonic::service::Routes;
+use tower::ServiceExt as _;
 
 /// The gRPC code of a check error, as the HTTP API's status: 404 → NOT_FOUND, 503 →
 /// UNAVAILABLE, the rest (400) → INVALID_ARGUMENT.
@@ -40,13 +48,22 @@ fn all_code(e: &AllError) -> tonic::Code {
     }
 }
 
-/// Serves gRPC on `listener` until `shutdown` completes.
+/// Serves gRPC on `listener` until `shutdown` completes, every connection bounded by `table`
+/// (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`, `--grpc-max-connections`).
+///
+/// Why not tonic's own server: it has no idle timeout and no connection cap, so a client
+/// could hold connections until the node ran out of descriptors. Here tonic's routes are
+/// served by [`crate::listen`] like the HTTP port, with gRPC's idea of idle (no call in flight;
+/// pings do not count) and a GOAWAY before closing. Left out of tonic's stack: honouring a
+/// call's `grpc-timeout` header — a client cancels its call at its deadline (RST_STREAM, which
+/// drops the call here), and every call is bounded by the request timeout.
 pub async fn serve(
     listener: TcpListener,
     service: Arc<CheckService>,
     envoy: Arc<ArcSwap<EnvoyConfig>>,
+    table: Arc<ConnTable>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+) -> std::io::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     let ready = service.clone();
     // SERVING once the node answers checks (its readiness), and from then on.
@@ -62,20 +79,85 @@ pub async fn serve(
             .await;
         health.set_serving::<RateLimiterServer<RingLimitV1>>().await;
     });
-    tonic::transport::Server::builder()
-        .add_service(health_service)
+    let routes = Routes::new(health_service)
         .add_service(RateLimitServiceServer::new(envoy_rls::EnvoyRls {
             service: service.clone(),
             config: envoy,
         }))
         .add_service(RateLimiterServer::new(RingLimitV1 { service }))
-        // No Nagle: an answer written in two pieces would otherwise wait for the client's
-        // delayed ACK (measured: ShouldRateLimit with 3 descriptors at 44 ms p50 without it).
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .with_keepalive(Some(std::time::Duration::from_secs(60))),
-            shutdown,
-        )
-        .await
+        .prepare();
+    let handler = GrpcConnections { routes };
+    crate::listen::serve(
+        "gRPC",
+        listener,
+        move || handler.clone(),
+        0,
+        table,
+        shutdown,
+    )
+    .await
+}
+
+/// Serves gRPC connections (HTTP/2 only).
+#[derive(Clone)]
+struct GrpcConnections {
+    routes: Routes,
+}
+
+impl Handler for GrpcConnections {
+    fn spawn(
+        self,
+        stream: TcpStream,
+        _peer: SocketAddr,
+        conn: Arc<Conn>,
+        table: Arc<ConnTable>,
+        mut stop: watch::Receiver<bool>,
+        ended: Ended,
+    ) {
+        tokio::spawn(async move {
+            let limits = table.limits();
+            let service = {
+                let (table, conn, routes) = (table.clone(), conn.clone(), self.routes);
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    // In flight from here: the connection is not idle (its clock restarts when
+                    // the call ends).
+                    let guard = table.start_request(&conn);
+                    let call = routes.clone().oneshot(req);
+                    let table = table.clone();
+                    async move {
+                        let answer = match tokio::time::timeout(limits.body_timeout, call).await {
+                            Ok(answer) => answer,
+                            Err(_) => {
+                                table.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                                Ok(tonic::Status::deadline_exceeded(format!(
+                                    "the call did not complete within --grpc-request-timeout-ms ({} ms)",
+                                    limits.body_timeout.as_millis()
+                                ))
+                                .into_http())
+                            }
+                        };
+                        drop(guard);
+                        answer
+                    }
+                })
+            };
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            builder.timer(TokioTimer::new());
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let expiry = table.expiry(&conn);
+            tokio::pin!(expiry);
+            // After GOAWAY, calls in flight have the request timeout to finish.
+            crate::listen::drive(
+                connection,
+                &conn,
+                expiry,
+                &mut stop,
+                OnExpiry::GoAway,
+                limits.body_timeout,
+            )
+            .await;
+            drop(ended);
+        });
+    }
 }

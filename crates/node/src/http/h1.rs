@@ -19,9 +19,9 @@
 
 use super::answer_json;
 use super::check;
-use super::conns::{Conn, ConnTable};
 use super::error::ApiError;
 use super::{AppState, MAX_BODY_BYTES};
+use crate::listen::conns::{Conn, ConnTable};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, Bytes, BytesMut};

@@ -9,13 +9,12 @@
 //! - [`error`] — the contract's error body.
 //! - [`fast`] — `POST /v1/check` answered before the router.
 //! - `h1` — `POST /v1/check` over HTTP/1.1 answered before hyper (other requests: hyper's).
-//! - [`serve`] — serving on dedicated single-threaded runtimes (`--http-threads`).
+//! - [`serve`] — one connection: the check loop, then hyper (served by [`crate::listen`]).
 
 pub mod admin;
 pub mod admin_rules;
 pub mod answer_json;
 pub mod check;
-pub mod conns;
 pub mod error;
 pub mod fast;
 pub mod forward_auth;

@@ -64,8 +64,9 @@ struct CheckLabels {
     mode: &'static str,
 }
 
-/// The HTTP server's connections (`http::conns`), counted where they happen and read at scrape
-/// time: here so that the service reads them without knowing the HTTP edge.
+/// A server's connections (`listen::conns`; one set for the HTTP port, one for gRPC), counted
+/// where they happen and read at scrape time: here so that the service reads them without
+/// knowing the edges.
 #[derive(Debug, Default)]
 pub struct ConnStats {
     /// Open now.
@@ -77,6 +78,8 @@ pub struct ConnStats {
     pub evicted: std::sync::atomic::AtomicU64,
     /// Refused at the cap with every connection busy.
     pub refused: std::sync::atomic::AtomicU64,
+    /// Requests cut off at the request timeout (gRPC).
+    pub timed_out: std::sync::atomic::AtomicU64,
 }
 
 /// Gossip traffic on the public peer port (`cluster::transport`), counted where it happens and
@@ -110,6 +113,11 @@ pub struct Snapshot {
     pub http_closed_header_timeout: u64,
     pub http_evicted: u64,
     pub http_refused: u64,
+    pub grpc_open: u64,
+    pub grpc_closed_idle: u64,
+    pub grpc_evicted: u64,
+    pub grpc_refused: u64,
+    pub grpc_timed_out: u64,
     pub gossip_sent_bytes: u64,
     pub gossip_sent_datagrams: u64,
     pub gossip_received_bytes: u64,
@@ -293,6 +301,38 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Counter,
         http_refused,
         "HTTP connections refused at --http-max-connections with every connection busy"
+    ),
+    series!(
+        "grpc_connections",
+        Gauge,
+        grpc_open,
+        "Open gRPC connections"
+    ),
+    series!(
+        "grpc_connections_closed",
+        Counter,
+        grpc_closed_idle,
+        "gRPC connections the server closed (GOAWAY)",
+        "reason" = "idle"
+    ),
+    series!(
+        "grpc_connections_closed",
+        Counter,
+        grpc_evicted,
+        "gRPC connections the server closed (GOAWAY)",
+        "reason" = "evicted"
+    ),
+    series!(
+        "grpc_connections_refused",
+        Counter,
+        grpc_refused,
+        "gRPC connections refused at --grpc-max-connections with every connection busy"
+    ),
+    series!(
+        "grpc_requests_timed_out",
+        Counter,
+        grpc_timed_out,
+        "gRPC calls answered DEADLINE_EXCEEDED at --grpc-request-timeout-ms"
     ),
     series!(
         "peer_frames",

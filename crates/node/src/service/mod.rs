@@ -83,8 +83,9 @@ pub struct Parts {
     pub envoy: Arc<RulesStatus>,
     pub cluster_id: Arc<str>,
     pub ready: Arc<AtomicBool>,
-    /// The HTTP server's connections, for the metrics.
+    /// The HTTP server's connections and the gRPC server's, for the metrics.
     pub conns: Arc<crate::metrics::ConnStats>,
+    pub grpc_conns: Arc<crate::metrics::ConnStats>,
     /// Gossip traffic, for the metrics.
     pub gossip: Arc<crate::metrics::GossipStats>,
     /// The rules in force and the admin API's changes to them.
@@ -102,6 +103,7 @@ pub struct CheckService {
     cluster_id: Arc<str>,
     ready: Arc<AtomicBool>,
     conns: Arc<crate::metrics::ConnStats>,
+    grpc_conns: Arc<crate::metrics::ConnStats>,
     gossip: Arc<crate::metrics::GossipStats>,
     book: Arc<crate::rulebook::RuleBook>,
     /// Buckets this node sent to their new owners after ring changes.
@@ -120,6 +122,7 @@ impl CheckService {
             cluster_id: p.cluster_id,
             ready: p.ready,
             conns: p.conns,
+            grpc_conns: p.grpc_conns,
             gossip: p.gossip,
             book: p.book,
             handed_over: AtomicU64::new(0),

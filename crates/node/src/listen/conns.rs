@@ -1,14 +1,17 @@
-//! The HTTP server's connections, bounded: a request header must arrive in time (slowloris),
-//! a keep-alive connection idle for too long is closed, and open connections are capped — at
-//! the cap a new connection closes the one idle the longest, or is refused when none is idle.
+//! A server's connections, bounded: a request header must arrive in time (slowloris; HTTP/1),
+//! a connection idle for too long is closed, and open connections are capped — at the cap a
+//! new connection closes the ones idle the longest, or is refused when none is idle. The HTTP
+//! port counts any bytes moved as activity ([`Tracked`]); the gRPC port only calls (gRPC's
+//! `MAX_CONNECTION_IDLE`: a client that only pings is idle).
 //!
-//! Why by hand: `axum::serve` exposes none of these, and hyper's header-read timeout does not
-//! fit: it starts whenever hyper waits for a request head, so it also closed every keep-alive
-//! connection idle for the header timeout (5 s), long before the idle timeout (60 s), and it
-//! allocated and armed a timer for every request. Here the header clock starts at the first
-//! byte of a request head, and each connection has one timer of its own ([`Expiry`]). Both
-//! timeouts and the cap need to know, per connection, when bytes last moved, whether a head has
-//! begun and whether a request is in flight, which only the connection's IO and service see.
+//! Why by hand: `axum::serve` and tonic's server expose none of these, and hyper's header-read
+//! timeout does not fit: it starts whenever hyper waits for a request head, so it also closed
+//! every keep-alive connection idle for the header timeout (5 s), long before the idle timeout
+//! (60 s), and it allocated and armed a timer for every request. Here the header clock starts
+//! at the first byte of a request head, and each connection has one timer of its own
+//! ([`Expiry`]). Both timeouts and the cap need to know, per connection, when bytes last moved,
+//! whether a head has begun and whether a request is in flight, which only the connection's IO
+//! and service see.
 
 pub use crate::config::ConnLimits;
 use crate::metrics::ConnStats;
@@ -59,7 +62,7 @@ impl Conn {
     }
 }
 
-/// Every open connection of a node's HTTP server, across its runtimes.
+/// Every open connection of one of a node's servers (HTTP or gRPC), across its runtimes.
 #[derive(Debug)]
 pub struct ConnTable {
     limits: ConnLimits,
