@@ -1,8 +1,12 @@
 """Holds N hostile connections to HOST:PORT for SECONDS: half slowloris (half a request header,
-then one more header byte every 2 s), half silent. Every connection the server closes is
+then one more header line every 2 s), half silent. Every connection the server closes is
 reopened at once. Prints what it held and how many the server closed.
 
     python3 bench/slowconns.py 127.0.0.1:8080 10000 20
+    python3 bench/slowconns.py 127.0.0.1:8081 10000 20 h2
+
+With `h2` (a gRPC port) the slow half speaks HTTP/2 without ever calling: the client preface
+and an empty SETTINGS frame, then a PING every 2 s; what the server sends is read and dropped.
 """
 import errno
 import selectors
@@ -12,6 +16,9 @@ import time
 
 host, port = sys.argv[1].rsplit(":", 1)
 n, seconds = int(sys.argv[2]), float(sys.argv[3])
+h2 = len(sys.argv) > 4 and sys.argv[4] == "h2"
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+PING = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"pingping"
 sel = selectors.DefaultSelector()
 socks = {}  # fd -> (socket, slow?)
 closed = opened = failed = 0
@@ -42,13 +49,17 @@ held = []
 started = set()  # slowloris fds that sent their request line
 while time.monotonic() < end:
     for key, _ in sel.select(timeout=0.1):
-        s, slow = socks.pop(key.fd)
-        started.discard(key.fd)
-        sel.unregister(s)
+        s, slow = socks[key.fd]
         try:
-            s.recv(4096)
+            if s.recv(65536):
+                continue  # the server spoke (HTTP/2 settings, pongs): still open
+        except BlockingIOError:
+            continue
         except OSError:
             pass
+        del socks[key.fd]
+        started.discard(key.fd)
+        sel.unregister(s)
         s.close()
         closed += 1
         open_one(slow)
@@ -58,7 +69,10 @@ while time.monotonic() < end:
             if not slow:
                 continue
             try:
-                s.send(b"X-a: b\r\n" if fd in started else b"GET / HTTP/1.1\r\nHost: h\r\n")
+                if h2:
+                    s.send(PING if fd in started else PREFACE)
+                else:
+                    s.send(b"X-a: b\r\n" if fd in started else b"GET / HTTP/1.1\r\nHost: h\r\n")
                 started.add(fd)
             except OSError:
                 pass

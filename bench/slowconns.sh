@@ -5,6 +5,8 @@
 #   SLOW=20000 MAX_CONNECTIONS=10000 bench/slowconns.sh
 #   OPEN_RATE=20000 bench/slowconns.sh       # real clients at a fixed rate (open loop), not wrk
 #   FLOOD_IDLE=1 OPEN_RATE=20000 bench/slowconns.sh   # the flood's process on idle CPU only
+#   PROTO=grpc bench/slowconns.sh            # the gRPC port: h2load's ShouldRateLimit calls
+#   PROTO=grpc OPEN_RATE=10000 bench/slowconns.sh     # ... at a fixed rate (h2load --rps)
 #
 # bench/slowconns.py keeps SLOW connections open to one release node on 127.0.0.1: half send
 # half a request header and then a byte now and then (slowloris), half connect and say nothing;
@@ -15,6 +17,10 @@
 # connections instead (latency from each request's scheduled time): what clients that do not
 # saturate the machine see, where wrk's closed loop keeps both cores busy by itself.
 # With 2-second drips the slowloris half is closed by the header timeout (5 s) and reopened.
+# PROTO=grpc floods the gRPC port instead (its slow half: HTTP/2 preface, then a PING every 2 s,
+# never a call), and the real clients are h2load sending ShouldRateLimit with three descriptors
+# over H2_CONNS connections (STREAMS in flight); with OPEN_RATE, h2load --rps (each call's
+# latency from its sending, not its schedule).
 # Needs a high open-files limit: the script raises its own (as root) before starting anything.
 set -euo pipefail
 
@@ -34,7 +40,28 @@ SCRIPT=slowconns.sh
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 
-start_nodes 1 slow --http-max-connections "$MAX_CONNECTIONS"
+PROTO="${PROTO:-http}"
+if [ "$PROTO" = grpc ]; then
+  GRPC_PORT=$((BASE_PORT + 90))
+  STREAMS="${STREAMS:-8}"
+  H2_CONNS="${H2_CONNS:-2}"
+  # shellcheck source=bench/grpc_setup.sh
+  source "$BENCH_DIR/grpc_setup.sh"
+  cap=()
+  # A build from before the gRPC port had limits (BIN=..., for a before/after) lacks the flag.
+  if "$BIN" serve --help | grep -q grpc-max-connections; then
+    cap=(--grpc-max-connections "$MAX_CONNECTIONS")
+  fi
+  # shellcheck disable=SC2046
+  start_nodes 1 slow $(grpc_flags) "${cap[@]}"
+  grpc_probe
+  TARGET="127.0.0.1:$GRPC_PORT"
+  FLOOD_KIND=h2
+else
+  start_nodes 1 slow --http-max-connections "$MAX_CONNECTIONS"
+  TARGET="127.0.0.1:$(http_port 0)"
+  FLOOD_KIND=http
+fi
 HTTP="127.0.0.1:$(http_port 0)"
 
 # FLOOD_IDLE=1: the flood's own process runs only on CPU nobody else wants (SCHED_IDLE). On a
@@ -43,7 +70,7 @@ HTTP="127.0.0.1:$(http_port 0)"
 FLOOD_PREFIX=""
 if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX="chrt --idle 0"; fi
 
-if [ -n "${OPEN_RATE:-}" ]; then
+if [ -n "${OPEN_RATE:-}" ] && [ "$PROTO" = http ]; then
   if [ "${SKIP_BUILD:-0}" != 1 ]; then
     cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
   fi
@@ -51,6 +78,12 @@ if [ -n "${OPEN_RATE:-}" ]; then
 fi
 
 run_wrk() { # LABEL -> "rps p50 p99"
+  if [ "$PROTO" = grpc ]; then
+    local rps=""
+    [ -n "${OPEN_RATE:-}" ] && rps=$((OPEN_RATE / H2_CONNS))
+    RPS="$rps" h2_load rls3 "$1"
+    return
+  fi
   if [ -z "${OPEN_RATE:-}" ]; then
     wrk_load "$1" check.lua
     return
@@ -70,7 +103,7 @@ for ((run = 1; run <= RUNS; run++)); do
   echo "$run quiet $(run_wrk "quiet-$run") 0" >>"$OUT_DIR/results.tsv"
   log "round $run: with $SLOW slow/idle connections"
   # shellcheck disable=SC2086
-  $FLOOD_PREFIX python3 "$BENCH_DIR/slowconns.py" "$HTTP" "$SLOW" $((DURATION + 8)) >"$OUT_DIR/slow-$run.txt" &
+  $FLOOD_PREFIX python3 "$BENCH_DIR/slowconns.py" "$TARGET" "$SLOW" $((DURATION + 8)) "$FLOOD_KIND" >"$OUT_DIR/slow-$run.txt" &
   flood=$!
   sleep 5 # let the flood reach its size before measuring
   echo "$run flood $(run_wrk "flood-$run")" >>"$OUT_DIR/results.tsv"

@@ -229,3 +229,36 @@ async fn a_grpcio_channel_rides_through_idle_closes() -> Result<()> {
     );
     n.stop().await
 }
+
+/// A client that never answers the GOAWAY's PING (nor closes) loses its connection about a
+/// second after the idle close began, not after the request timeout: closed connections are no
+/// longer counted against the cap, so they must not linger.
+#[tokio::test]
+async fn a_client_deaf_to_goaway_is_dropped_soon_after() -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let n = node(200, 20_000, 100).await?;
+    let mut s = TcpStream::connect(n.grpc.context("gRPC address")?).await?;
+    // The client preface and an empty SETTINGS frame; then nothing, ever (no SETTINGS ack, no
+    // PING ack), though what the server sends is read.
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await?;
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .context("never closed")?;
+    let took = start.elapsed();
+    // Idle 200 ms (+ up to an eighth), then at most a second's grace.
+    ensure!(
+        took >= Duration::from_millis(1_150) && took < Duration::from_secs(4),
+        "closed after {took:?}"
+    );
+    n.stop().await
+}
