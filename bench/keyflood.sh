@@ -8,6 +8,8 @@
 #   FLOOD_CONNS=1 bench/keyflood.sh         # a lighter flood: one connection, closed loop
 #   BENCH_NICE=-10 bench/keyflood.sh        # the node ahead of the load generators (root)
 #   OPEN_RATE=5000 bench/keyflood.sh        # the clients at a fixed rate (open loop), not wrk
+#   FLOOD_IDLE=1 bench/keyflood.sh          # the flood's wrk on idle CPU only (SCHED_IDLE)
+#   CLIENT_NICE=-10 bench/keyflood.sh       # the clients' generator ahead of the node (root)
 #
 # One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -cFLOOD_CONNS (16) sending
 # POST /v1/check/batch of 100 never-seen keys (bench/wrk/flood.lua). The clients: wrk -t1 -c2
@@ -44,12 +46,17 @@ if [ -n "${OPEN_RATE:-}" ]; then
   OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
 fi
 
+# CLIENT_NICE=-10 (as root): the clients' generator wakes ahead of the node's busy threads, to
+# tell the node's queueing from the generator's own wait for a core.
+CLIENT_PREFIX=()
+if [ -n "${CLIENT_NICE:-}" ]; then CLIENT_PREFIX=(nice -n "$CLIENT_NICE"); fi
+
 probe() { # LABEL -> "rps p50 p99"
   local out="$OUT_DIR/$1.txt"
   if [ -n "${OPEN_RATE:-}" ]; then
     # Latency from each request's scheduled time: the flood's stalls are not hidden by a
     # closed loop that stops sending while it waits.
-    "$OPENLOOP" --url "http://127.0.0.1:$PORT/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
+    "${CLIENT_PREFIX[@]}" "$OPENLOOP" --url "http://127.0.0.1:$PORT/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
       --warmup 1 --connections 2 --keyspace 1000 \
       --body-template '{"key":"probe:{n}","limit":100,"period_ms":1000}' --json >"$out"
     python3 - "$out" <<'PY'
@@ -59,7 +66,7 @@ print(f"{r['achieved']:.0f} {r['p50_ms']:.3f} {r['p99_ms']:.3f}")
 PY
     return
   fi
-  KEYSPACE=1000 KEY_PREFIX="probe:" timeout $((DURATION + 30)) wrk -t1 -c2 -d"${DURATION}s" \
+  KEYSPACE=1000 KEY_PREFIX="probe:" timeout $((DURATION + 30)) "${CLIENT_PREFIX[@]}" wrk -t1 -c2 -d"${DURATION}s" \
     --latency -s "$BENCH_DIR/wrk/check.lua" "http://127.0.0.1:$PORT" >"$out" 2>&1
   echo "$(awk '/^Requests\/sec/ {print $2}' "$out") $(to_ms "$(awk '$1 == "50%" {print $2}' "$out")") $(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")"
 }
@@ -82,7 +89,12 @@ read -r q_rps q_p50 q_p99 < <(probe quiet)
 sample >"$OUT_DIR/samples.txt" &
 SAMPLER=$!
 log "flood (wrk -c$FLOOD_CONNS, 100 new keys a request) and clients for ${DURATION}s"
-timeout $((DURATION + 30)) wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
+# FLOOD_IDLE=1: the flood's generator gets only CPU nobody else wants. On a real network the
+# attacker's CPU is not the node's; here wrk building 100-key batches shares the 2 cores with
+# the node and its clients, and each of its scheduler slices is a wait for them.
+FLOOD_PREFIX=()
+if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX=(chrt --idle 0); fi
+timeout $((DURATION + 30)) "${FLOOD_PREFIX[@]}" wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
   "http://127.0.0.1:$PORT" >"$OUT_DIR/flood.txt" 2>&1 &
 FLOOD=$!
 sleep 1
