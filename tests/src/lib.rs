@@ -982,6 +982,14 @@ pub async fn read_responses(s: &mut tokio::net::TcpStream, n: usize) -> Result<V
     .context("answers did not come in time")?
 }
 
+/// The value of one series in a `/metrics` text: `series` is its name and labels followed by
+/// a space (`ringlimit_http_connections `); -1 when absent.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(-1.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

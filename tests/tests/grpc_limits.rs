@@ -9,7 +9,7 @@ use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::ConnLimits;
-use ringlimit_tests::{TestNode, WAIT, python_with, run_client_script};
+use ringlimit_tests::{TestNode, WAIT, metric, python_with, run_client_script};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -92,12 +92,6 @@ async fn closed_by_server(c: Client) -> Result<Duration> {
     // GOAWAY then close: a clean end, not a protocol error.
     ended.context("the connection ended in an error")?;
     Ok(start.elapsed())
-}
-
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(-1.0)
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::ConnLimits;
-use ringlimit_tests::{TestNode, WAIT, read_responses};
+use ringlimit_tests::{TestNode, WAIT, metric, read_responses};
 use serde_json::json;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -214,12 +214,7 @@ async fn at_the_cap_idle_connections_make_room_for_real_clients() -> Result<()> 
     );
     // What the server did is in its metrics.
     let metrics = n.get("/metrics").await?.text;
-    let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(-1.0)
-    };
+    let value = |series: &str| metric(&metrics, series);
     ensure!(
         value("ringlimit_http_connections_closed_total{reason=\"evicted\"} ") >= 180.0,
         "{metrics}"
