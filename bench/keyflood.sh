@@ -10,6 +10,7 @@
 #   OPEN_RATE=5000 bench/keyflood.sh        # the clients at a fixed rate (open loop), not wrk
 #   FLOOD_IDLE=1 bench/keyflood.sh          # the flood's wrk on idle CPU only (SCHED_IDLE)
 #   CLIENT_NICE=-10 bench/keyflood.sh       # the clients' generator ahead of the node (root)
+#   PIN=1 OPEN_RATE=5000 bench/keyflood.sh  # the node alone on CPU 0, both generators on CPU 1
 #
 # One release node on 127.0.0.1 with --max-keys MAX_KEYS. The flood: wrk -t1 -cFLOOD_CONNS (16) sending
 # POST /v1/check/batch of 100 never-seen keys (bench/wrk/flood.lua). The clients: wrk -t1 -c2
@@ -30,6 +31,15 @@ SCRIPT=keyflood.sh
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 
+# PIN=1: the node alone on CPU 0 (so one HTTP thread), the flood and the clients on CPU 1, the
+# flood on idle CPU only: the node saturated by a flood whose CPU is not its own, as from
+# another machine, with the clients' generator never waiting behind the flood's.
+GEN_PREFIX=()
+if [ "${PIN:-0}" = 1 ]; then
+  export NODE_WRAP="taskset -c 0"
+  GEN_PREFIX=(taskset -c 1)
+  FLOOD_IDLE=1
+fi
 start_nodes 1 flood --max-keys "$MAX_KEYS"
 PORT=$(http_port 0)
 PID=${PIDS[0]}
@@ -48,8 +58,8 @@ fi
 
 # CLIENT_NICE=-10 (as root): the clients' generator wakes ahead of the node's busy threads, to
 # tell the node's queueing from the generator's own wait for a core.
-CLIENT_PREFIX=()
-if [ -n "${CLIENT_NICE:-}" ]; then CLIENT_PREFIX=(nice -n "$CLIENT_NICE"); fi
+CLIENT_PREFIX=("${GEN_PREFIX[@]}")
+if [ -n "${CLIENT_NICE:-}" ]; then CLIENT_PREFIX+=(nice -n "$CLIENT_NICE"); fi
 
 probe() { # LABEL -> "rps p50 p99"
   local out="$OUT_DIR/$1.txt"
@@ -92,8 +102,8 @@ log "flood (wrk -c$FLOOD_CONNS, 100 new keys a request) and clients for ${DURATI
 # FLOOD_IDLE=1: the flood's generator gets only CPU nobody else wants. On a real network the
 # attacker's CPU is not the node's; here wrk building 100-key batches shares the 2 cores with
 # the node and its clients, and each of its scheduler slices is a wait for them.
-FLOOD_PREFIX=()
-if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX=(chrt --idle 0); fi
+FLOOD_PREFIX=("${GEN_PREFIX[@]}")
+if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX+=(chrt --idle 0); fi
 timeout $((DURATION + 30)) "${FLOOD_PREFIX[@]}" wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
   "http://127.0.0.1:$PORT" >"$OUT_DIR/flood.txt" 2>&1 &
 FLOOD=$!

@@ -31,7 +31,8 @@ start_nodes() { # N LABEL [extra ringlimit serve flags...]
   shift 2
   for ((i = 0; i < n; i++)); do seeds+="127.0.0.1:$(peer_port "$i"),"; done
   for ((i = 0; i < n; i++)); do
-    RUST_LOG=warn "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
+    # shellcheck disable=SC2086 # NODE_WRAP: a command prefix, e.g. "taskset -c 0"
+    RUST_LOG=warn ${NODE_WRAP:-} "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
       --peer "127.0.0.1:$(peer_port "$i")" --seeds "${seeds%,}" "$@" \
       2>"$OUT_DIR/node-$label-$i.log" &
     PIDS+=($!)

@@ -753,3 +753,49 @@ async fn a_large_local_batch_lets_a_single_check_through_before_it_ends() {
     );
     assert_eq!(*done.borrow(), ["single", "batch"]);
 }
+
+/// Large batches on one thread decide one at a time, in turn: a second batch waits for the
+/// first to finish deciding (so a single check waits behind one batch's slice, not one of each
+/// batch's), while a single check still goes between the first batch's slices.
+#[tokio::test(start_paused = true)]
+async fn large_batches_on_one_thread_decide_in_turn() {
+    let net = MemNet::new();
+    let a = Node::start(&net, "a", &["a"]);
+    let prepare = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}:{i}")).collect()
+    };
+    let (long_keys, short_keys) = (prepare("long", 1_000), prepare("short", 100));
+    let long: Vec<_> = long_keys
+        .iter()
+        .map(|k| {
+            a.engine
+                .prepare_check(k, RuleSpec::Inline(RULE), 1)
+                .expect("valid check")
+        })
+        .collect();
+    let short: Vec<_> = short_keys
+        .iter()
+        .map(|k| {
+            a.engine
+                .prepare_check(k, RuleSpec::Inline(RULE), 1)
+                .expect("valid check")
+        })
+        .collect();
+    let done = std::cell::RefCell::new(Vec::new());
+    // Polled in this order; the short batch would end first if the two interleaved.
+    tokio::join!(
+        async {
+            a.dispatcher.check_many(&long).await;
+            done.borrow_mut().push("long");
+        },
+        async {
+            a.dispatcher.check_many(&short).await;
+            done.borrow_mut().push("short");
+        },
+        async {
+            assert!(a.check("single").await.allowed);
+            done.borrow_mut().push("single");
+        },
+    );
+    assert_eq!(*done.borrow(), ["single", "long", "short"]);
+}
