@@ -77,7 +77,8 @@ grpc_probe() {
 h2_load() {
   local mode=$1 label=$2 rate=()
   [ -n "${RPS:-}" ] && rate=(--rps "$RPS")
-  timeout --kill-after=5 $((DURATION + 30)) h2load -t2 -c"$H2_CONNS" -m$((STREAMS / H2_CONNS)) \
+  # shellcheck disable=SC2086 # GEN_WRAP: a command prefix for the load generator
+  timeout --kill-after=5 $((DURATION + 30)) ${GEN_WRAP:-} h2load -t2 -c"$H2_CONNS" -m$((STREAMS / H2_CONNS)) \
     "${rate[@]}" -D "$DURATION" -H 'content-type: application/grpc' -H 'te: trailers' \
     -d "$OUT_DIR/$mode.bin" --log-file="$OUT_DIR/$label.log" \
     "http://127.0.0.1:$GRPC_PORT$(path_of "$mode")" >"$OUT_DIR/$label.txt" 2>&1

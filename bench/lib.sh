@@ -65,7 +65,8 @@ to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
 # environment (KEYSPACE, RULE, ...).
 wrk_load() { # LABEL SCRIPT
   local out="$OUT_DIR/$1.txt"
-  timeout --kill-after=5 $((DURATION + 30)) wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
+  # shellcheck disable=SC2086 # GEN_WRAP: a command prefix for the load generator
+  timeout --kill-after=5 $((DURATION + 30)) ${GEN_WRAP:-} wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
     -s "$BENCH_DIR/wrk/$2" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
   local rps p50 p99
   rps=$(awk '/^Requests\/sec/ {print $2}' "$out")

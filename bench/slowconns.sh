@@ -5,6 +5,7 @@
 #   SLOW=20000 MAX_CONNECTIONS=10000 bench/slowconns.sh
 #   OPEN_RATE=20000 bench/slowconns.sh       # real clients at a fixed rate (open loop), not wrk
 #   FLOOD_IDLE=1 OPEN_RATE=20000 bench/slowconns.sh   # the flood's process on idle CPU only
+#   PIN=1 OPEN_RATE=20000 bench/slowconns.sh # node alone on CPU 0; flood (idle-class), clients on CPU 1
 #   PROTO=grpc bench/slowconns.sh            # the gRPC port: h2load's ShouldRateLimit calls
 #   PROTO=grpc OPEN_RATE=10000 bench/slowconns.sh     # ... at a fixed rate (h2load --rps)
 #
@@ -40,6 +41,12 @@ SCRIPT=slowconns.sh
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 
+# PIN=1: the node alone on CPU 0, the flood and the clients on CPU 1, the flood on idle CPU
+# only: what the node does under the flood, with the attacker's CPU not the node's.
+if [ "${PIN:-0}" = 1 ]; then
+  export NODE_WRAP="taskset -c 0" GEN_WRAP="taskset -c 1"
+  FLOOD_IDLE=1
+fi
 PROTO="${PROTO:-http}"
 if [ "$PROTO" = grpc ]; then
   GRPC_PORT=$((BASE_PORT + 90))
@@ -67,8 +74,8 @@ HTTP="127.0.0.1:$(http_port 0)"
 # FLOOD_IDLE=1: the flood's own process runs only on CPU nobody else wants (SCHED_IDLE). On a
 # real network the attacker's CPU is not the node's; here all share 2 cores, and the Python
 # flood's bursts (5,000 drips at once) otherwise take the cores from the node and its clients.
-FLOOD_PREFIX=""
-if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX="chrt --idle 0"; fi
+FLOOD_PREFIX="${GEN_WRAP:-}"
+if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX="$FLOOD_PREFIX chrt --idle 0"; fi
 
 if [ -n "${OPEN_RATE:-}" ] && [ "$PROTO" = http ]; then
   if [ "${SKIP_BUILD:-0}" != 1 ]; then
@@ -88,7 +95,8 @@ run_wrk() { # LABEL -> "rps p50 p99"
     wrk_load "$1" check.lua
     return
   fi
-  "$OPENLOOP" --url "http://$HTTP/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
+  # shellcheck disable=SC2086
+  ${GEN_WRAP:-} "$OPENLOOP" --url "http://$HTTP/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
     --warmup 2 --connections "$CONNS" --json >"$OUT_DIR/open-$1.json"
   python3 - "$OUT_DIR/open-$1.json" <<'PY'
 import json, sys
