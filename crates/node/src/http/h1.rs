@@ -31,9 +31,8 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::time::Instant;
 
 /// Headers a check's head may have here; more go to hyper (its limit is 100).
 const MAX_HEADERS: usize = 32;
@@ -44,18 +43,6 @@ const MAX_BODY: usize = MAX_BODY_BYTES;
 /// Read buffer grown by this much at a time while waiting for a head: small, since thousands of
 /// idle connections each hold one.
 const READ_CHUNK: usize = 1024;
-/// A head still incomplete this long after its first byte is no longer read when its bytes
-/// arrive: its socket is looked at every [`SLOW_HEAD_POLL`] plus a delay of the
-/// connection's own (up to as much again), without being woken by what arrives meanwhile.
-///
-/// Why: a slowloris flood drips into thousands of connections at the same moment, and each
-/// drip read and parsed when it arrives is ~1 µs of the thread its real clients share: 5,000
-/// drips held a thread 3.4 ms without a pause, every 2 s (`bench/slowconns.sh` `PIN=1`,
-/// `perf sched`). Looked at on the connection's own schedule, the same reads come spread
-/// evenly. A real client's head comes whole, or within milliseconds; one that stalls over
-/// 100 ms mid-head waits up to half a second more.
-const SLOW_HEAD: Duration = Duration::from_millis(100);
-const SLOW_HEAD_POLL: Duration = Duration::from_millis(250);
 /// A body is read in steps of at most this: memory follows the bytes that arrive, not the
 /// length a client declares.
 const BODY_CHUNK: usize = 64 * 1024;
@@ -157,14 +144,6 @@ fn content_length(value: &[u8]) -> Option<usize> {
     Some(value.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')))
 }
 
-/// Reads what `io` holds now, without waiting and without asking to be woken when more comes
-/// (a no-op waker): a slow head's drips then wake nothing ([`SLOW_HEAD`]).
-fn read_now<I: AsyncRead + Unpin>(io: &mut I, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    let mut read = std::pin::pin!(io.read_buf(buf));
-    read.as_mut().poll(&mut cx)
-}
-
 /// Serves checks on `io` until the connection ends or a request of another shape comes.
 /// `closing` resolves when the connection should close while it waits for a request (idle or
 /// header timeout, eviction, shutdown); it is polled after each read, so that the connection
@@ -184,8 +163,6 @@ where
     let mut buf = BytesMut::new();
     let (mut out, mut body_out) = (Vec::new(), Vec::new());
     loop {
-        // When the head being read began (its first byte).
-        let mut head_began = None;
         // A whole head of a check, or hand over.
         let (route, head, body) = loop {
             match parse(&buf) {
@@ -196,27 +173,6 @@ where
             if buf.capacity() - buf.len() < READ_CHUNK / 2 {
                 buf.reserve(READ_CHUNK);
             }
-            let began = if buf.is_empty() {
-                None
-            } else {
-                Some(*head_began.get_or_insert_with(Instant::now))
-            };
-            if began.is_some_and(|b| b.elapsed() >= SLOW_HEAD) {
-                // Look now, leaving the socket a no-op waker, then on the connection's own
-                // schedule: what arrives meanwhile wakes nothing.
-                match read_now(io, &mut buf) {
-                    Poll::Ready(Ok(0) | Err(_)) => return Ended::Closed,
-                    Poll::Ready(Ok(_)) => continue,
-                    Poll::Pending => {}
-                }
-                let pause = SLOW_HEAD_POLL + conn.own_delay(SLOW_HEAD_POLL);
-                tokio::select! {
-                    biased;
-                    () = tokio::time::sleep(pause) => continue,
-                    () = closing.as_mut() => return Ended::Closed,
-                }
-            }
-            let slow_at = began.map(|b| b + SLOW_HEAD);
             tokio::select! {
                 biased;
                 read = io.read_buf(&mut buf) => match read {
@@ -224,8 +180,6 @@ where
                     Ok(_) => {}
                 },
                 () = closing.as_mut() => return Ended::Closed,
-                // The head turns slow while waiting: go on as above.
-                () = tokio::time::sleep_until(slow_at.unwrap_or_else(Instant::now)), if slow_at.is_some() => {}
             }
         };
         let request = table.start_request(conn);

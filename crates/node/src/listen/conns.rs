@@ -51,13 +51,6 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// A delay in `[0, max]` of this connection's own (the same each time, different from
-    /// connection to connection): spreads work that many connections would otherwise ask
-    /// for at the same moment.
-    pub fn own_delay(&self, max: Duration) -> Duration {
-        Duration::from_millis(spread(self.id, max * 8) - millis(max * 8))
-    }
-
     /// Whether the connection has a request in flight.
     pub fn busy(&self) -> bool {
         self.inflight.load(Ordering::Relaxed) > 0
