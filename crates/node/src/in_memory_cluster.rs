@@ -722,6 +722,22 @@ async fn a_node_without_a_majority_answers_every_key_from_its_share() {
     assert!(!b.check(&of_a).await.degraded);
 }
 
+/// `n` distinct keys named `prefix:i`.
+fn flood_keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}:{i}")).collect()
+}
+
+/// A check of `RULE` for each of `keys`, prepared by `engine`.
+fn prepared<'a>(engine: &Engine, keys: &'a [String]) -> Vec<crate::engine::Prepared<'a>> {
+    keys.iter()
+        .map(|k| {
+            engine
+                .prepare_check(k, RuleSpec::Inline(RULE), 1)
+                .expect("valid check")
+        })
+        .collect()
+}
+
 /// A large batch decided here gives the runtime back every few decisions, so a single check
 /// polled beside it is answered before the batch ends (under a flood of batches, other keys'
 /// checks no longer wait for whole batches: bench/keyflood.sh).
@@ -729,15 +745,8 @@ async fn a_node_without_a_majority_answers_every_key_from_its_share() {
 async fn a_large_local_batch_lets_a_single_check_through_before_it_ends() {
     let net = MemNet::new();
     let a = Node::start(&net, "a", &["a"]);
-    let keys: Vec<String> = (0..1_000).map(|i| format!("flood:{i}")).collect();
-    let batch: Vec<_> = keys
-        .iter()
-        .map(|k| {
-            a.engine
-                .prepare_check(k, RuleSpec::Inline(RULE), 1)
-                .expect("valid check")
-        })
-        .collect();
+    let keys = flood_keys("flood", 1_000);
+    let batch = prepared(&a.engine, &keys);
     let done = std::cell::RefCell::new(Vec::new());
     // `join!` polls the batch first; the single check only runs when the batch yields.
     tokio::join!(
@@ -761,26 +770,11 @@ async fn a_large_local_batch_lets_a_single_check_through_before_it_ends() {
 async fn large_batches_on_one_thread_decide_in_turn() {
     let net = MemNet::new();
     let a = Node::start(&net, "a", &["a"]);
-    let prepare = |prefix: &str, n: usize| -> Vec<String> {
-        (0..n).map(|i| format!("{prefix}:{i}")).collect()
-    };
-    let (long_keys, short_keys) = (prepare("long", 1_000), prepare("short", 100));
-    let long: Vec<_> = long_keys
-        .iter()
-        .map(|k| {
-            a.engine
-                .prepare_check(k, RuleSpec::Inline(RULE), 1)
-                .expect("valid check")
-        })
-        .collect();
-    let short: Vec<_> = short_keys
-        .iter()
-        .map(|k| {
-            a.engine
-                .prepare_check(k, RuleSpec::Inline(RULE), 1)
-                .expect("valid check")
-        })
-        .collect();
+    let (long_keys, short_keys) = (flood_keys("long", 1_000), flood_keys("short", 100));
+    let (long, short) = (
+        prepared(&a.engine, &long_keys),
+        prepared(&a.engine, &short_keys),
+    );
     let done = std::cell::RefCell::new(Vec::new());
     // Polled in this order; the short batch would end first if the two interleaved.
     tokio::join!(
