@@ -20,8 +20,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A batch gives its thread back to the other connections after deciding for this long (a
-/// time, not a count: a new key, with an eviction, costs ~2 µs; a known one ~0.5).
-const SLICE: std::time::Duration = std::time::Duration::from_micros(10);
+/// time, not a count: a new key, with an eviction, costs ~2 µs; a known one ~0.5). Measured
+/// with the gate below (bench/keyflood.sh `PIN=1 OPEN_RATE=5000`, 4 runs each, alternating):
+/// other keys' p99 under the flood 0.88-1.73 ms with 10 µs, 0.48-0.99 ms with 5 µs, the flood's
+/// rate the same; batch CPU per check within noise (`bench/cpu.sh`, 0.66-0.72 µs both).
+const SLICE: std::time::Duration = std::time::Duration::from_micros(5);
 /// How often a batch looks at the clock: every 4 decisions (~5 ns a decision).
 const CLOCK_EVERY: usize = 4;
 /// Batches of at most this many checks are decided in one go.
@@ -34,8 +37,8 @@ thread_local! {
     /// Why: a single check waits for one round of every runnable task on its thread, and under
     /// a flood of batches that was a slice of every flooding connection's batch. Measured
     /// (bench/keyflood.sh `PIN=1`: the node alone on one core, saturated by 16 connections of
-    /// 100 new keys): other keys' p99 49 ms, p90 16.5 ms, with yields every 16 decisions;
-    /// with this gate (and the slices above) p99 0.18-0.20 ms.
+    /// 100 new keys): other keys' p99 3.5-271 ms, p90 0.37-161 ms, with yields every 16
+    /// decisions; with this gate and 10 µs slices p99 1.15-1.20 ms, p90 < 0.1 ms.
     static BATCH_GATE: Arc<tokio::sync::Semaphore> = Arc::new(tokio::sync::Semaphore::new(1));
 }
 
