@@ -77,7 +77,7 @@ grpc_probe() {
 h2_load() {
   local mode=$1 label=$2 rate=()
   [ -n "${RPS:-}" ] && rate=(--rps "$RPS")
-  # shellcheck disable=SC2086 # GEN_WRAP: a command prefix for the load generator
+  # shellcheck disable=SC2086 # a command prefix, split on purpose
   timeout --kill-after=5 $((DURATION + 30)) ${GEN_WRAP:-} h2load -t2 -c"$H2_CONNS" -m$((STREAMS / H2_CONNS)) \
     "${rate[@]}" -D "$DURATION" -H 'content-type: application/grpc' -H 'te: trailers' \
     -d "$OUT_DIR/$mode.bin" --log-file="$OUT_DIR/$label.log" \

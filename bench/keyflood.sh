@@ -31,15 +31,8 @@ SCRIPT=keyflood.sh
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 
-# PIN=1: the node alone on CPU 0 (so one HTTP thread), the flood and the clients on CPU 1, the
-# flood on idle CPU only: the node saturated by a flood whose CPU is not its own, as from
-# another machine, with the clients' generator never waiting behind the flood's.
-GEN_PREFIX=()
-if [ "${PIN:-0}" = 1 ]; then
-  export NODE_WRAP="taskset -c 0"
-  GEN_PREFIX=(taskset -c 1)
-  FLOOD_IDLE=1
-fi
+# PIN=1 (bench/lib.sh): the node alone on CPU 0, so with one HTTP thread, saturated by a flood
+# whose CPU is not its own.
 start_nodes 1 flood --max-keys "$MAX_KEYS"
 PORT=$(http_port 0)
 PID=${PIDS[0]}
@@ -58,15 +51,16 @@ fi
 
 # CLIENT_NICE=-10 (as root): the clients' generator wakes ahead of the node's busy threads, to
 # tell the node's queueing from the generator's own wait for a core.
-CLIENT_PREFIX=("${GEN_PREFIX[@]}")
-if [ -n "${CLIENT_NICE:-}" ]; then CLIENT_PREFIX+=(nice -n "$CLIENT_NICE"); fi
+CLIENT_WRAP="${GEN_WRAP:-}"
+if [ -n "${CLIENT_NICE:-}" ]; then CLIENT_WRAP="$CLIENT_WRAP nice -n $CLIENT_NICE"; fi
 
 probe() { # LABEL -> "rps p50 p99"
   local out="$OUT_DIR/$1.txt"
   if [ -n "${OPEN_RATE:-}" ]; then
     # Latency from each request's scheduled time: the flood's stalls are not hidden by a
     # closed loop that stops sending while it waits.
-    "${CLIENT_PREFIX[@]}" "$OPENLOOP" --url "http://127.0.0.1:$PORT/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
+    # shellcheck disable=SC2086 # a command prefix, split on purpose
+    $CLIENT_WRAP "$OPENLOOP" --url "http://127.0.0.1:$PORT/v1/check" --rate "$OPEN_RATE" --duration "$DURATION" \
       --warmup 1 --connections 2 --keyspace 1000 \
       --body-template '{"key":"probe:{n}","limit":100,"period_ms":1000}' --json >"$out"
     python3 - "$out" <<'PY'
@@ -76,7 +70,8 @@ print(f"{r['achieved']:.0f} {r['p50_ms']:.3f} {r['p99_ms']:.3f}")
 PY
     return
   fi
-  KEYSPACE=1000 KEY_PREFIX="probe:" timeout $((DURATION + 30)) "${CLIENT_PREFIX[@]}" wrk -t1 -c2 -d"${DURATION}s" \
+  # shellcheck disable=SC2086 # a command prefix, split on purpose
+  KEYSPACE=1000 KEY_PREFIX="probe:" timeout $((DURATION + 30)) $CLIENT_WRAP wrk -t1 -c2 -d"${DURATION}s" \
     --latency -s "$BENCH_DIR/wrk/check.lua" "http://127.0.0.1:$PORT" >"$out" 2>&1
   echo "$(awk '/^Requests\/sec/ {print $2}' "$out") $(to_ms "$(awk '$1 == "50%" {print $2}' "$out")") $(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")"
 }
@@ -101,12 +96,10 @@ read -r q_rps q_p50 q_p99 < <(probe quiet)
 sample >"$OUT_DIR/samples.txt" &
 SAMPLER=$!
 log "flood (wrk -c$FLOOD_CONNS, 100 new keys a request) and clients for ${DURATION}s"
-# FLOOD_IDLE=1: the flood's generator gets only CPU nobody else wants. On a real network the
-# attacker's CPU is not the node's; here wrk building 100-key batches shares the 2 cores with
+# FLOOD_IDLE=1 (bench/lib.sh): wrk building 100-key batches otherwise shares the 2 cores with
 # the node and its clients, and each of its scheduler slices is a wait for them.
-FLOOD_PREFIX=("${GEN_PREFIX[@]}")
-if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX+=(chrt --idle 0); fi
-timeout $((DURATION + 30)) "${FLOOD_PREFIX[@]}" wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
+# shellcheck disable=SC2086 # a command prefix, split on purpose
+timeout $((DURATION + 30)) $FLOOD_WRAP wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
   "http://127.0.0.1:$PORT" >"$OUT_DIR/flood.txt" 2>&1 &
 FLOOD=$!
 sleep 1

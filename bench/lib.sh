@@ -22,6 +22,16 @@ if [ -z "${BIN:-}" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 BIN="${BIN:-$CARGO_TARGET_DIR/release/ringlimit}"
 
+# Where the processes run. PIN=1: the node alone on CPU 0, every load generator on CPU 1, a
+# flood on idle CPU only (FLOOD_IDLE=1, SCHED_IDLE) — the attacker's CPU is not the node's, as
+# from another machine; on 2 shared cores the flood's generator otherwise takes the node's CPU.
+# NODE_WRAP, GEN_WRAP, FLOOD_WRAP: command prefixes for the nodes, the load generators, a flood.
+if [ "${PIN:-0}" = 1 ]; then
+  NODE_WRAP="taskset -c 0" GEN_WRAP="taskset -c 1" FLOOD_IDLE=1
+fi
+FLOOD_WRAP="${GEN_WRAP:-}"
+if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_WRAP="$FLOOD_WRAP chrt --idle 0"; fi
+
 http_port() { echo $((BASE_PORT + $1)); }
 peer_port() { echo $((BASE_PORT + 50 + $1)); }
 
@@ -31,7 +41,7 @@ start_nodes() { # N LABEL [extra ringlimit serve flags...]
   shift 2
   for ((i = 0; i < n; i++)); do seeds+="127.0.0.1:$(peer_port "$i"),"; done
   for ((i = 0; i < n; i++)); do
-    # shellcheck disable=SC2086 # NODE_WRAP: a command prefix, e.g. "taskset -c 0"
+    # shellcheck disable=SC2086 # a command prefix, split on purpose
     RUST_LOG=warn ${NODE_WRAP:-} "$BIN" serve --node-id "bench-$i" --http "127.0.0.1:$(http_port "$i")" \
       --peer "127.0.0.1:$(peer_port "$i")" --seeds "${seeds%,}" "$@" \
       2>"$OUT_DIR/node-$label-$i.log" &
@@ -65,7 +75,7 @@ to_ms() { # wrk prints 80.00us / 1.20ms / 1.01s
 # environment (KEYSPACE, RULE, ...).
 wrk_load() { # LABEL SCRIPT
   local out="$OUT_DIR/$1.txt"
-  # shellcheck disable=SC2086 # GEN_WRAP: a command prefix for the load generator
+  # shellcheck disable=SC2086 # a command prefix, split on purpose
   timeout --kill-after=5 $((DURATION + 30)) ${GEN_WRAP:-} wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency \
     -s "$BENCH_DIR/wrk/$2" "http://127.0.0.1:$(http_port 0)" >"$out" 2>&1
   local rps p50 p99

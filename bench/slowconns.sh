@@ -41,12 +41,6 @@ SCRIPT=slowconns.sh
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 
-# PIN=1: the node alone on CPU 0, the flood and the clients on CPU 1, the flood on idle CPU
-# only: what the node does under the flood, with the attacker's CPU not the node's.
-if [ "${PIN:-0}" = 1 ]; then
-  export NODE_WRAP="taskset -c 0" GEN_WRAP="taskset -c 1"
-  FLOOD_IDLE=1
-fi
 PROTO="${PROTO:-http}"
 if [ "$PROTO" = grpc ]; then
   GRPC_PORT=$((BASE_PORT + 90))
@@ -71,11 +65,8 @@ else
 fi
 HTTP="127.0.0.1:$(http_port 0)"
 
-# FLOOD_IDLE=1: the flood's own process runs only on CPU nobody else wants (SCHED_IDLE). On a
-# real network the attacker's CPU is not the node's; here all share 2 cores, and the Python
-# flood's bursts (5,000 drips at once) otherwise take the cores from the node and its clients.
-FLOOD_PREFIX="${GEN_WRAP:-}"
-if [ "${FLOOD_IDLE:-0}" = 1 ]; then FLOOD_PREFIX="$FLOOD_PREFIX chrt --idle 0"; fi
+# FLOOD_IDLE=1 / PIN=1 (bench/lib.sh, FLOOD_WRAP): the Python flood's bursts (5,000 drips at
+# once) otherwise take the cores from the node and its clients.
 
 if [ -n "${OPEN_RATE:-}" ] && [ "$PROTO" = http ]; then
   if [ "${SKIP_BUILD:-0}" != 1 ]; then
@@ -111,7 +102,7 @@ for ((run = 1; run <= RUNS; run++)); do
   echo "$run quiet $(run_wrk "quiet-$run") 0" >>"$OUT_DIR/results.tsv"
   log "round $run: with $SLOW slow/idle connections"
   # shellcheck disable=SC2086
-  $FLOOD_PREFIX python3 "$BENCH_DIR/slowconns.py" "$TARGET" "$SLOW" $((DURATION + 8)) "$FLOOD_KIND" >"$OUT_DIR/slow-$run.txt" &
+  $FLOOD_WRAP python3 "$BENCH_DIR/slowconns.py" "$TARGET" "$SLOW" $((DURATION + 8)) "$FLOOD_KIND" >"$OUT_DIR/slow-$run.txt" &
   flood=$!
   sleep 5 # let the flood reach its size before measuring
   echo "$run flood $(run_wrk "flood-$run")" >>"$OUT_DIR/results.tsv"
