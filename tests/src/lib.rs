@@ -982,6 +982,25 @@ pub async fn read_responses(s: &mut tokio::net::TcpStream, n: usize) -> Result<V
     .context("answers did not come in time")?
 }
 
+/// Reads a raw connection until the server closes it (EOF or reset), within [`WAIT`]: the
+/// bytes read.
+pub async fn read_until_closed(s: &mut tokio::net::TcpStream) -> Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .context("the server never closed the connection")?;
+    Ok(got)
+}
+
 /// The value of one series in a `/metrics` text: `series` is its name and labels followed by
 /// a space (`ringlimit_http_connections `); -1 when absent.
 pub fn metric(text: &str, series: &str) -> f64 {

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::ConnLimits;
-use ringlimit_tests::{TestNode, WAIT, metric, python_with, run_client_script};
+use ringlimit_tests::{TestNode, WAIT, metric, python_with, read_until_closed, run_client_script};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -229,7 +229,7 @@ async fn a_grpcio_channel_rides_through_idle_closes() -> Result<()> {
 /// longer counted against the cap, so they must not linger.
 #[tokio::test]
 async fn a_client_deaf_to_goaway_is_dropped_soon_after() -> Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let n = node(200, 20_000, 100).await?;
     let mut s = TcpStream::connect(n.grpc.context("gRPC address")?).await?;
     // The client preface and an empty SETTINGS frame; then nothing, ever (no SETTINGS ack, no
@@ -237,17 +237,7 @@ async fn a_client_deaf_to_goaway_is_dropped_soon_after() -> Result<()> {
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await?;
     let start = Instant::now();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(WAIT, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .context("never closed")?;
+    read_until_closed(&mut s).await?;
     let took = start.elapsed();
     // Idle 200 ms (+ up to an eighth), then at most a second's grace.
     ensure!(

@@ -2,10 +2,10 @@
 //! header is closed, an idle keep-alive connection is closed, and at the connection cap idle
 //! connections make room for a real client (and a flood of slow ones cannot lock it out).
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::ConnLimits;
-use ringlimit_tests::{TestNode, WAIT, metric, read_responses};
+use ringlimit_tests::{TestNode, WAIT, metric, read_responses, read_until_closed};
 use serde_json::json;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,23 +15,6 @@ async fn node(limits: ConnLimits) -> Result<TestNode> {
     let mut config = NodeConfig::local("http-limits");
     config.http_limits = limits;
     TestNode::start(config).await
-}
-
-/// Reads until the server closes the connection (EOF or reset), within `WAIT`; the bytes read.
-async fn closed_by_server(s: &mut TcpStream) -> Result<Vec<u8>> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(WAIT, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await
-    .context("the server never closed the connection")?;
-    Ok(got)
 }
 
 const CHECK: &str = r#"{"key":"k","limit":10,"period_ms":60000}"#;
@@ -57,16 +40,16 @@ async fn a_header_that_never_ends_is_closed_and_an_idle_connection_too() -> Resu
     let mut slow = TcpStream::connect(n.http).await?;
     slow.write_all(b"POST /v1/check HTTP/1.1\r\nHost: n\r\n")
         .await?;
-    closed_by_server(&mut slow).await?;
+    read_until_closed(&mut slow).await?;
     // A keep-alive connection: answered, then closed once idle.
     let mut idle = TcpStream::connect(n.http).await?;
     idle.write_all(request(true).as_bytes()).await?;
-    let answer = closed_by_server(&mut idle).await?;
+    let answer = read_until_closed(&mut idle).await?;
     let text = String::from_utf8_lossy(&answer);
     ensure!(text.starts_with("HTTP/1.1 200"), "{text}");
     // A connection that sends nothing at all.
     let mut silent = TcpStream::connect(n.http).await?;
-    closed_by_server(&mut silent).await?;
+    read_until_closed(&mut silent).await?;
     // The node answers as before.
     let r = n
         .check(&json!({ "key": "after", "limit": 1, "period_ms": 1000 }))
@@ -101,7 +84,7 @@ async fn a_keep_alive_connection_waits_for_the_idle_timeout_not_the_header_timeo
     ensure!(second.starts_with("HTTP/1.1 200"), "{second}");
     // A head that begins and stalls is still closed, timed from its first byte.
     s.write_all(b"POST /v1/check HTTP/1.1\r\n").await?;
-    closed_by_server(&mut s).await?;
+    read_until_closed(&mut s).await?;
     let metrics = n.get("/metrics").await?.text;
     ensure!(
         metrics.contains("ringlimit_http_connections_closed_total{reason=\"header_timeout\"} 1"),
@@ -130,7 +113,7 @@ async fn a_body_that_stalls_is_answered_408_and_its_connection_closed() -> Resul
         .as_bytes(),
     )
     .await?;
-    let answer = closed_by_server(&mut s).await?;
+    let answer = read_until_closed(&mut s).await?;
     let text = String::from_utf8_lossy(&answer);
     ensure!(text.starts_with("HTTP/1.1 408"), "{text}");
     ensure!(text.contains("connection: close"), "{text}");
@@ -188,7 +171,7 @@ async fn at_the_cap_idle_connections_make_room_for_real_clients() -> Result<()> 
     for i in 0..20 {
         let mut s = TcpStream::connect(n.http).await?;
         s.write_all(request(false).as_bytes()).await?;
-        let answer = closed_by_server(&mut s).await?;
+        let answer = read_until_closed(&mut s).await?;
         let text = String::from_utf8_lossy(&answer);
         // Answered (the check's own limit of 10 denies the later ones).
         ensure!(
