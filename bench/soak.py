@@ -51,6 +51,25 @@ def peer_port(i):
     return 29751 + i
 
 
+def proc_cpu_s(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def host_steal_s():
+    """CPU time the hypervisor gave to others while this machine's CPUs wanted it (all CPUs)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class Cluster:
     def __init__(self, args):
         self.args = args
@@ -80,6 +99,10 @@ class Cluster:
         except (OSError, AttributeError):
             pass
         return 0.0
+
+    def cpu_s(self, i):
+        """utime + stime of node i's process so far, in seconds (0 if it is not running)."""
+        return proc_cpu_s(self.procs[i].pid) if self.procs[i] else 0.0
 
     def stop(self):
         stop_processes(self.procs)
@@ -168,11 +191,28 @@ class Soak:
             self.events.append((time.monotonic() - self.t0, f"restarted node {i}"))
 
     async def rss(self):
+        """RSS of each node (last sample of each minute) and CPU time each node and this load
+        generator spent in each minute (a node restarted within the minute counts from zero),
+        then the host's steal time: the same work taking more CPU time in a minute with no steal
+        is the host's other tenants slowing these CPUs, not the nodes doing more."""
         self.rss_by_minute = {}
+        self.cpu_by_minute = collections.defaultdict(lambda: [0.0] * (NODES + 2))
+        steal = host_steal_s()
+        last = [(self.cluster.procs[i].pid, self.cluster.cpu_s(i)) for i in range(NODES)]
+        last.append((os.getpid(), proc_cpu_s(os.getpid())))
         while not self.stop:
+            await asyncio.sleep(5)
             minute = int((time.monotonic() - self.t0) // 60)
             self.rss_by_minute[minute] = [round(self.cluster.rss_mib(i), 1) for i in range(NODES)]
-            await asyncio.sleep(10)
+            pids = [p.pid for p in self.cluster.procs] + [os.getpid()]
+            for i, pid in enumerate(pids):
+                now = proc_cpu_s(pid)
+                before = last[i][1] if last[i][0] == pid else 0.0
+                self.cpu_by_minute[minute][i] += max(0.0, now - before)
+                last[i] = (pid, now)
+            now = host_steal_s()
+            self.cpu_by_minute[minute][NODES + 1] += now - steal
+            steal = now
 
     async def run(self):
         tasks = [asyncio.create_task(self.worker(w)) for w in range(self.args.workers)]
@@ -218,6 +258,8 @@ async def main_async(args):
             "degraded": m["degraded"], "p50_ms": round(pct(m["lat"], 0.5), 2),
             "p99_ms": round(pct(m["lat"], 0.99), 2),
             "rss_mib": soak.rss_by_minute.get(minute, []),
+            # CPU seconds in the minute: nodes 0-2, the load generator itself, the host's steal.
+            "cpu_s": [round(c, 1) for c in soak.cpu_by_minute.get(minute, [])],
         })
     api_over = sum(max(0, n - API_LIMIT) for n in soak.api_admitted.values())
     api_total = sum(soak.api_admitted.values())
@@ -237,11 +279,13 @@ async def main_async(args):
     }
     with open(os.path.join(args.out, "soak.json"), "w") as f:
         json.dump({"rows": rows, "summary": summary}, f, indent=1)
-    print("| minute | requests | errors | degraded | p50 ms | p99 ms | RSS MiB (n0 n1 n2) |")
-    print("|---:|---:|---:|---:|---:|---:|---|")
+    print("| minute | requests | errors | degraded | p50 ms | p99 ms | RSS MiB (n0 n1 n2) "
+          "| CPU s (n0 n1 n2 load steal) |")
+    print("|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
         print(f"| {r['minute']} | {r['requests']} | {r['errors']} | {r['degraded']} "
-              f"| {r['p50_ms']} | {r['p99_ms']} | {' '.join(map(str, r['rss_mib']))} |")
+              f"| {r['p50_ms']} | {r['p99_ms']} | {' '.join(map(str, r['rss_mib']))} "
+              f"| {' '.join(map(str, r['cpu_s']))} |")
     print(json.dumps(summary, indent=1))
     return 0
 
