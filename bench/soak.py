@@ -52,6 +52,7 @@ def peer_port(i):
 
 
 def proc_cpu_s(pid):
+    """utime + stime of a process so far, in seconds (0 once it has exited)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rpartition(")")[2].split()
@@ -99,10 +100,6 @@ class Cluster:
         except (OSError, AttributeError):
             pass
         return 0.0
-
-    def cpu_s(self, i):
-        """utime + stime of node i's process so far, in seconds (0 if it is not running)."""
-        return proc_cpu_s(self.procs[i].pid) if self.procs[i] else 0.0
 
     def stop(self):
         stop_processes(self.procs)
@@ -190,22 +187,24 @@ class Soak:
                 self.events.append((time.monotonic() - self.t0, f"node {i} failed to restart"))
             self.events.append((time.monotonic() - self.t0, f"restarted node {i}"))
 
-    async def rss(self):
+    async def resources(self):
         """RSS of each node (last sample of each minute) and CPU time each node and this load
         generator spent in each minute (a node restarted within the minute counts from zero),
         then the host's steal time: the same work taking more CPU time in a minute with no steal
         is the host's other tenants slowing these CPUs, not the nodes doing more."""
         self.rss_by_minute = {}
         self.cpu_by_minute = collections.defaultdict(lambda: [0.0] * (NODES + 2))
+
+        def pids():
+            return [p.pid for p in self.cluster.procs] + [os.getpid()]
+
         steal = host_steal_s()
-        last = [(self.cluster.procs[i].pid, self.cluster.cpu_s(i)) for i in range(NODES)]
-        last.append((os.getpid(), proc_cpu_s(os.getpid())))
+        last = [(pid, proc_cpu_s(pid)) for pid in pids()]
         while not self.stop:
             await asyncio.sleep(5)
             minute = int((time.monotonic() - self.t0) // 60)
             self.rss_by_minute[minute] = [round(self.cluster.rss_mib(i), 1) for i in range(NODES)]
-            pids = [p.pid for p in self.cluster.procs] + [os.getpid()]
-            for i, pid in enumerate(pids):
+            for i, pid in enumerate(pids()):
                 now = proc_cpu_s(pid)
                 before = last[i][1] if last[i][0] == pid else 0.0
                 self.cpu_by_minute[minute][i] += max(0.0, now - before)
@@ -216,7 +215,7 @@ class Soak:
 
     async def run(self):
         tasks = [asyncio.create_task(self.worker(w)) for w in range(self.args.workers)]
-        side = [asyncio.create_task(self.killer()), asyncio.create_task(self.rss())]
+        side = [asyncio.create_task(self.killer()), asyncio.create_task(self.resources())]
         await asyncio.sleep(self.args.minutes * 60)
         self.stop = True
         await asyncio.gather(*tasks)
