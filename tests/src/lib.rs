@@ -518,17 +518,42 @@ impl TestCluster {
     }
 }
 
-/// A port free right now on 127.0.0.1 for both TCP and UDP (released before returning, so
-/// another process may take it: start the node soon).
+/// Where the kernel's ephemeral ports begin (32768 unless configured otherwise).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+}
+
+/// A port free right now on 127.0.0.1 for both TCP and UDP (released before returning: start
+/// the node soon). Taken below the kernel's ephemeral range, where only explicit binds take
+/// ports: one from `bind(0)`, once released, can be handed out at once as the local port of an
+/// outgoing connection — a node's own peer links dialling seeds not yet up took one, and the
+/// next node could not bind its peer port (`graceful_leave_and_rejoin` in CI, 2026-11-24).
 pub fn free_peer_port() -> Result<u16> {
-    for _ in 0..100 {
-        let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let port = tcp.local_addr()?.port();
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let high = ephemeral_low().clamp(LOW + 1_000, 65_535);
+    // A different starting point in each test process, then ports in turn: test binaries
+    // running side by side do not try the same ones.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
+    for _ in 0..1_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(LOW + start.wrapping_add(n.wrapping_mul(7_919)) % (high - LOW))
+            .context("port out of range")?;
+        let Ok(_tcp) = std::net::TcpListener::bind(("127.0.0.1", port)) else {
+            continue;
+        };
         if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return Ok(port);
         }
     }
-    bail!("no port free for both TCP and UDP after 100 tries")
+    bail!("no port below {high} free for both TCP and UDP after 1,000 tries")
 }
 
 /// How to start one `ringlimit` process.
@@ -1025,6 +1050,11 @@ mod tests {
     #[test]
     fn free_ports_are_free() {
         let p = free_peer_port().expect("port");
+        let low = ephemeral_low();
+        assert!(
+            (10_000..low).contains(&u32::from(p)),
+            "{p} not below the ephemeral range ({low}..)"
+        );
         assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
         assert!(std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok());
     }
