@@ -669,9 +669,12 @@ impl ProcessNode {
         }
         cmd.args(&spec.args);
         clear_ringlimit_env(&mut cmd);
-        if let Some(secret) = &spec.secret {
-            cmd.env("RINGLIMIT_CLUSTER_SECRET", secret);
-        }
+        match &spec.secret {
+            Some(secret) => cmd.env("RINGLIMIT_CLUSTER_SECRET", secret),
+            // Test clusters on loopback without a secret must say so (the safe default refuses
+            // --seeds without one).
+            None => cmd.env("RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS", "true"),
+        };
         let Spawned { child, found, log } = spawn_logged(&mut cmd, spec.node_id.clone())
             .with_context(|| format!("cannot start {}", bin.display()))?;
         let mut node = Self {

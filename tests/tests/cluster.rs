@@ -1075,8 +1075,11 @@ async fn garbage_from_many_sources(
         let n = 8 + (noise.next() % 64) as usize;
         let mut datagram = noise.bytes(n);
         if let Some(secret) = tag_with {
-            let tag = ringlimit_proto::auth::datagram_tag(secret.as_bytes(), &datagram);
-            datagram.extend_from_slice(&tag);
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis() as u64;
+            datagram.resize(n + 24, 0);
+            ringlimit_node::cluster::transport::seal(secret.as_bytes(), &mut datagram, n, now_ms);
         }
         udp.send_to(&datagram, target).await?;
         sockets.push(udp);
@@ -1312,5 +1315,146 @@ async fn ownership_moves_keep_consumption() -> Result<()> {
         "keys moved to the joiner were admitted again"
     );
     assert_eq!(after_leave, 0, "keys of the leaver were admitted again");
+    Ok(())
+}
+
+fn one_check(key: &str) -> Frame {
+    Frame::Checks(vec![CheckGroup {
+        id: 1,
+        checks: vec![PeerCheck {
+            key: key.into(),
+            rule: RuleRef::Inline(InlineRule {
+                limit: 1,
+                period_ms: PERIOD_MS,
+                algorithm: Algorithm::TokenBucket,
+                burst: None,
+            }),
+            cost: 1,
+        }],
+    }])
+}
+
+/// Completes a handshake on `conn` as `node_id` (with `secret`); returns the server's last word.
+async fn log_in(conn: &mut TcpStream, node_id: &str, secret: Option<&[u8]>) -> Result<Frame> {
+    let (mut hs, hello) = ClientHandshake::start("ringlimit", node_id, secret, rand_nonce());
+    write_frame(conn, &hello).await?;
+    let challenge = read_frame(conn).await?.context("no challenge")?;
+    let proof = hs.on_challenge(challenge)?;
+    write_frame(conn, &proof).await?;
+    read_frame(conn).await?.context("no welcome")
+}
+
+fn rand_nonce() -> [u8; 16] {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(7, |d| d.as_nanos() as u64);
+    let mut n = [0u8; 16];
+    n[..8].copy_from_slice(&t.to_le_bytes());
+    n[8..].copy_from_slice(&Noise(t | 1).next().to_le_bytes());
+    n
+}
+
+/// The safe default (issue 29): a node without a secret that was not told to allow
+/// unauthenticated peers is a lone node. Another node seeded with it never becomes a member
+/// (it used to join within 1.5 s, own a share of the keys and rewrite API rules), and a raw peer
+/// connection may send checks (the SDK's frames) but not resets, handovers or global counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_secret_accepts_no_members() -> Result<()> {
+    let _one = exclusive().await;
+    let lone = intruder("lone", &[], |c| c.allow_unauthenticated_peers = false).await?;
+    let rogue = intruder("rogue", &[lone.peer.to_string()], |_| {}).await?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let view = lone.api().cluster().await?;
+        ensure!(!view.lists("rogue"), "the rogue joined the lone node");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(rogue);
+
+    // Checks are answered, as the HTTP port would.
+    let mut conn = connect(lone.peer).await?;
+    let welcome = log_in(&mut conn, "sdk", None).await?;
+    ensure!(matches!(welcome, Frame::Welcome { .. }), "{welcome:?}");
+    write_frame(&mut conn, &one_check("k")).await?;
+    let answer = read_frame(&mut conn).await?;
+    ensure!(matches!(answer, Some(Frame::Answers(_))), "{answer:?}");
+    // A member's frame is refused and ends the connection.
+    for frame in [
+        Frame::Reset { ids: vec![1, 2, 3] },
+        Frame::Handover(vec![]),
+        Frame::GlobalCounts {
+            generation: 1,
+            counts: vec![],
+        },
+    ] {
+        let mut conn = connect(lone.peer).await?;
+        let welcome = log_in(&mut conn, "rogue-script", None).await?;
+        ensure!(matches!(welcome, Frame::Welcome { .. }), "{welcome:?}");
+        let kind = frame.kind();
+        write_frame(&mut conn, &frame).await?;
+        let answer = read_frame(&mut conn).await?;
+        ensure!(
+            matches!(&answer, Some(Frame::Refused { reason }) if reason.contains("secret")),
+            "{kind}: {answer:?}"
+        );
+        assert_closed(&mut conn).await?;
+    }
+    Ok(())
+}
+
+/// With the secret, frames after the handshake carry a MAC: a frame an on-path attacker writes
+/// into a logged-in connection (here: a plain, unsealed `Checks` frame) is not decided, and the
+/// connection ends. It used to be answered like any frame of the peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_injected_after_the_handshake_are_refused() -> Result<()> {
+    let _one = exclusive().await;
+    const SECRET: &str = "the-ring-secret";
+    let cluster = TestCluster::start_with(1, |c| c.cluster_secret = Some(SECRET.into())).await?;
+    let mut conn = connect(cluster[0].peer).await?;
+    let welcome = log_in(&mut conn, "peer", Some(SECRET.as_bytes())).await?;
+    ensure!(matches!(welcome, Frame::Welcome { .. }), "{welcome:?}");
+    write_frame(&mut conn, &one_check("injected")).await?;
+    let rest = assert_closed(&mut conn).await?;
+    ensure!(rest.is_empty(), "answered an unsealed frame: {} bytes", rest.len());
+    // The key was never charged.
+    let s = check(&cluster[0], &inline("injected", 1, PERIOD_MS)).await?;
+    ensure!(s.allowed, "{s:?}");
+    Ok(())
+}
+
+/// Connections that never finish their handshake (5,000 silent sockets from 250 addresses) no
+/// longer lock real peers out: the handshake has places of its own, per address and in all, and
+/// the oldest waiting connection gives its place to a new one. They used to hold all 4,096
+/// connection slots, and real peers with the secret were refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_do_not_lock_real_peers_out() -> Result<()> {
+    let _one = exclusive().await;
+    const SECRET: &str = "the-ring-secret";
+    let cluster = TestCluster::start_with(1, |c| c.cluster_secret = Some(SECRET.into())).await?;
+    let target = cluster[0].peer;
+    let mut silent = Vec::with_capacity(5_000);
+    for i in 0..5_000u32 {
+        let source = std::net::Ipv4Addr::new(127, 0, 2 + (i % 250 / 200) as u8, (i % 200) as u8 + 1);
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::from((source, 0)))?;
+        match tokio::time::timeout(Duration::from_secs(2), socket.connect(target)).await {
+            Ok(Ok(s)) => silent.push(s),
+            // The accept queue may be full for a moment: the flood goes on regardless.
+            _ => continue,
+        }
+    }
+    eprintln!("{} silent connections open", silent.len());
+    ensure!(silent.len() > 4_096, "only {} silent connections", silent.len());
+    for attempt in 0..8 {
+        let mut conn = connect(target).await?;
+        let started = Instant::now();
+        let welcome = log_in(&mut conn, &format!("real-{attempt}"), Some(SECRET.as_bytes())).await;
+        ensure!(
+            matches!(welcome, Ok(Frame::Welcome { .. })),
+            "attempt {attempt}: {welcome:?}"
+        );
+        eprintln!("real peer {attempt} logged in after {:?}", started.elapsed());
+    }
+    drop(silent);
     Ok(())
 }

@@ -10,7 +10,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use ringlimit_core::link::framing;
-use ringlimit_node::cluster::transport::payload_len;
+use ringlimit_node::cluster::transport::{payload_len, seal};
 use ringlimit_node::envoy_config::EnvoyConfig;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_proto::handshake::{ClientHandshake, ServerHandshake};
@@ -330,7 +330,9 @@ fn fuzz_gossip_datagram() {
     let secret: &[u8] = b"fuzz-secret";
     let tagged = |payload: &[u8]| {
         let mut d = payload.to_vec();
-        d.extend(ringlimit_proto::auth::datagram_tag(secret, payload));
+        d.resize(payload.len() + 24, 0);
+        let n = seal(secret, &mut d, payload.len(), 1_700_000_000_000);
+        d.truncate(n);
         d
     };
     let seeds = vec![
@@ -343,14 +345,14 @@ fn fuzz_gossip_datagram() {
     runner()
         .run(&input(seeds), |bytes| {
             // The tag check in front of chitchat: only an untouched tag passes.
-            if let Some(len) = payload_len(Some(secret), &bytes) {
+            if let Some((len, sent_ms)) = payload_len(secret, &bytes) {
                 prop_assert!(ringlimit_proto::auth::verify_datagram(
                     secret,
+                    sent_ms,
                     &bytes[..len],
-                    &bytes[len..]
+                    &bytes[len + 8..]
                 ));
             }
-            prop_assert_eq!(payload_len(None, &bytes), Some(bytes.len()));
             // Then chitchat's decoder, on the wire: the datagram, then a valid message after it;
             // the socket must survive the first and deliver the second.
             raw.send_to(&bytes, to).expect("sent");

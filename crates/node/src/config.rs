@@ -85,6 +85,12 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_MAX_KEYS", value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_keys: u64,
+    /// Let other nodes join and talk to this one without `RINGLIMIT_CLUSTER_SECRET`. Anyone who
+    /// can reach the peer port can then join the ring, rewrite rules, reset and replace buckets:
+    /// only for a trusted, isolated network. Without a secret and without this flag a node
+    /// refuses `--seeds` and accepts no other member (a lone node, and the SDK, still work).
+    #[arg(long, env = "RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS")]
+    pub allow_unauthenticated_peers: bool,
     /// Nodes with another cluster id are ignored.
     #[arg(
         long,
@@ -199,6 +205,49 @@ pub enum ConfigError {
     },
     #[error("envoy config {0}")]
     InvalidEnvoy(#[from] crate::envoy_config::EnvoyConfigError),
+    #[error(
+        "--seeds given but RINGLIMIT_CLUSTER_SECRET is not set: without a secret anyone who can \
+         reach the peer port can join the cluster and change its rules and buckets; set the same \
+         secret on every node (or --allow-unauthenticated-peers on a trusted, isolated network)"
+    )]
+    NoClusterSecret,
+}
+
+/// How the peer port treats other processes (see [`NodeConfig::peer_security`]).
+#[derive(Clone)]
+pub enum PeerSecurity {
+    /// Members prove the cluster secret; every frame and datagram after is authenticated.
+    Secret(Arc<[u8]>),
+    /// `--allow-unauthenticated-peers`: anyone who reaches the port is a member.
+    Open,
+    /// No secret and no permission: a lone node. Gossip from others is dropped, and peer
+    /// connections may only send checks (as the SDK does), never member frames.
+    LoneNode,
+}
+
+impl std::fmt::Debug for PeerSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Secret(_) => "Secret",
+            Self::Open => "Open",
+            Self::LoneNode => "LoneNode",
+        })
+    }
+}
+
+impl PeerSecurity {
+    /// The secret, when there is one.
+    pub fn secret(&self) -> Option<Arc<[u8]>> {
+        match self {
+            Self::Secret(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether other nodes may be members.
+    pub fn accepts_members(&self) -> bool {
+        !matches!(self, Self::LoneNode)
+    }
 }
 
 /// Limits on a server's connections: the HTTP port's (`--http-header-timeout-ms`,
@@ -274,6 +323,8 @@ pub struct NodeConfig {
     pub http_threads: usize,
     /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
     pub cluster_secret: Option<String>,
+    /// `--allow-unauthenticated-peers` (see [`PeerSecurity`]).
+    pub allow_unauthenticated_peers: bool,
     /// From `RINGLIMIT_ADMIN_TOKEN` only (like the secret): the bearer token of `/v1/admin/*`.
     /// `None`: the admin API is off (its paths answer 404).
     pub admin_token: Option<String>,
@@ -309,6 +360,17 @@ impl std::fmt::Debug for EngineClock {
 }
 
 impl NodeConfig {
+    /// How the peer port treats other processes; refuses seeds without a secret unless
+    /// unauthenticated peers are allowed.
+    pub fn peer_security(&self) -> Result<PeerSecurity, ConfigError> {
+        match (&self.cluster_secret, self.allow_unauthenticated_peers) {
+            (Some(secret), _) => Ok(PeerSecurity::Secret(Arc::from(secret.as_bytes()))),
+            (None, true) => Ok(PeerSecurity::Open),
+            (None, false) if self.seeds.is_empty() => Ok(PeerSecurity::LoneNode),
+            (None, false) => Err(ConfigError::NoClusterSecret),
+        }
+    }
+
     /// A single node on loopback ephemeral ports with built-in rules: for tests.
     pub fn local(node_id: &str) -> Self {
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -333,6 +395,8 @@ impl NodeConfig {
             seed_wait: Duration::from_secs(2),
             http_threads: 0,
             cluster_secret: None,
+            // Test clusters on loopback opt in; the binary's default is the safe one.
+            allow_unauthenticated_peers: true,
             admin_token: None,
             global_publish: Duration::from_millis(50),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
@@ -408,6 +472,16 @@ impl ServeArgs {
             Some(id) => id,
             None => gethostname::gethostname().to_string_lossy().into_owned(),
         };
+        let cluster_secret = std::env::var("RINGLIMIT_CLUSTER_SECRET")
+            .ok()
+            .filter(|s| !s.is_empty());
+        // Before anything is read: a node that must not start says so first.
+        if cluster_secret.is_none()
+            && !self.allow_unauthenticated_peers
+            && self.seeds.iter().any(|s| !s.trim().is_empty())
+        {
+            return Err(ConfigError::NoClusterSecret);
+        }
         let rules = match &self.config {
             Some(path) => load_rules(path)?,
             None => RuleSet::builtin(),
@@ -439,9 +513,8 @@ impl ServeArgs {
             leave_delay: Duration::from_millis(self.leave_delay_ms),
             seed_wait: Duration::from_millis(self.seed_wait_ms),
             http_threads: usize::try_from(self.http_threads).unwrap_or(1),
-            cluster_secret: std::env::var("RINGLIMIT_CLUSTER_SECRET")
-                .ok()
-                .filter(|s| !s.is_empty()),
+            cluster_secret,
+            allow_unauthenticated_peers: self.allow_unauthenticated_peers,
             admin_token: std::env::var("RINGLIMIT_ADMIN_TOKEN")
                 .ok()
                 .filter(|s| !s.is_empty()),

@@ -104,6 +104,7 @@ impl Node {
                 node_id: id.to_owned(),
                 cluster_id: "ringlimit".into(),
                 secret: None,
+                accept_members: true,
                 handshake_timeout: Duration::from_secs(2),
             },
             Some(Relay {

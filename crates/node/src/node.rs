@@ -4,7 +4,7 @@
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
 use crate::cluster::{Membership, View};
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, PeerSecurity};
 use crate::decide::Here;
 use crate::engine::Engine;
 use crate::forward::{PeerPool, PeerServer, Relay, ServerSettings};
@@ -109,6 +109,8 @@ pub enum NodeError {
     Serve(std::io::Error),
     #[error("--data-dir: {0}")]
     DataDir(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// Runs a node until `shutdown` completes: then announces `leaving`, keeps serving for the
@@ -127,14 +129,18 @@ pub async fn run(
             .as_ref()
             .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone()),
     ));
-    let secret: Option<Arc<[u8]>> = config
-        .cluster_secret
-        .as_ref()
-        .map(|s| Arc::from(s.as_bytes()));
-    if secret.is_none() {
-        tracing::warn!(
-            "RINGLIMIT_CLUSTER_SECRET is not set: the peer port (gossip and RPC) is unauthenticated"
-        );
+    let security = config.peer_security()?;
+    let secret = security.secret();
+    match security {
+        PeerSecurity::Secret(_) => {}
+        PeerSecurity::Open => tracing::warn!(
+            "--allow-unauthenticated-peers without RINGLIMIT_CLUSTER_SECRET: anyone who can \
+             reach the peer port can join the cluster and change its rules and buckets"
+        ),
+        PeerSecurity::LoneNode => tracing::info!(
+            "RINGLIMIT_CLUSTER_SECRET is not set: running as a lone node that accepts no other \
+             members (set the same secret on every node to form a cluster)"
+        ),
     }
     raise_open_files(config.http_limits.max_connections.saturating_add(
         if config.grpc_addr.is_some() {
@@ -179,6 +185,7 @@ pub async fn run(
             interval: config.gossip_interval,
         },
         PeerTransport::new(listeners.gossip, secret.clone(), gossip_stats.clone())
+            .accepting_members(security.accepts_members())
             .with_blocklist(config.gossip_blocklist.clone()),
     )
     .await?;
@@ -216,6 +223,7 @@ pub async fn run(
             node_id: config.node_id.clone(),
             cluster_id: config.cluster_id.clone(),
             secret,
+            accept_members: security.accepts_members(),
             handshake_timeout: Duration::from_secs(2),
         },
         Some(Relay {

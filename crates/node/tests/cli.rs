@@ -39,6 +39,41 @@ fn bad_flags_exit_non_zero_with_one_line() {
     }
 }
 
+/// The safe default: a node given seeds without a cluster secret does not start (anyone who
+/// reached the peer port could join and rewrite rules), unless told the danger is accepted.
+#[test]
+fn seeds_without_a_secret_are_refused_unless_unauthenticated_peers_are_allowed() {
+    let args = [
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--peer",
+        "127.0.0.1:0",
+        "--seeds",
+        "127.0.0.1:9",
+    ];
+    let (code, err) = run_to_end(&args, &[("RINGLIMIT_CLUSTER_SECRET", "")]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("RINGLIMIT_CLUSTER_SECRET") && err.contains("--allow-unauthenticated-peers"),
+        "{err}"
+    );
+    // With the flag (or its variable) the config is accepted: the run gets as far as the
+    // rules file.
+    for (flag, env) in [
+        (Some("--allow-unauthenticated-peers"), None),
+        (None, Some(("RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS", "true"))),
+    ] {
+        let mut a = args.to_vec();
+        a.extend(flag);
+        a.extend(["--config", "/nonexistent/rules.yaml"]);
+        let (code, err) = run_to_end(&a, &env.into_iter().collect::<Vec<_>>());
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("/nonexistent/rules.yaml"), "{err}");
+    }
+}
+
 #[test]
 fn environment_variables_are_read_and_flags_win() {
     let (code, err) = run_to_end(&["serve"], &[("RINGLIMIT_MAX_KEYS", "lots")]);

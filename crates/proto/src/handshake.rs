@@ -10,6 +10,10 @@
 //! ```
 //! Without a secret on either side, proofs are empty and not checked: the port is then
 //! unauthenticated, and nodes say so in their startup log.
+//!
+//! With a secret, every frame after the handshake carries a MAC under the connection's session
+//! key ([`ClientHandshake::session_key`], [`ServerHandshake::session_key`]; see
+//! [`crate::auth::FrameMac`]): the link layer turns it on once the handshake is through.
 
 use crate::auth::{self, NONCE_LEN, Role};
 use crate::peer::{Frame, Hello, MAGIC, PROTOCOL_VERSION};
@@ -107,6 +111,18 @@ impl ClientHandshake {
         Ok(Frame::Proof { proof })
     }
 
+    /// The connection's session key (after the challenge; `None` without a secret): frames after
+    /// the `Welcome` are sealed under it.
+    pub fn session_key(&self) -> Option<auth::SessionKey> {
+        let (secret, server_nonce) = (self.secret.as_ref()?, self.server_nonce.as_ref()?);
+        Some(auth::session_key(
+            secret,
+            &self.nonce,
+            server_nonce,
+            &self.cluster_id,
+        ))
+    }
+
     /// Takes the server's last word; returns its node id when accepted.
     pub fn on_welcome(self, frame: Frame) -> Result<String, HandshakeError> {
         match frame {
@@ -177,6 +193,18 @@ impl ServerHandshake {
         ))
     }
 
+    /// The connection's session key (`None` without a secret): frames after the `Welcome` are
+    /// sealed under it. Only worth anything once [`ServerHandshake::on_proof`] has accepted.
+    pub fn session_key(&self) -> Option<auth::SessionKey> {
+        let secret = self.secret.as_ref()?;
+        Some(auth::session_key(
+            secret,
+            &self.client_nonce,
+            &self.nonce,
+            &self.cluster_id,
+        ))
+    }
+
     /// Takes the client's `Proof`; returns the client's node id and the `Welcome` to send.
     pub fn on_proof(self, frame: Frame) -> Result<(String, Frame), HandshakeError> {
         let proof = match frame {
@@ -220,6 +248,22 @@ mod tests {
         let proof = client.on_challenge(challenge)?;
         let (peer, welcome) = server.on_proof(proof)?;
         Ok((peer, client.on_welcome(welcome)?))
+    }
+
+    #[test]
+    fn both_ends_derive_the_same_session_key_and_none_without_a_secret() {
+        let (mut client, hello) = ClientHandshake::start("ringlimit", "a", Some(b"s"), [1; 16]);
+        let (server, challenge) =
+            ServerHandshake::on_hello(hello, "ringlimit", "b", Some(b"s"), [2; 16]).expect("hello");
+        assert_eq!(client.session_key(), None, "no key before the challenge");
+        client.on_challenge(challenge).expect("challenge");
+        assert!(client.session_key().is_some());
+        assert_eq!(client.session_key(), server.session_key());
+        let (mut client, hello) = ClientHandshake::start("ringlimit", "a", None, [1; 16]);
+        let (server, challenge) =
+            ServerHandshake::on_hello(hello, "ringlimit", "b", None, [2; 16]).expect("hello");
+        client.on_challenge(challenge).expect("challenge");
+        assert_eq!((client.session_key(), server.session_key()), (None, None));
     }
 
     #[test]

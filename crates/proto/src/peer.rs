@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 /// First field of every `Hello`: a connection that does not start with it is not a peer.
 pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// Version of this protocol. A peer speaking another is refused with a clear reason.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
 

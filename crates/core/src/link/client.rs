@@ -13,6 +13,7 @@ use super::framing::{self, FramedPeer};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use parking_lot::Mutex;
+use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
 use ringlimit_proto::peer::{
     ALL_OR_NOTHING_GROUP, CheckGroup, Frame, PeerAnswer, PeerCheck, PeerRefund, RELAYED_GROUP,
@@ -361,7 +362,11 @@ pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, 
     let welcome = framing::recv(&mut conn, step)
         .await
         .map_err(|e| e.to_string())?;
+    let key = hs.session_key();
     hs.on_welcome(welcome).map_err(|e| e.to_string())?;
+    if let Some(key) = key {
+        conn.codec_mut().seal(&key, Role::Client);
+    }
     Ok(conn)
 }
 

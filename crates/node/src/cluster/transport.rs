@@ -8,12 +8,17 @@
 //! ```text
 //! chitchat ⇄ inner socket (127.0.0.1:x) ⇄ relay socket per peer R ⇄ public port ⇄ peer R
 //! ```
-//! Outgoing datagrams gain a 16-byte HMAC-SHA256 tag on their way out; incoming ones are
-//! verified and stripped, and dropped before chitchat sees them when the tag is wrong, so a node
-//! without the secret can neither join nor inject state. A relay socket exists only for peers
-//! that have sent a valid datagram or that chitchat gossips to, so its number stays the size of
-//! the cluster. Without a secret the same path runs with no tag. (anyhow appears here only
-//! because chitchat's `Transport` trait uses it.)
+//! Outgoing datagrams gain the sender's wall time (8 bytes, Unix ms) and a 16-byte HMAC-SHA256
+//! tag over both on their way out; incoming ones are verified and stripped, and dropped before
+//! chitchat sees them when the tag is wrong, so a node without the secret can neither join nor
+//! inject state. A captured datagram cannot be replayed either: one whose time is more than
+//! [`REPLAY_WINDOW`] from the receiver's clock is dropped, and so is one whose tag was already
+//! seen within that window ([`Replays`]; 37 of 40 replayed datagrams used to be answered, some
+//! with replies 10x larger). A relay socket exists only for peers that have sent a valid
+//! datagram or that chitchat gossips to, so its number stays the size of the cluster. Without a
+//! secret the same path runs with no tag; a lone node (no secret, unauthenticated peers not
+//! allowed) drops every datagram from others. (anyhow appears here only because chitchat's
+//! `Transport` trait uses it.)
 
 use crate::metrics::GossipStats;
 use async_trait::async_trait;
@@ -25,13 +30,23 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 use tokio::task::JoinSet;
 
 /// Largest UDP payload.
 const MAX_DATAGRAM: usize = 65_507;
-/// Length of the tag appended to each datagram when a secret is set.
-const TAG_LEN: usize = 16;
+/// Length of what a secret adds to each datagram: the send time, then the tag.
+const TIME_LEN: usize = 8;
+const TAG_LEN: usize = TIME_LEN + auth::TAG_LEN;
+/// A datagram sent longer ago than this (or this far in the future, by the receiver's clock) is
+/// dropped as a replay. Wide, because nodes' clocks are only as good as their NTP: clocks that
+/// disagree by more than this keep nodes apart, which the warning in the log names.
+pub const REPLAY_WINDOW: Duration = Duration::from_secs(120);
+/// Most tags remembered for replay detection: gossip sends a few datagrams per round to a few
+/// peers whatever the cluster's size (about 100 a second at 100 ms rounds), so 120 s of them
+/// fit many times over; beyond, the oldest are forgotten first.
+const MAX_SEEN: usize = 1 << 18;
 /// Bytes of received datagrams waiting for chitchat at most. chitchat reads its socket from
 /// the loop that also applies what it read, under its lock, so a burst of large deltas from
 /// several peers at once overflowed the kernel's receive buffer (212 KB by default), and the
@@ -79,6 +94,7 @@ pub struct PeerTransport {
     secret: Option<Arc<[u8]>>,
     stats: Arc<GossipStats>,
     blocklist: Option<Arc<GossipBlocklist>>,
+    members: bool,
 }
 
 impl PeerTransport {
@@ -88,7 +104,14 @@ impl PeerTransport {
             secret,
             stats,
             blocklist: None,
+            members: true,
         }
+    }
+
+    /// `false`: a lone node, which drops every datagram from others.
+    pub fn accepting_members(mut self, members: bool) -> Self {
+        self.members = members;
+        self
     }
 
     /// Test hook: see [`GossipBlocklist`].
@@ -136,6 +159,9 @@ impl Transport for PeerTransport {
             clock: 0,
             stats: self.stats.clone(),
             blocklist: self.blocklist.clone(),
+            members: self.members,
+            replays: Replays::default(),
+            skew_warned: None,
         }))
     }
 }
@@ -196,6 +222,10 @@ struct RelaySocket {
     clock: u64,
     stats: Arc<GossipStats>,
     blocklist: Option<Arc<GossipBlocklist>>,
+    members: bool,
+    replays: Replays,
+    /// When a datagram too far from this node's clock was last logged.
+    skew_warned: Option<std::time::Instant>,
 }
 
 impl RelaySocket {
@@ -226,11 +256,7 @@ impl RelaySocket {
                     return;
                 };
                 let len = match &secret {
-                    Some(s) => {
-                        let tag = auth::datagram_tag(s, &buf[..n]);
-                        buf[n..n + TAG_LEN].copy_from_slice(&tag);
-                        n + TAG_LEN
-                    }
+                    Some(s) => seal(s, &mut buf, n, unix_ms()),
                     None => n,
                 };
                 match public.send_to(&buf[..len], peer).await {
@@ -318,10 +344,31 @@ impl Socket for RelaySocket {
                     if self.blocked(&from) {
                         continue;
                     }
-                    let Some(len) = payload_len(self.secret.as_deref(), &datagram) else {
+                    if !self.members {
                         self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%from, "gossip datagram without a valid tag dropped");
+                        tracing::debug!(%from, "gossip from another node dropped: lone node");
                         continue;
+                    }
+                    let len = match &self.secret {
+                        None => datagram.len(),
+                        Some(secret) => match self.replays.open(secret, &datagram, unix_ms()) {
+                            Ok(len) => len,
+                            Err(why) => {
+                                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                                if why == Dropped::Stale
+                                    && self.skew_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+                                {
+                                    self.skew_warned = Some(std::time::Instant::now());
+                                    tracing::warn!(%from, window_s = REPLAY_WINDOW.as_secs(),
+                                        "gossip datagram with the secret but a send time outside \
+                                         the replay window dropped: a replay, or this node's and \
+                                         that node's clocks disagree (check NTP)");
+                                } else {
+                                    tracing::debug!(%from, reason = ?why, "gossip datagram dropped");
+                                }
+                                continue;
+                            }
+                        },
                     };
                     let Ok(relay) = self.relay(from).await else { continue };
                     let _ = relay.send(&datagram[..len]).await;
@@ -331,17 +378,76 @@ impl Socket for RelaySocket {
     }
 }
 
-/// The length of the gossip message in `datagram` as it came off the wire: all of it without a
-/// secret; with one, what precedes a valid tag, or `None` (dropped) when the tag is missing or
-/// wrong.
-pub fn payload_len(secret: Option<&[u8]>, datagram: &[u8]) -> Option<usize> {
-    match secret {
-        None => Some(datagram.len()),
-        Some(secret) => {
-            let len = datagram.len().checked_sub(TAG_LEN)?;
-            let (payload, tag) = datagram.split_at(len);
-            auth::verify_datagram(secret, payload, tag).then_some(len)
+/// This node's wall time, Unix ms (0 before the epoch: such a clock refuses everything).
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Appends the send time and the tag to the `n`-byte datagram in `buf` (which has room for
+/// [`TAG_LEN`] more); returns the sealed length.
+pub fn seal(secret: &[u8], buf: &mut [u8], n: usize, sent_ms: u64) -> usize {
+    let tag = auth::datagram_tag(secret, sent_ms, &buf[..n]);
+    buf[n..n + TIME_LEN].copy_from_slice(&sent_ms.to_be_bytes());
+    buf[n + TIME_LEN..n + TAG_LEN].copy_from_slice(&tag);
+    n + TAG_LEN
+}
+
+/// Why a datagram was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// No valid tag: not from a node with the secret, or altered.
+    BadTag,
+    /// Sent outside the replay window.
+    Stale,
+    /// Its tag was seen already: a replay.
+    Replayed,
+}
+
+/// The length of the gossip message in a datagram that carries a valid tag (the send time is
+/// not checked here; see [`Replays::open`]).
+pub fn payload_len(secret: &[u8], datagram: &[u8]) -> Option<(usize, u64)> {
+    let len = datagram.len().checked_sub(TAG_LEN)?;
+    let (payload, trailer) = datagram.split_at(len);
+    let (time, tag) = trailer.split_at(TIME_LEN);
+    let sent_ms = u64::from_be_bytes(time.try_into().ok()?);
+    auth::verify_datagram(secret, sent_ms, payload, tag).then_some((len, sent_ms))
+}
+
+/// The tags of datagrams accepted within [`REPLAY_WINDOW`], to drop their replays: only tags
+/// that verified are kept (no one without the secret can fill this), at most [`MAX_SEEN`].
+#[derive(Debug, Default)]
+pub struct Replays {
+    seen: std::collections::HashSet<[u8; auth::TAG_LEN]>,
+    /// (send time ms, tag), in arrival order, for forgetting.
+    order: std::collections::VecDeque<(u64, [u8; auth::TAG_LEN])>,
+}
+
+impl Replays {
+    /// Checks a datagram received at `now_ms`: its payload's length, or why it is dropped.
+    pub fn open(&mut self, secret: &[u8], datagram: &[u8], now_ms: u64) -> Result<usize, Dropped> {
+        let (len, sent_ms) = payload_len(secret, datagram).ok_or(Dropped::BadTag)?;
+        let window = REPLAY_WINDOW.as_millis() as u64;
+        if sent_ms.abs_diff(now_ms) > window {
+            return Err(Dropped::Stale);
         }
+        // Forget what its time alone now refuses (times are roughly in arrival order; an early
+        // one left behind a later one only stays a little longer).
+        while let Some(&(t, tag)) = self.order.front() {
+            if t.saturating_add(window) >= now_ms && self.order.len() < MAX_SEEN {
+                break;
+            }
+            self.order.pop_front();
+            self.seen.remove(&tag);
+        }
+        let mut tag = [0u8; auth::TAG_LEN];
+        tag.copy_from_slice(&datagram[datagram.len() - auth::TAG_LEN..]);
+        if !self.seen.insert(tag) {
+            return Err(Dropped::Replayed);
+        }
+        self.order.push_back((sent_ms, tag));
+        Ok(len)
     }
 }
 
@@ -352,4 +458,58 @@ fn transient(e: &std::io::Error) -> bool {
             | std::io::ErrorKind::ConnectionReset
             | std::io::ErrorKind::OutOfMemory
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_767_225_600_000;
+
+    fn sealed(secret: &[u8], payload: &[u8], sent_ms: u64) -> Vec<u8> {
+        let mut d = payload.to_vec();
+        d.resize(payload.len() + TAG_LEN, 0);
+        let n = seal(secret, &mut d, payload.len(), sent_ms);
+        d.truncate(n);
+        d
+    }
+
+    /// A captured datagram is accepted once: its replay, now or after a while, is dropped
+    /// (37 of 40 replayed datagrams used to be answered).
+    #[test]
+    fn replayed_or_stale_datagrams_are_dropped() {
+        let mut r = Replays::default();
+        let d = sealed(b"s", b"gossip", NOW);
+        assert_eq!(r.open(b"s", &d, NOW + 5), Ok(6));
+        assert_eq!(r.open(b"s", &d, NOW + 10), Err(Dropped::Replayed));
+        let window = REPLAY_WINDOW.as_millis() as u64;
+        assert_eq!(r.open(b"s", &d, NOW + window + 1), Err(Dropped::Stale));
+        // The same payload sent again later is a new datagram.
+        let again = sealed(b"s", b"gossip", NOW + 100);
+        assert_eq!(r.open(b"s", &again, NOW + 100), Ok(6));
+        // Changing the time to dodge the window breaks the tag.
+        let mut forged = d.clone();
+        forged[6..14].copy_from_slice(&(NOW + 200).to_be_bytes());
+        assert_eq!(r.open(b"s", &forged, NOW + 200), Err(Dropped::BadTag));
+        assert_eq!(r.open(b"other", &again, NOW + 100), Err(Dropped::BadTag));
+        assert_eq!(r.open(b"s", b"short", NOW), Err(Dropped::BadTag));
+        // Ahead of this node's clock by more than the window: dropped too.
+        let ahead = sealed(b"s", b"x", NOW + window + 1_000);
+        assert_eq!(r.open(b"s", &ahead, NOW), Err(Dropped::Stale));
+    }
+
+    #[test]
+    fn remembered_tags_are_forgotten_once_their_time_refuses_them() {
+        let mut r = Replays::default();
+        let window = REPLAY_WINDOW.as_millis() as u64;
+        for i in 0..100u64 {
+            let d = sealed(b"s", &i.to_be_bytes(), NOW + i);
+            assert!(r.open(b"s", &d, NOW + i).is_ok());
+        }
+        assert_eq!(r.seen.len(), 100);
+        let late = sealed(b"s", b"late", NOW + window + 50);
+        assert!(r.open(b"s", &late, NOW + window + 50).is_ok());
+        assert_eq!(r.seen.len(), 51, "the 50 oldest are past the window; 50 and the late one stay");
+        assert_eq!(r.order.len(), r.seen.len());
+    }
 }

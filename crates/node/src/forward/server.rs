@@ -14,6 +14,7 @@ use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::link::fanout::OwnerGroups;
 use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
 use ringlimit_core::rule::Mode;
+use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ServerHandshake;
 use ringlimit_proto::peer::{
     ALL_OR_NOTHING_GROUP, AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP,
@@ -26,8 +27,16 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-/// Most peer connections served at once; more are closed on accept.
+/// Most peer connections served at once once they have logged in; more are refused.
 const MAX_CONNECTIONS: usize = 4096;
+/// Most connections still in their handshake at once, and from one source address. Counted
+/// apart from those logged in: 5,000 silent sockets used to hold all 4,096 slots for the
+/// handshake timeout, so that real peers with the secret were refused (4 of 8 attempts).
+const MAX_HANDSHAKING: usize = 256;
+const MAX_HANDSHAKING_PER_SOURCE: usize = 16;
+/// Refusals are logged at most this often (with how many were not): every refused socket of
+/// a flood once wrote a WARN line, 27 MB of log in 7 s.
+const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Global counts merged between two yields to the runtime.
 const MERGE_SLICE: usize = 512;
 
@@ -60,6 +69,10 @@ pub struct ServerSettings {
     pub node_id: String,
     pub cluster_id: String,
     pub secret: Option<Arc<[u8]>>,
+    /// Whether other nodes may send what only members send (handovers, resets, global counts).
+    /// `false` for a node with neither a secret nor `--allow-unauthenticated-peers`: it still
+    /// answers checks (the SDK), as its HTTP port does, and nothing else.
+    pub accept_members: bool,
     /// The whole handshake must finish within this.
     pub handshake_timeout: Duration,
 }
@@ -67,7 +80,7 @@ pub struct ServerSettings {
 /// Counters of the peer server.
 #[derive(Debug, Default)]
 pub struct ServerStats {
-    /// Connections refused (bad handshake, wrong cluster or secret, garbage).
+    /// Connections refused (bad handshake, wrong cluster or secret, garbage, too many).
     pub refused: AtomicU64,
     /// Checks decided for peers.
     pub checks: AtomicU64,
@@ -87,9 +100,123 @@ pub struct Relay {
     pub pool: Arc<PeerPool>,
 }
 
+/// What a node without a secret (and not allowed unauthenticated peers) answers to a frame
+/// only members send.
+const NOT_MEMBERS: &str = "this node accepts no cluster members: it has no cluster secret \
+     (set the same RINGLIMIT_CLUSTER_SECRET on every node)";
+
+/// Frames that only a cluster member sends: they change buckets or counts wholesale.
+fn members_only(frame: &Frame) -> bool {
+    match frame {
+        Frame::Checks(groups) => groups.iter().any(|g| g.id & RELAYED_GROUP != 0),
+        Frame::Refunds(_) => false,
+        _ => true,
+    }
+}
+
+/// Connections in their handshake: how many per source address, oldest first.
+#[derive(Debug, Default)]
+struct Logins {
+    inner: parking_lot::Mutex<LoginsInner>,
+}
+
+#[derive(Debug, Default)]
+struct LoginsInner {
+    by_source: std::collections::HashMap<String, usize>,
+    /// (id, its eviction signal), oldest first.
+    waiting: std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>,
+    next_id: u64,
+}
+
+/// One connection's place among [`Logins`], given back when dropped.
+struct Login {
+    logins: Arc<Logins>,
+    source: String,
+    id: u64,
+    evict: Arc<tokio::sync::Notify>,
+}
+
+impl Logins {
+    /// A place for a connection from `from` (`ip:port`), or `None` when its source already has
+    /// [`MAX_HANDSHAKING_PER_SOURCE`]. At [`MAX_HANDSHAKING`] in all, the connection waiting
+    /// longest is told to go: a flood from many sources then only shortens every handshake's
+    /// time to finish to what the flood's rate leaves (256 places last 25 ms at 10,000 sockets
+    /// a second, against the few ms a real peer's handshake takes).
+    fn enter(self: &Arc<Self>, from: &str) -> Option<Login> {
+        // The source is the address without its port (a flood uses many ports).
+        let source = match from.parse::<std::net::SocketAddr>() {
+            Ok(a) => a.ip().to_string(),
+            Err(_) => from.to_owned(),
+        };
+        let mut inner = self.inner.lock();
+        let here = inner.by_source.get(&source).copied().unwrap_or(0);
+        if here >= MAX_HANDSHAKING_PER_SOURCE {
+            return None;
+        }
+        if inner.waiting.len() >= MAX_HANDSHAKING
+            && let Some((_, oldest)) = inner.waiting.pop_front()
+        {
+            oldest.notify_one();
+        }
+        inner.by_source.insert(source.clone(), here + 1);
+        inner.next_id += 1;
+        let (id, evict) = (inner.next_id, Arc::new(tokio::sync::Notify::new()));
+        inner.waiting.push_back((id, evict.clone()));
+        Some(Login {
+            logins: self.clone(),
+            source,
+            id,
+            evict,
+        })
+    }
+}
+
+impl Login {
+    /// Resolves when this connection must give its place to a newer one.
+    async fn evicted(&self) {
+        self.evict.notified().await;
+    }
+}
+
+impl Drop for Login {
+    fn drop(&mut self) {
+        let mut inner = self.logins.inner.lock();
+        if let Some(n) = inner.by_source.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                inner.by_source.remove(&self.source);
+            }
+        }
+        let id = self.id;
+        inner.waiting.retain(|(i, _)| *i != id);
+    }
+}
+
+/// Lets a log line through at most once per [`LOG_EVERY`], counting those held back.
+#[derive(Debug, Default)]
+struct LogGate {
+    state: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl LogGate {
+    /// `Some(lines held back since the last one)` when this line may be written.
+    fn pass(&self) -> Option<u64> {
+        let mut s = self.state.lock();
+        let now = std::time::Instant::now();
+        if s.0.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
+            s.1 += 1;
+            return None;
+        }
+        let held = std::mem::take(&mut s.1);
+        s.0 = Some(now);
+        Some(held)
+    }
+}
+
 /// The peer server; [`PeerServer::run`] serves until dropped.
 pub struct PeerServer {
     pub stats: Arc<ServerStats>,
+    log_gate: LogGate,
     here: Here,
     settings: ServerSettings,
     /// `None`: never relay (decide everything here).
@@ -100,6 +227,7 @@ impl PeerServer {
     pub fn new(here: Here, settings: ServerSettings, relay: Option<Relay>) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
+            log_gate: LogGate::default(),
             here,
             settings,
             relay,
@@ -111,6 +239,7 @@ impl PeerServer {
     /// all.
     pub async fn run(self: Arc<Self>, mut acceptor: impl Acceptor) {
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let logins = Arc::new(Logins::default());
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
@@ -123,30 +252,54 @@ impl PeerServer {
                             continue;
                         }
                     };
-                    let Ok(permit) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%from, "too many peer connections; closing");
+                    let Some(login) = logins.enter(&from) else {
+                        self.refuse_quietly(&from, "too many connections from one address in \
+                                                    their handshake");
                         continue;
                     };
                     let this = self.clone();
-                    conns.spawn(async move {
-                        let _permit = permit;
-                        this.serve(conn, from).await;
-                    });
+                    let slots = slots.clone();
+                    conns.spawn(async move { this.serve(conn, from, login, slots).await });
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
         }
     }
 
-    async fn serve(&self, mut conn: FramedPeer, from: String) {
-        let peer = match self.handshake(&mut conn).await {
+    /// Counts a refusal and logs it, at most once per [`LOG_EVERY`] (with how many since).
+    fn refuse_quietly(&self, from: &str, reason: &str) {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(unlogged) = self.log_gate.pass() {
+            tracing::warn!(%from, %reason, also_refused = unlogged, "peer connection refused");
+        }
+    }
+
+    async fn serve(
+        &self,
+        mut conn: FramedPeer,
+        from: String,
+        login: Login,
+        slots: Arc<Semaphore>,
+    ) {
+        let handshake = tokio::select! {
+            r = self.handshake(&mut conn) => r,
+            () = login.evicted() => Err("too many connections in their handshake; the oldest \
+                                        is closed".to_owned()),
+        };
+        drop(login);
+        let peer = match handshake {
             Ok(peer) => peer,
             Err(reason) => {
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%from, %reason, "peer connection refused");
+                self.refuse_quietly(&from, &reason);
                 let _ = framing::send(&mut conn, &Frame::Refused { reason }).await;
                 return;
             }
+        };
+        let Ok(_permit) = slots.try_acquire_owned() else {
+            self.refuse_quietly(&from, "too many peer connections");
+            let reason = "too many peer connections".to_owned();
+            let _ = framing::send(&mut conn, &Frame::Refused { reason }).await;
+            return;
         };
         tracing::debug!(%from, %peer, "peer connected");
         while let Some(bytes) = conn.next().await {
@@ -161,6 +314,12 @@ impl PeerServer {
                     return;
                 }
             };
+            if !self.settings.accept_members && members_only(&frame) {
+                let reason = NOT_MEMBERS.to_owned();
+                self.refuse_quietly(&from, &reason);
+                let _ = framing::send(&mut conn, &Frame::Refused { reason }).await;
+                return;
+            }
             let groups = match frame {
                 Frame::Checks(groups) => groups,
                 Frame::Handover(buckets) => {
@@ -248,10 +407,14 @@ impl PeerServer {
         let proof = framing::recv(conn, within)
             .await
             .map_err(|e| format!("no proof: {e}"))?;
+        let key = state.session_key();
         let (peer, welcome) = state.on_proof(proof).map_err(|e| e.to_string())?;
         framing::send(conn, &welcome)
             .await
             .map_err(|e| e.to_string())?;
+        if let Some(key) = key {
+            conn.codec_mut().seal(&key, Role::Server);
+        }
         Ok(peer)
     }
 

@@ -357,6 +357,7 @@ mod tests {
                 node_id: addr.into(),
                 cluster_id: "c".into(),
                 secret: None,
+                accept_members: true,
                 handshake_timeout: Duration::from_secs(1),
             },
             None,
