@@ -10,6 +10,8 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$BENCH_DIR/.." && pwd)"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/soak-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT_DIR"
+# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path.
+export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET:-ringlimit-bench-$$-$RANDOM}"
 if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
   BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/ringlimit"

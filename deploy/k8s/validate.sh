@@ -124,7 +124,8 @@ def check(ok, message):
 
 # The objects the base must have (others may be added).
 kinds = collections.Counter(d["kind"] for d in docs)
-for kind, n in {"StatefulSet": 1, "Service": 2, "ConfigMap": 2, "PodDisruptionBudget": 1}.items():
+for kind, n in {"StatefulSet": 1, "Service": 2, "ConfigMap": 2, "PodDisruptionBudget": 1,
+                "NetworkPolicy": 1}.items():
     check(kinds[kind] == n, f"expected {n} {kind}, rendered {kinds[kind]}")
 if errors:
     sys.exit("\n".join(errors))
@@ -140,8 +141,12 @@ pod_labels = spec["template"]["metadata"].get("labels", {})
 env = {e["name"]: e for e in container.get("env", [])}
 
 
+def selects_pods_quiet(selector):
+    return bool(selector) and all(pod_labels.get(k) == v for k, v in selector.items())
+
+
 def selects_pods(selector, what):
-    check(selector and all(pod_labels.get(k) == v for k, v in selector.items()),
+    check(selects_pods_quiet(selector),
           f"{what} selector {selector} does not match the pod labels {pod_labels}")
 
 
@@ -217,6 +222,21 @@ for svc in by_kind["Service"].values():
         t = p.get("targetPort", p["port"])
         check(t in ports or any(q["containerPort"] == t for q in ports.values()),
               f"Service {svc['metadata']['name']} targets port {t!r}, which the pod does not have")
+# The NetworkPolicy: selects the pods, names ports the pod has, and admits to the peer port
+# only the StatefulSet's pods (and labelled SDK clients), never everyone.
+pod_ports = {p.get("name"): p for c in pod["containers"] for p in c.get("ports", [])}
+for np in by_kind["NetworkPolicy"].values():
+    selects_pods(np["spec"]["podSelector"].get("matchLabels"), f"NetworkPolicy {np['metadata']['name']}")
+    for rule in np["spec"].get("ingress", []):
+        names = [p.get("port") for p in rule.get("ports", [])]
+        for n in names:
+            check(n in pod_ports, f"NetworkPolicy {np['metadata']['name']} names port {n!r}, which the pod does not have")
+        if any(n in ("peer-rpc", "peer-gossip") for n in names):
+            froms = rule.get("from", [])
+            check(froms and all("podSelector" in f and f["podSelector"].get("matchLabels") for f in froms),
+                  f"NetworkPolicy {np['metadata']['name']} must admit only selected pods to the peer port")
+            check(any(selects_pods_quiet(f["podSelector"]["matchLabels"]) for f in froms),
+                  f"NetworkPolicy {np['metadata']['name']} must admit the StatefulSet's pods to the peer port")
 for pdb in by_kind["PodDisruptionBudget"].values():
     selects_pods(pdb["spec"]["selector"].get("matchLabels"), f"PodDisruptionBudget {pdb['metadata']['name']}")
 

@@ -1415,7 +1415,11 @@ async fn frames_injected_after_the_handshake_are_refused() -> Result<()> {
     ensure!(matches!(welcome, Frame::Welcome { .. }), "{welcome:?}");
     write_frame(&mut conn, &one_check("injected")).await?;
     let rest = assert_closed(&mut conn).await?;
-    ensure!(rest.is_empty(), "answered an unsealed frame: {} bytes", rest.len());
+    ensure!(
+        rest.is_empty(),
+        "answered an unsealed frame: {} bytes",
+        rest.len()
+    );
     // The key was never charged.
     let s = check(&cluster[0], &inline("injected", 1, PERIOD_MS)).await?;
     ensure!(s.allowed, "{s:?}");
@@ -1434,7 +1438,8 @@ async fn silent_sockets_do_not_lock_real_peers_out() -> Result<()> {
     let target = cluster[0].peer;
     let mut silent = Vec::with_capacity(5_000);
     for i in 0..5_000u32 {
-        let source = std::net::Ipv4Addr::new(127, 0, 2 + (i % 250 / 200) as u8, (i % 200) as u8 + 1);
+        let source =
+            std::net::Ipv4Addr::new(127, 0, 2 + (i % 250 / 200) as u8, (i % 200) as u8 + 1);
         let socket = tokio::net::TcpSocket::new_v4()?;
         socket.bind(SocketAddr::from((source, 0)))?;
         match tokio::time::timeout(Duration::from_secs(2), socket.connect(target)).await {
@@ -1444,16 +1449,28 @@ async fn silent_sockets_do_not_lock_real_peers_out() -> Result<()> {
         }
     }
     eprintln!("{} silent connections open", silent.len());
-    ensure!(silent.len() > 4_096, "only {} silent connections", silent.len());
+    ensure!(
+        silent.len() > 4_096,
+        "only {} silent connections",
+        silent.len()
+    );
     for attempt in 0..8 {
         let mut conn = connect(target).await?;
         let started = Instant::now();
-        let welcome = log_in(&mut conn, &format!("real-{attempt}"), Some(SECRET.as_bytes())).await;
+        let welcome = log_in(
+            &mut conn,
+            &format!("real-{attempt}"),
+            Some(SECRET.as_bytes()),
+        )
+        .await;
         ensure!(
             matches!(welcome, Ok(Frame::Welcome { .. })),
             "attempt {attempt}: {welcome:?}"
         );
-        eprintln!("real peer {attempt} logged in after {:?}", started.elapsed());
+        eprintln!(
+            "real peer {attempt} logged in after {:?}",
+            started.elapsed()
+        );
     }
     drop(silent);
     Ok(())

@@ -61,6 +61,7 @@ async fn main() -> Result<()> {
     let client = Client::builder()
         .seeds(args.seeds.clone())
         .name("sdk_load")
+        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
         .build()
         .await?;
     if client.members().is_empty() {

@@ -63,7 +63,10 @@ fn seeds_without_a_secret_are_refused_unless_unauthenticated_peers_are_allowed()
     // rules file.
     for (flag, env) in [
         (Some("--allow-unauthenticated-peers"), None),
-        (None, Some(("RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS", "true"))),
+        (
+            None,
+            Some(("RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS", "true")),
+        ),
     ] {
         let mut a = args.to_vec();
         a.extend(flag);

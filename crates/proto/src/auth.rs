@@ -230,7 +230,10 @@ mod tests {
     fn frames_verify_once_in_order_in_their_own_direction_and_session() {
         let key = session_key(b"secret", &[1; 16], &[2; 16], "ringlimit");
         assert_ne!(key, session_key(b"secret", &[1; 16], &[3; 16], "ringlimit"));
-        let (mut client, mut server) = (FrameMac::new(&key, Role::Client), FrameMac::new(&key, Role::Server));
+        let (mut client, mut server) = (
+            FrameMac::new(&key, Role::Client),
+            FrameMac::new(&key, Role::Server),
+        );
         let t0 = client.seal(b"first");
         let t1 = client.seal(b"second");
         // Reordered: the second frame in the first frame's place fails, and so the stream dies.

@@ -162,10 +162,14 @@ mod tests {
         server.codec_mut().seal(&key, Role::Server);
         for id in 0..3 {
             send(&mut client, &ping(id)).await.expect("send");
-            let got = recv(&mut server, Duration::from_secs(1)).await.expect("recv");
+            let got = recv(&mut server, Duration::from_secs(1))
+                .await
+                .expect("recv");
             assert_eq!(got, ping(id));
             send(&mut server, &ping(id + 100)).await.expect("send");
-            let got = recv(&mut client, Duration::from_secs(1)).await.expect("recv");
+            let got = recv(&mut client, Duration::from_secs(1))
+                .await
+                .expect("recv");
             assert_eq!(got, ping(id + 100));
         }
 
@@ -195,7 +199,9 @@ mod tests {
         let mut raw = a;
         raw.write_all(&sealed).await.expect("write");
         assert_eq!(
-            recv(&mut server, Duration::from_secs(1)).await.expect("first"),
+            recv(&mut server, Duration::from_secs(1))
+                .await
+                .expect("first"),
             ping(7)
         );
         raw.write_all(&sealed).await.expect("replay");

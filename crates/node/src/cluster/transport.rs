@@ -509,7 +509,11 @@ mod tests {
         assert_eq!(r.seen.len(), 100);
         let late = sealed(b"s", b"late", NOW + window + 50);
         assert!(r.open(b"s", &late, NOW + window + 50).is_ok());
-        assert_eq!(r.seen.len(), 51, "the 50 oldest are past the window; 50 and the late one stay");
+        assert_eq!(
+            r.seen.len(),
+            51,
+            "the 50 oldest are past the window; 50 and the late one stay"
+        );
         assert_eq!(r.order.len(), r.seen.len());
     }
 }

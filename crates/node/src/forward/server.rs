@@ -274,13 +274,7 @@ impl PeerServer {
         }
     }
 
-    async fn serve(
-        &self,
-        mut conn: FramedPeer,
-        from: String,
-        login: Login,
-        slots: Arc<Semaphore>,
-    ) {
+    async fn serve(&self, mut conn: FramedPeer, from: String, login: Login, slots: Arc<Semaphore>) {
         let handshake = tokio::select! {
             r = self.handshake(&mut conn) => r,
             () = login.evicted() => Err("too many connections in their handshake; the oldest \
