@@ -304,7 +304,10 @@ impl PeerServer {
             }) {
                 Ok(f) => f,
                 Err(e) => {
-                    tracing::warn!(%from, %peer, error = %e, "bad frame from peer; closing");
+                    if let Some(unlogged) = self.log_gate.pass() {
+                        tracing::warn!(%from, %peer, error = %e, also_closed = unlogged,
+                            "bad frame from peer; closing");
+                    }
                     return;
                 }
             };
@@ -369,7 +372,10 @@ impl PeerServer {
                     continue;
                 }
                 other => {
-                    tracing::warn!(%from, %peer, kind = other.kind(), "unexpected frame from peer; closing");
+                    if let Some(unlogged) = self.log_gate.pass() {
+                        tracing::warn!(%from, %peer, kind = other.kind(), also_closed = unlogged,
+                            "unexpected frame from peer; closing");
+                    }
                     return;
                 }
             };
