@@ -16,9 +16,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use ringlimit_core::all::MAX_ALL;
 use ringlimit_core::headers::{Policy, RATELIMIT, RATELIMIT_POLICY, ietf_fields};
 use ringlimit_proto::InlineRule;
 use std::sync::Arc;
+
+/// Most descriptors in one `ShouldRateLimit` request, limited or not (of which at most
+/// [`MAX_ALL`] may be limited: they are decided as one all-or-nothing check).
+pub const MAX_DESCRIPTORS: usize = 1000;
 
 /// The Envoy rate limit service over the node's check service.
 pub struct EnvoyRls {
@@ -110,6 +115,14 @@ impl RateLimitService for EnvoyRls {
             return Err(tonic::Status::invalid_argument(
                 "`domain` must not be empty",
             ));
+        }
+        // Bounded before any work per descriptor, so that a request's cost is a function of
+        // these bounds, not of its size (64,000 descriptors once held a core for seconds).
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(tonic::Status::invalid_argument(format!(
+                "a request may hold at most {MAX_DESCRIPTORS} descriptors, got {}",
+                req.descriptors.len()
+            )));
         }
         let config = self.config.load();
         let entries: Vec<Vec<(&str, &str)>> = req
@@ -207,10 +220,16 @@ impl RateLimitService for EnvoyRls {
                 continue;
             }
             let key = bucket_key(&req.domain, &entries[at], &m.shared);
-            // One bucket named twice in a request: its costs add up.
+            // One bucket named twice in a request: its costs add up. (A search through at most
+            // MAX_ALL, refused beyond it below, before the checks are even made.)
             if let Some(same) = limited.iter_mut().find(|l| l.key == key) {
                 same.cost = same.cost.saturating_add(cost);
                 continue;
+            }
+            if limited.len() == MAX_ALL {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "at most {MAX_ALL} descriptors of a request may be limited (they are decided all-or-nothing); descriptor {at} is one more"
+                )));
             }
             limited.push(Limited {
                 at,
