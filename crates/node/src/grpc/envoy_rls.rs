@@ -72,22 +72,7 @@ fn bucket_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<String>])
         let v = shared.get(i).and_then(Option::as_deref).unwrap_or(v);
         let _ = write!(key, "|{}:{k}={}:{v}", k.len(), v.len());
     }
-    if key.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES {
-        return key;
-    }
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(key.as_bytes());
-    let mut short = String::with_capacity(200);
-    let mut cut = 128.min(key.len());
-    while !key.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    short.push_str(&key[..cut]);
-    short.push('#');
-    for b in digest {
-        let _ = write!(short, "{b:02x}");
-    }
-    short
+    crate::request_key::bounded_key(key)
 }
 
 fn ok_status() -> DescriptorStatus {
