@@ -1,9 +1,12 @@
 //! `/v1/forward-auth` behind a real gateway we did not write: Debian's nginx with
 //! `auth_request` (which passes only 401/403 on, hence `deny_status=403`), on loopback ports.
 //! `.ci/run` installs nginx; without it (a developer's machine) the test says so and passes.
+//! And the keys of forwarded requests, which the client must not be able to choose, asked
+//! directly as a gateway would.
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
+use ringlimit_node::forwarded::TrustedProxies;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_tests::{TestNode, WAIT, wait_until};
 use std::path::PathBuf;
@@ -30,7 +33,10 @@ impl Drop for Nginx {
 }
 
 impl Nginx {
-    fn start(port: u16, ringlimit: std::net::SocketAddr) -> Result<Self> {
+    /// nginx on `port` asking `ringlimit`, sending it `forwarded_for` as `X-Forwarded-For`
+    /// (`$remote_addr`, or `$proxy_add_x_forwarded_for`: the client's header and then its
+    /// address).
+    fn start(port: u16, ringlimit: std::net::SocketAddr, forwarded_for: &str) -> Result<Self> {
         let dir =
             std::env::temp_dir().join(format!("ringlimit-nginx-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
@@ -54,7 +60,7 @@ http {{
       proxy_pass http://{ringlimit}/v1/forward-auth?deny_status=403;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
-      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Forwarded-For {forwarded_for};
       proxy_set_header X-Forwarded-Method $request_method;
       proxy_set_header X-Forwarded-Uri $request_uri;
     }}
@@ -98,9 +104,17 @@ fn nginx_installed() -> bool {
 }
 
 async fn get(port: u16, key: Option<&str>) -> Result<u16> {
+    get_with(port, key, &[]).await
+}
+
+/// `GET /orders` through nginx with `x-api-key: key` (if any) and `headers`: the status.
+async fn get_with(port: u16, key: Option<&str>, headers: &[(&str, &str)]) -> Result<u16> {
     let mut req = reqwest::Client::new().get(format!("http://127.0.0.1:{port}/orders?id=1"));
     if let Some(k) = key {
         req = req.header("x-api-key", k);
+    }
+    for (name, value) in headers {
+        req = req.header(*name, *value);
     }
     Ok(req.send().await?.status().as_u16())
 }
@@ -121,7 +135,7 @@ async fn nginx_auth_request_limits_per_api_key_and_per_client_ip_all_or_nothing(
     config.rules = RuleSet::from_yaml(RULES)?;
     let node = TestNode::start(config).await?;
     let port = free_port()?;
-    let nginx = Nginx::start(port, node.http)?;
+    let nginx = Nginx::start(port, node.http, "$remote_addr")?;
     wait_until("nginx listens", WAIT, || async {
         Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -157,5 +171,138 @@ async fn nginx_auth_request_limits_per_api_key_and_per_client_ip_all_or_nothing(
         "carol's denied request gave hers back"
     );
     drop(nginx);
+    node.stop().await
+}
+
+/// nginx set up the common way, appending the client's address to whatever `X-Forwarded-For`
+/// the client sent (`$proxy_add_x_forwarded_for`): a client that writes a fresh address each
+/// time, and an `X-Real-IP` of its choosing, is still held to its own address's limit.
+#[tokio::test]
+async fn nginx_appending_to_a_spoofed_forwarded_for_keys_the_real_client() -> Result<()> {
+    if !nginx_installed() {
+        eprintln!("nginx is not installed (`apt-get install nginx`): skipping");
+        return Ok(());
+    }
+    let mut config = NodeConfig::local("gateway-append");
+    config.rules = RuleSet::from_yaml(RULES)?;
+    let node = TestNode::start(config).await?;
+    let port = free_port()?;
+    let nginx = Nginx::start(port, node.http, "$proxy_add_x_forwarded_for")?;
+    wait_until("nginx listens", WAIT, || async {
+        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok())
+    })
+    .await
+    .with_context(|| nginx.log())?;
+
+    let mut seen = Vec::new();
+    for i in 1..=7 {
+        let spoofed = format!("6.6.6.{i}");
+        let headers = [
+            ("x-forwarded-for", spoofed.as_str()),
+            ("x-real-ip", "7.7.7.7"),
+        ];
+        seen.push(get_with(port, None, &headers).await?);
+    }
+    ensure!(
+        seen == [200, 200, 200, 200, 200, 403, 403],
+        "statuses {seen:?} (the per-ip limit is 5); nginx log: {}",
+        nginx.log()
+    );
+    assert_eq!(remaining(&node, "per-ip", "ip:127.0.0.1").await?, 0);
+    for named in ["ip:6.6.6.1", "ip:7.7.7.7"] {
+        assert_eq!(remaining(&node, "per-ip", named).await?, 5, "{named}");
+    }
+    drop(nginx);
+    node.stop().await
+}
+
+const KEYED: &str = r#"
+rules:
+  - { name: per-ip, limit: 3, period: 1h, request_key: "ip:{client_ip}" }
+  - { name: per-path, limit: 1, period: 1h, request_key: "path:{path}" }
+  - { name: per-pair, limit: 1, period: 1h, request_key: "{header:x-a}:{header:x-b}" }
+"#;
+
+/// A gateway's copy of a request with `headers`, checked under `rule`: its status.
+async fn forward(node: &TestNode, rule: &str, headers: &[(&str, &[u8])]) -> Result<u16> {
+    let mut req = reqwest::Client::new().get(node.url(&format!("/v1/forward-auth?rules={rule}")));
+    for (name, value) in headers {
+        req = req.header(*name, reqwest::header::HeaderValue::from_bytes(value)?);
+    }
+    Ok(req.send().await?.status().as_u16())
+}
+
+/// What a key has left under `rule`, read with a cost-0 check.
+async fn remaining(node: &TestNode, rule: &str, key: &str) -> Result<u64> {
+    let r = node
+        .check(&serde_json::json!({"rule": rule, "key": key, "cost": 0}))
+        .await?;
+    r.json()?["remaining"]
+        .as_u64()
+        .with_context(|| format!("no remaining in {}", r.text))
+}
+
+/// The client cannot choose its key: `{client_ip}` is the address the gateway appended to
+/// `X-Forwarded-For` (the rightmost), whatever the client wrote before it, and a byte the
+/// header may not hold does not switch to the client's `X-Real-IP`; `{path}` is normalised, so
+/// one resource spelled five ways is one bucket; and two fields cannot trade characters
+/// through the separator between them.
+#[tokio::test]
+async fn forward_auth_keys_cannot_be_chosen_by_the_client() -> Result<()> {
+    let mut config = NodeConfig::local("keyed-node");
+    config.rules = RuleSet::from_yaml(KEYED)?;
+    config.trusted_proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse()?]);
+    let node = TestNode::start(config).await?;
+
+    // A fresh spoofed address each time, before the one the gateway appended: one bucket.
+    let mut seen = Vec::new();
+    for i in 1..=5 {
+        let xff = format!("6.6.6.{i}, 203.0.113.7");
+        seen.push(forward(&node, "per-ip", &[("x-forwarded-for", xff.as_bytes())]).await?);
+    }
+    assert_eq!(seen, [200, 200, 200, 429, 429]);
+    // Naming a victim spends nothing of the victim's.
+    let victim = [("x-forwarded-for", &b"198.51.100.9, 203.0.113.8"[..])];
+    assert_eq!(forward(&node, "per-ip", &victim).await?, 200);
+    assert_eq!(remaining(&node, "per-ip", "ip:198.51.100.9").await?, 3);
+    assert_eq!(remaining(&node, "per-ip", "ip:203.0.113.8").await?, 2);
+    // A byte over 0x7f in the header, and an X-Real-IP of the client's choosing: still the
+    // appended address, used up.
+    let odd = [
+        ("x-forwarded-for", &b"\xff6.6.6.6, 203.0.113.7"[..]),
+        ("x-real-ip", &b"7.7.7.7"[..]),
+    ];
+    assert_eq!(forward(&node, "per-ip", &odd).await?, 429);
+    assert_eq!(remaining(&node, "per-ip", "ip:7.7.7.7").await?, 3);
+    // Behind a trusted proxy (10.0.0.0/8): the address it appended is the client.
+    let proxied = [("x-forwarded-for", &b"6.6.6.6, 203.0.113.30, 10.1.1.1"[..])];
+    assert_eq!(forward(&node, "per-ip", &proxied).await?, 200);
+    assert_eq!(remaining(&node, "per-ip", "ip:203.0.113.30").await?, 2);
+    assert_eq!(remaining(&node, "per-ip", "ip:10.1.1.1").await?, 3);
+
+    // One path, many spellings: the first is admitted, the others are the same bucket.
+    let mut seen = Vec::new();
+    for uri in [
+        "/login",
+        "/Login",
+        "//login",
+        "/login/",
+        "/%6cogin",
+        "/./login",
+        "/a/../login",
+        "/login?next=/",
+    ] {
+        seen.push(forward(&node, "per-path", &[("x-forwarded-uri", uri.as_bytes())]).await?);
+    }
+    assert_eq!(seen, [200, 429, 429, 429, 429, 429, 429, 429]);
+
+    // `u:1` + `2` and `u` + `1:2`: two clients, two buckets.
+    let a = [("x-a", &b"u:1"[..]), ("x-b", &b"2"[..])];
+    let b = [("x-a", &b"u"[..]), ("x-b", &b"1:2"[..])];
+    assert_eq!(forward(&node, "per-pair", &a).await?, 200);
+    assert_eq!(forward(&node, "per-pair", &b).await?, 200);
+    assert_eq!(forward(&node, "per-pair", &a).await?, 429);
     node.stop().await
 }

@@ -125,6 +125,62 @@ async fn should_rate_limit_decides_descriptors_all_or_nothing() -> Result<()> {
     node.stop().await
 }
 
+/// A request's work is bounded before it is done: 64,000 descriptors, each its own bucket, are
+/// refused at once (the refusal used to come after a search, per descriptor, through those
+/// before it: 3 s of CPU in a release build, a core held for the whole of it); more limited
+/// descriptors than one all-or-nothing check takes are refused before any is decided; a request
+/// within both bounds is decided as ever.
+#[tokio::test]
+async fn a_request_of_64000_descriptors_is_refused_at_once() -> Result<()> {
+    let mut config = NodeConfig::local("grpc-bounds");
+    config.grpc_addr = Some("127.0.0.1:0".parse()?);
+    config.envoy_config = EnvoyConfig::from_files([("edge.yaml", ENVOY)])?;
+    let node = TestNode::start(config).await?;
+    let addr = node.grpc.context("a gRPC address")?;
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
+    let addresses = |n: u32, unmatched: u32| {
+        let mut d: Vec<RateLimitDescriptor> = (0..n)
+            .map(|i| {
+                let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string();
+                envoy_descriptor(&[("remote_address", &ip)])
+            })
+            .collect();
+        d.extend((0..unmatched).map(|i| envoy_descriptor(&[("nothing", &i.to_string())])));
+        request(d)
+    };
+
+    let many = addresses(64_000, 0);
+    let start = std::time::Instant::now();
+    let refused = client
+        .should_rate_limit(many)
+        .await
+        .expect_err("64,000 descriptors are refused");
+    let took = start.elapsed();
+    eprintln!("64,000 descriptors refused in {took:?} (client encoding included)");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("64000"), "{refused:?}");
+    assert!(took < Duration::from_secs(1), "refused after {took:?}");
+
+    // 33 limited descriptors are one too many for an all-or-nothing check; nothing is taken.
+    let over = client
+        .should_rate_limit(addresses(33, 0))
+        .await
+        .expect_err("33 limited descriptors are refused");
+    assert_eq!(over.code(), tonic::Code::InvalidArgument, "{over:?}");
+    // 32 limited among unlimited others: decided, and the refused request took nothing.
+    let r = client
+        .should_rate_limit(addresses(32, 500))
+        .await?
+        .into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses.len(), 532);
+    assert_eq!(
+        r.statuses[0].limit_remaining, 2,
+        "the refused request took nothing"
+    );
+    node.stop().await
+}
+
 const ENVOY_NESTED: &str = "
 domain: edge
 descriptors:

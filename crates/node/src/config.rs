@@ -2,6 +2,7 @@
 //! `RINGLIMIT_<FLAG>` (flags win), turned into a [`NodeConfig`].
 
 use crate::cluster::transport::GossipBlocklist;
+use crate::forwarded::TrustedProxies;
 use crate::rules::{RuleSet, RulesError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -181,6 +182,12 @@ pub struct ServeArgs {
           default_value_t = crate::global::DEFAULT_MAX_WINDOWS as u64,
           value_parser = clap::value_parser!(u64).range(16..=100_000_000))]
     pub global_max_counters: u64,
+    /// Proxies in front of the gateways whose X-Forwarded-For entries are believed, as address
+    /// blocks or addresses (10.0.0.0/8,2001:db8::/32,192.0.2.7): forward auth's {client_ip} is
+    /// the rightmost X-Forwarded-For address not among them (default: none, so the rightmost
+    /// address, the one the gateway itself appended).
+    #[arg(long, env = "RINGLIMIT_TRUSTED_PROXIES", value_name = "CIDR,CIDR,...")]
+    pub trusted_proxies: Option<TrustedProxies>,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -343,6 +350,8 @@ pub struct NodeConfig {
     pub http_limits: ConnLimits,
     /// The gRPC port's connection limits.
     pub grpc_limits: ConnLimits,
+    /// Forward auth's `--trusted-proxies`.
+    pub trusted_proxies: TrustedProxies,
     /// Test hook: the clock buckets are decided by (`None`: the system clock). A manual clock
     /// makes windows and refills exact in a test of whole nodes.
     #[doc(hidden)]
@@ -405,6 +414,7 @@ impl NodeConfig {
             gossip_blocklist: None,
             http_limits: ConnLimits::default(),
             grpc_limits: ConnLimits::grpc(Duration::from_secs(60), Duration::from_secs(10), 10_000),
+            trusted_proxies: TrustedProxies::default(),
             clock: None,
         }
     }
@@ -534,6 +544,7 @@ impl ServeArgs {
                 Duration::from_millis(self.grpc_request_timeout_ms),
                 usize::try_from(self.grpc_max_connections).unwrap_or(usize::MAX),
             ),
+            trusted_proxies: self.trusted_proxies.unwrap_or_default(),
             clock: None,
         })
     }
@@ -542,4 +553,30 @@ impl ServeArgs {
 /// One HTTP thread per CPU this process may use.
 fn default_http_threads() -> u64 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trusted_proxies_are_a_list_of_address_blocks() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
+            let Command::Serve(serve) = cli.command;
+            Ok::<_, clap::Error>(serve.trusted_proxies.unwrap_or_default())
+        };
+        let trusted = parse(&["--trusted-proxies", "10.0.0.0/8, 2001:db8::/32,192.0.2.7"])
+            .expect("three blocks");
+        for ip in ["10.9.8.7", "2001:db8::1", "192.0.2.7"] {
+            assert!(trusted.contains(ip.parse().expect("ip")), "{ip}");
+        }
+        assert!(!trusted.contains("192.0.2.8".parse().expect("ip")));
+        // None, and an empty list (an unset variable in a manifest): nothing trusted.
+        for args in [&[][..], &["--trusted-proxies", ""]] {
+            assert_eq!(parse(args).expect("none"), TrustedProxies::default());
+        }
+        let e = parse(&["--trusted-proxies", "10.0.0.0/8,nope"]).expect_err("not a block");
+        assert!(e.to_string().contains("address block"), "{e}");
+    }
 }

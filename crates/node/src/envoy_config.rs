@@ -16,7 +16,7 @@
 
 use ringlimit_proto::Algorithm;
 use serde_yaml_ng::{Mapping, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One configured limit, as a match returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,7 +205,8 @@ impl EnvoyConfig {
             return vec![None; descriptors.len()];
         };
         let mut found: Vec<Option<Matched>> = descriptors.iter().map(|d| find(top, d)).collect();
-        let replaced: Vec<String> = found
+        // A set: a request's descriptors are not searched once per descriptor.
+        let replaced: HashSet<String> = found
             .iter()
             .flatten()
             .flat_map(|l| l.replaces.iter().cloned())
@@ -215,7 +216,7 @@ impl EnvoyConfig {
                 if slot
                     .as_ref()
                     .and_then(|l| l.name.as_ref())
-                    .is_some_and(|n| replaced.contains(n))
+                    .is_some_and(|n| replaced.contains(n.as_str()))
                 {
                     *slot = None;
                 }

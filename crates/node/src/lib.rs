@@ -24,6 +24,8 @@
 //! - [`rulebook`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
 //! - [`rules`], [`reload`], [`config`] — the rules file and its hot reload; flags into a
 //!   [`NodeConfig`].
+//! - [`request_key`], [`forwarded`] — forward auth: rules' key templates, and what a gateway's
+//!   copy of a request says about its client (address, path) that the client cannot choose.
 //! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
 //!   snapshot at scrape time.
 
@@ -33,6 +35,7 @@ pub mod decide;
 pub mod engine;
 pub mod envoy_config;
 pub mod forward;
+pub mod forwarded;
 pub mod global;
 pub mod grpc;
 pub mod http;

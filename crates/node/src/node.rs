@@ -309,6 +309,7 @@ pub async fn run(
             .as_deref()
             .map(|t| Arc::new(AdminToken::new(t))),
         body_timeout: config.http_limits.body_timeout,
+        trusted_proxies: Arc::new(config.trusted_proxies.clone()),
     });
     tracing::info!(
         node_id = %config.node_id,

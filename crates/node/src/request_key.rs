@@ -1,7 +1,15 @@
 //! A rule's key template for gateways (`request_key: "apikey:{header:x-api-key}"`): which key a
 //! forwarded request is limited by. Parsed once with the rules file; rendered per request from
 //! what the forward-auth edge reads off the request (no HTTP types here).
+//!
+//! A key names one bucket, so two requests with different values must not render to one key.
+//! With one placeholder the value sits between fixed text and cannot be mistaken. With more,
+//! a value could borrow its neighbour's separator (`u:1` + `2` and `u` + `1:2` both giving
+//! `u:1:2`), so each value has its `%` and the character that ends it (the first of the text
+//! after it) written `%XX`; placeholders side by side are joined by `|`, which is then such a
+//! character. The key stays readable: `GET shop.example|/orders`, `u%3A1:2`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// What a placeholder reads from a forwarded request.
@@ -9,14 +17,13 @@ use std::fmt;
 pub enum Field {
     /// A request header, by lower-case name.
     Header(String),
-    /// The client's address: the first `X-Forwarded-For` address, else `X-Real-IP`, else the
-    /// connection's peer.
+    /// The client's address (see [`crate::forwarded::client_ip`]).
     ClientIp,
     /// `X-Forwarded-Method`.
     Method,
     /// `X-Forwarded-Host`.
     Host,
-    /// The path of `X-Forwarded-Uri` (without its query).
+    /// The path of `X-Forwarded-Uri`, normalised (see [`crate::forwarded::path`]).
     Path,
 }
 
@@ -31,7 +38,13 @@ enum Part {
 pub struct KeyTemplate {
     source: String,
     parts: Vec<Part>,
+    /// With two placeholders or more: the characters written `%XX` in values (`%` and each
+    /// separator's first); empty with one, whose key is unambiguous as it is.
+    escaped: Vec<char>,
 }
+
+/// Joins placeholders side by side in a key (`{host}{path}`), so that a separator ends each.
+const JOIN: &str = "|";
 
 impl fmt::Display for KeyTemplate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -105,24 +118,108 @@ impl KeyTemplate {
         if fields > MAX_FIELDS {
             return Err(format!("has {fields} placeholders; at most {MAX_FIELDS}"));
         }
+        let escaped = if fields > 1 {
+            separate(&mut parts)
+        } else {
+            Vec::new()
+        };
         Ok(Self {
             source: source.to_owned(),
             parts,
+            escaped,
         })
     }
 
     /// The key for a request whose fields `read` gives; `None` when a field is absent or empty
-    /// (the rule does not apply to that request).
-    pub fn render<'a>(&self, read: impl Fn(&Field) -> Option<&'a str>) -> Option<String> {
+    /// (the rule does not apply to that request). Within the key size limit (see
+    /// [`bounded_key`]).
+    pub fn render<'a>(&self, read: impl Fn(&Field) -> Option<Cow<'a, str>>) -> Option<String> {
         let mut key = String::with_capacity(self.source.len() + 32);
         for p in &self.parts {
             match p {
                 Part::Text(t) => key.push_str(t),
-                Part::Field(f) => key.push_str(read(f).filter(|v| !v.is_empty())?),
+                Part::Field(f) => {
+                    let value = read(f).filter(|v| !v.is_empty())?;
+                    if self.escaped.is_empty() {
+                        key.push_str(&value);
+                    } else {
+                        escape_into(&mut key, &value, &self.escaped);
+                    }
+                }
             }
         }
-        Some(key)
+        Some(bounded_key(key))
     }
+}
+
+/// Makes every placeholder but the last end at a separator that its value cannot hold: `|`
+/// between placeholders side by side, and before text that starts with `%` (the escape
+/// character itself); returns the characters to escape in values.
+fn separate(parts: &mut Vec<Part>) -> Vec<char> {
+    let mut last = parts
+        .iter()
+        .rposition(|p| matches!(p, Part::Field(_)))
+        .unwrap_or(0);
+    let mut escaped = vec!['%'];
+    let mut i = 0;
+    while i < last {
+        if matches!(parts[i], Part::Field(_)) {
+            match &mut parts[i + 1] {
+                Part::Text(t) if !t.starts_with('%') => {}
+                Part::Text(t) => t.insert_str(0, JOIN),
+                Part::Field(_) => {
+                    parts.insert(i + 1, Part::Text(JOIN.to_owned()));
+                    last += 1;
+                }
+            }
+            if let Some(Part::Text(t)) = parts.get(i + 1)
+                && let Some(c) = t.chars().next()
+                && !escaped.contains(&c)
+            {
+                escaped.push(c);
+            }
+        }
+        i += 1;
+    }
+    escaped
+}
+
+/// `value` into `key`, each of `escaped` written as its UTF-8 bytes `%XX`.
+fn escape_into(key: &mut String, value: &str, escaped: &[char]) {
+    for c in value.chars() {
+        if escaped.contains(&c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                key.push('%');
+                key.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+                key.push(char::from(b"0123456789ABCDEF"[usize::from(b & 0xf)]));
+            }
+        } else {
+            key.push(c);
+        }
+    }
+}
+
+/// A key within the size limit: itself, or past it its first 128 bytes, `#` and the SHA-256
+/// of the whole (a gateway's values can be long, e.g. a path) — still one key per value.
+pub fn bounded_key(key: String) -> String {
+    use std::fmt::Write;
+    if key.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES {
+        return key;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let mut cut = 128.min(key.len());
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut short = String::with_capacity(200);
+    short.push_str(&key[..cut]);
+    short.push('#');
+    for b in digest {
+        let _ = write!(short, "{b:02x}");
+    }
+    short
 }
 
 fn valid_header_name(name: &str) -> bool {
@@ -136,16 +233,17 @@ fn valid_header_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn read(f: &Field) -> Option<&'static str> {
-        match f {
-            Field::Header(h) if h == "x-api-key" => Some("k42"),
-            Field::Header(h) if h == "x-empty" => Some(""),
-            Field::Header(_) => None,
-            Field::ClientIp => Some("203.0.113.7"),
-            Field::Method => Some("POST"),
-            Field::Host => Some("shop.example"),
-            Field::Path => Some("/orders"),
-        }
+    fn read(f: &Field) -> Option<Cow<'static, str>> {
+        let v = match f {
+            Field::Header(h) if h == "x-api-key" => "k42",
+            Field::Header(h) if h == "x-empty" => "",
+            Field::Header(_) => return None,
+            Field::ClientIp => "203.0.113.7",
+            Field::Method => "POST",
+            Field::Host => "shop.example",
+            Field::Path => "/orders",
+        };
+        Some(Cow::Borrowed(v))
     }
 
     #[test]
@@ -155,12 +253,77 @@ mod tests {
         let t = KeyTemplate::parse("{method} {host}{path} from {client_ip} {{x}}").expect("valid");
         assert_eq!(
             t.render(read).as_deref(),
-            Some("POST shop.example/orders from 203.0.113.7 {x}")
+            Some("POST shop.example|/orders from 203.0.113.7 {x}")
+        );
+        assert_eq!(
+            t.to_string(),
+            "{method} {host}{path} from {client_ip} {{x}}"
         );
         // An absent or empty header: the rule does not apply.
         for s in ["k:{header:x-missing}", "k:{header:x-empty}"] {
             assert_eq!(KeyTemplate::parse(s).expect("valid").render(read), None);
         }
+    }
+
+    /// The key of `template` for header values `a` and `b`.
+    fn key(template: &str, a: &str, b: &str) -> String {
+        let (a, b) = (a.to_owned(), b.to_owned());
+        KeyTemplate::parse(template)
+            .expect("valid")
+            .render(|f| match f {
+                Field::Header(h) if h == "a" => Some(Cow::Owned(a.clone())),
+                Field::Header(h) if h == "b" => Some(Cow::Owned(b.clone())),
+                _ => None,
+            })
+            .expect("rendered")
+    }
+
+    #[test]
+    fn values_cannot_trade_characters_through_a_separator() {
+        // `u:1` + `2` and `u` + `1:2`: once both `u:1:2`.
+        let t = "{header:a}:{header:b}";
+        assert_eq!(key(t, "u:1", "2"), "u%3A1:2");
+        assert_eq!(key(t, "u", "1:2"), "u:1%3A2");
+        // The escape character itself, and a value that spells an escape.
+        assert_ne!(key(t, "a%3A", "b"), key(t, "a:", "b"));
+        // Side by side, a `|` between them.
+        let t = "{header:a}{header:b}";
+        assert_eq!(key(t, "ab", "c"), "ab|c");
+        assert_ne!(key(t, "ab", "c"), key(t, "a", "bc"));
+        assert_ne!(key(t, "a|b", "c"), key(t, "a", "b|c"));
+        // Text starting with `%` after a value is joined by `|` too.
+        let t = "{header:a}%{header:b}";
+        assert_ne!(key(t, "a%", "b"), key(t, "a", "%b"));
+        // A separator that is a hex digit is no trouble (escapes are read as a whole).
+        let t = "{header:a}A{header:b}";
+        assert_ne!(key(t, ":", "xAy"), key(t, "%3", "xAy"));
+        assert_ne!(key(t, "1A2", "3"), key(t, "1", "2A3"));
+        // Only the separators' first characters are escaped: a word stays a word.
+        assert_eq!(
+            key("{header:a} from {header:b}", "fr:om", "x y"),
+            "fr:om from x%20y"
+        );
+        // One placeholder: the value between fixed text, as it is.
+        assert_eq!(key("u:{header:a}", "1:2%", ""), "u:1:2%");
+    }
+
+    #[test]
+    fn long_keys_stay_within_the_limit_and_distinct() {
+        let long_a = "a".repeat(2000);
+        let long_b = format!("{}b", "a".repeat(1999));
+        let (ka, kb) = (
+            key("{header:a}:{header:b}", &long_a, "x"),
+            key("{header:a}:{header:b}", &long_b, "x"),
+        );
+        assert!(
+            ka.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES,
+            "{}",
+            ka.len()
+        );
+        assert!(ka.starts_with("aaaa") && ka.contains('#'));
+        assert_ne!(ka, kb);
+        let k = key("{header:a}", &"é".repeat(600), "");
+        assert!(k.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES);
     }
 
     #[test]

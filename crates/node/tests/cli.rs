@@ -29,6 +29,7 @@ fn bad_flags_exit_non_zero_with_one_line() {
         vec!["serve", "--max-keys", "many"],
         vec!["serve", "--max-keys", "0"],
         vec!["serve", "--http", "not-an-address"],
+        vec!["serve", "--trusted-proxies", "10.0.0.0/8,10.0.0.0/33"],
         vec!["serve", "--no-such-flag"],
         vec!["launch"],
     ] {
@@ -82,6 +83,12 @@ fn environment_variables_are_read_and_flags_win() {
     let (code, err) = run_to_end(&["serve"], &[("RINGLIMIT_MAX_KEYS", "lots")]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("max-keys"), "{err}");
+    let (code, err) = run_to_end(&["serve"], &[("RINGLIMIT_TRUSTED_PROXIES", "proxy.local")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("trusted-proxies") && err.contains("address block"),
+        "{err}"
+    );
     // With the flag given, the bad variable is never read: the run gets as far as the config.
     let (code, err) = run_to_end(
         &[

@@ -16,9 +16,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use ringlimit_core::all::MAX_ALL;
 use ringlimit_core::headers::{Policy, RATELIMIT, RATELIMIT_POLICY, ietf_fields};
 use ringlimit_proto::InlineRule;
 use std::sync::Arc;
+
+/// Most descriptors in one `ShouldRateLimit` request, limited or not (of which at most
+/// [`MAX_ALL`] may be limited: they are decided as one all-or-nothing check).
+pub const MAX_DESCRIPTORS: usize = 1000;
 
 /// The Envoy rate limit service over the node's check service.
 pub struct EnvoyRls {
@@ -67,22 +72,7 @@ fn bucket_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<String>])
         let v = shared.get(i).and_then(Option::as_deref).unwrap_or(v);
         let _ = write!(key, "|{}:{k}={}:{v}", k.len(), v.len());
     }
-    if key.len() <= ringlimit_proto::CheckAnswer::MAX_KEY_BYTES {
-        return key;
-    }
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(key.as_bytes());
-    let mut short = String::with_capacity(200);
-    let mut cut = 128.min(key.len());
-    while !key.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    short.push_str(&key[..cut]);
-    short.push('#');
-    for b in digest {
-        let _ = write!(short, "{b:02x}");
-    }
-    short
+    crate::request_key::bounded_key(key)
 }
 
 fn ok_status() -> DescriptorStatus {
@@ -110,6 +100,14 @@ impl RateLimitService for EnvoyRls {
             return Err(tonic::Status::invalid_argument(
                 "`domain` must not be empty",
             ));
+        }
+        // Bounded before any work per descriptor, so that a request's cost is a function of
+        // these bounds, not of its size (64,000 descriptors once held a core for seconds).
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(tonic::Status::invalid_argument(format!(
+                "a request may hold at most {MAX_DESCRIPTORS} descriptors, got {}",
+                req.descriptors.len()
+            )));
         }
         let config = self.config.load();
         let entries: Vec<Vec<(&str, &str)>> = req
@@ -207,10 +205,16 @@ impl RateLimitService for EnvoyRls {
                 continue;
             }
             let key = bucket_key(&req.domain, &entries[at], &m.shared);
-            // One bucket named twice in a request: its costs add up.
+            // One bucket named twice in a request: its costs add up. (A search through at most
+            // MAX_ALL, refused beyond it below, before the checks are even made.)
             if let Some(same) = limited.iter_mut().find(|l| l.key == key) {
                 same.cost = same.cost.saturating_add(cost);
                 continue;
+            }
+            if limited.len() == MAX_ALL {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "at most {MAX_ALL} descriptors of a request may be limited (they are decided all-or-nothing); descriptor {at} is one more"
+                )));
             }
             limited.push(Limited {
                 at,

@@ -9,12 +9,13 @@ use super::check::all_response;
 use super::error::{ApiError, sentence};
 use super::serve::PeerAddr;
 use crate::engine::RuleSpec;
+use crate::forwarded::{self, TrustedProxies};
 use crate::request_key::Field;
 use crate::service::Check;
 use crate::service::all::KeyRuleError;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -22,22 +23,24 @@ use std::net::IpAddr;
 /// What a forwarded request is limited by, read off the gateway's copy of its headers.
 struct Forwarded<'a> {
     headers: &'a HeaderMap,
-    /// The first `X-Forwarded-For` address, else `X-Real-IP`, else the connection's peer.
+    /// See [`forwarded::client_ip`].
     client_ip: Option<String>,
-    path: Option<&'a str>,
+    path: Option<String>,
 }
 
 impl<'a> Forwarded<'a> {
-    fn new(headers: &'a HeaderMap, peer: Option<IpAddr>) -> Self {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let client_ip = header("x-forwarded-for")
-            .and_then(|v| v.split(',').next())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .or_else(|| header("x-real-ip").map(str::trim))
-            .map(str::to_owned)
-            .or_else(|| peer.map(|p| p.to_string()));
-        let path = header("x-forwarded-uri").map(|u| u.split(['?', '#']).next().unwrap_or(u));
+    fn new(headers: &'a HeaderMap, peer: Option<IpAddr>, trusted: &TrustedProxies) -> Self {
+        let forwarded_for: Vec<&[u8]> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect();
+        let real_ip = headers.get("x-real-ip").map(HeaderValue::as_bytes);
+        let client_ip =
+            forwarded::client_ip(&forwarded_for, real_ip, peer, trusted).map(|ip| ip.to_string());
+        let path = headers
+            .get("x-forwarded-uri")
+            .map(|u| forwarded::path(u.as_bytes()));
         Self {
             headers,
             client_ip,
@@ -45,14 +48,22 @@ impl<'a> Forwarded<'a> {
         }
     }
 
-    fn read(&self, f: &Field) -> Option<&str> {
-        let header = |name: &str| self.headers.get(name).and_then(|v| v.to_str().ok());
+    fn read(&self, f: &Field) -> Option<Cow<'_, str>> {
+        let header = |name: &str| {
+            self.headers
+                .get(name)
+                .map(|v| forwarded::header_text(v.as_bytes()))
+        };
         match f {
             Field::Header(name) => header(name),
-            Field::ClientIp => self.client_ip.as_deref(),
+            Field::ClientIp => self.client_ip.as_deref().map(Cow::Borrowed),
             Field::Method => header("x-forwarded-method"),
-            Field::Host => header("x-forwarded-host"),
-            Field::Path => self.path,
+            // Host names are case-insensitive: one host, one key.
+            Field::Host => header("x-forwarded-host").map(|h| match h {
+                Cow::Borrowed(b) if !b.bytes().any(|c| c.is_ascii_uppercase()) => h,
+                _ => Cow::Owned(h.to_ascii_lowercase()),
+            }),
+            Field::Path => self.path.as_deref().map(Cow::Borrowed),
         }
     }
 }
@@ -129,7 +140,7 @@ async fn decide(state: &AppState, req: &Parts) -> Result<Response, ApiError> {
         .extensions
         .get::<ConnectInfo<PeerAddr>>()
         .map(|c| c.0.0.ip());
-    let forwarded = Forwarded::new(&req.headers, peer);
+    let forwarded = Forwarded::new(&req.headers, peer, &state.trusted_proxies);
     // A rule whose template needs what this request lacks does not apply to it.
     let keyed: Vec<(&str, String)> = rules
         .iter()
@@ -163,29 +174,48 @@ async fn decide(state: &AppState, req: &Parts) -> Result<Response, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     #[test]
-    fn the_client_ip_is_the_first_forwarded_for_then_real_ip_then_the_peer() {
+    fn the_fields_are_read_as_the_gateway_wrote_them() {
         let peer: Option<IpAddr> = "10.0.0.9".parse().ok();
+        let none = TrustedProxies::default();
         let mut h = HeaderMap::new();
         assert_eq!(
-            Forwarded::new(&h, peer).read(&Field::ClientIp),
+            Forwarded::new(&h, peer, &none)
+                .read(&Field::ClientIp)
+                .as_deref(),
             Some("10.0.0.9")
         );
         h.insert("x-real-ip", HeaderValue::from_static("198.51.100.2"));
         assert_eq!(
-            Forwarded::new(&h, peer).read(&Field::ClientIp),
+            Forwarded::new(&h, peer, &none)
+                .read(&Field::ClientIp)
+                .as_deref(),
             Some("198.51.100.2")
         );
+        // Two lines, one list; the client's own entry and its X-Real-IP are not read.
+        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
+        h.append("x-forwarded-for", HeaderValue::from_static("10.1.1.1"));
         h.insert(
-            "x-forwarded-for",
-            HeaderValue::from_static(" 203.0.113.7 , 10.1.1.1"),
+            "x-forwarded-uri",
+            HeaderValue::from_static("//Orders/?id=1"),
         );
-        h.insert("x-forwarded-uri", HeaderValue::from_static("/orders?id=1"));
-        let f = Forwarded::new(&h, peer);
-        assert_eq!(f.read(&Field::ClientIp), Some("203.0.113.7"));
-        assert_eq!(f.read(&Field::Path), Some("/orders"));
+        h.insert("x-forwarded-host", HeaderValue::from_static("Shop.Example"));
+        h.insert(
+            "x-api-key",
+            HeaderValue::from_bytes(b"k\xff").expect("obs-text"),
+        );
+        let f = Forwarded::new(&h, peer, &none);
+        assert_eq!(f.read(&Field::ClientIp).as_deref(), Some("10.1.1.1"));
+        assert_eq!(f.read(&Field::Path).as_deref(), Some("/orders"));
+        assert_eq!(f.read(&Field::Host).as_deref(), Some("shop.example"));
+        assert_eq!(
+            f.read(&Field::Header("x-api-key".into())).as_deref(),
+            Some("k%FF")
+        );
         assert_eq!(f.read(&Field::Method), None);
+        let trusted = TrustedProxies::new(vec!["10.0.0.0/8".parse().expect("a block")]);
+        let f = Forwarded::new(&h, peer, &trusted);
+        assert_eq!(f.read(&Field::ClientIp).as_deref(), Some("203.0.113.7"));
     }
 }

@@ -65,6 +65,8 @@ pub struct Shared {
     pub admin_token: Option<Arc<admin::AdminToken>>,
     /// How long a request body may take to arrive (`--http-body-timeout-ms`).
     pub body_timeout: std::time::Duration,
+    /// Forward auth's `--trusted-proxies`.
+    pub trusted_proxies: Arc<crate::forwarded::TrustedProxies>,
 }
 
 /// The node's HTTP service: the routes, with `POST /v1/check` answered before them.

@@ -53,6 +53,9 @@ struct Saved {
 const FORMAT: u32 = 1;
 /// The file under `--data-dir`.
 pub const FILE: &str = "api-rules.json";
+/// A save's temporary file in `--data-dir`: this prefix, random characters, this suffix.
+const TMP_PREFIX: &str = ".api-rules.json.";
+const TMP_SUFFIX: &str = ".tmp";
 
 /// Why API rules could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +213,8 @@ impl ApiRules {
     }
 
     /// Writes every entry to `dir`/[`FILE`] atomically: a temporary file, synced, renamed over
-    /// the old one, and the directory synced, so a crash leaves the old file or the new one.
+    /// the old one, and the directory synced, so a crash leaves the old file or the new one (and
+    /// perhaps a stray temporary file, which nothing reads).
     pub fn save(&self, dir: &Path) -> Result<(), StoreError> {
         let path = dir.join(FILE);
         let io = |source| StoreError::Io {
@@ -222,14 +226,19 @@ impl ApiRules {
             rules: self.entries.clone(),
         })
         .map_err(|e| io(std::io::Error::other(e)))?;
-        let tmp = dir.join(format!("{FILE}.tmp"));
+        // A fresh random name, created exclusively (O_EXCL, so a link planted in the directory
+        // is never followed) with mode 0600; removed if the save fails before the rename.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(TMP_PREFIX)
+            .suffix(TMP_SUFFIX)
+            .tempfile_in(dir)
+            .map_err(io)?;
         {
             use std::io::Write;
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(&bytes).map_err(io)?;
-            f.sync_all().map_err(io)?;
+            tmp.write_all(&bytes).map_err(io)?;
+            tmp.as_file().sync_all().map_err(io)?;
         }
-        std::fs::rename(&tmp, &path).map_err(io)?;
+        tmp.persist(&path).map_err(|e| io(e.error))?;
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(io)?;
@@ -323,5 +332,50 @@ mod tests {
         ));
         std::fs::remove_dir_all(&dir).expect("cleanup");
         assert_eq!(ApiRules::load(&dir).expect("no file").entries().count(), 0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn saving_follows_no_planted_symlink_and_keeps_the_file_private() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let base = std::env::temp_dir().join(format!("ringlimit-api-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (dir, victim) = (base.join("data"), base.join("victim"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(&victim, b"precious").expect("victim");
+        // Whoever can write the data dir plants links where a temporary file might go: the
+        // name the node once used, and names like the ones it uses now.
+        let planted = [
+            format!("{FILE}.tmp"),
+            format!(".{FILE}.tmp"),
+            format!("{TMP_PREFIX}planted{TMP_SUFFIX}"),
+        ];
+        for name in &planted {
+            symlink(&victim, dir.join(name)).expect("link");
+        }
+        let mut a = ApiRules::default();
+        a.write("r", Some(json!({ "limit": 7, "period": "1h" })), 1_000, "a");
+        a.save(&dir).expect("saved");
+        a.save(&dir).expect("saved again");
+        let kept = std::fs::read(&victim).expect("victim");
+        assert_eq!(
+            String::from_utf8_lossy(&kept),
+            "precious",
+            "a link was followed"
+        );
+        for name in &planted {
+            assert!(dir.join(name).is_symlink(), "{name} left alone");
+        }
+        assert_eq!(ApiRules::load(&dir).expect("loaded").entries().count(), 1);
+        let mode = std::fs::metadata(dir.join(FILE))
+            .expect("file")
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o077,
+            0,
+            "mode {mode:o}: the rules are the node's alone"
+        );
+        std::fs::remove_dir_all(&base).expect("cleanup");
     }
 }
