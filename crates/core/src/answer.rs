@@ -7,13 +7,21 @@ use crate::store::Store;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
 
+/// An instant in Unix ms as answers state it: rounded up, so a reset is never announced early.
+/// An instant compared with an answer's `reset_at_ms` (the IETF `t`, Envoy's
+/// `duration_until_reset`) must be rounded alike: `now` rounded down made a reset exactly one
+/// second away 1,001 ms away, and `t` 2.
+pub fn instant_ms(ns: u64) -> u64 {
+    ns.div_ceil(NANOS_PER_MS)
+}
+
 /// The contract's answer for a decision under `rule` (not degraded; times rounded up to ms).
 pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
     CheckAnswer {
         allowed: d.allowed,
         limit: rule.limit,
         remaining: d.remaining,
-        reset_at_ms: d.reset_ns.div_ceil(NANOS_PER_MS),
+        reset_at_ms: instant_ms(d.reset_ns),
         retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
         degraded: false,
     }

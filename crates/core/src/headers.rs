@@ -25,7 +25,8 @@ pub struct Policy<'a> {
     /// The rule's period in ms.
     pub period_ms: u64,
     pub answer: &'a CheckAnswer,
-    /// When the answer was made, Unix ms (the `t` parameter counts from it).
+    /// When the answer was made, Unix ms rounded up like `reset_at_ms` (the `t` parameter
+    /// counts from it; see [`crate::answer::instant_ms`]).
     pub now_ms: u64,
 }
 

@@ -4,10 +4,14 @@
 //! file comes to define is left out while the file defines it.
 //!
 //! A rule changed while buckets exist keeps them: a bucket's identity is the rule's name and the
-//! key, so the next check of the key meets its consumption under the new parameters. Window
-//! algorithms keep their counts (a lower limit denies at once what is already over it); token
+//! key (file and API rules alike), so the next check of the key meets its consumption under the
+//! new parameters, fitted to them (`BucketState::fit_to_rule`). Window algorithms keep their
+//! counts (a lower limit denies at once what is already over it); a new period carries the
+//! count of the window current at the change into the new rule's window containing now. Token
 //! and leaky buckets keep the time they need to refill, which a new rate rescales (3 of 5 an
-//! hour spent is 36 minutes: 3.6 of 6 an hour). Another algorithm starts the bucket afresh.
+//! hour spent is 36 minutes: 3.6 of 6 an hour), but never more than an empty bucket of the new
+//! rule (3 per hour spent, then 3 per minute: 20 s to the next token, not an hour). Another
+//! algorithm starts the bucket afresh.
 
 use crate::engine::Engine;
 use crate::rules::api::{self, ApiRules, Entry, StoreError};
@@ -220,6 +224,7 @@ fn describe(e: &Entry) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::RuleSpec;
     use ringlimit_core::clock::ManualClock;
     use serde_json::json;
 
@@ -267,6 +272,59 @@ mod tests {
             .expect("valid");
         assert!(b.set_file(file));
         assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(9));
+    }
+
+    /// Issue 29, items 2 and 3, through the reload path (the file, then the API): a changed
+    /// rule keeps a used-up key used up, but never for the old rule's time.
+    #[test]
+    fn a_changed_rule_keeps_a_used_up_key_used_up_for_the_new_rule_only() {
+        const SEC: u64 = 1_000_000_000;
+        // 50 minutes into a window of 2 hours (the old hourly windows end at its end).
+        let start = 1_700_006_400 * SEC + 50 * 60 * SEC;
+        let clock = ManualClock::new(start);
+        let engine = Arc::new(Engine::new(
+            RuleSet::builtin(),
+            1000,
+            Arc::new(clock.clone()),
+        ));
+        let b = RuleBook::open(engine.clone(), "n0", None).expect("opened");
+        let file = |text: &str| RuleSet::from_yaml(text).expect("valid");
+        let check = |rule: &str| engine.check("k", RuleSpec::Named(rule), 1).expect("valid");
+        b.set_file(file(concat!(
+            "rules:\n",
+            "  - { name: tb, limit: 3, period: 1h }\n",
+            "  - { name: sw, limit: 5, period: 1h, algorithm: sliding_window }\n",
+        )));
+        for rule in ["tb", "sw", "sw"] {
+            while check(rule).allowed {}
+        }
+
+        clock.advance(SEC);
+        assert!(b.set_file(file(concat!(
+            "rules:\n",
+            "  - { name: tb, limit: 3, period: 1m }\n",
+            "  - { name: sw, limit: 5, period: 2h, algorithm: sliding_window }\n",
+        ))));
+        let tb = check("tb");
+        assert!(!tb.allowed, "{tb:?}");
+        assert!(tb.retry_after_ms <= 60_000, "{tb:?}");
+        let sw = check("sw");
+        assert!(!sw.allowed, "{sw:?}");
+
+        // Through the admin API: burst 100 -> 10 at 1 per second.
+        b.put(
+            "api",
+            json!({ "limit": 1, "period": "1s", "burst": 100 }),
+            1,
+        )
+        .expect("put");
+        for _ in 0..100 {
+            assert!(check("api").allowed);
+        }
+        b.put("api", json!({ "limit": 1, "period": "1s", "burst": 10 }), 2)
+            .expect("put");
+        let api = check("api");
+        assert!(!api.allowed && api.retry_after_ms <= 1_000, "{api:?}");
     }
 
     #[test]

@@ -10,6 +10,12 @@
 
 use super::{Decision, Rule, token_bucket};
 
+/// Makes the meter's state valid under `rule` at `now`: never fuller than its capacity (see
+/// [`token_bucket::fit`]).
+pub fn fit(empty_at: &mut u64, rule: &Rule, now: u64) {
+    token_bucket::fit(empty_at, rule, now)
+}
+
 /// Decides a check against the meter whose state is the time `empty_at` it drains empty.
 pub fn decide(empty_at: &mut u64, rule: &Rule, now: u64, cost: u64) -> Decision {
     token_bucket::decide(empty_at, rule, now, cost)

@@ -4,6 +4,14 @@
 //! the cost, and returns a [`Decision`]. A denied check, or one of cost 0, never changes what the
 //! state means (an algorithm may still tidy its representation, e.g. drop expired log entries).
 //!
+//! # A changed rule
+//! A bucket outlives changes of its rule's numbers (a named rule's bucket is its name and the
+//! key), so a state may have been written under other parameters, or received from a peer.
+//! [`BucketState::fit_to_rule`] makes any state valid under the rule in force, and every
+//! decision applies it first: consumption is kept, but never costs more than the new rule can
+//! (a token or leaky bucket is at most empty under it; a window's count carries into the new
+//! rule's current window). What each algorithm keeps is in its module's doc.
+//!
 //! # Layout
 //! - [`token_bucket`] — GCRA form of a token bucket (one `u64` of state).
 //! - [`leaky_bucket`] — the leaky bucket as a meter (the same GCRA arithmetic).
@@ -15,7 +23,8 @@
 //! 1. `ringlimit_proto::Algorithm`: the variant, its name, its stable code (bucket identities
 //!    hash it) and whether it has a `burst`.
 //! 2. A module here with its pure `decide`, and its [`BucketState`] variant: `fresh`, `fits`,
-//!    `idle_at`, `absorb` (handover), `decide`, `refund` (all-or-nothing requests), and the wire form (`to_wire`/`from_wire`, a
+//!    `idle_at`, `absorb` (handover), `fit_to_rule` (a changed rule), `decide`, `refund`
+//!    (all-or-nothing requests), and the wire form (`to_wire`/`from_wire`, a
 //!    `ringlimit_proto::peer::WireState` variant appended at the end).
 //! 3. The node's global mode (`global::decide::effective_rule`): how two windowed counts
 //!    approximate it.
@@ -87,11 +96,13 @@ pub enum BucketState {
     /// Fixed window: end of the counted window and its count.
     Fixed { end: u64, count: u32 },
     /// Sliding window: `until` is the end of the current window plus one period (when the state
-    /// stops mattering), with the current and previous windows' counts.
+    /// stops mattering), with the current and previous windows' counts, and the
+    /// [`sliding_window::period_tag`] of the period that wrote them (0: unknown, from the wire).
     Sliding {
         until: u64,
         current: u32,
         previous: u32,
+        period_tag: u32,
     },
     /// Sliding log: boxed, since it grows with the limit.
     Log(Box<SlidingLog>),
@@ -107,6 +118,7 @@ impl BucketState {
                 until: 0,
                 current: 0,
                 previous: 0,
+                period_tag: sliding_window::period_tag(rule),
             },
             Algorithm::SlidingLog => BucketState::Log(Box::new(SlidingLog::new(rule.limit))),
         }
@@ -167,18 +179,23 @@ impl BucketState {
                     until,
                     current,
                     previous,
+                    period_tag,
                 },
                 BucketState::Sliding {
                     until: u2,
                     current: c2,
                     previous: p2,
+                    period_tag: t2,
                 },
             ) => {
                 if *until == u2 {
                     *current = current.saturating_add(c2);
                     *previous = previous.saturating_add(p2);
+                    if *period_tag == 0 {
+                        *period_tag = t2;
+                    }
                 } else if u2 > *until {
-                    (*until, *current, *previous) = (u2, c2, p2);
+                    (*until, *current, *previous, *period_tag) = (u2, c2, p2, t2);
                 }
             }
             (BucketState::Log(mine), BucketState::Log(theirs)) => {
@@ -201,10 +218,12 @@ impl BucketState {
                 end: *end,
                 count: *count,
             },
+            // The period's tag stays here: a receiver fits the state by its windows alone.
             BucketState::Sliding {
                 until,
                 current,
                 previous,
+                period_tag: _,
             } => WireState::Sliding {
                 until: *until,
                 current: *current,
@@ -231,6 +250,7 @@ impl BucketState {
                 until,
                 current,
                 previous,
+                period_tag: 0,
             },
             WireState::Log {
                 entries,
@@ -290,6 +310,7 @@ impl BucketState {
                 until,
                 current,
                 previous,
+                ..
             } => {
                 // The admission counted in the window that `mark` closes (one period before
                 // it): that window is still the current one, or has become the previous one.
@@ -303,7 +324,37 @@ impl BucketState {
         }
     }
 
-    /// Decides a check of `cost` at `now` against this state, updating it when admitted.
+    /// Makes this state valid under `rule` at `now`, whatever rule wrote it (a reload changed
+    /// the rule's numbers) or wherever it came from (a peer's handover): the consumption it
+    /// records is kept, but the state never needs more than `rule` can — a token or leaky
+    /// bucket's refill time is at most `now + burst·T` (an empty bucket of this rule), a
+    /// window's count carries into this rule's window containing `now`, a log holds entries no
+    /// later than `now` and no more than `limit`. A state of another algorithm becomes fresh.
+    ///
+    /// Pure, idempotent, and a no-op (in meaning; a log may drop expired entries) on any state
+    /// that `rule` itself wrote at or before `now`. [`BucketState::decide`] applies it first.
+    pub fn fit_to_rule(&mut self, rule: &Rule, now: u64) {
+        if !self.fits(rule) {
+            *self = BucketState::fresh(rule);
+            return;
+        }
+        match self {
+            BucketState::Gcra { tat } => token_bucket::fit(tat, rule, now),
+            BucketState::Fixed { end, .. } => fixed_window::fit(end, rule, now),
+            BucketState::Sliding {
+                until,
+                current,
+                previous,
+                period_tag,
+            } => sliding_window::fit(until, current, previous, period_tag, rule, now),
+            BucketState::Log(log) => log.fit(rule, now),
+        }
+    }
+
+    /// Decides a check of `cost` at `now` against this state, updating it when admitted. The
+    /// state is first fitted to `rule` ([`BucketState::fit_to_rule`]; each algorithm does it
+    /// within its decision, sharing the arithmetic), and that is kept even when denied: a
+    /// later check must find it fitted already, not fit the old state again at its own time.
     pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
         if !self.fits(rule) {
             *self = BucketState::fresh(rule);
@@ -318,7 +369,8 @@ impl BucketState {
                 until,
                 current,
                 previous,
-            } => sliding_window::decide(until, current, previous, rule, now, cost),
+                period_tag,
+            } => sliding_window::decide(until, current, previous, period_tag, rule, now, cost),
             BucketState::Log(log) => log.decide(rule, now, cost),
         }
     }

@@ -1,6 +1,13 @@
 //! Sliding log: exact. Keeps the time of every admitted request in the last period, so any
 //! half-open span of one period admits at most `limit`. Memory grows with the limit, which is
 //! why rules cap it at [`super::MAX_SLIDING_LOG_LIMIT`] and the store weighs these buckets by it.
+//!
+//! # A changed rule
+//! The log holds the time of each admission, so a new rule simply counts the admissions of its
+//! own last period: a longer period keeps every entry the old one did (a used-up key stays used
+//! up), a shorter one forgets those older than it, and a new limit applies to the entries as
+//! they stand. [`SlidingLog::fit`] also resizes the log to the new limit (its memory weight)
+//! and brings entries from the future (a peer's clock ahead, a hostile state) back to now.
 
 use super::{Decision, Rule};
 use std::collections::VecDeque;
@@ -73,9 +80,32 @@ impl SlidingLog {
         // decision recomputes it.
     }
 
-    /// Decides a check, appending it to the log when admitted.
-    pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
-        let p = rule.period_ns;
+    /// Makes the log valid under `rule` at `now` (see the module's doc): expired entries
+    /// dropped, none later than `now`, at most `limit` entries (the newest: when more are held,
+    /// they already cost more than the limit and the oldest decide nothing), sized for `limit`.
+    pub fn fit(&mut self, rule: &Rule, now: u64) {
+        self.expire(rule.period_ns, now);
+        if self.entries.back().is_some_and(|&(t, _)| t > now) {
+            // Still in time order: every entry after `now` becomes `now`.
+            for e in self.entries.iter_mut().rev() {
+                if e.0 <= now {
+                    break;
+                }
+                e.0 = now;
+            }
+            self.idle_at = now.saturating_add(rule.period_ns);
+        }
+        let keep = usize::try_from(rule.limit).unwrap_or(usize::MAX);
+        while self.entries.len() > keep {
+            if let Some((_, c)) = self.entries.pop_front() {
+                self.total -= u64::from(c);
+            }
+        }
+        self.max_entries = rule.limit;
+    }
+
+    /// Drops the entries that no longer count at `now` under period `p`.
+    fn expire(&mut self, p: u64, now: u64) {
         // An entry at `t` counts for the half-open span [t, t + p).
         while let Some(&(t, c)) = self.entries.front() {
             if t.saturating_add(p) > now {
@@ -88,6 +118,12 @@ impl SlidingLog {
         if let Some(&(t, _)) = self.entries.back() {
             self.idle_at = t.saturating_add(p);
         }
+    }
+
+    /// Decides a check, appending it to the log when admitted.
+    pub fn decide(&mut self, rule: &Rule, now: u64, cost: u64) -> Decision {
+        let p = rule.period_ns;
+        self.fit(rule, now);
         let fits = self.total + cost.max(1) <= rule.limit;
         if fits && cost > 0 {
             match self.entries.back_mut() {

@@ -727,7 +727,8 @@ mod sliding_window_tests {
             BucketState::Sliding {
                 until: end + SEC,
                 current: 1,
-                previous: 0
+                previous: 0,
+                period_tag: sliding_window::period_tag(&r),
             }
         );
     }
@@ -1385,10 +1386,12 @@ mod wire {
         for st in [
             BucketState::Gcra { tat: 42 },
             BucketState::Fixed { end: 9, count: 3 },
+            // The period's tag does not travel: a received state is fitted by its windows.
             BucketState::Sliding {
                 until: 7,
                 current: 1,
                 previous: 2,
+                period_tag: 0,
             },
             BucketState::Log(Box::new(log)),
         ] {
@@ -1584,7 +1587,8 @@ fn refunds_give_back_exactly_what_was_taken() {
         BucketState::Sliding {
             until: start + 3 * SEC,
             current: 1,
-            previous: 0
+            previous: 0,
+            period_tag: sliding_window::period_tag(&sw),
         }
     );
 
@@ -1621,3 +1625,9 @@ fn refunds_give_back_exactly_what_was_taken() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Changed rules
+// ---------------------------------------------------------------------------------------------
+
+mod changed;

@@ -47,7 +47,8 @@ pub fn decide(rule: &Rule, now: u64, cost: u64, current: u64, previous: u64) -> 
         }
         _ => {
             let (mut until, mut cur, mut prev) = (end + p, sat(current), sat(previous));
-            sliding_window::decide(&mut until, &mut cur, &mut prev, &rule, now, cost)
+            let mut tag = sliding_window::period_tag(&rule);
+            sliding_window::decide(&mut until, &mut cur, &mut prev, &mut tag, &rule, now, cost)
         }
     }
 }

@@ -465,3 +465,40 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
     let json = answer_json::all(&top, o.results.iter().map(|r| (&r.answer, r.shadow_denied)));
     (status(o.allowed), headers, json).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Engine;
+    use crate::rules::RuleSet;
+    use ringlimit_core::clock::{Clock, ManualClock};
+    use std::sync::Arc;
+
+    /// The `RateLimit` field answering one inline check of `cost` on a fresh bucket, decided
+    /// at an instant that is not a whole millisecond (as a real clock reads).
+    fn ratelimit_field(limit: u64, period_ms: u64, cost: u64) -> String {
+        let clock = ManualClock::new(1_700_000_000_123_456_789);
+        let engine = Engine::new(RuleSet::builtin(), 100, Arc::new(clock.clone()));
+        let inline = InlineRule {
+            limit,
+            period_ms,
+            algorithm: Algorithm::default(),
+            burst: None,
+        };
+        let spec = RuleSpec::Inline(inline);
+        let resolved = engine.resolve(spec).expect("a valid rule");
+        let answer = engine.check("k", spec, cost).expect("decided");
+        let outcome = Outcome::new(answer, &resolved, clock.now());
+        let name = inline_policy_name(&inline);
+        let headers = header_map(&outcome.answer, [policy(&outcome, &name)]);
+        headers[RATELIMIT].to_str().expect("ASCII").to_owned()
+    }
+
+    /// Issue 29, item 4: `t` was one second high (`reset_at_ms` rounded up, the answer's time
+    /// rounded down, then the difference rounded up again).
+    #[test]
+    fn ietf_t_is_the_seconds_until_reset_rounded_up_once() {
+        assert_eq!(ratelimit_field(1, 1000, 1), r#""1-per-1000ms";r=0;t=1"#);
+        assert_eq!(ratelimit_field(5, 5000, 5), r#""5-per-5000ms";r=0;t=5"#);
+    }
+}

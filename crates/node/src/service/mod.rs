@@ -51,7 +51,8 @@ pub struct Outcome {
     pub shadow_denied: Option<bool>,
     /// The rule's period in ms (the IETF `w`).
     pub period_ms: u64,
-    /// When it was decided, Unix ms on this node's clock (for the IETF `t`).
+    /// When it was decided, Unix ms on this node's clock (for the IETF `t`), rounded up like
+    /// `reset_at_ms` (see [`ringlimit_core::answer::instant_ms`]).
     pub now_ms: u64,
 }
 
@@ -67,7 +68,7 @@ impl Outcome {
             answer,
             shadow_denied,
             period_ms: resolved.rule.period_ns.div_ceil(NANOS_PER_MS),
-            now_ms: now / NANOS_PER_MS,
+            now_ms: ringlimit_core::answer::instant_ms(now),
         }
     }
 }
