@@ -3,6 +3,7 @@
 //! proxies the operator trusts (`--trusted-proxies`) — and its path, normalised so that one
 //! resource is one key however it is spelled. Pure: header bytes in, no HTTP types.
 
+use ipnet::IpNet;
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -10,11 +11,7 @@ use std::str::FromStr;
 /// One `--trusted-proxies` entry: an address block (`10.0.0.0/8`, `2001:db8::/32`) or one
 /// address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    /// The block's first address (host bits cleared).
-    addr: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 /// Why a `--trusted-proxies` entry is not an address block.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,48 +22,21 @@ impl FromStr for Cidr {
     type Err = CidrError;
 
     fn from_str(s: &str) -> Result<Self, CidrError> {
-        let bad = || CidrError(s.to_owned());
         let t = s.trim();
-        let (addr, prefix) = match t.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (t, None),
+        let net = match t.parse::<IpNet>() {
+            Ok(net) => net,
+            // One address: a block of one.
+            Err(_) => IpNet::from(IpAddr::from_str(t).map_err(|_| CidrError(s.to_owned()))?),
         };
-        // One address, one spelling: an IPv4-mapped IPv6 address is its IPv4 address.
-        let addr = IpAddr::from_str(addr).map_err(|_| bad())?.to_canonical();
-        let bits = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => bits,
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
-                .filter(|&p| p <= bits)
-                .ok_or_else(bad)?,
-        };
-        Ok(Self {
-            addr: masked(addr, prefix),
-            prefix,
-        })
+        // Host bits cleared, so that 10.1.2.3/8 means 10.0.0.0/8.
+        Ok(Self(net.trunc()))
     }
 }
 
 impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        ip.is_ipv4() == self.addr.is_ipv4() && masked(ip, self.prefix) == self.addr
-    }
-}
-
-/// `ip` with all but its first `prefix` bits cleared.
-fn masked(ip: IpAddr, prefix: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(a) => {
-            let keep = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V4((u32::from(a) & keep).into())
-        }
-        IpAddr::V6(a) => {
-            let keep = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V6((u128::from(a) & keep).into())
-        }
+        // One address, one spelling: an IPv4-mapped IPv6 address is its IPv4 address.
+        self.0.contains(&ip.to_canonical())
     }
 }
 
