@@ -11,6 +11,8 @@
 //!   between the two sides; peer RPC is untouched, but global checks never use it): each side
 //!   admits at most the limit; after healing, the counts converge within a few gossip rounds.
 //! - a node that joins mid-window learns the counts made before it came.
+//! - a rolling restart (real binaries, SIGTERM and SIGKILL) forgets no count: each restarted
+//!   node learns every node's counts, its own previous life's included, before it is ready.
 //!
 //! Windows are aligned to the Unix epoch, so the tests start their load just after a window
 //! boundary and tell windows apart by each answer's `reset_at_ms` (the window's end). Like the
@@ -20,7 +22,9 @@ use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
 use ringlimit_node::cluster::transport::GossipBlocklist;
 use ringlimit_node::rules::RuleSet;
-use ringlimit_tests::{Api, ProcessNode, TestCluster, exclusive, wait_all_alive, wait_until};
+use ringlimit_tests::{
+    Api, ProcessNode, ProcessSpec, TestCluster, exclusive, wait_all_alive, wait_until,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -515,4 +519,114 @@ async fn a_node_that_joins_mid_window_sees_the_counts_so_far() -> Result<()> {
     );
     late.stop().await?;
     c.stop().await
+}
+
+/// One global rule for a day's quota.
+const DAILY_RULES: &str = r#"
+rules:
+  - name: daily
+    limit: 100
+    period: 1d
+    algorithm: fixed_window
+    mode: global
+"#;
+
+/// The cost-0 answer's `remaining` for `key` under the daily rule.
+async fn daily_remaining(api: &Api, key: &str) -> Result<u64> {
+    let r = api
+        .check(&json!({ "key": key, "rule": "daily", "cost": 0 }))
+        .await?;
+    r.json()?["remaining"].as_u64().context("no remaining")
+}
+
+/// Issue 29, item 1: three real nodes, a global rule of 100 a day, 30 admitted through each;
+/// then a rolling restart — each node in turn stopped (SIGTERM, SIGKILL for node-1), started
+/// again as a new incarnation, and waited for until ready, as a deploy does. Every node must
+/// then still count all 90 (the day admitted 190 of 100 when restarted nodes forgot them), and
+/// the cluster admit at most 10 more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_keeps_the_global_counts() -> Result<()> {
+    let _one = exclusive().await;
+    let day = 86_400_000;
+    // The test must not straddle midnight (UTC), when the day's window turns.
+    if day - unix_ms() % day < 60_000 {
+        next_window(day, 100).await;
+    }
+    let dir = std::env::temp_dir().join(format!("ringlimit-global-roll-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, DAILY_RULES)?;
+    let args = vec!["--config".to_owned(), rules.to_string_lossy().into_owned()];
+    let mut nodes = ProcessNode::cluster(3, |_, spec| spec.args = args.clone()).await?;
+    for n in &nodes {
+        n.wait_ready().await?;
+    }
+    let seeds: Vec<String> = nodes.iter().map(|n| n.peer.to_string()).collect();
+    let key = format!("roll-{}", unix_ms());
+    let daily = json!({ "key": key, "rule": "daily" });
+    for n in &nodes {
+        for _ in 0..30 {
+            ensure!(check(n.api(), &daily).await?.allowed);
+        }
+    }
+    for n in &nodes {
+        wait_until(
+            &format!("{} counts the 90", n.node_id),
+            Duration::from_secs(5),
+            || async { Ok(daily_remaining(n.api(), &key).await? == 10) },
+        )
+        .await?;
+    }
+
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let stopped = Instant::now();
+        let how = if i == 1 { "SIGKILL" } else { "SIGTERM" };
+        if i == 1 {
+            node.kill()?;
+        } else {
+            let code = node.stop().await?;
+            ensure!(code == 0, "{} exited with {code}", node.node_id);
+        }
+        let mut spec = ProcessSpec::new(&node.node_id, node.peer.port());
+        spec.seeds = seeds.clone();
+        spec.args = args.clone();
+        *node = ProcessNode::start(&spec).await?;
+        node.wait_ready().await?;
+        let seen = daily_remaining(node.api(), &key).await?;
+        eprintln!(
+            "{} restarted ({how}), ready after {:?}: remaining {seen}",
+            node.node_id,
+            stopped.elapsed()
+        );
+    }
+    // Nothing else to wait for: once ready, a node counts what the cluster admitted.
+    let mut left = Vec::new();
+    for n in &nodes {
+        left.push(daily_remaining(n.api(), &key).await?);
+    }
+    ensure!(
+        left.iter().all(|&r| r <= 10),
+        "remaining after the rolling restart, per node: {left:?} (10 expected)"
+    );
+
+    // The rest of the day's quota, through each node in turn: 10 at most in all.
+    let mut admitted = 0u64;
+    for n in &nodes {
+        for _ in 0..10 {
+            admitted += u64::from(check(n.api(), &daily).await?.allowed);
+        }
+        let want = 10u64.saturating_sub(admitted);
+        for m in &nodes {
+            wait_until(
+                &format!("{} counts {admitted} more", m.node_id),
+                Duration::from_secs(5),
+                || async { Ok(daily_remaining(m.api(), &key).await? == want) },
+            )
+            .await?;
+        }
+    }
+    eprintln!("after the rolling restart: remaining {left:?}, then {admitted} more admitted");
+    ensure!(admitted <= 10, "{admitted} more admitted after the restart");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }

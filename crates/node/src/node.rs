@@ -3,7 +3,7 @@
 
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
-use crate::cluster::{Membership, View};
+use crate::cluster::{MemberState, Membership, View};
 use crate::config::{NodeConfig, PeerSecurity};
 use crate::decide::Here;
 use crate::engine::Engine;
@@ -257,9 +257,13 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
     tasks.spawn(server.run(listeners.peer));
-    tasks.spawn(global::publish::publish_loop(
+    // Stopped apart from the other tasks: once HTTP has drained, it sends peers the last counts.
+    // (A set of its own, so that it too is aborted if this future is dropped.)
+    let (stop_publishing, publishing_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut publishing = JoinSet::new();
+    publishing.spawn(global::publish::publish_loop(
         membership.view_cell(),
-        global,
+        global.clone(),
         engine.clock().clone(),
         PublishSettings {
             interval: config.global_publish,
@@ -267,6 +271,9 @@ pub async fn run(
             gossip_budget: config.global_gossip_budget,
         },
         pusher,
+        async move {
+            let _ = publishing_stopped.await;
+        },
     ));
     let rules_synced = Arc::new(Synced::default());
     tasks.spawn(crate::rule_sync::run(
@@ -285,6 +292,7 @@ pub async fn run(
             grace: config.gossip_interval * 20,
             settle: config.gossip_interval * 3,
             rules: rules_synced,
+            global,
         },
     ));
     if rules.source.is_some() {
@@ -362,6 +370,14 @@ pub async fn run(
     )
     .await
     .map_err(NodeError::Serve);
+    let _ = stop_publishing.send(());
+    let flush_within = global::publish::FLUSH_WITHIN + Duration::from_millis(100);
+    if tokio::time::timeout(flush_within, publishing.join_next())
+        .await
+        .is_err()
+    {
+        tracing::warn!("last global counts not sent in time");
+    }
     tasks.abort_all();
     membership.shutdown();
     tracing::info!("ringlimit node stopped");
@@ -388,6 +404,10 @@ struct Readiness {
     /// Set once the admin API's rules were merged from peers: a node that joins has every rule
     /// before it answers checks.
     rules: Arc<Synced>,
+    /// A node that joins waits for the full set of global counts of every alive peer, so that
+    /// once ready it counts what the cluster admitted before it came (its own previous life's
+    /// included): a rolling restart that waits for readiness loses no global counts.
+    global: Arc<GlobalCounters>,
 }
 
 /// Keeps the peer clients in step with membership, hands buckets over when the ring changes,
@@ -419,7 +439,12 @@ async fn track_view(
         }
         let settled_at = changed_at + readiness.settle;
         let has_peers = view.ring.len() > 1;
-        let settled = has_peers && now >= settled_at && readiness.rules.get();
+        let counts_heard = view.members.iter().all(|m| {
+            *m.node_id == *view.self_id
+                || m.state != MemberState::Alive
+                || readiness.global.has_full_set(&m.node_id)
+        });
+        let settled = has_peers && now >= settled_at && readiness.rules.get() && counts_heard;
         if !became_ready && (!needs_peers || settled || now >= deadline) {
             tracing::info!(members = view.ring.len(), "node ready");
             ready.store(true, Ordering::Release);
@@ -429,7 +454,7 @@ async fn track_view(
             updates.changed().await.map_err(|_| ())
         } else {
             let wake = if has_peers {
-                // Settled, waiting for the rules to sync: look again shortly.
+                // Settled, waiting for the rules or peers' counts: look again shortly.
                 settled_at
                     .max(now + Duration::from_millis(20))
                     .min(deadline)

@@ -6,10 +6,10 @@
 //! [`ALL_OR_NOTHING_GROUP`] is one request's checks at that owner; `Refunds` frames give back
 //! what such groups held, on the same connection, answered like checks. Connections of their
 //! own carry `Handover` (ring changes) and `Reset` (an operator's reset of a key) frames, each
-//! acknowledged; another carries `GlobalCounts` frames one way, unanswered. Frames are bincode 2
-//! (standard config) inside a 4-byte big-endian length prefix; both the prefix and the decoder
-//! enforce [`MAX_FRAME_BYTES`], so a hostile length or count can never make a node allocate
-//! more than that.
+//! acknowledged; another carries `GlobalCounts` (and, ending a full set, `GlobalCountsOf`)
+//! frames one way, unanswered. Frames are bincode 2 (standard config) inside a 4-byte
+//! big-endian length prefix; both the prefix and the decoder enforce [`MAX_FRAME_BYTES`], so a
+//! hostile length or count can never make a node allocate more than that.
 
 use crate::auth::NONCE_LEN;
 use crate::{CheckAnswer, RuleRef};
@@ -67,6 +67,23 @@ pub enum Frame {
         generation: u64,
         counts: Vec<GlobalCount>,
     },
+    /// Client → server, on the `GlobalCounts` connection: the counts of global-rule buckets
+    /// that the sender holds for nodes other than itself — live peers, and incarnations that
+    /// are gone (a restarted node's previous life included). Sent only as the end of a full
+    /// set, after the sender's own `GlobalCounts` (always at least one frame, possibly empty,
+    /// so that the receiver knows the full set has come), so that a node that joins or
+    /// restarts learns the whole cluster's counts. Merged by maximum per actor like
+    /// `GlobalCounts`, so relaying never double-counts.
+    GlobalCountsOf { counts: Vec<ActorCounts> },
+}
+
+/// One node incarnation's counts, as relayed by another node in a
+/// [`Frame::GlobalCountsOf`]: the actor `node_id@generation` of the global counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorCounts {
+    pub node_id: String,
+    pub generation: u64,
+    pub counts: Vec<GlobalCount>,
 }
 
 /// One node's own admitted hits of one global bucket, in the window `window` (numbered
@@ -256,6 +273,7 @@ impl Frame {
             Frame::ResetAck { .. } => "reset_ack",
             Frame::Refunds(_) => "refunds",
             Frame::GlobalCounts { .. } => "global_counts",
+            Frame::GlobalCountsOf { .. } => "global_counts_of",
         }
     }
 }
@@ -311,6 +329,24 @@ mod tests {
         };
         let bytes = counts.encode().expect("encode");
         assert_eq!(Frame::decode(&bytes).expect("decode"), counts);
+        let relayed = Frame::GlobalCountsOf {
+            counts: vec![ActorCounts {
+                node_id: "node-1".into(),
+                generation: 7,
+                counts: vec![GlobalCount {
+                    id: 9,
+                    period_ms: 86_400_000,
+                    window: 19_700,
+                    current: 30,
+                    previous: 2,
+                }],
+            }],
+        };
+        let bytes = relayed.encode().expect("encode");
+        assert_eq!(Frame::decode(&bytes).expect("decode"), relayed);
+        // Appended after `GlobalCounts` (tag 12), which keeps its tag.
+        assert_eq!(bytes[0], 13);
+        assert_eq!(counts.encode().expect("encode")[0], 12);
         // Appended variants: an existing frame's tag is unchanged.
         let ack = Frame::HandoverAck { merged: 1 }.encode().expect("encode");
         assert_eq!(ack[0], 8);

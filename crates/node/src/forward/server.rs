@@ -361,6 +361,26 @@ impl PeerServer {
                         .fetch_add(len as u64 + 4, Ordering::Relaxed);
                     continue;
                 }
+                Frame::GlobalCountsOf { counts } => {
+                    // The end of the peer's full set: the counts it holds of other actors,
+                    // merged under each actor (bounded and validated first), in slices too.
+                    let global = self.here.global();
+                    let (valid, refused) = crate::global::wire::relayed(&counts);
+                    global.stats.malformed.fetch_add(refused, Ordering::Relaxed);
+                    for (i, slice) in valid.chunks(MERGE_SLICE).enumerate() {
+                        if i > 0 {
+                            tokio::task::yield_now().await;
+                        }
+                        global.merge_relayed(slice, self.here.now());
+                    }
+                    global.note_merge(&peer, std::time::Instant::now());
+                    global.note_full_set(&peer);
+                    global
+                        .stats
+                        .received_bytes
+                        .fetch_add(len as u64 + 4, Ordering::Relaxed);
+                    continue;
+                }
                 Frame::Refunds(groups) => {
                     let answers = self.refund(groups);
                     if framing::send(&mut conn, &Frame::Answers(answers))

@@ -1,13 +1,15 @@
 //! Every global bucket's per-window G-counters on this node: this node's own hits and the
 //! counts merged from what its peers push (see [`super::push`]).
 //!
-//! A bucket's window `(id, period, window)` holds a `crdts::GCounter` whose actors are the
-//! nodes (`node_id@generation`, so that a restarted node counts afresh instead of hiding under
-//! its previous life's larger count). Own hits are `inc_many` ops; a peer's published count is
-//! applied as the dot `{peer, count}`, which keeps the larger of what is known (element-wise max
-//! merge): late, repeated or reordered updates never double-count. The estimate is the sum over
-//! every actor ever heard of in that window, dead members included: their hits still count
-//! until the window ends, as the issue asks.
+//! A bucket's window `(id, period, window)` holds a G-counter whose actors are the node
+//! incarnations (`node_id@generation`, so that a restarted node counts afresh instead of hiding
+//! under its previous life's larger count): a `crdts::VClock`, the state of a `GCounter`, held
+//! as such because a full set lists its actors ([`GlobalCounters::others`]). Own hits raise
+//! this node's entry; a count from a peer is applied as the dot `{actor, count}`, which keeps
+//! the larger of what is known (element-wise max merge): late, repeated, reordered or relayed
+//! updates never double-count. The estimate is the sum over every actor ever heard of in that
+//! window, dead members and previous incarnations included: their hits still count until the
+//! window ends, as the issue asks, and full sets relay them to nodes that join or restart.
 //!
 //! Memory is bounded twice: a window is dropped once it cannot matter any more (the end of the
 //! window after it, which a sliding estimate still reads), and the number of windows held is
@@ -15,13 +17,12 @@
 //! counted), which at worst forgets hits and admits more.
 
 use super::decide;
-use super::wire::Update;
-use crdts::{CmRDT, Dot, GCounter};
-use num_traits::ToPrimitive;
+use super::wire::{ActorCounts, Update};
+use crdts::{CmRDT, Dot, VClock};
 use parking_lot::Mutex;
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::limiter::{Decision, Rule};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +33,12 @@ pub type Actor = Arc<str>;
 /// The actor name of a node incarnation.
 pub fn actor(node_id: &str, generation: u64) -> Actor {
     Arc::from(format!("{node_id}@{generation}"))
+}
+
+/// The node id and generation of an actor made by [`actor`] (node ids may hold `@`).
+fn parse_actor(a: &str) -> Option<(&str, u64)> {
+    let (node_id, generation) = a.rsplit_once('@')?;
+    Some((node_id, generation.parse().ok()?))
 }
 
 /// A bucket whose remaining quota is at most `limit / URGENT_FRACTION` after an admission is
@@ -51,9 +58,9 @@ struct WindowKey {
 }
 
 struct Window {
-    counter: GCounter<Actor>,
-    /// `counter.read()` kept as a u64: the hot path reads it on every check, and a `BigUint`
-    /// sum allocates.
+    /// Each actor's count.
+    counter: VClock<Actor>,
+    /// The sum of `counter`, kept: the hot path reads it on every check.
     total: u64,
     /// When the window stops mattering (ns): the end of the window after it.
     expires_at: u64,
@@ -63,7 +70,7 @@ impl Window {
     fn new(key: &WindowKey) -> Self {
         let period_ns = key.period_ms.saturating_mul(NANOS_PER_MS);
         Self {
-            counter: GCounter::new(),
+            counter: VClock::new(),
             total: 0,
             expires_at: key.window.saturating_add(2).saturating_mul(period_ns),
         }
@@ -71,7 +78,7 @@ impl Window {
 
     /// What `actor` has counted here.
     fn count_of(&self, actor: &Actor) -> u64 {
-        self.counter.inc_many(actor.clone(), 0).counter
+        self.counter.get(actor)
     }
 
     /// Raises `actor`'s count to `count` (no change when it already is at least that).
@@ -82,7 +89,12 @@ impl Window {
         }
         self.counter.apply(Dot::new(actor.clone(), count));
         self.total = self.total.saturating_add(count - old);
-        debug_assert_eq!(self.counter.read().to_u64(), Some(self.total));
+        debug_assert_eq!(
+            self.counter
+                .iter()
+                .fold(0u64, |sum, d| sum.saturating_add(d.counter)),
+            self.total
+        );
         true
     }
 }
@@ -149,6 +161,9 @@ pub struct GlobalStats {
     pub resyncs: AtomicU64,
     /// Connections to peers that failed (connect or write); each is retried with a full set.
     pub push_failed: AtomicU64,
+    /// Buckets whose other actors' counts were left out of a full set: over the cap (see
+    /// [`super::publish`]).
+    pub unrelayed: AtomicU64,
 }
 
 /// This node's global counters. Shared by the check path, the publisher and the merger.
@@ -159,6 +174,8 @@ pub struct GlobalCounters {
     shard_cap: usize,
     /// When an update from each peer (by node id) was last merged.
     last_merge: Mutex<BTreeMap<String, Instant>>,
+    /// Peers (by node id) whose full set has come whole (see [`GlobalCounters::has_full_set`]).
+    full_sets: Mutex<BTreeSet<String>>,
     /// Signalled when a bucket nears its limit: the publisher publishes early.
     pub(super) urgent: tokio::sync::Notify,
     pub stats: GlobalStats,
@@ -181,6 +198,7 @@ impl GlobalCounters {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_cap: max_windows.div_ceil(SHARDS).max(2),
             last_merge: Mutex::new(BTreeMap::new()),
+            full_sets: Mutex::new(BTreeSet::new()),
             urgent: tokio::sync::Notify::new(),
             stats: GlobalStats::default(),
         }
@@ -290,6 +308,29 @@ impl GlobalCounters {
         merged
     }
 
+    /// Merges the counts of a `GlobalCountsOf` frame (validated by [`super::wire::relayed`]),
+    /// each under its own actor.
+    pub fn merge_relayed(&self, counts: &[(Actor, Update)], now: u64) {
+        for (a, u) in counts {
+            self.merge(a, u, now);
+        }
+    }
+
+    /// Notes that peer `node_id`'s full set has come whole (its `GlobalCountsOf` frames, which
+    /// end it).
+    pub fn note_full_set(&self, node_id: &str) {
+        let mut f = self.full_sets.lock();
+        if !f.contains(node_id) {
+            f.insert(node_id.to_owned());
+        }
+    }
+
+    /// Whether a full set from peer `node_id` has come since this node started: it then holds
+    /// every count that peer held, the cluster's as far as that peer knew it.
+    pub fn has_full_set(&self, node_id: &str) -> bool {
+        self.full_sets.lock().contains(node_id)
+    }
+
     /// Notes that an update from `node_id` was just merged.
     pub fn note_merge(&self, node_id: &str, at: Instant) {
         let mut m = self.last_merge.lock();
@@ -334,6 +375,66 @@ impl GlobalCounters {
                 .map_or(0, |w| w.count_of(&self.self_actor))
         };
         (own(window), window.checked_sub(1).map_or(0, own))
+    }
+
+    /// The counts of every actor but this node of at most `max_buckets` buckets (those with a
+    /// window that still matters at `now`), as a full set relays them: per bucket, each actor's
+    /// count in the current window and the one before. Returns them and how many buckets were
+    /// left out at the cap (which ones is arbitrary: the shards' order).
+    pub fn others(&self, now: u64, max_buckets: usize) -> (Vec<ActorCounts>, u64) {
+        let mut by_actor: BTreeMap<Actor, Vec<Update>> = BTreeMap::new();
+        let (mut buckets, mut skipped) = (0usize, 0u64);
+        for s in self.shards.iter() {
+            let s = s.lock();
+            let mut seen: HashSet<(u64, u64)> = HashSet::new();
+            for key in s.windows.keys() {
+                let window = now / key.period_ms.saturating_mul(NANOS_PER_MS).max(1);
+                let matters = key.window == window || key.window.checked_add(1) == Some(window);
+                if !matters || !seen.insert((key.id, key.period_ms)) {
+                    continue;
+                }
+                if buckets >= max_buckets {
+                    skipped += 1;
+                    continue;
+                }
+                buckets += 1;
+                let get = |window| {
+                    s.windows.get(&WindowKey {
+                        id: key.id,
+                        period_ms: key.period_ms,
+                        window,
+                    })
+                };
+                let (current, previous) = (get(window), window.checked_sub(1).and_then(get));
+                let actors: BTreeSet<&Actor> = current
+                    .iter()
+                    .chain(previous.iter())
+                    .flat_map(|w| w.counter.iter().map(|d| d.actor))
+                    .filter(|a| **a != self.self_actor)
+                    .collect();
+                for a in actors {
+                    by_actor.entry(a.clone()).or_default().push(Update {
+                        id: key.id,
+                        period_ms: key.period_ms,
+                        window,
+                        current: current.map_or(0, |w| w.count_of(a)),
+                        previous: previous.map_or(0, |w| w.count_of(a)),
+                    });
+                }
+            }
+        }
+        let others = by_actor
+            .into_iter()
+            .filter_map(|(a, counts)| {
+                let (node_id, generation) = parse_actor(&a)?;
+                Some(ActorCounts {
+                    node_id: node_id.to_owned(),
+                    generation,
+                    counts,
+                })
+            })
+            .collect();
+        (others, skipped)
     }
 
     /// The cluster-wide totals of bucket `id` in `window` and the window before it.
@@ -474,6 +575,47 @@ mod tests {
         // The same node's next incarnation counts afresh.
         c.receive("b", 3, &[update(1, w, 2, 0)], now);
         assert_eq!(c.totals(1, 20_000, w), (6, 1));
+    }
+
+    /// What a full set relays: every other actor's counts of the current and previous windows
+    /// (a previous incarnation of this node's included, this incarnation's not), nothing of
+    /// windows that ended, and no more buckets than asked, the rest counted.
+    #[test]
+    fn others_are_every_other_actors_counts_of_windows_that_matter() {
+        let c = GlobalCounters::new(actor("a@x", 2), 1_000);
+        let r = rule(Algorithm::FixedWindow, 300, 20_000, 300);
+        let now = W0 + SEC;
+        let w = now / (20 * SEC);
+        c.check(1, &r, now, 5);
+        c.merge(&actor("a@x", 1), &update(1, w, 30, 7), now);
+        c.merge(&actor("b", 4), &update(1, w, 0, 3), now);
+        c.merge(&actor("b", 4), &update(2, w - 1, 9, 0), now);
+        // Window w - 2, merged while it was current, has ended (not purged yet).
+        assert!(c.merge(&actor("b", 4), &update(3, w - 2, 8, 0), W0 - 30 * SEC));
+        let (others, skipped) = c.others(now, 10);
+        assert_eq!(skipped, 0);
+        let mut got: Vec<(String, u64, Update)> = others
+            .into_iter()
+            .flat_map(|a| {
+                a.counts
+                    .into_iter()
+                    .map(move |u| (a.node_id.clone(), a.generation, u))
+            })
+            .collect();
+        got.sort_by_key(|(n, g, u)| (n.clone(), *g, u.id));
+        let want = vec![
+            ("a@x".to_owned(), 1, update(1, w, 30, 7)),
+            ("b".to_owned(), 4, update(1, w, 0, 3)),
+            ("b".to_owned(), 4, update(2, w, 0, 9)),
+        ];
+        assert_eq!(got, want);
+        let (others, skipped) = c.others(now, 1);
+        assert_eq!(skipped, 1);
+        let ids: BTreeSet<u64> = others
+            .iter()
+            .flat_map(|a| a.counts.iter().map(|u| u.id))
+            .collect();
+        assert_eq!(ids.len(), 1);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! owner the bottleneck. Each node keeps, per bucket and window, a G-counter (`crdts`) of the
 //! hits each node admitted ([`counters`]); it pushes its own changed counts to every other live
 //! member every `--global-publish-ms` ([`publish`], [`push`]) and merges what the others push;
-//! a check is admitted when the merged estimate plus its cost fits the limit ([`decide`]).
+//! a check is admitted when the merged estimate plus its cost fits the limit ([`decide`]). A
+//! member that is new, restarted or reconnected is sent the full set: this node's counts and
+//! every other actor's it holds, so that it also learns the counts of nodes that are gone.
 //!
 //! # What each algorithm means in global mode
 //! Windows are aligned to the Unix epoch (`unix_ms / period_ms`), so every node numbers them
@@ -30,13 +32,23 @@
 //! remain), so the cluster admits at most `sides × limit` while split; a dead member's counts
 //! still count until its window ends.
 //!
+//! Restarts lose nothing but what was never sent: a restarted node is a new actor
+//! (`node_id@generation`), and the full sets of its peers relay every actor's counts they hold,
+//! its own previous life's included, before it turns ready (readiness waits for a full set from
+//! every alive peer, at most the readiness grace). A rolling restart that waits for readiness
+//! therefore keeps every count, as long as one node that holds them stays up. A node stopped
+//! with SIGTERM sends its peers a last full set once its HTTP has drained; one killed loses its
+//! hits since its last publish round (up to one interval, fewer near a limit). Relaying is
+//! bounded by `--global-max-published` buckets per full set (see [`publish`]).
+//!
 //! # Answers
 //! A global check is never forwarded and never `degraded`: losing peers only means hearing
 //! fewer counts. `remaining`, `reset_at_ms` and `retry_after_ms` are computed from the merged
 //! counts as if no other traffic came (other nodes' hits may make a retry wait longer).
 //!
 //! # Layout
-//! - [`wire`] — one bucket's counts as they travel, and their validation.
+//! - [`wire`] — one bucket's counts as they travel (own, and relayed per actor), and their
+//!   validation.
 //! - [`counters`] — per-window G-counters, caps, expiry, merging what peers send.
 //! - [`decide`] — the pure decision over merged counts.
 //! - [`publish`] — what each round sends: changed buckets, within the budget and the cap.

@@ -6,7 +6,24 @@
 //! sent as `(id, period_ms, window, current, previous)` (see [`super::wire`]) straight to each
 //! live member, so a peer misses about half a publish interval of this node's hits on average
 //! plus a one-way delay; a bucket without hits is not sent again. A member that is new, or that
-//! may have missed a frame, is sent every bucket this node publishes instead.
+//! may have missed a frame, is sent the full set instead ([`Publisher::full_set`]): every
+//! bucket this node publishes, then every other actor's counts this node holds.
+//!
+//! **Relaying.** A round carries this node's own counts only: every live actor sends its own
+//! to every live member itself, so relaying changes would multiply the traffic by the number
+//! of nodes and bring nothing new. What only relaying brings is the counts of actors that are
+//! gone — a restarted node's previous life, a member that died, or one that restarted while a
+//! node was away — and those no longer change: the full set a peer gets when it joins,
+//! restarts or reconnects carries them. They come from the counters' windows (a node relays
+//! buckets it only merged), at most `max_published` buckets of them; beyond that cap the
+//! other actors' counts of the remaining buckets are left out of the full set and counted
+//! (`unrelayed`, `ringlimit_global_unrelayed_total`): a peer still hears them from the actors
+//! that are alive, or from another peer's full set, and otherwise forgets them (over-admission
+//! up to those counts).
+//!
+//! **Leaving.** When the node stops gracefully it runs a last round and sends every peer the
+//! full set, waiting for it to be written (at most [`FLUSH_WITHIN`]), so that the hits of its
+//! last publish interval are not lost with the process.
 //!
 //! A bucket that an admission leaves with at most a tenth of its quota
 //! ([`super::counters::URGENT_FRACTION`]) does not wait for the tick: the publisher runs a round
@@ -25,12 +42,13 @@
 //!
 //! # Merging
 //! The peer server merges each `GlobalCounts` frame as it reads it
-//! ([`super::GlobalCounters::receive`]); merging is a maximum, so repeats and reordering are
-//! harmless.
+//! ([`super::GlobalCounters::receive`]), and each `GlobalCountsOf` frame under the actors it
+//! names ([`super::GlobalCounters::merge_relayed`]); merging is a maximum per actor, so
+//! repeats, reordering and relaying are harmless.
 
 use super::counters::GlobalCounters;
 use super::push::Pusher;
-use super::wire::Update;
+use super::wire::{FullSet, Update};
 use crate::cluster::View;
 use arc_swap::ArcSwap;
 use ringlimit_core::clock::{Clock, NANOS_PER_MS};
@@ -43,6 +61,8 @@ use std::time::{Duration, Instant};
 pub const URGENT_DIVISOR: u32 = 5;
 /// Warnings about the publish cap are logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
+/// When leaving, the longest wait for the last full set to be written to every peer.
+pub const FLUSH_WITHIN: Duration = Duration::from_secs(1);
 
 /// Publishing settings.
 #[derive(Debug, Clone, Copy)]
@@ -93,14 +113,17 @@ impl Budget {
 }
 
 /// Publishes this node's changed counts every `settings.interval` (sooner near a limit) to
-/// the live members of `view`, and drops expired windows. Runs until aborted.
+/// the live members of `view`, and drops expired windows. When `stop` completes, sends every
+/// peer a last full set (see the module doc) and returns.
 pub async fn publish_loop(
     view: Arc<ArcSwap<View>>,
     counters: Arc<GlobalCounters>,
     clock: Arc<dyn Clock>,
     settings: PublishSettings,
     mut pusher: Pusher,
+    stop: impl Future<Output = ()>,
 ) {
+    tokio::pin!(stop);
     let mut publisher = Publisher::new(settings.max_published);
     let mut budget = Budget::new(settings.gossip_budget, Instant::now());
     let mut tick = tokio::time::interval(settings.interval);
@@ -111,6 +134,7 @@ pub async fn publish_loop(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            () = &mut stop => break,
             () = counters.urgent.notified() => {
                 // A bucket nears its limit: publish now, but never more often than `min_gap`.
                 let since = last.elapsed();
@@ -126,7 +150,7 @@ pub async fn publish_loop(
         let round = publisher.round(&counters, now, allowed);
         budget.spend(round.set.len());
         if !round.set.is_empty() || pusher.wants_full() {
-            pusher.send(&round.set, || publisher.snapshot(&counters, now));
+            pusher.send(&round.set, || publisher.full_set(&counters, now));
         }
         counters.purge(now);
         if round.refused > 0 && warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
@@ -140,6 +164,13 @@ pub async fn publish_loop(
             );
         }
     }
+    // Leaving: the hits since the last round would go with this process.
+    let now = clock.now();
+    pusher.track(&view.load());
+    publisher.round(&counters, now, usize::MAX);
+    let full = publisher.full_set(&counters, now);
+    let (delivered, peers) = pusher.flush(&full, FLUSH_WITHIN).await;
+    tracing::info!(delivered, peers, "last global counts sent to peers");
 }
 
 /// What one publish round sends.
@@ -221,8 +252,22 @@ impl Publisher {
         round
     }
 
-    /// Every bucket this node publishes, with its counts at `now`: what a member that is new,
-    /// or may have missed a frame, is sent.
+    /// What a member that is new, or may have missed a frame, is sent at `now`: this node's
+    /// own counts of every bucket it publishes, and the other actors' counts of at most
+    /// `max_published` buckets (see the module doc).
+    pub fn full_set(&self, counters: &GlobalCounters, now: u64) -> FullSet {
+        let (others, skipped) = counters.others(now, self.max_published);
+        counters
+            .stats
+            .unrelayed
+            .fetch_add(skipped, Ordering::Relaxed);
+        FullSet {
+            own: self.snapshot(counters, now),
+            others,
+        }
+    }
+
+    /// Every bucket this node publishes, with its own counts at `now`.
     pub fn snapshot(&self, counters: &GlobalCounters, now: u64) -> Vec<Update> {
         self.published
             .iter()

@@ -15,9 +15,13 @@
 //! because the peer is slow) marks the peer as needing the full set again. One task per peer
 //! owns its connection, so a stalled or unreachable peer delays nobody: the publish loop only
 //! `try_send`s into a short queue, and a failed peer is retried after a backoff.
+//!
+//! A full set is this node's own counts (`GlobalCounts` frames, as nodes of every version
+//! read them) followed by the other actors' counts it holds (`GlobalCountsOf` frames, at least
+//! one, which ends the full set: see [`super::GlobalCounters::has_full_set`]).
 
 use super::counters::GlobalCounters;
-use super::wire::{self, Update};
+use super::wire::{self, FullSet, Update};
 use crate::cluster::transport::GossipBlocklist;
 use crate::cluster::{MemberState, View};
 use bytes::Bytes;
@@ -30,7 +34,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Rounds that may wait for a peer's connection; beyond, the peer is resynchronised later.
 const QUEUE: usize = 4;
@@ -46,6 +50,9 @@ enum Msg {
     Delta(Arc<[Bytes]>),
     /// Every bucket this node publishes: brings a peer up to date whatever it missed.
     Full(Arc<[Bytes]>),
+    /// The last full set of a node that leaves: written once (no retry), then the task ends
+    /// and says whether it was written.
+    Last(Arc<[Bytes]>, oneshot::Sender<bool>),
 }
 
 /// One live peer: its task's queue, and whether it needs the full set.
@@ -149,7 +156,7 @@ impl Pusher {
 
     /// Queues `delta` for every peer that is up to date, and the full set (made by `full`, at
     /// most once) for every peer that needs it.
-    pub fn send(&mut self, delta: &[Update], full: impl FnOnce() -> Vec<Update>) {
+    pub fn send(&mut self, delta: &[Update], full: impl FnOnce() -> FullSet) {
         let delta_len = delta.len() as u64;
         let delta = (!delta.is_empty()).then(|| self.encode(delta));
         let mut full = Some(full);
@@ -162,7 +169,7 @@ impl Pusher {
                 let frames = match (&full_frames, full.take()) {
                     (Some(f), _) => f.clone(),
                     (None, Some(make)) => {
-                        let f = self.encode(&make());
+                        let f = self.encode_full(&make());
                         full_frames = Some(f.clone());
                         f
                     }
@@ -185,25 +192,66 @@ impl Pusher {
         }
     }
 
+    /// Sends every peer `full` as a leaving node's last word and waits, at most `within`, for
+    /// it to be written (after what their queues hold); then lets every peer go. Returns to how
+    /// many peers it was written, and how many there were.
+    pub async fn flush(&mut self, full: &FullSet, within: Duration) -> (usize, usize) {
+        let deadline = tokio::time::Instant::now() + within;
+        let frames = self.encode_full(full);
+        let peers: Vec<Peer> = self.peers.drain().map(|(_, p)| p).collect();
+        let written = futures::future::join_all(peers.iter().map(|p| {
+            let frames = frames.clone();
+            async move {
+                let (done, written) = oneshot::channel();
+                let sent = tokio::time::timeout_at(deadline, p.tx.send(Msg::Last(frames, done)));
+                if !matches!(sent.await, Ok(Ok(()))) {
+                    return false;
+                }
+                matches!(
+                    tokio::time::timeout_at(deadline, written).await,
+                    Ok(Ok(true))
+                )
+            }
+        }))
+        .await;
+        (written.into_iter().filter(|&w| w).count(), peers.len())
+    }
+
     /// The updates as `GlobalCounts` frames of at most [`wire::MAX_PER_FRAME`] each.
     fn encode(&self, updates: &[Update]) -> Arc<[Bytes]> {
+        self.own_frames(updates).collect()
+    }
+
+    /// A full set's frames: the own counts' `GlobalCounts`, then the others' `GlobalCountsOf`
+    /// (at least one).
+    fn encode_full(&self, full: &FullSet) -> Arc<[Bytes]> {
+        let relayed = wire::relay_frames(&full.others)
+            .into_iter()
+            .filter_map(|counts| encoded(&Frame::GlobalCountsOf { counts }));
+        self.own_frames(&full.own).chain(relayed).collect()
+    }
+
+    fn own_frames<'a>(&self, updates: &'a [Update]) -> impl Iterator<Item = Bytes> + 'a {
+        let generation = self.generation;
         updates
             .chunks(wire::MAX_PER_FRAME)
-            .filter_map(|chunk| {
-                let frame = Frame::GlobalCounts {
-                    generation: self.generation,
+            .filter_map(move |chunk| {
+                encoded(&Frame::GlobalCounts {
+                    generation,
                     counts: chunk.to_vec(),
-                };
-                match frame.encode() {
-                    Ok(bytes) => Some(Bytes::from(bytes)),
-                    Err(e) => {
-                        // Cannot happen within MAX_PER_FRAME; never panic over it.
-                        tracing::error!(error = %e, "global counts frame not encodable");
-                        None
-                    }
-                }
+                })
             })
-            .collect()
+    }
+}
+
+fn encoded(frame: &Frame) -> Option<Bytes> {
+    match frame.encode() {
+        Ok(bytes) => Some(Bytes::from(bytes)),
+        Err(e) => {
+            // Cannot happen within the per-frame bounds of `wire`; never panic over it.
+            tracing::error!(error = %e, kind = frame.kind(), "global counts frame not encodable");
+            None
+        }
     }
 }
 
@@ -222,14 +270,19 @@ async fn run(
     let mut synced = false;
     let mut backoff = MIN_BACKOFF;
     while let Some(msg) = rx.recv().await {
-        let (frames, full) = match msg {
-            Msg::Full(f) => (f, true),
-            Msg::Delta(f) => (f, false),
+        let (frames, full, last) = match msg {
+            Msg::Full(f) => (f, true, None),
+            Msg::Delta(f) => (f, false, None),
+            Msg::Last(f, done) => (f, true, Some(done)),
         };
         if !full && !synced {
             continue;
         }
         let sent = write(&addr, &settings, &mut conn, &frames, stats).await;
+        if let Some(done) = last {
+            let _ = done.send(sent.is_ok());
+            return;
+        }
         match sent {
             Ok(()) => {
                 synced |= full;
@@ -387,11 +440,11 @@ mod tests {
         let mut pusher = pusher(&net);
         assert_eq!(pusher.track(&view(&[("p", "p")])), 1);
         assert!(pusher.wants_full());
-        pusher.send(&[update(1, 5)], || vec![update(1, 5), update(2, 3)]);
+        pusher.send(&[update(1, 5)], || vec![update(1, 5), update(2, 3)].into());
         assert!(reaches(&got, 1, 5).await && reaches(&got, 2, 3).await);
         assert!(!pusher.wants_full());
         // A delta carries only what changed: the full set's closure is not called.
-        pusher.send(&[update(2, 4)], || vec![update(1, 99)]);
+        pusher.send(&[update(2, 4)], || vec![update(1, 99)].into());
         assert!(reaches(&got, 2, 4).await);
         assert_eq!(got.totals(1, 1_000, WINDOW), (5, 0));
         assert_eq!(net.dials("p"), 1);
@@ -402,7 +455,7 @@ mod tests {
         let mut resynced = false;
         for _ in 0..50 {
             pusher.send(&[update(3, 1)], || {
-                vec![update(1, 6), update(2, 4), update(3, 1)]
+                vec![update(1, 6), update(2, 4), update(3, 1)].into()
             });
             tokio::time::sleep(Duration::from_millis(100)).await;
             if got.totals(1, 1_000, WINDOW) == (6, 0) {
@@ -429,18 +482,72 @@ mod tests {
         let mut pusher = pusher(&net).with_blocklist(Some(list.clone()));
         let v = view(&[("q", addr)]);
         assert_eq!(pusher.track(&v), 1);
-        pusher.send(&[], || vec![update(1, 1)]);
+        pusher.send(&[], || vec![update(1, 1)].into());
         assert!(reaches(&got, 1, 1).await);
         list.block(addr.parse().expect("addr"));
         assert_eq!(pusher.track(&v), 0);
-        pusher.send(&[update(1, 2)], || vec![update(1, 2)]);
+        pusher.send(&[update(1, 2)], || vec![update(1, 2)].into());
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(got.totals(1, 1_000, WINDOW), (1, 0));
         list.clear();
         assert_eq!(pusher.track(&v), 1);
-        pusher.send(&[update(1, 3)], || vec![update(1, 3), update(2, 1)]);
+        pusher.send(&[update(1, 3)], || vec![update(1, 3), update(2, 1)].into());
         assert!(reaches(&got, 1, 3).await && reaches(&got, 2, 1).await);
         assert_eq!(net.dials(addr), 2);
+    }
+
+    /// A full set ends with the other actors' counts: merged under each actor, a bad entry
+    /// counted and skipped, and the receiver knows the full set has come (even with nothing
+    /// to relay).
+    #[tokio::test(start_paused = true)]
+    async fn a_full_set_relays_other_actors_and_bad_entries_are_skipped() {
+        let net = MemNet::new();
+        let got = receiver(&net, "p");
+        let mut pusher = pusher(&net);
+        pusher.track(&view(&[("p", "p")]));
+        let of = |node_id: &str, current| wire::ActorCounts {
+            node_id: node_id.into(),
+            generation: 3,
+            counts: vec![update(1, current)],
+        };
+        pusher.send(&[], || FullSet {
+            own: vec![update(1, 5)],
+            others: vec![of("old", 20), of("", 99), of("x", 7)],
+        });
+        assert!(reaches(&got, 1, 32).await);
+        assert_eq!(got.stats.malformed.load(Ordering::Relaxed), 1);
+        assert!(got.has_full_set("me"));
+
+        let empty = receiver(&net, "q");
+        pusher.track(&view(&[("p", "p"), ("q", "q")]));
+        assert!(!empty.has_full_set("me"));
+        pusher.send(&[], FullSet::default);
+        for _ in 0..100 {
+            if empty.has_full_set("me") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(empty.has_full_set("me"));
+    }
+
+    /// A leaving node's last full set (here with a count newer than any sent) is written to
+    /// every peer before `flush` returns; a paused peer holds it up no longer than the bound.
+    #[tokio::test(start_paused = true)]
+    async fn the_last_full_set_is_written_before_leaving_within_a_bound() {
+        let net = MemNet::new();
+        let p = receiver(&net, "p");
+        let _q = receiver(&net, "q");
+        net.stall("q");
+        let mut pusher = pusher(&net);
+        assert_eq!(pusher.track(&view(&[("p", "p"), ("q", "q")])), 2);
+        let started = tokio::time::Instant::now();
+        let last = FullSet::from(vec![update(1, 7)]);
+        let within = Duration::from_secs(1);
+        assert_eq!(pusher.flush(&last, within).await, (1, 2));
+        assert!(started.elapsed() <= within);
+        assert!(reaches(&p, 1, 7).await);
+        assert_eq!(pusher.track(&view(&[])), 0);
     }
 
     /// A stalled member (its process paused: bytes stop moving, nothing is lost) holds up
@@ -456,21 +563,188 @@ mod tests {
         let round_of = |round: u64| -> Vec<Update> {
             (0..=2_000u64).map(|i| update(i << 40 | 1, round)).collect()
         };
-        pusher.send(&[], || round_of(1));
+        pusher.send(&[], || round_of(1).into());
         assert!(reaches(&p, 1, 1).await && reaches(&q, 1, 1).await);
         net.stall("q");
         // Rounds of 2,001 buckets (~50 KB a frame): q's pipe is full within a few.
         for round in 2..=30u64 {
             let delta = round_of(round);
-            pusher.send(&delta, || delta.clone());
+            pusher.send(&delta, || delta.clone().into());
             assert!(reaches(&p, 1, round).await, "round {round} late at p");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(q.totals(1, 1_000, WINDOW).0 < 30);
         net.resume("q");
         let delta = round_of(31);
-        pusher.send(&delta, || delta.clone());
+        pusher.send(&delta, || delta.clone().into());
         assert!(reaches(&q, 1, 31).await && reaches(&q, 2_000 << 40 | 1, 31).await);
         assert!(pusher.counters.stats.push_failed.load(Ordering::Relaxed) >= 1);
+    }
+}
+
+/// Restarts under the publish loop's wiring: a node is its counters (actor `id@generation`), a
+/// real peer server at address `id`, a publisher and a pusher, all on one in-memory network.
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+    use crate::cluster::Member;
+    use crate::cluster::quorum::Quorum;
+    use crate::decide::Here;
+    use crate::engine::Engine;
+    use crate::forward::{PeerServer, ServerSettings};
+    use crate::global::actor;
+    use crate::global::publish::Publisher;
+    use crate::rules::RuleSet;
+    use ringlimit_core::clock::ManualClock;
+    use ringlimit_core::limiter::Rule;
+    use ringlimit_core::limiter::test_support::{SEC, rule};
+    use ringlimit_core::link::memnet::MemNet;
+    use ringlimit_proto::{Algorithm, Ring};
+    use std::collections::BTreeMap;
+
+    const DAY_MS: u64 = 86_400_000;
+    /// An hour into a day (days are aligned to the epoch, like every global window).
+    const NOW: u64 = 19_700 * 86_400 * SEC + 3_600 * SEC;
+    const ID: u64 = 42;
+
+    fn daily() -> Rule {
+        rule(Algorithm::FixedWindow, 100, DAY_MS, 100)
+    }
+
+    struct Node {
+        id: &'static str,
+        generation: u64,
+        counters: Arc<GlobalCounters>,
+        publisher: Publisher,
+        pusher: Pusher,
+        serving: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for Node {
+        fn drop(&mut self) {
+            self.serving.abort();
+        }
+    }
+
+    impl Node {
+        fn start(net: &MemNet, id: &'static str, generation: u64) -> Self {
+            let counters = Arc::new(GlobalCounters::new(actor(id, generation), 1_000));
+            let clock = Arc::new(ManualClock::new(NOW));
+            let engine = Arc::new(Engine::new(RuleSet::builtin(), 100, clock));
+            let server = Arc::new(PeerServer::new(
+                Here::new(engine, counters.clone()),
+                ServerSettings {
+                    node_id: id.into(),
+                    cluster_id: "c".into(),
+                    secret: None,
+                    handshake_timeout: Duration::from_secs(1),
+                },
+                None,
+            ));
+            let serving = tokio::spawn(server.run(net.listen(id)));
+            let settings = PeerSettings {
+                dialer: net.dialer(id),
+                node_id: id.into(),
+                cluster_id: "c".into(),
+                secret: None,
+                deadline: Duration::from_millis(25),
+                connect_timeout: Duration::from_millis(500),
+                open_for: Duration::from_secs(1),
+                queue: 16,
+            };
+            Self {
+                id,
+                generation,
+                counters: counters.clone(),
+                publisher: Publisher::new(100),
+                pusher: Pusher::new(settings, generation, counters),
+                serving,
+            }
+        }
+
+        /// Admits `n` hits of the daily bucket here; returns how many were admitted.
+        fn hits(&self, n: u64) -> u64 {
+            (0..n)
+                .filter(|_| self.counters.check(ID, &daily(), NOW, 1).allowed)
+                .count() as u64
+        }
+
+        fn total(&self) -> u64 {
+            self.counters
+                .totals(ID, DAY_MS, NOW / (DAY_MS * 1_000_000))
+                .0
+        }
+
+        /// One publish round, as `publish_loop` runs it, with `members` alive.
+        fn round(&mut self, members: &[(&str, u64)]) {
+            let view = View {
+                self_id: Arc::from(self.id),
+                members: members
+                    .iter()
+                    .map(|&(id, generation)| Member {
+                        node_id: id.into(),
+                        peer_addr: id.into(),
+                        http_addr: String::new(),
+                        state: MemberState::Alive,
+                        generation,
+                    })
+                    .collect(),
+                ring: Ring::new(members.iter().map(|m| m.0)),
+                peer_addrs: BTreeMap::new(),
+                quorum: Quorum::solo(&Arc::from(self.id)),
+            };
+            self.pusher.track(&view);
+            let round = self.publisher.round(&self.counters, NOW, usize::MAX);
+            if !round.set.is_empty() || self.pusher.wants_full() {
+                let (publisher, counters) = (&self.publisher, &self.counters);
+                self.pusher
+                    .send(&round.set, || publisher.full_set(counters, NOW));
+            }
+        }
+    }
+
+    /// Runs publish rounds of `nodes` (every 100 ms of tokio's paused clock, for 10 s at most)
+    /// until each node's total of the daily bucket is `want`; returns the totals.
+    async fn converge(nodes: &mut [&mut Node], want: u64) -> Vec<u64> {
+        let members: Vec<(&str, u64)> = nodes.iter().map(|n| (n.id, n.generation)).collect();
+        for _ in 0..100 {
+            for n in nodes.iter_mut() {
+                n.round(&members);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if nodes.iter().all(|n| n.total() == want) {
+                break;
+            }
+        }
+        nodes.iter().map(|n| n.total()).collect()
+    }
+
+    /// The rolling restart on two nodes: a restarted node hears from its peer's full set
+    /// every actor's counts, its own previous life's included; the peer, restarted next, hears
+    /// them all back, and the day's quota holds across both restarts.
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_node_learns_every_actors_counts_from_a_full_set() {
+        let net = MemNet::new();
+        let mut a = Node::start(&net, "a", 1);
+        let mut b = Node::start(&net, "b", 1);
+        assert_eq!(a.hits(30) + b.hits(30), 60);
+        assert_eq!(converge(&mut [&mut a, &mut b], 60).await, [60, 60]);
+
+        // b restarts: its new incarnation has no counts of its own, and learns a@1's and
+        // b@1's from a's full set.
+        drop(b);
+        let mut b = Node::start(&net, "b", 2);
+        assert_eq!(converge(&mut [&mut a, &mut b], 60).await, [60, 60]);
+        assert!(b.counters.has_full_set("a"));
+        assert_eq!(b.hits(10), 10);
+        assert_eq!(converge(&mut [&mut a, &mut b], 70).await, [70, 70]);
+
+        // Then a restarts: b's full set carries a@1, b@1 and b@2.
+        drop(a);
+        let mut a = Node::start(&net, "a", 2);
+        assert_eq!(converge(&mut [&mut a, &mut b], 70).await, [70, 70]);
+        assert_eq!(a.hits(100), 30, "the day admits 100 in all");
+        assert_eq!(converge(&mut [&mut a, &mut b], 100).await, [100, 100]);
+        assert_eq!(b.hits(1), 0);
     }
 }

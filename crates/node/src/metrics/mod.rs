@@ -143,6 +143,7 @@ pub struct Snapshot {
     pub global_sent_bytes: u64,
     pub global_received_bytes: u64,
     pub global_resyncs: u64,
+    pub global_unrelayed: u64,
     pub global_push_failed: u64,
     pub global_malformed: u64,
     pub reloads_ok: u64,
@@ -466,6 +467,12 @@ pub const SNAPSHOT_METRICS: &[SnapshotMetric] = &[
         Counter,
         global_resyncs,
         "Full sets of this node's global counts queued for a peer (new connection, or a possible loss)"
+    ),
+    series!(
+        "global_unrelayed",
+        Counter,
+        global_unrelayed,
+        "Buckets whose other nodes' global counts were left out of a full set (over --global-max-published)"
     ),
     series!(
         "global_push_failed",

@@ -44,6 +44,8 @@ pub struct GlobalView {
     pub dropped_events: u64,
     /// Full sets sent to peers (new connections, and peers that may have missed an update).
     pub resyncs: u64,
+    /// Buckets whose other actors' counts were left out of a full set (over the cap).
+    pub unrelayed: u64,
     /// Every other member, and every peer heard from: how long ago its counts were last merged
     /// (`null`: never).
     pub peers: Vec<PeerMerge>,
@@ -156,6 +158,7 @@ impl CheckService {
                 merged: load(&g.stats.merged),
                 dropped_events: load(&g.stats.dropped_events),
                 resyncs: load(&g.stats.resyncs),
+                unrelayed: load(&g.stats.unrelayed),
                 peers,
             },
         }
@@ -244,6 +247,7 @@ impl CheckService {
             global_sent_bytes: load(&g.stats.push_bytes),
             global_received_bytes: load(&g.stats.received_bytes),
             global_resyncs: load(&g.stats.resyncs),
+            global_unrelayed: load(&g.stats.unrelayed),
             global_push_failed: load(&g.stats.push_failed),
             global_malformed: load(&g.stats.malformed),
             reloads_ok: load(&self.rules.reloads_ok),
