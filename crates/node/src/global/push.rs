@@ -637,6 +637,7 @@ mod restart_tests {
                     node_id: id.into(),
                     cluster_id: "c".into(),
                     secret: None,
+                    accept_members: true,
                     handshake_timeout: Duration::from_secs(1),
                 },
                 None,
