@@ -3,7 +3,9 @@
 
     python bench/rls_bound.py GRPC_ADDR NODE_PID [N ...]
 
-For each N (default 64000, then the most descriptors that fit in gRPC's 4 MB message), sends
+For each N (default: 64000; `full`, the most address descriptors that fit in gRPC's 4 MB
+message; `empty`, the most empty descriptors that fit in the node's 64 KiB request bound, the
+most a request it decodes can hold), sends
 RUNS (default 20) requests of N descriptors, serialised once beforehand so that the client's own
 encoding is not timed, and prints per N: the gRPC status, the median and worst round trip (ms)
 and the node's CPU time per request (utime + stime from /proc/PID/stat, ms). Envoy's generated
@@ -32,13 +34,15 @@ def cpu_ms(pid):
     return (int(fields[11]) + int(fields[12])) * 1000 / TICK
 
 
-def request(n):
+def request(n, empty=False):
     return bytes(
         RateLimitRequest(
             domain="edge",
             descriptors=[
                 RateLimitDescriptor(
-                    entries=[RateLimitDescriptorEntry(key="remote_address", value=f"10.0.{i // 250}.{i % 250}")]
+                    entries=[]
+                    if empty
+                    else [RateLimitDescriptorEntry(key="remote_address", value=f"10.0.{i // 250}.{i % 250}")]
                 )
                 for i in range(n)
             ],
@@ -46,20 +50,30 @@ def request(n):
     )
 
 
+def fill(limit, empty):
+    """The most descriptors whose request stays within `limit` bytes."""
+    per = len(request(1000, empty)) / 1000
+    n = int(limit / per)
+    while len(request(n, empty)) > limit:
+        n -= 10
+    return n
+
+
 def main():
     addr, pid = sys.argv[1], int(sys.argv[2])
-    sizes = [int(s) for s in sys.argv[3:]] or [64_000, 0]
+    sizes = sys.argv[3:] or ["64000", "full", "empty"]
     channel = grpc.insecure_channel(addr)
     stub = channel.unary_unary(METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b)
     print("descriptors\tbytes\tstatus\tmedian_ms\tmax_ms\tnode_cpu_ms_per_request")
-    for n in sizes:
-        if n == 0:
-            # The most that fit under gRPC's default 4 MB message limit (about 40 bytes each).
-            per = len(request(1000)) / 1000
-            n = int((4 * 1024 * 1024 - 64) / per)
-            while len(request(n)) > 4 * 1024 * 1024 - 64:
-                n -= 100
-        body = request(n)
+    for size in sizes:
+        empty = size == "empty"
+        if size == "full":
+            n = fill(4 * 1024 * 1024 - 64, False)
+        elif empty:
+            n = fill(64 * 1024, True)
+        else:
+            n = int(size)
+        body = request(n, empty)
         times, status = [], "OK"
         cpu0 = cpu_ms(pid)
         for _ in range(RUNS):
@@ -70,7 +84,7 @@ def main():
                 status = e.code().name
             times.append((time.perf_counter() - t0) * 1000)
         cpu = (cpu_ms(pid) - cpu0) / RUNS
-        print(f"{n}\t{len(body)}\t{status}\t{statistics.median(times):.2f}\t{max(times):.2f}\t{cpu:.2f}", flush=True)
+        print(f"{n}{' empty' if empty else ''}\t{len(body)}\t{status}\t{statistics.median(times):.2f}\t{max(times):.2f}\t{cpu:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,24 @@ async fn get_with(port: u16, key: Option<&str>, headers: &[(&str, &str)]) -> Res
     Ok(req.send().await?.status().as_u16())
 }
 
+/// A node with the gateway rules behind nginx's `auth_request`, nginx sending
+/// `X-Forwarded-For: <xff>` (an nginx variable); returns them and nginx's port once it listens.
+async fn node_behind_nginx(node_id: &str, xff: &str) -> Result<(TestNode, Nginx, u16)> {
+    let mut config = NodeConfig::local(node_id);
+    config.rules = RuleSet::from_yaml(RULES)?;
+    let node = TestNode::start(config).await?;
+    let port = free_port()?;
+    let nginx = Nginx::start(port, node.http, xff)?;
+    wait_until("nginx listens", WAIT, || async {
+        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok())
+    })
+    .await
+    .with_context(|| nginx.log())?;
+    Ok((node, nginx, port))
+}
+
 fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -131,18 +149,7 @@ async fn nginx_auth_request_limits_per_api_key_and_per_client_ip_all_or_nothing(
         eprintln!("nginx is not installed (`apt-get install nginx`): skipping");
         return Ok(());
     }
-    let mut config = NodeConfig::local("gateway-node");
-    config.rules = RuleSet::from_yaml(RULES)?;
-    let node = TestNode::start(config).await?;
-    let port = free_port()?;
-    let nginx = Nginx::start(port, node.http, "$remote_addr")?;
-    wait_until("nginx listens", WAIT, || async {
-        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok())
-    })
-    .await
-    .with_context(|| nginx.log())?;
+    let (node, nginx, port) = node_behind_nginx("gateway-node", "$remote_addr").await?;
 
     // alice's key allows 2; her third is refused by nginx with the 403 it passes on, and the
     // IP's unit it would have taken is given back.
@@ -183,18 +190,8 @@ async fn nginx_appending_to_a_spoofed_forwarded_for_keys_the_real_client() -> Re
         eprintln!("nginx is not installed (`apt-get install nginx`): skipping");
         return Ok(());
     }
-    let mut config = NodeConfig::local("gateway-append");
-    config.rules = RuleSet::from_yaml(RULES)?;
-    let node = TestNode::start(config).await?;
-    let port = free_port()?;
-    let nginx = Nginx::start(port, node.http, "$proxy_add_x_forwarded_for")?;
-    wait_until("nginx listens", WAIT, || async {
-        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok())
-    })
-    .await
-    .with_context(|| nginx.log())?;
+    let (node, nginx, port) =
+        node_behind_nginx("gateway-append", "$proxy_add_x_forwarded_for").await?;
 
     let mut seen = Vec::new();
     for i in 1..=7 {

@@ -157,9 +157,21 @@ async fn a_request_of_64000_descriptors_is_refused_at_once() -> Result<()> {
         .expect_err("64,000 descriptors are refused");
     let took = start.elapsed();
     eprintln!("64,000 descriptors refused in {took:?} (client encoding included)");
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
-    assert!(refused.message().contains("64000"), "{refused:?}");
+    // Over the request size bound: refused from the message's length, never decoded.
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
     assert!(took < Duration::from_secs(1), "refused after {took:?}");
+    // Within the size bound but over the descriptor bound: refused before any is matched.
+    let small = request(
+        (0..1_001)
+            .map(|i| envoy_descriptor(&[("n", &(i % 10).to_string())]))
+            .collect(),
+    );
+    let refused = client
+        .should_rate_limit(small)
+        .await
+        .expect_err("1,001 descriptors are refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("1001"), "{refused:?}");
 
     // 33 limited descriptors are one too many for an all-or-nothing check; nothing is taken.
     let over = client

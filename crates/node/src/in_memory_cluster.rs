@@ -100,13 +100,7 @@ impl Node {
         }));
         let server = Arc::new(PeerServer::new(
             here.clone(),
-            ServerSettings {
-                node_id: id.to_owned(),
-                cluster_id: "ringlimit".into(),
-                secret: None,
-                accept_members: true,
-                handshake_timeout: Duration::from_secs(2),
-            },
+            ServerSettings::open(id, "ringlimit"),
             Some(Relay {
                 view: view.clone(),
                 pool: pool.clone(),

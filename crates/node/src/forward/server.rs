@@ -77,6 +77,19 @@ pub struct ServerSettings {
     pub handshake_timeout: Duration,
 }
 
+impl ServerSettings {
+    /// A server without a secret that accepts members: in-memory clusters of tests.
+    pub fn open(node_id: &str, cluster_id: &str) -> Self {
+        Self {
+            node_id: node_id.into(),
+            cluster_id: cluster_id.into(),
+            secret: None,
+            accept_members: true,
+            handshake_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
 /// Counters of the peer server.
 #[derive(Debug, Default)]
 pub struct ServerStats {

@@ -331,17 +331,36 @@ async fn write(
     Ok(())
 }
 
+/// A peer server on `net` at `id` whose global counts go to `counters`, its clock at `now`:
+/// the receiving end of the tests below.
+#[cfg(test)]
+fn serve_in_memory(
+    net: &ringlimit_core::link::memnet::MemNet,
+    id: &str,
+    counters: Arc<GlobalCounters>,
+    now: u64,
+) -> tokio::task::JoinHandle<()> {
+    use crate::forward::{PeerServer, ServerSettings};
+    let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
+    let engine = Arc::new(crate::engine::Engine::new(
+        crate::rules::RuleSet::builtin(),
+        100,
+        clock,
+    ));
+    let server = Arc::new(PeerServer::new(
+        crate::decide::Here::new(engine, counters),
+        ServerSettings::open(id, "c"),
+        None,
+    ));
+    tokio::spawn(server.run(net.listen(id)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cluster::Member;
     use crate::cluster::quorum::Quorum;
-    use crate::decide::Here;
-    use crate::engine::Engine;
-    use crate::forward::{PeerServer, ServerSettings};
     use crate::global::actor;
-    use crate::rules::RuleSet;
-    use ringlimit_core::clock::ManualClock;
     use ringlimit_core::link::memnet::MemNet;
     use ringlimit_proto::Ring;
     use std::collections::BTreeMap;
@@ -402,20 +421,7 @@ mod tests {
     /// A real peer server at `addr` (within the window on its clock); returns its counters.
     fn receiver(net: &MemNet, addr: &str) -> Arc<GlobalCounters> {
         let counters = Arc::new(GlobalCounters::new(actor(addr, 1), 100_000));
-        let clock = Arc::new(ManualClock::new(WINDOW * 1_000_000_000));
-        let engine = Arc::new(Engine::new(RuleSet::builtin(), 100, clock));
-        let server = Arc::new(PeerServer::new(
-            Here::new(engine, counters.clone()),
-            ServerSettings {
-                node_id: addr.into(),
-                cluster_id: "c".into(),
-                secret: None,
-                accept_members: true,
-                handshake_timeout: Duration::from_secs(1),
-            },
-            None,
-        ));
-        tokio::spawn(server.run(net.listen(addr)));
+        serve_in_memory(net, addr, counters.clone(), WINDOW * 1_000_000_000);
         counters
     }
 
@@ -589,13 +595,8 @@ mod restart_tests {
     use super::*;
     use crate::cluster::Member;
     use crate::cluster::quorum::Quorum;
-    use crate::decide::Here;
-    use crate::engine::Engine;
-    use crate::forward::{PeerServer, ServerSettings};
     use crate::global::actor;
     use crate::global::publish::Publisher;
-    use crate::rules::RuleSet;
-    use ringlimit_core::clock::ManualClock;
     use ringlimit_core::limiter::Rule;
     use ringlimit_core::limiter::test_support::{SEC, rule};
     use ringlimit_core::link::memnet::MemNet;
@@ -629,20 +630,7 @@ mod restart_tests {
     impl Node {
         fn start(net: &MemNet, id: &'static str, generation: u64) -> Self {
             let counters = Arc::new(GlobalCounters::new(actor(id, generation), 1_000));
-            let clock = Arc::new(ManualClock::new(NOW));
-            let engine = Arc::new(Engine::new(RuleSet::builtin(), 100, clock));
-            let server = Arc::new(PeerServer::new(
-                Here::new(engine, counters.clone()),
-                ServerSettings {
-                    node_id: id.into(),
-                    cluster_id: "c".into(),
-                    secret: None,
-                    accept_members: true,
-                    handshake_timeout: Duration::from_secs(1),
-                },
-                None,
-            ));
-            let serving = tokio::spawn(server.run(net.listen(id)));
+            let serving = serve_in_memory(net, id, counters.clone(), NOW);
             let settings = PeerSettings {
                 dialer: net.dialer(id),
                 node_id: id.into(),

@@ -80,10 +80,13 @@ pub async fn serve(
         health.set_serving::<RateLimiterServer<RingLimitV1>>().await;
     });
     let routes = Routes::new(health_service)
-        .add_service(RateLimitServiceServer::new(envoy_rls::EnvoyRls {
-            service: service.clone(),
-            config: envoy,
-        }))
+        .add_service(
+            RateLimitServiceServer::new(envoy_rls::EnvoyRls {
+                service: service.clone(),
+                config: envoy,
+            })
+            .max_decoding_message_size(envoy_rls::MAX_REQUEST_BYTES),
+        )
         .add_service(RateLimiterServer::new(RingLimitV1 { service }))
         .prepare();
     let handler = GrpcConnections { routes };
