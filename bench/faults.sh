@@ -27,8 +27,9 @@ OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/faults-$(date +%Y%m%d-%H%M%S)}"
 SCENARIOS="${SCENARIOS:-isolate split oneway-out oneway-in loss stall}"
 NS="${NS_PREFIX:-rlf}"
 mkdir -p "$OUT_DIR"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path.
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET:-ringlimit-bench-$$-$RANDOM}"
+# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
+# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
+export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
 log() { printf '[faults.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 [ "$(id -u)" = 0 ] || { log "needs root (network namespaces, iptables)"; exit 1; }

@@ -15,8 +15,9 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path.
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET:-ringlimit-bench-$$-$RANDOM}"
+# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
+# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
+export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
 # BIN=path runs that binary (e.g. an older build, for a before/after), without building.
 if [ -z "${BIN:-}" ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "building ringlimit (release)"

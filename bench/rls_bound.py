@@ -3,7 +3,7 @@
 
     python bench/rls_bound.py GRPC_ADDR NODE_PID [N ...]
 
-For each N (default: 64000; `full`, the most address descriptors that fit in gRPC's 4 MB
+For each N (default: 64000 and `empty`; `full`, the most address descriptors that fit in gRPC's 4 MB
 message; `empty`, the most empty descriptors that fit in the node's 64 KiB request bound, the
 most a request it decodes can hold), sends
 RUNS (default 20) requests of N descriptors, serialised once beforehand so that the client's own
@@ -51,17 +51,23 @@ def request(n, empty=False):
 
 
 def fill(limit, empty):
-    """The most descriptors whose request stays within `limit` bytes."""
-    per = len(request(1000, empty)) / 1000
-    n = int(limit / per)
-    while len(request(n, empty)) > limit:
-        n -= 10
-    return n
+    """The most descriptors whose request stays within `limit` bytes (bisection: sizes grow
+    with the index, and each serialisation of a large request takes seconds)."""
+    lo, hi = 0, 1
+    while len(request(hi, empty)) <= limit:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if len(request(mid, empty)) <= limit:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def main():
     addr, pid = sys.argv[1], int(sys.argv[2])
-    sizes = sys.argv[3:] or ["64000", "full", "empty"]
+    sizes = sys.argv[3:] or ["64000", "empty"]
     channel = grpc.insecure_channel(addr)
     stub = channel.unary_unary(METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b)
     print("descriptors\tbytes\tstatus\tmedian_ms\tmax_ms\tnode_cpu_ms_per_request")

@@ -53,8 +53,9 @@ set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$BENCH_DIR/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path.
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET:-ringlimit-bench-$$-$RANDOM}"
+# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
+# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
+export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
 export OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/scale-$(date +%Y%m%d-%H%M%S)}"
 export SIZES="${SIZES:-3 9 25}" WINDOW="${WINDOW:-10}" SETTLE="${SETTLE:-5}"
 export HOT_KEYS="${HOT_KEYS:-1000 10000}" BASE="${BASE:-39000}" WAIT_TIMEOUT="${WAIT_TIMEOUT:-60}"

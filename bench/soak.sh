@@ -10,8 +10,9 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$BENCH_DIR/.." && pwd)"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/soak-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT_DIR"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path.
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET:-ringlimit-bench-$$-$RANDOM}"
+# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
+# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
+export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
 if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
   BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/ringlimit"
