@@ -355,6 +355,21 @@ fn serve_in_memory(
     tokio::spawn(server.run(net.listen(id)))
 }
 
+/// How the tests below dial peers on `net` as `id`.
+#[cfg(test)]
+fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> PeerSettings {
+    PeerSettings {
+        dialer: net.dialer(id),
+        node_id: id.into(),
+        cluster_id: "c".into(),
+        secret: None,
+        deadline: Duration::from_millis(25),
+        connect_timeout: Duration::from_millis(500),
+        open_for: Duration::from_secs(1),
+        queue: 16,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,16 +416,7 @@ mod tests {
     }
 
     fn pusher(net: &MemNet) -> Pusher {
-        let settings = PeerSettings {
-            dialer: net.dialer("me"),
-            node_id: "me".into(),
-            cluster_id: "c".into(),
-            secret: None,
-            deadline: Duration::from_millis(25),
-            connect_timeout: Duration::from_millis(500),
-            open_for: Duration::from_secs(1),
-            queue: 16,
-        };
+        let settings = dial_in_memory(net, "me");
         Pusher::new(
             settings,
             9,
@@ -631,16 +637,7 @@ mod restart_tests {
         fn start(net: &MemNet, id: &'static str, generation: u64) -> Self {
             let counters = Arc::new(GlobalCounters::new(actor(id, generation), 1_000));
             let serving = serve_in_memory(net, id, counters.clone(), NOW);
-            let settings = PeerSettings {
-                dialer: net.dialer(id),
-                node_id: id.into(),
-                cluster_id: "c".into(),
-                secret: None,
-                deadline: Duration::from_millis(25),
-                connect_timeout: Duration::from_millis(500),
-                open_for: Duration::from_secs(1),
-                queue: 16,
-            };
+            let settings = dial_in_memory(net, id);
             Self {
                 id,
                 generation,
