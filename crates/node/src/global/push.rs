@@ -331,48 +331,50 @@ async fn write(
     Ok(())
 }
 
-/// A peer server on `net` at `id` whose global counts go to `counters`, its clock at `now`:
-/// the receiving end of the tests below.
-#[cfg(test)]
-fn serve_in_memory(
-    net: &ringlimit_core::link::memnet::MemNet,
-    id: &str,
-    counters: Arc<GlobalCounters>,
-    now: u64,
-) -> tokio::task::JoinHandle<()> {
-    use crate::forward::{PeerServer, ServerSettings};
-    let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
-    let engine = Arc::new(crate::engine::Engine::new(
-        crate::rules::RuleSet::builtin(),
-        100,
-        clock,
-    ));
-    let server = Arc::new(PeerServer::new(
-        crate::decide::Here::new(engine, counters),
-        ServerSettings::open(id, "c"),
-        None,
-    ));
-    tokio::spawn(server.run(net.listen(id)))
-}
-
-/// How the tests below dial peers on `net` as `id`.
-#[cfg(test)]
-fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> PeerSettings {
-    PeerSettings {
-        dialer: net.dialer(id),
-        node_id: id.into(),
-        cluster_id: "c".into(),
-        secret: None,
-        deadline: Duration::from_millis(25),
-        connect_timeout: Duration::from_millis(500),
-        open_for: Duration::from_secs(1),
-        queue: 16,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer server on `net` at `id` whose global counts go to `counters`, its clock at `now`:
+    /// the receiving end of the tests below.
+    pub(super) fn serve_in_memory(
+        net: &ringlimit_core::link::memnet::MemNet,
+        id: &str,
+        counters: Arc<GlobalCounters>,
+        now: u64,
+    ) -> tokio::task::JoinHandle<()> {
+        use crate::forward::{PeerServer, ServerSettings};
+        let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
+        let engine = Arc::new(crate::engine::Engine::new(
+            crate::rules::RuleSet::builtin(),
+            100,
+            clock,
+        ));
+        let server = Arc::new(PeerServer::new(
+            crate::decide::Here::new(engine, counters),
+            ServerSettings::open(id, "c"),
+            None,
+        ));
+        tokio::spawn(server.run(net.listen(id)))
+    }
+
+    /// How the tests below dial peers on `net` as `id`.
+    pub(super) fn dial_in_memory(
+        net: &ringlimit_core::link::memnet::MemNet,
+        id: &str,
+    ) -> PeerSettings {
+        PeerSettings {
+            dialer: net.dialer(id),
+            node_id: id.into(),
+            cluster_id: "c".into(),
+            secret: None,
+            deadline: Duration::from_millis(25),
+            connect_timeout: Duration::from_millis(500),
+            open_for: Duration::from_secs(1),
+            queue: 16,
+        }
+    }
+
     use crate::cluster::Member;
     use crate::cluster::quorum::Quorum;
     use crate::global::actor;
@@ -598,6 +600,7 @@ mod tests {
 /// real peer server at address `id`, a publisher and a pusher, all on one in-memory network.
 #[cfg(test)]
 mod restart_tests {
+    use super::tests::{dial_in_memory, serve_in_memory};
     use super::*;
     use crate::cluster::Member;
     use crate::cluster::quorum::Quorum;
