@@ -241,11 +241,7 @@ where
 /// client knows (a named rule before any node was reached has no period to report).
 fn all_headers(headers: &mut HeaderMap, client: &Client, checks: &[Check], all: &AllAnswer) {
     rate_headers(headers, all.binding_answer());
-    let now_ms = ringlimit_core::answer::instant_ms(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-    );
+    let now_ms = ringlimit_core::answer::instant_ms(ringlimit_core::clock::unix_ns());
     let named: Vec<(String, u64)> = checks
         .iter()
         .map(|c| match &c.rule {

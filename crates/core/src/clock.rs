@@ -14,9 +14,14 @@ pub const NANOS_PER_MS: u64 = 1_000_000;
 /// The wall clock now, in Unix milliseconds (0 before 1970): for what is stamped with a date
 /// (reloads, rule versions), not for deciding checks, which read a [`Clock`].
 pub fn unix_ms() -> u64 {
+    unix_ns() / NANOS_PER_MS
+}
+
+/// The wall clock now, in Unix nanoseconds (0 before 1970).
+pub fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// A source of monotonic, Unix-anchored nanoseconds.
@@ -39,9 +44,7 @@ pub struct SystemClock {
 
 impl SystemClock {
     pub fn new() -> Self {
-        let origin_unix_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let origin_unix_ns = unix_ns();
         let clock = quanta::Clock::new();
         Self {
             origin: clock.raw(),

@@ -26,6 +26,7 @@
 //!   [`NodeConfig`].
 //! - [`request_key`], [`forwarded`] — forward auth: rules' key templates, and what a gateway's
 //!   copy of a request says about its client (address, path) that the client cannot choose.
+//! - [`log_gate`] — log lines a flood could repeat, at most one per interval.
 //! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
 //!   snapshot at scrape time.
 
@@ -40,6 +41,7 @@ pub mod global;
 pub mod grpc;
 pub mod http;
 pub mod listen;
+pub mod log_gate;
 pub mod metrics;
 pub mod node;
 pub mod reload;

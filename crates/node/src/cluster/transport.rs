@@ -20,17 +20,19 @@
 //! allowed) drops every datagram from others. (anyhow appears here only because chitchat's
 //! `Transport` trait uses it.)
 
+use crate::log_gate::LogGate;
 use crate::metrics::GossipStats;
 use async_trait::async_trait;
 use chitchat::ChitchatEnvelope;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpSocket as ChitchatUdp};
 use parking_lot::Mutex;
+use ringlimit_core::clock::unix_ms;
 use ringlimit_proto::auth;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::task::JoinSet;
 
@@ -161,7 +163,7 @@ impl Transport for PeerTransport {
             blocklist: self.blocklist.clone(),
             members: self.members,
             replays: Replays::default(),
-            skew_warned: None,
+            skew_warning: LogGate::new(Duration::from_secs(60)),
         }))
     }
 }
@@ -224,8 +226,8 @@ struct RelaySocket {
     blocklist: Option<Arc<GossipBlocklist>>,
     members: bool,
     replays: Replays,
-    /// When a datagram too far from this node's clock was last logged.
-    skew_warned: Option<std::time::Instant>,
+    /// Warnings of datagrams too far from this node's clock, at most one a minute.
+    skew_warning: LogGate,
 }
 
 impl RelaySocket {
@@ -355,11 +357,12 @@ impl Socket for RelaySocket {
                             Ok(len) => len,
                             Err(why) => {
                                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                                if why == Dropped::Stale
-                                    && self.skew_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
-                                {
-                                    self.skew_warned = Some(std::time::Instant::now());
+                                let passed = (why == Dropped::Stale)
+                                    .then(|| self.skew_warning.pass())
+                                    .flatten();
+                                if let Some(unlogged) = passed {
                                     tracing::warn!(%from, window_s = REPLAY_WINDOW.as_secs(),
+                                        also_dropped = unlogged,
                                         "gossip datagram with the secret but a send time outside \
                                          the replay window dropped: a replay, or this node's and \
                                          that node's clocks disagree (check NTP)");
@@ -376,13 +379,6 @@ impl Socket for RelaySocket {
             }
         }
     }
-}
-
-/// This node's wall time, Unix ms (0 before the epoch: such a clock refuses everything).
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Appends the send time and the tag to the `n`-byte datagram in `buf` (which has room for

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`pool`] — one client per alive member, and per-runtime copies ([`pool::bind_current_thread`]).
+//! - [`logins`] — places for connections still in their handshake.
 //! - [`server`] — accepts peers, runs the handshake, decides what lands here, relays what it
 //!   handed over.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
@@ -10,6 +11,7 @@
 //! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
 
 pub mod handover;
+pub mod logins;
 pub mod pool;
 pub mod reach;
 pub mod reset;

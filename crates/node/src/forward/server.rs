@@ -4,10 +4,12 @@
 //! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
 //! at most two hops and rings that disagree for a moment cannot make it loop.
 
+use super::logins::{Login, Logins};
 use super::pool::PeerPool;
 use crate::cluster::View;
 use crate::decide::Here;
 use crate::engine::RuleSpec;
+use crate::log_gate::LogGate;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
 use ringlimit_core::check::{CheckError, Resolved};
@@ -29,13 +31,7 @@ use tokio::task::JoinSet;
 
 /// Most peer connections served at once once they have logged in; more are refused.
 const MAX_CONNECTIONS: usize = 4096;
-/// Most connections still in their handshake at once, and from one source address. Counted
-/// apart from those logged in: 5,000 silent sockets used to hold all 4,096 slots for the
-/// handshake timeout, so that real peers with the secret were refused (4 of 8 attempts).
-const MAX_HANDSHAKING: usize = 256;
-const MAX_HANDSHAKING_PER_SOURCE: usize = 16;
-/// Refusals are logged at most this often (with how many were not): every refused socket of
-/// a flood once wrote a WARN line, 27 MB of log in 7 s.
+/// Refusals and bad frames are logged at most this often (with how many were not).
 const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Global counts merged between two yields to the runtime.
 const MERGE_SLICE: usize = 512;
@@ -118,111 +114,23 @@ pub struct Relay {
 const NOT_MEMBERS: &str = "this node accepts no cluster members: it has no cluster secret \
      (set the same RINGLIMIT_CLUSTER_SECRET on every node)";
 
+/// Applies `merge` to `items` in slices of [`MERGE_SLICE`], yielding between them: a full set
+/// (up to 10,000 counts, a few ms to merge) must not hold up the checks sharing this worker.
+async fn in_slices<T>(items: &[T], mut merge: impl FnMut(&[T])) {
+    for (i, slice) in items.chunks(MERGE_SLICE).enumerate() {
+        if i > 0 {
+            tokio::task::yield_now().await;
+        }
+        merge(slice);
+    }
+}
+
 /// Frames that only a cluster member sends: they change buckets or counts wholesale.
 fn members_only(frame: &Frame) -> bool {
     match frame {
         Frame::Checks(groups) => groups.iter().any(|g| g.id & RELAYED_GROUP != 0),
         Frame::Refunds(_) => false,
         _ => true,
-    }
-}
-
-/// Connections in their handshake: how many per source address, oldest first.
-#[derive(Debug, Default)]
-struct Logins {
-    inner: parking_lot::Mutex<LoginsInner>,
-}
-
-#[derive(Debug, Default)]
-struct LoginsInner {
-    by_source: std::collections::HashMap<String, usize>,
-    /// (id, its eviction signal), oldest first.
-    waiting: std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>,
-    next_id: u64,
-}
-
-/// One connection's place among [`Logins`], given back when dropped.
-struct Login {
-    logins: Arc<Logins>,
-    source: String,
-    id: u64,
-    evict: Arc<tokio::sync::Notify>,
-}
-
-impl Logins {
-    /// A place for a connection from `from` (`ip:port`), or `None` when its source already has
-    /// [`MAX_HANDSHAKING_PER_SOURCE`]. At [`MAX_HANDSHAKING`] in all, the connection waiting
-    /// longest is told to go: a flood from many sources then only shortens every handshake's
-    /// time to finish to what the flood's rate leaves (256 places last 25 ms at 10,000 sockets
-    /// a second, against the few ms a real peer's handshake takes).
-    fn enter(self: &Arc<Self>, from: &str) -> Option<Login> {
-        // The source is the address without its port (a flood uses many ports).
-        let source = match from.parse::<std::net::SocketAddr>() {
-            Ok(a) => a.ip().to_string(),
-            Err(_) => from.to_owned(),
-        };
-        let mut inner = self.inner.lock();
-        let here = inner.by_source.get(&source).copied().unwrap_or(0);
-        if here >= MAX_HANDSHAKING_PER_SOURCE {
-            return None;
-        }
-        if inner.waiting.len() >= MAX_HANDSHAKING
-            && let Some((_, oldest)) = inner.waiting.pop_front()
-        {
-            oldest.notify_one();
-        }
-        inner.by_source.insert(source.clone(), here + 1);
-        inner.next_id += 1;
-        let (id, evict) = (inner.next_id, Arc::new(tokio::sync::Notify::new()));
-        inner.waiting.push_back((id, evict.clone()));
-        Some(Login {
-            logins: self.clone(),
-            source,
-            id,
-            evict,
-        })
-    }
-}
-
-impl Login {
-    /// Resolves when this connection must give its place to a newer one.
-    async fn evicted(&self) {
-        self.evict.notified().await;
-    }
-}
-
-impl Drop for Login {
-    fn drop(&mut self) {
-        let mut inner = self.logins.inner.lock();
-        if let Some(n) = inner.by_source.get_mut(&self.source) {
-            *n -= 1;
-            if *n == 0 {
-                inner.by_source.remove(&self.source);
-            }
-        }
-        let id = self.id;
-        inner.waiting.retain(|(i, _)| *i != id);
-    }
-}
-
-/// Lets a log line through at most once per [`LOG_EVERY`], counting those held back.
-#[derive(Debug, Default)]
-struct LogGate {
-    state: parking_lot::Mutex<(Option<std::time::Instant>, u64)>,
-}
-
-impl LogGate {
-    /// `Some(lines held back since the last one)` when this line may be written.
-    fn pass(&self) -> Option<u64> {
-        let mut s = self.state.lock();
-        let now = std::time::Instant::now();
-        if s.0.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
-            s.1 += 1;
-            return None;
-        }
-        let held = std::mem::take(&mut s.1);
-        s.0 = Some(now);
-        Some(held)
     }
 }
 
@@ -240,7 +148,7 @@ impl PeerServer {
     pub fn new(here: Here, settings: ServerSettings, relay: Option<Relay>) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
-            log_gate: LogGate::default(),
+            log_gate: LogGate::new(LOG_EVERY),
             here,
             settings,
             relay,
@@ -287,6 +195,12 @@ impl PeerServer {
         }
     }
 
+    /// Refuses `conn` (counted, logged through the gate) and tells the peer why.
+    async fn refuse(&self, conn: &mut FramedPeer, from: &str, reason: String) {
+        self.refuse_quietly(from, &reason);
+        let _ = framing::send(conn, &Frame::Refused { reason }).await;
+    }
+
     async fn serve(&self, mut conn: FramedPeer, from: String, login: Login, slots: Arc<Semaphore>) {
         let handshake = tokio::select! {
             r = self.handshake(&mut conn) => r,
@@ -296,17 +210,11 @@ impl PeerServer {
         drop(login);
         let peer = match handshake {
             Ok(peer) => peer,
-            Err(reason) => {
-                self.refuse_quietly(&from, &reason);
-                let _ = framing::send(&mut conn, &Frame::Refused { reason }).await;
-                return;
-            }
+            Err(reason) => return self.refuse(&mut conn, &from, reason).await,
         };
         let Ok(_permit) = slots.try_acquire_owned() else {
-            self.refuse_quietly(&from, "too many peer connections");
             let reason = "too many peer connections".to_owned();
-            let _ = framing::send(&mut conn, &Frame::Refused { reason }).await;
-            return;
+            return self.refuse(&mut conn, &from, reason).await;
         };
         tracing::debug!(%from, %peer, "peer connected");
         while let Some(bytes) = conn.next().await {
@@ -325,10 +233,7 @@ impl PeerServer {
                 }
             };
             if !self.settings.accept_members && members_only(&frame) {
-                let reason = NOT_MEMBERS.to_owned();
-                self.refuse_quietly(&from, &reason);
-                let _ = framing::send(&mut conn, &Frame::Refused { reason }).await;
-                return;
+                return self.refuse(&mut conn, &from, NOT_MEMBERS.to_owned()).await;
             }
             let groups = match frame {
                 Frame::Checks(groups) => groups,
@@ -359,15 +264,11 @@ impl PeerServer {
                 }
                 Frame::GlobalCounts { generation, counts } => {
                     // Unanswered: counts are absolute, the sender resyncs after any loss.
-                    // A full set (up to 10,000 counts, a few ms to merge) is merged in slices
-                    // so the checks sharing this worker are not held up behind it.
                     let global = self.here.global();
-                    for (i, slice) in counts.chunks(MERGE_SLICE).enumerate() {
-                        if i > 0 {
-                            tokio::task::yield_now().await;
-                        }
+                    in_slices(&counts, |slice| {
                         global.receive(&peer, generation, slice, self.here.now());
-                    }
+                    })
+                    .await;
                     global
                         .stats
                         .received_bytes
@@ -376,16 +277,11 @@ impl PeerServer {
                 }
                 Frame::GlobalCountsOf { counts } => {
                     // The end of the peer's full set: the counts it holds of other actors,
-                    // merged under each actor (bounded and validated first), in slices too.
+                    // merged under each actor (bounded and validated first).
                     let global = self.here.global();
                     let (valid, refused) = crate::global::wire::relayed(&counts);
                     global.stats.malformed.fetch_add(refused, Ordering::Relaxed);
-                    for (i, slice) in valid.chunks(MERGE_SLICE).enumerate() {
-                        if i > 0 {
-                            tokio::task::yield_now().await;
-                        }
-                        global.merge_relayed(slice, self.here.now());
-                    }
+                    in_slices(&valid, |slice| global.merge_relayed(slice, self.here.now())).await;
                     global.note_merge(&peer, std::time::Instant::now());
                     global.note_full_set(&peer);
                     global

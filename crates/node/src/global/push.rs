@@ -334,6 +334,12 @@ async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::Member;
+    use crate::cluster::quorum::Quorum;
+    use crate::global::actor;
+    use ringlimit_core::link::memnet::MemNet;
+    use ringlimit_proto::Ring;
+    use std::collections::BTreeMap;
 
     /// A peer server on `net` at `id` whose global counts go to `counters`, its clock at `now`:
     /// the receiving end of the tests below.
@@ -374,13 +380,6 @@ mod tests {
             queue: 16,
         }
     }
-
-    use crate::cluster::Member;
-    use crate::cluster::quorum::Quorum;
-    use crate::global::actor;
-    use ringlimit_core::link::memnet::MemNet;
-    use ringlimit_proto::Ring;
-    use std::collections::BTreeMap;
 
     const WINDOW: u64 = 1_700_000_000;
 
