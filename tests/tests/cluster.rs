@@ -793,19 +793,7 @@ async fn peer_port_survives_garbage() -> Result<()> {
     let cluster = TestCluster::start_with(2, patient).await?;
     let target = cluster[0].peer;
     let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
-    let checks = Frame::Checks(vec![CheckGroup {
-        id: 1,
-        checks: vec![PeerCheck {
-            key: "sneaky".into(),
-            rule: RuleRef::Inline(InlineRule {
-                limit: 1,
-                period_ms: PERIOD_MS,
-                algorithm: Algorithm::TokenBucket,
-                burst: None,
-            }),
-            cost: 1,
-        }],
-    }]);
+    let checks = one_check("sneaky");
     // (what, bytes sent, words the refusal must contain when the server sends one)
     let mut cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
         ("random bytes", noise.bytes(4096), None),
@@ -1318,6 +1306,7 @@ async fn ownership_moves_keep_consumption() -> Result<()> {
     Ok(())
 }
 
+/// One check of `key` under an inline rule of 1 per period, as a peer frame.
 fn one_check(key: &str) -> Frame {
     Frame::Checks(vec![CheckGroup {
         id: 1,
