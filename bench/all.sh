@@ -16,19 +16,14 @@
 # hidden by the closed loop's waiting): p50, p99, p99.9.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 RUNS="${RUNS:-3}"
 CONNS="${CONNS:-8}"
 export KEYSPACE="${KEYSPACE:-100000}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/all-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29500}"
-mkdir -p "$OUT_DIR"
-
-SCRIPT=all.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+need wrk
+build_node
 
 # Limits high enough that nearly every request is admitted (what is measured is the path).
 cat >"$OUT_DIR/rules.yaml" <<'YAML'
@@ -90,10 +85,7 @@ print(f"targets: check/all p99 < 1 ms: {'PASS' if a_p99 < 1 else 'MISS'} ({a_p99
 PY
 
 if [ -n "${OPEN_RATES:-}" ]; then
-  if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
-  fi
-  OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
+  build_openloop
   body='{"checks":[{"key":"user:{n}","rule":"per-user"},{"key":"ip:{n}","rule":"per-ip"},'
   body+='{"key":"POST /orders","limit":1000000,"period_ms":1000}]}'
   echo "check/all at a fixed rate (open loop, $CONNS connections, $DURATION s per run), ms:"

@@ -9,47 +9,33 @@
 #
 # Env: KEYS (default 1000000; --max-keys is the same), ALGO (token_bucket|fixed_window|
 # sliding_window|leaky_bucket; default token_bucket), SETTLE (default 5), RUNS (default 1),
-# PORT (default 38280), HTTP_THREADS (default 2), EXTRA_ENV (e.g. "MIMALLOC_PURGE_DELAY=0"),
-# SKIP_BUILD=1.
+# HTTP_THREADS (default 2), EXTRA_ENV (e.g. "MIMALLOC_PURGE_DELAY=0"), SKIP_BUILD=1, BASE_PORT,
+# OUT_DIR (node logs; bench/lib.sh).
 set -euo pipefail
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 KEYS="${KEYS:-1000000}"
 ALGO="${ALGO:-token_bucket}"
 SETTLE="${SETTLE:-5}"
 RUNS="${RUNS:-1}"
-PORT="${PORT:-38280}"
 HTTP_THREADS="${HTTP_THREADS:-2}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-if [ -z "${BINS:-}" ]; then
-  if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-  fi
-  BINS="$CARGO_TARGET_DIR/release/ringlimit"
-fi
-WORK="$(mktemp -d)"
-# shellcheck source=bench/node.sh
-source "$BENCH_DIR/node.sh"
-cleanup() {
-  node_stop
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+NODE_ENV="${EXTRA_ENV:-} TOKIO_WORKER_THREADS=$HTTP_THREADS"
+build_node
 
-buckets() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk '$1 == "ringlimit_buckets" {print $2}'; }
+buckets() { curl -sf "http://127.0.0.1:$(http_port 0)/metrics" | awk '$1 == "ringlimit_buckets" {print $2}'; }
 
 printf '%-28s %4s %10s %10s %12s %12s %12s\n' binary run buckets empty_MB "B/bkt_filled" "B/bkt_settled" "peak/settled"
 for run in $(seq 1 "$RUNS"); do
   for bin in $BINS; do
-    node_start "$bin" --max-keys "$KEYS"
-    empty=$(node_kb VmRSS)
+    NODE_BIN=$bin start_nodes 1 "$run-$(basename "$bin")" --http-threads "$HTTP_THREADS" --max-keys "$KEYS"
+    empty=$(proc_kb VmRSS)
     node_fill "$KEYS" k "\"limit\":100,\"period_ms\":60000,\"algorithm\":\"$ALGO\""
-    filled=$(node_kb VmRSS)
+    filled=$(proc_kb VmRSS)
     sleep "$SETTLE"
-    settled=$(node_kb VmRSS)
-    hwm=$(node_kb VmHWM)
+    settled=$(proc_kb VmRSS)
+    hwm=$(proc_kb VmHWM)
     n=$(buckets)
-    node_stop
+    stop_nodes
     awk -v b="$bin" -v r="$run" -v n="$n" -v e="$empty" -v f="$filled" -v s="$settled" -v h="$hwm" 'BEGIN {
       printf "%-28s %4d %10d %10.1f %12.1f %12.1f %12.2f\n", substr(b, length(b) - 27), r, n, e / 1000,
         (f - e) * 1024 / n, (s - e) * 1024 / n, (h - e) / (s - e) }'

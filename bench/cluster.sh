@@ -9,21 +9,16 @@
 # ratio (cluster / single) is the figure to read, not the absolutes.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 RUNS="${RUNS:-1}"
 CONNS="${CONNS:-8}"
 export KEYSPACE="${KEYSPACE:-100000}"
 export CHECK_LIMIT="${CHECK_LIMIT:-100}"
 export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/cluster-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29100}"
-mkdir -p "$OUT_DIR"
-
-SCRIPT=cluster.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+need wrk
+build_node
 
 load() { wrk_load "$@"; }
 

@@ -10,19 +10,13 @@
 #   ROUNDS=10 CALLERS=64 bench/contention.sh
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ROUNDS="${ROUNDS:-5}"
 CALLERS="${CALLERS:-32}"
 IP_LIMIT="${IP_LIMIT:-200}"
 USERS="${USERS:-400}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/contention-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29600}"
-mkdir -p "$OUT_DIR"
-
-SCRIPT=contention.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+build_node
 
 cat >"$OUT_DIR/rules.yaml" <<YAML
 rules:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Server CPU time per answered check, by path, against an nginx floor (issue 17):
 #
-#   bench/cpu.sh                                   # one round, 10 s per load, /tmp/rl-gossip
+#   bench/cpu.sh                                   # one round, 10 s per load, this checkout
 #   DURATION=5 RUNS=3 BATCH_SIZES="10 100 1000" BINS="/tmp/a /tmp/b" bench/cpu.sh
 #
 # CPU time is steadier than throughput on a noisy 2-core machine: a load that is slowed down by
@@ -29,7 +29,8 @@
 # node and nginx logs and nginx.conf.
 #
 # Env:
-#   BINS          ringlimit binaries to compare, space-separated (default /tmp/rl-gossip)
+#   BINS          ringlimit binaries to compare, space-separated (default: BIN, this checkout's
+#                 release build, built first unless SKIP_BUILD=1; bench/lib.sh)
 #   DURATION      seconds per measured load (default 10); WARMUP: unmeasured seconds before each
 #                 load (default 2, 0 to skip)
 #   RUNS          rounds of all loads; the table gives the median per (path, binary) (default 1)
@@ -37,13 +38,13 @@
 #   WRK_THREADS   wrk threads (default 2); CONNS: wrk connections (default 8)
 #   HTTP_THREADS  ringlimit --http-threads (default 2); MAX_KEYS: --max-keys (default 1000000)
 #   KEYSPACE, CHECK_LIMIT, CHECK_PERIOD_MS   passed to the wrk scripts (default 100000, 100, 1000)
-#   PORT          ringlimit HTTP port (default 18480); PEER_PORT (PORT+1); NGINX_PORT (PORT+2)
+#   BASE_PORT     ringlimit's ports and nginx's (bench/lib.sh's table)
 #   OUT_DIR       where raw outputs go (default bench/out/cpu-<timestamp>)
-# Everything runs on 127.0.0.1. No build: point BINS at release binaries.
+# Everything runs on 127.0.0.1.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BINS="${BINS:-/tmp/rl-gossip}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-2}"
 RUNS="${RUNS:-1}"
@@ -55,25 +56,20 @@ MAX_KEYS="${MAX_KEYS:-1000000}"
 export KEYSPACE="${KEYSPACE:-100000}"
 export CHECK_LIMIT="${CHECK_LIMIT:-100}"
 export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
-PORT="${PORT:-18480}"
-PEER_PORT="${PEER_PORT:-$((PORT + 1))}"
-NGINX_PORT="${NGINX_PORT:-$((PORT + 2))}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/cpu-$(date +%Y%m%d-%H%M%S)}"
+PORT=$(http_port 0)
+NGINX_PORT=$(aux_port 2)
 NGINX=/usr/sbin/nginx
 HZ="$(getconf CLK_TCK)"
 # ringlimit's answer to an allowed check, for nginx to send back (same size)
 NGINX_BODY='{"allowed":true,"limit":100,"remaining":99,"reset_at_ms":1795439344144,"retry_after_ms":0,"degraded":false}'
-
-SCRIPT=cpu
-log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 for v in DURATION RUNS WRK_THREADS CONNS; do
   [[ "${!v}" =~ ^[0-9]+$ && "${!v}" -gt 0 ]] || die "$v must be a positive integer"
 done
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number of seconds"
 for b in $BATCH_SIZES; do [[ "$b" =~ ^[0-9]+$ && "$b" -gt 0 ]] || die "bad batch size: $b"; done
-for b in $BINS; do [[ -x "$b" ]] || die "not an executable: $b"; done
+need wrk curl "$NGINX=nginx"
+build_node
 
 # ---------------------------------------------------------------- processes and cleanup
 WORK="$(mktemp -d)"
@@ -81,77 +77,18 @@ chmod 755 "$WORK" # nginx workers run as www-data
 RL_PID=""         # the ringlimit node
 NGINX_PID=""      # the nginx master
 NGINX_KIDS=""     # its workers (kept for the case the master dies first)
-LOAD_PID=""       # wrk, under timeout
-
-# TERM, then (after 5 s) KILL; returns once the processes are gone or after that bound.
-stop_pids() {
-  local p i
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "$@"; do
-    for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$p" 2>/dev/null; then
-      log "pid $p ignored SIGTERM: killing it"
-      kill -KILL "$p" 2>/dev/null || true
-    fi
-  done
-  for p in "$@"; do wait "$p" 2>/dev/null || true; done
-}
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
+# shellcheck disable=SC2317 # run by the exit trap, once bench/lib.sh has stopped the servers
+cpu_cleanup() {
   # shellcheck disable=SC2086 # NGINX_KIDS is a list of pids
-  stop_pids $LOAD_PID $RL_PID $NGINX_PID
-  # shellcheck disable=SC2086
   [[ -z "$NGINX_KIDS" ]] || stop_pids $NGINX_KIDS
-  if [[ -d "$OUT_DIR" ]]; then cp "$WORK"/*.log "$WORK"/nginx.conf "$OUT_DIR"/ 2>/dev/null || true; fi
+  cp "$WORK"/nginx-error.log "$WORK"/nginx.conf "$OUT_DIR"/ 2>/dev/null || true
   rm -rf "$WORK"
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+at_exit cpu_cleanup
 
-# ---------------------------------------------------------------- tools
-command -v wrk >/dev/null || { log "installing wrk"; apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-[[ -x "$NGINX" ]] || { log "installing nginx"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; }
-command -v curl >/dev/null || die "curl is needed"
-
-# No socket on the port, listening or not: the ports sit in Linux's ephemeral range, where
-# another program's client connection can hold one. Its TIME-WAIT then fails a listener's bind
-# for 60 s even with SO_REUSEADDR, but so would our servers' own closed connections be listed:
-# start_* rather retry (up to 70 s) when the server exits at start.
-port_free() {
-  if command -v ss >/dev/null; then
-    [[ -z "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]] &&
-      [[ -z "$(ss -Huan "( sport = :$1 )" 2>/dev/null)" ]]
-  elif (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-    return 1
-  fi
-}
-wait_ports_free() { # PORT... : bounded wait (70 s) for them to be free
-  local deadline=$((SECONDS + 70)) p said=""
-  for p in "$@"; do
-    until port_free "$p"; do
-      [[ -n "$said" ]] || { log "port $p is in use: waiting up to 70 s"; said=1; }
-      ((SECONDS < deadline)) || die "port $p still in use (set PORT)"
-      sleep 1
-    done
-  done
-}
-wait_ports_free "$PORT" "$PEER_PORT" "$NGINX_PORT"
-
-mkdir -p "$OUT_DIR"
 log "raw outputs in $OUT_DIR; $RUNS round(s) of ${DURATION}s loads (+${WARMUP}s warm-up), wrk -t$WRK_THREADS -c$CONNS"
 
 # ---------------------------------------------------------------- measurement helpers
-pid_ticks() { # PID -> utime+stime in ticks (0 if gone)
-  local st
-  st=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
-  st=${st##*) } # fields from 3 on: utime (14) is the 12th, stime (15) the 13th
-  # shellcheck disable=SC2086
-  set -- $st
-  echo $((${12} + ${13}))
-}
 server_pids() { # the processes whose CPU counts for the running server
   if [[ -n "$NGINX_PID" ]]; then
     echo "$NGINX_PID"
@@ -181,14 +118,11 @@ nginx_accepts() { # connections nginx accepted so far (stub_status)
   curl -sf --max-time 5 "http://127.0.0.1:$NGINX_PORT/nginx_status" | awk 'NR == 3 { print $1 }'
 }
 
-# wrk in the background (so a signal interrupts `wait`), bounded by timeout.
+# wrk in the background (bench/lib.sh's job: a signal interrupts `wait`), bounded by timeout.
 run_wrk() { # SECONDS OUTFILE LUA PATH
-  timeout --kill-after=5 $(($1 + 30)) wrk -t"$WRK_THREADS" -c"$CONNS" -d"$1s" \
-    -s "$BENCH_DIR/wrk/$3" "http://127.0.0.1:$URL_PORT$4" >"$2" 2>&1 &
-  LOAD_PID=$!
   local rc=0
-  wait "$LOAD_PID" || rc=$?
-  LOAD_PID=""
+  job timeout --kill-after=5 $(($1 + 30)) wrk -t"$WRK_THREADS" -c"$CONNS" -d"$1s" \
+    -s "$BENCH_DIR/wrk/$3" "http://127.0.0.1:$URL_PORT$4" >"$2" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || { cat "$2" >&2; die "wrk failed ($rc), output in $2"; }
 }
 wrk_secs() { # "N requests in 10.00s, ..." -> seconds
@@ -266,20 +200,6 @@ measure() { # ROUND PATH BINARY LUA URL_PATH BATCH KIND
 }
 
 # ---------------------------------------------------------------- servers
-wait_ready() { # URL PID LOG LABEL -> 1 if the process exited (e.g. its port was taken)
-  local deadline=$((SECONDS + 20))
-  until curl -sf --max-time 1 "$1" >/dev/null; do
-    if ! kill -0 "$2" 2>/dev/null; then
-      wait "$2" 2>/dev/null || true
-      tail -5 "$3" >&2
-      log "$4 exited at start"
-      return 1
-    fi
-    ((SECONDS < deadline)) || { cat "$3" >&2; die "$4 not ready within 20 s"; }
-    sleep 0.1
-  done
-}
-
 cat >"$WORK/nginx.conf" <<EOF
 worker_processes 2;
 pid $WORK/nginx.pid;
@@ -304,17 +224,12 @@ http {
 EOF
 
 start_nginx() {
-  local i deadline=$((SECONDS + 70))
-  for ((i = 1; ; i++)); do
-    wait_ports_free "$NGINX_PORT"
-    "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx-error.log" &
-    NGINX_PID=$!
-    wait_ready "http://127.0.0.1:$NGINX_PORT/nginx_status" "$NGINX_PID" "$WORK/nginx-error.log" nginx && break
-    NGINX_PID=""
-    ((SECONDS < deadline)) || die "nginx did not start (log: $OUT_DIR/nginx-error.log)"
-    log "retrying in 5 s (attempt $i)"
-    sleep 5
-  done
+  local i
+  ports_free "$NGINX_PORT"
+  "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx-error.log" &
+  NGINX_PID=$!
+  PIDS+=("$NGINX_PID")
+  wait_ready "http://127.0.0.1:$NGINX_PORT/nginx_status" "$NGINX_PID" "$WORK/nginx-error.log" nginx
   for ((i = 0; i < 50; i++)); do
     NGINX_KIDS=$(pgrep -P "$NGINX_PID" | tr '\n' ' ' || true)
     [[ $(wc -w <<<"$NGINX_KIDS") -ge 2 ]] && break
@@ -324,31 +239,20 @@ start_nginx() {
 }
 stop_nginx() {
   local kids=$NGINX_KIDS
-  stop_pids "$NGINX_PID"
+  stop_nodes
   # shellcheck disable=SC2086
   [[ -z "$kids" ]] || stop_pids $kids
   NGINX_PID="" NGINX_KIDS=""
 }
 
 start_node() { # BIN LABEL
-  local i deadline=$((SECONDS + 70))
-  for ((i = 1; ; i++)); do
-    wait_ports_free "$PORT" "$PEER_PORT"
-    RUST_LOG=warn "$1" serve --node-id cpu --http "127.0.0.1:$PORT" --peer "127.0.0.1:$PEER_PORT" \
-      --http-threads "$HTTP_THREADS" --max-keys "$MAX_KEYS" 2>>"$WORK/node-$2.log" &
-    RL_PID=$!
-    wait_ready "http://127.0.0.1:$PORT/readyz" "$RL_PID" "$WORK/node-$2.log" "ringlimit ($1)" && break
-    RL_PID=""
-    ((SECONDS < deadline)) || die "ringlimit ($1) did not start (log: $OUT_DIR/node-$2.log)"
-    log "retrying in 5 s (attempt $i)"
-    sleep 5
-  done
+  NODE_BIN=$1 start_nodes 1 "$2" --http-threads "$HTTP_THREADS" --max-keys "$MAX_KEYS"
+  RL_PID=${PIDS[0]}
   URL_PORT=$PORT
 }
 stop_node() {
-  stop_pids "$RL_PID"
+  stop_nodes
   RL_PID=""
-  sleep 0.3
 }
 
 # binary labels: base names, made unique

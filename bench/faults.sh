@@ -21,35 +21,21 @@
 # long two nodes that each own keys disagreed on the ring. Needs root (ip netns, iptables).
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/faults-$(date +%Y%m%d-%H%M%S)}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCENARIOS="${SCENARIOS:-isolate split oneway-out oneway-in loss stall}"
 NS="${NS_PREFIX:-rlf}"
-mkdir -p "$OUT_DIR"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
-# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
-log() { printf '[faults.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-[ "$(id -u)" = 0 ] || { log "needs root (network namespaces, iptables)"; exit 1; }
-if ! command -v iptables >/dev/null || ! command -v ip >/dev/null; then
-  log "installing iptables and iproute2"
-  apt-get update -qq && apt-get install -y -qq iptables iproute2 >/dev/null
-fi
-
-if [ -z "${BIN:-}" ]; then
-  log "building ringlimit (release)"
-  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-  BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/ringlimit"
-fi
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces, iptables)"
+need iptables ip=iproute2
+build_node
 BIN="$(realpath "$BIN")"
 
 HOSTS=(n0 n1 n2 c)
 teardown() {
   for h in "${HOSTS[@]}" sw; do ip netns del "$NS-$h" 2>/dev/null || true; done
 }
-trap teardown EXIT INT TERM
+at_exit teardown
 teardown
 
 log "namespaces: $NS-n0 $NS-n1 $NS-n2 (nodes), $NS-c (client), $NS-sw (bridge)"
@@ -67,7 +53,8 @@ for h in "${HOSTS[@]}"; do
   ip -n "$NS-sw" link set "$h" up
 done
 
-# The orchestrator runs in the client's namespace; it starts each node in its own.
+# The orchestrator runs in the client's namespace; it starts each node in its own. In the
+# foreground: Ctrl-C reaches faults.py, which stops its nodes (they are its processes).
 ip netns exec "$NS-c" python3 "$BENCH_DIR/faults.py" \
   --bin "$BIN" --ns "$NS" --out "$OUT_DIR" --scenarios "$SCENARIOS" \
   ${CHECK:+--check} | tee "$OUT_DIR/summary.txt"

@@ -17,8 +17,8 @@
 # ratio and the over-admission, not absolute checks/s.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 RUNS="${RUNS:-1}"
 CONNS="${CONNS:-8}"
@@ -29,13 +29,8 @@ ACC_PERIOD_MS="${ACC_PERIOD_MS:-4000}"
 LOAD_RATE="${LOAD_RATE:-250}"
 ACC_RUNS="${ACC_RUNS:-1}"
 GOSSIP_MS="${GOSSIP_MS:-100}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/global-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29300}"
-mkdir -p "$OUT_DIR"
-
-SCRIPT=global.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+need wrk
+build_node
 
 RULES="$OUT_DIR/rules.yaml"
 cat >"$RULES" <<YAML

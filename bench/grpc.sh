@@ -14,21 +14,16 @@
 # time per call (utime + stime over the load: steadier than throughput on a shared machine).
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 RUNS="${RUNS:-3}"
 STREAMS="${STREAMS:-8}"
 H2_CONNS="${H2_CONNS:-2}"
 export CONNS="$STREAMS"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/grpc-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29700}"
-GRPC_PORT=$((BASE_PORT + 90))
-mkdir -p "$OUT_DIR"
-
-SCRIPT=grpc.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+GRPC_PORT=$(aux_port 0)
+need wrk
+build_node
 # shellcheck source=bench/grpc_setup.sh
 source "$BENCH_DIR/grpc_setup.sh"
 

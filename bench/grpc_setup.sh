@@ -1,11 +1,9 @@
+# shellcheck shell=bash
 # gRPC load shared by bench/grpc.sh and bench/slowconns.sh (PROTO=grpc): source it after
 # bench/lib.sh with GRPC_PORT set. Writes $OUT_DIR/rules.yaml and $OUT_DIR/envoy/ (limits high
 # enough that every call is admitted) and the request bodies rls1.bin, rls3.bin, v1.bin; defines
 # grpc_flags, path_of, grpc_probe and h2_load.
-command -v h2load >/dev/null || {
-  log "installing h2load (nghttp2-client)"
-  apt-get update -qq && apt-get install -y -qq nghttp2-client >/dev/null
-}
+need h2load=nghttp2-client
 
 cat >"$OUT_DIR/rules.yaml" <<'YAML'
 rules:

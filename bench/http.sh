@@ -26,13 +26,14 @@
 #   MAX_KEYS         ringlimit --max-keys (default 1000000)
 #   KEYSPACE         distinct keys (default 100000)
 #   CHECK_LIMIT, CHECK_PERIOD_MS   inline token bucket used everywhere (default 100 per 1000 ms)
-#   HTTP_PORT, PEER_PORT, REDIS_PORT   fixed ports (default: first free set from a few candidates)
-#   CARGO_TARGET_DIR (default <repo>/target), SKIP_BUILD=1 to reuse an existing binary
+#   BASE_PORT        ringlimit's ports and Redis's (bench/lib.sh's table)
+#   BIN              the node binary (default: this checkout's release build, built first unless
+#                    SKIP_BUILD=1; CARGO_TARGET_DIR, default <repo>/target)
 #   OUT_DIR          where raw outputs go (default bench/out/http-<timestamp>)
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DURATION="${DURATION:-10}"
 RUNS="${RUNS:-1}"
@@ -52,8 +53,6 @@ MAX_KEYS="${MAX_KEYS:-1000000}"
 export KEYSPACE="${KEYSPACE:-100000}"
 export CHECK_LIMIT="${CHECK_LIMIT:-100}"
 export CHECK_PERIOD_MS="${CHECK_PERIOD_MS:-1000}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/http-$(date +%Y%m%d-%H%M%S)}"
 HOST=127.0.0.1
 
 # Targets
@@ -61,51 +60,15 @@ TARGET_RATIO=1.5
 TARGET_P99_MS=1
 TARGET_BATCH=1000000
 
-log() { printf '[http.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
 [[ "$DURATION" =~ ^[0-9]+$ && "$DURATION" -gt 0 ]] || die "DURATION must be a positive integer (seconds)"
 [[ "$RUNS" =~ ^[0-9]+$ && "$RUNS" -gt 0 ]] || die "RUNS must be a positive integer"
-
-# ---------------------------------------------------------------- cleanup
-PIDS=()      # long-lived servers
-LOAD_PID=""  # the load generator currently running, if any
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  local pid
-  [[ -n "$LOAD_PID" ]] && PIDS=("$LOAD_PID" "${PIDS[@]}")
-  for pid in "${PIDS[@]}"; do
-    kill -0 "$pid" 2>/dev/null && kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "pid $pid did not stop on SIGTERM; killing"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-  done
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 # CPU accounting, to tell how much of the machine something else used during a load:
 # foreign % = (all busy CPU time - our servers - our load generator) / all CPU time.
 sys_cpu() { awk 'NR == 1 { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
-pid_cpu() { # pid [children] -> utime+stime (or cutime+cstime) in jiffies, 0 if gone
-  local st
-  st=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
-  st=${st##*) }
-  # shellcheck disable=SC2086
-  set -- $st
-  if [[ "${2:-}" == children ]]; then echo $((${14} + ${15})); else echo $((${12} + ${13})); fi
-}
 ours_cpu() { # servers + reaped children of this shell (wrk / redis-benchmark via timeout)
   local sum=0 pid
-  for pid in "${PIDS[@]}"; do sum=$((sum + $(pid_cpu "$pid"))); done
+  for pid in "${PIDS[@]}"; do sum=$((sum + $(pid_ticks "$pid"))); done
   local st; st=$(cat "/proc/$$/stat"); st=${st##*) }  # $$: the main shell, which reaps the loads
   # shellcheck disable=SC2086
   set -- $st
@@ -120,11 +83,8 @@ run_bounded() { # run_bounded SECONDS OUTFILE cmd...
   local secs=$1 out=$2; shift 2
   local s0 o0 s1 o1
   s0=$(sys_cpu); o0=$(ours_cpu)
-  timeout --kill-after=5 "$secs" "${NICE[@]}" "$@" >"$out" 2>&1 &
-  LOAD_PID=$!
   local rc=0
-  wait "$LOAD_PID" || rc=$?
-  LOAD_PID=""
+  job timeout --kill-after=5 "$secs" "${NICE[@]}" "$@" >"$out" 2>&1 || rc=$?
   s1=$(sys_cpu); o1=$(ours_cpu)
   LAST_FOREIGN=$(awk -v a="$s0" -v b="$s1" -v o0="$o0" -v o1="$o1" 'BEGIN {
     split(a, x, " "); split(b, y, " "); busy = y[1] - x[1]; tot = y[2] - x[2]; f = busy - (o1 - o0)
@@ -133,57 +93,13 @@ run_bounded() { # run_bounded SECONDS OUTFILE cmd...
   return "$rc"
 }
 
-# ---------------------------------------------------------------- tools
-need_pkgs=()
-command -v wrk >/dev/null 2>&1 || need_pkgs+=(wrk)
-command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
-{ command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1; } || need_pkgs+=(redis-tools)
-command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
-if ((${#need_pkgs[@]})); then
-  SUDO=""
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || die "missing ${need_pkgs[*]} and not root (no sudo)"
-    SUDO=sudo
-  fi
-  log "installing ${need_pkgs[*]}"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y "${need_pkgs[@]}"
-fi
-command -v cargo >/dev/null 2>&1 || die "cargo not found"
-
-# ---------------------------------------------------------------- build
-BIN="$CARGO_TARGET_DIR/release/ringlimit"
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  log "building release binary (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
-  (cd "$REPO" && cargo build --release -p ringlimit-node --bin ringlimit)
-fi
-[[ -x "$BIN" ]] || die "binary not found: $BIN"
-
-mkdir -p "$OUT_DIR"
+# ---------------------------------------------------------------- tools, build, ports
+need wrk redis-server redis-cli=redis-tools redis-benchmark=redis-tools curl
+build_node
 log "raw outputs in $OUT_DIR"
-
-# ---------------------------------------------------------------- ports
-port_free() { # TCP and UDP both free on 127.0.0.1 / any
-  local p=$1
-  [[ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]] &&
-    [[ -z "$(ss -Huan "( sport = :$p )" 2>/dev/null)" ]]
-}
-if ! command -v ss >/dev/null 2>&1; then
-  port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-fi
-
-if [[ -n "${HTTP_PORT:-}${PEER_PORT:-}${REDIS_PORT:-}" ]]; then
-  HTTP_PORT="${HTTP_PORT:-38080}"; PEER_PORT="${PEER_PORT:-38081}"; REDIS_PORT="${REDIS_PORT:-38079}"
-  for p in "$HTTP_PORT" "$PEER_PORT" "$REDIS_PORT"; do port_free "$p" || die "port $p is in use"; done
-else
-  found=""
-  for base in 38080 39080 40080 41080 42080 43080; do
-    if port_free "$base" && port_free $((base + 1)) && port_free $((base - 1)); then
-      HTTP_PORT=$base; PEER_PORT=$((base + 1)); REDIS_PORT=$((base - 1)); found=1; break
-    fi
-  done
-  [[ -n "$found" ]] || die "no free port set among the candidates; set HTTP_PORT/PEER_PORT/REDIS_PORT"
-fi
+HTTP_PORT=$(http_port 0)
+PEER_PORT=$(peer_port 0)
+REDIS_PORT=$(aux_port 1)
 URL="http://$HOST:$HTTP_PORT"
 log "ports: http=$HTTP_PORT peer=$PEER_PORT redis=$REDIS_PORT"
 
@@ -217,24 +133,14 @@ BUSY_BEFORE=$BUSY
 log "CPU busy before start: ${BUSY_BEFORE}% (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 
 # ---------------------------------------------------------------- start servers
-"${NICE[@]}" "$BIN" serve --http "$HOST:$HTTP_PORT" --peer "$HOST:$PEER_PORT" --max-keys "$MAX_KEYS" \
-  --node-id bench ${HTTP_THREADS:+--http-threads "$HTTP_THREADS"} >"$OUT_DIR/ringlimit.log" 2>&1 &
-RL_PID=$!
-PIDS+=("$RL_PID")
+log "starting ringlimit, waiting for /readyz"
+NODE_WRAP="${NICE[*]}" start_nodes 1 http --max-keys "$MAX_KEYS" ${HTTP_THREADS:+--http-threads "$HTTP_THREADS"}
+RL_PID=${PIDS[0]}
 
-"${NICE[@]}" redis-server --port "$REDIS_PORT" --bind "$HOST" --save '' --appendonly no --daemonize no \
-  >"$OUT_DIR/redis-server.log" 2>&1 &
-REDIS_PID=$!
-PIDS+=("$REDIS_PID")
-
-log "waiting for ringlimit /readyz"
-ready=""
-for _ in $(seq 1 300); do  # at most ~30 s
-  kill -0 "$RL_PID" 2>/dev/null || { tail -20 "$OUT_DIR/ringlimit.log" >&2; die "ringlimit exited early"; }
-  if curl -fsS -m 1 "$URL/readyz" >/dev/null 2>&1; then ready=1; break; fi
-  sleep 0.1
-done
-[[ -n "$ready" ]] || die "ringlimit not ready after 30 s (see $OUT_DIR/ringlimit.log)"
+ports_free "$REDIS_PORT"
+start_server "$OUT_DIR/redis-server.log" "${NICE[@]}" redis-server --port "$REDIS_PORT" --bind "$HOST" \
+  --save '' --appendonly no --daemonize no
+REDIS_PID=${PIDS[1]}
 
 log "waiting for redis"
 ready=""
@@ -265,14 +171,6 @@ sanity=$(redis-cli -h "$HOST" -p "$REDIS_PORT" EVALSHA "$SHA" 1 bench:sanity "$C
 log "sanity checks passed (redis script sha $SHA)"
 
 # ---------------------------------------------------------------- parsing helpers
-to_ms() { # wrk duration (123.45us | 1.23ms | 1.00s | 2.00m) -> ms
-  awk -v v="$1" 'BEGIN {
-    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
-    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
-    else if (v ~ /m$/) { sub(/m$/, "", v); printf "%.3f", v * 60000 }
-    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
-    else printf "NA" }'
-}
 wrk_rps() { awk '/^Requests\/sec:/ { print $2 }' "$1"; }
 wrk_pct() { local v; v=$(awk -v p="$2%" '$1 == p { print $2; exit }' "$1"); [[ -n "$v" ]] && to_ms "$v" || echo NA; }
 wrk_errors() { grep -E 'Socket errors|Non-2xx' "$1" | tr -s ' ' | paste -sd ';' - || true; }
@@ -282,7 +180,7 @@ redis_csv_field() { # file column-name
     NR == 1 { for (i = 1; i <= NF; i++) { h = $i; gsub(/"/, "", h); idx[h] = i } ; next }
     /^"/ { if (col in idx) { v = $(idx[col]); gsub(/"/, "", v); print v } else print "NA"; exit }' "$1"
 }
-median() { # numbers as args (NA ignored)
+median_of() { # numbers as args (NA ignored)
   printf '%s\n' "$@" | grep -Ev '^(NA|)$' | sort -g | awk '{ a[NR] = $1 } END {
     if (NR == 0) { print "NA"; exit }
     if (NR % 2) printf "%.3f\n", a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
@@ -412,29 +310,29 @@ done
 
 redis-cli -h "$HOST" -p "$REDIS_PORT" INFO keyspace >"$OUT_DIR/redis-keyspace.txt" 2>&1 || true
 curl -sS -m 5 "$URL/metrics" >"$OUT_DIR/ringlimit-metrics.txt" 2>&1 || true
-kill -0 "$RL_PID" 2>/dev/null || die "ringlimit died during the benchmark (see $OUT_DIR/ringlimit.log)"
+kill -0 "$RL_PID" 2>/dev/null || die "ringlimit died during the benchmark (see $OUT_DIR/node-http-0.log)"
 LOADAVG_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------- summary
-M_CHECK32=$(median "${R_CHECK32[@]}")
-M_CHECK32_P99=$(median "${R_CHECK32_P99[@]}")
-M_ALLOWED=$(median "${R_ALLOWED[@]}")
-M_CHECK8=$(median "${R_CHECK8[@]}")
-M_P50_8=$(median "${R_P50_8[@]}")
-M_P99_8=$(median "${R_P99_8[@]}")
-M_BATCH8=$(median "${R_BATCH8[@]}")
-M_BATCH32=$(median "${R_BATCH32[@]}")
-M_REDIS32=$(median "${R_REDIS32[@]}")
-M_REDIS32_P99=$(median "${R_REDIS32_P99[@]}")
-M_REDIS8=$(median "${R_REDIS8[@]}")
-M_REDIS8_P50=$(median "${R_REDIS8_P50[@]}")
-M_REDIS8_P99=$(median "${R_REDIS8_P99[@]}")
+M_CHECK32=$(median_of "${R_CHECK32[@]}")
+M_CHECK32_P99=$(median_of "${R_CHECK32_P99[@]}")
+M_ALLOWED=$(median_of "${R_ALLOWED[@]}")
+M_CHECK8=$(median_of "${R_CHECK8[@]}")
+M_P50_8=$(median_of "${R_P50_8[@]}")
+M_P99_8=$(median_of "${R_P99_8[@]}")
+M_BATCH8=$(median_of "${R_BATCH8[@]}")
+M_BATCH32=$(median_of "${R_BATCH32[@]}")
+M_REDIS32=$(median_of "${R_REDIS32[@]}")
+M_REDIS32_P99=$(median_of "${R_REDIS32_P99[@]}")
+M_REDIS8=$(median_of "${R_REDIS8[@]}")
+M_REDIS8_P50=$(median_of "${R_REDIS8_P50[@]}")
+M_REDIS8_P99=$(median_of "${R_REDIS8_P99[@]}")
 # the ratio is taken per round and its median reported (both sides share the same machine state)
 R_RATIO=()
 for i in "${!R_CHECK32[@]}"; do
   R_RATIO+=("$(awk -v a="${R_CHECK32[$i]}" -v b="${R_REDIS32[$i]}" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "NA" }')")
 done
-M_RATIO=$(median "${R_RATIO[@]}")
+M_RATIO=$(median_of "${R_RATIO[@]}")
 M_BATCH=$(awk -v a="$M_BATCH8" -v b="$M_BATCH32" 'BEGIN { print (a > b ? a : b) }')
 
 pf() { # pf VALUE OP TARGET -> PASS|MISS

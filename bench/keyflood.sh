@@ -19,17 +19,13 @@
 # per second, most buckets held, evictions, peak RSS, and the clients' checks/s, p50 and p99.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-20}"
 MAX_KEYS="${MAX_KEYS:-1000000}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/keyflood-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29900}"
 FLOOD_CONNS="${FLOOD_CONNS:-16}"
-mkdir -p "$OUT_DIR"
-SCRIPT=keyflood.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+need wrk
+build_node
 
 # PIN=1 (bench/lib.sh): the node alone on CPU 0, so with one HTTP thread, saturated by a flood
 # whose CPU is not its own.
@@ -43,10 +39,7 @@ if [ -n "${BENCH_NICE:-}" ]; then
 fi
 
 if [ -n "${OPEN_RATE:-}" ]; then
-  if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
-  fi
-  OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
+  build_openloop
 fi
 
 # CLIENT_NICE=-10 (as root): the clients' generator wakes ahead of the node's busy threads, to
@@ -95,6 +88,7 @@ log "clients alone for ${DURATION}s"
 read -r q_rps q_p50 q_p99 < <(probe quiet)
 sample >"$OUT_DIR/samples.txt" &
 SAMPLER=$!
+HELPERS+=("$SAMPLER")
 log "flood (wrk -c$FLOOD_CONNS, 100 new keys a request) and clients for ${DURATION}s"
 # FLOOD_IDLE=1 (bench/lib.sh): wrk building 100-key batches otherwise shares the 2 cores with
 # the node and its clients, and each of its scheduler slices is a wait for them.
@@ -102,11 +96,13 @@ log "flood (wrk -c$FLOOD_CONNS, 100 new keys a request) and clients for ${DURATI
 timeout $((DURATION + 30)) $FLOOD_WRAP wrk -t1 -c"$FLOOD_CONNS" -d"$((DURATION + 2))s" -s "$BENCH_DIR/wrk/flood.lua" \
   "http://127.0.0.1:$PORT" >"$OUT_DIR/flood.txt" 2>&1 &
 FLOOD=$!
+HELPERS+=("$FLOOD")
 sleep 1
 read -r f_rps f_p50 f_p99 < <(probe flooded)
 wait "$FLOOD" || true
 sleep 1
-kill "$SAMPLER" 2>/dev/null || true
+stop_pids "$SAMPLER"
+HELPERS=()
 keys=$(sed -n 's/.*keys=\([0-9]*\).*/\1/p' "$OUT_DIR/flood.txt")
 bad=$(sed -n 's/.*bad_responses=\([0-9]*\).*/\1/p' "$OUT_DIR/flood.txt")
 hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$PID/status")

@@ -16,35 +16,19 @@
 # allocator frees an outgrown table only some time after it is replaced.
 #
 # Env: MAX_KEYS (default 1000000), GLOBAL_KEYS (default 100000), HTTP_THREADS (default 2, as
-# TOKIO_WORKER_THREADS=2 in deploy/k8s), PORT (default 38180; PORT+1 is the peer port),
-# SKIP_BUILD=1, CARGO_TARGET_DIR.
+# TOKIO_WORKER_THREADS=2 in deploy/k8s), EXTRA_ENV (e.g. "MIMALLOC_PURGE_DELAY=0"), BIN, SKIP_BUILD=1, BASE_PORT, OUT_DIR (node logs),
+# CARGO_TARGET_DIR (bench/lib.sh).
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 MAX_KEYS="${MAX_KEYS:-1000000}"
 GLOBAL_KEYS="${GLOBAL_KEYS:-100000}"
 HTTP_THREADS="${HTTP_THREADS:-2}"
-PORT="${PORT:-38180}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-SCRIPT=memory
-log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
+NODE_ENV="${EXTRA_ENV:-} TOKIO_WORKER_THREADS=$HTTP_THREADS"
+build_node
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  log "building ringlimit (release)"
-  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-fi
-BIN="$CARGO_TARGET_DIR/release/ringlimit"
-WORK="$(mktemp -d)"
-# shellcheck source=bench/node.sh
-source "$BENCH_DIR/node.sh"
-cleanup() {
-  node_stop
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-cat >"$WORK/rules.yaml" <<'EOF'
+cat >"$OUT_DIR/rules.yaml" <<'EOF'
 rules:
   - name: mem-global
     limit: 1000
@@ -53,13 +37,17 @@ rules:
     mode: global
 EOF
 
-start() { node_start "$BIN" --config "$WORK/rules.yaml" "$@"; }
+start() { # LABEL [serve flags...]
+  local label=$1
+  shift
+  start_nodes 1 "$label" --http-threads "$HTTP_THREADS" --config "$OUT_DIR/rules.yaml" "$@"
+}
 
 mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1000 }'; }
 report() { # LABEL
   local rss hwm
-  rss=$(node_kb VmRSS)
-  hwm=$(node_kb VmHWM)
+  rss=$(proc_kb VmRSS)
+  hwm=$(proc_kb VmHWM)
   printf '%-58s RSS %8s MB   peak %8s MB\n' "$1" "$(mb "$rss")" "$(mb "$hwm")"
 }
 
@@ -67,24 +55,24 @@ STORE_CHECK='"limit":100,"period_ms":60000'
 GLOBAL_CHECK='"rule":"mem-global"'
 
 log "stage empty"
-start --max-keys 1000
+start empty --max-keys 1000
 report "empty: --max-keys 1000"
-node_stop
+stop_nodes
 
 log "stage store: $MAX_KEYS keys"
-start --max-keys "$MAX_KEYS"
+start store --max-keys "$MAX_KEYS"
 report "store: --max-keys $MAX_KEYS, at start"
 node_fill "$MAX_KEYS" s: "$STORE_CHECK"
 report "store: $MAX_KEYS keys checked"
 node_fill $((MAX_KEYS / 10)) t: "$STORE_CHECK"
 report "store: $((MAX_KEYS / 10)) more (evicting)"
-node_stop
+stop_nodes
 
 log "stage global: + $GLOBAL_KEYS global keys"
-start --max-keys "$MAX_KEYS" --global-max-counters "$GLOBAL_KEYS"
+start global --max-keys "$MAX_KEYS" --global-max-counters "$GLOBAL_KEYS"
 node_fill "$MAX_KEYS" s: "$STORE_CHECK"
 node_fill "$GLOBAL_KEYS" g: "$GLOBAL_CHECK"
 report "every cap full: + $GLOBAL_KEYS global keys"
 sleep 3
 report "every cap full, 3 s later"
-node_stop
+stop_nodes

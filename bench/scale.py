@@ -150,7 +150,7 @@ class Bench:
         self.window = float(env.get("WINDOW", "10"))
         self.settle = float(env.get("SETTLE", "5"))
         self.hot = [int(k) for k in env.get("HOT_KEYS", "1000 10000").split()]
-        self.base = int(env.get("BASE", "39000"))
+        self.base = int(env.get("BASE", "30000"))
         self.timeout = float(env.get("WAIT_TIMEOUT", "60"))
         self.leave = env.get("LEAVE", "1") == "1"
         self.converge_idle = env.get("CONVERGE_IDLE", "1") == "1" and bool(self.hot)
@@ -199,9 +199,9 @@ class Bench:
 
     def alloc_ports(self, i):
         """Node i's HTTP and peer ports: BASE+2i and BASE+2i+1 when free, else the next free
-        pair above the last one given out. BASE is inside the ephemeral port range, where the
-        client side of a connection (ours or another program's, TIME-WAIT included) can hold a
-        port for a minute."""
+        pair above the last one given out: another program can hold one (bench/scale.sh's BASE
+        is below the ephemeral range, where the client side of a connection, TIME-WAIT
+        included, could hold one for a minute)."""
         cand = max(self.base + 2 * i, self.next_port)
         while cand < self.base + 2000:
             if self.port_free(cand, (socket.SOCK_STREAM,)) and \

@@ -42,68 +42,41 @@
 # OUT_DIR/summary.txt, node logs in OUT_DIR/logs.
 #
 # Env: SIZES (default "3 9 25"), WINDOW (s, default 10), SETTLE (s, default 5), HOT_KEYS
-# (default "1000 10000"), BASE (default 39000: node i has HTTP BASE+2i and peer BASE+2i+1, or
-# the next free pair above when another program holds one of them),
+# (default "1000 10000"), BASE_PORT (default 30000, bench/lib.sh: node i has HTTP BASE_PORT+2i
+# and peer BASE_PORT+2i+1, or the next free pair above when another program holds one of them),
 # WAIT_TIMEOUT (s, default 60), LEAVE=0 (skip the graceful leave), CONVERGE_IDLE=0 (skip the
 # idle join and kill), OUT_DIR (default bench/out/scale-<timestamp>), BIN (default
 # $CARGO_TARGET_DIR/release/ringlimit, built first unless BIN is given or SKIP_BUILD=1),
 # CARGO_TARGET_DIR. The load on the machine (other benchmarks) shows in every figure.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
-# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
-export OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/scale-$(date +%Y%m%d-%H%M%S)}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export SIZES="${SIZES:-3 9 25}" WINDOW="${WINDOW:-10}" SETTLE="${SETTLE:-5}"
-export HOT_KEYS="${HOT_KEYS:-1000 10000}" BASE="${BASE:-39000}" WAIT_TIMEOUT="${WAIT_TIMEOUT:-60}"
-log() { printf '[scale.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-if [ -z "${BIN:-}" ]; then
-  if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    log "building ringlimit (release)"
-    cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-  fi
-  BIN="$CARGO_TARGET_DIR/release/ringlimit"
-fi
-[ -x "$BIN" ] || { log "no binary at $BIN"; exit 1; }
+export HOT_KEYS="${HOT_KEYS:-1000 10000}" BASE="$BASE_PORT" WAIT_TIMEOUT="${WAIT_TIMEOUT:-60}"
+build_node
 BIN="$(realpath "$BIN")"
-export BIN
-mkdir -p "$OUT_DIR"
 OUT_DIR="$(realpath "$OUT_DIR")"
+export BIN OUT_DIR
 
-# The helper stops its nodes and load loop however it ends; this is for when it cannot (killed):
-# every process it started is listed in OUT_DIR/pids, and each of them has OUT_DIR on its
-# command line (the nodes' --config, the load loop's argument), which guards against reused ids.
-PY_PID=""
-cleanup() {
-  if [ -n "$PY_PID" ] && kill -0 "$PY_PID" 2>/dev/null; then
-    kill -TERM "$PY_PID" 2>/dev/null || true
-    for _ in $(seq 1 150); do kill -0 "$PY_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$PY_PID" 2>/dev/null || true
-    wait "$PY_PID" 2>/dev/null || true
-  fi
-  PY_PID=""
-  if [ -f "$OUT_DIR/pids" ]; then
-    local pid
-    while read -r pid; do
-      if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$OUT_DIR"; then
-        kill -KILL "$pid" 2>/dev/null || true
-      fi
-    done <"$OUT_DIR/pids"
-  fi
+# The helper stops its nodes and load loop however it ends, given the time (STOP_WAIT: up to
+# 15 s after the TERM of the exit trap); this is for when it cannot (killed): every process it
+# started is listed in OUT_DIR/pids, and each of them has OUT_DIR on its command line (the
+# nodes' --config, the load loop's argument), which guards against reused ids.
+STOP_WAIT=15
+# shellcheck disable=SC2317 # run by the exit trap
+kill_listed() {
+  [ -f "$OUT_DIR/pids" ] || return 0
+  local pid
+  while read -r pid; do
+    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$OUT_DIR"; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done <"$OUT_DIR/pids"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+at_exit kill_listed
 
-# In the background, so that INT and TERM reach the trap at once rather than after the helper.
-python3 "$BENCH_DIR/scale.py" run &
-PY_PID=$!
 rc=0
-wait "$PY_PID" || rc=$?
-PY_PID=""
-[ "$rc" = 0 ] && log "done: $OUT_DIR" || log "failed ($rc): $OUT_DIR"
+job python3 "$BENCH_DIR/scale.py" run || rc=$?
+if [ "$rc" = 0 ]; then log "done: $OUT_DIR"; else log "failed ($rc): $OUT_DIR"; fi
 exit "$rc"

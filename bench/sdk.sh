@@ -11,25 +11,17 @@
 # cores: read the ratios, and the medians.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SECS="${SECONDS_PER_LOAD:-5}"
 RUNS="${RUNS:-1}"
 RATE="${RATE:-5000}"
 CONC="${CONC:-32}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/sdk-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29300}"
-mkdir -p "$OUT_DIR"
+build_node
 
-SCRIPT=sdk.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
-
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  log "building sdk_load (release)"
-  cargo build --release -q -p ringlimit-client --example sdk_load --manifest-path "$REPO/Cargo.toml"
-fi
+cargo_release -p ringlimit-client --example sdk_load
 LOAD="$CARGO_TARGET_DIR/release/examples/sdk_load"
+[ -x "$LOAD" ] || die "no sdk_load at $LOAD (build it: cargo build --release -p ringlimit-client --example sdk_load)"
 
 start_nodes 3 sdk
 SEEDS="http://127.0.0.1:$(http_port 0),http://127.0.0.1:$(http_port 1),http://127.0.0.1:$(http_port 2)"

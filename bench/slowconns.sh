@@ -25,25 +25,20 @@
 # Needs a high open-files limit: the script raises its own (as root) before starting anything.
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 RUNS="${RUNS:-3}"
 SLOW="${SLOW:-10000}"
 export CONNS="${CONNS:-8}"
 MAX_CONNECTIONS="${MAX_CONNECTIONS:-10000}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/slowconns-$(date +%Y%m%d-%H%M%S)}"
-BASE_PORT="${BASE_PORT:-29800}"
-mkdir -p "$OUT_DIR"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-SCRIPT=slowconns.sh
-# shellcheck source=bench/lib.sh
-source "$BENCH_DIR/lib.sh"
+need wrk
+build_node
 
 PROTO="${PROTO:-http}"
 if [ "$PROTO" = grpc ]; then
-  GRPC_PORT=$((BASE_PORT + 90))
+  GRPC_PORT=$(aux_port 0)
   STREAMS="${STREAMS:-8}"
   H2_CONNS="${H2_CONNS:-2}"
   # shellcheck source=bench/grpc_setup.sh
@@ -69,10 +64,7 @@ HTTP="127.0.0.1:$(http_port 0)"
 # once) otherwise take the cores from the node and its clients.
 
 if [ -n "${OPEN_RATE:-}" ] && [ "$PROTO" = http ]; then
-  if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
-  fi
-  OPENLOOP="$CARGO_TARGET_DIR/release/openloop"
+  build_openloop
 fi
 
 run_wrk() { # LABEL -> "rps p50 p99"
@@ -104,9 +96,11 @@ for ((run = 1; run <= RUNS; run++)); do
   # shellcheck disable=SC2086
   $FLOOD_WRAP python3 "$BENCH_DIR/slowconns.py" "$TARGET" "$SLOW" $((DURATION + 8)) "$FLOOD_KIND" >"$OUT_DIR/slow-$run.txt" &
   flood=$!
+  HELPERS+=("$flood")
   sleep 5 # let the flood reach its size before measuring
   echo "$run flood $(run_wrk "flood-$run")" >>"$OUT_DIR/results.tsv"
   wait "$flood" || true
+  HELPERS=()
 done
 python3 - "$OUT_DIR" "$RUNS" <<'PY'
 import statistics, sys, glob

@@ -42,13 +42,17 @@ TRY_TIMEOUT = 0.25
 
 # Below Linux's ephemeral range (32768-60999): a restarted node must find its ports free, and
 # the load's own client connections take ports from that range (a soak run lost node 1 for 24
-# minutes when its HTTP port was taken by one).
+# minutes when its HTTP port was taken by one). bench/soak.sh passes its BASE_PORT (bench/lib.sh's
+# table and port layout).
+BASE_PORT = int(os.environ.get("BASE_PORT", "28700"))
+
+
 def http_port(i):
-    return 29701 + i
+    return BASE_PORT + i
 
 
 def peer_port(i):
-    return 29751 + i
+    return BASE_PORT + 50 + i
 
 
 def proc_cpu_s(pid):

@@ -6,17 +6,11 @@
 #   bench/soak.sh
 #   MINUTES=5 KILL_EVERY=60 bench/soak.sh
 set -euo pipefail
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/soak-$(date +%Y%m%d-%H%M%S)}"
-mkdir -p "$OUT_DIR"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
-# (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
-export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release -q -p ringlimit-node --bin ringlimit --manifest-path "$REPO/Cargo.toml"
-  BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/ringlimit"
-fi
-python3 "$BENCH_DIR/soak.py" --bin "$(realpath "$BIN")" --out "$OUT_DIR" \
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+build_node
+ports_free "$(http_port 0)" "$(http_port 1)" "$(http_port 2)" "$(peer_port 0)" "$(peer_port 1)" "$(peer_port 2)"
+# In the foreground: Ctrl-C reaches soak.py, which stops its nodes (they are its processes).
+BASE_PORT="$BASE_PORT" python3 "$BENCH_DIR/soak.py" --bin "$(realpath "$BIN")" --out "$OUT_DIR" \
   --minutes "${MINUTES:-30}" --kill-every "${KILL_EVERY:-180}" --rate "${RATE:-600}" \
   | tee "$OUT_DIR/summary.txt"

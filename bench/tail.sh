@@ -2,7 +2,7 @@
 # p99 of POST /v1/check at half of capacity, open loop, when the node's HTTP threads lose the CPU
 # (issue 17, part 4):
 #
-#   bench/tail.sh                                   # /tmp/rl-gossip, 10 s per condition
+#   bench/tail.sh                                   # this checkout's release build, 10 s per condition
 #   BINS="/tmp/rl-a /tmp/rl-b" RUNS=3 bench/tail.sh # A/B, medians of 3 rounds
 #   RATE=20000 DURATION=3 bench/tail.sh             # a fixed rate instead of capacity/2
 #
@@ -23,66 +23,40 @@
 # the quota cgroup's cpu.stat, throttling counts, beside it).
 # The table gives medians over RUNS rounds (each round runs the three conditions in turn).
 #
-# Env: BIN (default /tmp/rl-gossip; never built here), BINS (space-separated, default $BIN),
-# OPENLOOP (default $REPO/target/release/openloop, built when missing unless SKIP_BUILD=1),
-# THREADS_LIST: --http-threads values to compare, each a node of its own (default HTTP_THREADS;
-# "2 0" compares per-core runtimes with the work-stealing runtime).
+# Env: BIN (default this checkout's release build, built first unless SKIP_BUILD=1), BINS
+# (space-separated, default $BIN), OPENLOOP (default $CARGO_TARGET_DIR/release/openloop, built
+# the same way), THREADS_LIST: --http-threads values to compare, each a node of its own (default
+# HTTP_THREADS; "2 0" compares per-core runtimes with the work-stealing runtime).
 # DURATION (default 10), WARMUP (default 2), CONNS (default 8), HTTP_THREADS (default 2),
-# RUNS (default 1), RATE (default capacity/2 of each binary), PORT (default 18580; PORT+1 is
-# the peer port), OUT_DIR (default bench/out/tail-<timestamp>), CARGO_TARGET_DIR.
+# RUNS (default 1), RATE (default capacity/2 of each binary), BASE_PORT, OUT_DIR (default
+# bench/out/tail-<timestamp>), CARGO_TARGET_DIR (bench/lib.sh).
 set -euo pipefail
 
-BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$BENCH_DIR/.." && pwd)"
-BIN="${BIN:-/tmp/rl-gossip}"
-BINS="${BINS:-$BIN}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-OPENLOOP="${OPENLOOP:-$CARGO_TARGET_DIR/release/openloop}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-2}"
 CONNS="${CONNS:-8}"
 HTTP_THREADS="${HTTP_THREADS:-2}"
 THREADS_LIST="${THREADS_LIST:-$HTTP_THREADS}"
 RUNS="${RUNS:-1}"
-PORT="${PORT:-18580}"
-OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/tail-$(date +%Y%m%d-%H%M%S)}"
 CG_NAME=ringlimit-tail
-SCRIPT=tail.sh
-log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
-
-command -v wrk >/dev/null || { log "wrk is needed (apt-get install wrk)"; exit 1; }
-if [ ! -x "$OPENLOOP" ]; then
-  [ "${SKIP_BUILD:-0}" != 1 ] || { log "no $OPENLOOP and SKIP_BUILD=1"; exit 1; }
-  log "building openloop (release, on its own)"
-  cargo build --release -q -p ringlimit-openloop --manifest-path "$REPO/Cargo.toml"
-fi
-for b in $BINS; do [ -x "$b" ] || { log "no node binary $b"; exit 1; }; done
-mkdir -p "$OUT_DIR"
+PORT=$(http_port 0)
+need wrk
+build_node
+build_openloop
 
 NODE=""   # the node's PID
 BUSY=()   # the neighbour's PIDs
-JOB=""    # wrk or openloop, while it runs
 CG=""     # the quota cgroup's directory, once created
 CG_HOME="" # the node's cgroup before the move (cgroup.procs of it)
-
-# Ends a process this script started: TERM, up to 5 s, then KILL; reaps it.
-stop_pid() { # PID
-  local p=$1 i
-  kill "$p" 2>/dev/null || { wait "$p" 2>/dev/null || true; return 0; }
-  for ((i = 0; i < 50; i++)); do
-    [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null || echo Z)" != Z ] || break
-    sleep 0.1
-  done
-  kill -9 "$p" 2>/dev/null || true
-  wait "$p" 2>/dev/null || true
-}
 
 stop_busy() {
   local p c
   for p in "${BUSY[@]:-}"; do
     [ -n "$p" ] || continue
     c=$(pgrep -P "$p" || true) # stress-ng's workers
-    stop_pid "$p"
+    stop_pids "$p"
     # shellcheck disable=SC2086
     [ -z "$c" ] || kill -9 $c 2>/dev/null || true
   done
@@ -104,60 +78,25 @@ cgroup_remove() {
 
 stop_node() {
   cgroup_remove
-  [ -z "$NODE" ] || stop_pid "$NODE"
+  stop_nodes
   NODE=""
 }
 
-cleanup() {
-  [ -z "$JOB" ] || stop_pid "$JOB"
-  JOB=""
-  stop_busy
-  stop_node
-  rmdir /sys/fs/cgroup/ringlimit-tail-neighbour /sys/fs/cgroup/cpu/ringlimit-tail-neighbour 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM # exit runs the EXIT trap
+# The node is stopped by bench/lib.sh's exit trap (after any job), then these.
+at_exit stop_busy
+at_exit cgroup_remove
+at_exit 'rmdir /sys/fs/cgroup/ringlimit-tail-neighbour /sys/fs/cgroup/cpu/ringlimit-tail-neighbour 2>/dev/null'
 
-# PORT may still be held by another program (another bench, or a socket in TIME-WAIT when
-# PORT is set inside Linux's ephemeral range, 32768-60999), so a refused bind is retried for
-# 75 s.
 start_node() { # BIN LABEL
-  local deadline=$((SECONDS + 75)) ready
-  while :; do
-    RUST_LOG=warn "$1" serve --node-id tail --http "127.0.0.1:$PORT" --peer "127.0.0.1:$((PORT + 1))" \
-      --http-threads "$HTTP_THREADS" --max-keys 1000000 2>"$OUT_DIR/node-$2.log" &
-    NODE=$!
-    ready=$((SECONDS + 20))
-    until [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/readyz")" = 200 ]; do
-      kill -0 "$NODE" 2>/dev/null || break
-      [ $SECONDS -lt $ready ] || { log "node $1 did not become ready"; cat "$OUT_DIR/node-$2.log" >&2; exit 1; }
-      sleep 0.1
-    done
-    # Still alive a moment later: the answer was its own, not another process's on PORT.
-    sleep 0.2
-    kill -0 "$NODE" 2>/dev/null && return 0
-    wait "$NODE" 2>/dev/null || true
-    NODE=""
-    if grep -q 'already in use' "$OUT_DIR/node-$2.log" && [ $SECONDS -lt $deadline ]; then
-      log "port $PORT or $((PORT + 1)) is busy, retrying"
-      sleep 2
-      continue
-    fi
-    log "node $1 exited"
-    cat "$OUT_DIR/node-$2.log" >&2
-    exit 1
-  done
+  NODE_BIN=$1 start_nodes 1 "$2" --http-threads "$HTTP_THREADS" --max-keys 1000000
+  NODE=${PIDS[0]}
 }
 
-# Runs a command in the background (so that a signal reaches the trap at once) and waits for it.
+# Runs a command in the background (bench/lib.sh's job: a signal reaches the trap at once).
 run_job() { # OUT_FILE ERR_FILE CMD...
-  local out=$1 err=$2 rc=0
+  local out=$1 err=$2
   shift 2
-  "$@" >"$out" 2>"$err" &
-  JOB=$!
-  wait "$JOB" || rc=$?
-  JOB=""
-  return $rc
+  job "$@" >"$out" 2>"$err"
 }
 
 capacity() { # LABEL; sets CAP (requests/s)
@@ -168,15 +107,7 @@ capacity() { # LABEL; sets CAP (requests/s)
   [ -n "$CAP" ] || { log "no Requests/sec in $out"; exit 1; }
 }
 
-# utime+stime of the node, in clock ticks (CLK_TCK, 100/s).
-node_ticks() {
-  local st
-  st=$(cat "/proc/$NODE/stat")
-  st=${st##*) }
-  # shellcheck disable=SC2086
-  set -- $st
-  echo $((${12} + ${13}))
-}
+node_ticks() { pid_ticks "$NODE"; }
 
 openloop() { # RATE OUT_JSON
   local t0 s0=$SECONDS
