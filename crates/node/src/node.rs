@@ -184,7 +184,7 @@ pub async fn run(
             seeds: config.seeds.clone(),
             interval: config.gossip_interval,
         },
-        PeerTransport::new(listeners.gossip, secret.clone(), gossip_stats.clone())
+        &PeerTransport::new(listeners.gossip, secret.clone(), gossip_stats.clone())
             .accepting_members(security.accepts_members())
             .with_blocklist(config.gossip_blocklist.clone()),
     )
