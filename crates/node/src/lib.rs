@@ -54,6 +54,8 @@ pub mod service;
 
 #[cfg(test)]
 mod in_memory_cluster;
+#[cfg(test)]
+mod testing;
 
 pub use config::NodeConfig;
 pub use node::{Listeners, NodeError, run, shutdown_signal};

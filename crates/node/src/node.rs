@@ -1,5 +1,6 @@
 //! Wiring: one node is an engine, gossip membership, a peer pool and server, the check service
-//! and its HTTP edge, run until shutdown.
+//! and its HTTP edge, run until shutdown — on sockets it bound ([`Listeners`]) or on an
+//! in-memory network ([`MemoryNet`], for whole nodes in tests).
 
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
@@ -11,14 +12,18 @@ use crate::forward::{PeerPool, PeerServer, Relay, ServerSettings};
 use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::admin::AdminToken;
 use crate::http::{self, AppState};
+use crate::listen::stream::Listener;
 use crate::metrics::Metrics;
 use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
 use crate::rule_sync::Synced;
 use crate::rulebook::RuleBook;
 use crate::service::{self, CheckService};
+use chitchat::transport::{ChannelTransport, Transport};
 use ringlimit_core::clock::SystemClock;
 use ringlimit_core::link::PeerSettings;
+use ringlimit_core::link::dial::Dial;
+use ringlimit_core::link::memnet::{MemListener, MemNet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -92,6 +97,120 @@ impl Listeners {
     }
 }
 
+/// An in-memory network whole nodes run on (tests): gossip over chitchat's `ChannelTransport`
+/// (which can cut links: `remove_link`/`add_link`), peer RPC, HTTP and gRPC over memnet (cut,
+/// stall, drop). Addresses are the configured ones, as text. Clones share the network.
+///
+/// chitchat 0.13 keeps its envelope encoding to itself and `ChannelTransport` carries decoded
+/// envelopes, so the gossip MAC ([`crate::cluster::transport`]) has no bytes to seal here: in
+/// memory, gossip runs without it (and without the lone-node refusal); peer RPC's handshake
+/// and its MAC run as on sockets.
+#[derive(Clone, Default)]
+pub struct MemoryNet {
+    pub gossip: ChannelTransport,
+    pub links: MemNet,
+}
+
+impl MemoryNet {
+    /// Listens on `config`'s addresses, which must be given (no port 0 in memory).
+    pub fn listen(&self, config: &NodeConfig) -> MemoryListeners {
+        MemoryListeners {
+            net: self.clone(),
+            http: self.links.listen(&config.http_addr.to_string()),
+            peer: self.links.listen(&config.peer_addr.to_string()),
+            grpc: config
+                .grpc_addr
+                .map(|addr| self.links.listen(&addr.to_string())),
+            http_addr: config.http_addr,
+            peer_addr: config.peer_addr,
+        }
+    }
+}
+
+/// A node's listeners on a [`MemoryNet`].
+pub struct MemoryListeners {
+    net: MemoryNet,
+    http: MemListener,
+    peer: MemListener,
+    grpc: Option<MemListener>,
+    http_addr: SocketAddr,
+    peer_addr: SocketAddr,
+}
+
+/// Where a node serves: sockets it bound, or an in-memory network.
+pub enum Bound {
+    Sockets(Listeners),
+    Memory(MemoryListeners),
+}
+
+impl From<Listeners> for Bound {
+    fn from(l: Listeners) -> Self {
+        Bound::Sockets(l)
+    }
+}
+
+impl From<MemoryListeners> for Bound {
+    fn from(l: MemoryListeners) -> Self {
+        Bound::Memory(l)
+    }
+}
+
+/// The peer port's listener.
+enum PeerListener {
+    Tcp(TcpListener),
+    Memory(MemListener),
+}
+
+/// What [`run`] serves on, whichever the network.
+struct Endpoints {
+    http: Listener,
+    http_addr: SocketAddr,
+    peer: PeerListener,
+    peer_addr: SocketAddr,
+    grpc: Option<Listener>,
+    grpc_addr: Option<SocketAddr>,
+    gossip: Box<dyn Transport>,
+    dialer: Arc<dyn Dial>,
+}
+
+impl Endpoints {
+    fn new(
+        bound: Bound,
+        config: &NodeConfig,
+        gossip_stats: &Arc<crate::metrics::GossipStats>,
+    ) -> Result<Self, NodeError> {
+        Ok(match bound {
+            Bound::Sockets(l) => {
+                let security = config.peer_security()?;
+                Endpoints {
+                    http_addr: l.http_addr().unwrap_or(config.http_addr),
+                    peer_addr: l.peer_addr().unwrap_or(config.peer_addr),
+                    grpc_addr: l.grpc_addr(),
+                    http: Listener::Tcp(l.http),
+                    peer: PeerListener::Tcp(l.peer),
+                    grpc: l.grpc.map(Listener::Tcp),
+                    gossip: Box::new(
+                        PeerTransport::new(l.gossip, security.secret(), gossip_stats.clone())
+                            .accepting_members(security.accepts_members())
+                            .with_blocklist(config.gossip_blocklist.clone()),
+                    ),
+                    dialer: ringlimit_core::link::dial::tcp(),
+                }
+            }
+            Bound::Memory(m) => Endpoints {
+                http: Listener::Memory(m.http),
+                http_addr: m.http_addr,
+                peer: PeerListener::Memory(m.peer),
+                peer_addr: m.peer_addr,
+                grpc_addr: m.grpc.as_ref().and(config.grpc_addr),
+                grpc: m.grpc.map(Listener::Memory),
+                gossip: Box::new(m.net.gossip.clone()),
+                dialer: m.net.links.dialer(&m.peer_addr.to_string()),
+            },
+        })
+    }
+}
+
 /// Why a node stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -118,7 +237,7 @@ pub enum NodeError {
 /// stops every task it started except HTTP connections already accepted.
 pub async fn run(
     config: NodeConfig,
-    listeners: Listeners,
+    listeners: impl Into<Bound>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
     let engine = Arc::new(Engine::new(
@@ -158,8 +277,9 @@ pub async fn run(
         RuleBook::open(engine.clone(), &config.node_id, config.data_dir.clone())
             .map_err(|e| NodeError::DataDir(e.to_string()))?,
     );
-    let http_addr = listeners.http_addr().unwrap_or(config.http_addr);
-    let peer_addr = listeners.peer_addr().unwrap_or(config.peer_addr);
+    let gossip_stats = Arc::new(crate::metrics::GossipStats::default());
+    let listeners = Endpoints::new(listeners.into(), &config, &gossip_stats)?;
+    let (http_addr, peer_addr) = (listeners.http_addr, listeners.peer_addr);
     let advertise_text =
         if config.advertise.is_empty() || config.advertise == config.peer_addr.to_string() {
             peer_addr.to_string()
@@ -174,7 +294,6 @@ pub async fn run(
     };
 
     crate::cluster::seeds::wait_for_names(&config.seeds, config.seed_wait).await;
-    let gossip_stats = Arc::new(crate::metrics::GossipStats::default());
     let membership = Membership::start(
         GossipSettings {
             node_id: config.node_id.clone(),
@@ -184,9 +303,7 @@ pub async fn run(
             seeds: config.seeds.clone(),
             interval: config.gossip_interval,
         },
-        PeerTransport::new(listeners.gossip, secret.clone(), gossip_stats.clone())
-            .accepting_members(security.accepts_members())
-            .with_blocklist(config.gossip_blocklist.clone()),
+        listeners.gossip.as_ref(),
     )
     .await?;
     let membership = Arc::new(membership);
@@ -199,7 +316,7 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let here = Here::new(engine.clone(), global.clone());
     let peer_settings = PeerSettings {
-        dialer: ringlimit_core::link::dial::tcp(),
+        dialer: listeners.dialer.clone(),
         node_id: config.node_id.clone(),
         cluster_id: config.cluster_id.clone(),
         secret: secret.clone(),
@@ -256,7 +373,10 @@ pub async fn run(
     }));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
-    tasks.spawn(server.run(listeners.peer));
+    match listeners.peer {
+        PeerListener::Tcp(l) => tasks.spawn(server.run(l)),
+        PeerListener::Memory(l) => tasks.spawn(server.run(l)),
+    };
     // Stopped apart from the other tasks: once HTTP has drained, it sends peers the last counts.
     // (A set of its own, so that it too is aborted if this future is dropped.)
     let (stop_publishing, publishing_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -331,7 +451,7 @@ pub async fn run(
         "ringlimit node serving"
     );
     if let Some(listener) = listeners.grpc {
-        let grpc_addr = listener.local_addr().ok();
+        let grpc_addr = listeners.grpc_addr;
         let service = state.service.clone();
         tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit service, health)");
         let table = Arc::new(crate::listen::conns::ConnTable::new(

@@ -7,8 +7,8 @@
 //! immutable [`View`]; the ring inside it is rebuilt only when the set of live members changes.
 
 use super::quorum::Quorum;
-use super::transport::PeerTransport;
 use arc_swap::ArcSwap;
+use chitchat::transport::Transport;
 use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
@@ -121,10 +121,11 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Joins (or forms) the cluster over `transport`.
+    /// Joins (or forms) the cluster over `transport`: the node's UDP port with its MAC
+    /// ([`super::transport::PeerTransport`]), or chitchat's in-memory `ChannelTransport`.
     pub async fn start(
         settings: GossipSettings,
-        transport: PeerTransport,
+        transport: &dyn Transport,
     ) -> Result<Self, GossipError> {
         let generation = u64::try_from(
             std::time::SystemTime::now()
@@ -166,7 +167,7 @@ impl Membership {
             (KEY_PEER.to_owned(), settings.advertise.to_string()),
             (KEY_STATE.to_owned(), "alive".to_owned()),
         ];
-        let handle = spawn_chitchat(config, initial, &transport)
+        let handle = spawn_chitchat(config, initial, transport)
             .await
             .map_err(|e| GossipError(format!("{e:#}")))?;
         let self_id: Arc<str> = Arc::from(settings.node_id.as_str());
@@ -259,7 +260,8 @@ async fn watch_members(
                 &live_nodes,
                 &dead,
                 &view.load(),
-                std::time::Instant::now(),
+                // tokio's clock: follows a paused test clock (the same instant otherwise).
+                tokio::time::Instant::now().into_std(),
             )
         };
         if let Some(next) = next {
@@ -394,5 +396,105 @@ fn log_changes(before: &View, after: &View) {
         if !after.members.iter().any(|a| a.node_id == m.node_id) {
             tracing::info!(member = %m.node_id, "member removed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chitchat::transport::ChannelTransport;
+
+    fn settings(id: &str, port: u16, seeds: &[u16]) -> GossipSettings {
+        GossipSettings {
+            node_id: id.to_owned(),
+            cluster_id: "ringlimit".to_owned(),
+            advertise: SocketAddr::from(([10, 0, 0, 1], port)),
+            http_advertise: format!("10.0.0.1:{}", port + 1000),
+            seeds: seeds.iter().map(|p| format!("10.0.0.1:{p}")).collect(),
+            interval: Duration::from_millis(100),
+        }
+    }
+
+    /// Waits (in virtual time, at most a minute) until `m`'s view satisfies `what`.
+    async fn until(m: &Membership, what: impl Fn(&View) -> bool) -> Arc<View> {
+        let mut updates = m.updates();
+        let waited = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let view = updates.borrow_and_update().clone();
+                if what(&view) {
+                    return view;
+                }
+                if updates.changed().await.is_err() {
+                    return view;
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(view) => view,
+            Err(_) => panic!("view never came: {:?}", m.view().members),
+        }
+    }
+
+    fn alive(view: &View) -> Vec<&str> {
+        view.members
+            .iter()
+            .filter(|m| m.state == MemberState::Alive)
+            .map(|m| m.node_id.as_str())
+            .collect()
+    }
+
+    /// Three members over chitchat's in-memory transport see each other; one cut off from the
+    /// others is declared dead by them, and its keys leave their ring.
+    #[tokio::test(start_paused = true)]
+    async fn members_join_see_each_other_and_drop_one_cut_off() {
+        let net = ChannelTransport::default();
+        let a = Membership::start(settings("a", 7001, &[]), &net)
+            .await
+            .unwrap();
+        let b = Membership::start(settings("b", 7002, &[7001]), &net)
+            .await
+            .unwrap();
+        let c = Membership::start(settings("c", 7003, &[7001]), &net)
+            .await
+            .unwrap();
+        for m in [&a, &b, &c] {
+            let view = until(m, |v| alive(v).len() == 3).await;
+            assert_eq!(alive(&view), ["a", "b", "c"]);
+            assert_eq!(view.ring.len(), 3);
+            assert_eq!(view.members[1].http_addr, "10.0.0.1:8002");
+        }
+        let addr = |p: u16| SocketAddr::from(([10, 0, 0, 1], p));
+        net.remove_link(addr(7003), addr(7001)).await;
+        net.remove_link(addr(7003), addr(7002)).await;
+        for m in [&a, &b] {
+            let view = until(m, |v| alive(v) == ["a", "b"]).await;
+            assert_eq!(view.ring.len(), 2);
+            assert!(
+                view.members
+                    .iter()
+                    .any(|m| m.node_id == "c" && m.state == MemberState::Dead)
+            );
+        }
+    }
+
+    /// A member that announces it leaves drops out of the others' rings at once (still listed).
+    #[tokio::test(start_paused = true)]
+    async fn a_leaving_member_leaves_the_ring() {
+        let net = ChannelTransport::default();
+        let a = Membership::start(settings("a", 7001, &[]), &net)
+            .await
+            .unwrap();
+        let b = Membership::start(settings("b", 7002, &[7001]), &net)
+            .await
+            .unwrap();
+        until(&a, |v| v.ring.len() == 2).await;
+        b.leave().await;
+        let view = until(&a, |v| v.ring.len() == 1).await;
+        assert!(
+            view.members
+                .iter()
+                .any(|m| m.node_id == "b" && m.state == MemberState::Leaving)
+        );
     }
 }

@@ -12,6 +12,7 @@ pub mod ringlimit_v1;
 
 use crate::envoy_config::EnvoyConfig;
 use crate::listen::conns::{Conn, ConnTable};
+use crate::listen::stream::{Listener, Stream};
 use crate::listen::{Ended, Handler, OnExpiry};
 use crate::service::CheckService;
 use arc_swap::ArcSwap;
@@ -25,7 +26,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tonic::service::Routes;
 use tower::ServiceExt as _;
@@ -58,7 +58,7 @@ fn all_code(e: &AllError) -> tonic::Code {
 /// call's `grpc-timeout` header — a client cancels its call at its deadline (RST_STREAM, which
 /// drops the call here), and every call is bounded by the request timeout.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     service: Arc<CheckService>,
     envoy: Arc<ArcSwap<EnvoyConfig>>,
     table: Arc<ConnTable>,
@@ -110,7 +110,7 @@ struct GrpcConnections {
 impl Handler for GrpcConnections {
     fn spawn(
         self,
-        stream: TcpStream,
+        stream: Stream,
         _peer: SocketAddr,
         conn: Arc<Conn>,
         table: Arc<ConnTable>,

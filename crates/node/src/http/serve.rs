@@ -4,12 +4,12 @@
 use super::fast::FastPath;
 use super::h1;
 use crate::listen::conns::{Conn, ConnTable, Tracked};
+use crate::listen::stream::Stream;
 use crate::listen::{Ended, Handler, OnExpiry};
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::Service as _;
 
@@ -36,7 +36,7 @@ pub struct HttpConnections(pub FastPath);
 impl Handler for HttpConnections {
     fn spawn(
         self,
-        stream: TcpStream,
+        stream: Stream,
         peer: SocketAddr,
         conn: Arc<Conn>,
         table: Arc<ConnTable>,
@@ -54,7 +54,7 @@ impl Handler for HttpConnections {
 /// slow, when idle, evicted or at shutdown (after its request in flight). Its checks are
 /// answered by [`h1::serve`] until a request of another shape hands it to hyper.
 async fn serve_connection(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     conn: Arc<Conn>,
     app: FastPath,

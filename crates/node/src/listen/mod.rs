@@ -14,6 +14,7 @@
 //! main runtime; channels and the shared state work across runtimes.
 
 pub mod conns;
+pub mod stream;
 
 use conns::{Conn, ConnTable, Expiry};
 use hyper_util::server::graceful::GracefulConnection;
@@ -23,21 +24,21 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use stream::{Accepted, Listener, Stream};
 use tokio::sync::{mpsc, watch};
 
 /// Connections waiting for their runtime to pick them up, per runtime.
 const HANDOFF_QUEUE: usize = 1024;
 
 /// A connection handed to a runtime.
-type Handed = (std::net::TcpStream, SocketAddr, Arc<Conn>);
+type Handed = (Accepted, SocketAddr, Arc<Conn>);
 
 /// Serves one connection a runtime was handed: spawns a task that serves it until it ends and
 /// then calls `ended` (which forgets it). `stop` turns true when the server shuts down.
 pub trait Handler: Clone + Send + 'static {
     fn spawn(
         self,
-        stream: TcpStream,
+        stream: Stream,
         peer: SocketAddr,
         conn: Arc<Conn>,
         table: Arc<ConnTable>,
@@ -67,7 +68,7 @@ impl Drop for Ended {
 /// completion: aborting it would leave them serving). `name` is for logs and thread names.
 pub async fn serve<H: Handler>(
     name: &'static str,
-    listener: TcpListener,
+    listener: Listener,
     handler: impl Fn() -> H + Send + Sync + 'static,
     threads: usize,
     table: Arc<ConnTable>,
@@ -144,7 +145,7 @@ pub async fn serve<H: Handler>(
 /// is busy) and deals them out to the runtimes in turn.
 async fn accept_loop(
     name: &'static str,
-    listener: TcpListener,
+    mut listener: Listener,
     queues: Vec<mpsc::Sender<Handed>>,
     table: Arc<ConnTable>,
 ) {
@@ -162,13 +163,6 @@ async fn accept_loop(
         };
         let Some(conn) = table.admit() else {
             // Every connection is busy at the cap: closing this one at once is all we can do.
-            continue;
-        };
-        // No Nagle: an answer written in two pieces would otherwise wait for the client's
-        // delayed ACK (measured on gRPC: ShouldRateLimit with 3 descriptors at 44 ms p50).
-        let _ = stream.set_nodelay(true);
-        let Ok(stream) = stream.into_std() else {
-            table.remove(&conn);
             continue;
         };
         // A full queue means that runtime is far behind: try the others before dropping.
@@ -208,7 +202,7 @@ async fn run_connections<H: Handler>(
         tokio::select! {
             handed = rx.recv() => {
                 let Some((stream, peer, conn)) = handed else { break };
-                let Ok(stream) = TcpStream::from_std(stream) else {
+                let Ok(stream) = stream.into_stream() else {
                     table.remove(&conn);
                     continue;
                 };
