@@ -193,8 +193,8 @@ impl Engine {
 
     /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the
     /// clock once for all their checks: on this VM a clock read (kvm-clock, serialising) nearly
-    /// doubles a store check (60 vs 33 ns in `cargo bench --bench store`, 100k keys), and one
-    /// instant for a whole batch is what a batch means.
+    /// doubles a store check (60 vs 33 ns in `cargo bench -p ringlimit-core --bench store`,
+    /// 100k keys), and one instant for a whole batch is what a batch means.
     pub fn decide_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
         answer(&self.store.check(id, rule, now, cost), rule)
     }

@@ -208,7 +208,7 @@ impl Store {
     /// Like [`Store::check`], reading the time with `now` after the bucket's slot has been asked
     /// for: a clock read serialises the CPU (`lfence; rdtsc` where the TSC is not invariant,
     /// as in most VMs), and the lookup's cache miss then overlaps it instead of following it.
-    /// Measured with `cargo bench -p ringlimit-node --bench store`, 100k keys, one thread:
+    /// Measured with `cargo bench -p ringlimit-core --bench store`, 100k keys, one thread:
     /// 77 ns per check reading the clock first, 61 ns this way.
     #[inline]
     pub fn check_now(

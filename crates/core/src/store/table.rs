@@ -6,7 +6,7 @@
 //! on the way there. `quick_cache` (used before) costs three (hashbrown control bytes → an
 //! index → a slab entry), and with a clock read per check — whose `lfence` stops one check's
 //! misses from overlapping the next one's — the store measured 146 ns per check against
-//! governor's 66 ns (`cargo bench -p ringlimit-node --bench store`). Here a hit is one miss:
+//! governor's 66 ns (`cargo bench -p ringlimit-core --bench store`). Here a hit is one miss:
 //! the home slot holds the id and the state together (32 bytes, two per cache line), and
 //! `Store::check_now` prefetches it before reading the clock: 60 ns in the same benchmark.
 //! A CLOCK hand needs positional access to the table, which hashbrown's `HashTable` does not
