@@ -34,7 +34,7 @@ pub trait Clock: Send + Sync + 'static {
 ///
 /// The offset comes from `quanta` (the calibrated TSC where the CPU has an invariant one, the
 /// OS monotonic clock otherwise): one read per check, and `Instant::now` cost more than the
-/// whole store lookup (28 ns vs ~14 ns, `cargo bench -p ringlimit-node --bench store`).
+/// whole store lookup (28 ns vs ~14 ns, `cargo bench -p ringlimit-core --bench store`).
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,

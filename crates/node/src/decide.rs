@@ -4,7 +4,6 @@
 
 use crate::engine::{Engine, Prepared};
 use crate::global::GlobalCounters;
-use ringlimit_core::answer::answer;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;
@@ -69,14 +68,7 @@ impl Here {
     ) -> (CheckAnswer, Option<Mark>) {
         match resolved.mode {
             Mode::Global => (self.global.answer(id, &resolved.rule, now, cost), None),
-            Mode::Owner => {
-                let d = self.engine.store().check(id, &resolved.rule, now, cost);
-                let mark = (d.allowed && cost > 0).then_some(Mark {
-                    reset_ns: d.reset_ns,
-                    at_ns: now,
-                });
-                (answer(&d, &resolved.rule), mark)
-            }
+            Mode::Owner => self.engine.hold(id, &resolved.rule, cost, now),
         }
     }
 
@@ -89,9 +81,7 @@ impl Here {
     /// it decided: exactly).
     fn refund_at(&self, id: u64, resolved: &Resolved, cost: u64, mark: Mark, now: u64) {
         if resolved.mode == Mode::Owner {
-            self.engine
-                .store()
-                .refund(id, &resolved.rule, cost, mark, now);
+            self.engine.refund(id, &resolved.rule, cost, mark, now);
         }
     }
 

@@ -1,15 +1,26 @@
 //! The local decision path for owned buckets: resolve a check's rule, identify its bucket, let
 //! the store decide, and phrase the answer.
+//!
+//! The engine is the store's one write path: decisions, holds and refunds, handover in and out,
+//! resets and the fail-open share's buckets all go through its methods, and every change of an
+//! owner's bucket enters the store's change feed ([`Engine::follow`]) for a replica to copy.
+//! Shares are local buckets (`Kind::Local`): this node's alone, never replicated.
 
 use crate::rules::{NamedRule, RuleSet};
 use arc_swap::ArcSwap;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::Clock;
-use ringlimit_core::limiter::Rule;
-use ringlimit_core::store::Store;
+use ringlimit_core::limiter::{BucketState, Decision, Rule};
+use ringlimit_core::store::{Change, Cursor, FeedError, Lagged, Store, StoreStats};
+use ringlimit_proto::peer::Mark;
 use ringlimit_proto::{CheckAnswer, InlineRule, RuleRef};
 use std::sync::Arc;
+
+/// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
+/// most, allocated only while followed). A follower that falls further behind copies the store
+/// again.
+const FEED_ENTRIES: usize = 64 * 1024;
 
 /// The rule a check names, borrowed from the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,14 +84,37 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     pub fn new(rules: RuleSet, max_keys: u64, clock: Arc<dyn Clock>) -> Self {
         Self {
-            store: Store::new(max_keys),
+            store: Store::with_feed(max_keys, FEED_ENTRIES),
             rules: ArcSwap::from_pointee(rules),
             clock,
         }
     }
 
+    /// The store itself. Writes go through the engine's methods; this remains for the
+    /// handover and reset paths until they take them ([`Engine::hand_out`], [`Engine::take_in`],
+    /// [`Engine::reset`]).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Whether bucket `id` is held here.
+    pub fn holds(&self, id: u64) -> bool {
+        self.store.contains(id)
+    }
+
+    /// Bucket `id`'s state, if held here.
+    pub fn peek(&self, id: u64) -> Option<BucketState> {
+        self.store.peek(id)
+    }
+
+    /// Buckets held here.
+    pub fn bucket_count(&self) -> usize {
+        self.store.len()
+    }
+
+    /// What the store evicted to stay within its bound.
+    pub fn store_stats(&self) -> &StoreStats {
+        self.store.stats()
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -159,9 +193,139 @@ impl Engine {
 
     /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the
     /// clock once for all their checks: on this VM a clock read (kvm-clock, serialising) nearly
-    /// doubles a store check (60 vs 33 ns in `cargo bench --bench store`, 100k keys), and one
-    /// instant for a whole batch is what a batch means.
+    /// doubles a store check (60 vs 33 ns in `cargo bench -p ringlimit-core --bench store`,
+    /// 100k keys), and one instant for a whole batch is what a batch means.
     pub fn decide_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
         answer(&self.store.check(id, rule, now, cost), rule)
+    }
+
+    /// Decides at `now` a check that may have to give back its cost (all-or-nothing): the
+    /// answer, and the mark of what it took (`None` when nothing was taken), for
+    /// [`Engine::refund`].
+    pub fn hold(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> (CheckAnswer, Option<Mark>) {
+        let d = self.store.check(id, rule, now, cost);
+        (answer(&d, rule), taken(&d, cost, now))
+    }
+
+    /// Gives back `cost` to bucket `id`, taken at the admission marked `mark` (see
+    /// [`Engine::hold`]), at `now`.
+    pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: Mark, now: u64) {
+        self.store.refund(id, rule, cost, mark, now);
+    }
+
+    /// Decides at `now` a check of `cost` on the fail-open share bucket `id` (a salted id)
+    /// under `share`: the decision, and the mark of what it took. A share is this node's
+    /// alone, so it stays out of the change feed.
+    pub fn hold_share(
+        &self,
+        id: u64,
+        share: &Rule,
+        cost: u64,
+        now: u64,
+    ) -> (Decision, Option<Mark>) {
+        let d = self.store.check_local(id, share, now, cost);
+        let mark = taken(&d, cost, now);
+        (d, mark)
+    }
+
+    /// Gives back what [`Engine::hold_share`] took under `mark`.
+    pub fn refund_share(&self, id: u64, share: &Rule, cost: u64, mark: Mark, now: u64) {
+        self.store.refund(id, share, cost, mark, now);
+    }
+
+    /// Drops buckets `ids` (an admin reset, here or asked by a peer); returns how many were
+    /// held.
+    pub fn reset(&self, ids: &[u64]) -> u64 {
+        ids.iter().filter(|&&id| self.store.remove(id)).count() as u64
+    }
+
+    /// Takes out every bucket `pick` selects, to hand it over to its new owner.
+    pub fn hand_out(&self, pick: impl FnMut(u64, &BucketState) -> bool) -> Vec<(u64, BucketState)> {
+        self.store.take_if(pick)
+    }
+
+    /// Merges bucket `id` handed over by its previous owner (or put back after a failed
+    /// handover) at `now`.
+    pub fn take_in(&self, id: u64, state: BucketState, now: u64) {
+        self.store.absorb(id, state, now);
+    }
+
+    /// Starts following the change feed of the owner's buckets (see [`Store::follow`]).
+    pub fn follow(&self) -> Result<Cursor, FeedError> {
+        self.store.follow()
+    }
+
+    /// The owner's buckets changed since `cursor` (see [`Store::changes`]).
+    pub fn changes(&self, cursor: &mut Cursor, out: &mut Vec<Change>) -> Result<(), Lagged> {
+        self.store.changes(cursor, out)
+    }
+
+    /// Stops following the change feed.
+    pub fn unfollow(&self, cursor: Cursor) {
+        self.store.unfollow(cursor);
+    }
+
+    /// Calls `f` on every bucket held: what a follower that lagged copies again.
+    pub fn for_each_bucket(&self, f: impl FnMut(u64, &BucketState)) {
+        self.store.for_each(f);
+    }
+}
+
+/// The mark of what an admission of `cost` at `now` took (`None`: it took nothing).
+fn taken(d: &Decision, cost: u64, now: u64) -> Option<Mark> {
+    (d.allowed && cost > 0).then_some(Mark {
+        reset_ns: d.reset_ns,
+        at_ns: now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_core::clock::ManualClock;
+    use ringlimit_core::limiter::test_support::T0;
+
+    fn engine() -> (Engine, Rule) {
+        let rules = RuleSet::from_yaml("rules:\n  - { name: gold, limit: 10, period: 1s }\n")
+            .expect("valid rules");
+        let e = Engine::new(rules, 1000, Arc::new(ManualClock::new(T0)));
+        let (resolved, _) = e.prepare("k", RuleSpec::Named("gold"), 1).expect("valid");
+        (e, resolved.rule)
+    }
+
+    fn changed(e: &Engine, c: &mut Cursor) -> Vec<(u64, bool)> {
+        let mut out = Vec::new();
+        e.changes(c, &mut out).expect("not lagged");
+        out.iter().map(|ch| (ch.id, ch.state.is_some())).collect()
+    }
+
+    #[test]
+    fn owner_writes_enter_the_feed_and_share_writes_do_not() {
+        let (e, rule) = engine();
+        let mut c = e.follow().expect("the engine's store has a feed");
+        let (a, mark) = e.hold(1, &rule, 1, T0);
+        assert!(a.allowed);
+        let mark = mark.expect("took its cost");
+        assert_eq!(changed(&e, &mut c), vec![(1, true)]);
+        e.refund(1, &rule, 1, mark, T0);
+        assert_eq!(changed(&e, &mut c), vec![(1, true)]);
+
+        let (d, share_mark) = e.hold_share(2, &rule, 1, T0);
+        assert!(d.allowed && e.holds(2));
+        e.refund_share(2, &rule, 1, share_mark.expect("took its cost"), T0);
+        assert_eq!(e.reset(&[2]), 1);
+        assert_eq!(changed(&e, &mut c), vec![]);
+
+        let out = e.hand_out(|id, _| id == 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(changed(&e, &mut c), vec![(1, false)]);
+        for (id, st) in out {
+            e.take_in(id, st, T0);
+        }
+        assert_eq!(changed(&e, &mut c), vec![(1, true)]);
+        assert_eq!(e.reset(&[1, 3]), 1);
+        assert_eq!(changed(&e, &mut c), vec![(1, false)]);
+        assert_eq!(e.bucket_count(), 0);
+        e.unfollow(c);
     }
 }

@@ -9,6 +9,9 @@
 //! (at most 3/4 of slots used) instead of up to 512 bytes of key. Two identities collide
 //! with probability ~n²/2⁶⁵ (3·10⁻⁸ for a million live buckets); a collision makes two clients
 //! share one bucket, i.e. limits a little harder — never admits more — which is acceptable.
+//!
+//! Every change of a [`Kind::Replicated`] bucket enters the store's change [`feed`] while a
+//! follower reads it ([`Store::follow`], [`Store::changes`]).
 
 use crate::limiter::{BucketState, Decision, MAX_SLIDING_LOG_LIMIT, Rule, SlidingLog};
 use parking_lot::Mutex;
@@ -16,8 +19,12 @@ use ringlimit_proto::peer::Mark;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use table::{Evicted, Table};
 
+pub mod feed;
 mod slots;
 mod table;
+
+use feed::Ring;
+pub use feed::{Change, Cursor, FeedError, Kind, Lagged};
 
 /// Counters of what the store dropped to stay within its bound.
 #[derive(Debug, Default)]
@@ -33,18 +40,27 @@ pub struct StoreStats {
 /// contend for one line (128: the pair of lines x86 prefetches together).
 #[repr(align(128))]
 struct Shard {
-    table: Mutex<Table>,
+    locked: Mutex<Locked>,
     /// Where the table's slots are and its mask, for a prefetch before taking the lock. Only
     /// ever a hint: a stale value prefetches a wrong line, nothing worse.
     slots_at: AtomicUsize,
     mask: AtomicUsize,
 }
 
+/// What a shard's lock guards: its buckets and its part of the change feed.
+struct Locked {
+    table: Table,
+    feed: Ring,
+}
+
 impl Shard {
     fn new(table: Table) -> Self {
         let (at, mask) = table.layout();
         Self {
-            table: Mutex::new(table),
+            locked: Mutex::new(Locked {
+                table,
+                feed: Ring::default(),
+            }),
             slots_at: AtomicUsize::new(at),
             mask: AtomicUsize::new(mask),
         }
@@ -58,9 +74,17 @@ impl Shard {
     }
 
     /// Inserts into this shard's (locked) `table`, refreshing the prefetch hint: an insert is
-    /// what may grow the table.
-    fn insert(&self, table: &mut Table, id: u64, state: BucketState, now: u64) -> Evicted {
-        let evicted = table.insert(id, state, now);
+    /// what may grow the table. `gone` hears of evictions (see [`Table::insert`]).
+    fn insert(
+        &self,
+        table: &mut Table,
+        id: u64,
+        state: BucketState,
+        local: bool,
+        now: u64,
+        gone: impl FnMut(u64),
+    ) -> Evicted {
+        let evicted = table.insert(id, state, local, now, gone);
         let (at, mask) = table.layout();
         self.slots_at.store(at, Ordering::Relaxed);
         self.mask.store(mask, Ordering::Relaxed);
@@ -71,6 +95,11 @@ impl Shard {
 /// A sharded bounded bucket store. Cheap to share behind an `Arc`.
 pub struct Store {
     shards: Box<[Shard]>,
+    /// Followers of the change feed: changes are recorded only while there is one. Read on
+    /// every write, written only when a follower comes or goes.
+    followers: AtomicUsize,
+    /// Changes each shard's feed holds at most; 0: the store has no feed.
+    feed_per_shard: usize,
     stats: StoreStats,
 }
 
@@ -104,9 +133,32 @@ fn shard_count(max_keys: u64) -> u64 {
     max_keys.div_ceil(slots * 3 / 4).min(most)
 }
 
+/// What a write does to the feed: records the changed buckets while someone follows.
+struct Recorder<'a> {
+    on: bool,
+    cap: usize,
+    feed: &'a mut Ring,
+}
+
+impl Recorder<'_> {
+    #[inline]
+    fn changed(&mut self, id: u64) {
+        if self.on {
+            self.feed.push(id, self.cap);
+        }
+    }
+}
+
 impl Store {
-    /// A store holding at most `max_keys` weight units.
+    /// A store holding at most `max_keys` weight units, without a change feed.
     pub fn new(max_keys: u64) -> Self {
+        Self::with_feed(max_keys, 0)
+    }
+
+    /// A store holding at most `max_keys` weight units whose change feed holds up to
+    /// `feed_entries` unread changes (8 bytes each, allocated as followers need them), split
+    /// between the shards (each keeps at least 64). 0: no feed.
+    pub fn with_feed(max_keys: u64, feed_entries: usize) -> Self {
         let max_keys = max_keys.max(1);
         let shards = shard_count(max_keys);
         // Shares rounded down, so the shards together never hold more than `max_keys`.
@@ -114,9 +166,27 @@ impl Store {
         let shards: Vec<_> = (0..shards)
             .map(|_| Shard::new(Table::new(per_shard)))
             .collect();
+        let feed_per_shard = match feed_entries {
+            0 => 0,
+            n => n.div_ceil(shards.len()).max(64),
+        };
         Self {
             shards: shards.into_boxed_slice(),
+            followers: AtomicUsize::new(0),
+            feed_per_shard,
             stats: StoreStats::default(),
+        }
+    }
+
+    /// The feed's side of a write to a shard whose lock is held.
+    #[inline]
+    fn recorder<'a>(&self, feed: &'a mut Ring) -> Recorder<'a> {
+        Recorder {
+            // Relaxed: a follower counted before it read the shards' heads under their locks,
+            // so every write after its reading (under the same lock) sees it.
+            on: self.followers.load(Ordering::Relaxed) != 0,
+            cap: self.feed_per_shard,
+            feed,
         }
     }
 
@@ -138,7 +208,7 @@ impl Store {
     /// Like [`Store::check`], reading the time with `now` after the bucket's slot has been asked
     /// for: a clock read serialises the CPU (`lfence; rdtsc` where the TSC is not invariant,
     /// as in most VMs), and the lookup's cache miss then overlaps it instead of following it.
-    /// Measured with `cargo bench -p ringlimit-node --bench store`, 100k keys, one thread:
+    /// Measured with `cargo bench -p ringlimit-core --bench store`, 100k keys, one thread:
     /// 77 ns per check reading the clock first, 61 ns this way.
     #[inline]
     pub fn check_now(
@@ -148,36 +218,93 @@ impl Store {
         now: impl FnOnce() -> u64,
         cost: u64,
     ) -> Decision {
+        self.check_as(Kind::Replicated, id, rule, now, cost)
+    }
+
+    /// [`Store::check`] of a [`Kind::Local`] bucket (a fail-open share): a bucket it creates
+    /// stays out of the change feed for good.
+    #[inline]
+    pub fn check_local(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
+        self.check_as(Kind::Local, id, rule, || now, cost)
+    }
+
+    /// [`Store::check_now`] creating, if it must, a bucket of `kind` (a bucket held already
+    /// keeps the kind it was created with).
+    ///
+    /// An admission (the only decision that changes what a bucket has spent) enters the feed;
+    /// a denial does not, though it may fit the state to `now` or to a reloaded rule: that is
+    /// a function of the state, the rule and the time, which a follower's copy redoes itself
+    /// when it decides.
+    #[inline]
+    pub fn check_as(
+        &self,
+        kind: Kind,
+        id: u64,
+        rule: &Rule,
+        now: impl FnOnce() -> u64,
+        cost: u64,
+    ) -> Decision {
         let shard = self.shard(id);
         shard.prefetch(id);
         let now = now();
-        let mut table = shard.table.lock();
-        let (decision, evicted) = match table.update(id, now, |s| s.decide(rule, now, cost)) {
-            Some(decided) => decided,
+        let mut locked = shard.locked.lock();
+        let Locked { table, feed } = &mut *locked;
+        let mut rec = self.recorder(feed);
+        let (decision, evicted) = match table.update(
+            id,
+            now,
+            |s| s.decide(rule, now, cost),
+            |gone| rec.changed(gone),
+        ) {
+            Some((decision, local, evicted)) => {
+                if decision.allowed && cost > 0 && !local {
+                    rec.changed(id);
+                }
+                (decision, evicted)
+            }
             None => {
                 let mut state = BucketState::fresh(rule);
                 let decision = state.decide(rule, now, cost);
                 let evicted = if decision.allowed && cost > 0 {
-                    shard.insert(&mut table, id, state, now)
+                    let local = kind == Kind::Local;
+                    let evicted =
+                        shard.insert(table, id, state, local, now, |gone| rec.changed(gone));
+                    if !local {
+                        rec.changed(id);
+                    }
+                    evicted
                 } else {
                     Evicted::default()
                 };
                 (decision, evicted)
             }
         };
-        drop(table);
+        drop(locked);
         self.record(evicted);
         decision
     }
 
     /// Whether bucket `id` is held here (recency untouched).
     pub fn contains(&self, id: u64) -> bool {
-        self.shard(id).table.lock().contains(id)
+        self.shard(id).locked.lock().table.contains(id)
     }
 
     /// Reads a bucket's state without deciding or touching recency.
     pub fn peek(&self, id: u64) -> Option<BucketState> {
-        self.shard(id).table.lock().peek(id).cloned()
+        self.shard(id).locked.lock().table.peek(id).cloned()
+    }
+
+    /// Calls `f` on every bucket held, one shard at a time (checks on other shards go on
+    /// meanwhile): what a follower that [`Lagged`] copies again.
+    pub fn for_each(&self, mut f: impl FnMut(u64, &BucketState)) {
+        for shard in self.shards.iter() {
+            let locked = shard.locked.lock();
+            for id in locked.table.ids_where(|_, _| true) {
+                if let Some(state) = locked.table.peek(id) {
+                    f(id, state);
+                }
+            }
+        }
     }
 
     /// Removes and returns every bucket for which `take` says yes, one shard at a time (checks
@@ -188,32 +315,52 @@ impl Store {
     ) -> Vec<(u64, BucketState)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            let mut shard = shard.table.lock();
-            for id in shard.ids_where(&mut take) {
-                if let Some(state) = shard.remove(id) {
-                    out.push((id, state));
+            let mut locked = shard.locked.lock();
+            let Locked { table, feed } = &mut *locked;
+            let mut rec = self.recorder(feed);
+            for id in table.ids_where(&mut take) {
+                if let Some(removed) = table.remove(id) {
+                    if !removed.local {
+                        rec.changed(id);
+                    }
+                    out.push((id, removed.state));
                 }
             }
         }
         out
     }
 
-    /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]).
+    /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]); a
+    /// bucket new here is [`Kind::Replicated`].
     pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
         let shard = self.shard(id);
-        let mut table = shard.table.lock();
+        let mut locked = shard.locked.lock();
+        let Locked { table, feed } = &mut *locked;
+        let mut rec = self.recorder(feed);
         let mut state = Some(state);
-        let merged = table.update(id, now, |mine| {
-            if let Some(theirs) = state.take() {
-                mine.absorb(theirs, now);
-            }
-        });
-        let evicted = match (merged, state) {
-            (Some((_, evicted)), _) => evicted,
-            (None, Some(state)) => shard.insert(&mut table, id, state, now),
-            (None, None) => Evicted::default(),
+        let merged = table.update(
+            id,
+            now,
+            |mine| {
+                if let Some(theirs) = state.take() {
+                    mine.absorb(theirs, now);
+                }
+            },
+            |gone| rec.changed(gone),
+        );
+        let (local, evicted) = match (merged, state) {
+            (Some((_, local, evicted)), _) => (local, evicted),
+            (None, Some(state)) => (
+                false,
+                shard.insert(table, id, state, false, now, |gone| rec.changed(gone)),
+            ),
+            // Not reached: the state is taken only by a merge.
+            (None, None) => (true, Evicted::default()),
         };
-        drop(table);
+        if !local {
+            rec.changed(id);
+        }
+        drop(locked);
         self.record(evicted);
     }
 
@@ -221,14 +368,95 @@ impl Store {
     /// was `mark` (see [`BucketState::refund`]). A bucket no longer held has nothing to give
     /// back.
     pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: Mark, now: u64) {
-        let mut table = self.shard(id).table.lock();
+        let mut locked = self.shard(id).locked.lock();
+        let Locked { table, feed } = &mut *locked;
+        let mut rec = self.recorder(feed);
         // A refund never changes a state's weight, so nothing is evicted.
-        let _ = table.update(id, now, |s| s.refund(rule, cost, mark, now));
+        let refunded = table.update(id, now, |s| s.refund(rule, cost, mark, now), |_| {});
+        if let Some(((), false, _)) = refunded
+            && cost > 0
+        {
+            rec.changed(id);
+        }
     }
 
     /// Drops a bucket (admin reset).
     pub fn remove(&self, id: u64) -> bool {
-        self.shard(id).table.lock().remove(id).is_some()
+        let mut locked = self.shard(id).locked.lock();
+        let Locked { table, feed } = &mut *locked;
+        let mut rec = self.recorder(feed);
+        match table.remove(id) {
+            Some(removed) => {
+                if !removed.local {
+                    rec.changed(id);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Starts following the change feed: changes from now on are recorded until the follower
+    /// [`Store::unfollow`]s. A new follower has not seen what the store holds already: it
+    /// copies it with [`Store::for_each`] after this call (a change in between is then both
+    /// in the copy and in the feed, which is harmless: the feed says the state at its reading).
+    pub fn follow(&self) -> Result<Cursor, FeedError> {
+        if self.feed_per_shard == 0 {
+            return Err(FeedError::Off);
+        }
+        // Counted before the heads are read, so that every write after a head is recorded.
+        self.followers.fetch_add(1, Ordering::Relaxed);
+        let next = self
+            .shards
+            .iter()
+            .map(|s| s.locked.lock().feed.head())
+            .collect();
+        Ok(Cursor { next })
+    }
+
+    /// Stops following; the last follower to leave frees the feed's memory.
+    pub fn unfollow(&self, cursor: Cursor) {
+        drop(cursor);
+        if self.followers.fetch_sub(1, Ordering::Relaxed) != 1 {
+            return;
+        }
+        for shard in self.shards.iter() {
+            let mut locked = shard.locked.lock();
+            // Under the lock: a follower that came meanwhile has been counted already.
+            if self.followers.load(Ordering::Relaxed) == 0 {
+                locked.feed.clear();
+            }
+        }
+    }
+
+    /// Appends to `out` the buckets changed since `cursor`, each once with its state now (see
+    /// [`Change`]), and moves `cursor` past them. `Err(Lagged)` when some changes were
+    /// overwritten before this reading: the cursor has moved to the present anyway, and the
+    /// follower must copy the store again ([`Store::for_each`]).
+    pub fn changes(&self, cursor: &mut Cursor, out: &mut Vec<Change>) -> Result<(), Lagged> {
+        let mut lagged = 0;
+        for (shard, next) in self.shards.iter().zip(cursor.next.iter_mut()) {
+            let locked = shard.locked.lock();
+            let read = locked.feed.read(
+                *next,
+                self.feed_per_shard,
+                |id| locked.table.peek(id).cloned(),
+                out,
+            );
+            if read.is_err() {
+                lagged += 1;
+            }
+            *next = locked.feed.head();
+        }
+        match lagged {
+            0 => Ok(()),
+            shards => Err(Lagged { shards }),
+        }
+    }
+
+    /// Changes the feed holds now over all shards (at most the bound it was built with).
+    pub fn feed_len(&self) -> usize {
+        self.shards.iter().map(|s| s.locked.lock().feed.len()).sum()
     }
 
     /// Bytes of one slot of a shard's table.
@@ -236,7 +464,10 @@ impl Store {
 
     /// Slots allocated over all shards (each [`Store::SLOT_BYTES`] plus a referenced bit).
     pub fn slots(&self) -> usize {
-        self.shards.iter().map(|s| s.table.lock().slots()).sum()
+        self.shards
+            .iter()
+            .map(|s| s.locked.lock().table.slots())
+            .sum()
     }
 
     /// Shards the store is split into.
@@ -246,7 +477,10 @@ impl Store {
 
     /// Buckets held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.table.lock().len()).sum()
+        self.shards
+            .iter()
+            .map(|s| s.locked.lock().table.len())
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {

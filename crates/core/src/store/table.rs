@@ -6,7 +6,7 @@
 //! on the way there. `quick_cache` (used before) costs three (hashbrown control bytes → an
 //! index → a slab entry), and with a clock read per check — whose `lfence` stops one check's
 //! misses from overlapping the next one's — the store measured 146 ns per check against
-//! governor's 66 ns (`cargo bench -p ringlimit-node --bench store`). Here a hit is one miss:
+//! governor's 66 ns (`cargo bench -p ringlimit-core --bench store`). Here a hit is one miss:
 //! the home slot holds the id and the state together (32 bytes, two per cache line), and
 //! `Store::check_now` prefetches it before reading the clock: 60 ns in the same benchmark.
 //! A CLOCK hand needs positional access to the table, which hashbrown's `HashTable` does not
@@ -64,12 +64,28 @@ impl Evicted {
     }
 }
 
+/// Two bits per slot, for 64 slots: kept apart from the slots so a slot stays 32 bytes
+/// (4 KiB per 16k slots; stays in L2), and side by side so that a hit, which sets its
+/// referenced bit, has its local bit on the same cache line.
+#[derive(Clone, Copy, Default)]
+struct Flags {
+    /// CLOCK's referenced bits: set by a hit, cleared by the passing hand.
+    referenced: u64,
+    /// Buckets of this node alone (fail-open shares): their changes stay out of the feed.
+    local: u64,
+}
+
+/// A bucket an operation removed, and whether it was local.
+pub(super) struct Removed {
+    pub state: BucketState,
+    pub local: bool,
+}
+
 pub(super) struct Table {
     /// A power of two of slots, in a memory map of their own (see [`Slots`]).
     slots: Slots<Slot>,
-    /// CLOCK's referenced bits, one per slot: set by a hit, cleared by the passing hand. Kept
-    /// apart so a slot stays 32 bytes (2 KiB per 16k slots; stays in L2).
-    referenced: Box<[u64]>,
+    /// Each slot's [`Flags`] bits, 64 slots a word.
+    flags: Box<[Flags]>,
     len: usize,
     weight: u64,
     capacity: u64,
@@ -117,7 +133,7 @@ impl Table {
     fn with_slots(capacity: u64, max_slots: usize, n: usize) -> Self {
         Self {
             slots: Slots::new(n, Slot::VACANT),
-            referenced: vec![0; n.div_ceil(64)].into_boxed_slice(),
+            flags: vec![Flags::default(); n.div_ceil(64)].into_boxed_slice(),
             len: 0,
             weight: 0,
             capacity,
@@ -170,7 +186,7 @@ impl Table {
 
     fn set_referenced(&mut self, i: usize) {
         let bit = 1u64 << (i % 64);
-        let word = &mut self.referenced[i / 64];
+        let word = &mut self.flags[i / 64].referenced;
         // Read first: a hot bucket's bit is set already, and a store would dirty the line.
         if *word & bit == 0 {
             *word |= bit;
@@ -180,10 +196,24 @@ impl Table {
     /// Clears slot `i`'s referenced bit, saying whether it was set.
     fn take_referenced(&mut self, i: usize) -> bool {
         let bit = 1u64 << (i % 64);
-        let word = &mut self.referenced[i / 64];
+        let word = &mut self.flags[i / 64].referenced;
         let was = *word & bit != 0;
         *word &= !bit;
         was
+    }
+
+    fn is_local(&self, i: usize) -> bool {
+        self.flags[i / 64].local & (1 << (i % 64)) != 0
+    }
+
+    fn set_local(&mut self, i: usize, local: bool) {
+        let bit = 1u64 << (i % 64);
+        let word = &mut self.flags[i / 64].local;
+        if local {
+            *word |= bit;
+        } else {
+            *word &= !bit;
+        }
     }
 
     pub fn contains(&self, id: u64) -> bool {
@@ -195,18 +225,21 @@ impl Table {
         self.find(key(id)).ok().map(|i| &self.slots[i].state)
     }
 
-    /// Runs `f` on the state of `id` (a use: marks it recently referenced). If `f` changed the
-    /// state's weight (a reloaded rule replaced a sliding log), the bound is restored by
-    /// evicting, which `Evicted` reports.
+    /// Runs `f` on the state of `id` (a use: marks it recently referenced); also says whether
+    /// the bucket is local. If `f` changed the state's weight (a reloaded rule replaced a
+    /// sliding log), the bound is restored by evicting, which `Evicted` reports and `gone`
+    /// hears of (the id of each evicted bucket that is not local).
     #[inline]
     pub fn update<R>(
         &mut self,
         id: u64,
         now: u64,
         f: impl FnOnce(&mut BucketState) -> R,
-    ) -> Option<(R, Evicted)> {
+        gone: impl FnMut(u64),
+    ) -> Option<(R, bool, Evicted)> {
         let i = self.find(key(id)).ok()?;
         self.set_referenced(i);
+        let local = self.is_local(i);
         let state = &mut self.slots[i].state;
         let before = state.weight();
         let out = f(state);
@@ -214,14 +247,22 @@ impl Table {
         let mut evicted = Evicted::default();
         if after != before {
             self.weight = self.weight - before + after;
-            self.make_room(0, now, &mut evicted);
+            self.make_room(0, now, &mut evicted, gone);
         }
-        Some((out, evicted))
+        Some((out, local, evicted))
     }
 
-    /// Adds a bucket (replacing one with the same id), evicting others as the bound requires.
-    /// A bucket heavier than the whole table is not kept (reported as evicted).
-    pub fn insert(&mut self, id: u64, state: BucketState, now: u64) -> Evicted {
+    /// Adds a bucket (replacing one with the same id), `local` or not, evicting others as the
+    /// bound requires (`gone` hears of those not local). A bucket heavier than the whole table
+    /// is not kept (reported as evicted).
+    pub fn insert(
+        &mut self,
+        id: u64,
+        state: BucketState,
+        local: bool,
+        now: u64,
+        gone: impl FnMut(u64),
+    ) -> Evicted {
         let id = key(id);
         let mut evicted = Evicted::default();
         if let Ok(i) = self.find(id) {
@@ -232,7 +273,7 @@ impl Table {
             evicted.add(&state, now);
             return evicted;
         }
-        self.make_room(w, now, &mut evicted);
+        self.make_room(w, now, &mut evicted, gone);
         if (self.len + 1) * MAX_LOAD_DEN > self.slots.len() * MAX_LOAD_NUM
             && self.slots.len() < self.max_slots
         {
@@ -241,17 +282,28 @@ impl Table {
         // Removed above if present, so the probe ends at an empty slot.
         if let Err(i) = self.find(id) {
             self.slots[i] = Slot { id, state };
+            self.set_local(i, local);
             self.len += 1;
             self.weight += w;
         }
         evicted
     }
 
-    /// Evicts until `extra` more weight fits within the bound.
-    fn make_room(&mut self, extra: u64, now: u64, evicted: &mut Evicted) {
+    /// Evicts until `extra` more weight fits within the bound, telling `gone` the id of each
+    /// evicted bucket that is not local.
+    fn make_room(
+        &mut self,
+        extra: u64,
+        now: u64,
+        evicted: &mut Evicted,
+        mut gone: impl FnMut(u64),
+    ) {
         while self.len > 0 && self.weight + extra > self.capacity {
-            let state = self.evict_one(now);
-            evicted.add(&state, now);
+            let (id, out) = self.evict_one(now);
+            evicted.add(&out.state, now);
+            if !out.local {
+                gone(id);
+            }
         }
     }
 
@@ -267,7 +319,7 @@ impl Table {
     /// covers every slot once per turn). Swept in address order, the slots just ahead of the
     /// hand would be the ones longest unswept and fill up into one long probe run: measured, a
     /// flood of 5M new keys into a full million-key store took 16 µs per check that way.
-    fn evict_one(&mut self, now: u64) -> BucketState {
+    fn evict_one(&mut self, now: u64) -> (u64, Removed) {
         let mask = self.mask();
         let stride = self.stride();
         // (slot, idle_at) of the best candidate so far, and candidates seen.
@@ -283,7 +335,7 @@ impl Table {
             }
             let idle_at = slot.state.idle_at();
             if idle_at <= now {
-                return self.remove_at(i);
+                return (slot.id, self.remove_at(i));
             }
             if self.take_referenced(i) {
                 continue;
@@ -297,7 +349,7 @@ impl Table {
             };
             seen += 1;
             if seen == VICTIM_SAMPLE || seen == self.len {
-                return self.remove_at(victim);
+                return (self.slots[victim].id, self.remove_at(victim));
             }
         }
     }
@@ -308,25 +360,30 @@ impl Table {
         ((self.slots.len() as u128 * 0x9e37_79b9_7f4a_7c15) >> 64) as usize | 1
     }
 
-    pub fn remove(&mut self, id: u64) -> Option<BucketState> {
+    pub fn remove(&mut self, id: u64) -> Option<Removed> {
         let i = self.find(key(id)).ok()?;
         Some(self.remove_at(i))
     }
 
     /// Empties slot `i` and shifts later buckets of its probe run back (no tombstones, so
     /// misses stay short however many buckets come and go).
-    fn remove_at(&mut self, mut i: usize) -> BucketState {
+    fn remove_at(&mut self, mut i: usize) -> Removed {
         let mask = self.mask();
         let out = std::mem::replace(&mut self.slots[i], Slot::VACANT);
         self.len -= 1;
         self.weight -= out.state.weight();
         self.take_referenced(i);
+        let local = self.is_local(i);
+        self.set_local(i, false);
         let mut j = i;
         loop {
             j = (j + 1) & mask;
             let id = self.slots[j].id;
             if id == EMPTY {
-                return out.state;
+                return Removed {
+                    state: out.state,
+                    local,
+                };
             }
             let home = id as usize & mask;
             // The bucket at `j` may fill the hole at `i` if its home is not after the hole on
@@ -336,12 +393,16 @@ impl Table {
                 if self.take_referenced(j) {
                     self.set_referenced(i);
                 }
+                if self.is_local(j) {
+                    self.set_local(j, false);
+                    self.set_local(i, true);
+                }
                 i = j;
             }
         }
     }
 
-    /// Doubles the slots, rehashing every bucket (their referenced bits go along).
+    /// Doubles the slots, rehashing every bucket (their flags go along).
     fn grow(&mut self) {
         let n = (self.slots.len() * 2).min(self.max_slots);
         let mut bigger = Self::with_slots(self.capacity, self.max_slots, n);
@@ -350,11 +411,13 @@ impl Table {
                 continue;
             }
             let slot = std::mem::replace(slot, Slot::VACANT);
-            let referenced = self.referenced[i / 64] & (1 << (i % 64)) != 0;
+            let referenced = self.flags[i / 64].referenced & (1 << (i % 64)) != 0;
+            let local = self.flags[i / 64].local & (1 << (i % 64)) != 0;
             if let Err(j) = bigger.find(slot.id) {
                 if referenced {
                     bigger.set_referenced(j);
                 }
+                bigger.set_local(j, local);
                 bigger.slots[j] = slot;
             }
         }
@@ -401,6 +464,23 @@ mod tests {
         BucketState::Gcra { tat: t }
     }
 
+    impl Table {
+        /// [`Table::insert`] of a bucket that is not local, evictions unheard.
+        fn put(&mut self, id: u64, state: BucketState, now: u64) -> Evicted {
+            self.insert(id, state, false, now, |_| ())
+        }
+
+        /// [`Table::update`], evictions unheard.
+        fn touch<R>(
+            &mut self,
+            id: u64,
+            now: u64,
+            f: impl FnOnce(&mut BucketState) -> R,
+        ) -> Option<(R, Evicted)> {
+            self.update(id, now, f, |_| ()).map(|(r, _, e)| (r, e))
+        }
+    }
+
     /// Ids that all want slot 0 of a table of any size up to 2⁸ slots (same low byte).
     fn crowded(n: u64) -> impl Iterator<Item = u64> {
         (1..=n).map(|k| k << 8)
@@ -411,7 +491,7 @@ mod tests {
         let mut t = Table::new(1000);
         assert_eq!(t.slots(), MIN_SLOTS);
         for id in 1..=1000 {
-            assert_eq!(t.insert(id, tat(u64::MAX), 0), Evicted::default());
+            assert_eq!(t.put(id, tat(u64::MAX), 0), Evicted::default());
         }
         assert_eq!(t.len(), 1000);
         // 1000 at most 3/4 full: 2048 slots.
@@ -420,7 +500,7 @@ mod tests {
         for id in 1..=1000 {
             assert!(t.contains(id), "{id}");
         }
-        let e = t.insert(5000, tat(u64::MAX), 0);
+        let e = t.put(5000, tat(u64::MAX), 0);
         assert_eq!((e.count, e.limiting), (1, 1));
         assert_eq!((t.len(), t.slots()), (1000, 2048));
     }
@@ -430,7 +510,7 @@ mod tests {
         let mut t = Table::new(100);
         let ids: Vec<u64> = crowded(40).collect();
         for (k, &id) in ids.iter().enumerate() {
-            t.insert(id, tat(k as u64), 0);
+            t.put(id, tat(k as u64), 0);
         }
         // Remove from the middle, the start and the end of the run, checking all the rest.
         for (n, &gone) in [ids[20], ids[0], ids[39], ids[1]].iter().enumerate() {
@@ -451,7 +531,7 @@ mod tests {
         // Homes 14 and 15, spilling into 0 and 1; then a bucket whose home is 0.
         let ids = [14, 14 + 16, 15, 15 + 16, 16 * 4];
         for &id in &ids {
-            t.insert(id, tat(id), 0);
+            t.put(id, tat(id), 0);
         }
         t.remove(14);
         for &id in &ids[1..] {
@@ -471,7 +551,7 @@ mod tests {
             let mut z = x;
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            t.insert(z ^ (z >> 31), tat(u64::MAX), 0);
+            t.put(z ^ (z >> 31), tat(u64::MAX), 0);
         }
         assert_eq!((t.len(), t.slots()), (12_000, 16_384));
         let longest = t.longest_run();
@@ -481,10 +561,10 @@ mod tests {
     #[test]
     fn id_zero_is_a_bucket_like_any_other() {
         let mut t = Table::new(10);
-        t.insert(0, tat(7), 0);
+        t.put(0, tat(7), 0);
         assert_eq!(t.peek(0), Some(&tat(7)));
         assert_eq!(t.ids_where(|_, _| true), vec![1]);
-        assert_eq!(t.remove(0), Some(tat(7)));
+        assert_eq!(t.remove(0).map(|r| r.state), Some(tat(7)));
         assert_eq!(t.len(), 0);
     }
 
@@ -492,14 +572,14 @@ mod tests {
     fn clock_spares_referenced_buckets_and_drops_idle_ones_first() {
         let mut t = Table::new(100);
         for id in 1..=100 {
-            t.insert(id, tat(100), 0);
+            t.put(id, tat(100), 0);
         }
         // The first half is used; ten new buckets push out ten unused ones.
         for id in 1..=50 {
-            t.update(id, 0, |_| ());
+            t.touch(id, 0, |_| ());
         }
         for id in 101..=110 {
-            let e = t.insert(id, tat(100), 0);
+            let e = t.put(id, tat(100), 0);
             assert_eq!((e.count, e.limiting), (1, 1));
         }
         assert!((1..=50).all(|id| t.contains(id)));
@@ -508,11 +588,11 @@ mod tests {
         // All used, one of them full again (idle at 50 <= now): that one goes.
         let mut t = Table::new(4);
         for id in 1..=4 {
-            t.insert(id, tat(100), 0);
-            t.update(id, 0, |_| ());
+            t.put(id, tat(100), 0);
+            t.touch(id, 0, |_| ());
         }
-        t.update(3, 0, |s| *s = tat(50));
-        let e = t.insert(5, tat(100), 60);
+        t.touch(3, 0, |s| *s = tat(50));
+        let e = t.put(5, tat(100), 60);
         assert_eq!((e.count, e.limiting), (1, 0));
         assert!(!t.contains(3));
     }
@@ -523,9 +603,9 @@ mod tests {
         // (at 50, none idle yet) evicts the one full again at 100.
         let mut t = Table::new(4);
         for (id, until) in [(1, 400), (2, 100), (3, 300), (4, 200)] {
-            t.insert(id, tat(until), 0);
+            t.put(id, tat(until), 0);
         }
-        let e = t.insert(5, tat(500), 50);
+        let e = t.put(5, tat(500), 50);
         assert_eq!((e.count, e.limiting), (1, 1));
         assert!(!t.contains(2));
         assert_eq!(t.len(), 4);
@@ -538,11 +618,11 @@ mod tests {
         let log = rule(Algorithm::SlidingLog, 100, 1000, 100);
         let mut t = Table::new(30);
         for id in 1..=30 {
-            t.insert(id, tat(100), 0);
+            t.put(id, tat(100), 0);
         }
         // Bucket 1 becomes a log of weight 26 holding one admission: 25 others must go.
         let (_, e) = t
-            .update(1, 0, |s| {
+            .touch(1, 0, |s| {
                 *s = BucketState::fresh(&log);
                 s.decide(&log, 0, 1)
             })
@@ -550,5 +630,41 @@ mod tests {
         assert_eq!(e.count, 25);
         assert_eq!(t.len(), 5);
         assert!(t.contains(1));
+    }
+
+    #[test]
+    fn local_flags_follow_their_buckets_through_removal_growth_and_eviction() {
+        let mut t = Table::new(40);
+        // A crowded run of 20: the odd ones local.
+        let ids: Vec<u64> = crowded(20).collect();
+        for (k, &id) in ids.iter().enumerate() {
+            t.insert(id, tat(u64::MAX), k % 2 == 1, 0, |_| ());
+        }
+        let local = |t: &mut Table, id: u64| t.update(id, 0, |_| (), |_| ()).map(|(_, l, _)| l);
+        // Removing the head shifts every other bucket of the run back.
+        assert!(!t.remove(ids[0]).expect("held").local);
+        assert!(t.remove(ids[1]).expect("held").local);
+        for (k, &id) in ids.iter().enumerate().skip(2) {
+            assert_eq!(local(&mut t, id), Some(k % 2 == 1), "{id}");
+        }
+        // Filling past the first table's size grows it (the flags go along), then evicts:
+        // only buckets that are not local are heard of.
+        for id in 1000..1040 {
+            t.insert(id, tat(u64::MAX), false, 0, |_| ());
+        }
+        for (k, &id) in ids.iter().enumerate().skip(2) {
+            if let Some(l) = local(&mut t, id) {
+                assert_eq!(l, k % 2 == 1, "{id}");
+            }
+        }
+        let mut heard = Vec::new();
+        for id in 2000..2040 {
+            t.insert(id, tat(u64::MAX), true, 0, |gone| heard.push(gone));
+        }
+        assert_eq!(t.len(), 40);
+        assert!(!heard.is_empty());
+        let was_local =
+            |id: &u64| (2000..2040).contains(id) || ids.iter().skip(1).step_by(2).any(|x| x == id);
+        assert!(!heard.iter().any(was_local), "{heard:?}");
     }
 }

@@ -364,7 +364,11 @@ fn shard_layout() {
     ] {
         let s = Store::new(max_keys);
         assert_eq!(s.shards.len(), shards, "max_keys {max_keys}");
-        let capacity: u64 = s.shards.iter().map(|c| c.table.lock().capacity()).sum();
+        let capacity: u64 = s
+            .shards
+            .iter()
+            .map(|c| c.locked.lock().table.capacity())
+            .sum();
         assert!(capacity <= max_keys, "max_keys {max_keys}: {capacity}");
         let share = max_keys / shards as u64;
         assert!(share >= 2 * 2501 || shards == 1, "max_keys {max_keys}");
@@ -378,7 +382,11 @@ fn shard_layout() {
     // A million keys: 82 shards of 12,195, each table at most 16,384 slots (3/4 full at the
     // bound), as the memory measurements assume.
     let s = Store::new(1_000_000);
-    assert!(s.shards.iter().all(|c| c.table.lock().capacity() == 12_195));
+    assert!(
+        s.shards
+            .iter()
+            .all(|c| c.locked.lock().table.capacity() == 12_195)
+    );
     assert_eq!(table::slots_for(12_195), 16_384);
 }
 
@@ -391,7 +399,11 @@ fn shards_fill_evenly() {
     for i in 0..82_000 {
         s.check(id(i), &r, T0, 1);
     }
-    let lens: Vec<usize> = s.shards.iter().map(|c| c.table.lock().len()).collect();
+    let lens: Vec<usize> = s
+        .shards
+        .iter()
+        .map(|c| c.locked.lock().table.len())
+        .collect();
     let (min, max) = (lens.iter().min(), lens.iter().max());
     assert!(min >= Some(&800) && max <= Some(&1200), "{min:?}..{max:?}");
 }

@@ -197,14 +197,14 @@ impl CheckService {
 
     /// The counters kept outside the metrics registry, read now.
     pub fn snapshot(&self) -> Snapshot {
-        let store = self.here.engine().store();
-        let store_stats = store.stats();
+        let engine = self.here.engine();
+        let store_stats = engine.store_stats();
         let stats = &self.dispatcher.stats;
         let g = self.here.global();
         let view = self.dispatcher.view();
         let members = |st| view.members.iter().filter(|m| m.state == st).count() as u64;
         Snapshot {
-            buckets: store.len() as u64,
+            buckets: engine.bucket_count() as u64,
             evictions: load(&store_stats.evictions),
             evictions_limiting: load(&store_stats.evictions_limiting),
             forwarded: load(&stats.forwarded),

@@ -1,0 +1,359 @@
+//! The store's change feed: which buckets changed, in order, for a follower (a replica sender)
+//! to copy them elsewhere.
+//!
+//! Cheap enough to leave on: a write appends only its bucket's id to its shard's bounded ring,
+//! under the shard lock it holds anyway; states are read when the follower drains, so a hot
+//! bucket written a thousand times between two drains is read and sent once (coalesced).
+//! With no follower nothing is appended (one relaxed load of a counter that only changes when a
+//! follower comes or goes), and a store built without a feed (the SDK's) never has one.
+//!
+//! Sequences are per shard, not global: a global sequence would be an atomic increment on one
+//! cache line shared by every core on every write, the very contention the shards are there to
+//! avoid, while a shard's sequence is a plain counter under its lock. A follower's [`Cursor`]
+//! is therefore one sequence per shard.
+//!
+//! Bounded: a ring holds at most its share of the feed's entries and overwrites its oldest; a
+//! follower whose next entry was overwritten is told it [`Lagged`] and resyncs from the store
+//! itself (`Store::for_each`). A follower never makes the store grow.
+
+use crate::limiter::BucketState;
+use std::collections::HashSet;
+
+/// Whether a bucket's changes enter the feed; chosen when the bucket is created, and kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A bucket a replica should copy (an owner's bucket): its changes enter the feed.
+    Replicated,
+    /// A bucket of this node alone (a fail-open share, salted id): never in the feed.
+    Local,
+}
+
+/// One changed bucket, coalesced: its state when the feed was read (`None`: gone — removed,
+/// handed over or evicted), and the sequence of its last change in its shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub seq: u64,
+    pub id: u64,
+    pub state: Option<BucketState>,
+}
+
+/// Where a follower is in the feed: the next sequence it has not read, per shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub(super) next: Box<[u64]>,
+}
+
+/// A follower read the feed too late: changes it had not read were overwritten. Its cursor has
+/// moved to the present; it must copy the whole store again (`Store::for_each`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("change feed overrun: {shards} shard(s) dropped changes not yet read; resync")]
+pub struct Lagged {
+    pub shards: usize,
+}
+
+/// Why a store cannot be followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FeedError {
+    #[error("this store was built without a change feed")]
+    Off,
+}
+
+/// One shard's changed ids, oldest first, at most `cap` of them (the caller's bound).
+#[derive(Debug, Default)]
+pub(super) struct Ring {
+    /// The id of sequence `s` is at `(s - base) % cap` (`base`: the sequence at index 0 when
+    /// the ring last started empty).
+    ids: Vec<u64>,
+    base: u64,
+    /// The sequence the next change gets.
+    next: u64,
+}
+
+impl Ring {
+    /// Records a change of bucket `id`.
+    #[inline]
+    pub fn push(&mut self, id: u64, cap: usize) {
+        if self.ids.len() < cap {
+            self.ids.push(id);
+        } else {
+            let at = ((self.next - self.base) % cap as u64) as usize;
+            self.ids[at] = id;
+        }
+        self.next += 1;
+    }
+
+    /// The sequence the next change gets.
+    pub fn head(&self) -> u64 {
+        self.next
+    }
+
+    /// Drops what the ring holds (its last follower left), keeping its sequence.
+    pub fn clear(&mut self) {
+        self.ids = Vec::new();
+        self.base = self.next;
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The changes from sequence `from` on, coalesced (each id once, at its last sequence, in
+    /// sequence order), with their states read by `state`; `Err(Lagged)` when some of them were
+    /// overwritten. Either way the follower's place becomes [`Ring::head`].
+    pub fn read(
+        &self,
+        from: u64,
+        cap: usize,
+        mut state: impl FnMut(u64) -> Option<BucketState>,
+        out: &mut Vec<Change>,
+    ) -> Result<(), Lagged> {
+        let oldest = self.next - self.ids.len() as u64;
+        if from < oldest {
+            return Err(Lagged { shards: 1 });
+        }
+        let start = out.len();
+        let mut seen = HashSet::new();
+        // Newest first, so that an id is taken at its last change.
+        for seq in (from..self.next).rev() {
+            let id = self.ids[((seq - self.base) % cap as u64) as usize];
+            if seen.insert(id) {
+                out.push(Change {
+                    seq,
+                    id,
+                    state: state(id),
+                });
+            }
+        }
+        out[start..].reverse();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Store;
+    use super::*;
+    use crate::limiter::Rule;
+    use crate::limiter::test_support::{MS, T0, rule};
+    use crate::rule::bucket_id;
+    use ringlimit_proto::Algorithm;
+    use ringlimit_proto::peer::Mark;
+
+    fn id(i: u64) -> u64 {
+        bucket_id(0x5eed, &format!("user:{i}"))
+    }
+
+    /// 10 per second, burst 10.
+    fn tb10() -> Rule {
+        rule(Algorithm::TokenBucket, 10, 1000, 10)
+    }
+
+    /// A store of one shard (so one sequence) holding `max_keys`, its feed `entries` long.
+    fn one_shard(max_keys: u64, entries: usize) -> Store {
+        let s = Store::with_feed(max_keys, entries);
+        assert_eq!(s.shard_count(), 1);
+        s
+    }
+
+    fn drain(s: &Store, c: &mut Cursor) -> Vec<Change> {
+        let mut out = Vec::new();
+        s.changes(c, &mut out).expect("not lagged");
+        out
+    }
+
+    /// The one change a write made: its id and whether the bucket is still there.
+    fn one(s: &Store, c: &mut Cursor, seq: &mut u64) -> (u64, bool) {
+        let changes = drain(s, c);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let ch = &changes[0];
+        assert_eq!(ch.seq, *seq);
+        *seq += 1;
+        assert_eq!(ch.state, s.peek(ch.id));
+        (ch.id, ch.state.is_some())
+    }
+
+    #[test]
+    fn every_kind_of_write_appears_once_with_increasing_sequence() {
+        let s = one_shard(5, 64);
+        let r = tb10();
+        let now = T0;
+        let mut marks = Vec::new();
+        for i in [2, 4, 5] {
+            let d = s.check(id(i), &r, now, 1);
+            marks.push(Mark {
+                reset_ns: d.reset_ns,
+                at_ns: now,
+            });
+        }
+        let mut c = s.follow().expect("a feed");
+        let mut seq = 0;
+        assert!(
+            drain(&s, &mut c).is_empty(),
+            "what came before is not in the feed"
+        );
+
+        assert!(s.check(id(1), &r, now, 1).allowed);
+        assert_eq!(one(&s, &mut c, &mut seq), (id(1), true), "an admission");
+        assert!(!s.check(id(1), &r, now, 10).allowed);
+        assert!(s.check(id(9), &r, now, 0).allowed);
+        s.peek(id(1));
+        assert!(
+            drain(&s, &mut c).is_empty(),
+            "a denial, a peek, a cost of 0"
+        );
+
+        s.refund(id(2), &r, 1, marks[0], now);
+        assert_eq!(one(&s, &mut c, &mut seq), (id(2), true), "a refund");
+        s.absorb(
+            id(3),
+            BucketState::Gcra {
+                tat: now + 100 * MS,
+            },
+            now,
+        );
+        assert_eq!(one(&s, &mut c, &mut seq), (id(3), true), "a handover in");
+        assert_eq!(s.take_if(|k, _| k == id(4)).len(), 1);
+        assert_eq!(one(&s, &mut c, &mut seq), (id(4), false), "a handover out");
+        assert!(s.remove(id(5)));
+        assert_eq!(one(&s, &mut c, &mut seq), (id(5), false), "a reset");
+        assert!(!s.remove(id(5)));
+        assert!(
+            drain(&s, &mut c).is_empty(),
+            "removing nothing changes nothing"
+        );
+
+        // Held: 1, 2, 3 and two more; a sixth evicts one of them.
+        for i in [6, 7] {
+            s.check(id(i), &r, now, 1);
+            assert_eq!(one(&s, &mut c, &mut seq), (id(i), true));
+        }
+        s.check(id(8), &r, now, 1);
+        let changes = drain(&s, &mut c);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        let (evicted, new) = (&changes[0], &changes[1]);
+        assert_eq!((evicted.seq, new.seq), (seq, seq + 1));
+        assert_eq!((evicted.state.as_ref(), new.id), (None, id(8)));
+        assert!([1, 2, 3, 6, 7].map(id).contains(&evicted.id));
+        assert_eq!(s.len(), 5);
+    }
+
+    #[test]
+    fn a_bucket_changed_many_times_is_read_once_in_its_last_state() {
+        let s = one_shard(100, 1000);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        for k in 0..5 {
+            s.check(id(1), &r, T0 + k, 1);
+            s.check(id(2), &r, T0 + k, 1);
+        }
+        s.check(id(1), &r, T0 + 5, 1);
+        let changes = drain(&s, &mut c);
+        // Sequence order of each bucket's last change: 2 (seq 9), then 1 (seq 10).
+        let got: Vec<_> = changes.iter().map(|ch| (ch.seq, ch.id)).collect();
+        assert_eq!(got, vec![(9, id(2)), (10, id(1))]);
+        assert_eq!(changes[1].state, s.peek(id(1)));
+        assert!(drain(&s, &mut c).is_empty());
+    }
+
+    #[test]
+    fn a_follower_that_falls_behind_is_told_and_resyncs() {
+        let s = one_shard(1000, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        for i in 0..65 {
+            s.check(id(i), &r, T0, 1);
+        }
+        let mut out = Vec::new();
+        assert_eq!(s.changes(&mut c, &mut out), Err(Lagged { shards: 1 }));
+        assert!(out.is_empty());
+        // The resync: the store itself, then the feed from the present on.
+        let mut copy = Vec::new();
+        s.for_each(|id, st| copy.push((id, st.clone())));
+        assert_eq!(copy.len(), 65);
+        s.check(id(100), &r, T0, 1);
+        let changes = drain(&s, &mut c);
+        assert_eq!(changes.len(), 1);
+        assert_eq!((changes[0].seq, changes[0].id), (65, id(100)));
+    }
+
+    #[test]
+    fn local_buckets_stay_out_of_the_feed() {
+        let s = one_shard(3, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        let d = s.check_local(id(1), &r, T0, 1);
+        assert!(d.allowed);
+        // Once local, always local: whichever call writes it.
+        s.check(id(1), &r, T0, 1);
+        let mark = Mark {
+            reset_ns: d.reset_ns,
+            at_ns: T0,
+        };
+        s.refund(id(1), &r, 1, mark, T0);
+        s.absorb(id(1), BucketState::Gcra { tat: T0 }, T0);
+        assert!(drain(&s, &mut c).is_empty());
+        assert!(s.remove(id(1)));
+        s.check_local(id(1), &r, T0, 1);
+        assert_eq!(s.take_if(|_, _| true).len(), 1);
+        assert!(drain(&s, &mut c).is_empty());
+        // Evicted by owner buckets (the shares first: full again soonest): only the owner
+        // buckets' evictions are heard of.
+        s.check_local(id(2), &r, T0, 1);
+        s.check_local(id(3), &r, T0, 1);
+        let later = T0 + 50 * MS;
+        for i in 4..8 {
+            s.check(id(i), &r, later, 1);
+        }
+        assert!(!s.contains(id(2)) && !s.contains(id(3)));
+        let changes = drain(&s, &mut c);
+        let ids: Vec<u64> = changes.iter().map(|ch| ch.id).collect();
+        assert!(!ids.contains(&id(2)) && !ids.contains(&id(3)), "{ids:?}");
+        assert_eq!(changes.iter().filter(|ch| ch.state.is_none()).count(), 1);
+    }
+
+    #[test]
+    fn the_feed_stays_within_its_bound_and_costs_nothing_unfollowed() {
+        let s = one_shard(1000, 64);
+        let r = rule(Algorithm::TokenBucket, 1_000_000, 1000, 1_000_000);
+        for i in 0..1000 {
+            s.check(id(i), &r, T0, 1);
+        }
+        assert_eq!(s.feed_len(), 0, "nobody follows: nothing recorded");
+        let c = s.follow().expect("a feed");
+        for i in 0..10_000 {
+            s.check(id(i % 1000), &r, T0, 1);
+        }
+        assert_eq!(s.feed_len(), 64);
+        s.unfollow(c);
+        assert_eq!(s.feed_len(), 0, "the last follower frees the feed");
+        s.check(id(1), &r, T0, 1);
+        assert_eq!(s.feed_len(), 0);
+    }
+
+    #[test]
+    fn a_store_without_a_feed_cannot_be_followed() {
+        assert_eq!(Store::new(100).follow(), Err(FeedError::Off));
+    }
+
+    #[test]
+    fn a_follower_reads_every_shard() {
+        let s = Store::with_feed(1_000_000, 100_000);
+        assert!(s.shard_count() > 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        for i in 0..1000 {
+            s.check(id(i), &r, T0, 1);
+        }
+        let mut got: Vec<u64> = drain(&s, &mut c).iter().map(|ch| ch.id).collect();
+        got.sort_unstable();
+        let mut want: Vec<u64> = (0..1000).map(id).collect();
+        want.sort_unstable();
+        assert_eq!(got, want);
+        // A second follower starts at the present; the first is not disturbed.
+        let mut c2 = s.follow().expect("a feed");
+        s.check(id(1), &r, T0, 1);
+        assert_eq!(drain(&s, &mut c2).len(), 1);
+        assert_eq!(drain(&s, &mut c).len(), 1);
+    }
+}
