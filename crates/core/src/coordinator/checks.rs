@@ -75,7 +75,11 @@ impl<L: OwnerLink> Many<L> {
 
     /// Sends each owner its group, all at once, and returns every answer in the order added
     /// (`items`: the checks given to [`Many::add`], in order).
-    pub async fn finish<I: Item, S: Site<I, Link = L>>(self, site: &S, items: &[I]) -> Vec<Answered> {
+    pub async fn finish<I: Item, S: Site<I, Link = L>>(
+        self,
+        site: &S,
+        items: &[I],
+    ) -> Vec<Answered> {
         let Self {
             mut results,
             groups,

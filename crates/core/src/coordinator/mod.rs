@@ -21,7 +21,7 @@ mod tests;
 pub use checks::{Many, check, check_all};
 pub use hold::Hold;
 pub use owner::OwnerLink;
-pub use share::{FallbackShare, Fallback, Share, Taken, fallback_id};
+pub use share::{Fallback, FallbackShare, Share, Taken, fallback_id};
 
 use crate::check::{CheckError, Resolved};
 use crate::link::ForwardError;

@@ -236,7 +236,11 @@ mod tests {
         let (a, taken) = s.hold(5, &r, 3, 1, 0);
         assert!(a.allowed && a.degraded);
         assert_eq!(a.remaining, 7);
-        assert_eq!(store.check(5, &r, 0, 0).remaining, 10, "owner bucket untouched");
+        assert_eq!(
+            store.check(5, &r, 0, 0).remaining,
+            10,
+            "owner bucket untouched"
+        );
         s.refund(&taken.expect("took"), 0);
         assert_eq!(s.decide(5, &r, 0, 1, 0).remaining, 10);
     }
