@@ -4,7 +4,7 @@
 
 use crate::engine::{Engine, Prepared};
 use crate::global::GlobalCounters;
-use ringlimit_core::answer::answer;
+use ringlimit_core::answer::{answer, given_back};
 use ringlimit_core::check::Resolved;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;
@@ -122,13 +122,5 @@ impl Here {
             }
         }
         out
-    }
-}
-
-/// An admission's answer once its cost was given back: what the bucket reads without it.
-pub fn given_back(a: CheckAnswer, cost: u64) -> CheckAnswer {
-    CheckAnswer {
-        remaining: a.remaining.saturating_add(cost),
-        ..a
     }
 }
