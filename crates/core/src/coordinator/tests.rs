@@ -62,14 +62,14 @@ impl Item for Check {
     fn peer_check(&self) -> PeerCheck {
         PeerCheck {
             key: self.key.clone(),
-            rule: RuleRef::Inline(self.rule.clone()),
+            rule: RuleRef::Inline(self.rule),
             cost: self.cost,
         }
     }
     fn peer_refund(&self, mark: Mark) -> PeerRefund {
         PeerRefund {
             key: self.key.clone(),
-            rule: RuleRef::Inline(self.rule.clone()),
+            rule: RuleRef::Inline(self.rule),
             cost: self.cost,
             mark,
         }
