@@ -3,17 +3,11 @@
 //! group all-or-nothing and holds what it admitted; when any limit denies, every cost taken is
 //! given back (a refund to each owner that holds one, at once) before the answer returns.
 
-use crate::client::{Client, Prepared, peer_check};
-use crate::fallback::Taken;
-use crate::{Check, ClientError};
+use crate::Check;
+use crate::client::{Client, Prepared};
 use ringlimit_core::all::{AllError, MAX_ALL, binding, duplicate, shadowed};
-use ringlimit_core::link::PeerClient;
-use ringlimit_core::link::fanout::{self, OwnerGroups};
+use ringlimit_core::coordinator;
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{Mark, PeerAnswer, PeerRefund};
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// A request decided against all its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +28,6 @@ impl AllAnswer {
     pub fn binding_answer(&self) -> &CheckAnswer {
         &self.results[self.binding]
     }
-}
-
-/// What a check holds until its request is known to be admitted.
-enum Hold {
-    Owner(Arc<PeerClient>, Mark),
-    Share(Taken),
 }
 
 impl Client {
@@ -68,53 +56,11 @@ impl Client {
         }
 
         let n = checks.len();
-        let mut results: Vec<Option<Result<CheckAnswer, ClientError>>> = vec![None; n];
-        let mut holds: Vec<Option<Hold>> = (0..n).map(|_| None).collect();
-        let mut groups = OwnerGroups::new();
-        for (i, p) in prepared.iter().enumerate() {
-            match p.known.and_then(|_| topo.owner(p.id)) {
-                Some((owner, link)) => groups.add(owner.to_owned(), link, i),
-                None => {
-                    let (r, taken) = split(inner.degrade_held(p, &topo, "no cluster member alive"));
-                    results[i] = Some(r);
-                    holds[i] = taken.map(Hold::Share);
-                }
-            }
-        }
-        let clients = groups.clients();
-        let replies = groups
-            .send(
-                |i| peer_check(&checks[i]),
-                |link, batch| async move { link.send_all(batch).await },
-            )
-            .await;
-        for (i, reply) in replies {
-            let p = &prepared[i];
-            if let Ok(PeerAnswer::Held { answer, mark }) = &reply
-                && let Some(link) = clients.get(&i)
-            {
-                inner.stats.direct.fetch_add(1, Ordering::Relaxed);
-                results[i] = Some(Ok(*answer));
-                holds[i] = Some(Hold::Owner(link.clone(), *mark));
-                continue;
-            }
-            if matches!(reply, Ok(PeerAnswer::Answer(_))) {
-                inner.stats.direct.fetch_add(1, Ordering::Relaxed);
-            }
-            let mut taken = None;
-            results[i] = Some(fanout::settle(reply, |_| {
-                inner.wake.notify_one();
-                let (r, t) = split(inner.degrade_held(p, &topo, "owner unreachable"));
-                taken = t;
-                r
-            }));
-            holds[i] = taken.map(Hold::Share);
-        }
-
+        let mut results = coordinator::check_all(&self.inner.site(&topo), &prepared).await;
         // Shadow rules never deny; what they would have done is reported.
         let mut shadow_denied = vec![None; n];
         for (i, p) in prepared.iter().enumerate() {
-            if let (Some(known), Some(Ok(a))) = (p.known, &mut results[i])
+            if let (Some(known), Ok(a)) = (p.known, &mut results[i])
                 && known.shadow
             {
                 let (answer, denied) = shadowed(*a);
@@ -122,24 +68,10 @@ impl Client {
                 shadow_denied[i] = Some(denied);
             }
         }
-        let admitted = results
-            .iter()
-            .all(|r| matches!(r, Some(Ok(a)) if a.allowed));
-        if !admitted {
-            self.give_back(checks, &mut results, holds).await;
-        }
+        let admitted = results.iter().all(|r| matches!(r, Ok(a) if a.allowed));
         let mut answers = Vec::with_capacity(n);
         for (index, r) in results.into_iter().enumerate() {
-            match r {
-                Some(Ok(a)) => answers.push(a),
-                Some(Err(error)) => return Err(AllError::Item { index, error }),
-                None => {
-                    return Err(AllError::Item {
-                        index,
-                        error: ClientError::Unavailable("no answer"),
-                    });
-                }
-            }
+            answers.push(r.map_err(|error| AllError::Item { index, error })?);
         }
         let shadow: Vec<bool> = shadow_denied.iter().map(Option::is_some).collect();
         Ok(AllAnswer {
@@ -148,60 +80,5 @@ impl Client {
             results: answers,
             shadow_denied,
         })
-    }
-
-    /// Gives back every cost the request holds: the fallback's here, each owner's as one
-    /// refund group, all owners at once. A refund that cannot reach its owner leaves the cost
-    /// taken (never more admitted; at worst a false deny until the bucket refills).
-    async fn give_back(
-        &self,
-        checks: &[Check],
-        results: &mut [Option<Result<CheckAnswer, ClientError>>],
-        holds: Vec<Option<Hold>>,
-    ) {
-        let mut remote: HashMap<String, (Arc<PeerClient>, Vec<PeerRefund>)> = HashMap::new();
-        for (i, hold) in holds.into_iter().enumerate() {
-            let cost = match hold {
-                None => continue,
-                Some(Hold::Share(t)) => {
-                    self.inner.fallback.refund(&t);
-                    t.cost()
-                }
-                Some(Hold::Owner(link, mark)) => {
-                    let c = &checks[i];
-                    remote
-                        .entry(link.addr.clone())
-                        .or_insert_with(|| (link.clone(), Vec::new()))
-                        .1
-                        .push(PeerRefund {
-                            key: c.key.clone(),
-                            rule: c.rule.clone(),
-                            cost: c.cost,
-                            mark,
-                        });
-                    c.cost
-                }
-            };
-            if let Some(Ok(a)) = &mut results[i] {
-                a.remaining = a.remaining.saturating_add(cost);
-            }
-        }
-        let sends = remote
-            .into_values()
-            .map(|(link, refunds)| async move { link.refund(refunds).await });
-        for sent in futures::future::join_all(sends).await {
-            if let Err(e) = sent {
-                tracing::debug!(error = %e, "a refund did not reach its owner; its cost stays taken");
-            }
-        }
-    }
-}
-
-fn split<T>(
-    r: Result<(CheckAnswer, Option<T>), ClientError>,
-) -> (Result<CheckAnswer, ClientError>, Option<T>) {
-    match r {
-        Ok((a, t)) => (Ok(a), t),
-        Err(e) => (Err(e), None),
     }
 }

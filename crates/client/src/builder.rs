@@ -15,17 +15,8 @@ pub enum FailMode {
     Closed,
 }
 
-/// How much of a rule's limit the local fallback admits.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum FallbackShare {
-    /// The limit divided by the members last seen alive, as a node's own fallback does
-    /// (default): the cluster as a whole stays near the limit when every client falls back.
-    #[default]
-    PerMember,
-    /// A fixed fraction of the limit (`0 < f <= 1`), for services that know how many
-    /// instances share a key.
-    Fraction(f64),
-}
+/// How much of a rule's limit the local fallback admits (core's, shared with the nodes).
+pub use ringlimit_core::coordinator::FallbackShare;
 
 /// Every setting of a client.
 #[derive(Debug, Clone)]

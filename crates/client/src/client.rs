@@ -1,15 +1,14 @@
 //! The client: route each check to its owner, fall back locally, keep the topology fresh.
 
-use crate::builder::{BuildError, ClientBuilder, FailMode, Settings};
+use crate::builder::{BuildError, ClientBuilder, Settings};
 use crate::check::{Check, ClientError};
 use crate::fallback::Fallback;
+use crate::site;
 use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
-use ringlimit_core::link::fanout::{self, OwnerGroups};
-use ringlimit_core::link::{ForwardError, PeerSettings, PeerStats};
-use ringlimit_core::rule::OnOwnerUnreachable;
-use ringlimit_proto::peer::{PeerAnswer, PeerCheck};
+use ringlimit_core::coordinator::{self, Many, Site};
+use ringlimit_core::link::{PeerSettings, PeerStats};
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -130,64 +129,35 @@ impl Client {
     pub async fn check(&self, check: &Check) -> Result<CheckAnswer, ClientError> {
         let topo = self.inner.topology.load_full();
         let (topo, p) = self.prepare(topo, check).await?;
-        if p.known.is_none() {
-            return self
-                .inner
-                .degrade(&p, &topo, "no cluster member reached yet");
-        }
-        let Some((_, link)) = topo.owner(p.id) else {
-            return self.inner.degrade(&p, &topo, "no cluster member alive");
-        };
-        let sent = link.send(vec![peer_check(check)]).await;
-        let reply = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
-        self.inner.settle(&p, &topo, reply)
+        coordinator::check(&self.inner.site(&topo), &p).await
     }
 
     /// Decides many checks, one frame per owner, all owners at once; answers in order.
     pub async fn check_many(&self, checks: &[Check]) -> Vec<Result<CheckAnswer, ClientError>> {
         let mut topo = self.inner.topology.load_full();
-        let mut results: Vec<Option<Result<CheckAnswer, ClientError>>> =
-            Vec::with_capacity(checks.len());
         let mut prepared = Vec::with_capacity(checks.len());
-        let mut groups = OwnerGroups::new();
-        for (i, check) in checks.iter().enumerate() {
+        for check in checks {
             match self.prepare(topo.clone(), check).await {
-                Err(e) => {
-                    results.push(Some(Err(e)));
-                    prepared.push(None);
-                }
                 Ok((t, p)) => {
                     topo = t;
-                    match p.known.and_then(|_| topo.owner(p.id)) {
-                        Some((owner, link)) => {
-                            groups.add(owner.to_owned(), link, i);
-                            results.push(None);
-                        }
-                        None => results.push(Some(self.inner.degrade(
-                            &p,
-                            &topo,
-                            "no cluster member alive",
-                        ))),
-                    }
-                    prepared.push(Some(p));
+                    prepared.push(Ok(p));
                 }
+                Err(e) => prepared.push(Err(e)),
             }
         }
-        let replies = groups
-            .send(
-                |i| peer_check(&checks[i]),
-                |link, batch| async move { link.send(batch).await },
-            )
-            .await;
-        for (i, reply) in replies {
-            if let Some(p) = prepared[i].as_ref() {
-                results[i] = Some(self.inner.settle(p, &topo, reply));
+        let site = self.inner.site(&topo);
+        let mut many = Many::new(checks.len(), site.now());
+        let mut ready = Vec::with_capacity(checks.len());
+        for p in prepared {
+            match p {
+                Ok(p) => {
+                    many.add(&site, &p);
+                    ready.push(p);
+                }
+                Err(e) => many.add_error(e),
             }
         }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(ClientError::Unavailable("no answer"))))
-            .collect()
+        many.finish(&site, &ready).await
     }
 
     /// Node ids of the members the client routes to now.
@@ -203,7 +173,7 @@ impl Client {
         let topo = self.inner.topology.load();
         let (id, known) = identify(&topo, check).ok()?;
         known?;
-        topo.owner(id).map(|(o, _)| o.to_owned())
+        topo.owner(id).map(|(o, _)| o.to_string())
     }
 
     /// Refreshes members and rules now (normally done in the background).
@@ -286,77 +256,10 @@ fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<Resolved>), C
     Ok((resolved.bucket(&check.key, check.cost)?, Some(resolved)))
 }
 
-pub(crate) fn peer_check(check: &Check) -> PeerCheck {
-    PeerCheck {
-        key: check.key.clone(),
-        rule: check.rule.clone(),
-        cost: check.cost,
-    }
-}
-
 impl Inner {
-    /// Turns the owner's reply — or its absence — into the caller's result.
-    fn settle(
-        &self,
-        p: &Prepared<'_>,
-        topo: &Topology,
-        reply: Result<PeerAnswer, ForwardError>,
-    ) -> Result<CheckAnswer, ClientError> {
-        match &reply {
-            Ok(PeerAnswer::Answer(_)) => {
-                self.stats.direct.fetch_add(1, Ordering::Relaxed);
-            }
-            // The owner knows rules we do not (or no longer): look again soon.
-            Ok(PeerAnswer::Error { code, .. }) if code == "unknown_rule" => self.wake.notify_one(),
-            _ => {}
-        }
-        fanout::settle(reply, |e| {
-            // A dead or slow owner: the topology may be stale.
-            self.wake.notify_one();
-            let reason = match e {
-                ForwardError::CircuitOpen | ForwardError::Lost => "owner unreachable",
-                ForwardError::Timeout => "owner did not answer within the deadline",
-                ForwardError::Shed => "queue to the owner is full",
-                ForwardError::Mismatch => "owner answered too few checks",
-                ForwardError::RuleUnknownAtOwner => "owner does not know the rule yet",
-            };
-            self.degrade(p, topo, reason)
-        })
-    }
-
-    /// The answer without the cluster: per the fail mode, the rule's policy and the fallback.
-    pub(crate) fn degrade(
-        &self,
-        p: &Prepared<'_>,
-        topo: &Topology,
-        reason: &'static str,
-    ) -> Result<CheckAnswer, ClientError> {
-        self.degrade_held(p, topo, reason).map(|(a, _)| a)
-    }
-
-    /// [`Inner::degrade`] for an all-or-nothing check: also what the fallback share took.
-    pub(crate) fn degrade_held(
-        &self,
-        p: &Prepared<'_>,
-        topo: &Topology,
-        reason: &'static str,
-    ) -> Result<(CheckAnswer, Option<crate::fallback::Taken>), ClientError> {
-        if topo.peers.is_empty() {
-            self.wake.notify_one();
-        }
-        if self.settings.fail_mode == FailMode::Closed {
-            return Err(ClientError::Unavailable(reason));
-        }
-        self.stats.degraded.fetch_add(1, Ordering::Relaxed);
-        let Some(known) = p.known else {
-            return Ok((self.fallback.unknown(), None));
-        };
-        if known.on_unreachable == OnOwnerUnreachable::Closed {
-            return Ok((self.fallback.deny(&known.rule), None));
-        }
-        Ok(self
-            .fallback
-            .hold(p.id, &known.rule, p.check.cost, topo.alive()))
+    /// The coordinator's view of this client under `topo`.
+    pub(crate) fn site<'a>(&'a self, topo: &'a Topology) -> site::Client<'a> {
+        site::Client { inner: self, topo }
     }
 
     /// Asks the node that answered last, then the other alive members, then the seeds, for

@@ -29,6 +29,7 @@
 //! - [`client`] — [`Client`]: routing to owners, batches, fallback, background refresh.
 //! - `topology` — members, ring and rules as discovered over HTTP.
 //! - `fallback` — the local limiter used when the cluster cannot answer.
+//! - `site` — the client's side of core's coordinator (routing, fail mode, counters).
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
 pub mod all;
@@ -37,6 +38,7 @@ pub mod check;
 pub mod client;
 mod fallback;
 pub mod layer;
+mod site;
 mod topology;
 
 pub use all::AllAnswer;

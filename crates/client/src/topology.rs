@@ -43,9 +43,9 @@ impl Topology {
     }
 
     /// The owner of bucket `id` and the link to it.
-    pub fn owner(&self, id: u64) -> Option<(&str, &Arc<PeerClient>)> {
+    pub fn owner(&self, id: u64) -> Option<(&Arc<str>, &Arc<PeerClient>)> {
         let owner = self.ring.owner(id)?;
-        self.peers.get(owner).map(|m| (owner, &m.link))
+        self.peers.get_key_value(owner).map(|(id, m)| (id, &m.link))
     }
 
     /// Where to ask next time: alive members' HTTP addresses.

@@ -1,11 +1,10 @@
 //! How a decision is worded as the contract's [`CheckAnswer`]: owner and global decisions, a
-//! fail-closed denial, and a fallback share's answer. Validation lives in [`crate::rule`].
+//! fail-closed denial, a rule never learnt, a cost given back. Validation lives in
+//! [`crate::rule`]; the fallback share's decisions in [`crate::coordinator::share`].
 
 use crate::clock::NANOS_PER_MS;
 use crate::limiter::{Decision, Rule};
-use crate::store::Store;
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::Mark;
 
 /// An instant in Unix ms as answers state it: rounded up, so a reset is never announced early.
 /// An instant compared with an answer's `reset_at_ms` (the IETF `t`, Envoy's
@@ -43,43 +42,23 @@ pub fn closed_answer(rule: &Rule, now_ns: u64) -> CheckAnswer {
     }
 }
 
-/// A fallback decision: bucket `id` of `store` decided alone on `share` of `rule` (a cost above
-/// the share's capacity takes the whole share), answered with the whole rule's limit and marked
-/// degraded. Nodes and the SDK fall back through this one path.
-pub fn decide_share(
-    store: &Store,
-    id: u64,
-    rule: &Rule,
-    share: &Rule,
-    cost: u64,
-    now: u64,
-) -> CheckAnswer {
-    hold_share(store, id, rule, share, cost, now).0
+/// The answer for a rule never learnt (an SDK before any node answered): admitted, degraded,
+/// with no limit to report.
+pub fn unknown_rule_answer(now_ns: u64) -> CheckAnswer {
+    CheckAnswer {
+        allowed: true,
+        limit: 0,
+        remaining: 0,
+        reset_at_ms: instant_ms(now_ns),
+        retry_after_ms: 0,
+        degraded: true,
+    }
 }
 
-/// [`decide_share`] for a check that may have to give its cost back (all-or-nothing): also
-/// the mark and the cost of what it took, for [`Store::refund`] of bucket `id` under `share`.
-pub fn hold_share(
-    store: &Store,
-    id: u64,
-    rule: &Rule,
-    share: &Rule,
-    cost: u64,
-    now: u64,
-) -> (CheckAnswer, Option<(Mark, u64)>) {
-    let cost = cost.min(share.capacity());
-    let d = store.check(id, share, now, cost);
-    let taken = (d.allowed && cost > 0).then_some((
-        Mark {
-            reset_ns: d.reset_ns,
-            at_ns: now,
-        },
-        cost,
-    ));
-    let a = CheckAnswer {
-        limit: rule.limit,
-        degraded: true,
-        ..answer(&d, share)
-    };
-    (a, taken)
+/// An admission's answer once its cost was given back: what the bucket reads without it.
+pub fn given_back(a: CheckAnswer, cost: u64) -> CheckAnswer {
+    CheckAnswer {
+        remaining: a.remaining.saturating_add(cost),
+        ..a
+    }
 }

@@ -11,14 +11,17 @@
 //! - [`rule`] — rule validation, bucket identities, fallback shares.
 //! - [`check`] — a check's rule resolved once ([`check::Resolved`]) and its error ([`check::CheckError`]).
 //! - [`all`] — one request against several limits: its errors, shadow answers, the binding limit.
-//! - [`answer`] — decisions worded as the contract's answers (owner, fail-closed, fallback share).
+//! - [`answer`] — decisions worded as the contract's answers (owner, fail-closed, given back).
 //! - [`headers`] — an answer's `X-RateLimit-*`, `Retry-After` and IETF `RateLimit` fields.
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
+//! - [`coordinator`] — where a check is decided (here, owner, fallback share), check-many
+//!   grouping, all-or-nothing holds and refunds: one code for the node and the SDK.
 
 pub mod all;
 pub mod answer;
 pub mod check;
 pub mod clock;
+pub mod coordinator;
 pub mod headers;
 pub mod limiter;
 pub mod link;

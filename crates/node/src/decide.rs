@@ -4,6 +4,7 @@
 
 use crate::engine::{Engine, Prepared};
 use crate::global::GlobalCounters;
+use ringlimit_core::answer::given_back;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;
@@ -112,13 +113,5 @@ impl Here {
             }
         }
         out
-    }
-}
-
-/// An admission's answer once its cost was given back: what the bucket reads without it.
-pub fn given_back(a: CheckAnswer, cost: u64) -> CheckAnswer {
-    CheckAnswer {
-        remaining: a.remaining.saturating_add(cost),
-        ..a
     }
 }

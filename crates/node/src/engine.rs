@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::Clock;
+use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::store::{Change, Cursor, FeedError, Lagged, Store, StoreStats};
 use ringlimit_proto::peer::Mark;
@@ -213,24 +214,11 @@ impl Engine {
         self.store.refund(id, rule, cost, mark, now);
     }
 
-    /// Decides at `now` a check of `cost` on the fail-open share bucket `id` (a salted id)
-    /// under `share`: the decision, and the mark of what it took. A share is this node's
-    /// alone, so it stays out of the change feed.
-    pub fn hold_share(
-        &self,
-        id: u64,
-        share: &Rule,
-        cost: u64,
-        now: u64,
-    ) -> (Decision, Option<Mark>) {
-        let d = self.store.check_local(id, share, now, cost);
-        let mark = taken(&d, cost, now);
-        (d, mark)
-    }
-
-    /// Gives back what [`Engine::hold_share`] took under `mark`.
-    pub fn refund_share(&self, id: u64, share: &Rule, cost: u64, mark: Mark, now: u64) {
-        self.store.refund(id, share, cost, mark, now);
+    /// The fail-open shares of this node's buckets (salted ids, in this store): the
+    /// coordinator's one share type. Shares are this node's alone: their buckets stay out of
+    /// the change feed (`Store::check_local`).
+    pub fn share(&self) -> Share<'_> {
+        Share::salted(&self.store)
     }
 
     /// Drops buckets `ids` (an admin reset, here or asked by a peer); returns how many were
@@ -310,10 +298,11 @@ mod tests {
         e.refund(1, &rule, 1, mark, T0);
         assert_eq!(changed(&e, &mut c), vec![(1, true)]);
 
-        let (d, share_mark) = e.hold_share(2, &rule, 1, T0);
-        assert!(d.allowed && e.holds(2));
-        e.refund_share(2, &rule, 1, share_mark.expect("took its cost"), T0);
-        assert_eq!(e.reset(&[2]), 1);
+        let (a, taken) = e.share().hold(2, &rule, 1, 1, T0);
+        let share_id = ringlimit_core::coordinator::share::fallback_id(2);
+        assert!(a.allowed && e.holds(share_id));
+        e.share().refund(&taken.expect("took its cost"), T0);
+        assert_eq!(e.reset(&[share_id]), 1);
         assert_eq!(changed(&e, &mut c), vec![]);
 
         let out = e.hand_out(|id, _| id == 1);

@@ -12,13 +12,13 @@ use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 
-/// Checks (by their index in the caller's list) grouped by owner, with the client that
-/// reaches each owner.
-pub struct OwnerGroups<K> {
-    groups: HashMap<K, (Arc<PeerClient>, Vec<usize>)>,
+/// Checks (by their index in the caller's list) grouped by owner, with the link (`L`: a
+/// client, or what wraps one) that reaches each owner.
+pub struct OwnerGroups<K, L = Arc<PeerClient>> {
+    groups: HashMap<K, (L, Vec<usize>)>,
 }
 
-impl<K: Eq + Hash> Default for OwnerGroups<K> {
+impl<K: Eq + Hash, L> Default for OwnerGroups<K, L> {
     fn default() -> Self {
         Self {
             groups: HashMap::new(),
@@ -26,13 +26,13 @@ impl<K: Eq + Hash> Default for OwnerGroups<K> {
     }
 }
 
-impl<K: Eq + Hash> OwnerGroups<K> {
+impl<K: Eq + Hash, L: Clone> OwnerGroups<K, L> {
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Puts check `index` in `owner`'s group.
-    pub fn add(&mut self, owner: K, client: &Arc<PeerClient>, index: usize) {
+    pub fn add(&mut self, owner: K, client: &L, index: usize) {
         self.groups
             .entry(owner)
             .or_insert_with(|| (client.clone(), Vec::new()))
@@ -46,7 +46,7 @@ impl<K: Eq + Hash> OwnerGroups<K> {
 
     /// The client each check was grouped under, by index (to follow up on an owner's answer,
     /// e.g. with a refund).
-    pub fn clients(&self) -> HashMap<usize, Arc<PeerClient>> {
+    pub fn clients(&self) -> HashMap<usize, L> {
         self.groups
             .values()
             .flat_map(|(client, idx)| idx.iter().map(|&i| (i, client.clone())))
@@ -63,7 +63,7 @@ impl<K: Eq + Hash> OwnerGroups<K> {
         send: F,
     ) -> Vec<(usize, Result<PeerAnswer, ForwardError>)>
     where
-        F: Fn(Arc<PeerClient>, Vec<PeerCheck>) -> Fut,
+        F: Fn(L, Vec<PeerCheck>) -> Fut,
         Fut: Future<Output = Result<Vec<PeerAnswer>, ForwardError>>,
     {
         let sends = self.groups.into_values().map(|(client, idx)| {

@@ -1,0 +1,135 @@
+//! The client's side of core's coordinator ([`ringlimit_core::coordinator`]): checks go
+//! straight to their owner, never decided here; without an owner, the fail mode and the
+//! local fallback decide.
+
+use crate::builder::FailMode;
+use crate::check::ClientError;
+use crate::client::{Inner, Prepared};
+use crate::topology::Topology;
+use ringlimit_core::check::Resolved;
+use ringlimit_core::coordinator::{Item, Nowhere, Route, Site, Taken, Why};
+use ringlimit_core::link::{ForwardError, PeerClient};
+use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// The client as the coordinator sees it, under one topology.
+pub(crate) struct Client<'a> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) topo: &'a Topology,
+}
+
+impl Site<Prepared<'_>> for Client<'_> {
+    type Link = Arc<PeerClient>;
+    type Here = Nowhere;
+
+    /// At the owner, when the rule and the members are known; else from the fallback.
+    fn route(&self, p: &Prepared<'_>) -> Route<Arc<PeerClient>, Nowhere> {
+        match p.known.and_then(|_| self.topo.owner(p.id)) {
+            Some((owner, link)) => Route::Owner(owner.clone(), link.clone()),
+            None => Route::Share { own: None },
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.inner.fallback.now()
+    }
+
+    /// The answer without the cluster: per the fail mode, the rule's policy and the fallback.
+    fn fall_back(
+        &self,
+        p: &Prepared<'_>,
+        why: Why,
+    ) -> Result<(CheckAnswer, Option<Taken>), ClientError> {
+        let inner = self.inner;
+        let reason = match why {
+            Why::NoOwner if p.known.is_none() => "no cluster member reached yet",
+            Why::NoOwner => "no cluster member alive",
+            Why::Unreachable(e) => {
+                // A dead or slow owner: the topology may be stale.
+                inner.wake.notify_one();
+                match e {
+                    ForwardError::CircuitOpen | ForwardError::Lost => "owner unreachable",
+                    ForwardError::Timeout => "owner did not answer within the deadline",
+                    ForwardError::Shed => "queue to the owner is full",
+                    ForwardError::Mismatch => "owner answered too few checks",
+                    ForwardError::RuleUnknownAtOwner => "owner does not know the rule yet",
+                }
+            }
+        };
+        if self.topo.peers.is_empty() {
+            inner.wake.notify_one();
+        }
+        if inner.settings.fail_mode == FailMode::Closed {
+            return Err(ClientError::Unavailable(reason));
+        }
+        inner.stats.degraded.fetch_add(1, Ordering::Relaxed);
+        let fallback = inner.fallback.share().fall_back(
+            p.id,
+            p.known.as_ref(),
+            p.check.cost,
+            self.topo.alive(),
+            inner.fallback.now(),
+        );
+        Ok(fallback.held())
+    }
+
+    fn refund_share(&self, taken: &Taken) {
+        let fallback = &self.inner.fallback;
+        fallback.share().refund(taken, fallback.now());
+    }
+
+    fn answered(&self, reply: &Result<PeerAnswer, ForwardError>) {
+        match reply {
+            Ok(PeerAnswer::Answer(_) | PeerAnswer::Held { .. }) => {
+                self.inner.stats.direct.fetch_add(1, Ordering::Relaxed);
+            }
+            // The owner knows rules we do not (or no longer): look again soon.
+            Ok(PeerAnswer::Error { code, .. }) if code == "unknown_rule" => {
+                self.inner.wake.notify_one()
+            }
+            _ => {}
+        }
+    }
+
+    fn gave_back(&self, lost: u64) {
+        if lost > 0 {
+            tracing::debug!(
+                lost,
+                "refunds did not reach their owner; their costs stay taken"
+            );
+        }
+    }
+}
+
+impl Item for Prepared<'_> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn cost(&self) -> u64 {
+        self.check.cost
+    }
+
+    fn resolved(&self) -> Option<&Resolved> {
+        self.known.as_ref()
+    }
+
+    fn peer_check(&self) -> PeerCheck {
+        PeerCheck {
+            key: self.check.key.clone(),
+            rule: self.check.rule.clone(),
+            cost: self.check.cost,
+        }
+    }
+
+    fn peer_refund(&self, mark: Mark) -> PeerRefund {
+        PeerRefund {
+            key: self.check.key.clone(),
+            rule: self.check.rule.clone(),
+            cost: self.check.cost,
+            mark,
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! Where a check is decided: here when this node owns the bucket (or the rule is global), at
+//! the owner otherwise, and from a local fallback share when the owner cannot answer in time
+//! (fail-open). The deciding is core's coordinator ([`ringlimit_core::coordinator`], shared
+//! with the SDK); this is the node's side of it: its routing, its share buckets, its counters.
+//!
+//! # Layout
+//! - `gate` — the batch gate: long batches decide in slices, one at a time per thread.
+//! - `timed` — RPC timing around the owner's link.
+
+mod gate;
+mod timed;
+
+use crate::cluster::View;
+use crate::decide::Here;
+use crate::engine::Prepared;
+use crate::forward::PeerPool;
+use crate::metrics::PeerRpcMetrics;
+use arc_swap::ArcSwap;
+use gate::Turn;
+use ringlimit_core::answer::answer;
+use ringlimit_core::check::{CheckError, Resolved};
+use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Taken, Why};
+use ringlimit_core::rule::{Mode, OnOwnerUnreachable};
+use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use timed::Timed;
+
+pub use ringlimit_core::coordinator::fallback_id;
+
+/// Routing counters.
+#[derive(Debug, Default)]
+pub struct DispatchStats {
+    /// Checks sent to their owner.
+    pub forwarded: AtomicU64,
+    /// All-or-nothing requests denied, whose admitted checks gave their cost back.
+    pub refunded_requests: AtomicU64,
+    /// Refunds that could not reach their owner (the cost stays taken: a false deny at worst).
+    pub refunds_lost: AtomicU64,
+    /// Checks answered from the fallback share (degraded) because the owner could not answer.
+    pub fail_open: AtomicU64,
+    /// Checks denied because the owner could not answer and the rule is `closed`.
+    pub fail_closed: AtomicU64,
+    /// Owner-mode checks answered without an owner because this node saw fewer than a majority
+    /// of the cluster (also counted in `fail_open` or `fail_closed`).
+    pub minority: AtomicU64,
+}
+
+/// Sends each check where it is decided.
+pub struct Dispatcher {
+    here: Here,
+    view: Arc<ArcSwap<View>>,
+    pool: Arc<PeerPool>,
+    pub stats: DispatchStats,
+    rpc: PeerRpcMetrics,
+}
+
+impl Dispatcher {
+    pub fn new(
+        here: Here,
+        view: Arc<ArcSwap<View>>,
+        pool: Arc<PeerPool>,
+        rpc: PeerRpcMetrics,
+    ) -> Self {
+        Self {
+            here,
+            view,
+            pool,
+            stats: DispatchStats::default(),
+            rpc,
+        }
+    }
+
+    /// The current membership view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// Decides one prepared check wherever it belongs.
+    pub async fn check(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
+        let view = self.view.load();
+        coordinator::check(&self.site(&view), p).await
+    }
+
+    /// Decides many checks: those decided here at one instant, each owner's as one group (one
+    /// frame), all owners at once. Answers come back in the order of `items`.
+    pub async fn check_many(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+        let view = self.view.load_full();
+        let site = self.site(&view);
+        let mut turn = Turn::take(items.len()).await;
+        // One instant for the whole batch (see `Engine::decide_at`), taken once it may decide.
+        let mut many = Many::new(items.len(), self.here.now());
+        for (i, p) in items.iter().enumerate() {
+            turn.pace(i).await;
+            many.add(&site, p);
+        }
+        turn.release();
+        let answers = many.finish(&site, items).await;
+        turn.end().await;
+        answers
+    }
+
+    /// Decides one request's checks all-or-nothing (the check service's `check_all`):
+    /// admitted only when every non-shadow check admits; otherwise every check that took its
+    /// cost gives it back before this returns (see [`coordinator::check_all`]).
+    pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+        let view = self.view.load_full();
+        coordinator::check_all(&self.site(&view), items).await
+    }
+
+    /// Whether this node owns keys under `view`: it sees a majority of the members it last knew
+    /// through gossip (`cluster::quorum`) and over their peer links (`forward::reach`).
+    pub fn owns_keys(&self, view: &View) -> bool {
+        view.quorum.quorate && !self.pool.cut_off()
+    }
+
+    /// The coordinator's view of this node under `view`.
+    fn site<'a>(&'a self, view: &'a View) -> Site<'a> {
+        Site { d: self, view }
+    }
+}
+
+/// This node as the coordinator sees it, under one membership view.
+struct Site<'a> {
+    d: &'a Dispatcher,
+    view: &'a View,
+}
+
+impl Site<'_> {
+    /// The fallback share: buckets beside the owner buckets, under salted ids.
+    fn share(&self) -> Share<'_> {
+        self.d.here.engine().share()
+    }
+}
+
+impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
+    type Link = Timed<'a>;
+    type Here = &'a Here;
+
+    /// Here (this node owns the bucket, or the rule is global: decided where it lands), at
+    /// its owner, or from the fallback share when this node sees fewer than a majority of the
+    /// cluster (then it owns no keys: see `cluster::quorum`).
+    fn route(&self, p: &Prepared<'_>) -> Route<Timed<'a>, &'a Here> {
+        let d = self.d;
+        if p.resolved.mode == Mode::Global {
+            return Route::Here(&d.here);
+        }
+        if !d.owns_keys(self.view) {
+            d.stats.minority.fetch_add(1, Ordering::Relaxed);
+            let own = self.view.ring.owner(p.id) == Some(&*self.view.self_id);
+            return Route::Share {
+                own: own.then_some(&d.here),
+            };
+        }
+        match d.pool.owner_client(self.view, p.id) {
+            None => Route::Here(&d.here),
+            Some((owner, client)) => Route::Owner(
+                owner,
+                Timed {
+                    client,
+                    rpc: &d.rpc,
+                    here: &d.here,
+                },
+            ),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.d.here.now()
+    }
+
+    /// A local share of the limit (of the last known cluster), or a denial.
+    fn fall_back(
+        &self,
+        p: &Prepared<'_>,
+        why: Why,
+    ) -> Result<(CheckAnswer, Option<Taken>), CheckError> {
+        let fallback = self.share().fall_back(
+            p.id,
+            Some(&p.resolved),
+            p.cost,
+            self.view.share_members(),
+            self.d.here.now(),
+        );
+        if let Why::Unreachable(e) = why {
+            tracing::debug!(error = %e, "owner unreachable; failing {}", match p.resolved.on_unreachable {
+                OnOwnerUnreachable::Open => "open",
+                OnOwnerUnreachable::Closed => "closed",
+            });
+        }
+        let counter = match fallback {
+            Fallback::Closed(_) => &self.d.stats.fail_closed,
+            Fallback::Open(..) | Fallback::Unknown(_) => &self.d.stats.fail_open,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(fallback.held())
+    }
+
+    fn refund_share(&self, taken: &Taken) {
+        self.share().refund(taken, self.d.here.now());
+    }
+
+    fn forwarded(&self) {
+        self.d.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn gave_back(&self, lost: u64) {
+        let stats = &self.d.stats;
+        stats.refunded_requests.fetch_add(1, Ordering::Relaxed);
+        if lost > 0 {
+            stats.refunds_lost.fetch_add(lost, Ordering::Relaxed);
+            tracing::debug!(
+                lost,
+                "refunds did not reach their owner; their costs stay taken"
+            );
+        }
+    }
+}
+
+impl coordinator::Here<Prepared<'_>> for &Here {
+    fn decide(&self, p: &Prepared<'_>) -> CheckAnswer {
+        let here: &Here = self;
+        here.decide(p)
+    }
+
+    fn decide_at(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
+        let here: &Here = self;
+        here.decide_at(p.id, &p.resolved, p.cost, now)
+    }
+
+    fn hold_at(&self, p: &Prepared<'_>, now: u64) -> (CheckAnswer, Option<Mark>) {
+        let here: &Here = self;
+        here.hold_at(p.id, &p.resolved, p.cost, now)
+    }
+
+    fn refund(&self, p: &Prepared<'_>, mark: Mark) {
+        let here: &Here = self;
+        here.refund(p.id, &p.resolved, p.cost, mark)
+    }
+
+    fn decide_all(
+        &self,
+        items: &[&Prepared<'_>],
+        now: u64,
+    ) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
+        let here: &Here = self;
+        let checks: Vec<_> = items
+            .iter()
+            .map(|p| Some((p.id, p.resolved, p.cost)))
+            .collect();
+        here.decide_all(&checks, now)
+    }
+
+    fn peek(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
+        let d = self.global().peek(p.id, &p.resolved.rule, now, p.cost);
+        answer(&d, &p.resolved.rule)
+    }
+}
+
+impl Item for Prepared<'_> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    fn resolved(&self) -> Option<&Resolved> {
+        Some(&self.resolved)
+    }
+
+    fn peer_check(&self) -> PeerCheck {
+        PeerCheck {
+            key: self.key.to_owned(),
+            rule: self.spec.to_ref(),
+            cost: self.cost,
+        }
+    }
+
+    fn peer_refund(&self, mark: Mark) -> PeerRefund {
+        PeerRefund {
+            key: self.key.to_owned(),
+            rule: self.spec.to_ref(),
+            cost: self.cost,
+            mark,
+        }
+    }
+}
