@@ -6,8 +6,8 @@ use crate::cluster::View;
 use crate::decide::Here;
 use crate::decide::given_back;
 use crate::engine::Prepared;
-use crate::forward::PeerPool;
 use crate::metrics::{PeerRpcMetrics, seconds};
+use crate::peers::Peers;
 use arc_swap::ArcSwap;
 use ringlimit_core::answer::{closed_answer, decide_share, hold_share};
 use ringlimit_core::check::CheckError;
@@ -72,7 +72,7 @@ pub struct DispatchStats {
 pub struct Dispatcher {
     here: Here,
     view: Arc<ArcSwap<View>>,
-    pool: Arc<PeerPool>,
+    pool: Arc<Peers>,
     pub stats: DispatchStats,
     rpc: PeerRpcMetrics,
 }
@@ -81,7 +81,7 @@ impl Dispatcher {
     pub fn new(
         here: Here,
         view: Arc<ArcSwap<View>>,
-        pool: Arc<PeerPool>,
+        pool: Arc<Peers>,
         rpc: PeerRpcMetrics,
     ) -> Self {
         Self {
@@ -430,7 +430,7 @@ impl Dispatcher {
     }
 
     /// Whether this node owns keys under `view`: it sees a majority of the members it last knew
-    /// through gossip (`cluster::quorum`) and over their peer links (`forward::reach`).
+    /// through gossip (`cluster::quorum`) and over their peer links (`peers::reach`).
     pub fn owns_keys(&self, view: &View) -> bool {
         view.quorum.quorate && !self.pool.cut_off()
     }

@@ -343,7 +343,11 @@ mod tests {
     /// side's; a client refuses a server that answers a version it did not offer.
     #[test]
     fn the_connection_speaks_the_lower_version() {
-        for (offered, agreed) in [(2, 2), (PROTOCOL_VERSION, PROTOCOL_VERSION), (9, PROTOCOL_VERSION)] {
+        for (offered, agreed) in [
+            (2, 2),
+            (PROTOCOL_VERSION, PROTOCOL_VERSION),
+            (9, PROTOCOL_VERSION),
+        ] {
             let (mut client, hello) =
                 ClientHandshake::offering(offered, "ringlimit", "a", None, [1; 16]);
             let (server, challenge) =

@@ -26,6 +26,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   [`Frame::FlaggedChecks`]).
 /// - 3: a check group says its kind in a field of its own ([`CheckGroup`], [`Frame::Checks`]).
 pub const PROTOCOL_VERSION: u16 = 3;
+/// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
+/// connection of an older version carries [`Frame::FlaggedChecks`] instead.
+pub const GROUP_KIND_SINCE: u16 = 3;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -444,7 +447,11 @@ mod tests {
             unreachable!("sample is a checks frame")
         };
         let check = groups[0].checks[0].clone();
-        for kind in [GroupKind::Owned, GroupKind::Relayed, GroupKind::AllOrNothing] {
+        for kind in [
+            GroupKind::Owned,
+            GroupKind::Relayed,
+            GroupKind::AllOrNothing,
+        ] {
             let group = CheckGroup {
                 id: 41,
                 kind,

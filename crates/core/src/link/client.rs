@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
 use ringlimit_proto::peer::{
-    CheckGroup, FlaggedGroup, Frame, GROUP_FLAGS, GroupKind, PeerAnswer, PeerCheck, PeerRefund,
-    RefundGroup,
+    CheckGroup, FlaggedGroup, Frame, GROUP_FLAGS, GROUP_KIND_SINCE, GroupKind, PeerAnswer,
+    PeerCheck, PeerRefund, RefundGroup,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -389,13 +389,9 @@ pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<Connection, 
 }
 
 /// Serves one connection until it fails; returns why.
-async fn serve(
-    conn: Connection,
-    rx: &mut mpsc::Receiver<Outgoing>,
-    stats: &PeerStats,
-) -> String {
+async fn serve(conn: Connection, rx: &mut mpsc::Receiver<Outgoing>, stats: &PeerStats) -> String {
     // Version 2 peers read a group's kind in its id's top bits, and echo the id whole.
-    let flagged = conn.version < 3;
+    let flagged = conn.version < GROUP_KIND_SINCE;
     let (mut sink, mut stream) = conn.framed.split();
     let pending: Mutex<HashMap<u64, oneshot::Sender<Vec<PeerAnswer>>>> = Mutex::new(HashMap::new());
     let mut next_id: u64 = 0;

@@ -81,7 +81,11 @@ impl Session {
     }
 
     /// Sends `frame` and waits at most `within` for the answer (a `Refused` is an error).
-    pub async fn request(&mut self, frame: &Frame, within: Duration) -> Result<Frame, SessionError> {
+    pub async fn request(
+        &mut self,
+        frame: &Frame,
+        within: Duration,
+    ) -> Result<Frame, SessionError> {
         let conn = &mut self.connected().await?.framed;
         framing::send(conn, frame).await?;
         match framing::recv(conn, within).await? {

@@ -339,7 +339,10 @@ async fn an_owner_speaking_version_2_reads_kinds_in_group_ids() {
     tokio::spawn(owner.clone().serve(net.listen("owner")));
     let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
     let a = client.send(vec![check("a")]).await.expect("answered");
-    let bb = client.send_relayed(vec![check("bb")]).await.expect("answered");
+    let bb = client
+        .send_relayed(vec![check("bb")])
+        .await
+        .expect("answered");
     let ccc = client.send_all(vec![check("ccc")]).await.expect("answered");
     assert_eq!([a, bb, ccc].map(|r| remaining(&r)), [[1], [2], [3]]);
     let frames = owner.frames.lock().clone();

@@ -3,7 +3,7 @@
 use super::{Check, CheckService};
 use crate::cluster::View;
 use crate::engine::{Prepared, RuleSpec};
-use crate::forward::reset::{self, MemberReset, ResetStatus};
+use crate::peers::reset::{self, MemberReset, ResetStatus};
 use crate::routing::fallback_id;
 use ringlimit_core::check::CheckError;
 use ringlimit_core::rule::Mode;
@@ -121,7 +121,7 @@ impl CheckService {
                 let ids = [p.id, fallback_id(p.id)];
                 let members = reset::everywhere(
                     &view,
-                    self.pool.settings(),
+                    &self.pool,
                     self.here.engine().store(),
                     &ids,
                     RESET_WAIT,
