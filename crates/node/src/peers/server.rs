@@ -319,3 +319,101 @@ impl PeerServer {
         Ok((peer, version))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_core::link::memnet::MemNet;
+    use ringlimit_proto::handshake::ClientHandshake;
+    use ringlimit_proto::peer::{
+        ALL_OR_NOTHING_GROUP, FlaggedGroup, OLDEST_PROTOCOL_VERSION, PeerAnswer, PeerCheck,
+    };
+    use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
+
+    /// A real peer server at "s" on `net`, deciding everything here.
+    fn server(net: &MemNet) -> tokio::task::JoinHandle<()> {
+        let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
+        let engine = Arc::new(crate::engine::Engine::new(
+            crate::rules::RuleSet::builtin(),
+            100,
+            clock,
+        ));
+        let counters = Arc::new(crate::global::GlobalCounters::new(
+            crate::global::actor("s", 1),
+            100,
+        ));
+        let server = Arc::new(PeerServer::new(
+            Here::new(engine, counters),
+            ServerSettings::open("s", "c"),
+            None,
+        ));
+        tokio::spawn(server.run(net.listen("s")))
+    }
+
+    /// Logs in to "s" offering `version`.
+    async fn log_in(net: &MemNet, version: u16) -> FramedPeer {
+        let within = Duration::from_secs(1);
+        let io = net.dialer("old").dial("s").await.expect("dialed");
+        let mut conn = framing::framed(io);
+        let (mut hs, hello) = ClientHandshake::offering(version, "c", "old", None, [1; 16]);
+        framing::send(&mut conn, &hello).await.expect("hello");
+        let challenge = framing::recv(&mut conn, within).await.expect("challenge");
+        let proof = hs.on_challenge(challenge).expect("accepted version");
+        assert_eq!(hs.version(), version);
+        framing::send(&mut conn, &proof).await.expect("proof");
+        let welcome = framing::recv(&mut conn, within).await.expect("welcome");
+        hs.on_welcome(welcome).expect("welcome");
+        conn
+    }
+
+    fn check(key: &str) -> PeerCheck {
+        PeerCheck {
+            key: key.into(),
+            rule: RuleRef::Inline(InlineRule {
+                limit: 5,
+                period_ms: 1_000,
+                algorithm: Algorithm::TokenBucket,
+                burst: None,
+            }),
+            cost: 1,
+        }
+    }
+
+    /// A version-2 peer still gets its flagged groups decided as their bits say (here
+    /// all-or-nothing: held answers), answered under the id it sent; version 3's frame is not
+    /// what it agreed, and closes the connection.
+    #[tokio::test(start_paused = true)]
+    async fn a_version_2_peer_is_answered_by_its_groups_bits() {
+        let net = MemNet::new();
+        let _server = server(&net);
+        let mut conn = log_in(&net, OLDEST_PROTOCOL_VERSION).await;
+        let id = 7 | ALL_OR_NOTHING_GROUP;
+        let flagged = Frame::FlaggedChecks(vec![FlaggedGroup {
+            id,
+            checks: vec![check("a"), check("b")],
+        }]);
+        framing::send(&mut conn, &flagged).await.expect("sent");
+        let within = Duration::from_secs(1);
+        let Frame::Answers(groups) = framing::recv(&mut conn, within).await.expect("answer") else {
+            panic!("not answers");
+        };
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].id, id, "the id comes back whole");
+        assert!(
+            groups[0]
+                .answers
+                .iter()
+                .all(|a| matches!(a, PeerAnswer::Held { .. })),
+            "{:?}",
+            groups[0].answers
+        );
+
+        let new = Frame::Checks(vec![CheckGroup {
+            id: 8,
+            kind: GroupKind::Owned,
+            checks: vec![check("c")],
+        }]);
+        framing::send(&mut conn, &new).await.expect("sent");
+        assert!(framing::recv(&mut conn, within).await.is_err(), "closed");
+    }
+}

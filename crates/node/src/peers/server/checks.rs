@@ -11,8 +11,8 @@ use ringlimit_proto::peer::{AnswerGroup, CheckGroup, GroupKind, PeerAnswer, Peer
 use std::sync::atomic::Ordering;
 
 impl PeerServer {
-    /// Answers one `Checks` frame: decides here what belongs here, relays the rest (see the
-    /// module doc), and decides here whatever a relay could not deliver.
+    /// Answers one `Checks` frame: decides here what belongs here, relays the rest (see
+    /// [`super`]'s doc), and decides here whatever a relay could not deliver.
     pub(super) async fn checks(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
         // One instant for the whole frame (see `Engine::decide_at`).
         let now = self.here.now();
