@@ -15,7 +15,10 @@
 use anyhow::{Context, Result, ensure};
 use ringlimit_node::{Listeners, NodeConfig};
 use ringlimit_proto::handshake::ClientHandshake;
-use ringlimit_proto::peer::{CheckGroup, Frame, Hello, MAGIC, PROTOCOL_VERSION, PeerCheck};
+use ringlimit_proto::peer::{
+    CheckGroup, Frame, GroupKind, Hello, MAGIC, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    PeerCheck,
+};
 use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 use ringlimit_tests::{
     Api, ProcessNode, ProcessSpec, TestCluster, TestNode, WAIT, exclusive, inline, owner_of,
@@ -822,7 +825,7 @@ async fn peer_port_survives_garbage() -> Result<()> {
         ),
         (
             "wrong version",
-            framed(&hello(MAGIC, PROTOCOL_VERSION + 41, "ringlimit"))?,
+            framed(&hello(MAGIC, OLDEST_PROTOCOL_VERSION - 1, "ringlimit"))?,
             Some("version"),
         ),
         (
@@ -1310,6 +1313,7 @@ async fn ownership_moves_keep_consumption() -> Result<()> {
 fn one_check(key: &str) -> Frame {
     Frame::Checks(vec![CheckGroup {
         id: 1,
+        kind: GroupKind::Owned,
         checks: vec![PeerCheck {
             key: key.into(),
             rule: RuleRef::Inline(InlineRule {

@@ -15,7 +15,8 @@ use ringlimit_node::envoy_config::EnvoyConfig;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_proto::handshake::{ClientHandshake, ServerHandshake};
 use ringlimit_proto::peer::{
-    CheckGroup, Frame, HandedBucket, MAX_FRAME_BYTES, PeerCheck, PeerRefund, RefundGroup,
+    CheckGroup, FlaggedGroup, Frame, GroupKind, HandedBucket, MAX_FRAME_BYTES, PeerCheck,
+    PeerRefund, RELAYED_GROUP, RefundGroup,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -165,7 +166,12 @@ fn frame_seeds() -> Vec<Vec<u8>> {
         },
         Frame::Checks(vec![CheckGroup {
             id: 9,
+            kind: GroupKind::AllOrNothing,
             checks: vec![check.clone(), check.clone()],
+        }]),
+        Frame::FlaggedChecks(vec![FlaggedGroup {
+            id: 9 | RELAYED_GROUP,
+            checks: vec![check.clone()],
         }]),
         Frame::Handover(vec![HandedBucket {
             id: 5,

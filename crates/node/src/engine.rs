@@ -91,13 +91,6 @@ impl Engine {
         }
     }
 
-    /// The store itself. Writes go through the engine's methods; this remains for the
-    /// handover and reset paths until they take them ([`Engine::hand_out`], [`Engine::take_in`],
-    /// [`Engine::reset`]).
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// Whether bucket `id` is held here.
     pub fn holds(&self, id: u64) -> bool {
         self.store.contains(id)

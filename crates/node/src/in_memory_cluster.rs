@@ -1,16 +1,16 @@
 //! The cluster's protocol behaviour, on nodes wired over an in-memory network
 //! (`ringlimit_core::link::memnet`) under tokio's paused clock and a manual engine clock: no
-//! sockets, no real waiting. Each node is the real routing, peer pool and peer server; only
+//! sockets, no real waiting. Each node is the real routing, peer facade and peer server; only
 //! membership is set by hand (a view per node), so a test can make nodes disagree.
 
 use crate::cluster::quorum::Quorum;
 use crate::cluster::{Member, MemberState, View};
 use crate::decide::Here;
 use crate::engine::{Engine, RuleSpec};
-use crate::forward::reset::{self, ResetStatus};
-use crate::forward::{PeerPool, PeerServer, Relay, ServerSettings, handover};
 use crate::global::{GlobalCounters, actor};
 use crate::metrics::PeerRpcMetrics;
+use crate::peers::reset::{self, ResetStatus};
+use crate::peers::{PeerServer, Peers, Relay, ServerSettings, handover};
 use crate::routing::Dispatcher;
 use crate::rules::RuleSet;
 use arc_swap::ArcSwap;
@@ -61,7 +61,7 @@ fn view(self_id: &str, ring: &[&str]) -> View {
 struct Node {
     engine: Arc<Engine>,
     view: Arc<ArcSwap<View>>,
-    pool: Arc<PeerPool>,
+    pool: Arc<Peers>,
     server: Arc<PeerServer>,
     dispatcher: Dispatcher,
     serving: tokio::task::JoinHandle<()>,
@@ -88,7 +88,7 @@ impl Node {
             Arc::new(GlobalCounters::new(actor(id, 0), 1000)),
         );
         let view = Arc::new(ArcSwap::from_pointee(view(id, ring)));
-        let pool = Arc::new(PeerPool::new(PeerSettings {
+        let pool = Arc::new(Peers::new(PeerSettings {
             dialer: net.dialer(id),
             node_id: id.to_owned(),
             cluster_id: "ringlimit".into(),
@@ -103,7 +103,7 @@ impl Node {
             ServerSettings::open(id, "ringlimit"),
             Some(Relay {
                 view: view.clone(),
-                pool: pool.clone(),
+                peers: pool.clone(),
             }),
         ));
         let serving = tokio::spawn(server.clone().run(net.listen(id)));
@@ -142,7 +142,7 @@ impl Node {
     }
 
     fn holds(&self, key: &str) -> bool {
-        self.engine.store().contains(Self::bucket(key))
+        self.engine.holds(Self::bucket(key))
     }
 }
 
@@ -298,7 +298,7 @@ async fn a_ring_change_hands_live_buckets_to_their_new_owner() {
     }
     a.set_ring(&["a", "b"]);
     let now = a.engine.clock().now();
-    let moved = handover::hand_over(&a.view.load(), a.engine.store(), a.pool.settings(), now).await;
+    let moved = handover::hand_over(&a.view.load(), &a.engine, &a.pool, now).await;
     assert_eq!(moved, 1);
     assert!(!a.holds(&moving) && b.holds(&moving) && a.holds(&staying));
     // The moved key kept its consumption: two taken at a, one more at b.
@@ -322,8 +322,8 @@ async fn a_reset_reaches_every_member_and_reports_one_that_does_not_answer() {
     let a = &nodes[0];
     let report = reset::everywhere(
         &a.view.load(),
-        a.pool.settings(),
-        a.engine.store(),
+        &a.pool,
+        &a.engine,
         &[Node::bucket(key)],
         within,
     )

@@ -14,8 +14,8 @@
 //! - [`service`] — the check service every edge calls: checks, batches, key state and reset,
 //!   cluster and rules views, metrics text; timing and counting.
 //! - [`routing`] — decide here, forward to the owner (one group per owner), or fail open.
-//! - [`forward`] — the peer pool (clients per member, per runtime), the peer server, handover,
-//!   reset on every member.
+//! - [`peers`] — the peer facade (one typed method per message; clients per member, per
+//!   runtime), the peer server (a handler per frame kind), handover, reset on every member.
 //! - [`decide`] — decide here: owner buckets ([`engine`]) or global counters ([`global`]).
 //! - [`engine`] — rules in force, the store and the clock: prepare and decide owned checks.
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
@@ -35,7 +35,6 @@ pub mod config;
 pub mod decide;
 pub mod engine;
 pub mod envoy_config;
-pub mod forward;
 pub mod forwarded;
 pub mod global;
 pub mod grpc;
@@ -44,6 +43,7 @@ pub mod listen;
 pub mod log_gate;
 pub mod metrics;
 pub mod node;
+pub mod peers;
 pub mod reload;
 pub mod request_key;
 pub mod routing;

@@ -1,6 +1,6 @@
-//! Wiring: one node is an engine, gossip membership, a peer pool and server, the check service
-//! and its HTTP edge, run until shutdown — on sockets it bound ([`Listeners`]) or on an
-//! in-memory network ([`MemoryNet`], for whole nodes in tests).
+//! Wiring: one node is an engine, gossip membership, its peers (facade and server), the check
+//! service and its HTTP edge, run until shutdown — on sockets it bound ([`Listeners`]) or on
+//! an in-memory network ([`MemoryNet`], for whole nodes in tests).
 
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
@@ -8,12 +8,12 @@ use crate::cluster::{MemberState, Membership, View};
 use crate::config::{NodeConfig, PeerSecurity};
 use crate::decide::Here;
 use crate::engine::Engine;
-use crate::forward::{PeerPool, PeerServer, Relay, ServerSettings};
 use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::admin::AdminToken;
 use crate::http::{self, AppState};
 use crate::listen::stream::Listener;
 use crate::metrics::Metrics;
+use crate::peers::{PeerServer, Peers, Relay, ServerSettings};
 use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
 use crate::rule_sync::Synced;
@@ -325,15 +325,15 @@ pub async fn run(
         open_for: Duration::from_secs(1),
         queue: 8192,
     };
+    let pool = Arc::new(Peers::new(peer_settings));
     let pusher = global::push::Pusher::new(
-        peer_settings.clone(),
+        pool.sessions(),
         self_gossip_id.generation_id,
         global.clone(),
     )
     .with_blocklist(config.gossip_blocklist.clone());
-    let pool = Arc::new(PeerPool::new(peer_settings));
     let view = membership.view_cell();
-    let probe = crate::forward::reach::probe(pool.clone(), view.clone());
+    let probe = crate::peers::reach::probe(pool.clone(), view.clone());
     let server = Arc::new(PeerServer::new(
         here.clone(),
         ServerSettings {
@@ -345,7 +345,7 @@ pub async fn run(
         },
         Some(Relay {
             view: view.clone(),
-            pool: pool.clone(),
+            peers: pool.clone(),
         }),
     ));
     let ready = Arc::new(AtomicBool::new(false));

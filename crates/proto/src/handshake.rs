@@ -8,6 +8,15 @@
 //!   Proof{proof_c(nc, ns)}                →
 //!                                        ←  Welcome{id}  |  Refused{reason}
 //! ```
+//! The client offers the highest version it speaks; a server that speaks it or an older one no
+//! older than its [`OLDEST_PROTOCOL_VERSION`] answers with the lower of the two, which is the
+//! connection's version from then on ([`ClientHandshake::version`],
+//! [`ServerHandshake::version`]); anything else is refused with a clear reason. A version-2
+//! node refuses a version-3 client's `Hello` (it speaks exactly 2): until every node speaks 3,
+//! an upgraded node's links to the older ones are refused and its checks for their keys fail
+//! over to the fallback share, as for an unreachable owner; older nodes' links to upgraded ones
+//! speak 2.
+//!
 //! Without a secret on either side, proofs are empty and not checked: the port is then
 //! unauthenticated, and nodes say so in their startup log.
 //!
@@ -16,14 +25,17 @@
 //! [`crate::auth::FrameMac`]): the link layer turns it on once the handshake is through.
 
 use crate::auth::{self, NONCE_LEN, Role};
-use crate::peer::{Frame, Hello, MAGIC, PROTOCOL_VERSION};
+use crate::peer::{Frame, Hello, MAGIC, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// Why a handshake failed. The text is sent to the other side in `Refused` where possible.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
     #[error("not a ringlimit peer (bad magic)")]
     BadMagic,
-    #[error("protocol version {theirs} is not supported (this node speaks {PROTOCOL_VERSION})")]
+    #[error(
+        "protocol version {theirs} is not supported (this node speaks \
+         {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"
+    )]
     Version { theirs: u16 },
     #[error("cluster id {theirs:?} does not match {ours:?}")]
     ClusterId { theirs: String, ours: String },
@@ -42,11 +54,25 @@ pub struct ClientHandshake {
     secret: Option<Vec<u8>>,
     nonce: [u8; NONCE_LEN],
     server_nonce: Option<[u8; NONCE_LEN]>,
+    /// Offered in the `Hello`, then what the server chose.
+    version: u16,
 }
 
 impl ClientHandshake {
-    /// Starts a handshake; send the returned `Hello`. `nonce` must be fresh and random.
+    /// Starts a handshake offering [`PROTOCOL_VERSION`]; send the returned `Hello`. `nonce`
+    /// must be fresh and random.
     pub fn start(
+        cluster_id: &str,
+        node_id: &str,
+        secret: Option<&[u8]>,
+        nonce: [u8; NONCE_LEN],
+    ) -> (Self, Frame) {
+        Self::offering(PROTOCOL_VERSION, cluster_id, node_id, secret, nonce)
+    }
+
+    /// Like [`ClientHandshake::start`], offering `version` (an older client, in tests).
+    pub fn offering(
+        version: u16,
         cluster_id: &str,
         node_id: &str,
         secret: Option<&[u8]>,
@@ -54,7 +80,7 @@ impl ClientHandshake {
     ) -> (Self, Frame) {
         let hello = Frame::Hello(Hello {
             magic: MAGIC,
-            version: PROTOCOL_VERSION,
+            version,
             cluster_id: cluster_id.to_owned(),
             node_id: node_id.to_owned(),
             nonce,
@@ -65,6 +91,7 @@ impl ClientHandshake {
                 secret: secret.map(<[u8]>::to_vec),
                 nonce,
                 server_nonce: None,
+                version,
             },
             hello,
         )
@@ -81,7 +108,8 @@ impl ClientHandshake {
             Frame::Refused { reason } => return Err(HandshakeError::Refused(reason)),
             other => return Err(HandshakeError::Unexpected(other.kind())),
         };
-        if version != PROTOCOL_VERSION {
+        // The server answers what it chose: no newer than offered, no older than spoken here.
+        if !(OLDEST_PROTOCOL_VERSION..=self.version).contains(&version) {
             return Err(HandshakeError::Version { theirs: version });
         }
         if let Some(secret) = &self.secret
@@ -97,6 +125,7 @@ impl ClientHandshake {
             return Err(HandshakeError::BadProof);
         }
         self.server_nonce = Some(server_nonce);
+        self.version = version;
         let proof = match &self.secret {
             Some(secret) => auth::proof(
                 secret,
@@ -123,6 +152,11 @@ impl ClientHandshake {
         ))
     }
 
+    /// The connection's version: the one offered until the challenge, then the server's choice.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
     /// Takes the server's last word; returns its node id when accepted.
     pub fn on_welcome(self, frame: Frame) -> Result<String, HandshakeError> {
         match frame {
@@ -142,6 +176,7 @@ pub struct ServerHandshake {
     nonce: [u8; NONCE_LEN],
     client_nonce: [u8; NONCE_LEN],
     peer: String,
+    version: u16,
 }
 
 impl ServerHandshake {
@@ -161,11 +196,13 @@ impl ServerHandshake {
         if hello.magic != MAGIC {
             return Err(HandshakeError::BadMagic);
         }
-        if hello.version != PROTOCOL_VERSION {
+        if hello.version < OLDEST_PROTOCOL_VERSION {
             return Err(HandshakeError::Version {
                 theirs: hello.version,
             });
         }
+        // A newer client speaks this side's version too (it offers its highest).
+        let version = hello.version.min(PROTOCOL_VERSION);
         if hello.cluster_id != cluster_id {
             return Err(HandshakeError::ClusterId {
                 theirs: hello.cluster_id,
@@ -184,13 +221,19 @@ impl ServerHandshake {
                 nonce,
                 client_nonce: hello.nonce,
                 peer: hello.node_id,
+                version,
             },
             Frame::Challenge {
-                version: PROTOCOL_VERSION,
+                version,
                 nonce,
                 proof,
             },
         ))
+    }
+
+    /// The connection's version (the lower of the client's and this side's).
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// The connection's session key (`None` without a secret): frames after the `Welcome` are
@@ -294,6 +337,35 @@ mod tests {
             run(None, None, "other"),
             Err(HandshakeError::ClusterId { .. })
         ));
+    }
+
+    /// Both sides agree on the lower version: a version-2 client gets 2, a newer one this
+    /// side's; a client refuses a server that answers a version it did not offer.
+    #[test]
+    fn the_connection_speaks_the_lower_version() {
+        for (offered, agreed) in [
+            (2, 2),
+            (PROTOCOL_VERSION, PROTOCOL_VERSION),
+            (9, PROTOCOL_VERSION),
+        ] {
+            let (mut client, hello) =
+                ClientHandshake::offering(offered, "ringlimit", "a", None, [1; 16]);
+            let (server, challenge) =
+                ServerHandshake::on_hello(hello, "ringlimit", "b", None, [2; 16]).expect("hello");
+            assert_eq!(server.version(), agreed);
+            client.on_challenge(challenge).expect("challenge");
+            assert_eq!(client.version(), agreed);
+        }
+        let (mut client, _) = ClientHandshake::offering(2, "ringlimit", "a", None, [1; 16]);
+        let newer = Frame::Challenge {
+            version: 3,
+            nonce: [2; 16],
+            proof: Vec::new(),
+        };
+        assert_eq!(
+            client.on_challenge(newer).err(),
+            Some(HandshakeError::Version { theirs: 3 })
+        );
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The peer protocol: frames exchanged on the peer TCP port between nodes (and by the SDK).
 //!
 //! A connection opens with a versioned handshake (`Hello` → `Challenge` → `Proof` → `Welcome`,
-//! see [`crate::auth`]), then carries `Checks` frames one way and `Answers` frames the other,
-//! pipelined: each group has an id, answers may come back in any order. A group flagged
-//! [`ALL_OR_NOTHING_GROUP`] is one request's checks at that owner; `Refunds` frames give back
-//! what such groups held, on the same connection, answered like checks. Connections of their
+//! see [`crate::auth`] and [`crate::handshake`]), then carries `Checks` frames one way and
+//! `Answers` frames the other, pipelined: each group has an id, answers may come back in any
+//! order. A group of kind [`GroupKind::AllOrNothing`] is one request's checks at that owner;
+//! `Refunds` frames give back what such groups held, on the same connection, answered like
+//! checks. Connections of their
 //! own carry `Handover` (ring changes) and `Reset` (an operator's reset of a key) frames, each
 //! acknowledged; another carries `GlobalCounts` (and, ending a full set, `GlobalCountsOf`)
 //! frames one way, unanswered. Frames are bincode 2 (standard config) inside a 4-byte
@@ -17,8 +18,19 @@ use serde::{Deserialize, Serialize};
 
 /// First field of every `Hello`: a connection that does not start with it is not a peer.
 pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
-/// Version of this protocol. A peer speaking another is refused with a clear reason.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// Version of this protocol: the highest this side speaks. A connection speaks the lower of
+/// both sides' (see [`crate::handshake`]); a peer below [`OLDEST_PROTOCOL_VERSION`] is refused
+/// with a clear reason.
+///
+/// - 2: a check group's kind rides in the top bits of its id ([`FlaggedGroup`],
+///   [`Frame::FlaggedChecks`]).
+/// - 3: a check group says its kind in a field of its own ([`CheckGroup`], [`Frame::Checks`]).
+pub const PROTOCOL_VERSION: u16 = 3;
+/// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
+/// connection of an older version carries [`Frame::FlaggedChecks`] instead.
+pub const GROUP_KIND_SINCE: u16 = 3;
+/// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
+pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
 
@@ -39,8 +51,10 @@ pub enum Frame {
     Welcome { node_id: String },
     /// Either way: the connection is refused or closed, and why.
     Refused { reason: String },
-    /// Client → server: groups of checks to decide where they land (never forwarded again).
-    Checks(Vec<CheckGroup>),
+    /// Client → server, version 2 only: groups of checks whose kind rides in their ids' top
+    /// bits. Decoded still (translated into [`CheckGroup`]s) for peers that negotiated 2; sent
+    /// only to them. Variants are only ever appended, so this keeps its tag (5).
+    FlaggedChecks(Vec<FlaggedGroup>),
     /// Server → client: the answers, one group per `Checks` group.
     Answers(Vec<AnswerGroup>),
     /// Client → server: buckets whose ownership moved to the server (ring change), to be
@@ -54,7 +68,7 @@ pub enum Frame {
     /// Server → client: how many of the buckets were held, and dropped.
     ResetAck { removed: u64 },
     /// Client → server: give back what all-or-nothing checks took (see
-    /// [`ALL_OR_NOTHING_GROUP`]) because another check of their request denied it. Answered
+    /// [`GroupKind::AllOrNothing`]) because another check of their request denied it. Answered
     /// with an `Answers` frame: one [`PeerAnswer::Refunded`] (or an error) per refund.
     Refunds(Vec<RefundGroup>),
     /// Client → server: the sending node's own counts of global-rule buckets (`mode: global`),
@@ -75,6 +89,9 @@ pub enum Frame {
     /// restarts learns the whole cluster's counts. Merged by maximum per actor like
     /// `GlobalCounts`, so relaying never double-counts.
     GlobalCountsOf { counts: Vec<ActorCounts> },
+    /// Client → server, version 3 on: groups of checks to decide where they land, each saying
+    /// its kind (see [`GroupKind`]). Answered by an `Answers` frame.
+    Checks(Vec<CheckGroup>),
 }
 
 /// One node incarnation's counts, as relayed by another node in a
@@ -163,25 +180,93 @@ pub struct Hello {
     pub nonce: [u8; NONCE_LEN],
 }
 
-/// Top bit of a [`CheckGroup`] id: the group was relayed by a node that no longer owns its
-/// buckets (it handed them to their new owner) to that new owner, and must be decided where it
-/// lands. Groups without it may be relayed once, so a check crosses at most two hops. A node
-/// that predates relaying ignores the bit and decides every group, as before.
-pub const RELAYED_GROUP: u64 = 1 << 63;
+/// What a check group asks of the node it lands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum GroupKind {
+    /// Sent to the node the sender takes for the owner: decided there, or relayed once to the
+    /// owner when that node handed the buckets over (see [`GroupKind::Relayed`]).
+    #[default]
+    Owned,
+    /// Relayed by a node that no longer owns its buckets (it handed them to their new owner)
+    /// to that new owner, and decided where it lands: so a check crosses at most two hops. A
+    /// node that predates relaying ignores the kind and decides every group, as before.
+    Relayed,
+    /// One request's checks at this owner, decided all-or-nothing: when any non-shadow check of
+    /// the group denies, the owner gives back what the others took before answering; when all
+    /// admit, every check that took its cost is answered [`PeerAnswer::Held`], so that the
+    /// sender can refund it should a check at another owner deny. Decided where it lands
+    /// (never relayed).
+    AllOrNothing,
+}
 
-/// Second bit from the top of a [`CheckGroup`] id: the group is one request's checks at this
-/// owner, decided all-or-nothing: when any non-shadow check of the group denies, the owner
-/// gives back what the others took before answering; when all admit, every check that took
-/// its cost is answered [`PeerAnswer::Held`], so that the sender can refund it should a check
-/// at another owner deny. Such groups are decided where they land (never relayed).
+impl GroupKind {
+    /// The bits of a version-2 group id that say this kind (see [`FlaggedGroup`]).
+    pub fn flag_bits(self) -> u64 {
+        match self {
+            GroupKind::Owned => 0,
+            GroupKind::Relayed => RELAYED_GROUP,
+            GroupKind::AllOrNothing => ALL_OR_NOTHING_GROUP,
+        }
+    }
+
+    /// The kind a version-2 group id's bits say (all-or-nothing first: such a group is never
+    /// relayed).
+    pub fn of_flags(id: u64) -> Self {
+        if id & ALL_OR_NOTHING_GROUP != 0 {
+            GroupKind::AllOrNothing
+        } else if id & RELAYED_GROUP != 0 {
+            GroupKind::Relayed
+        } else {
+            GroupKind::Owned
+        }
+    }
+}
+
+/// Version 2: top bit of a [`FlaggedGroup`] id, [`GroupKind::Relayed`].
+pub const RELAYED_GROUP: u64 = 1 << 63;
+/// Version 2: second bit from the top of a [`FlaggedGroup`] id, [`GroupKind::AllOrNothing`].
 pub const ALL_OR_NOTHING_GROUP: u64 = 1 << 62;
+/// Version 2: the bits of a [`FlaggedGroup`] id that say its kind; the rest is the sender's
+/// counter (a sender keeps its counter below them whatever the version).
+pub const GROUP_FLAGS: u64 = RELAYED_GROUP | ALL_OR_NOTHING_GROUP;
 
 /// Checks that travel together and are answered together.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckGroup {
-    /// Chosen by the sender, echoed in the answer; see [`RELAYED_GROUP`] for the top bit.
+    /// Chosen by the sender, echoed in the answer.
+    pub id: u64,
+    pub kind: GroupKind,
+    pub checks: Vec<PeerCheck>,
+}
+
+/// A check group as version 2 encodes it: its kind in the top bits of its id
+/// ([`GroupKind::flag_bits`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlaggedGroup {
+    /// Echoed in the answer whole, flag bits included.
     pub id: u64,
     pub checks: Vec<PeerCheck>,
+}
+
+impl From<FlaggedGroup> for CheckGroup {
+    /// The id stays whole, so that the answer echoes what the version-2 sender waits for.
+    fn from(g: FlaggedGroup) -> Self {
+        Self {
+            id: g.id,
+            kind: GroupKind::of_flags(g.id),
+            checks: g.checks,
+        }
+    }
+}
+
+impl From<CheckGroup> for FlaggedGroup {
+    /// The kind's bits are set in the id (whose own bits there must be clear).
+    fn from(g: CheckGroup) -> Self {
+        Self {
+            id: (g.id & !GROUP_FLAGS) | g.kind.flag_bits(),
+            checks: g.checks,
+        }
+    }
 }
 
 /// One forwarded check.
@@ -208,7 +293,7 @@ pub enum PeerAnswer {
         code: String,
         message: String,
     },
-    /// In an [`ALL_OR_NOTHING_GROUP`]: admitted, and its cost is held until the sender refunds
+    /// In a [`GroupKind::AllOrNothing`] group: admitted, and its cost is held until the sender refunds
     /// it (or never does). `mark` names the admission for [`PeerRefund`].
     Held {
         answer: CheckAnswer,
@@ -265,6 +350,7 @@ impl Frame {
             Frame::Proof { .. } => "proof",
             Frame::Welcome { .. } => "welcome",
             Frame::Refused { .. } => "refused",
+            Frame::FlaggedChecks(_) => "flagged_checks",
             Frame::Checks(_) => "checks",
             Frame::Answers(_) => "answers",
             Frame::Handover(_) => "handover",
@@ -286,6 +372,7 @@ mod tests {
     fn sample() -> Frame {
         Frame::Checks(vec![CheckGroup {
             id: 7,
+            kind: GroupKind::Owned,
             checks: vec![PeerCheck {
                 key: "user:42".into(),
                 rule: RuleRef::Inline(InlineRule {
@@ -350,6 +437,56 @@ mod tests {
         // Appended variants: an existing frame's tag is unchanged.
         let ack = Frame::HandoverAck { merged: 1 }.encode().expect("encode");
         assert_eq!(ack[0], 8);
+    }
+
+    /// Version 3 says a group's kind in a field; version 2's frame (tag 5, kind in the id's
+    /// top bits) still decodes, and translates both ways with the id the sender waits for.
+    #[test]
+    fn check_groups_say_their_kind_and_version_2_groups_still_decode() {
+        let Frame::Checks(groups) = sample() else {
+            unreachable!("sample is a checks frame")
+        };
+        let check = groups[0].checks[0].clone();
+        for kind in [
+            GroupKind::Owned,
+            GroupKind::Relayed,
+            GroupKind::AllOrNothing,
+        ] {
+            let group = CheckGroup {
+                id: 41,
+                kind,
+                checks: vec![check.clone()],
+            };
+            let new = Frame::Checks(vec![group.clone()]);
+            let bytes = new.encode().expect("encode");
+            assert_eq!(bytes[0], 14, "appended after GlobalCountsOf");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), new);
+
+            // What a version-2 sender writes: the kind in the id's bits, at tag 5.
+            let flagged = FlaggedGroup::from(group.clone());
+            assert_eq!(flagged.id, 41 | kind.flag_bits());
+            let old = Frame::FlaggedChecks(vec![flagged.clone()]);
+            let bytes = old.encode().expect("encode");
+            assert_eq!(bytes[0], 5, "version 2's checks keep their tag");
+            // Version 2's own layout: (tag, groups, id, checks...) with no kind field.
+            let v2 = bincode::serde::encode_to_vec(
+                (5u8, vec![(flagged.id, vec![check.clone()])]),
+                config(),
+            )
+            .expect("encode");
+            assert_eq!(bytes, v2);
+            let Frame::FlaggedChecks(decoded) = Frame::decode(&bytes).expect("decode") else {
+                panic!("not a flagged checks frame");
+            };
+            let translated = CheckGroup::from(decoded[0].clone());
+            assert_eq!(translated.kind, kind);
+            assert_eq!(translated.id, flagged.id, "the answer echoes the id whole");
+            assert_eq!(translated.checks, group.checks);
+        }
+        assert_eq!(
+            GroupKind::of_flags(RELAYED_GROUP | ALL_OR_NOTHING_GROUP),
+            GroupKind::AllOrNothing
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
 use ringlimit_proto::peer::{
-    ALL_OR_NOTHING_GROUP, CheckGroup, Frame, PeerAnswer, PeerCheck, PeerRefund, RELAYED_GROUP,
-    RefundGroup,
+    CheckGroup, FlaggedGroup, Frame, GROUP_FLAGS, GROUP_KIND_SINCE, GroupKind, PeerAnswer,
+    PeerCheck, PeerRefund, RefundGroup,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,8 +84,8 @@ pub struct PeerStats {
 struct Outgoing {
     body: Body,
     reply: oneshot::Sender<Vec<PeerAnswer>>,
-    /// Flag bits of the group's id ([`RELAYED_GROUP`], [`ALL_OR_NOTHING_GROUP`]).
-    flags: u64,
+    /// What a group of checks asks of the owner (refunds have none).
+    kind: GroupKind,
 }
 
 /// What a caller sends: checks, or refunds of all-or-nothing checks.
@@ -102,9 +102,6 @@ impl Body {
         }
     }
 }
-
-/// The flag bits a group id may carry; the rest is the sender's counter.
-const FLAGS: u64 = RELAYED_GROUP | ALL_OR_NOTHING_GROUP;
 
 struct Shared {
     connected: AtomicBool,
@@ -201,37 +198,46 @@ impl PeerClient {
     /// An empty group: answered by a live peer, so that an idle link's silence is noticed too;
     /// a timeout counts towards opening the circuit like any other.
     pub async fn ping(&self) -> Result<(), ForwardError> {
-        self.send_group(Body::Checks(Vec::new()), 0).await.map(drop)
+        self.send_group(Body::Checks(Vec::new()), GroupKind::Owned)
+            .await
+            .map(drop)
     }
 
     /// Sends a group of checks and waits, at most the deadline, for their answers (in order).
     pub async fn send(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.send_group(Body::Checks(checks), 0).await
+        self.send_group(Body::Checks(checks), GroupKind::Owned)
+            .await
     }
 
     /// Sends one request's checks at this owner, decided there all-or-nothing (see
-    /// [`ALL_OR_NOTHING_GROUP`]): admitted checks that took their cost come back
+    /// [`GroupKind::AllOrNothing`]): admitted checks that took their cost come back
     /// [`PeerAnswer::Held`].
     pub async fn send_all(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.send_group(Body::Checks(checks), ALL_OR_NOTHING_GROUP)
+        self.send_group(Body::Checks(checks), GroupKind::AllOrNothing)
             .await
     }
 
     /// Gives back what held checks took; one [`PeerAnswer::Refunded`] (or error) per refund.
     pub async fn refund(&self, refunds: Vec<PeerRefund>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.send_group(Body::Refunds(refunds), 0).await
+        self.send_group(Body::Refunds(refunds), GroupKind::Owned)
+            .await
     }
 
     /// Like [`PeerClient::send`], for checks this node relays to their new owner: the owner
-    /// decides them whatever its ring says (see [`RELAYED_GROUP`]).
+    /// decides them whatever its ring says (see [`GroupKind::Relayed`]).
     pub async fn send_relayed(
         &self,
         checks: Vec<PeerCheck>,
     ) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.send_group(Body::Checks(checks), RELAYED_GROUP).await
+        self.send_group(Body::Checks(checks), GroupKind::Relayed)
+            .await
     }
 
-    async fn send_group(&self, body: Body, flags: u64) -> Result<Vec<PeerAnswer>, ForwardError> {
+    async fn send_group(
+        &self,
+        body: Body,
+        kind: GroupKind,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
         // Not connected yet: while the first connection is being made, checks queue for it
         // (bounded by their deadline) rather than fail open; once a connection attempt has failed
         // or a connection was lost, the circuit is open and they fail open at once.
@@ -241,7 +247,7 @@ impl PeerClient {
         let n = body.len();
         let (reply, answer) = oneshot::channel();
         self.tx
-            .try_send(Outgoing { body, reply, flags })
+            .try_send(Outgoing { body, reply, kind })
             .map_err(|_| ForwardError::Shed)?;
         let extra = DEADLINE_PER_CHECK
             .saturating_mul(u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX));
@@ -298,7 +304,7 @@ async fn connection_loop(
     loop {
         match tokio::time::timeout(settings.connect_timeout, connect(&addr, &settings)).await {
             Ok(Ok(conn)) => {
-                tracing::debug!(peer = %addr, "peer connection up");
+                tracing::debug!(peer = %addr, version = conn.version, "peer connection up");
                 shared.mark_closed(&addr);
                 warned = false;
                 backoff = Duration::from_millis(50);
@@ -334,8 +340,16 @@ async fn connection_loop(
     }
 }
 
+/// A connection through its handshake, and the protocol version both sides speak on it.
+pub struct Connection {
+    pub framed: FramedPeer,
+    /// What the handshake agreed (see [`ringlimit_proto::handshake`]): it decides how check
+    /// groups are encoded.
+    pub version: u16,
+}
+
 /// Connects and completes the handshake.
-pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, String> {
+pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<Connection, String> {
     let io = settings
         .dialer
         .dial(addr)
@@ -363,16 +377,22 @@ pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<FramedPeer, 
         .await
         .map_err(|e| e.to_string())?;
     let key = hs.session_key();
+    let version = hs.version();
     hs.on_welcome(welcome).map_err(|e| e.to_string())?;
     if let Some(key) = key {
         conn.codec_mut().seal(&key, Role::Client);
     }
-    Ok(conn)
+    Ok(Connection {
+        framed: conn,
+        version,
+    })
 }
 
 /// Serves one connection until it fails; returns why.
-async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &PeerStats) -> String {
-    let (mut sink, mut stream) = conn.split();
+async fn serve(conn: Connection, rx: &mut mpsc::Receiver<Outgoing>, stats: &PeerStats) -> String {
+    // Version 2 peers read a group's kind in its id's top bits, and echo the id whole.
+    let flagged = conn.version < GROUP_KIND_SINCE;
+    let (mut sink, mut stream) = conn.framed.split();
     let pending: Mutex<HashMap<u64, oneshot::Sender<Vec<PeerAnswer>>>> = Mutex::new(HashMap::new());
     let mut next_id: u64 = 0;
 
@@ -387,12 +407,19 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
                     if o.reply.is_closed() {
                         return 0;
                     }
-                    next_id = next_id.wrapping_add(1) & !FLAGS;
-                    let id = next_id | (o.flags & FLAGS);
+                    next_id = next_id.wrapping_add(1) & !GROUP_FLAGS;
+                    let id = match flagged {
+                        true => next_id | o.kind.flag_bits(),
+                        false => next_id,
+                    };
                     let n = o.body.len();
                     pending.lock().insert(id, o.reply);
                     match o.body {
-                        Body::Checks(checks) => groups.push(CheckGroup { id, checks }),
+                        Body::Checks(checks) => groups.push(CheckGroup {
+                            id,
+                            kind: o.kind,
+                            checks,
+                        }),
                         Body::Refunds(r) => refunds.push(RefundGroup { id, refunds: r }),
                     }
                     n
@@ -413,7 +440,7 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
             // Refunds first: they only ever make room for the checks that follow.
             for frame in [
                 (!refunds.is_empty()).then_some(Frame::Refunds(refunds)),
-                (!groups.is_empty()).then_some(Frame::Checks(groups)),
+                (!groups.is_empty()).then(|| checks_frame(groups, flagged)),
             ]
             .into_iter()
             .flatten()
@@ -456,5 +483,13 @@ async fn serve(conn: FramedPeer, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
     tokio::select! {
         r = writer => r,
         r = reader => r,
+    }
+}
+
+/// Check groups as the connection's version encodes them.
+fn checks_frame(groups: Vec<CheckGroup>, flagged: bool) -> Frame {
+    match flagged {
+        true => Frame::FlaggedChecks(groups.into_iter().map(FlaggedGroup::from).collect()),
+        false => Frame::Checks(groups),
     }
 }

@@ -10,6 +10,8 @@
 //! - [`dial`] — how a link is opened: TCP, or whatever a test hands in.
 //! - [`memnet`] — an in-memory network for tests, whose links can be cut, stalled and dropped.
 //! - [`client`] — one persistent, pipelined, coalescing connection per peer, with a circuit.
+//! - [`session`] — a connection of its own for one request and its answer (handover, reset),
+//!   or for frames written one way (global counts).
 //! - [`fanout`] — group checks by owner, send each group, scatter the replies; settle a reply.
 
 pub mod client;
@@ -17,8 +19,10 @@ pub mod dial;
 pub mod fanout;
 pub mod framing;
 pub mod memnet;
+pub mod session;
 
 #[cfg(test)]
 mod tests;
 
 pub use client::{ForwardError, PeerClient, PeerSettings, PeerStats};
+pub use session::{Session, SessionError, Sessions};

@@ -6,7 +6,7 @@ use super::framing::{self, FramedPeer};
 use super::memnet::{MemListener, MemNet};
 use parking_lot::Mutex;
 use ringlimit_proto::handshake::ServerHandshake;
-use ringlimit_proto::peer::{AnswerGroup, CheckGroup, Frame, PeerAnswer, PeerCheck, RELAYED_GROUP};
+use ringlimit_proto::peer::{AnswerGroup, CheckGroup, Frame, GroupKind, PeerAnswer, PeerCheck};
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +42,8 @@ fn check(key: &str) -> PeerCheck {
 #[derive(Clone, Default)]
 struct Owner {
     silent: Arc<AtomicBool>,
+    /// Speaks protocol version 2 (a group's kind in its id's bits).
+    version_2: Arc<AtomicBool>,
     frames: Arc<Mutex<Vec<Vec<CheckGroup>>>>,
 }
 
@@ -64,11 +66,15 @@ impl Owner {
         let Ok(hello) = framing::recv(&mut conn, within).await else {
             return;
         };
-        let Ok((state, challenge)) =
+        let Ok((state, mut challenge)) =
             ServerHandshake::on_hello(hello, "ringlimit", "owner", None, [7; 16])
         else {
             return;
         };
+        let version_2 = self.version_2.load(Ordering::Relaxed);
+        if let (true, Frame::Challenge { version, .. }) = (version_2, &mut challenge) {
+            *version = 2;
+        }
         if framing::send(&mut conn, &challenge).await.is_err() {
             return;
         }
@@ -82,8 +88,12 @@ impl Owner {
             return;
         }
         while let Ok(frame) = framing::recv(&mut conn, Duration::from_secs(3600)).await {
-            let Frame::Checks(groups) = frame else {
-                return;
+            let groups: Vec<CheckGroup> = match frame {
+                Frame::Checks(groups) if !version_2 => groups,
+                Frame::FlaggedChecks(groups) if version_2 => {
+                    groups.into_iter().map(CheckGroup::from).collect()
+                }
+                _ => return,
             };
             self.frames.lock().push(groups.clone());
             if self.silent.load(Ordering::Relaxed) {
@@ -304,7 +314,7 @@ async fn checks_queued_while_the_writer_waits_travel_as_one_frame() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_relayed_group_carries_the_relayed_bit() {
+async fn a_relayed_group_says_so() {
     let net = MemNet::new();
     let owner = Owner::spawn(&net, "owner");
     let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
@@ -314,8 +324,41 @@ async fn a_relayed_group_carries_the_relayed_bit() {
         .await
         .expect("answered");
     let frames = owner.frames.lock().clone();
-    assert_eq!(frames[0][0].id & RELAYED_GROUP, 0);
-    assert_ne!(frames[1][0].id & RELAYED_GROUP, 0);
+    assert_eq!(frames[0][0].kind, GroupKind::Owned);
+    assert_eq!(frames[1][0].kind, GroupKind::Relayed);
+}
+
+/// An owner that chose version 2 gets its groups' kinds in their ids' bits, and answers
+/// echoing those ids: every kind of group is answered as before.
+#[tokio::test(start_paused = true)]
+async fn an_owner_speaking_version_2_reads_kinds_in_group_ids() {
+    use ringlimit_proto::peer::{ALL_OR_NOTHING_GROUP, GROUP_FLAGS, RELAYED_GROUP};
+    let net = MemNet::new();
+    let owner = Owner::default();
+    owner.version_2.store(true, Ordering::Relaxed);
+    tokio::spawn(owner.clone().serve(net.listen("owner")));
+    let client = PeerClient::spawn("owner".into(), settings(&net), Arc::default());
+    let a = client.send(vec![check("a")]).await.expect("answered");
+    let bb = client
+        .send_relayed(vec![check("bb")])
+        .await
+        .expect("answered");
+    let ccc = client.send_all(vec![check("ccc")]).await.expect("answered");
+    assert_eq!([a, bb, ccc].map(|r| remaining(&r)), [[1], [2], [3]]);
+    let frames = owner.frames.lock().clone();
+    let seen: Vec<(GroupKind, u64)> = frames
+        .iter()
+        .flatten()
+        .map(|g| (g.kind, g.id & GROUP_FLAGS))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (GroupKind::Owned, 0),
+            (GroupKind::Relayed, RELAYED_GROUP),
+            (GroupKind::AllOrNothing, ALL_OR_NOTHING_GROUP)
+        ]
+    );
 }
 
 mod memnet {

@@ -25,9 +25,7 @@ use super::wire::{self, FullSet, Update};
 use crate::cluster::transport::GossipBlocklist;
 use crate::cluster::{MemberState, View};
 use bytes::Bytes;
-use futures::SinkExt;
-use ringlimit_core::link::client::{PeerSettings, connect};
-use ringlimit_core::link::framing::FramedPeer;
+use ringlimit_core::link::{Session, Sessions};
 use ringlimit_proto::peer::Frame;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -74,7 +72,8 @@ type PeerKey = (String, u64, String);
 
 /// Sends this node's counts to the live members of the current view.
 pub struct Pusher {
-    settings: PeerSettings,
+    /// Connections of their own, from the peer facade (`crate::peers::Peers::sessions`).
+    sessions: Sessions,
     generation: u64,
     counters: Arc<GlobalCounters>,
     peers: HashMap<PeerKey, Peer>,
@@ -84,9 +83,9 @@ pub struct Pusher {
 
 impl Pusher {
     /// `generation` is this node's incarnation, as its gossip identity carries it.
-    pub fn new(settings: PeerSettings, generation: u64, counters: Arc<GlobalCounters>) -> Self {
+    pub fn new(sessions: Sessions, generation: u64, counters: Arc<GlobalCounters>) -> Self {
         Self {
-            settings,
+            sessions,
             generation,
             counters,
             peers: HashMap::new(),
@@ -133,8 +132,7 @@ impl Pusher {
         let (tx, rx) = mpsc::channel(QUEUE);
         let needs_full = Arc::new(AtomicBool::new(true));
         let task = tokio::spawn(run(
-            addr.to_owned(),
-            self.settings.clone(),
+            self.sessions.open(addr),
             rx,
             needs_full.clone(),
             self.counters.clone(),
@@ -258,14 +256,12 @@ fn encoded(frame: &Frame) -> Option<Bytes> {
 /// One peer's task: owns the connection, writes what it is given, and on any failure drops
 /// the connection, waits, discards what queued meanwhile and asks for the full set.
 async fn run(
-    addr: String,
-    settings: PeerSettings,
+    mut session: Session,
     mut rx: mpsc::Receiver<Msg>,
     needs_full: Arc<AtomicBool>,
     counters: Arc<GlobalCounters>,
 ) {
     let stats = &counters.stats;
-    let mut conn: Option<FramedPeer> = None;
     // Whether every frame since the last full set reached the connection.
     let mut synced = false;
     let mut backoff = MIN_BACKOFF;
@@ -278,7 +274,12 @@ async fn run(
         if !full && !synced {
             continue;
         }
-        let sent = write(&addr, &settings, &mut conn, &frames, stats).await;
+        let sent = session
+            .write(&frames, WRITE_TIMEOUT, |bytes| {
+                stats.push_frames.fetch_add(1, Ordering::Relaxed);
+                stats.push_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            })
+            .await;
         if let Some(done) = last {
             let _ = done.send(sent.is_ok());
             return;
@@ -289,9 +290,9 @@ async fn run(
                 backoff = MIN_BACKOFF;
             }
             Err(reason) => {
-                tracing::debug!(peer = %addr, %reason, "global counts not delivered; resyncing");
+                tracing::debug!(peer = %session.addr(), %reason, "global counts not delivered; resyncing");
                 stats.push_failed.fetch_add(1, Ordering::Relaxed);
-                conn = None;
+                session.close();
                 synced = false;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -300,35 +301,6 @@ async fn run(
             }
         }
     }
-}
-
-async fn write(
-    addr: &str,
-    settings: &PeerSettings,
-    conn: &mut Option<FramedPeer>,
-    frames: &[Bytes],
-    stats: &super::counters::GlobalStats,
-) -> Result<(), String> {
-    let c = match conn {
-        Some(c) => c,
-        None => {
-            let c = tokio::time::timeout(settings.connect_timeout, connect(addr, settings))
-                .await
-                .map_err(|_| "connect timed out".to_string())??;
-            conn.insert(c)
-        }
-    };
-    for f in frames {
-        tokio::time::timeout(WRITE_TIMEOUT, c.send(f.clone()))
-            .await
-            .map_err(|_| "write timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        stats.push_frames.fetch_add(1, Ordering::Relaxed);
-        stats
-            .push_bytes
-            .fetch_add(f.len() as u64 + 4, Ordering::Relaxed);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -349,7 +321,7 @@ mod tests {
         counters: Arc<GlobalCounters>,
         now: u64,
     ) -> tokio::task::JoinHandle<()> {
-        use crate::forward::{PeerServer, ServerSettings};
+        use crate::peers::{PeerServer, ServerSettings};
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
         let engine = Arc::new(crate::engine::Engine::new(
             crate::rules::RuleSet::builtin(),
@@ -365,11 +337,8 @@ mod tests {
     }
 
     /// How the tests below dial peers on `net` as `id`.
-    pub(super) fn dial_in_memory(
-        net: &ringlimit_core::link::memnet::MemNet,
-        id: &str,
-    ) -> PeerSettings {
-        PeerSettings {
+    pub(super) fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> Sessions {
+        Sessions::new(Arc::new(ringlimit_core::link::PeerSettings {
             dialer: net.dialer(id),
             node_id: id.into(),
             cluster_id: "c".into(),
@@ -378,7 +347,7 @@ mod tests {
             connect_timeout: Duration::from_millis(500),
             open_for: Duration::from_secs(1),
             queue: 16,
-        }
+        }))
     }
 
     const WINDOW: u64 = 1_700_000_000;

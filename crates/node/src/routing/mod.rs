@@ -13,8 +13,8 @@ mod timed;
 use crate::cluster::View;
 use crate::decide::Here;
 use crate::engine::Prepared;
-use crate::forward::PeerPool;
 use crate::metrics::PeerRpcMetrics;
+use crate::peers::Peers;
 use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;
@@ -51,7 +51,7 @@ pub struct DispatchStats {
 pub struct Dispatcher {
     here: Here,
     view: Arc<ArcSwap<View>>,
-    pool: Arc<PeerPool>,
+    pool: Arc<Peers>,
     pub stats: DispatchStats,
     rpc: PeerRpcMetrics,
 }
@@ -60,7 +60,7 @@ impl Dispatcher {
     pub fn new(
         here: Here,
         view: Arc<ArcSwap<View>>,
-        pool: Arc<PeerPool>,
+        pool: Arc<Peers>,
         rpc: PeerRpcMetrics,
     ) -> Self {
         Self {
@@ -110,7 +110,7 @@ impl Dispatcher {
     }
 
     /// Whether this node owns keys under `view`: it sees a majority of the members it last knew
-    /// through gossip (`cluster::quorum`) and over their peer links (`forward::reach`).
+    /// through gossip (`cluster::quorum`) and over their peer links (`peers::reach`).
     pub fn owns_keys(&self, view: &View) -> bool {
         view.quorum.quorate && !self.pool.cut_off()
     }

@@ -3,7 +3,7 @@
 use super::{Check, CheckService};
 use crate::cluster::View;
 use crate::engine::{Prepared, RuleSpec};
-use crate::forward::reset::{self, MemberReset, ResetStatus};
+use crate::peers::reset::{self, MemberReset, ResetStatus};
 use crate::routing::fallback_id;
 use ringlimit_core::check::CheckError;
 use ringlimit_core::rule::Mode;
@@ -119,14 +119,9 @@ impl CheckService {
                 // The real bucket everywhere (a node that owned it before a ring change may
                 // still hold it), and the fail-open share each node may have used.
                 let ids = [p.id, fallback_id(p.id)];
-                let members = reset::everywhere(
-                    &view,
-                    self.pool.settings(),
-                    self.here.engine().store(),
-                    &ids,
-                    RESET_WAIT,
-                )
-                .await;
+                let members =
+                    reset::everywhere(&view, &self.pool, self.here.engine(), &ids, RESET_WAIT)
+                        .await;
                 (members, None)
             }
         };

@@ -18,8 +18,8 @@ pub mod views;
 use crate::cluster::View;
 use crate::decide::Here;
 use crate::engine::{Prepared, RuleSpec};
-use crate::forward::PeerPool;
 use crate::metrics::{Metrics, seconds};
+use crate::peers::Peers;
 use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
 use ringlimit_core::check::{CheckError, Resolved};
@@ -77,7 +77,7 @@ impl Outcome {
 pub struct Parts {
     pub here: Here,
     pub dispatcher: Dispatcher,
-    pub pool: Arc<PeerPool>,
+    pub pool: Arc<Peers>,
     pub metrics: Arc<Metrics>,
     pub rules: Arc<RulesStatus>,
     /// The envoyproxy/ratelimit configuration's reloads (`--envoy-config`), for the metrics.
@@ -97,7 +97,7 @@ pub struct Parts {
 pub struct CheckService {
     here: Here,
     dispatcher: Dispatcher,
-    pool: Arc<PeerPool>,
+    pool: Arc<Peers>,
     metrics: Arc<Metrics>,
     rules: Arc<RulesStatus>,
     envoy: Arc<RulesStatus>,
@@ -210,10 +210,10 @@ impl CheckService {
     /// Hands the buckets this node no longer owns under `view` to their new owners (called
     /// when the ring changed); returns how many moved.
     pub async fn hand_over(&self, view: &View) -> usize {
-        let moved = crate::forward::handover::hand_over(
+        let moved = crate::peers::handover::hand_over(
             view,
-            self.here.engine().store(),
-            self.pool.settings(),
+            self.here.engine(),
+            &self.pool,
             self.here.now(),
         )
         .await;

@@ -11,7 +11,7 @@
 //! test host) found every link "silent" when it woke and gave up its keys for a round (seen in
 //! the steady-load test); a stalled prober sends no pings, so it counts no failures.
 
-use super::PeerPool;
+use super::Peers;
 use crate::cluster::View;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
@@ -70,19 +70,19 @@ fn cut_off(reached: usize, known: usize) -> bool {
     known > 0 && 2 * reached <= known
 }
 
-/// Pings every member's link each round and sets the pool's `cut_off` flag: whether this node
+/// Pings every member's link each round and sets the facade's `cut_off` flag: whether this node
 /// reaches fewer than a majority of the members it knows.
-pub async fn probe(pool: Arc<PeerPool>, view: Arc<ArcSwap<View>>) {
+pub async fn probe(peers: Arc<Peers>, view: Arc<ArcSwap<View>>) {
     let mut tick = tokio::time::interval(PING_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = Failures::default();
     loop {
         tick.tick().await;
-        failures.record(&pool.ping_all().await);
+        failures.record(&peers.ping_all().await);
         let view = view.load();
         let known = view.quorum.known.len();
         let cut_off = cut_off(failures.reached(&view), known);
-        if pool.set_cut_off(cut_off) != cut_off {
+        if peers.set_cut_off(cut_off) != cut_off {
             if cut_off {
                 tracing::warn!(
                     known,

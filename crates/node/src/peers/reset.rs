@@ -1,14 +1,12 @@
 //! Bucket reset across the cluster (the admin API's `POST /v1/admin/keys/{key}/reset`): every
-//! member is asked, over an authenticated peer connection of its own, to drop the given bucket
+//! member is asked ([`Peers::reset`]: a connection of its own) to drop the given bucket
 //! identities; this node drops them from its own store. A member that does not answer within
 //! the bound is reported as failed, never waited on longer.
 
+use super::Peers;
 use crate::cluster::{MemberState, View};
+use crate::engine::Engine;
 use futures::future::join_all;
-use ringlimit_core::link::client::{PeerSettings, connect};
-use ringlimit_core::link::framing;
-use ringlimit_core::store::Store;
-use ringlimit_proto::peer::Frame;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -57,14 +55,14 @@ impl MemberReset {
 /// at once and given at most `within`. One entry per member, in the view's order.
 pub async fn everywhere(
     view: &View,
-    settings: &PeerSettings,
-    local: &Store,
+    peers: &Peers,
+    local: &Engine,
     ids: &[u64],
     within: Duration,
 ) -> Vec<MemberReset> {
     let asks = view.members.iter().map(|m| async move {
         if *m.node_id == *view.self_id {
-            let removed = ids.iter().filter(|&&id| local.remove(id)).count() as u64;
+            let removed = local.reset(ids);
             return MemberReset::ok(&m.node_id, removed);
         }
         if m.state == MemberState::Dead {
@@ -75,31 +73,13 @@ pub async fn everywhere(
                 error: Some("declared dead; not contacted".into()),
             };
         }
-        match tokio::time::timeout(within, push(&m.peer_addr, settings, ids)).await {
+        match tokio::time::timeout(within, peers.reset(&m.peer_addr, ids)).await {
             Ok(Ok(removed)) => MemberReset::ok(&m.node_id, removed),
-            Ok(Err(e)) => MemberReset::failed(&m.node_id, e),
+            Ok(Err(e)) => MemberReset::failed(&m.node_id, e.to_string()),
             Err(_) => MemberReset::failed(&m.node_id, format!("no answer within {within:?}")),
         }
     });
     join_all(asks).await
-}
-
-/// Asks the node at `addr` to drop `ids`; returns how many it held.
-pub async fn push(addr: &str, settings: &PeerSettings, ids: &[u64]) -> Result<u64, String> {
-    let mut conn = tokio::time::timeout(settings.connect_timeout, connect(addr, settings))
-        .await
-        .map_err(|_| "connect timed out".to_string())??;
-    framing::send(&mut conn, &Frame::Reset { ids: ids.to_vec() })
-        .await
-        .map_err(|e| e.to_string())?;
-    match framing::recv(&mut conn, settings.connect_timeout)
-        .await
-        .map_err(|e| e.to_string())?
-    {
-        Frame::ResetAck { removed } => Ok(removed),
-        Frame::Refused { reason } => Err(format!("refused: {reason}")),
-        other => Err(format!("unexpected {} frame", other.kind())),
-    }
 }
 
 #[cfg(test)]
@@ -121,8 +101,8 @@ mod tests {
         }
     }
 
-    fn settings() -> PeerSettings {
-        PeerSettings {
+    fn peers() -> Peers {
+        Peers::new(ringlimit_core::link::PeerSettings {
             dialer: ringlimit_core::link::dial::tcp(),
             node_id: "me".into(),
             cluster_id: "ringlimit".into(),
@@ -131,7 +111,7 @@ mod tests {
             connect_timeout: Duration::from_millis(500),
             open_for: Duration::from_secs(1),
             queue: 16,
-        }
+        })
     }
 
     /// This node drops its own buckets; a member that accepts but never answers is reported
@@ -160,17 +140,21 @@ mod tests {
             peer_addrs: BTreeMap::new(),
             quorum: crate::cluster::quorum::Quorum::solo(&Arc::from("me")),
         };
-        let store = Store::new(100);
+        let engine = Engine::new(
+            crate::rules::RuleSet::default(),
+            100,
+            Arc::new(ringlimit_core::clock::ManualClock::new(1)),
+        );
         let rule = Rule {
             algorithm: Algorithm::TokenBucket,
             limit: 5,
             period_ns: 1_000_000_000,
             burst: 5,
         };
-        assert!(store.check(7, &rule, 1, 1).allowed);
+        assert!(engine.hold(7, &rule, 1, 1).0.allowed);
         let within = Duration::from_millis(200);
         let started = std::time::Instant::now();
-        let report = everywhere(&view, &settings(), &store, &[7, 8], within).await;
+        let report = everywhere(&view, &peers(), &engine, &[7, 8], within).await;
         assert!(started.elapsed() < within * 5, "{:?}", started.elapsed());
         let status: Vec<(&str, ResetStatus, Option<u64>)> = report
             .iter()
@@ -184,7 +168,7 @@ mod tests {
                 ("silent", ResetStatus::Failed, None),
             ]
         );
-        assert!(store.is_empty());
+        assert_eq!(engine.bucket_count(), 0);
         hold.abort();
     }
 }

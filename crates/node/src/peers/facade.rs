@@ -1,6 +1,10 @@
-//! The peer pool: one client per alive member, kept in step with membership, and — on threads
-//! that run a runtime of their own ([`bind_current_thread`]) — a copy of each client made on
-//! that thread's runtime.
+//! The peer facade: every message this node sends a member goes through [`Peers`], one typed
+//! method per message (see the recipe in [`super`]). It keeps one client per alive member in
+//! step with membership (the pipelined link of checks, refunds and pings) and, on threads that
+//! run a runtime of their own ([`bind_current_thread`]), a copy of each client made on that
+//! thread's runtime; handovers and resets go on connections of their own
+//! ([`ringlimit_core::link::session`]), and so do global counts, whose pusher (a layer below)
+//! gets its sessions from here ([`Peers::sessions`]).
 //!
 //! Why per-runtime copies: the HTTP API runs on dedicated single-threaded runtimes. With the
 //! node's shared clients, on the main runtime, every forwarded check cost two cross-thread
@@ -11,13 +15,22 @@
 use crate::cluster::View;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
+use ringlimit_core::limiter::BucketState;
+use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
+use ringlimit_core::link::{SessionError, Sessions};
+use ringlimit_proto::peer::{Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
-/// A pool's clients as one runtime's thread holds them.
+/// Buckets per handover frame (each at most a few dozen bytes, except sliding logs).
+const BUCKETS_PER_FRAME: usize = 2_000;
+/// How long a member may take to merge one handover frame.
+const HANDOVER_ACK_WITHIN: Duration = Duration::from_secs(2);
+
+/// A facade's clients as one runtime's thread holds them.
 struct LocalPeers {
     generation: u64,
     /// By member: the shared client this one mirrors (a member that left and came back gets a
@@ -27,22 +40,22 @@ struct LocalPeers {
 }
 
 thread_local! {
-    /// By pool (a process may run several nodes, in tests).
+    /// By facade (a process may run several nodes, in tests).
     static LOCAL_PEERS: RefCell<HashMap<u64, LocalPeers>> = RefCell::new(HashMap::new());
     static BOUND: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Makes every pool give checks sent from this thread clients of this thread's own, spawned on
+/// Makes every facade give checks sent from this thread clients of this thread's own, spawned on
 /// its (single-threaded) runtime. Call it on a thread that runs one runtime for its whole life.
 pub fn bind_current_thread() {
     BOUND.set(true);
 }
 
-/// Distinguishes pools in the per-thread cache.
+/// Distinguishes facades in the per-thread cache.
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(0);
 
-/// One client per alive member.
-pub struct PeerPool {
+/// Every member, as this node reaches it: one typed method per message.
+pub struct Peers {
     /// Unique in this process (key of the per-thread clients).
     id: u64,
     settings: Arc<PeerSettings>,
@@ -55,21 +68,60 @@ pub struct PeerPool {
     stats: Arc<PeerStats>,
     /// Set by [`super::reach::probe`]: the links of a majority of the known members are silent.
     cut_off: AtomicBool,
+    /// Connections of their own (handover, reset, global counts).
+    sessions: Sessions,
 }
 
-impl std::fmt::Debug for PeerPool {
+/// One member's link for checks: what [`Peers::owner_client`] finds, with a typed method per
+/// message that rides on it.
+#[derive(Clone)]
+pub struct Peer {
+    pub id: Arc<str>,
+    pub link: Arc<PeerClient>,
+}
+
+impl Peer {
+    /// Checks for buckets the member owns (it may relay them once, see [`super::server`]).
+    pub async fn check(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.link.send(checks).await
+    }
+
+    /// One request's checks at this owner, decided there all-or-nothing.
+    pub async fn check_all(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.link.send_all(checks).await
+    }
+
+    /// Checks relayed to their new owner, decided where they land.
+    pub async fn relay(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.link.send_relayed(checks).await
+    }
+
+    /// Gives back what all-or-nothing checks held.
+    pub async fn refund(&self, refunds: Vec<PeerRefund>) -> Result<Vec<PeerAnswer>, ForwardError> {
+        self.link.refund(refunds).await
+    }
+
+    /// Whether the member's link answers (an empty group).
+    pub async fn ping(&self) -> Result<(), ForwardError> {
+        self.link.ping().await
+    }
+}
+
+impl std::fmt::Debug for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerPool")
+        f.debug_struct("Peers")
             .field("members", &self.peers.load().len())
             .finish_non_exhaustive()
     }
 }
 
-impl PeerPool {
+impl Peers {
     pub fn new(settings: PeerSettings) -> Self {
+        let settings = Arc::new(settings);
         Self {
+            sessions: Sessions::new(settings.clone()),
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
-            settings: Arc::new(settings),
+            settings,
             peers: ArcSwap::from_pointee(HashMap::new()),
             update: Mutex::new(()),
             generation: AtomicU64::new(0),
@@ -83,7 +135,7 @@ impl PeerPool {
         &self.settings
     }
 
-    /// Frames and checks sent by every client of the pool.
+    /// Frames and checks sent by every member's link.
     pub fn stats(&self) -> &PeerStats {
         &self.stats
     }
@@ -93,9 +145,53 @@ impl PeerPool {
         self.cut_off.load(Ordering::Relaxed)
     }
 
-    /// Sets [`PeerPool::cut_off`]; returns the previous value.
+    /// Sets [`Peers::cut_off`]; returns the previous value.
     pub fn set_cut_off(&self, cut_off: bool) -> bool {
         self.cut_off.swap(cut_off, Ordering::Relaxed)
+    }
+
+    /// Connections of their own to members, for what sits below this layer (the global counts'
+    /// pusher).
+    pub fn sessions(&self) -> Sessions {
+        self.sessions.clone()
+    }
+
+    /// Hands `buckets` to the member at `addr` (their new owner) on a connection of its own;
+    /// returns how many it merged. Borrowed, so that the caller can keep them if it fails.
+    pub async fn hand_over(
+        &self,
+        addr: &str,
+        buckets: &[(u64, BucketState)],
+    ) -> Result<u64, SessionError> {
+        let mut session = self.sessions.open(addr);
+        let mut merged = 0;
+        for chunk in buckets.chunks(BUCKETS_PER_FRAME) {
+            let chunk: Vec<HandedBucket> = chunk
+                .iter()
+                .map(|(id, st)| HandedBucket {
+                    id: *id,
+                    state: st.to_wire(),
+                })
+                .collect();
+            match session
+                .request(&Frame::Handover(chunk), HANDOVER_ACK_WITHIN)
+                .await?
+            {
+                Frame::HandoverAck { merged: m } => merged += m,
+                other => return Err(SessionError::Unexpected(other.kind())),
+            }
+        }
+        Ok(merged)
+    }
+
+    /// Asks the member at `addr` to drop the buckets `ids`; returns how many it held.
+    pub async fn reset(&self, addr: &str, ids: &[u64]) -> Result<u64, SessionError> {
+        let within = self.settings.connect_timeout;
+        let reset = Frame::Reset { ids: ids.to_vec() };
+        match self.sessions.open(addr).request(&reset, within).await? {
+            Frame::ResetAck { removed } => Ok(removed),
+            other => Err(SessionError::Unexpected(other.kind())),
+        }
     }
 
     /// Pings every member's shared client at once; returns, when all answered or timed out,
@@ -139,6 +235,16 @@ impl PeerPool {
     /// this node owns it (or the ring is empty). A member with no client yet (the view just
     /// changed) gets one.
     pub fn owner_client(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        self.owner_link(view, id)
+    }
+
+    /// [`Peers::owner_client`] as a [`Peer`].
+    pub fn owner(&self, view: &View, id: u64) -> Option<Peer> {
+        self.owner_link(view, id)
+            .map(|(id, link)| Peer { id, link })
+    }
+
+    fn owner_link(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
         let owner = view.ring.owner(id)?;
         if owner == &*view.self_id {
             return None;

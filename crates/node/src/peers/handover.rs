@@ -1,0 +1,52 @@
+//! Bucket handover: when the ring changes, a node sends the live buckets it no longer owns to
+//! their new owners, which merge them (see `BucketState::absorb`). A key that moves keeps its
+//! consumption instead of starting from a full bucket, which is what bounds over-admission on
+//! join, leave and rolling restarts to what is decided during the move itself.
+
+use super::Peers;
+use crate::cluster::View;
+use crate::engine::Engine;
+use ringlimit_core::limiter::BucketState;
+use std::collections::HashMap;
+
+/// Hands the live buckets of `engine` that this node no longer owns under `view`'s ring to their
+/// new owners (through `peers`), at `now`. A bucket whose new owner cannot be reached is put
+/// back, so nothing is lost. Returns how many buckets moved.
+pub async fn hand_over(view: &View, engine: &Engine, peers: &Peers, now: u64) -> usize {
+    let ring = &view.ring;
+    if ring.is_empty() {
+        return 0;
+    }
+    let moving = engine.hand_out(|id, st| {
+        st.idle_at() > now && ring.owner(id).is_some_and(|o| o != &*view.self_id)
+    });
+    if moving.is_empty() {
+        return 0;
+    }
+    let mut by_owner: HashMap<&str, Vec<(u64, BucketState)>> = HashMap::new();
+    for (id, st) in moving {
+        if let Some(owner) = ring.owner(id) {
+            by_owner.entry(owner).or_default().push((id, st));
+        }
+    }
+    let mut moved = 0;
+    for (owner, buckets) in by_owner {
+        let Some(addr) = view.peer_addrs.get(owner) else {
+            continue;
+        };
+        let n = buckets.len();
+        match peers.hand_over(addr, &buckets).await {
+            Ok(_) => moved += n,
+            Err(e) => {
+                tracing::warn!(%owner, error = %e, buckets = n, "handover failed; keeping the buckets here");
+                for (id, st) in buckets {
+                    engine.take_in(id, st, now);
+                }
+            }
+        }
+    }
+    if moved > 0 {
+        tracing::info!(buckets = moved, "buckets handed over to their new owners");
+    }
+    moved
+}

@@ -1,0 +1,45 @@
+//! The node's side of the peer protocol (TCP, length-prefixed bincode frames; the link itself,
+//! shared with the SDK, is `ringlimit_core::link`): [`Peers`], the one facade through which this
+//! node sends every member every message, and [`PeerServer`], which answers them.
+//!
+//! # Layout
+//! - [`facade`] — [`Peers`]: one client per alive member ([`Peer`]), per-runtime copies
+//!   ([`facade::bind_current_thread`]), and a typed method per message.
+//! - [`server`] — accepts peers, runs the handshake, checks what only members may send, and
+//!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
+//!   `handover.rs`, `reset.rs`, `global_counts.rs`).
+//! - [`logins`] — places for connections still in their handshake.
+//! - [`handover`] — moving live buckets to their new owner when the ring changes.
+//! - [`reach`] — pinging every link, and whether this node reaches a majority over them.
+//! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
+//!
+//! # Messages, and how to add one
+//! | message | sent by | handled in |
+//! |---|---|---|
+//! | check group (owned, relayed, all-or-nothing) | [`Peer::check`], [`Peer::relay`], [`Peer::check_all`] | `server/checks.rs` |
+//! | refunds | [`Peer::refund`] | `server/refunds.rs` |
+//! | ping (an empty check group) | [`Peer::ping`], [`Peers::ping_all`] | `server/checks.rs` |
+//! | handover | [`Peers::hand_over`] | `server/handover.rs` |
+//! | reset | [`Peers::reset`] | `server/reset.rs` |
+//! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
+//!
+//! A new message (the next two: *replicate* a bucket's changes to its ring successor, and
+//! *lease*) is three pieces:
+//! 1. a frame variant (and its answer's) appended to `ringlimit_proto::peer::Frame` (appended:
+//!    the tags of older variants must not move), with a round-trip test there;
+//! 2. a typed method on [`Peers`] (a connection of its own, through
+//!    `ringlimit_core::link::Session`) or on [`Peer`] (pipelined with checks, through the
+//!    member's `PeerClient`);
+//! 3. a handler file in `server/` (an `impl PeerServer` block with one `pub(super)` method),
+//!    one arm in `PeerServer`'s dispatch, and, when only members may send it, nothing more:
+//!    `members_only` refuses every frame it does not name.
+
+pub mod facade;
+pub mod handover;
+pub mod logins;
+pub mod reach;
+pub mod reset;
+pub mod server;
+
+pub use facade::{Peer, Peers};
+pub use server::{PeerServer, Relay, ServerSettings};

@@ -1,0 +1,419 @@
+//! The peer server: accepts connections on the peer port, authenticates them, and decides the
+//! checks that arrive here. One exception: a check for a bucket this node no longer holds and no
+//! longer owns (it handed the bucket to its new owner, or it is leaving) is relayed once to that
+//! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
+//! at most two hops and rings that disagree for a moment cannot make it loop.
+//!
+//! This file keeps the connection: the accept loop, the handshake, the member check and the
+//! dispatch of each frame kind to its handler, one file each:
+//! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): decide, relay once, all-or-nothing.
+//! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held.
+//! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
+//! - [`reset`] — `Reset`: drop the buckets an operator reset.
+//! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
+
+mod checks;
+mod global_counts;
+mod handover;
+mod refunds;
+mod reset;
+
+use super::Peers;
+use super::logins::{Login, Logins};
+use crate::cluster::View;
+use crate::decide::Here;
+use crate::log_gate::LogGate;
+use arc_swap::ArcSwap;
+use futures::StreamExt;
+use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
+use ringlimit_proto::auth::Role;
+use ringlimit_proto::handshake::ServerHandshake;
+use ringlimit_proto::peer::{CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// Most peer connections served at once once they have logged in; more are refused.
+const MAX_CONNECTIONS: usize = 4096;
+/// Refusals and bad frames are logged at most this often (with how many were not).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Where peer connections come from.
+pub trait Acceptor: Send + 'static {
+    /// The next connection, framed, and who it comes from (for logs).
+    fn accept(&mut self) -> impl Future<Output = std::io::Result<(FramedPeer, String)>> + Send;
+}
+
+impl Acceptor for TcpListener {
+    async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
+        let (stream, from) = TcpListener::accept(self).await?;
+        Ok((framing::framed_tcp(stream), from.to_string()))
+    }
+}
+
+impl Acceptor for ringlimit_core::link::memnet::MemListener {
+    async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
+        match ringlimit_core::link::memnet::MemListener::accept(self).await {
+            Some((io, from)) => Ok((framing::framed(io), from)),
+            // The network is gone: nothing will ever connect again.
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Who this server is.
+#[derive(Clone)]
+pub struct ServerSettings {
+    pub node_id: String,
+    pub cluster_id: String,
+    pub secret: Option<Arc<[u8]>>,
+    /// Whether other nodes may send what only members send (handovers, resets, global counts).
+    /// `false` for a node with neither a secret nor `--allow-unauthenticated-peers`: it still
+    /// answers checks (the SDK), as its HTTP port does, and nothing else.
+    pub accept_members: bool,
+    /// The whole handshake must finish within this.
+    pub handshake_timeout: Duration,
+}
+
+impl ServerSettings {
+    /// A server without a secret that accepts members: in-memory clusters of tests.
+    pub fn open(node_id: &str, cluster_id: &str) -> Self {
+        Self {
+            node_id: node_id.into(),
+            cluster_id: cluster_id.into(),
+            secret: None,
+            accept_members: true,
+            handshake_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Counters of the peer server.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections refused (bad handshake, wrong cluster or secret, garbage, too many).
+    pub refused: AtomicU64,
+    /// Checks decided for peers.
+    pub checks: AtomicU64,
+    /// `Checks` frames received.
+    pub frames: AtomicU64,
+    /// Buckets received from their previous owner and merged.
+    pub handed_over: AtomicU64,
+    /// Checks relayed to the owner of a bucket this node had handed over.
+    pub relayed: AtomicU64,
+}
+
+/// Where checks for buckets this node no longer holds nor owns are relayed: the owner under
+/// this node's current view, through its peers.
+#[derive(Clone)]
+pub struct Relay {
+    pub view: Arc<ArcSwap<View>>,
+    pub peers: Arc<Peers>,
+}
+
+/// Who is on the other end of a connection, for handlers' logs and counts.
+struct Caller<'a> {
+    /// The source address.
+    from: &'a str,
+    /// The node id it logged in with.
+    peer: &'a str,
+}
+
+/// What a node without a secret (and not allowed unauthenticated peers) answers to a frame
+/// only members send.
+const NOT_MEMBERS: &str = "this node accepts no cluster members: it has no cluster secret \
+     (set the same RINGLIMIT_CLUSTER_SECRET on every node)";
+
+/// Frames that only a cluster member sends: they change buckets or counts wholesale.
+fn members_only(frame: &Frame) -> bool {
+    match frame {
+        Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
+        Frame::Refunds(_) => false,
+        _ => true,
+    }
+}
+
+/// The peer server; [`PeerServer::run`] serves until dropped.
+pub struct PeerServer {
+    pub stats: Arc<ServerStats>,
+    log_gate: LogGate,
+    here: Here,
+    settings: ServerSettings,
+    /// `None`: never relay (decide everything here).
+    relay: Option<Relay>,
+}
+
+impl PeerServer {
+    pub fn new(here: Here, settings: ServerSettings, relay: Option<Relay>) -> Self {
+        Self {
+            stats: Arc::new(ServerStats::default()),
+            log_gate: LogGate::new(LOG_EVERY),
+            here,
+            settings,
+            relay,
+        }
+    }
+
+    /// Accepts and serves peers from `acceptor` (the peer port, or an in-memory network in
+    /// tests). Connections live in a `JoinSet` owned by this future, so dropping it closes them
+    /// all.
+    pub async fn run(self: Arc<Self>, mut acceptor: impl Acceptor) {
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let logins = Arc::new(Logins::default());
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = acceptor.accept() => {
+                    let (conn, from) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "peer accept failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    let Some(login) = logins.enter(&from) else {
+                        self.refuse_quietly(&from, "too many connections from one address in \
+                                                    their handshake");
+                        continue;
+                    };
+                    let this = self.clone();
+                    let slots = slots.clone();
+                    conns.spawn(async move { this.serve(conn, from, login, slots).await });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+    }
+
+    /// Counts a refusal and logs it, at most once per [`LOG_EVERY`] (with how many since).
+    fn refuse_quietly(&self, from: &str, reason: &str) {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(unlogged) = self.log_gate.pass() {
+            tracing::warn!(%from, %reason, also_refused = unlogged, "peer connection refused");
+        }
+    }
+
+    /// Refuses `conn` (counted, logged through the gate) and tells the peer why.
+    async fn refuse(&self, conn: &mut FramedPeer, from: &str, reason: String) {
+        self.refuse_quietly(from, &reason);
+        let _ = framing::send(conn, &Frame::Refused { reason }).await;
+    }
+
+    async fn serve(&self, mut conn: FramedPeer, from: String, login: Login, slots: Arc<Semaphore>) {
+        let handshake = tokio::select! {
+            r = self.handshake(&mut conn) => r,
+            () = login.evicted() => Err("too many connections in their handshake; the oldest \
+                                        is closed".to_owned()),
+        };
+        drop(login);
+        let (peer, version) = match handshake {
+            Ok(agreed) => agreed,
+            Err(reason) => return self.refuse(&mut conn, &from, reason).await,
+        };
+        let Ok(_permit) = slots.try_acquire_owned() else {
+            let reason = "too many peer connections".to_owned();
+            return self.refuse(&mut conn, &from, reason).await;
+        };
+        tracing::debug!(%from, %peer, version, "peer connected");
+        let caller = Caller {
+            from: &from,
+            peer: &peer,
+        };
+        while let Some(bytes) = conn.next().await {
+            let mut len = 0;
+            let frame = match bytes.map_err(LinkError::from).and_then(|b| {
+                len = b.len();
+                Ok(Frame::decode(&b)?)
+            }) {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some(unlogged) = self.log_gate.pass() {
+                        tracing::warn!(%from, %peer, error = %e, also_closed = unlogged,
+                            "bad frame from peer; closing");
+                    }
+                    return;
+                }
+            };
+            // Each version's checks only where the handshake agreed on it.
+            let frame = match frame {
+                Frame::FlaggedChecks(groups) if version < GROUP_KIND_SINCE => {
+                    Frame::Checks(groups.into_iter().map(CheckGroup::from).collect())
+                }
+                Frame::Checks(_) if version < GROUP_KIND_SINCE => {
+                    return self.unexpected(&caller, &frame);
+                }
+                other => other,
+            };
+            if !self.settings.accept_members && members_only(&frame) {
+                return self.refuse(&mut conn, &from, NOT_MEMBERS.to_owned()).await;
+            }
+            let reply = match frame {
+                Frame::Checks(groups) => {
+                    self.stats.frames.fetch_add(1, Ordering::Relaxed);
+                    Some(Frame::Answers(self.checks(groups).await))
+                }
+                Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
+                Frame::Handover(buckets) => Some(self.handover(buckets)),
+                Frame::Reset { ids } => Some(self.reset(&caller, ids)),
+                Frame::GlobalCounts { generation, counts } => {
+                    self.global_counts(&caller, generation, counts, len).await;
+                    None
+                }
+                Frame::GlobalCountsOf { counts } => {
+                    self.global_counts_of(&caller, counts, len).await;
+                    None
+                }
+                other => return self.unexpected(&caller, &other),
+            };
+            if let Some(reply) = reply
+                && let Err(e) = framing::send(&mut conn, &reply).await
+            {
+                tracing::debug!(%from, %peer, error = %e, "peer went away");
+                return;
+            }
+        }
+    }
+
+    /// Logs (through the gate) a frame a peer does not send here; the connection then closes.
+    fn unexpected(&self, caller: &Caller<'_>, frame: &Frame) {
+        if let Some(unlogged) = self.log_gate.pass() {
+            tracing::warn!(from = %caller.from, peer = %caller.peer, kind = frame.kind(),
+                also_closed = unlogged, "unexpected frame from peer; closing");
+        }
+    }
+
+    /// Runs the server's side of the handshake; returns the peer's node id and the version the
+    /// connection speaks.
+    async fn handshake(&self, conn: &mut FramedPeer) -> Result<(String, u16), String> {
+        let within = self.settings.handshake_timeout;
+        let hello = framing::recv(conn, within)
+            .await
+            .map_err(|e| format!("no hello: {e}"))?;
+        let (state, challenge) = ServerHandshake::on_hello(
+            hello,
+            &self.settings.cluster_id,
+            &self.settings.node_id,
+            self.settings.secret.as_deref(),
+            rand::random(),
+        )
+        .map_err(|e| e.to_string())?;
+        framing::send(conn, &challenge)
+            .await
+            .map_err(|e| e.to_string())?;
+        let proof = framing::recv(conn, within)
+            .await
+            .map_err(|e| format!("no proof: {e}"))?;
+        let key = state.session_key();
+        let version = state.version();
+        let (peer, welcome) = state.on_proof(proof).map_err(|e| e.to_string())?;
+        framing::send(conn, &welcome)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(key) = key {
+            conn.codec_mut().seal(&key, Role::Server);
+        }
+        Ok((peer, version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_core::link::memnet::MemNet;
+    use ringlimit_proto::handshake::ClientHandshake;
+    use ringlimit_proto::peer::{
+        ALL_OR_NOTHING_GROUP, FlaggedGroup, OLDEST_PROTOCOL_VERSION, PeerAnswer, PeerCheck,
+    };
+    use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
+
+    /// A real peer server at "s" on `net`, deciding everything here.
+    fn server(net: &MemNet) -> tokio::task::JoinHandle<()> {
+        let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
+        let engine = Arc::new(crate::engine::Engine::new(
+            crate::rules::RuleSet::builtin(),
+            100,
+            clock,
+        ));
+        let counters = Arc::new(crate::global::GlobalCounters::new(
+            crate::global::actor("s", 1),
+            100,
+        ));
+        let server = Arc::new(PeerServer::new(
+            Here::new(engine, counters),
+            ServerSettings::open("s", "c"),
+            None,
+        ));
+        tokio::spawn(server.run(net.listen("s")))
+    }
+
+    /// Logs in to "s" offering `version`.
+    async fn log_in(net: &MemNet, version: u16) -> FramedPeer {
+        let within = Duration::from_secs(1);
+        let io = net.dialer("old").dial("s").await.expect("dialed");
+        let mut conn = framing::framed(io);
+        let (mut hs, hello) = ClientHandshake::offering(version, "c", "old", None, [1; 16]);
+        framing::send(&mut conn, &hello).await.expect("hello");
+        let challenge = framing::recv(&mut conn, within).await.expect("challenge");
+        let proof = hs.on_challenge(challenge).expect("accepted version");
+        assert_eq!(hs.version(), version);
+        framing::send(&mut conn, &proof).await.expect("proof");
+        let welcome = framing::recv(&mut conn, within).await.expect("welcome");
+        hs.on_welcome(welcome).expect("welcome");
+        conn
+    }
+
+    fn check(key: &str) -> PeerCheck {
+        PeerCheck {
+            key: key.into(),
+            rule: RuleRef::Inline(InlineRule {
+                limit: 5,
+                period_ms: 1_000,
+                algorithm: Algorithm::TokenBucket,
+                burst: None,
+            }),
+            cost: 1,
+        }
+    }
+
+    /// A version-2 peer still gets its flagged groups decided as their bits say (here
+    /// all-or-nothing: held answers), answered under the id it sent; version 3's frame is not
+    /// what it agreed, and closes the connection.
+    #[tokio::test(start_paused = true)]
+    async fn a_version_2_peer_is_answered_by_its_groups_bits() {
+        let net = MemNet::new();
+        let _server = server(&net);
+        let mut conn = log_in(&net, OLDEST_PROTOCOL_VERSION).await;
+        let id = 7 | ALL_OR_NOTHING_GROUP;
+        let flagged = Frame::FlaggedChecks(vec![FlaggedGroup {
+            id,
+            checks: vec![check("a"), check("b")],
+        }]);
+        framing::send(&mut conn, &flagged).await.expect("sent");
+        let within = Duration::from_secs(1);
+        let Frame::Answers(groups) = framing::recv(&mut conn, within).await.expect("answer") else {
+            panic!("not answers");
+        };
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].id, id, "the id comes back whole");
+        assert!(
+            groups[0]
+                .answers
+                .iter()
+                .all(|a| matches!(a, PeerAnswer::Held { .. })),
+            "{:?}",
+            groups[0].answers
+        );
+
+        let new = Frame::Checks(vec![CheckGroup {
+            id: 8,
+            kind: GroupKind::Owned,
+            checks: vec![check("c")],
+        }]);
+        framing::send(&mut conn, &new).await.expect("sent");
+        assert!(framing::recv(&mut conn, within).await.is_err(), "closed");
+    }
+}

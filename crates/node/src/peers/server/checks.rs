@@ -1,0 +1,143 @@
+//! `Checks` (and version 2's `FlaggedChecks`): decide here what belongs here, relay once what
+//! this node handed over, decide all-or-nothing groups where they land.
+
+use super::PeerServer;
+use crate::engine::RuleSpec;
+use crate::peers::Peer;
+use ringlimit_core::check::{CheckError, Resolved};
+use ringlimit_core::link::fanout::OwnerGroups;
+use ringlimit_core::rule::Mode;
+use ringlimit_proto::peer::{AnswerGroup, CheckGroup, GroupKind, PeerAnswer, PeerCheck};
+use std::sync::atomic::Ordering;
+
+impl PeerServer {
+    /// Answers one `Checks` frame: decides here what belongs here, relays the rest (see
+    /// [`super`]'s doc), and decides here whatever a relay could not deliver.
+    pub(super) async fn checks(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
+        // One instant for the whole frame (see `Engine::decide_at`).
+        let now = self.here.now();
+        // Relayed checks: their place in `out`, and what deciding them here takes.
+        let mut relayed: Vec<(usize, usize, u64, Resolved)> = Vec::new();
+        let mut by_owner = OwnerGroups::new();
+        let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
+        for (gi, g) in groups.iter().enumerate() {
+            let may_relay = match g.kind {
+                GroupKind::AllOrNothing => {
+                    out.push(self.answer_all(g, now));
+                    continue;
+                }
+                GroupKind::Relayed => false,
+                GroupKind::Owned => true,
+            };
+            let mut answers = Vec::with_capacity(g.checks.len());
+            for (ci, c) in g.checks.iter().enumerate() {
+                self.stats.checks.fetch_add(1, Ordering::Relaxed);
+                let (resolved, id) = match self.prepare(c) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        answers.push(error_answer(&e));
+                        continue;
+                    }
+                };
+                if may_relay && let Some(owner) = self.relay_target(&resolved, id) {
+                    by_owner.add(owner.id, &owner.link, relayed.len());
+                    relayed.push((gi, ci, id, resolved));
+                    // Replaced below by the owner's answer, or by a local decision.
+                    answers.push(PeerAnswer::Error {
+                        code: String::new(),
+                        message: String::new(),
+                    });
+                    continue;
+                }
+                answers.push(PeerAnswer::Answer(
+                    self.here.decide_at(id, &resolved, c.cost, now),
+                ));
+            }
+            out.push(AnswerGroup { id: g.id, answers });
+        }
+        if relayed.is_empty() {
+            return out;
+        }
+        self.stats
+            .relayed
+            .fetch_add(relayed.len() as u64, Ordering::Relaxed);
+        let replies = by_owner
+            .send(
+                |i| {
+                    let (g, c, ..) = relayed[i];
+                    groups[g].checks[c].clone()
+                },
+                |client, checks| async move { client.send_relayed(checks).await },
+            )
+            .await;
+        for (i, reply) in replies {
+            let (g, c, id, resolved) = relayed[i];
+            out[g].answers[c] = match reply {
+                Ok(a) => a,
+                // The new owner did not answer: decide here, as before relaying existed.
+                Err(_) => PeerAnswer::Answer(self.here.decide_at(
+                    id,
+                    &resolved,
+                    groups[g].checks[c].cost,
+                    now,
+                )),
+            };
+        }
+        out
+    }
+
+    /// sender refunds what this answers as held, and a refund must find the bucket that took).
+    fn answer_all(&self, g: &CheckGroup, now: u64) -> AnswerGroup {
+        self.stats
+            .checks
+            .fetch_add(g.checks.len() as u64, Ordering::Relaxed);
+        let prepared: Vec<Result<(Resolved, u64), CheckError>> =
+            g.checks.iter().map(|c| self.prepare(c)).collect();
+        let items: Vec<_> = prepared
+            .iter()
+            .zip(&g.checks)
+            .map(|(p, c)| p.as_ref().ok().map(|&(r, id)| (id, r, c.cost)))
+            .collect();
+        let decided = self.here.decide_all(&items, now);
+        let answers = decided
+            .into_iter()
+            .zip(&prepared)
+            .map(|(d, p)| match (d, p) {
+                (Some((answer, Some(mark))), _) => PeerAnswer::Held { answer, mark },
+                (Some((answer, None)), _) => PeerAnswer::Answer(answer),
+                (None, Err(e)) => error_answer(e),
+                (None, Ok(_)) => PeerAnswer::Error {
+                    code: "invalid_request".into(),
+                    message: "not decided".into(),
+                },
+            })
+            .collect();
+        AnswerGroup { id: g.id, answers }
+    }
+
+    pub(super) fn prepare(&self, c: &PeerCheck) -> Result<(Resolved, u64), CheckError> {
+        self.here
+            .engine()
+            .prepare(&c.key, RuleSpec::of(&c.rule), c.cost)
+    }
+
+    /// Where to relay an owner-mode check that a peer sent here: the bucket's owner under this
+    /// node's ring, when that is another member and this node does not hold the bucket. A
+    /// global rule (reached through the SDK, which sends every check to an owner) is decided
+    /// here from the global counters like any global check.
+    fn relay_target(&self, resolved: &Resolved, id: u64) -> Option<Peer> {
+        if resolved.mode == Mode::Global {
+            return None;
+        }
+        let relay = self.relay.as_ref()?;
+        let target = relay.peers.owner(&relay.view.load(), id)?;
+        (!self.here.engine().holds(id)).then_some(target)
+    }
+}
+
+pub(super) fn error_answer(e: &CheckError) -> PeerAnswer {
+    PeerAnswer::Error {
+        code: e.code().to_owned(),
+        message: e.to_string(),
+    }
+}
