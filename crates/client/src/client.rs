@@ -3,7 +3,6 @@
 use crate::builder::{BuildError, ClientBuilder, Settings};
 use crate::check::{Check, ClientError};
 use crate::fallback::Fallback;
-use crate::site;
 use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
@@ -257,11 +256,6 @@ fn identify(topo: &Topology, check: &Check) -> Result<(u64, Option<Resolved>), C
 }
 
 impl Inner {
-    /// The coordinator's view of this client under `topo`.
-    pub(crate) fn site<'a>(&'a self, topo: &'a Topology) -> site::Client<'a> {
-        site::Client { inner: self, topo }
-    }
-
     /// Asks the node that answered last, then the other alive members, then the seeds, for
     /// members and rules; the first that answers replaces the topology. Sticking to one node
     /// keeps the view monotonic while a failure is being detected: nodes declare a dead member

@@ -14,6 +14,14 @@ use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+impl Inner {
+    /// The coordinator's view of this client under `topo` (here, beside the adapter, so that
+    /// `client.rs` and this file do not import each other).
+    pub(crate) fn site<'a>(&'a self, topo: &'a Topology) -> Client<'a> {
+        Client { inner: self, topo }
+    }
+}
+
 /// The client as the coordinator sees it, under one topology.
 pub(crate) struct Client<'a> {
     pub(crate) inner: &'a Inner,

@@ -6,6 +6,7 @@
 //! carries membership and nothing else. A task turns chitchat's live-node watcher into an
 //! immutable [`View`]; the ring inside it is rebuilt only when the set of live members changes.
 
+pub use super::member::{Member, MemberState};
 use super::quorum::Quorum;
 use arc_swap::ArcSwap;
 use chitchat::transport::Transport;
@@ -14,7 +15,6 @@ use chitchat::{
     spawn_chitchat,
 };
 use ringlimit_proto::Ring;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,26 +24,6 @@ use tokio::sync::watch;
 const KEY_HTTP: &str = "http";
 const KEY_PEER: &str = "peer";
 const KEY_STATE: &str = "state";
-
-/// A member's state as `/v1/cluster` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemberState {
-    Alive,
-    Leaving,
-    Dead,
-}
-
-/// One member as this node sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Member {
-    pub node_id: String,
-    pub peer_addr: String,
-    pub http_addr: String,
-    pub state: MemberState,
-    #[serde(skip)]
-    pub generation: u64,
-}
 
 /// An immutable snapshot of membership.
 #[derive(Debug, Clone)]

@@ -1,14 +1,17 @@
 //! The cluster: gossip membership and the ring over live members.
 //!
 //! # Layout
+//! - [`member`] — one member and its state, as `/v1/cluster` shows it.
 //! - [`membership`] — chitchat wrapper producing immutable [`membership::View`]s.
 //! - [`quorum`] — the majority rule: who owns keys on the small side of a partition.
 //! - [`transport`] — gossip over the node's UDP socket, with a per-datagram MAC.
 //! - [`seeds`] — a bounded wait for seed host names to resolve before gossip starts.
 
+pub mod member;
 pub mod membership;
 pub mod quorum;
 pub mod seeds;
 pub mod transport;
 
-pub use membership::{Member, MemberState, Membership, View};
+pub use member::{Member, MemberState};
+pub use membership::{Membership, View};

@@ -12,7 +12,7 @@
 //! that members that left or that gossip forgot (chitchat drops dead members after its grace
 //! period) leave it: a node alone for longer than that owns its keys again.
 
-use super::membership::{Member, MemberState};
+use super::member::{Member, MemberState};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -16,6 +16,7 @@
 //! capped (`max_windows`); at the cap the windows closest to expiry are evicted first (and
 //! counted), which at worst forgets hits and admits more.
 
+use super::actor::{Actor, actor, parse_actor};
 use super::decide;
 use super::wire::{ActorCounts, Update};
 use crdts::{CmRDT, Dot, VClock};
@@ -23,23 +24,8 @@ use parking_lot::Mutex;
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::limiter::{Decision, Rule};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// A node as a G-counter actor: `node_id@generation`.
-pub type Actor = Arc<str>;
-
-/// The actor name of a node incarnation.
-pub fn actor(node_id: &str, generation: u64) -> Actor {
-    Arc::from(format!("{node_id}@{generation}"))
-}
-
-/// The node id and generation of an actor made by [`actor`] (node ids may hold `@`).
-fn parse_actor(a: &str) -> Option<(&str, u64)> {
-    let (node_id, generation) = a.rsplit_once('@')?;
-    Some((node_id, generation.parse().ok()?))
-}
 
 /// A bucket whose remaining quota is at most `limit / URGENT_FRACTION` after an admission is
 /// published early (see [`super::publish`]).

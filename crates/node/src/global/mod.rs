@@ -49,18 +49,21 @@
 //! # Layout
 //! - [`wire`] — one bucket's counts as they travel (own, and relayed per actor), and their
 //!   validation.
+//! - [`actor`] — a node incarnation as a G-counter actor (`node_id@generation`).
 //! - [`counters`] — per-window G-counters, caps, expiry, merging what peers send.
 //! - [`decide`] — the pure decision over merged counts.
 //! - [`publish`] — what each round sends: changed buckets, within the budget and the cap.
 //! - [`push`] — one connection per live peer, resynchronised whole after any loss.
 
+pub mod actor;
 pub mod counters;
 pub mod decide;
 pub mod publish;
 pub mod push;
 pub mod wire;
 
-pub use counters::{Actor, GlobalCounters, GlobalStats, actor};
+pub use actor::{Actor, actor};
+pub use counters::{GlobalCounters, GlobalStats};
 pub use publish::PublishSettings;
 
 use ringlimit_core::limiter::Rule;

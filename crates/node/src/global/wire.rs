@@ -11,7 +11,7 @@
 //! Updates come from the network: [`validate`] and [`relayed`] refuse what the counters must
 //! not hold, and nothing here panics.
 
-use super::counters::{Actor, actor};
+use super::actor::{Actor, actor};
 use ringlimit_core::limiter::MAX_PERIOD_NS;
 
 /// One node's counts for one bucket, as published.
