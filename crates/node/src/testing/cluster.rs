@@ -71,7 +71,11 @@ impl Load {
         let t0 = Instant::now();
         let mut loops = tokio::task::JoinSet::new();
         for l in 0..4 {
-            let (client, keys, stop) = (clients[l % clients.len()].clone(), keys.clone(), stop.clone());
+            let (client, keys, stop) = (
+                clients[l % clients.len()].clone(),
+                keys.clone(),
+                stop.clone(),
+            );
             loops.spawn(async move {
                 let mut samples = Vec::new();
                 let mut i = l * 75;
@@ -82,7 +86,11 @@ impl Load {
                     i += 1;
                     let sent = t0.elapsed();
                     let seen = client
-                        .try_http("POST", "/v1/check", &inline(key, 100_000, PERIOD_MS).to_string())
+                        .try_http(
+                            "POST",
+                            "/v1/check",
+                            &inline(key, 100_000, PERIOD_MS).to_string(),
+                        )
                         .await
                         .filter(|r| r.status == 200 || r.status == 429)
                         .map(|r| Seen::of(r.status, &r.json()));
@@ -178,7 +186,10 @@ async fn three_nodes_admit_exactly_and_forward_what_they_do_not_own() {
         .count() as u64;
     assert_eq!(delta("forwarded"), not_owned);
     let (frames, checks) = (delta("peer_frames"), delta("peer_checks"));
-    assert!(frames >= 1 && checks > 10 * frames, "{checks} checks in {frames} frames");
+    assert!(
+        frames >= 1 && checks > 10 * frames,
+        "{checks} checks in {frames} frames"
+    );
     assert_eq!(after["forwarding"]["fail_open"], 0);
 }
 
@@ -191,7 +202,11 @@ async fn owner_killed_survivors_fail_open() {
     let mut c = Cluster::start(3, |_| {}).await;
     c.wait_all_alive(&IDS).await;
     let load_keys: Arc<Vec<String>> = Arc::new(keys("load", 300));
-    assert!(load_keys.iter().any(|k| owner_of(&IDS, k, 100_000, PERIOD_MS) == "n2"));
+    assert!(
+        load_keys
+            .iter()
+            .any(|k| owner_of(&IDS, k, 100_000, PERIOD_MS) == "n2")
+    );
     let survivors = [c.client("n0"), c.client("n1")];
     let load = Load::start(&survivors, load_keys.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -221,7 +236,11 @@ async fn owner_killed_survivors_fail_open() {
     assert_eq!(before_kill, 0, "degraded answers while every owner was up");
     assert!(during > 0, "no degraded answer after the owner was killed");
     assert!(!after.is_empty(), "no load after the heal");
-    assert_eq!(after.iter().copied().filter(degraded).count(), 0, "degraded after the heal");
+    assert_eq!(
+        after.iter().copied().filter(degraded).count(),
+        0,
+        "degraded after the heal"
+    );
     for s in &states {
         assert_eq!(s.as_deref(), Some("dead"), "killed node shown as {s:?}");
     }
@@ -230,7 +249,10 @@ async fn owner_killed_survivors_fail_open() {
             let s = c.seen(id, &inline(k, 100_000, PERIOD_MS)).await;
             assert!(!s.degraded, "{k} via {id} degraded after the heal");
         }
-        assert!(c.forwarding(id, "fail_open").await > 0, "{id} never failed open");
+        assert!(
+            c.forwarding(id, "fail_open").await > 0,
+            "{id} never failed open"
+        );
     }
     // New keys on the survivors' ring are exact again.
     let fresh = keys("after-kill", 10);
@@ -257,15 +279,27 @@ async fn graceful_leave_and_rejoin() {
         let state = wait_out_of_ring(&c, id, "n2", 2).await;
         assert_eq!(state.as_deref(), Some("leaving"), "n2 seen by {id}");
     }
-    assert!(sent.elapsed() < Duration::from_secs(2), "leaving took {:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "leaving took {:?}",
+        sent.elapsed()
+    );
     // Still within its leave delay: n2 answers, but its keys are the survivors' now.
     assert!(c.try_http("n2", "GET", "/healthz", "").await.is_some());
     for (i, k) in owned("n2", "during", 40).iter().enumerate() {
-        assert_eq!(allowed(&c, IDS[i % 2], k).await, (true, false), "{k} while n2 leaves");
+        assert_eq!(
+            allowed(&c, IDS[i % 2], k).await,
+            (true, false),
+            "{k} while n2 leaves"
+        );
     }
     c.wait_exit("n2").await;
     for (i, k) in owned("n2", "after", 40).iter().enumerate() {
-        assert_eq!(allowed(&c, IDS[i % 2], k).await, (true, false), "{k} after n2 exited");
+        assert_eq!(
+            allowed(&c, IDS[i % 2], k).await,
+            (true, false),
+            "{k} after n2 exited"
+        );
     }
     assert_eq!(c.sum_forwarding(&["n0", "n1"], "fail_open").await, 0);
 
@@ -278,7 +312,11 @@ async fn graceful_leave_and_rejoin() {
     ];
     let back = owned("n2", "back", 20);
     for (i, k) in back.iter().enumerate() {
-        assert_eq!(allowed(&c, IDS[i % 2], k).await, (true, false), "{k} after the rejoin");
+        assert_eq!(
+            allowed(&c, IDS[i % 2], k).await,
+            (true, false),
+            "{k} after the rejoin"
+        );
         // Decided at n2: its own peek sees the token taken.
         let peek = json!({ "key": k, "limit": 5, "period_ms": PERIOD_MS, "cost": 0 });
         let body = c.check("n2", &peek).await.json();
@@ -302,7 +340,10 @@ async fn readyz_is_503_while_leaving() {
     let sent = Instant::now();
     let mut seen = Vec::new();
     while sent.elapsed() < Duration::from_millis(900) {
-        let status = c.try_http("n1", "GET", "/readyz", "").await.map(|r| r.status);
+        let status = c
+            .try_http("n1", "GET", "/readyz", "")
+            .await
+            .map(|r| r.status);
         seen.push((sent.elapsed(), status));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -347,10 +388,17 @@ async fn paused_owner_is_bypassed_then_returns() {
         .filter(|s| s.sent >= paused_at)
         .filter(degraded)
         .count();
-    assert!(degraded_after > 0, "no degraded answer while the owner was paused");
+    assert!(
+        degraded_after > 0,
+        "no degraded answer while the owner was paused"
+    );
 
     for k in owned("n2", "resumed", 10) {
-        assert_eq!(allowed(&c, "n0", &k).await, (true, false), "{k} after the resume");
+        assert_eq!(
+            allowed(&c, "n0", &k).await,
+            (true, false),
+            "{k} after the resume"
+        );
         let peek = json!({ "key": k, "limit": 5, "period_ms": PERIOD_MS });
         assert_eq!(c.remaining("n2", &peek).await, 4, "{k} at n2");
     }
@@ -413,12 +461,20 @@ async fn ownership_moves_keep_consumption() {
         c.sum_forwarding(&all, "handed_over").await >= moved
     })
     .await;
-    assert_eq!(admitted(&c, &all, &keys).await, 0, "keys moved to the joiner admitted again");
+    assert_eq!(
+        admitted(&c, &all, &keys).await,
+        0,
+        "keys moved to the joiner admitted again"
+    );
 
     c.stop("n1").await;
     let rest = ["n0", "n2", joiner.as_str()];
     c.wait_all_alive(&rest).await;
-    assert_eq!(admitted(&c, &rest, &keys).await, 0, "keys of the leaver admitted again");
+    assert_eq!(
+        admitted(&c, &rest, &keys).await,
+        0,
+        "keys of the leaver admitted again"
+    );
 }
 
 /// A node cut off from the others (gossip and peer RPC) is dropped from their rings; healed,

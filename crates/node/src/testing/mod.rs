@@ -322,7 +322,9 @@ impl Cluster {
     pub async fn pause(&self, id: &str) {
         let me = self.peer_addr(id);
         self.net.links.stall(&me.to_string());
-        self.net.links.stall(&self.configs[id].http_addr.to_string());
+        self.net
+            .links
+            .stall(&self.configs[id].http_addr.to_string());
         for other in self.configs.keys().filter(|o| *o != id) {
             self.net.gossip.remove_link(me, self.peer_addr(other)).await;
         }
@@ -332,7 +334,9 @@ impl Cluster {
     pub async fn resume(&self, id: &str) {
         let me = self.peer_addr(id);
         self.net.links.resume(&me.to_string());
-        self.net.links.resume(&self.configs[id].http_addr.to_string());
+        self.net
+            .links
+            .resume(&self.configs[id].http_addr.to_string());
         for other in self.configs.keys().filter(|o| *o != id) {
             self.net.gossip.add_link(me, self.peer_addr(other)).await;
         }
