@@ -1,5 +1,7 @@
 //! A rolling restart the way Kubernetes rolls the StatefulSet (`deploy/k8s/statefulset.yaml`),
-//! under load, with real `ringlimit` processes.
+//! under load, with real `ringlimit` processes: the smoke test of the binary, its names and its
+//! signals. Its protocol twin (the same roll on whole nodes in memory under tokio's paused
+//! clock) is `crates/node/src/testing/rolling.rs`.
 //!
 //! Three pods `ringlimit-0..2`, configured through `RINGLIMIT_*` variables as the StatefulSet
 //! configures them: a cluster secret, a rules file, the StatefulSet's 5 s leave delay, and seeds

@@ -6,13 +6,30 @@
 //!
 //! Waits are bounded with `tokio::time::timeout`: the paused clock advances by itself when every
 //! task waits, so a bound costs no real time.
+//!
+//! # Layout
+//! - this file: [`Cluster`] (start, join, kill, stop, pause, cut) and [`NodeClient`] (HTTP over
+//!   memnet), plus [`owner_of`] to know which node owns a key.
+//! - `cluster`: forming, forwarding and batching, kill, leave and rejoin, join, handover,
+//!   pause, partition (the twins of `tests/tests/cluster.rs`).
+//! - `rolling`: a rolling restart under load keeps exhausted keys exhausted (`rolling.rs`).
+//! - `global`: global rules across nodes, a kill, a partition, a join and a rolling restart
+//!   (`global.rs`).
 
 #[cfg(test)]
 mod cluster;
+#[cfg(test)]
+mod global;
+#[cfg(test)]
+mod rolling;
 
 use crate::config::{EngineClock, NodeConfig};
+use crate::engine::{Engine, RuleSpec};
 use crate::node::{MemoryNet, NodeError};
-use ringlimit_core::clock::Clock;
+use crate::rules::RuleSet;
+use ringlimit_core::clock::{Clock, ManualClock};
+use ringlimit_core::link::dial::Dial;
+use ringlimit_proto::{Algorithm, InlineRule, Ring};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,8 +81,132 @@ impl Reply {
     }
 }
 
+/// One node's HTTP edge, reached over memnet; cheap to clone into load tasks.
+#[derive(Clone)]
+pub struct NodeClient {
+    dialer: Arc<dyn Dial>,
+    addr: String,
+}
+
+impl NodeClient {
+    /// One HTTP/1.1 request; `None` when the node does not answer within 5 s.
+    pub async fn try_http(&self, method: &str, path: &str, body: &str) -> Option<Reply> {
+        let exchange = async {
+            let mut io = self.dialer.dial(&self.addr).await.ok()?;
+            let request = format!(
+                "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                self.addr,
+                body.len()
+            );
+            io.write_all(request.as_bytes()).await.ok()?;
+            read_response(&mut io).await
+        };
+        tokio::time::timeout(Duration::from_secs(5), exchange)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// [`Self::try_http`], which must be answered.
+    pub async fn http(&self, method: &str, path: &str, body: &str) -> Reply {
+        match self.try_http(method, path, body).await {
+            Some(r) => r,
+            None => panic!("{} did not answer {method} {path}", self.addr),
+        }
+    }
+
+    /// `POST /v1/check`.
+    pub async fn check(&self, body: &serde_json::Value) -> Reply {
+        self.http("POST", "/v1/check", &body.to_string()).await
+    }
+}
+
+/// What one answer to a check said (a 200 or 429 with a well-formed body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub allowed: bool,
+    pub degraded: bool,
+}
+
+impl Seen {
+    /// Reads a check's answer, which must be 200 or 429 and agree with its `allowed`.
+    pub fn of(status: u16, body: &serde_json::Value) -> Seen {
+        assert!(status == 200 || status == 429, "{status}: {body}");
+        let allowed = body["allowed"].as_bool().expect("allowed");
+        assert_eq!(allowed, status == 200, "{body}");
+        for field in ["limit", "remaining", "reset_at_ms", "retry_after_ms"] {
+            assert!(body[field].is_u64(), "no `{field}` in {body}");
+        }
+        Seen {
+            allowed,
+            degraded: body["degraded"].as_bool().expect("degraded"),
+        }
+    }
+}
+
+/// An inline check of `key`: `limit` per `period_ms`, token bucket.
+pub fn inline(key: &str, limit: u64, period_ms: u64) -> serde_json::Value {
+    serde_json::json!({ "key": key, "limit": limit, "period_ms": period_ms })
+}
+
+/// The member of `members` that owns `key` under an inline rule of `limit` per `period_ms`
+/// (token bucket), as every node's ring places it.
+pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> String {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    let engine =
+        ENGINE.get_or_init(|| Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0))));
+    let rule = InlineRule {
+        limit,
+        period_ms,
+        algorithm: Algorithm::TokenBucket,
+        burst: None,
+    };
+    let (_, id) = engine
+        .prepare(key, RuleSpec::Inline(rule), 1)
+        .unwrap_or_else(|e| panic!("cannot prepare {key:?}: {e}"));
+    Ring::new(members).owner(id).expect("members").to_owned()
+}
+
+/// `n` keys named `{prefix}:{i}` that `owner` owns on a ring over `members`.
+pub fn keys_owned_by(
+    members: &[&str],
+    owner: &str,
+    prefix: &str,
+    n: usize,
+    (limit, period_ms): (u64, u64),
+) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}:{i}"))
+        .filter(|k| owner_of(members, k, limit, period_ms) == owner)
+        .take(n)
+        .collect()
+}
+
 fn ip(i: usize) -> [u8; 4] {
     [10, 0, 0, u8::try_from(i + 1).expect("under 255 nodes")]
+}
+
+/// The peer addresses of nodes `n0` to `n{n-1}`, as seeds: a node seeded with the others (as
+/// the StatefulSet seeds every pod) waits to hear from a peer before it is ready, even `n0`.
+pub fn seeds(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| SocketAddr::from((ip(i), 7000)).to_string())
+        .collect()
+}
+
+/// Node `n{i}`'s configuration before the test's own: its addresses, seeded with `n0`, the
+/// cluster secret, the shared engine clock.
+fn node_config(i: usize, clock: &Arc<TokioClock>) -> NodeConfig {
+    let mut config = NodeConfig::local(&format!("n{i}"));
+    config.http_addr = SocketAddr::from((ip(i), 8080));
+    config.peer_addr = SocketAddr::from((ip(i), 7000));
+    config.advertise = config.peer_addr.to_string();
+    config.seeds = vec![SocketAddr::from((ip(0), 7000)).to_string()];
+    config.cluster_secret = Some("in-memory secret".into());
+    config.allow_unauthenticated_peers = false;
+    config.clock = Some(EngineClock(clock.clone()));
+    config
 }
 
 impl Cluster {
@@ -81,14 +222,7 @@ impl Cluster {
         };
         for i in 0..n {
             let id = format!("n{i}");
-            let mut config = NodeConfig::local(&id);
-            config.http_addr = SocketAddr::from((ip(i), 8080));
-            config.peer_addr = SocketAddr::from((ip(i), 7000));
-            config.advertise = config.peer_addr.to_string();
-            config.seeds = vec![SocketAddr::from((ip(0), 7000)).to_string()];
-            config.cluster_secret = Some("in-memory secret".into());
-            config.allow_unauthenticated_peers = false;
-            config.clock = Some(EngineClock(cluster.clock.clone()));
+            let mut config = node_config(i, &cluster.clock);
             configure(&mut config);
             cluster.configs.insert(id.clone(), config);
             cluster.spawn(&id);
@@ -97,6 +231,37 @@ impl Cluster {
             cluster.wait_ready(&format!("n{i}")).await;
         }
         cluster
+    }
+
+    /// Starts one more node, `n{i}` (configured as `n0` is, with its own addresses), and waits
+    /// until it is ready; returns its id.
+    pub async fn join(&mut self) -> String {
+        let i = self.configs.len();
+        let id = format!("n{i}");
+        let own = node_config(i, &self.clock);
+        let mut config = self.configs["n0"].clone();
+        config.node_id = own.node_id;
+        config.http_addr = own.http_addr;
+        config.peer_addr = own.peer_addr;
+        config.advertise = own.advertise;
+        self.configs.insert(id.clone(), config);
+        self.spawn(&id);
+        self.wait_ready(&id).await;
+        id
+    }
+
+    /// The engine clock's reading in Unix milliseconds (windows align to it).
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now() / 1_000_000
+    }
+
+    /// Sleeps (virtual time) until `margin_ms` past the next boundary of a `period_ms` window;
+    /// returns that window's end (Unix ms), as answers give it in `reset_at_ms`.
+    pub async fn next_window(&self, period_ms: u64, margin_ms: u64) -> u64 {
+        let now = self.now_ms();
+        let start = now - now % period_ms + period_ms;
+        tokio::time::sleep(Duration::from_millis(start + margin_ms - now)).await;
+        start + period_ms
     }
 
     /// Starts node `id` (again) from its configuration.
@@ -129,15 +294,51 @@ impl Cluster {
 
     /// SIGTERM: the node leaves (peers stop routing to it), drains and returns.
     pub async fn stop(&mut self, id: &str) {
-        let Some(mut r) = self.running.remove(id) else {
-            return;
-        };
-        if let Some(stop) = r.stop.take() {
+        self.terminate(id);
+        self.wait_exit(id).await;
+    }
+
+    /// Sends node `id` its shutdown signal (SIGTERM) and returns at once: it keeps serving for
+    /// its leave delay.
+    pub fn terminate(&mut self, id: &str) {
+        if let Some(stop) = self.running.get_mut(id).and_then(|r| r.stop.take()) {
             let _ = stop.send(());
         }
+    }
+
+    /// Waits until node `id`'s `run` returns, which must be cleanly (exit code 0).
+    pub async fn wait_exit(&mut self, id: &str) {
+        let Some(r) = self.running.remove(id) else {
+            return;
+        };
         match tokio::time::timeout(WAIT, r.task).await {
             Ok(Ok(Ok(()))) => {}
             other => panic!("{id} did not stop cleanly: {other:?}"),
+        }
+    }
+
+    /// SIGSTOP: node `id` keeps its connections but nothing moves to or from it (peer RPC and
+    /// HTTP stall, gossip to and from it is lost).
+    pub async fn pause(&self, id: &str) {
+        let me = self.peer_addr(id);
+        self.net.links.stall(&me.to_string());
+        self.net
+            .links
+            .stall(&self.configs[id].http_addr.to_string());
+        for other in self.configs.keys().filter(|o| *o != id) {
+            self.net.gossip.remove_link(me, self.peer_addr(other)).await;
+        }
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub async fn resume(&self, id: &str) {
+        let me = self.peer_addr(id);
+        self.net.links.resume(&me.to_string());
+        self.net
+            .links
+            .resume(&self.configs[id].http_addr.to_string());
+        for other in self.configs.keys().filter(|o| *o != id) {
+            self.net.gossip.add_link(me, self.peer_addr(other)).await;
         }
     }
 
@@ -168,42 +369,96 @@ impl Cluster {
         self.net.links.heal(&a.to_string(), &b.to_string());
     }
 
+    /// A client of node `id`'s HTTP edge (from an address of its own on the network).
+    pub fn client(&self, id: &str) -> NodeClient {
+        NodeClient {
+            dialer: self.net.links.dialer("10.0.0.250:1"),
+            addr: self.configs[id].http_addr.to_string(),
+        }
+    }
+
     /// One HTTP/1.1 request to node `id`'s HTTP edge; `None` when the node does not answer.
     pub async fn try_http(&self, id: &str, method: &str, path: &str, body: &str) -> Option<Reply> {
-        let dialer = self.net.links.dialer("10.0.0.250:1");
-        let addr = self.configs[id].http_addr.to_string();
-        let exchange = async {
-            let mut io = dialer.dial(&addr).await.ok()?;
-            let request = format!(
-                "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-                 content-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            io.write_all(request.as_bytes()).await.ok()?;
-            read_response(&mut io).await
-        };
-        tokio::time::timeout(Duration::from_secs(5), exchange)
-            .await
-            .ok()
-            .flatten()
+        self.client(id).try_http(method, path, body).await
     }
 
     /// [`Self::try_http`], which must be answered.
     pub async fn http(&self, id: &str, method: &str, path: &str, body: &str) -> Reply {
-        match self.try_http(id, method, path, body).await {
-            Some(r) => r,
-            None => panic!("{id} did not answer {method} {path}"),
-        }
+        self.client(id).http(method, path, body).await
     }
 
     /// `POST /v1/check` on node `id`.
     pub async fn check(&self, id: &str, body: &serde_json::Value) -> Reply {
-        self.http(id, "POST", "/v1/check", &body.to_string()).await
+        self.client(id).check(body).await
+    }
+
+    /// `POST /v1/check` on node `id`, read as [`Seen`].
+    pub async fn seen(&self, id: &str, body: &serde_json::Value) -> Seen {
+        let r = self.check(id, body).await;
+        Seen::of(r.status, &r.json())
+    }
+
+    /// `remaining` of a cost-0 check of `body` on node `id` (a peek).
+    pub async fn remaining(&self, id: &str, body: &serde_json::Value) -> u64 {
+        let mut peek = body.clone();
+        peek["cost"] = 0.into();
+        let r = self.check(id, &peek).await.json();
+        r["remaining"].as_u64().unwrap_or_else(|| panic!("{r}"))
+    }
+
+    /// `POST /v1/check/batch` on node `id`: the answers, in order.
+    pub async fn batch(&self, id: &str, checks: &[serde_json::Value]) -> Vec<serde_json::Value> {
+        let body = serde_json::json!({ "checks": checks }).to_string();
+        let r = self.http(id, "POST", "/v1/check/batch", &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["results"].as_array().cloned().expect("results")
     }
 
     /// `GET /v1/cluster` on node `id`.
     pub async fn view(&self, id: &str) -> serde_json::Value {
         self.http(id, "GET", "/v1/cluster", "").await.json()
+    }
+
+    /// One counter of node `id`'s `forwarding` section (`forwarded`, `fail_open`, ...).
+    pub async fn forwarding(&self, id: &str, counter: &str) -> u64 {
+        self.view(id).await["forwarding"][counter]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// A `forwarding` counter summed over `ids`.
+    pub async fn sum_forwarding(&self, ids: &[&str], counter: &str) -> u64 {
+        let mut total = 0;
+        for id in ids {
+            total += self.forwarding(id, counter).await;
+        }
+        total
+    }
+
+    /// Node `id`'s `/metrics` text.
+    pub async fn metrics(&self, id: &str) -> String {
+        self.http(id, "GET", "/metrics", "").await.body
+    }
+
+    /// The state node `id` shows `member` in (`alive`, `dead`, `leaving`), if it lists it.
+    pub async fn state_of(&self, id: &str, member: &str) -> Option<String> {
+        let view = self.view(id).await;
+        view["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["node_id"] == member)
+            .and_then(|m| m["state"].as_str().map(str::to_owned))
+    }
+
+    /// Waits until every node of `ids` shows exactly `ids` alive.
+    pub async fn wait_all_alive(&self, ids: &[&str]) {
+        for id in ids {
+            self.wait(&format!("{id} sees {ids:?} alive"), || async {
+                self.alive(id).await == ids
+            })
+            .await;
+        }
     }
 
     /// Waits until node `id` answers `/readyz` with 200.
