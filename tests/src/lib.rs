@@ -12,8 +12,9 @@ pub mod statefulset;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_core::clock::ManualClock;
-use ringlimit_node::engine::{Engine, RuleSpec};
+use ringlimit_node::engine::Engine;
 use ringlimit_node::rules::RuleSet;
+use ringlimit_node::rules::RuleSpec;
 use ringlimit_node::{Listeners, NodeConfig, run};
 use ringlimit_proto::{Algorithm, InlineRule, Ring};
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use ringlimit_core::clock::ManualClock;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::{EngineClock, load_envoy};
-use ringlimit_node::envoy_config::EnvoyConfig;
+use ringlimit_node::rules::envoy_config::EnvoyConfig;
 use ringlimit_tests::{TestNode, envoy_descriptor};
 use std::path::PathBuf;
 use std::sync::Arc;

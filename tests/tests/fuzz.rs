@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use ringlimit_core::link::framing;
 use ringlimit_node::cluster::transport::{payload_len, seal};
-use ringlimit_node::envoy_config::EnvoyConfig;
 use ringlimit_node::rules::RuleSet;
+use ringlimit_node::rules::envoy_config::EnvoyConfig;
 use ringlimit_proto::handshake::{ClientHandshake, ServerHandshake};
 use ringlimit_proto::peer::{
     CheckGroup, FlaggedGroup, Frame, GroupKind, HandedBucket, MAX_FRAME_BYTES, PeerCheck,

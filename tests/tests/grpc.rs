@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use ringlimit_node::NodeConfig;
-use ringlimit_node::envoy_config::EnvoyConfig;
+use ringlimit_node::rules::envoy_config::EnvoyConfig;
 use ringlimit_tests::{
     TempDir, TestNode, WAIT, envoy_descriptor, python_with, run_client_script, wait_until,
 };

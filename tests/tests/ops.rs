@@ -5,8 +5,9 @@ use anyhow::{Context, Result, ensure};
 use ringlimit_core::clock::ManualClock;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::load_rules;
-use ringlimit_node::engine::{Engine, RuleSpec};
+use ringlimit_node::engine::Engine;
 use ringlimit_node::rules::RuleSet;
+use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
 use ringlimit_tests::{
     ProcessNode, TempDir, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, wait_until,

@@ -40,8 +40,9 @@
 
 use anyhow::{Context, Result, anyhow, ensure};
 use ringlimit_core::clock::ManualClock;
-use ringlimit_node::engine::{Engine, RuleSpec};
+use ringlimit_node::engine::Engine;
 use ringlimit_node::rules::RuleSet;
+use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
 use ringlimit_tests::statefulset::{Naming, SetSpec, StatefulSet};
 use ringlimit_tests::{Api, exclusive, inline, wait_until};

@@ -211,7 +211,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     #[error("envoy config {0}")]
-    InvalidEnvoy(#[from] crate::envoy_config::EnvoyConfigError),
+    InvalidEnvoy(#[from] crate::rules::envoy_config::EnvoyConfigError),
     #[error(
         "--seeds given but RINGLIMIT_CLUSTER_SECRET is not set: without a secret anyone who can \
          reach the peer port can join the cluster and change its rules and buckets; set the same \
@@ -312,7 +312,7 @@ pub struct NodeConfig {
     /// gRPC address (`--grpc`); `None`: no gRPC.
     pub grpc_addr: Option<SocketAddr>,
     /// envoyproxy/ratelimit configuration for `ShouldRateLimit` (empty without `--envoy-config`).
-    pub envoy_config: crate::envoy_config::EnvoyConfig,
+    pub envoy_config: crate::rules::envoy_config::EnvoyConfig,
     /// Where `envoy_config` came from, polled like the rules file (`None`: nothing to reload).
     pub envoy_path: Option<PathBuf>,
     /// Where the admin API's rules are kept (`--data-dir`); `None`: memory and gossip only.
@@ -392,7 +392,7 @@ impl NodeConfig {
             rules_path: None,
             rules: RuleSet::builtin(),
             grpc_addr: None,
-            envoy_config: crate::envoy_config::EnvoyConfig::default(),
+            envoy_config: crate::rules::envoy_config::EnvoyConfig::default(),
             envoy_path: None,
             data_dir: None,
             max_keys: 100_000,
@@ -467,9 +467,11 @@ pub fn read_envoy_files(path: &std::path::Path) -> Result<Vec<(String, String)>,
 }
 
 /// Reads and validates envoyproxy/ratelimit configuration (see [`read_envoy_files`]).
-pub fn load_envoy(path: &std::path::Path) -> Result<crate::envoy_config::EnvoyConfig, ConfigError> {
+pub fn load_envoy(
+    path: &std::path::Path,
+) -> Result<crate::rules::envoy_config::EnvoyConfig, ConfigError> {
     let files = read_envoy_files(path)?;
-    Ok(crate::envoy_config::EnvoyConfig::from_files(
+    Ok(crate::rules::envoy_config::EnvoyConfig::from_files(
         files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
     )?)
 }
@@ -511,7 +513,7 @@ impl ServeArgs {
             grpc_addr: self.grpc,
             envoy_config: match &self.envoy_config {
                 Some(path) => load_envoy(path)?,
-                None => crate::envoy_config::EnvoyConfig::default(),
+                None => crate::rules::envoy_config::EnvoyConfig::default(),
             },
             envoy_path: self.envoy_config,
             data_dir: self.data_dir,

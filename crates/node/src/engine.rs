@@ -6,7 +6,7 @@
 //! owner's bucket enters the store's change feed ([`Engine::follow`]) for a replica to copy.
 //! Shares are local buckets (`Kind::Local`): this node's alone, never replicated.
 
-use crate::rules::{NamedRule, RuleSet};
+use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
@@ -14,47 +14,14 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::store::{Change, Cursor, FeedError, Lagged, Store, StoreStats};
+use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
-use ringlimit_proto::{CheckAnswer, InlineRule, RuleRef};
 use std::sync::Arc;
 
 /// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
 /// most, allocated only while followed). A follower that falls further behind copies the store
 /// again.
 const FEED_ENTRIES: usize = 64 * 1024;
-
-/// The rule a check names, borrowed from the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuleSpec<'a> {
-    Named(&'a str),
-    Inline(InlineRule),
-}
-
-impl<'a> RuleSpec<'a> {
-    /// The rule a peer's check names.
-    pub fn of(r: &'a RuleRef) -> Self {
-        match r {
-            RuleRef::Named(name) => RuleSpec::Named(name),
-            RuleRef::Inline(r) => RuleSpec::Inline(*r),
-        }
-    }
-
-    /// This rule as a check travels to its owner.
-    pub fn to_ref(self) -> RuleRef {
-        match self {
-            RuleSpec::Named(name) => RuleRef::Named(name.to_owned()),
-            RuleSpec::Inline(r) => RuleRef::Inline(r),
-        }
-    }
-
-    /// The rule's name; `None` for an inline rule.
-    pub fn name(self) -> Option<&'a str> {
-        match self {
-            RuleSpec::Named(name) => Some(name),
-            RuleSpec::Inline(_) => None,
-        }
-    }
-}
 
 /// One validated check, ready to decide or route (nothing consumed yet).
 #[derive(Debug, Clone)]

@@ -6,13 +6,14 @@
 use crate::cluster::quorum::Quorum;
 use crate::cluster::{Member, MemberState, View};
 use crate::decide::Here;
-use crate::engine::{Engine, RuleSpec};
+use crate::engine::Engine;
 use crate::global::{GlobalCounters, actor};
 use crate::metrics::PeerRpcMetrics;
 use crate::peers::reset::{self, ResetStatus};
 use crate::peers::{PeerServer, Peers, Relay, ServerSettings, handover};
 use crate::routing::Dispatcher;
 use crate::rules::RuleSet;
+use crate::rules::RuleSpec;
 use arc_swap::ArcSwap;
 use ringlimit_core::clock::ManualClock;
 use ringlimit_core::link::PeerSettings;

@@ -20,11 +20,11 @@
 //! - [`engine`] — rules in force, the store and the clock: prepare and decide owned checks.
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
 //! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
-//! - [`rule_sync`] — the admin API's rules through gossip (publish, merge).
-//! - [`rulebook`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
-//! - [`rules`], [`reload`], [`config`] — the rules file and its hot reload; flags into a
+//! - [`rules::sync`] — the admin API's rules through gossip (publish, merge).
+//! - [`rules::book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
+//! - [`rules`], [`rules::reload`], [`config`] — the rules file and its hot reload; flags into a
 //!   [`NodeConfig`].
-//! - [`request_key`], [`forwarded`] — forward auth: rules' key templates, and what a gateway's
+//! - [`rules::request_key`], [`forwarded`] — forward auth: rules' key templates, and what a gateway's
 //!   copy of a request says about its client (address, path) that the client cannot choose.
 //! - [`log_gate`] — log lines a flood could repeat, at most one per interval.
 //! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
@@ -34,7 +34,6 @@ pub mod cluster;
 pub mod config;
 pub mod decide;
 pub mod engine;
-pub mod envoy_config;
 pub mod forwarded;
 pub mod global;
 pub mod grpc;
@@ -44,11 +43,7 @@ pub mod log_gate;
 pub mod metrics;
 pub mod node;
 pub mod peers;
-pub mod reload;
-pub mod request_key;
 pub mod routing;
-pub mod rule_sync;
-pub mod rulebook;
 pub mod rules;
 pub mod service;
 

@@ -14,10 +14,10 @@ use crate::http::{self, AppState};
 use crate::listen::stream::Listener;
 use crate::metrics::Metrics;
 use crate::peers::{PeerServer, Peers, Relay, ServerSettings};
-use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
-use crate::rule_sync::Synced;
-use crate::rulebook::RuleBook;
+use crate::rules::book::RuleBook;
+use crate::rules::reload::RulesStatus;
+use crate::rules::sync::Synced;
 use crate::service::{self, CheckService};
 use chitchat::transport::{ChannelTransport, Transport};
 use ringlimit_core::clock::SystemClock;
@@ -396,7 +396,7 @@ pub async fn run(
         },
     ));
     let rules_synced = Arc::new(Synced::default());
-    tasks.spawn(crate::rule_sync::run(
+    tasks.spawn(crate::rules::sync::run(
         membership.chitchat(),
         membership.chitchat_id(),
         book.clone(),
@@ -416,14 +416,14 @@ pub async fn run(
         },
     ));
     if rules.source.is_some() {
-        tasks.spawn(crate::reload::watch(
+        tasks.spawn(crate::rules::reload::watch(
             book.clone(),
             rules.clone(),
             config.rules_poll,
         ));
     }
     if envoy_status.source.is_some() && listeners.grpc.is_some() {
-        tasks.spawn(crate::reload::watch_envoy(
+        tasks.spawn(crate::rules::reload::watch_envoy(
             envoy.clone(),
             envoy_status,
             config.rules_poll,

@@ -179,7 +179,7 @@ impl Membership {
         self.view.clone()
     }
 
-    /// The shared chitchat state, for the API rules' replication ([`crate::rule_sync`]). Lock it
+    /// The shared chitchat state, for the API rules' replication ([`crate::rules::sync`]). Lock it
     /// briefly: gossip waits on the same lock.
     pub fn chitchat(&self) -> Arc<tokio::sync::Mutex<chitchat::Chitchat>> {
         self.handle.chitchat()

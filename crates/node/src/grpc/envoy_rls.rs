@@ -1,11 +1,11 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: a drop-in for
 //! envoyproxy/ratelimit. A request's descriptors are matched against the envoyproxy/ratelimit
-//! configuration ([`crate::envoy_config`]) and the limited ones are decided together,
+//! configuration ([`crate::rules::envoy_config`]) and the limited ones are decided together,
 //! all-or-nothing ([`CheckService::check_all`]): through the same ownership, forwarding, global
 //! mode and fail-open as HTTP checks. A thin edge: matching here, deciding in the service.
 
-use crate::engine::RuleSpec;
-use crate::envoy_config::{EnvoyConfig, EnvoyLimit, Matched};
+use crate::rules::RuleSpec;
+use crate::rules::envoy_config::{EnvoyConfig, EnvoyLimit, Matched};
 use crate::service::{Check, CheckService, Outcome};
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -52,7 +52,7 @@ struct Limited {
 
 /// A limit override's unit in ms, by its name as in the configuration files.
 fn unit_ms(unit: i32) -> Option<u64> {
-    crate::envoy_config::unit_ms(Unit::try_from(unit).ok()?.as_str_name())
+    crate::rules::envoy_config::unit_ms(Unit::try_from(unit).ok()?.as_str_name())
 }
 
 fn unit_of(ms: u64) -> Unit {
@@ -79,7 +79,7 @@ fn bucket_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<String>])
         let v = shared.get(i).and_then(Option::as_deref).unwrap_or(v);
         let _ = write!(key, "|{}:{k}={}:{v}", k.len(), v.len());
     }
-    crate::request_key::bounded_key(key)
+    crate::rules::request_key::bounded_key(key)
 }
 
 fn ok_status() -> DescriptorStatus {

@@ -10,10 +10,10 @@
 pub mod envoy_rls;
 pub mod ringlimit_v1;
 
-use crate::envoy_config::EnvoyConfig;
 use crate::listen::conns::{Conn, ConnTable};
 use crate::listen::stream::{Listener, Stream};
 use crate::listen::{Ended, Handler, OnExpiry};
+use crate::rules::envoy_config::EnvoyConfig;
 use crate::service::CheckService;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;

@@ -3,7 +3,7 @@
 //! codes. A thin edge: messages in and out, deciding in the service.
 
 use super::{all_code, check_code};
-use crate::engine::RuleSpec;
+use crate::rules::RuleSpec;
 use crate::service::all::AllOutcome;
 use crate::service::{Check, CheckService, MAX_BATCH, Outcome};
 use ringlimit_core::all::AllError;

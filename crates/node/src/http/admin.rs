@@ -10,7 +10,7 @@
 use super::AppState;
 use super::check::RuleFields;
 use super::error::{ApiError, sentence};
-use crate::engine::RuleSpec;
+use crate::rules::RuleSpec;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};

@@ -5,7 +5,7 @@
 use super::AppState;
 use super::check::read_body;
 use super::error::{ApiError, sentence};
-use crate::rulebook::ChangeError;
+use crate::rules::book::ChangeError;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

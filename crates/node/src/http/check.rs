@@ -7,7 +7,7 @@
 use super::answer_json::{self, Item};
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
-use crate::engine::RuleSpec;
+use crate::rules::RuleSpec;
 use crate::service::all::AllOutcome;
 use crate::service::{Check, MAX_BATCH, Outcome};
 use axum::body::{Body, Bytes};

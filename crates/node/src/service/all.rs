@@ -87,7 +87,13 @@ impl CheckService {
     pub fn request_keys(
         &self,
         names: Option<&[&str]>,
-    ) -> Result<Vec<(String, std::sync::Arc<crate::request_key::KeyTemplate>)>, KeyRuleError> {
+    ) -> Result<
+        Vec<(
+            String,
+            std::sync::Arc<crate::rules::request_key::KeyTemplate>,
+        )>,
+        KeyRuleError,
+    > {
         let rules = self.here.engine().rules();
         match names {
             None => {

@@ -2,8 +2,8 @@
 //! each rule in force came from.
 
 use super::CheckService;
-use crate::rulebook::ChangeError;
 use crate::rules::api::Entry;
+use crate::rules::book::ChangeError;
 use ringlimit_core::clock::unix_ms;
 use ringlimit_proto::discovery::RuleInfo;
 use serde::Serialize;

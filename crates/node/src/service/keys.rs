@@ -2,9 +2,10 @@
 
 use super::{Check, CheckService};
 use crate::cluster::View;
-use crate::engine::{Prepared, RuleSpec};
+use crate::engine::Prepared;
 use crate::peers::reset::{self, MemberReset, ResetStatus};
 use crate::routing::fallback_id;
+use crate::rules::RuleSpec;
 use ringlimit_core::check::CheckError;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;

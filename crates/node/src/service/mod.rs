@@ -17,11 +17,12 @@ pub mod views;
 
 use crate::cluster::View;
 use crate::decide::Here;
-use crate::engine::{Prepared, RuleSpec};
+use crate::engine::Prepared;
 use crate::metrics::{Metrics, seconds};
 use crate::peers::Peers;
-use crate::reload::RulesStatus;
 use crate::routing::Dispatcher;
+use crate::rules::RuleSpec;
+use crate::rules::reload::RulesStatus;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_proto::CheckAnswer;
@@ -90,7 +91,7 @@ pub struct Parts {
     /// Gossip traffic, for the metrics.
     pub gossip: Arc<crate::metrics::GossipStats>,
     /// The rules in force and the admin API's changes to them.
-    pub book: Arc<crate::rulebook::RuleBook>,
+    pub book: Arc<crate::rules::book::RuleBook>,
 }
 
 /// The node's API, for every edge.
@@ -106,7 +107,7 @@ pub struct CheckService {
     conns: Arc<crate::metrics::ConnStats>,
     grpc_conns: Arc<crate::metrics::ConnStats>,
     gossip: Arc<crate::metrics::GossipStats>,
-    book: Arc<crate::rulebook::RuleBook>,
+    book: Arc<crate::rules::book::RuleBook>,
     /// Buckets this node sent to their new owners after ring changes.
     handed_over: AtomicU64,
 }

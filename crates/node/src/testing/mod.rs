@@ -24,9 +24,10 @@ mod global;
 mod rolling;
 
 use crate::config::{EngineClock, NodeConfig};
-use crate::engine::{Engine, RuleSpec};
+use crate::engine::Engine;
 use crate::node::{MemoryNet, NodeError};
 use crate::rules::RuleSet;
+use crate::rules::RuleSpec;
 use ringlimit_core::clock::{Clock, ManualClock};
 use ringlimit_core::link::dial::Dial;
 use ringlimit_proto::{Algorithm, InlineRule, Ring};

@@ -2,8 +2,8 @@
 //! this node handed over, decide all-or-nothing groups where they land.
 
 use super::PeerServer;
-use crate::engine::RuleSpec;
 use crate::peers::Peer;
+use crate::rules::RuleSpec;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::link::fanout::OwnerGroups;
 use ringlimit_core::rule::Mode;

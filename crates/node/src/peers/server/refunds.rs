@@ -3,7 +3,7 @@
 
 use super::PeerServer;
 use super::checks::error_answer;
-use crate::engine::RuleSpec;
+use crate::rules::RuleSpec;
 use ringlimit_proto::peer::{AnswerGroup, PeerAnswer, RefundGroup};
 
 impl PeerServer {

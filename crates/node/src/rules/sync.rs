@@ -1,6 +1,6 @@
 //! API rules through gossip. Every node publishes every API entry it knows — its own changes and
 //! those it merged — under its own chitchat keys `rule:{name}` (a small JSON entry), and each
-//! round merges what every other node publishes ([`crate::rulebook::RuleBook::merge`]: the
+//! round merges what every other node publishes ([`crate::rules::book::RuleBook::merge`]: the
 //! newest version of each name wins). Publishing what it merged, not only what it wrote, keeps
 //! every rule in the cluster's state after its writer is gone, and lets a node that joins, or
 //! returns from a partition, learn every rule from any one peer.
@@ -9,8 +9,8 @@
 //! keys that arrived before the listener, nor for deletes, and a scan of a few hundred small keys
 //! a round costs nothing.
 
-use crate::rulebook::RuleBook;
 use crate::rules::api::Entry;
+use crate::rules::book::RuleBook;
 use chitchat::{Chitchat, ChitchatId};
 use ringlimit_core::clock::unix_ms;
 use std::collections::HashMap;

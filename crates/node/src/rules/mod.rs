@@ -4,8 +4,16 @@
 //! SDK; this module adds names, modes and the YAML file.
 
 pub mod api;
+pub mod book;
+pub mod envoy_config;
+pub mod reload;
+pub mod request_key;
+pub mod spec;
+pub mod sync;
 
-use crate::request_key::KeyTemplate;
+pub use spec::RuleSpec;
+
+use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
 use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable, field_err, named_seed, validate};

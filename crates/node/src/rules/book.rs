@@ -224,7 +224,7 @@ fn describe(e: &Entry) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::RuleSpec;
+    use crate::rules::RuleSpec;
     use ringlimit_core::clock::ManualClock;
     use serde_json::json;
 

@@ -6,8 +6,8 @@
 //! A change is a change of the bytes read through the path (symlinks followed). An invalid file
 //! is refused with one log line naming the rule and field, and the previous rules stay in force.
 
-use crate::envoy_config::EnvoyConfig;
-use crate::rulebook::RuleBook;
+use crate::rules::book::RuleBook;
+use crate::rules::envoy_config::EnvoyConfig;
 use crate::rules::{RuleSet, RulesError};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
