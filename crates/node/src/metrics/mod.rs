@@ -8,6 +8,9 @@
 
 pub mod sharded;
 
+#[cfg(test)]
+mod names;
+
 use sharded::{ShardedCounter as Counter, ShardedHistogram as Histogram};
 
 use parking_lot::Mutex;
