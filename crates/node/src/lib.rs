@@ -11,8 +11,11 @@
 //! - [`http`] — the HTTP edge (axum): parse → call the service → reply.
 //! - [`listen`] — serving a port's connections, bounded (timeouts, a cap): the HTTP and gRPC
 //!   edges' shared server.
-//! - [`service`] — the check service every edge calls: checks, batches, key state and reset,
-//!   cluster and rules views, metrics text; timing and counting.
+//! - [`service`] — the check service every edge calls for checks: checks, batches,
+//!   all-or-nothing; timing and counting.
+//! - [`admin`], [`lifecycle`] — beside the service: the admin API (rules, a key's state and
+//!   reset), the cluster and rules views and the metrics text; readiness, peers following
+//!   membership, handover on ring changes.
 //! - [`routing`] — decide here, forward to the owner (one group per owner), or fail open.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per
 //!   runtime), the peer server (a handler per frame kind), handover, reset on every member.
@@ -27,9 +30,10 @@
 //! - [`request_key`], [`forwarded`] — forward auth: rules' key templates, and what a gateway's
 //!   copy of a request says about its client (address, path) that the client cannot choose.
 //! - [`log_gate`] — log lines a flood could repeat, at most one per interval.
-//! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
-//!   snapshot at scrape time.
+//! - [`metrics`] — the Prometheus registry: hot-path metrics, and each subsystem's collector
+//!   (registered by [`node`]) read at scrape time.
 
+pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod decide;
@@ -39,6 +43,7 @@ pub mod forwarded;
 pub mod global;
 pub mod grpc;
 pub mod http;
+pub mod lifecycle;
 pub mod listen;
 pub mod log_gate;
 pub mod metrics;

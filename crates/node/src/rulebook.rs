@@ -221,6 +221,44 @@ fn describe(e: &Entry) -> &'static str {
     if e.spec.is_some() { "put" } else { "delete" }
 }
 
+/// The admin API's rule changes as metrics, read at scrape time.
+pub struct BookCollector(pub Arc<RuleBook>);
+
+impl std::fmt::Debug for BookCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BookCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for BookCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use crate::metrics::{Kind, encode_family, encode_one, load};
+        let s = &self.0.stats;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "rules_api_changes",
+            "Rules changed through this node's admin API, and changes learnt from peers.",
+            "op",
+            &[
+                ("put", load(&s.puts)),
+                ("delete", load(&s.deletes)),
+                ("merged", load(&s.merged)),
+            ],
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "rules_api_save_failed",
+            "API rule changes in force but not saved under --data-dir.",
+            load(&s.save_failed),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
