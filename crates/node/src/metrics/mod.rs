@@ -6,6 +6,9 @@
 //! - everything else is counted where it happens (store, routing, peers, gossip, reloads) and
 //!   read at scrape time by that subsystem's [`Collector`], registered by `node::run` with
 //!   [`Metrics::register`]; [`encode_one`] and [`encode_family`] write their series.
+//!
+//! What `/metrics` shows (names, types, help, labels) is the contract's: `names.txt` lists it,
+//! and a test in `node.rs` compares a working node's `/metrics` with it.
 
 pub mod sharded;
 
@@ -66,8 +69,8 @@ struct CheckLabels {
 }
 
 /// A server's connections (`listen::conns`; one set for the HTTP port, one for gRPC), counted
-/// where they happen and read at scrape time: here so that the service reads them without
-/// knowing the edges.
+/// where they happen and read at scrape time by a [`ConnCollector`]: here, below the edges, so
+/// that neither the listener nor the metrics know the edges.
 #[derive(Debug, Default)]
 pub struct ConnStats {
     /// Open now.
