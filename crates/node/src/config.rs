@@ -432,45 +432,15 @@ pub fn load_rules(path: &std::path::Path) -> Result<RuleSet, ConfigError> {
     })
 }
 
-/// Reads envoyproxy/ratelimit configuration files as `(name, text)`: one YAML file, or every
-/// `*.yaml`/`*.yml` file of a directory (hidden files skipped: a ConfigMap's `..data`), in name
-/// order.
-pub fn read_envoy_files(path: &std::path::Path) -> Result<Vec<(String, String)>, ConfigError> {
-    let read = |p: &std::path::Path| {
-        std::fs::read_to_string(p).map_err(|source| ConfigError::ReadEnvoy {
-            path: p.to_owned(),
-            source,
-        })
-    };
-    let mut files = Vec::new();
-    if path.is_dir() {
-        let entries = std::fs::read_dir(path).map_err(|source| ConfigError::ReadEnvoy {
-            path: path.to_owned(),
-            source,
-        })?;
-        let mut names: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
-            })
-            .collect();
-        names.sort();
-        for p in names {
-            let text = read(&p)?;
-            files.push((p.display().to_string(), text));
-        }
-    } else {
-        files.push((path.display().to_string(), read(path)?));
-    }
-    Ok(files)
-}
-
-/// Reads and validates envoyproxy/ratelimit configuration (see [`read_envoy_files`]).
+/// Reads and validates envoyproxy/ratelimit configuration (see [`crate::rules::envoy_config::read_files`]).
 pub fn load_envoy(
     path: &std::path::Path,
 ) -> Result<crate::rules::envoy_config::EnvoyConfig, ConfigError> {
-    let files = read_envoy_files(path)?;
+    let files =
+        crate::rules::envoy_config::read_files(path).map_err(|e| ConfigError::ReadEnvoy {
+            path: e.path,
+            source: e.source,
+        })?;
     Ok(crate::rules::envoy_config::EnvoyConfig::from_files(
         files.iter().map(|(n, t)| (n.as_str(), t.as_str())),
     )?)

@@ -227,6 +227,56 @@ fn taken(d: &Decision, cost: u64, now: u64) -> Option<Mark> {
     })
 }
 
+/// The store's counters as metrics, read at scrape time.
+pub struct EngineCollector(pub Arc<Engine>);
+
+impl std::fmt::Debug for EngineCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for EngineCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use crate::metrics::{Kind, encode_one, load};
+        let s = self.0.store_stats();
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "buckets",
+            "Buckets held in this node's store.",
+            self.0.bucket_count() as u64,
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "evictions",
+            "Buckets evicted to stay within --max-keys.",
+            load(&s.evictions),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "evictions_limiting",
+            "Evicted buckets that were still limiting (each may admit more than the rule).",
+            load(&s.evictions_limiting),
+        )
+    }
+}
+
+impl crate::rules::InForce for Engine {
+    fn rules(&self) -> Arc<RuleSet> {
+        Engine::rules(self)
+    }
+
+    fn set_rules(&self, rules: RuleSet) {
+        Engine::set_rules(self, rules);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,29 +7,39 @@
 //!
 //! # Layout
 //! Top to bottom; each layer imports only from layers below it.
-//! - [`node`] — wiring: [`run`] binds listeners, starts gossip, the peer server and the edges.
-//! - [`http`] — the HTTP edge (axum): parse → call the service → reply.
-//! - [`listen`] — serving a port's connections, bounded (timeouts, a cap): the HTTP and gRPC
-//!   edges' shared server.
-//! - [`service`] — the check service every edge calls: checks, batches, key state and reset,
-//!   cluster and rules views, metrics text; timing and counting.
-//! - [`routing`] — decide here, forward to the owner (one group per owner), or fail open.
+//! - [`node`] — wiring: [`run`] serves on sockets ([`Listeners`]) or on an in-memory network
+//!   ([`node::MemoryNet`]), starts membership, the peers and the edges.
+//! - [`http`], [`grpc`] — the edges (HTTP API and forward auth; Envoy RLS and ringlimit.v1):
+//!   parse → call the service or the admin side → reply.
+//! - [`listen`] — serving a port's connections, bounded (timeouts, a cap), over TCP or memnet
+//!   streams: the HTTP and gRPC edges' shared server.
+//! - [`service`] — the check service every edge calls for checks: checks, batches,
+//!   all-or-nothing; timing and counting.
+//! - [`admin`], [`lifecycle`] — beside the service: the admin API (rules, a key's state and
+//!   reset), the cluster and rules views and the metrics text; readiness, peers following
+//!   membership, handover on ring changes.
+//! - [`routing`] — the node's side of core's coordinator (here, owner, fallback share), the
+//!   batch gate and the peer RPC timing.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per
-//!   runtime), the peer server (a handler per frame kind), handover, reset on every member.
+//!   runtime), the peer server (a handler file per frame kind), handover, reset, reach.
 //! - [`decide`] — decide here: owner buckets ([`engine`]) or global counters ([`global`]).
-//! - [`engine`] — rules in force, the store and the clock: prepare and decide owned checks.
+//! - [`engine`] — rules in force, the clock, and the store's one write path (with its change
+//!   feed): prepare and decide owned checks.
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node.
-//! - [`cluster`] — gossip membership (chitchat) and the ring over live members.
-//! - [`rules::sync`] — the admin API's rules through gossip (publish, merge).
-//! - [`rules::book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
-//! - [`rules`], [`rules::reload`], [`config`] — the rules file and its hot reload; flags into a
-//!   [`NodeConfig`].
-//! - [`rules::request_key`], [`forwarded`] — forward auth: rules' key templates, and what a gateway's
-//!   copy of a request says about its client (address, path) that the client cannot choose.
-//! - [`log_gate`] — log lines a flood could repeat, at most one per interval.
-//! - [`metrics`] — the Prometheus registry: hot-path metrics, and a table of those read from a
-//!   snapshot at scrape time.
+//! - [`cluster`] — membership over chitchat's transport trait (UDP with a MAC, or in memory),
+//!   the ring over live members and the quorum.
+//! - [`rules`] — the rule set and its file, the rule a check names ([`rules::RuleSpec`]), the
+//!   admin API's rules, the book in force (kept under `--data-dir`), their sync through gossip,
+//!   hot reload, forward auth's key templates and the envoyproxy/ratelimit configuration.
+//! - [`config`] — flags into a [`NodeConfig`]; [`forwarded`] — what a gateway's copy of a
+//!   request says about its client; [`log_gate`] — log lines a flood could repeat, at most one
+//!   per interval.
+//! - [`metrics`] — the Prometheus registry: hot-path metrics, and each subsystem's collector
+//!   (registered by [`node`]) read at scrape time.
+//! - `testing` (tests only) — whole nodes through [`run`] on the in-memory network under
+//!   tokio's paused clock.
 
+pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod decide;
@@ -38,6 +48,7 @@ pub mod forwarded;
 pub mod global;
 pub mod grpc;
 pub mod http;
+pub mod lifecycle;
 pub mod listen;
 pub mod log_gate;
 pub mod metrics;

@@ -2,6 +2,7 @@
 //! service and its HTTP edge, run until shutdown — on sockets it bound ([`Listeners`]) or on
 //! an in-memory network ([`MemoryNet`], for whole nodes in tests).
 
+use crate::admin::{self, Admin};
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
 use crate::cluster::{MemberState, Membership, View};
@@ -11,14 +12,15 @@ use crate::engine::Engine;
 use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::admin::AdminToken;
 use crate::http::{self, AppState};
+use crate::lifecycle::Lifecycle;
 use crate::listen::stream::Listener;
-use crate::metrics::Metrics;
+use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
 use crate::peers::{PeerServer, Peers, Relay, ServerSettings};
 use crate::routing::Dispatcher;
 use crate::rules::book::RuleBook;
-use crate::rules::reload::RulesStatus;
+use crate::rules::reload::{ReloadCollector, Reloaded, RulesStatus};
 use crate::rules::sync::Synced;
-use crate::service::{self, CheckService};
+use crate::service::CheckService;
 use chitchat::transport::{ChannelTransport, Transport};
 use ringlimit_core::clock::SystemClock;
 use ringlimit_core::link::PeerSettings;
@@ -27,7 +29,7 @@ use ringlimit_core::link::memnet::{MemListener, MemNet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
@@ -313,7 +315,7 @@ pub async fn run(
         global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
         config.global_max_counters,
     ));
-    let metrics = Arc::new(Metrics::new());
+    let mut metrics = Metrics::new();
     let here = Here::new(engine.clone(), global.clone());
     let peer_settings = PeerSettings {
         dialer: listeners.dialer.clone(),
@@ -348,7 +350,6 @@ pub async fn run(
             peers: pool.clone(),
         }),
     ));
-    let ready = Arc::new(AtomicBool::new(false));
     let conns = Arc::new(crate::metrics::ConnStats::default());
     let grpc_conns = Arc::new(crate::metrics::ConnStats::default());
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
@@ -357,20 +358,60 @@ pub async fn run(
         envoy_status.generation.store(0, Ordering::Relaxed);
     }
     let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
-    let service = Arc::new(CheckService::new(service::Parts {
-        dispatcher: Dispatcher::new(here.clone(), view, pool.clone(), metrics.peer_rpc()),
-        here,
-        pool,
+    let dispatcher = Arc::new(Dispatcher::new(
+        here.clone(),
+        view.clone(),
+        pool.clone(),
+        metrics.peer_rpc(),
+    ));
+    let handed_over = Arc::new(AtomicU64::new(0));
+    // Each subsystem's counters, read at scrape time.
+    metrics.register(crate::engine::EngineCollector(engine.clone()));
+    metrics.register(crate::routing::metrics::RoutingCollector(
+        dispatcher.clone(),
+    ));
+    metrics.register(crate::peers::metrics::PeersCollector {
+        peers: pool.clone(),
+        server: server.stats.clone(),
+        handed_over: handed_over.clone(),
+    });
+    metrics.register(crate::cluster::metrics::MembersCollector(view));
+    metrics.register(crate::global::metrics::GlobalCollector(global.clone()));
+    metrics.register(GossipCollector(gossip_stats));
+    metrics.register(ConnCollector {
+        stats: conns.clone(),
+        server: Server::Http,
+    });
+    metrics.register(ConnCollector {
+        stats: grpc_conns.clone(),
+        server: Server::Grpc,
+    });
+    metrics.register(crate::rules::book::BookCollector(book.clone()));
+    metrics.register(ReloadCollector {
+        status: rules.clone(),
+        of: Reloaded::Rules,
+    });
+    metrics.register(ReloadCollector {
+        status: envoy_status.clone(),
+        of: Reloaded::Envoy,
+    });
+    let metrics = Arc::new(metrics);
+    let service = Arc::new(CheckService::new(
+        here.clone(),
+        dispatcher.clone(),
+        metrics.clone(),
+    ));
+    let admin = Arc::new(Admin::new(admin::Parts {
+        here: here.clone(),
+        dispatcher,
+        pool: pool.clone(),
         metrics,
         rules: rules.clone(),
-        envoy: envoy_status.clone(),
         cluster_id: Arc::from(config.cluster_id.as_str()),
-        ready: ready.clone(),
-        conns: conns.clone(),
-        grpc_conns: grpc_conns.clone(),
-        gossip: gossip_stats,
         book: book.clone(),
+        handed_over: handed_over.clone(),
     }));
+    let lifecycle = Arc::new(Lifecycle::new(here, pool, handed_over));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
     match listeners.peer {
@@ -405,8 +446,7 @@ pub async fn run(
     ));
     tasks.spawn(track_view(
         membership.updates(),
-        service.clone(),
-        ready.clone(),
+        lifecycle.clone(),
         needs_peers(&config.seeds, &advertise_text, advertise),
         Readiness {
             grace: config.gossip_interval * 20,
@@ -432,6 +472,8 @@ pub async fn run(
 
     let state = AppState::new(http::Shared {
         service,
+        admin,
+        lifecycle: lifecycle.clone(),
         admin_token: config
             .admin_token
             .as_deref()
@@ -452,7 +494,7 @@ pub async fn run(
     );
     if let Some(listener) = listeners.grpc {
         let grpc_addr = listeners.grpc_addr;
-        let service = state.service.clone();
+        let (service, lifecycle) = (state.service.clone(), lifecycle.clone());
         tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit service, health)");
         let table = Arc::new(crate::listen::conns::ConnTable::new(
             config.grpc_limits,
@@ -460,8 +502,15 @@ pub async fn run(
         ));
         // Stopped with the node's other tasks once HTTP has drained.
         tasks.spawn(async move {
-            if let Err(e) =
-                crate::grpc::serve(listener, service, envoy, table, std::future::pending()).await
+            if let Err(e) = crate::grpc::serve(
+                listener,
+                service,
+                lifecycle,
+                envoy,
+                table,
+                std::future::pending(),
+            )
+            .await
             {
                 tracing::error!(error = %e, "gRPC server failed");
             }
@@ -480,7 +529,7 @@ pub async fn run(
         )),
         async move {
             shutdown.await;
-            ready.store(false, Ordering::Release);
+            lifecycle.set_ready(false);
             tracing::info!(delay = ?leave_delay, "leaving the cluster: peers stop routing here");
             leaving.leave().await;
             // Keep answering while peers learn that we leave and move our keys.
@@ -535,8 +584,7 @@ struct Readiness {
 /// seen and membership has settled, or after the grace period.
 async fn track_view(
     mut updates: tokio::sync::watch::Receiver<Arc<View>>,
-    service: Arc<CheckService>,
-    ready: Arc<AtomicBool>,
+    lifecycle: Arc<Lifecycle>,
     needs_peers: bool,
     readiness: Readiness,
 ) {
@@ -548,14 +596,14 @@ async fn track_view(
     let mut became_ready = false;
     loop {
         let view = updates.borrow_and_update().clone();
-        service.follow_members(&view);
+        lifecycle.follow_members(&view);
         let now = tokio::time::Instant::now();
         if view.ring.members() != ring_members.as_slice() {
             ring_members = view.ring.members().to_vec();
             changed_at = now;
             // Ownership moved: send the buckets that moved away to their new owners.
-            let (service, view) = (service.clone(), view.clone());
-            tokio::spawn(async move { service.hand_over(&view).await });
+            let (lifecycle, view) = (lifecycle.clone(), view.clone());
+            tokio::spawn(async move { lifecycle.hand_over(&view).await });
         }
         let settled_at = changed_at + readiness.settle;
         let has_peers = view.ring.len() > 1;
@@ -567,7 +615,7 @@ async fn track_view(
         let settled = has_peers && now >= settled_at && readiness.rules.get() && counts_heard;
         if !became_ready && (!needs_peers || settled || now >= deadline) {
             tracing::info!(members = view.ring.len(), "node ready");
-            ready.store(true, Ordering::Release);
+            lifecycle.set_ready(true);
             became_ready = true;
         }
         let wait = if became_ready {
@@ -644,5 +692,75 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+/// The `/metrics` contract as a test: every family's `# HELP` and `# TYPE` line and every
+/// series' name and labels, from a node that has done some work, must be those listed in
+/// `metrics/names.txt` (a metric added is a line added there; none may change or go).
+#[cfg(test)]
+mod tests {
+    use crate::testing::Cluster;
+    use serde_json::json;
+    use std::collections::BTreeSet;
+
+    /// What the contract fixes of a `/metrics` text: descriptor lines whole, sample lines without
+    /// their value.
+    fn shape(text: &str) -> BTreeSet<String> {
+        text.lines()
+            .filter(|l| *l != "# EOF")
+            .map(|l| match l.strip_prefix('#') {
+                Some(_) => l.to_owned(),
+                None => l
+                    .rsplit_once(' ')
+                    .map_or(l, |(series, _)| series)
+                    .to_owned(),
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_names_types_and_help_stay_those_of_the_contract() {
+        let c = Cluster::start(2, |_| {}).await;
+        c.wait("n0 sees two", || async { c.alive("n0").await.len() == 2 })
+            .await;
+        // Checks decided here and forwarded, single and batched, and one all-or-nothing request.
+        for i in 0..8 {
+            let key = format!("m:{i}");
+            let r = c
+                .check(
+                    "n0",
+                    &json!({ "key": key, "limit": 1, "period_ms": 60_000 }),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+        let batch = json!({ "checks": [
+            { "key": "m:0", "limit": 1, "period_ms": 60_000 },
+            { "key": "m:1", "limit": 1, "period_ms": 60_000 },
+        ] });
+        let r = c
+            .http("n0", "POST", "/v1/check/batch", &batch.to_string())
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let r = c
+            .http("n0", "POST", "/v1/check/all", &batch.to_string())
+            .await;
+        assert!(r.status == 200 || r.status == 429, "{}", r.body);
+
+        let r = c.http("n0", "GET", "/metrics", "").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let got = shape(&r.body);
+        let want: BTreeSet<String> = include_str!("metrics/names.txt")
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let missing: Vec<_> = want.difference(&got).collect();
+        let extra: Vec<_> = got.difference(&want).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "missing from /metrics: {missing:#?}\nnot in names.txt: {extra:#?}"
+        );
     }
 }

@@ -52,12 +52,14 @@
 //! - [`actor`] — a node incarnation as a G-counter actor (`node_id@generation`).
 //! - [`counters`] — per-window G-counters, caps, expiry, merging what peers send.
 //! - [`decide`] — the pure decision over merged counts.
+//! - [`metrics`] — the counters and their stats as metrics.
 //! - [`publish`] — what each round sends: changed buckets, within the budget and the cap.
 //! - [`push`] — one connection per live peer, resynchronised whole after any loss.
 
 pub mod actor;
 pub mod counters;
 pub mod decide;
+pub mod metrics;
 pub mod publish;
 pub mod push;
 pub mod wire;

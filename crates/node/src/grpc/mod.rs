@@ -10,6 +10,7 @@
 pub mod envoy_rls;
 pub mod ringlimit_v1;
 
+use crate::lifecycle::Lifecycle;
 use crate::listen::conns::{Conn, ConnTable};
 use crate::listen::stream::{Listener, Stream};
 use crate::listen::{Ended, Handler, OnExpiry};
@@ -60,15 +61,15 @@ fn all_code(e: &AllError) -> tonic::Code {
 pub async fn serve(
     listener: Listener,
     service: Arc<CheckService>,
+    lifecycle: Arc<Lifecycle>,
     envoy: Arc<ArcSwap<EnvoyConfig>>,
     table: Arc<ConnTable>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    let ready = service.clone();
     // SERVING once the node answers checks (its readiness), and from then on.
     tokio::spawn(async move {
-        while !ready.is_ready() {
+        while !lifecycle.is_ready() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         health

@@ -4,7 +4,7 @@
 //! It is off unless `RINGLIMIT_ADMIN_TOKEN` is set (its paths then answer 404, like any unknown
 //! path); when on, every request needs `Authorization: Bearer <token>`, compared in constant time,
 //! or gets 401 with the contract's error body. Reads and resets go through the same routing and
-//! peer port as checks (see [`crate::service::keys`]), so they see exactly the buckets that
+//! peer port as checks (see [`crate::admin::keys`]), so they see exactly the buckets that
 //! checks see.
 
 use super::AppState;
@@ -78,7 +78,7 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
 
 /// `GET /v1/admin/rules`: the rules in force (as `GET /v1/rules`), their source and reloads.
 pub async fn rules(State(state): State<AppState>) -> Response {
-    axum::Json(state.service.admin_rules()).into_response()
+    axum::Json(state.admin.admin_rules()).into_response()
 }
 
 /// The rule of an admin key request, as query parameters with the check body's names.
@@ -124,7 +124,7 @@ pub async fn key_state(
     Path(key): Path<String>,
     q: RuleQuery,
 ) -> Response {
-    json(async { Ok(state.service.key_state(&key, q.spec()?).await?) }.await)
+    json(async { Ok(state.admin.key_state(&key, q.spec()?).await?) }.await)
 }
 
 /// `POST /v1/admin/keys/{key}/reset?rule=NAME`: drops the key's bucket and its fallback buckets
@@ -134,7 +134,7 @@ pub async fn reset(
     Path(key): Path<String>,
     q: RuleQuery,
 ) -> Response {
-    json(async { Ok(state.service.reset(&key, q.spec()?).await?) }.await)
+    json(async { Ok(state.admin.reset(&key, q.spec()?).await?) }.await)
 }
 
 /// 200 with the body as JSON, or the error's answer.

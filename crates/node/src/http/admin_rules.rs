@@ -34,10 +34,7 @@ pub async fn put(State(state): State<AppState>, Path(name): Path<String>, body: 
                 sentence(format!("Body is not valid JSON: {e}")),
             )
         })?;
-        state
-            .service
-            .put_rule(&name, spec, WHO)
-            .map_err(change_error)
+        state.admin.put_rule(&name, spec, WHO).map_err(change_error)
     }
     .await;
     match result {
@@ -48,7 +45,7 @@ pub async fn put(State(state): State<AppState>, Path(name): Path<String>, body: 
 
 /// `DELETE /v1/admin/rules/{name}`: deletes the API rule; 204.
 pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> Response {
-    match state.service.delete_rule(&name, WHO) {
+    match state.admin.delete_rule(&name, WHO) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => change_error(e).into_response(),
     }
@@ -56,7 +53,7 @@ pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> 
 
 /// `GET /v1/admin/rules/{name}`: the rule in force by that name, with its source.
 pub async fn get(State(state): State<AppState>, Path(name): Path<String>) -> Response {
-    match state.service.admin_rule(&name) {
+    match state.admin.admin_rule(&name) {
         Some(rule) => axum::Json(rule).into_response(),
         None => change_error(ChangeError::NotFound(name)).into_response(),
     }

@@ -1,5 +1,5 @@
-//! The HTTP edge (axum): parse → call the [`CheckService`] → reply, for checks, health,
-//! readiness, views, metrics and admin.
+//! The HTTP edge (axum): parse → call the [`CheckService`] (checks), [`Admin`] (views,
+//! metrics, admin) or [`Lifecycle`] (readiness) → reply.
 //!
 //! # Layout
 //! - [`check`] — `POST /v1/check`, `/v1/check/batch` and `/v1/check/all`.
@@ -22,6 +22,8 @@ mod h1;
 pub mod ops;
 pub mod serve;
 
+use crate::admin::Admin;
+use crate::lifecycle::Lifecycle;
 use crate::service::CheckService;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
@@ -61,6 +63,10 @@ impl std::ops::Deref for AppState {
 #[derive(Clone)]
 pub struct Shared {
     pub service: Arc<CheckService>,
+    /// The admin API, the views and the metrics text.
+    pub admin: Arc<Admin>,
+    /// Readiness.
+    pub lifecycle: Arc<Lifecycle>,
     /// `None`: the admin API is off.
     pub admin_token: Option<Arc<admin::AdminToken>>,
     /// How long a request body may take to arrive (`--http-body-timeout-ms`).

@@ -13,7 +13,7 @@ pub async fn healthz() -> &'static str {
 
 /// `GET /readyz`: the node can answer checks.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.service.is_ready() {
+    if state.lifecycle.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
@@ -31,20 +31,20 @@ pub async fn not_found() -> ApiError {
 
 /// `GET /v1/cluster`: this node's view of the cluster.
 pub async fn cluster(State(state): State<AppState>) -> Response {
-    axum::Json(state.service.cluster()).into_response()
+    axum::Json(state.admin.cluster()).into_response()
 }
 
 /// `GET /v1/rules`: the rules in force here (what the SDK routes and falls back with).
 pub async fn rules(State(state): State<AppState>) -> Response {
     axum::Json(ringlimit_proto::discovery::RuleList {
-        rules: state.service.rules(),
+        rules: state.admin.rules(),
     })
     .into_response()
 }
 
 /// `GET /metrics`: OpenMetrics text.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    match state.service.metrics_text() {
+    match state.admin.metrics_text() {
         Ok(text) => (
             [(
                 header::CONTENT_TYPE,

@@ -9,6 +9,7 @@
 //!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
 //!   `handover.rs`, `reset.rs`, `global_counts.rs`).
 //! - [`logins`] — places for connections still in their handshake.
+//! - [`metrics`] — the facade's and the server's counters as metrics.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
 //! - [`reach`] — pinging every link, and whether this node reaches a majority over them.
 //! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
@@ -37,6 +38,7 @@
 pub mod facade;
 pub mod handover;
 pub mod logins;
+pub mod metrics;
 pub mod reach;
 pub mod reset;
 pub mod server;

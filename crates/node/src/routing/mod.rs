@@ -6,8 +6,10 @@
 //! # Layout
 //! - `gate` — the batch gate: long batches decide in slices, one at a time per thread.
 //! - `timed` — RPC timing around the owner's link.
+//! - [`metrics`] — the routing's counters as metrics.
 
 mod gate;
+pub mod metrics;
 mod timed;
 
 use crate::cluster::View;

@@ -13,7 +13,7 @@
 //! rule (3 per hour spent, then 3 per minute: 20 s to the next token, not an hour). Another
 //! algorithm starts the bucket afresh.
 
-use crate::engine::Engine;
+use super::InForce;
 use crate::rules::api::{self, ApiRules, Entry, StoreError};
 use crate::rules::{RuleSet, RulesError};
 use parking_lot::Mutex;
@@ -53,7 +53,7 @@ struct Inner {
 
 /// The file's rules and the API's, and the engine they are put in force in.
 pub struct RuleBook {
-    engine: Arc<Engine>,
+    engine: Arc<dyn InForce>,
     node_id: String,
     data_dir: Option<PathBuf>,
     inner: Mutex<Inner>,
@@ -66,7 +66,7 @@ impl RuleBook {
     /// A book over `engine`, whose rules are the file's; API rules are read from `data_dir`
     /// (when set) and put in force at once.
     pub fn open(
-        engine: Arc<Engine>,
+        engine: Arc<dyn InForce>,
         node_id: &str,
         data_dir: Option<PathBuf>,
     ) -> Result<Self, StoreError> {
@@ -221,9 +221,48 @@ fn describe(e: &Entry) -> &'static str {
     if e.spec.is_some() { "put" } else { "delete" }
 }
 
+/// The admin API's rule changes as metrics, read at scrape time.
+pub struct BookCollector(pub Arc<RuleBook>);
+
+impl std::fmt::Debug for BookCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BookCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for BookCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use crate::metrics::{Kind, encode_family, encode_one, load};
+        let s = &self.0.stats;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "rules_api_changes",
+            "Rules changed through this node's admin API, and changes learnt from peers.",
+            "op",
+            &[
+                ("put", load(&s.puts)),
+                ("delete", load(&s.deletes)),
+                ("merged", load(&s.merged)),
+            ],
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "rules_api_save_failed",
+            "API rule changes in force but not saved under --data-dir.",
+            load(&s.save_failed),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Engine;
     use crate::rules::RuleSpec;
     use ringlimit_core::clock::ManualClock;
     use serde_json::json;

@@ -485,6 +485,49 @@ fn parse_limit(r: &Mapping, shadow: bool, quota: bool) -> Result<EnvoyLimit, Str
     })
 }
 
+/// A configuration file or directory that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read envoy config {path}: {source}")]
+pub struct ReadError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Reads envoyproxy/ratelimit configuration files as `(name, text)`: one YAML file, or every
+/// `*.yaml`/`*.yml` file of a directory (hidden files skipped: a ConfigMap's `..data`), in name
+/// order.
+pub fn read_files(path: &std::path::Path) -> Result<Vec<(String, String)>, ReadError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|source| ReadError {
+            path: p.to_owned(),
+            source,
+        })
+    };
+    let mut files = Vec::new();
+    if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|source| ReadError {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut names: Vec<std::path::PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+            })
+            .collect();
+        names.sort();
+        for p in names {
+            let text = read(&p)?;
+            files.push((p.display().to_string(), text));
+        }
+    } else {
+        files.push((path.display().to_string(), read(path)?));
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

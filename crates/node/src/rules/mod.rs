@@ -2,6 +2,16 @@
 //!
 //! Parameter validation and bucket identities live in [`ringlimit_core::rule`], shared with the
 //! SDK; this module adds names, modes and the YAML file.
+//!
+//! # Layout
+//! - this module — [`RuleSet`]: the rules file (YAML), built-in defaults, the rule set in force.
+//! - [`spec`] — [`RuleSpec`]: the rule a check names (by name, or inline).
+//! - [`api`] — rules written through the admin API: validation, versions (hybrid clock).
+//! - [`book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
+//! - [`sync`] — the admin API's rules through gossip (publish, merge).
+//! - [`reload`] — the rules file's (and the Envoy configuration's) hot reload.
+//! - [`request_key`] — forward auth's key templates.
+//! - [`envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
 
 pub mod api;
 pub mod book;
@@ -12,6 +22,15 @@ pub mod spec;
 pub mod sync;
 
 pub use spec::RuleSpec;
+
+/// Where rules are put in force (the engine): what the book reads and writes, so that the
+/// rules layer does not import the engine above it.
+pub trait InForce: Send + Sync {
+    /// The rules in force.
+    fn rules(&self) -> Arc<RuleSet>;
+    /// Puts new rules in force.
+    fn set_rules(&self, rules: RuleSet);
+}
 
 use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;

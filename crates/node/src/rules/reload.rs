@@ -180,7 +180,7 @@ impl Source for EnvoyFiles {
     const WHAT: &'static str = "envoy config";
 
     fn read(path: &Path) -> Result<Self::Snapshot, String> {
-        crate::config::read_envoy_files(path).map_err(|e| e.to_string())
+        super::envoy_config::read_files(path).map_err(|e| e.to_string())
     }
 
     fn apply(&self, files: &Self::Snapshot) -> Result<Option<usize>, String> {
@@ -208,4 +208,77 @@ pub async fn watch_envoy(
     every: Duration,
 ) {
     poll(EnvoyFiles(config), status, every).await;
+}
+
+/// Which configuration a [`ReloadCollector`] exports the reloads of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The rules file.
+    Rules,
+    /// The envoyproxy/ratelimit configuration (`--envoy-config`).
+    Envoy,
+}
+
+/// A configuration's [`RulesStatus`] as metrics, read at scrape time.
+#[derive(Debug)]
+pub struct ReloadCollector {
+    pub status: Arc<RulesStatus>,
+    pub of: Reloaded,
+}
+
+impl prometheus_client::collector::Collector for ReloadCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use crate::metrics::{Kind, encode_family, encode_one, load};
+        let s = &self.status;
+        let results = [
+            ("ok", load(&s.reloads_ok)),
+            ("error", load(&s.reloads_failed)),
+        ];
+        match self.of {
+            Reloaded::Rules => {
+                encode_family(
+                    &mut e,
+                    Kind::Counter,
+                    "rules_reload",
+                    "Rules file reloads: ok (new rules in force) or error (refused; the previous rules stay).",
+                    "result",
+                    &results,
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "rules_generation",
+                    "Rule sets put in force since start (1: the rules loaded at start).",
+                    load(&s.generation),
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "rules_last_reload_timestamp_seconds",
+                    "Unix time at which the rules in force were loaded.",
+                    load(&s.loaded_at_ms) / 1000,
+                )
+            }
+            Reloaded::Envoy => {
+                encode_family(
+                    &mut e,
+                    Kind::Counter,
+                    "envoy_config_reload",
+                    "envoyproxy/ratelimit configuration reloads (--envoy-config): ok or error (refused; the previous stays).",
+                    "result",
+                    &results,
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "envoy_config_generation",
+                    "envoyproxy/ratelimit configurations put in force since start (1: loaded at start; 0: none).",
+                    load(&s.generation),
+                )
+            }
+        }
+    }
 }

@@ -1,33 +1,24 @@
-//! The check service: what every edge calls. Checks, batches, a key's state and reset, the
-//! cluster and rules views and the metrics text, with the timing and counting that go with
-//! them. No edge reaches past it into the routing, the engine or the store; it knows nothing
-//! of HTTP (or of any other transport).
+//! The check service: what every edge calls to decide checks. Checks, batches and
+//! all-or-nothing requests (and room for reserve/settle), with the timing and counting that go
+//! with them. No edge reaches past it into the routing, the engine or the store; it knows
+//! nothing of HTTP (or of any other transport). The admin side ([`crate::admin`]) and the
+//! lifecycle hooks ([`crate::lifecycle`]) are beside it.
 //!
 //! # Layout
 //! - this module — [`CheckService`]: checks and batches, and [`Outcome`], a decided check.
-//! - [`all`] — one request held to several limits, all-or-nothing.
-//! - [`keys`] — a key's bucket state and its reset across the cluster (admin).
-//! - [`api_rules`] — rules written, deleted and listed through the admin API.
-//! - [`views`] — the cluster, rules and admin-rules views, and the metrics snapshot.
+//! - [`all`] — one request held to several limits, all-or-nothing; forward auth's rules.
 
 pub mod all;
-pub mod api_rules;
-pub mod keys;
-pub mod views;
 
-use crate::cluster::View;
 use crate::decide::Here;
 use crate::engine::Prepared;
 use crate::metrics::{Metrics, seconds};
-use crate::peers::Peers;
 use crate::routing::Dispatcher;
 use crate::rules::RuleSpec;
-use crate::rules::reload::RulesStatus;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_proto::CheckAnswer;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Most checks in one batch, on every edge.
 pub const MAX_BATCH: usize = 1000;
@@ -74,66 +65,22 @@ impl Outcome {
     }
 }
 
-/// What the service is made of (see `node::run`).
-pub struct Parts {
-    pub here: Here,
-    pub dispatcher: Dispatcher,
-    pub pool: Arc<Peers>,
-    pub metrics: Arc<Metrics>,
-    pub rules: Arc<RulesStatus>,
-    /// The envoyproxy/ratelimit configuration's reloads (`--envoy-config`), for the metrics.
-    pub envoy: Arc<RulesStatus>,
-    pub cluster_id: Arc<str>,
-    pub ready: Arc<AtomicBool>,
-    /// The HTTP server's connections and the gRPC server's, for the metrics.
-    pub conns: Arc<crate::metrics::ConnStats>,
-    pub grpc_conns: Arc<crate::metrics::ConnStats>,
-    /// Gossip traffic, for the metrics.
-    pub gossip: Arc<crate::metrics::GossipStats>,
-    /// The rules in force and the admin API's changes to them.
-    pub book: Arc<crate::rules::book::RuleBook>,
-}
-
-/// The node's API, for every edge.
+/// The node's checks, for every edge.
 pub struct CheckService {
     here: Here,
-    dispatcher: Dispatcher,
-    pool: Arc<Peers>,
+    dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
-    rules: Arc<RulesStatus>,
-    envoy: Arc<RulesStatus>,
-    cluster_id: Arc<str>,
-    ready: Arc<AtomicBool>,
-    conns: Arc<crate::metrics::ConnStats>,
-    grpc_conns: Arc<crate::metrics::ConnStats>,
-    gossip: Arc<crate::metrics::GossipStats>,
-    book: Arc<crate::rules::book::RuleBook>,
-    /// Buckets this node sent to their new owners after ring changes.
-    handed_over: AtomicU64,
 }
 
 impl CheckService {
-    pub fn new(p: Parts) -> Self {
+    /// Checks decided through `dispatcher` (shared with the admin side), counted and timed in
+    /// `metrics`.
+    pub fn new(here: Here, dispatcher: Arc<Dispatcher>, metrics: Arc<Metrics>) -> Self {
         Self {
-            here: p.here,
-            dispatcher: p.dispatcher,
-            pool: p.pool,
-            metrics: p.metrics,
-            rules: p.rules,
-            envoy: p.envoy,
-            cluster_id: p.cluster_id,
-            ready: p.ready,
-            conns: p.conns,
-            grpc_conns: p.grpc_conns,
-            gossip: p.gossip,
-            book: p.book,
-            handed_over: AtomicU64::new(0),
+            here,
+            dispatcher,
+            metrics,
         }
-    }
-
-    /// Whether this node answers checks yet (readiness).
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
     }
 
     /// Decides one check wherever it belongs; counted and timed when answered.
@@ -201,24 +148,5 @@ impl CheckService {
         let mut p = self.here.engine().prepare_check(c.key, c.rule, cost)?;
         p.resolved.shadow |= c.shadow;
         Ok(p)
-    }
-
-    /// Keeps a client per alive member (called on every membership change).
-    pub fn follow_members(&self, view: &View) {
-        self.pool.sync(view);
-    }
-
-    /// Hands the buckets this node no longer owns under `view` to their new owners (called
-    /// when the ring changed); returns how many moved.
-    pub async fn hand_over(&self, view: &View) -> usize {
-        let moved = crate::peers::handover::hand_over(
-            view,
-            self.here.engine(),
-            &self.pool,
-            self.here.now(),
-        )
-        .await;
-        self.handed_over.fetch_add(moved as u64, Ordering::Relaxed);
-        moved
     }
 }

@@ -1,6 +1,6 @@
 //! A key's bucket, read without consuming, and its reset on every member (the admin API).
 
-use super::{Check, CheckService};
+use super::Admin;
 use crate::cluster::View;
 use crate::engine::Prepared;
 use crate::peers::reset::{self, MemberReset, ResetStatus};
@@ -80,19 +80,11 @@ pub struct ResetReport {
     pub global_reset: Option<&'static str>,
 }
 
-impl CheckService {
+impl Admin {
     /// The bucket of `key` under `rule`, its owner and its state, read with a cost-0 check
     /// routed like any check (degraded when the owner is away).
     pub async fn key_state(&self, key: &str, rule: RuleSpec<'_>) -> Result<KeyState, CheckError> {
-        let p = self.prepare(
-            &Check {
-                key,
-                rule,
-                cost: 0,
-                shadow: false,
-            },
-            0,
-        )?;
+        let p = self.here.engine().prepare_check(key, rule, 0)?;
         let state = self.dispatcher.check(&p).await?;
         Ok(KeyState {
             bucket: Bucket::of(&p, &self.dispatcher.view()),
@@ -103,15 +95,7 @@ impl CheckService {
     /// Drops the bucket of `key` under `rule` and its fallback buckets on every member that is
     /// not dead; each member's result is in the report.
     pub async fn reset(&self, key: &str, rule: RuleSpec<'_>) -> Result<ResetReport, CheckError> {
-        let p = self.prepare(
-            &Check {
-                key,
-                rule,
-                cost: 0,
-                shadow: false,
-            },
-            0,
-        )?;
+        let p = self.here.engine().prepare_check(key, rule, 0)?;
         let view = self.dispatcher.view();
         let (members, global_reset) = match p.resolved.mode {
             // Global checks never touch a store: there is nothing a reset could drop.

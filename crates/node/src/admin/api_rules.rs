@@ -1,7 +1,7 @@
 //! Rules through the admin API: write, delete, read one, and how the admin listing shows where
 //! each rule in force came from.
 
-use super::CheckService;
+use super::Admin;
 use crate::rules::api::Entry;
 use crate::rules::book::ChangeError;
 use ringlimit_core::clock::unix_ms;
@@ -30,7 +30,7 @@ fn version(e: &Entry) -> String {
     format!("{}.{}.{}", e.version.ms, e.version.counter, e.version.node)
 }
 
-impl CheckService {
+impl Admin {
     /// Every rule in force with its source.
     pub fn admin_rule_list(&self) -> Vec<AdminRule> {
         let api = self.book.api_in_force();

@@ -1,12 +1,11 @@
 //! What a node shows of itself: the cluster view, the rules in force, the admin view of the
-//! rules and their reloads, and the metrics text from a snapshot of its counters.
+//! rules and their reloads, and the metrics text.
 
-use super::CheckService;
-use crate::cluster::{Member, MemberState};
-use crate::metrics::Snapshot;
+use super::Admin;
+use crate::cluster::Member;
+use crate::metrics::load;
 use ringlimit_proto::discovery::RuleInfo;
 use serde::Serialize;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// `GET /v1/cluster`: this node's view of the cluster.
@@ -101,11 +100,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
-    a.load(Ordering::Relaxed)
-}
-
-impl CheckService {
+impl Admin {
     /// This node's view of the cluster.
     pub fn cluster(&self) -> ClusterView {
         let view = self.dispatcher.view();
@@ -195,73 +190,8 @@ impl CheckService {
         }
     }
 
-    /// The counters kept outside the metrics registry, read now.
-    pub fn snapshot(&self) -> Snapshot {
-        let engine = self.here.engine();
-        let store_stats = engine.store_stats();
-        let stats = &self.dispatcher.stats;
-        let g = self.here.global();
-        let view = self.dispatcher.view();
-        let members = |st| view.members.iter().filter(|m| m.state == st).count() as u64;
-        Snapshot {
-            buckets: engine.bucket_count() as u64,
-            evictions: load(&store_stats.evictions),
-            evictions_limiting: load(&store_stats.evictions_limiting),
-            forwarded: load(&stats.forwarded),
-            fail_open: load(&stats.fail_open),
-            fail_closed: load(&stats.fail_closed),
-            minority: load(&stats.minority),
-            quorate: u64::from(self.dispatcher.owns_keys(&view)),
-            http_open: load(&self.conns.open),
-            http_closed_idle: load(&self.conns.closed_idle),
-            http_closed_header_timeout: load(&self.conns.closed_header_timeout),
-            http_evicted: load(&self.conns.evicted),
-            http_refused: load(&self.conns.refused),
-            grpc_open: load(&self.grpc_conns.open),
-            grpc_closed_idle: load(&self.grpc_conns.closed_idle),
-            grpc_evicted: load(&self.grpc_conns.evicted),
-            grpc_refused: load(&self.grpc_conns.refused),
-            grpc_timed_out: load(&self.grpc_conns.timed_out),
-            gossip_sent_bytes: load(&self.gossip.sent_bytes),
-            gossip_sent_datagrams: load(&self.gossip.sent_datagrams),
-            gossip_received_bytes: load(&self.gossip.received_bytes),
-            gossip_received_datagrams: load(&self.gossip.received_datagrams),
-            gossip_rejected: load(&self.gossip.rejected),
-            gossip_dropped: load(&self.gossip.dropped),
-            api_rule_puts: load(&self.book.stats.puts),
-            api_rule_deletes: load(&self.book.stats.deletes),
-            api_rule_merged: load(&self.book.stats.merged),
-            api_rule_save_failed: load(&self.book.stats.save_failed),
-            peer_frames: load(&self.pool.stats().frames),
-            peer_checks: load(&self.pool.stats().checks),
-            members_alive: members(MemberState::Alive),
-            members_leaving: members(MemberState::Leaving),
-            members_dead: members(MemberState::Dead),
-            global_counters: g.len() as u64,
-            global_published: load(&g.stats.published),
-            global_backlog: load(&g.stats.backlog),
-            global_unpublished: load(&g.stats.unpublished),
-            global_evicted: load(&g.stats.evicted),
-            global_dropped_events: load(&g.stats.dropped_events),
-            global_sent_frames: load(&g.stats.push_frames),
-            global_sent_bytes: load(&g.stats.push_bytes),
-            global_received_bytes: load(&g.stats.received_bytes),
-            global_resyncs: load(&g.stats.resyncs),
-            global_unrelayed: load(&g.stats.unrelayed),
-            global_push_failed: load(&g.stats.push_failed),
-            global_malformed: load(&g.stats.malformed),
-            reloads_ok: load(&self.rules.reloads_ok),
-            reloads_error: load(&self.rules.reloads_failed),
-            rules_generation: load(&self.rules.generation),
-            rules_loaded_at_s: load(&self.rules.loaded_at_ms) / 1000,
-            envoy_reloads_ok: load(&self.envoy.reloads_ok),
-            envoy_reloads_error: load(&self.envoy.reloads_failed),
-            envoy_generation: load(&self.envoy.generation),
-        }
-    }
-
     /// Every metric as OpenMetrics text (see [`crate::metrics::CONTENT_TYPE`]).
     pub fn metrics_text(&self) -> Result<String, std::fmt::Error> {
-        self.metrics.encode(self.snapshot())
+        self.metrics.encode()
     }
 }

@@ -1,0 +1,67 @@
+//! The admin side of a node, beside the check service (not inside it): rules written, deleted
+//! and listed through the admin API, a key's state and its reset across the cluster, the
+//! cluster and rules views, and the metrics text. What the edges call for anything but checks
+//! and readiness; no edge reaches past it into the routing, the peers or the engine.
+//!
+//! # Layout
+//! - this module — [`Admin`] and what it is made of ([`Parts`]).
+//! - [`keys`] — a key's bucket state and its reset across the cluster.
+//! - [`api_rules`] — rules written, deleted and listed through the admin API.
+//! - [`views`] — the cluster, rules and admin-rules views, and the metrics text.
+
+pub mod api_rules;
+pub mod keys;
+pub mod views;
+
+use crate::decide::Here;
+use crate::metrics::Metrics;
+use crate::peers::Peers;
+use crate::routing::Dispatcher;
+use crate::rules::book::RuleBook;
+use crate::rules::reload::RulesStatus;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// What the admin side is made of (see `node::run`).
+pub struct Parts {
+    pub here: Here,
+    /// The routing the check service uses too: a key's state is read where a check would be.
+    pub dispatcher: Arc<Dispatcher>,
+    pub pool: Arc<Peers>,
+    pub metrics: Arc<Metrics>,
+    /// The rules file's reloads.
+    pub rules: Arc<RulesStatus>,
+    pub cluster_id: Arc<str>,
+    /// The rules in force and the admin API's changes to them.
+    pub book: Arc<RuleBook>,
+    /// Buckets this node sent to their new owners after ring changes (counted by
+    /// [`crate::lifecycle::Lifecycle::hand_over`]).
+    pub handed_over: Arc<AtomicU64>,
+}
+
+/// The node's admin API and views, for every edge.
+pub struct Admin {
+    here: Here,
+    dispatcher: Arc<Dispatcher>,
+    pool: Arc<Peers>,
+    metrics: Arc<Metrics>,
+    rules: Arc<RulesStatus>,
+    cluster_id: Arc<str>,
+    book: Arc<RuleBook>,
+    handed_over: Arc<AtomicU64>,
+}
+
+impl Admin {
+    pub fn new(p: Parts) -> Self {
+        Self {
+            here: p.here,
+            dispatcher: p.dispatcher,
+            pool: p.pool,
+            metrics: p.metrics,
+            rules: p.rules,
+            cluster_id: p.cluster_id,
+            book: p.book,
+            handed_over: p.handed_over,
+        }
+    }
+}

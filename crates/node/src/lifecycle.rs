@@ -1,0 +1,60 @@
+//! The node's lifecycle hooks, beside the check service: readiness, a peer client per alive
+//! member as membership changes, and handing buckets over when the ring changes. Driven by
+//! `node::run` (which follows membership); the edges read readiness.
+
+use crate::cluster::View;
+use crate::decide::Here;
+use crate::peers::Peers;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Readiness, peers kept in step with membership, and handover.
+pub struct Lifecycle {
+    here: Here,
+    pool: Arc<Peers>,
+    ready: AtomicBool,
+    /// Buckets this node sent to their new owners after ring changes (exported by
+    /// [`crate::peers::metrics::PeersCollector`], shown by the cluster view).
+    handed_over: Arc<AtomicU64>,
+}
+
+impl Lifecycle {
+    /// Not ready until [`Lifecycle::set_ready`].
+    pub fn new(here: Here, pool: Arc<Peers>, handed_over: Arc<AtomicU64>) -> Self {
+        Self {
+            here,
+            pool,
+            ready: AtomicBool::new(false),
+            handed_over,
+        }
+    }
+
+    /// Whether this node answers checks yet (readiness).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Grants readiness, or takes it back (shutdown).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Keeps a client per alive member (called on every membership change).
+    pub fn follow_members(&self, view: &View) {
+        self.pool.sync(view);
+    }
+
+    /// Hands the buckets this node no longer owns under `view` to their new owners (called
+    /// when the ring changed); returns how many moved.
+    pub async fn hand_over(&self, view: &View) -> usize {
+        let moved = crate::peers::handover::hand_over(
+            view,
+            self.here.engine(),
+            &self.pool,
+            self.here.now(),
+        )
+        .await;
+        self.handed_over.fetch_add(moved as u64, Ordering::Relaxed);
+        moved
+    }
+}
