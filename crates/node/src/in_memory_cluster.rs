@@ -104,14 +104,14 @@ impl Node {
             ServerSettings::open(id, "ringlimit"),
             Some(Relay {
                 view: view.clone(),
-                peers: pool.clone(),
+                peers: pool.shared(),
             }),
         ));
         let serving = tokio::spawn(server.clone().run(net.listen(id)));
         let dispatcher = Dispatcher::new(
             here,
             view.clone(),
-            pool.clone(),
+            pool.shared(),
             PeerRpcMetrics::unregistered(),
         );
         Self {

@@ -347,7 +347,7 @@ pub async fn run(
         },
         Some(Relay {
             view: view.clone(),
-            peers: pool.clone(),
+            peers: pool.shared(),
         }),
     ));
     let conns = Arc::new(crate::metrics::ConnStats::default());
@@ -361,7 +361,7 @@ pub async fn run(
     let dispatcher = Arc::new(Dispatcher::new(
         here.clone(),
         view.clone(),
-        pool.clone(),
+        pool.shared(),
         metrics.peer_rpc(),
     ));
     let handed_over = Arc::new(AtomicU64::new(0));

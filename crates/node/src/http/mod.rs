@@ -45,9 +45,13 @@ impl AppState {
         Self(Arc::new(shared))
     }
 
-    /// The same state under a reference count of its own, for one HTTP runtime.
+    /// The same state under a reference count of its own, for one HTTP runtime, whose checks
+    /// reach the members on that runtime's own clients ([`CheckService::for_runtime`]).
     pub fn for_runtime(&self) -> Self {
-        Self::new(Shared::clone(&self.0))
+        Self::new(Shared {
+            service: Arc::new(self.service.for_runtime()),
+            ..Shared::clone(&self.0)
+        })
     }
 }
 

@@ -96,7 +96,6 @@ pub async fn serve<H: Handler>(
         let worker = std::thread::Builder::new()
             .name(format!("ringlimit-{}-{i}", name.to_lowercase()))
             .spawn(move || -> io::Result<()> {
-                crate::peers::facade::bind_current_thread();
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;

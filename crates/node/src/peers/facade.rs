@@ -1,8 +1,8 @@
 //! The peer facade: every message this node sends a member goes through [`Peers`], one typed
 //! method per message (see the recipe in [`super`]). It keeps one client per alive member in
-//! step with membership (the pipelined link of checks, refunds and pings) and, on threads that
-//! run a runtime of their own ([`bind_current_thread`]), a copy of each client made on that
-//! thread's runtime; handovers and resets go on connections of their own
+//! step with membership (the pipelined link of checks, refunds and pings) and, for a runtime of
+//! its own ([`Peers::for_runtime`]: the HTTP edge's threads), a [`PeersHandle`] holding a copy
+//! of each client made on that runtime; handovers and resets go on connections of their own
 //! ([`ringlimit_core::link::session`]), and so do global counts, whose pusher (a layer below)
 //! gets its sessions from here ([`Peers::sessions`]).
 //!
@@ -19,7 +19,6 @@ use ringlimit_core::limiter::BucketState;
 use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
 use ringlimit_core::link::{SessionError, Sessions};
 use ringlimit_proto::peer::{Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund};
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,7 +29,7 @@ const BUCKETS_PER_FRAME: usize = 2_000;
 /// How long a member may take to merge one handover frame.
 const HANDOVER_ACK_WITHIN: Duration = Duration::from_secs(2);
 
-/// A facade's clients as one runtime's thread holds them.
+/// A facade's clients as one runtime holds them.
 struct LocalPeers {
     generation: u64,
     /// By member: the shared client this one mirrors (a member that left and came back gets a
@@ -39,25 +38,8 @@ struct LocalPeers {
     peers: HashMap<Arc<str>, (Arc<PeerClient>, Arc<PeerClient>)>,
 }
 
-thread_local! {
-    /// By facade (a process may run several nodes, in tests).
-    static LOCAL_PEERS: RefCell<HashMap<u64, LocalPeers>> = RefCell::new(HashMap::new());
-    static BOUND: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Makes every facade give checks sent from this thread clients of this thread's own, spawned on
-/// its (single-threaded) runtime. Call it on a thread that runs one runtime for its whole life.
-pub fn bind_current_thread() {
-    BOUND.set(true);
-}
-
-/// Distinguishes facades in the per-thread cache.
-static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(0);
-
 /// Every member, as this node reaches it: one typed method per message.
 pub struct Peers {
-    /// Unique in this process (key of the per-thread clients).
-    id: u64,
     settings: Arc<PeerSettings>,
     /// Read lock-free on every forwarded check, replaced whole (under `update`) when
     /// membership changes.
@@ -120,7 +102,6 @@ impl Peers {
         let settings = Arc::new(settings);
         Self {
             sessions: Sessions::new(settings.clone()),
-            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             settings,
             peers: ArcSwap::from_pointee(HashMap::new()),
             update: Mutex::new(()),
@@ -231,65 +212,103 @@ impl Peers {
         ))
     }
 
-    /// The owner of bucket `id` under `view` and the client that reaches it, or `None` when
-    /// this node owns it (or the ring is empty). A member with no client yet (the view just
-    /// changed) gets one.
-    pub fn owner_client(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
-        self.owner_link(view, id)
-    }
-
-    /// [`Peers::owner_client`] as a [`Peer`].
-    pub fn owner(&self, view: &View, id: u64) -> Option<Peer> {
-        self.owner_link(view, id)
-            .map(|(id, link)| Peer { id, link })
-    }
-
-    fn owner_link(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
-        let owner = view.ring.owner(id)?;
-        if owner == &*view.self_id {
-            return None;
+    /// The handle of the runtime this is called on, for checks: the members' shared clients.
+    pub fn shared(self: &Arc<Self>) -> PeersHandle {
+        PeersHandle {
+            peers: self.clone(),
+            local: None,
         }
-        self.client(owner).or_else(|| {
-            self.sync(view);
-            self.client(owner)
-        })
     }
 
-    /// The client of member `owner`: this thread's own on a bound thread, else the shared one.
+    /// A handle for one runtime of its own (a thread that runs one current-thread runtime for
+    /// its whole life): checks sent through it go on copies of the members' clients spawned on
+    /// the runtime that first uses it, so they never cross threads. Use it on that runtime only.
+    pub fn for_runtime(self: &Arc<Self>) -> PeersHandle {
+        PeersHandle {
+            peers: self.clone(),
+            local: Some(Arc::new(Mutex::new(LocalPeers {
+                generation: u64::MAX,
+                peers: HashMap::new(),
+            }))),
+        }
+    }
+
+    /// The shared client of member `owner`.
     fn client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
-        if BOUND.get() {
-            return self.local_client(owner);
-        }
         self.peers
             .load()
             .get_key_value(owner)
             .map(|(k, c)| (k.clone(), c.clone()))
     }
+}
 
-    fn local_client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
-        let generation = self.generation.load(Ordering::Acquire);
-        LOCAL_PEERS.with_borrow_mut(|all| {
-            let local = all.entry(self.id).or_insert_with(|| LocalPeers {
-                generation: u64::MAX,
-                peers: HashMap::new(),
-            });
-            if local.generation != generation {
-                let shared = self.peers.load();
-                let mut next = HashMap::with_capacity(shared.len());
-                for (id, client) in shared.iter() {
-                    let mine = match local.peers.remove(id) {
-                        Some((of, mine)) if Arc::ptr_eq(&of, client) => mine,
-                        _ => self.spawn(client.addr.clone()),
-                    };
-                    next.insert(id.clone(), (client.clone(), mine));
-                }
-                local.peers = next;
-                local.generation = generation;
-            }
-            local
-                .peers
-                .get_key_value(owner)
-                .map(|(k, (_, c))| (k.clone(), c.clone()))
+/// How one runtime reaches the members for checks: the facade, and for a runtime of its own
+/// ([`Peers::for_runtime`]) its copies of the members' clients. Passed explicitly to what
+/// forwards checks (the routing's `Dispatcher`), one per runtime.
+#[derive(Clone)]
+pub struct PeersHandle {
+    peers: Arc<Peers>,
+    /// Locked only by the runtime's one thread (uncontended).
+    local: Option<Arc<Mutex<LocalPeers>>>,
+}
+
+impl std::ops::Deref for PeersHandle {
+    type Target = Peers;
+
+    fn deref(&self) -> &Peers {
+        &self.peers
+    }
+}
+
+impl PeersHandle {
+    /// The facade itself.
+    pub fn peers(&self) -> &Arc<Peers> {
+        &self.peers
+    }
+
+    /// The owner of bucket `id` under `view` and the client that reaches it, or `None` when
+    /// this node owns it (or the ring is empty). A member with no client yet (the view just
+    /// changed) gets one.
+    pub fn owner_client(&self, view: &View, id: u64) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        let owner = view.ring.owner(id)?;
+        if owner == &*view.self_id {
+            return None;
+        }
+        self.client(owner).or_else(|| {
+            self.peers.sync(view);
+            self.client(owner)
         })
+    }
+
+    /// [`PeersHandle::owner_client`] as a [`Peer`].
+    pub fn owner(&self, view: &View, id: u64) -> Option<Peer> {
+        self.owner_client(view, id)
+            .map(|(id, link)| Peer { id, link })
+    }
+
+    /// The client of member `owner`: this runtime's own copy, else the shared one.
+    fn client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
+        let Some(local) = &self.local else {
+            return self.peers.client(owner);
+        };
+        let generation = self.peers.generation.load(Ordering::Acquire);
+        let mut local = local.lock();
+        if local.generation != generation {
+            let shared = self.peers.peers.load();
+            let mut next = HashMap::with_capacity(shared.len());
+            for (id, client) in shared.iter() {
+                let mine = match local.peers.remove(id) {
+                    Some((of, mine)) if Arc::ptr_eq(&of, client) => mine,
+                    _ => self.peers.spawn(client.addr.clone()),
+                };
+                next.insert(id.clone(), (client.clone(), mine));
+            }
+            local.peers = next;
+            local.generation = generation;
+        }
+        local
+            .peers
+            .get_key_value(owner)
+            .map(|(k, (_, c))| (k.clone(), c.clone()))
     }
 }

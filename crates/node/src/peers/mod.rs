@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //! - [`facade`] — [`Peers`]: one client per alive member ([`Peer`]), per-runtime copies
-//!   ([`facade::bind_current_thread`]), and a typed method per message.
+//!   ([`PeersHandle`], one per runtime, passed explicitly), and a typed method per message.
 //! - [`server`] — accepts peers, runs the handshake, checks what only members may send, and
 //!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
 //!   `handover.rs`, `reset.rs`, `global_counts.rs`).
@@ -43,5 +43,5 @@ pub mod reach;
 pub mod reset;
 pub mod server;
 
-pub use facade::{Peer, Peers};
+pub use facade::{Peer, Peers, PeersHandle};
 pub use server::{PeerServer, Relay, ServerSettings};

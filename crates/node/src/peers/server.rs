@@ -18,7 +18,7 @@ mod handover;
 mod refunds;
 mod reset;
 
-use super::Peers;
+use super::PeersHandle;
 use super::logins::{Login, Logins};
 use crate::cluster::View;
 use crate::decide::Here;
@@ -111,7 +111,7 @@ pub struct ServerStats {
 #[derive(Clone)]
 pub struct Relay {
     pub view: Arc<ArcSwap<View>>,
-    pub peers: Arc<Peers>,
+    pub peers: PeersHandle,
 }
 
 /// Who is on the other end of a connection, for handlers' logs and counts.

@@ -16,7 +16,7 @@ use crate::cluster::View;
 use crate::decide::Here;
 use crate::engine::Prepared;
 use crate::metrics::PeerRpcMetrics;
-use crate::peers::Peers;
+use crate::peers::PeersHandle;
 use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;
@@ -53,8 +53,10 @@ pub struct DispatchStats {
 pub struct Dispatcher {
     here: Here,
     view: Arc<ArcSwap<View>>,
-    pool: Arc<Peers>,
-    pub stats: DispatchStats,
+    /// This runtime's way to the members (see [`crate::peers::Peers::for_runtime`]).
+    pool: PeersHandle,
+    /// Shared by every runtime's copy.
+    pub stats: Arc<DispatchStats>,
     rpc: PeerRpcMetrics,
 }
 
@@ -62,15 +64,27 @@ impl Dispatcher {
     pub fn new(
         here: Here,
         view: Arc<ArcSwap<View>>,
-        pool: Arc<Peers>,
+        pool: PeersHandle,
         rpc: PeerRpcMetrics,
     ) -> Self {
         Self {
             here,
             view,
             pool,
-            stats: DispatchStats::default(),
+            stats: Arc::default(),
             rpc,
+        }
+    }
+
+    /// This dispatcher for a runtime of its own (an HTTP thread's): the same view, stats and
+    /// metrics, and that runtime's copies of the members' clients.
+    pub fn for_runtime(&self) -> Self {
+        Self {
+            here: self.here.clone(),
+            view: self.view.clone(),
+            pool: self.pool.peers().for_runtime(),
+            stats: self.stats.clone(),
+            rpc: self.rpc.clone(),
         }
     }
 

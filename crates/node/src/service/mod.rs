@@ -83,6 +83,16 @@ impl CheckService {
         }
     }
 
+    /// This service for a runtime of its own (an HTTP thread's): checks it forwards go on that
+    /// runtime's copies of the members' clients (see [`Dispatcher::for_runtime`]).
+    pub fn for_runtime(&self) -> Self {
+        Self {
+            here: self.here.clone(),
+            dispatcher: Arc::new(self.dispatcher.for_runtime()),
+            metrics: self.metrics.clone(),
+        }
+    }
+
     /// Decides one check wherever it belongs; counted and timed when answered.
     pub async fn check(&self, c: &Check<'_>) -> Result<Outcome, CheckError> {
         let start = self.here.now();
