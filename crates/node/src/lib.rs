@@ -39,24 +39,24 @@
 //! - `testing` (tests only) — whole nodes through [`run`] on the in-memory network under
 //!   tokio's paused clock.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod cluster;
 pub mod config;
-pub mod decide;
+pub(crate) mod decide;
 pub mod engine;
 pub mod forwarded;
-pub mod global;
+pub(crate) mod global;
 pub mod grpc;
-pub mod http;
-pub mod lifecycle;
-pub mod listen;
-pub mod log_gate;
+pub(crate) mod http;
+pub(crate) mod lifecycle;
+pub(crate) mod listen;
+pub(crate) mod log_gate;
 pub mod metrics;
 pub mod node;
-pub mod peers;
-pub mod routing;
+pub(crate) mod peers;
+pub(crate) mod routing;
 pub mod rules;
-pub mod service;
+pub(crate) mod service;
 
 #[cfg(test)]
 mod in_memory_cluster;

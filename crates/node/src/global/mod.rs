@@ -64,8 +64,8 @@ pub mod publish;
 pub mod push;
 pub mod wire;
 
-pub use actor::{Actor, actor};
-pub use counters::{GlobalCounters, GlobalStats};
+pub use actor::actor;
+pub use counters::GlobalCounters;
 pub use publish::PublishSettings;
 
 use ringlimit_core::limiter::Rule;

@@ -54,8 +54,6 @@ pub enum WireError {
     Period(u64),
     #[error("window {0} is not a window of the Unix epoch's first {1} ms")]
     Window(u64, u64),
-    #[error("node id of {0} bytes (1 to {MAX_NODE_ID_BYTES} expected)")]
-    NodeId(usize),
 }
 
 /// Checks an update received from a peer.

@@ -80,6 +80,7 @@ pub struct ServerSettings {
 
 impl ServerSettings {
     /// A server without a secret that accepts members: in-memory clusters of tests.
+    #[cfg(test)]
     pub fn open(node_id: &str, cluster_id: &str) -> Self {
         Self {
             node_id: node_id.into(),
