@@ -53,8 +53,6 @@ pub mod rules;
 pub mod service;
 
 #[cfg(test)]
-mod in_memory_cluster;
-#[cfg(test)]
 mod testing;
 
 pub use config::NodeConfig;
