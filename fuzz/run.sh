@@ -14,5 +14,5 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PROPTEST_CASES="${CASES:-100000}"
 cd "$REPO"
 start=$SECONDS
-cargo test --release -p ringlimit-tests --test fuzz -- --test-threads 2 "$@"
+cargo test --release -p ringlimit-tests --test it -- --test-threads 2 fuzz:: "$@"
 echo "fuzz/run.sh: $PROPTEST_CASES cases a target in $((SECONDS - start)) s (build included)"

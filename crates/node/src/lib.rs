@@ -59,8 +59,6 @@ pub mod rules;
 pub(crate) mod service;
 
 #[cfg(test)]
-mod in_memory_cluster;
-#[cfg(test)]
 mod testing;
 
 pub use config::NodeConfig;

@@ -9,9 +9,9 @@
 //! - [`api`] — rules written through the admin API: validation, versions (hybrid clock).
 //! - [`book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
 //! - [`sync`] — the admin API's rules through gossip (publish, merge).
-//! - [`reload`] — the rules file's (and the Envoy configuration's) hot reload.
-//! - [`request_key`] — forward auth's key templates.
-//! - [`envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
+//! - [`rules::reload`] — the rules file's (and the Envoy configuration's) hot reload.
+//! - [`rules::request_key`] — forward auth's key templates.
+//! - [`rules::envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
 
 pub mod api;
 pub mod book;

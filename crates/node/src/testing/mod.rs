@@ -15,9 +15,25 @@
 //! - `rolling`: a rolling restart under load keeps exhausted keys exhausted (`rolling.rs`).
 //! - `global`: global rules across nodes, a kill, a partition, a join and a rolling restart
 //!   (`global.rs`).
+//! - `forwarding`: a check decided by its owner, failing open when the owner stalls or its link
+//!   is lost (and the circuit that stops the waiting), a check relayed by a former owner, a node
+//!   without a majority.
+//! - `batches`: concurrent checks for one owner in one frame; large local batches that let single
+//!   checks through and decide in turn.
+//! - `buckets`: a bucket handed to its new owner on a ring change; a reset on every member.
+//! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
+//!   algorithm untouched, shadow, global and fail-closed rules, an unreachable owner's share.
 
 #[cfg(test)]
+mod all_or_nothing;
+#[cfg(test)]
+mod batches;
+#[cfg(test)]
+mod buckets;
+#[cfg(test)]
 mod cluster;
+#[cfg(test)]
+mod forwarding;
 #[cfg(test)]
 mod global;
 #[cfg(test)]
@@ -39,6 +55,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// 2026-01-01T00:00:00Z: the engine clock's reading when the test starts.
 const EPOCH_NS: u64 = 1_767_225_600_000 * 1_000_000;
+/// The admin token of [`Cluster::admin`].
+pub const ADMIN_TOKEN: &str = "in-memory admin token";
 /// The longest any wait of the harness lasts (virtual time).
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -92,11 +110,22 @@ pub struct NodeClient {
 impl NodeClient {
     /// One HTTP/1.1 request; `None` when the node does not answer within 5 s.
     pub async fn try_http(&self, method: &str, path: &str, body: &str) -> Option<Reply> {
+        self.try_http_with(method, path, "", body).await
+    }
+
+    /// [`Self::try_http`] with `headers` (each line ending in `\r\n`) added.
+    pub async fn try_http_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: &str,
+    ) -> Option<Reply> {
         let exchange = async {
             let mut io = self.dialer.dial(&self.addr).await.ok()?;
             let request = format!(
                 "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-                 content-length: {}\r\n\r\n{body}",
+                 {headers}content-length: {}\r\n\r\n{body}",
                 self.addr,
                 body.len()
             );
@@ -370,6 +399,36 @@ impl Cluster {
         self.net.links.heal(&a.to_string(), &b.to_string());
     }
 
+    /// Peer RPC between `a` and `b` stops (their connections drop); gossip still flows, so each
+    /// keeps the other alive in its ring.
+    pub fn cut_link(&self, a: &str, b: &str) {
+        let (a, b) = (self.peer_addr(a), self.peer_addr(b));
+        self.net.links.cut(&a.to_string(), &b.to_string());
+    }
+
+    /// Peer RPC between `a` and `b` resumes after [`Self::cut_link`].
+    pub fn heal_link(&self, a: &str, b: &str) {
+        let (a, b) = (self.peer_addr(a), self.peer_addr(b));
+        self.net.links.heal(&a.to_string(), &b.to_string());
+    }
+
+    /// Gossip between `a` and `b` stops; peer RPC still flows.
+    pub async fn cut_gossip(&self, a: &str, b: &str) {
+        let (a, b) = (self.peer_addr(a), self.peer_addr(b));
+        self.net.gossip.remove_link(a, b).await;
+    }
+
+    /// Node `id`'s peer server stops answering (frames to it wait, its connections stay open);
+    /// gossip still flows, so the others keep it in their rings.
+    pub fn stall_peer(&self, id: &str) {
+        self.net.links.stall(&self.peer_addr(id).to_string());
+    }
+
+    /// Node `id`'s peer server answers again after [`Self::stall_peer`].
+    pub fn resume_peer(&self, id: &str) {
+        self.net.links.resume(&self.peer_addr(id).to_string());
+    }
+
     /// A client of node `id`'s HTTP edge (from an address of its own on the network).
     pub fn client(&self, id: &str) -> NodeClient {
         NodeClient {
@@ -413,6 +472,31 @@ impl Cluster {
         let r = self.http(id, "POST", "/v1/check/batch", &body).await;
         assert_eq!(r.status, 200, "{}", r.body);
         r.json()["results"].as_array().cloned().expect("results")
+    }
+
+    /// A request to node `id`'s admin API, with the admin token (which the test must have set:
+    /// `config.admin_token = Some(ADMIN_TOKEN.into())`).
+    pub async fn admin(&self, id: &str, method: &str, path: &str) -> Reply {
+        let auth = format!("authorization: Bearer {ADMIN_TOKEN}\r\n");
+        match self.client(id).try_http_with(method, path, &auth, "").await {
+            Some(r) => r,
+            None => panic!("{id} did not answer {method} {path}"),
+        }
+    }
+
+    /// `POST /v1/check/all` on node `id`.
+    pub async fn check_all(&self, id: &str, checks: &[serde_json::Value]) -> Reply {
+        let body = serde_json::json!({ "checks": checks }).to_string();
+        self.http(id, "POST", "/v1/check/all", &body).await
+    }
+
+    /// The buckets node `id` holds (`ringlimit_buckets`).
+    pub async fn buckets(&self, id: &str) -> u64 {
+        let text = self.metrics(id).await;
+        text.lines()
+            .find_map(|l| l.strip_prefix("ringlimit_buckets "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no ringlimit_buckets in {id}'s metrics"))
     }
 
     /// `GET /v1/cluster` on node `id`.
