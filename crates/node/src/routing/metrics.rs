@@ -47,6 +47,12 @@ impl Collector for RoutingCollector {
         )?;
         counter(
             &mut e,
+            "refunded_requests",
+            "All-or-nothing requests denied whose admitted checks gave their cost back.",
+            load(&s.refunded_requests),
+        )?;
+        counter(
+            &mut e,
             "refunds_lost",
             "Refunds of all-or-nothing requests that could not reach their owner (the cost stays taken).",
             load(&s.refunds_lost),

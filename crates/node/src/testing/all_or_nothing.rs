@@ -116,6 +116,11 @@ async fn a_shared_ip_limit_and_user_limits_across_owners_admit_exactly_and_lose_
         );
     }
     assert_eq!(remaining(&c, "n1", "per-ip", &ip).await, 0);
+    let mut refunded = 0;
+    for id in IDS {
+        refunded += c.metric(id, "ringlimit_refunded_requests_total").await;
+    }
+    assert_eq!(refunded, 20, "every denied request gave back");
 }
 
 #[tokio::test(start_paused = true)]

@@ -156,6 +156,11 @@ async fn a_check_sent_to_a_former_owner_is_relayed_to_the_owner() {
         "not at n1, which no longer owns it"
     );
     assert_eq!(c.forwarding("n0", "forwarded").await, 2, "sent to n1");
+    assert_eq!(
+        c.metric("n1", "ringlimit_relayed_total").await,
+        2,
+        "relayed by n1"
+    );
 }
 
 const LIMITS: &str = "

@@ -492,11 +492,16 @@ impl Cluster {
 
     /// The buckets node `id` holds (`ringlimit_buckets`).
     pub async fn buckets(&self, id: &str) -> u64 {
+        self.metric(id, "ringlimit_buckets").await
+    }
+
+    /// The value of node `id`'s unlabelled series `name` (e.g. `ringlimit_relayed_total`).
+    pub async fn metric(&self, id: &str, name: &str) -> u64 {
         let text = self.metrics(id).await;
         text.lines()
-            .find_map(|l| l.strip_prefix("ringlimit_buckets "))
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no ringlimit_buckets in {id}'s metrics"))
+            .unwrap_or_else(|| panic!("no {name} in {id}'s metrics"))
     }
 
     /// `GET /v1/cluster` on node `id`.
