@@ -86,6 +86,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_MAX_KEYS", value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_keys: u64,
+    /// Members after each bucket's owner on the ring that keep a copy of it (its changes are
+    /// sent there, off the check path); the first of them takes over from the copy when the
+    /// owner leaves the ring. 0: no replicas.
+    #[arg(long, env = "RINGLIMIT_REPLICAS", value_name = "N", default_value_t = 1)]
+    pub replicas: u32,
     /// Let other nodes join and talk to this one without `RINGLIMIT_CLUSTER_SECRET`. Anyone who
     /// can reach the peer port can then join the ring, rewrite rules, reset and replace buckets:
     /// only for a trusted, isolated network. Without a secret and without this flag a node
@@ -318,6 +323,8 @@ pub struct NodeConfig {
     /// Where the admin API's rules are kept (`--data-dir`); `None`: memory and gossip only.
     pub data_dir: Option<PathBuf>,
     pub max_keys: u64,
+    /// `--replicas`: copies of each bucket on the ring's next members (0: none).
+    pub replicas: usize,
     pub cluster_id: String,
     pub rules_poll: Duration,
     pub gossip_interval: Duration,
@@ -396,6 +403,7 @@ impl NodeConfig {
             envoy_path: None,
             data_dir: None,
             max_keys: 100_000,
+            replicas: 1,
             cluster_id: "ringlimit".into(),
             rules_poll: Duration::from_millis(100),
             gossip_interval: Duration::from_millis(50),
@@ -488,6 +496,7 @@ impl ServeArgs {
             envoy_path: self.envoy_config,
             data_dir: self.data_dir,
             max_keys: self.max_keys,
+            replicas: self.replicas as usize,
             cluster_id: self.cluster_id,
             rules_poll: Duration::from_millis(self.config_poll_ms),
             gossip_interval: Duration::from_millis(self.gossip_interval_ms),
@@ -550,5 +559,18 @@ mod tests {
         }
         let e = parse(&["--trusted-proxies", "10.0.0.0/8,nope"]).expect_err("not a block");
         assert!(e.to_string().contains("address block"), "{e}");
+    }
+
+    #[test]
+    fn replicas_default_to_one_and_zero_turns_them_off() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
+            let Command::Serve(serve) = cli.command;
+            Ok::<_, clap::Error>(serve.replicas)
+        };
+        assert_eq!(parse(&[]).expect("default"), 1);
+        assert_eq!(parse(&["--replicas", "0"]).expect("off"), 0);
+        assert_eq!(parse(&["--replicas", "2"]).expect("two"), 2);
+        assert!(parse(&["--replicas", "-1"]).is_err());
     }
 }

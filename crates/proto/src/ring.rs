@@ -6,7 +6,7 @@
 //! and hashing a `usize` would differ by platform).
 
 use hashring::HashRing;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 /// Virtual nodes per member: enough for an even spread over a handful of members (the largest
@@ -40,6 +40,10 @@ impl Hash for IdKey {
 pub struct Ring {
     ring: HashRing<VNode, xxhash_rust::xxh3::Xxh3Builder>,
     members: Vec<Arc<str>>,
+    /// The same virtual nodes as `ring`, as (point, index into `members`) sorted by point: the
+    /// clockwise walk behind [`Ring::replicas`]. `hashring` has no walk of its own (its
+    /// `get_with_replicas` clones the whole ring per call and repeats members).
+    points: Vec<(u64, u32)>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -60,18 +64,64 @@ impl Ring {
         let mut ids: Vec<Arc<str>> = members.into_iter().map(|m| Arc::from(m.as_ref())).collect();
         ids.sort();
         ids.dedup();
-        let mut ring = HashRing::with_hasher(xxhash_rust::xxh3::Xxh3Builder::new());
-        ring.batch_add(
-            ids.iter()
-                .flat_map(|m| {
-                    (0..VNODES_PER_MEMBER).map(move |replica| VNode {
-                        member: m.clone(),
-                        replica,
-                    })
+        let hasher = xxhash_rust::xxh3::Xxh3Builder::new();
+        let vnodes: Vec<VNode> = ids
+            .iter()
+            .flat_map(|m| {
+                (0..VNODES_PER_MEMBER).map(move |replica| VNode {
+                    member: m.clone(),
+                    replica,
                 })
-                .collect(),
-        );
-        Self { ring, members: ids }
+            })
+            .collect();
+        // `hashring` places a vnode at `hash_one(vnode)` with the same hasher: the same points.
+        let mut points: Vec<(u64, u32)> = vnodes
+            .iter()
+            .map(|v| {
+                let at = ids.iter().position(|m| m == &v.member).unwrap_or(0);
+                (hasher.hash_one(v), at as u32)
+            })
+            .collect();
+        points.sort_unstable();
+        let mut ring = HashRing::with_hasher(hasher);
+        ring.batch_add(vnodes);
+        Self {
+            ring,
+            members: ids,
+            points,
+        }
+    }
+
+    /// The replicas of bucket `id`: the next `n` distinct members clockwise after its owner
+    /// (never the owner; fewer when the ring has fewer other members). Allocates: callers
+    /// group many buckets per call site, off the check path.
+    pub fn replicas(&self, id: u64, n: usize) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        let Some(owner) = self.owner(id) else {
+            return out;
+        };
+        let n = n.min(self.members.len().saturating_sub(1));
+        if n == 0 {
+            return out;
+        }
+        let key = self.ring_hasher().hash_one(IdKey(id));
+        // The owner is the first point at or after `key` (wrapping), as in `hashring::get`.
+        let start = self.points.partition_point(|&(p, _)| p < key);
+        let len = self.points.len();
+        for i in 0..len {
+            let m: &str = &self.members[self.points[(start + i) % len].1 as usize];
+            if m != owner && !out.contains(&m) {
+                out.push(m);
+                if out.len() == n {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn ring_hasher(&self) -> xxhash_rust::xxh3::Xxh3Builder {
+        xxhash_rust::xxh3::Xxh3Builder::new()
     }
 
     /// The owner of bucket `id`, or `None` for an empty ring.
@@ -141,6 +191,42 @@ mod tests {
             .map(|&id| ring.owner(id).unwrap_or_default().to_string())
             .collect();
         assert_eq!(owners, PINNED_OWNERS);
+    }
+
+    #[test]
+    fn replicas_are_the_next_distinct_members_after_the_owner() {
+        let five = Ring::new(["a", "b", "c", "d", "e"]);
+        let same = Ring::new(["e", "d", "c", "b", "a"]);
+        let mut firsts: HashMap<&str, u32> = HashMap::new();
+        for i in 0..5_000u64 {
+            let id = crate::identity::bucket_id(3, &i.to_string());
+            let owner = five.owner(id).unwrap_or_default();
+            let r = five.replicas(id, 2);
+            assert_eq!(r.len(), 2);
+            assert!(!r.contains(&owner), "{r:?} holds the owner {owner}");
+            assert_ne!(r[0], r[1]);
+            assert_eq!(r, same.replicas(id, 2), "stable");
+            // The first replica is the owner once the owner is gone: the ring's successor.
+            let without: Vec<&str> = ["a", "b", "c", "d", "e"]
+                .into_iter()
+                .filter(|m| *m != owner)
+                .collect();
+            assert_eq!(Ring::new(without).owner(id), Some(r[0]));
+            *firsts.entry(r[0]).or_default() += 1;
+            // Asking for more than there are: every other member, once.
+            assert_eq!(five.replicas(id, 9).len(), 4);
+            assert_eq!(five.replicas(id, 0), Vec::<&str>::new());
+        }
+        assert_eq!(firsts.len(), 5, "every member replicates some buckets");
+        let two = Ring::new(["a", "b"]);
+        let one = Ring::new(["a"]);
+        for id in [1u64, 2, 3, u64::MAX] {
+            let owner = two.owner(id).unwrap_or_default();
+            let other = if owner == "a" { "b" } else { "a" };
+            assert_eq!(two.replicas(id, 3), vec![other]);
+            assert!(one.replicas(id, 1).is_empty());
+        }
+        assert!(Ring::new(Vec::<String>::new()).replicas(1, 1).is_empty());
     }
 
     const PINNED_OWNERS: [&str; 4] = ["ringlimit-1", "ringlimit-0", "ringlimit-1", "ringlimit-1"];
