@@ -89,7 +89,12 @@ pub struct ServeArgs {
     /// Members after each bucket's owner on the ring that keep a copy of it (its changes are
     /// sent there, off the check path); the first of them takes over from the copy when the
     /// owner leaves the ring. 0: no replicas.
-    #[arg(long, env = "RINGLIMIT_REPLICAS", value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        env = "RINGLIMIT_REPLICAS",
+        value_name = "N",
+        default_value_t = 1
+    )]
     pub replicas: u32,
     /// Let other nodes join and talk to this one without `RINGLIMIT_CLUSTER_SECRET`. Anyone who
     /// can reach the peer port can then join the ring, rewrite rules, reset and replace buckets:

@@ -5,6 +5,11 @@
 //! resets and the fail-open share's buckets all go through its methods, and every change of an
 //! owner's bucket enters the store's change feed ([`Engine::follow`]) for a replica to copy.
 //! Shares are local buckets (`Kind::Local`): this node's alone, never replicated.
+//!
+//! Beside the store, the engine keeps the *copies*: other owners' buckets this node replicates
+//! (see `crate::replicas`), in a store of their own bounded by the same `--max-keys`. Copies
+//! never decide a check; they become this node's buckets when it becomes their owner
+//! ([`Engine::promote`], and on a check's first touch: see [`Engine::decide`]).
 
 use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
@@ -13,10 +18,11 @@ use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
-use ringlimit_core::store::{Change, Cursor, FeedError, Lagged, Store, StoreStats};
+use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, Store, StoreStats};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
 /// most, allocated only while followed). A follower that falls further behind copies the store
@@ -37,6 +43,10 @@ pub struct Prepared<'a> {
 /// Rules, buckets and time: everything one node needs to decide checks it owns.
 pub struct Engine {
     store: Store,
+    /// Other owners' buckets this node replicates (no feed: copies are not copied on).
+    copies: Store,
+    /// Whether a copy was ever kept: until then a check's miss does not look for one.
+    has_copies: AtomicBool,
     rules: ArcSwap<RuleSet>,
     clock: Arc<dyn Clock>,
 }
@@ -53,6 +63,8 @@ impl Engine {
     pub fn new(rules: RuleSet, max_keys: u64, clock: Arc<dyn Clock>) -> Self {
         Self {
             store: Store::with_feed(max_keys, FEED_ENTRIES),
+            copies: Store::new(max_keys),
+            has_copies: AtomicBool::new(false),
             rules: ArcSwap::from_pointee(rules),
             clock,
         }
@@ -147,9 +159,31 @@ impl Engine {
     }
 
     /// Decides a prepared check (see [`Engine::prepare`]) now.
+    ///
+    /// A bucket not held here starts from this node's copy of it when it has one: the ring
+    /// names this node the owner (checks come here) as soon as the view changes, and the
+    /// promotion pass that follows ([`Engine::promote`]) may not have run yet; a check in
+    /// between must not start the key from a full bucket. The copy is looked for only on a
+    /// miss (a bucket created), never on a hit.
     pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
-        let decision = self.store.check_now(id, rule, || self.clock.now(), cost);
+        let decision = self.store.check_seeded(
+            Kind::Replicated,
+            id,
+            rule,
+            || self.clock.now(),
+            cost,
+            || self.copy_of(id),
+        );
         answer(&decision, rule)
+    }
+
+    /// The copy of bucket `id`, taken out of the copies (see [`Engine::decide`]).
+    #[inline]
+    fn copy_of(&self, id: u64) -> Option<BucketState> {
+        if !self.has_copies.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.copies.take(id)
     }
 
     /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the
@@ -157,14 +191,27 @@ impl Engine {
     /// doubles a store check (60 vs 33 ns in `cargo bench -p ringlimit-core --bench store`,
     /// 100k keys), and one instant for a whole batch is what a batch means.
     pub fn decide_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
-        answer(&self.store.check(id, rule, now, cost), rule)
+        answer(&self.check_at(id, rule, cost, now), rule)
+    }
+
+    /// The store's check at `now`, a miss starting from a copy (see [`Engine::decide`]).
+    #[inline]
+    fn check_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> Decision {
+        self.store.check_seeded(
+            Kind::Replicated,
+            id,
+            rule,
+            || now,
+            cost,
+            || self.copy_of(id),
+        )
     }
 
     /// Decides at `now` a check that may have to give back its cost (all-or-nothing): the
     /// answer, and the mark of what it took (`None` when nothing was taken), for
     /// [`Engine::refund`].
     pub fn hold(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> (CheckAnswer, Option<Mark>) {
-        let d = self.store.check(id, rule, now, cost);
+        let d = self.check_at(id, rule, cost, now);
         (answer(&d, rule), taken(&d, cost, now))
     }
 
@@ -216,6 +263,51 @@ impl Engine {
     /// Calls `f` on every bucket held: what a follower that lagged copies again.
     pub fn for_each_bucket(&self, f: impl FnMut(u64, &BucketState)) {
         self.store.for_each(f);
+    }
+}
+
+/// Copies: other owners' buckets kept here as their replica.
+impl Engine {
+    /// Keeps the copy of bucket `id` its owner sent (its state there; `None`: the owner no
+    /// longer holds it, so neither does the copy).
+    pub fn keep_copy(&self, id: u64, state: Option<BucketState>, now: u64) {
+        match state {
+            Some(state) => {
+                self.has_copies.store(true, Ordering::Relaxed);
+                self.copies.put(id, state, now);
+            }
+            None => {
+                self.copies.take(id);
+            }
+        }
+    }
+
+    /// Copies held.
+    pub fn copy_count(&self) -> usize {
+        self.copies.len()
+    }
+
+    /// Bucket `id`'s copy, if held here.
+    pub fn peek_copy(&self, id: u64) -> Option<BucketState> {
+        self.copies.peek(id)
+    }
+
+    /// Moves the copies `pick` selects (those this node now owns) into the store at `now`,
+    /// merged with a bucket held there already (see `BucketState::absorb`: consumptions add,
+    /// so the result spends at least as much as either). Returns how many moved.
+    pub fn promote(&self, pick: impl FnMut(u64, &BucketState) -> bool, now: u64) -> usize {
+        let promoted = self.copies.take_if(pick);
+        let n = promoted.len();
+        for (id, state) in promoted {
+            self.store.absorb(id, state, now);
+        }
+        n
+    }
+
+    /// Drops the copies `pick` selects (those this node no longer replicates); returns how
+    /// many.
+    pub fn drop_copies(&self, pick: impl FnMut(u64, &BucketState) -> bool) -> usize {
+        self.copies.take_if(pick).len()
     }
 }
 

@@ -17,7 +17,10 @@
 //!   all-or-nothing; timing and counting.
 //! - [`admin`], [`lifecycle`] — beside the service: the admin API (rules, a key's state and
 //!   reset), the cluster and rules views and the metrics text; readiness, peers following
-//!   membership, handover on ring changes.
+//!   membership, handover and promotion of replica copies on ring changes.
+//! - [`replicas`] — beside the lifecycle: copies of this node's buckets sent to the next
+//!   `--replicas` members on the ring (following the engine's change feed), and promotion of
+//!   the copies a node comes to own.
 //! - [`routing`] — the node's side of core's coordinator (here, owner, fallback share), the
 //!   batch gate and the peer RPC timing.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per
@@ -54,6 +57,7 @@ pub(crate) mod log_gate;
 pub mod metrics;
 pub mod node;
 pub(crate) mod peers;
+pub(crate) mod replicas;
 pub(crate) mod routing;
 pub mod rules;
 pub(crate) mod service;

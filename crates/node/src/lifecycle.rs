@@ -1,10 +1,12 @@
 //! The node's lifecycle hooks, beside the check service: readiness, a peer client per alive
-//! member as membership changes, and handing buckets over when the ring changes. Driven by
+//! member as membership changes, and, when the ring changes, promoting the replica copies this
+//! node now owns and handing over the buckets it no longer owns. Driven by
 //! `node::run` (which follows membership); the edges read readiness.
 
 use crate::cluster::View;
 use crate::decide::Here;
 use crate::peers::Peers;
+use crate::replicas::ReplicaStats;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -16,16 +18,27 @@ pub struct Lifecycle {
     /// Buckets this node sent to their new owners after ring changes (exported by
     /// [`crate::peers::metrics::PeersCollector`], shown by the cluster view).
     handed_over: Arc<AtomicU64>,
+    /// `--replicas`, and what promotion counts.
+    replicas: usize,
+    replica_stats: Arc<ReplicaStats>,
 }
 
 impl Lifecycle {
     /// Not ready until [`Lifecycle::set_ready`].
-    pub fn new(here: Here, pool: Arc<Peers>, handed_over: Arc<AtomicU64>) -> Self {
+    pub fn new(
+        here: Here,
+        pool: Arc<Peers>,
+        handed_over: Arc<AtomicU64>,
+        replicas: usize,
+        replica_stats: Arc<ReplicaStats>,
+    ) -> Self {
         Self {
             here,
             pool,
             ready: AtomicBool::new(false),
             handed_over,
+            replicas,
+            replica_stats,
         }
     }
 
@@ -42,6 +55,22 @@ impl Lifecycle {
     /// Keeps a client per alive member (called on every membership change).
     pub fn follow_members(&self, view: &View) {
         self.pool.sync(view);
+    }
+
+    /// Makes the replica copies this node owns under `view` its buckets, and drops those it no
+    /// longer replicates (called when the ring changed, before [`Lifecycle::hand_over`]; see
+    /// [`crate::replicas::promote`]); returns how many were promoted.
+    pub fn promote(&self, view: &View) -> usize {
+        let done = crate::replicas::promote::promote(
+            view,
+            self.here.engine(),
+            self.replicas,
+            self.here.now(),
+        );
+        self.replica_stats
+            .promoted
+            .fetch_add(done.promoted as u64, Ordering::Relaxed);
+        done.promoted
     }
 
     /// Hands the buckets this node no longer owns under `view` to their new owners (called

@@ -375,7 +375,13 @@ pub async fn run(
         server: server.stats.clone(),
         handed_over: handed_over.clone(),
     });
+    let view_cell = view.clone();
     metrics.register(crate::cluster::metrics::MembersCollector(view));
+    let replica_stats = Arc::new(crate::replicas::ReplicaStats::default());
+    metrics.register(crate::replicas::ReplicaCollector {
+        stats: replica_stats.clone(),
+        engine: engine.clone(),
+    });
     metrics.register(crate::global::metrics::GlobalCollector(global.clone()));
     metrics.register(GossipCollector(gossip_stats));
     metrics.register(ConnCollector {
@@ -411,9 +417,25 @@ pub async fn run(
         book: book.clone(),
         handed_over: handed_over.clone(),
     }));
-    let lifecycle = Arc::new(Lifecycle::new(here, pool, handed_over));
+    let lifecycle = Arc::new(Lifecycle::new(
+        here,
+        pool.clone(),
+        handed_over,
+        config.replicas,
+        replica_stats.clone(),
+    ));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
+    tasks.spawn(
+        crate::replicas::sender::Sender {
+            engine: engine.clone(),
+            peers: pool,
+            view: view_cell.clone(),
+            replicas: config.replicas,
+            stats: replica_stats,
+        }
+        .run(),
+    );
     match listeners.peer {
         PeerListener::Tcp(l) => tasks.spawn(server.run(l)),
         PeerListener::Memory(l) => tasks.spawn(server.run(l)),
@@ -601,7 +623,10 @@ async fn track_view(
         if view.ring.members() != ring_members.as_slice() {
             ring_members = view.ring.members().to_vec();
             changed_at = now;
-            // Ownership moved: send the buckets that moved away to their new owners.
+            // Ownership moved: copies of buckets this node now owns become its own (at once,
+            // before anything else here waits), then the buckets that moved away go to their
+            // new owners.
+            lifecycle.promote(&view);
             let (lifecycle, view) = (lifecycle.clone(), view.clone());
             tokio::spawn(async move { lifecycle.hand_over(&view).await });
         }

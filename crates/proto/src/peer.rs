@@ -92,6 +92,12 @@ pub enum Frame {
     /// Client → server, version 3 on: groups of checks to decide where they land, each saying
     /// its kind (see [`GroupKind`]). Answered by an `Answers` frame.
     Checks(Vec<CheckGroup>),
+    /// Client → server: copies of buckets the sender owns, for the server to keep as their
+    /// replica (the next member after the owner on the ring): each bucket's state now, or
+    /// `None` when the owner no longer holds it. Answered by `ReplicateAck`.
+    Replicate { buckets: Vec<ReplicaBucket> },
+    /// Server → client: how many copies were kept (or dropped, for `None` states).
+    ReplicateAck { kept: u64 },
 }
 
 /// One node incarnation's counts, as relayed by another node in a
@@ -146,6 +152,14 @@ pub struct HandedBucket {
     /// The bucket's identity (see [`crate::identity`]).
     pub id: u64,
     pub state: WireState,
+}
+
+/// One bucket's copy sent to its replica: its state at the owner, or `None` when the owner
+/// no longer holds it (reset, handed over, evicted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaBucket {
+    pub id: u64,
+    pub state: Option<WireState>,
 }
 
 /// A bucket's state on the wire (times are ns since the Unix epoch on the sender's clock).
@@ -360,6 +374,8 @@ impl Frame {
             Frame::Refunds(_) => "refunds",
             Frame::GlobalCounts { .. } => "global_counts",
             Frame::GlobalCountsOf { .. } => "global_counts_of",
+            Frame::Replicate { .. } => "replicate",
+            Frame::ReplicateAck { .. } => "replicate_ack",
         }
     }
 }
@@ -437,6 +453,24 @@ mod tests {
         // Appended variants: an existing frame's tag is unchanged.
         let ack = Frame::HandoverAck { merged: 1 }.encode().expect("encode");
         assert_eq!(ack[0], 8);
+        let replicate = Frame::Replicate {
+            buckets: vec![
+                ReplicaBucket {
+                    id: 3,
+                    state: Some(WireState::Fixed { end: 9, count: 2 }),
+                },
+                ReplicaBucket { id: 4, state: None },
+            ],
+        };
+        let bytes = replicate.encode().expect("encode");
+        assert_eq!(Frame::decode(&bytes).expect("decode"), replicate);
+        assert_eq!(bytes[0], 15, "appended after Checks (14)");
+        let ack = Frame::ReplicateAck { kept: 2 };
+        let bytes = ack.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (ack, 16)
+        );
     }
 
     /// Version 3 says a group's kind in a field; version 2's frame (tag 5, kind in the id's

@@ -244,6 +244,23 @@ impl Store {
         now: impl FnOnce() -> u64,
         cost: u64,
     ) -> Decision {
+        self.check_seeded(kind, id, rule, now, cost, || None)
+    }
+
+    /// [`Store::check_as`] starting a bucket that is not held from `seed`'s state, when it has
+    /// one, instead of a full bucket (a node's copy of a bucket whose owner it becomes: see the
+    /// node's replicas). `seed` is called only when the bucket is not held, under its shard's
+    /// lock; a seeded bucket is kept whatever the decision (it carries what was spent).
+    #[inline]
+    pub fn check_seeded(
+        &self,
+        kind: Kind,
+        id: u64,
+        rule: &Rule,
+        now: impl FnOnce() -> u64,
+        cost: u64,
+        seed: impl FnOnce() -> Option<BucketState>,
+    ) -> Decision {
         let shard = self.shard(id);
         shard.prefetch(id);
         let now = now();
@@ -263,9 +280,11 @@ impl Store {
                 (decision, evicted)
             }
             None => {
-                let mut state = BucketState::fresh(rule);
+                let seeded = seed();
+                let kept = seeded.is_some();
+                let mut state = seeded.unwrap_or_else(|| BucketState::fresh(rule));
                 let decision = state.decide(rule, now, cost);
-                let evicted = if decision.allowed && cost > 0 {
+                let evicted = if kept || (decision.allowed && cost > 0) {
                     let local = kind == Kind::Local;
                     let evicted =
                         shard.insert(table, id, state, local, now, |gone| rec.changed(gone));
@@ -362,6 +381,32 @@ impl Store {
         }
         drop(locked);
         self.record(evicted);
+    }
+
+    /// Sets bucket `id` to `state`, replacing what was held (a replica's copy of its owner's
+    /// bucket: the owner's state is the truth, merging would count twice). A bucket new here
+    /// is [`Kind::Replicated`].
+    pub fn put(&self, id: u64, state: BucketState, now: u64) {
+        let shard = self.shard(id);
+        let mut locked = shard.locked.lock();
+        let Locked { table, feed } = &mut *locked;
+        let mut rec = self.recorder(feed);
+        let evicted = shard.insert(table, id, state, false, now, |gone| rec.changed(gone));
+        rec.changed(id);
+        drop(locked);
+        self.record(evicted);
+    }
+
+    /// Removes bucket `id` and returns its state, if held.
+    pub fn take(&self, id: u64) -> Option<BucketState> {
+        let mut locked = self.shard(id).locked.lock();
+        let Locked { table, feed } = &mut *locked;
+        let mut rec = self.recorder(feed);
+        let removed = table.remove(id)?;
+        if !removed.local {
+            rec.changed(id);
+        }
+        Some(removed.state)
     }
 
     /// Gives back `cost` to bucket `id`, taken by the admission whose decision's `reset_ns`

@@ -17,8 +17,10 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
 use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
-use ringlimit_core::link::{SessionError, Sessions};
-use ringlimit_proto::peer::{Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund};
+use ringlimit_core::link::{Session, SessionError, Sessions};
+use ringlimit_proto::peer::{
+    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, ReplicaBucket,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +30,9 @@ use std::time::Duration;
 const BUCKETS_PER_FRAME: usize = 2_000;
 /// How long a member may take to merge one handover frame.
 const HANDOVER_ACK_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long a replica may take to keep one frame of copies.
+const REPLICATE_ACK_WITHIN: Duration = Duration::from_secs(1);
 
 /// A facade's clients as one runtime holds them.
 struct LocalPeers {
@@ -52,6 +57,40 @@ pub struct Peers {
     cut_off: AtomicBool,
     /// Connections of their own (handover, reset, global counts).
     sessions: Sessions,
+}
+
+/// One replica member's connection of its own (see [`Peers::replica_link`]).
+pub struct ReplicaLink(Session);
+
+impl ReplicaLink {
+    /// The member's address.
+    pub fn addr(&self) -> &str {
+        self.0.addr()
+    }
+
+    /// Sends `buckets` (at most [`BUCKETS_PER_FRAME`] a frame), each frame acknowledged before
+    /// the next; returns the frames sent. On an error the connection is dropped (the next call
+    /// makes a new one) and the caller resends what it cannot know arrived.
+    pub async fn replicate(&mut self, buckets: &[ReplicaBucket]) -> Result<u64, SessionError> {
+        let mut frames = 0;
+        for chunk in buckets.chunks(BUCKETS_PER_FRAME) {
+            let frame = Frame::Replicate {
+                buckets: chunk.to_vec(),
+            };
+            match self.0.request(&frame, REPLICATE_ACK_WITHIN).await {
+                Ok(Frame::ReplicateAck { .. }) => frames += 1,
+                Ok(other) => {
+                    self.0.close();
+                    return Err(SessionError::Unexpected(other.kind()));
+                }
+                Err(e) => {
+                    self.0.close();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(frames)
+    }
 }
 
 /// One member's link for checks: what [`Peers::owner_client`] finds, with a typed method per
@@ -163,6 +202,12 @@ impl Peers {
             }
         }
         Ok(merged)
+    }
+
+    /// A connection of its own to the member at `addr` for sending it copies of this node's
+    /// buckets (see [`ReplicaLink::replicate`]); kept by the sender across frames.
+    pub fn replica_link(&self, addr: &str) -> ReplicaLink {
+        ReplicaLink(self.sessions.open(addr))
     }
 
     /// Asks the member at `addr` to drop the buckets `ids`; returns how many it held.

@@ -7,7 +7,7 @@
 //!   ([`PeersHandle`], one per runtime, passed explicitly), and a typed method per message.
 //! - [`server`] — accepts peers, runs the handshake, checks what only members may send, and
 //!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
-//!   `handover.rs`, `reset.rs`, `global_counts.rs`).
+//!   `handover.rs`, `replicate.rs`, `reset.rs`, `global_counts.rs`).
 //! - [`logins`] — places for connections still in their handshake.
 //! - [`metrics`] — the facade's and the server's counters as metrics.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
@@ -21,11 +21,11 @@
 //! | refunds | [`Peer::refund`] | `server/refunds.rs` |
 //! | ping (an empty check group) | [`Peer::ping`], [`Peers::ping_all`] | `server/checks.rs` |
 //! | handover | [`Peers::hand_over`] | `server/handover.rs` |
+//! | replicate (copies of an owner's buckets) | [`Peers::replica_link`], [`ReplicaLink::replicate`] | `server/replicate.rs` |
 //! | reset | [`Peers::reset`] | `server/reset.rs` |
 //! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
 //!
-//! A new message (the next two: *replicate* a bucket's changes to its ring successor, and
-//! *lease*) is three pieces:
+//! A new message (the next: *lease*) is three pieces (*replicate* is the latest example):
 //! 1. a frame variant (and its answer's) appended to `ringlimit_proto::peer::Frame` (appended:
 //!    the tags of older variants must not move), with a round-trip test there;
 //! 2. a typed method on [`Peers`] (a connection of its own, through
@@ -43,5 +43,5 @@ pub mod reach;
 pub mod reset;
 pub mod server;
 
-pub use facade::{Peer, Peers, PeersHandle};
+pub use facade::{Peer, Peers, PeersHandle, ReplicaLink};
 pub use server::{PeerServer, Relay, ServerSettings};

@@ -16,6 +16,7 @@ mod checks;
 mod global_counts;
 mod handover;
 mod refunds;
+mod replicate;
 mod reset;
 
 use super::PeersHandle;
@@ -259,6 +260,7 @@ impl PeerServer {
                 }
                 Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
                 Frame::Handover(buckets) => Some(self.handover(buckets)),
+                Frame::Replicate { buckets } => Some(self.replicate(buckets)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;

@@ -21,6 +21,9 @@
 //! - `batches`: concurrent checks for one owner in one frame; large local batches that let single
 //!   checks through and decide in turn.
 //! - `buckets`: a bucket handed to its new owner on a ring change; a reset on every member.
+//! - `replicas`: an owner killed after its keys' limits are used up: the new owner promotes
+//!   its copies and keeps denying (token bucket, fixed window); a restarted owner gets them
+//!   back by handover; `--replicas 0` as before.
 //! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
 //!   algorithm untouched, shadow, global and fail-closed rules, an unreachable owner's share.
 
@@ -36,6 +39,8 @@ mod cluster;
 mod forwarding;
 #[cfg(test)]
 mod global;
+#[cfg(test)]
+mod replicas;
 #[cfg(test)]
 mod rolling;
 

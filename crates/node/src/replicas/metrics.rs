@@ -1,0 +1,92 @@
+//! The replicas' counters as metrics, read at scrape time.
+
+use crate::engine::Engine;
+use crate::metrics::sharded::ShardedHistogram;
+use crate::metrics::{Kind, encode_one, load};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// Lag bounds, in seconds: the sender drains every few milliseconds and a frame's ack takes a
+/// round trip, so most copies land within 10 ms; the long tail is a slow or failing replica.
+const LAG_BUCKETS: [f64; 12] = [
+    0.5e-3, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5,
+];
+
+/// What the sender and promotion count.
+#[derive(Debug)]
+pub struct ReplicaStats {
+    /// From a change drained from the feed to its frame's ack.
+    pub lag: ShardedHistogram,
+    /// Bucket copies sent and acknowledged.
+    pub replicated: AtomicU64,
+    /// `Replicate` frames sent and acknowledged.
+    pub frames: AtomicU64,
+    /// Copies that became this node's buckets when it became their owner.
+    pub promoted: AtomicU64,
+}
+
+impl Default for ReplicaStats {
+    fn default() -> Self {
+        Self {
+            lag: ShardedHistogram::new(LAG_BUCKETS),
+            replicated: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+            promoted: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The replicas' stats and the copies the engine holds.
+pub struct ReplicaCollector {
+    pub stats: Arc<ReplicaStats>,
+    pub engine: Arc<Engine>,
+}
+
+impl std::fmt::Debug for ReplicaCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplicaCollector")
+    }
+}
+
+impl Collector for ReplicaCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.stats;
+        s.lag.encode(e.encode_descriptor(
+            "replication_lag_seconds",
+            "Time from a bucket's change read from the change feed to its replica's ack.",
+            None,
+            MetricType::Histogram,
+        )?)?;
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "replica_buckets",
+            "Copies of other owners' buckets kept by this node as their replica.",
+            self.engine.copy_count() as u64,
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "replicated_buckets",
+            "Bucket copies sent to replicas and acknowledged.",
+            load(&s.replicated),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "replication_frames",
+            "Replicate frames sent to replicas and acknowledged.",
+            load(&s.frames),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "promoted_buckets",
+            "Copies that became this node's buckets when it became their owner.",
+            load(&s.promoted),
+        )
+    }
+}

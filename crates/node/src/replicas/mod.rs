@@ -1,0 +1,29 @@
+//! Replicas: each owner's buckets copied to the next `--replicas N` members after it on the
+//! ring, so that the member that takes a dead owner's keys over starts from their copies, not
+//! from full buckets.
+//!
+//! Primary-backup, asynchronous: a check is answered before its change is copied (the sender
+//! follows the store's change feed, off the check path), so what the owner decided in the last
+//! drain interval before it died may be missing from the copy (see [`promote`] for what that
+//! charges).
+//!
+//! # Layout
+//! - [`sender`] — follows the engine's change feed and sends each replica member its buckets'
+//!   changes (`Frame::Replicate`, acknowledged); the whole store again after a lag or a ring
+//!   change. The receiving side is `peers/server/replicate.rs`.
+//! - [`promote`] — on a ring change: copies this node now owns become its buckets; copies it
+//!   no longer replicates are dropped.
+//! - [`metrics`] — lag, frames, copies and promotions as metrics.
+
+pub mod metrics;
+pub mod promote;
+pub mod sender;
+
+use ringlimit_proto::Ring;
+
+pub use metrics::{ReplicaCollector, ReplicaStats};
+
+/// Whether member `me` keeps a copy of bucket `id` under `ring` with `n` replicas.
+pub fn replicates(ring: &Ring, id: u64, n: usize, me: &str) -> bool {
+    n > 0 && ring.replicas(id, n).contains(&me)
+}

@@ -1,0 +1,176 @@
+//! The replica sender: follows the engine's change feed and sends each replica member copies
+//! of the changed buckets this node owns, off the check path (a check is answered before its
+//! change is read here).
+//!
+//! Every [`DRAIN_EVERY`] it drains the feed (coalesced: a bucket written a thousand times
+//! between two drains is sent once, in its state at the drain), groups the buckets by replica
+//! member under the current view (`Ring::replicas`), and sends each member one acknowledged
+//! `Replicate` exchange (frames bounded like handover's). A member is sent the whole store
+//! again (its share of it) when the feed overran ([`ringlimit_core::store::Lagged`]), when the
+//! ring's members changed (replica sets moved), when it is new, and after a failed exchange
+//! (what it got is unknown); a member that failed is left alone for [`RETRY_AFTER`], so that a
+//! dead member does not hold up the others.
+
+use super::ReplicaStats;
+use crate::cluster::View;
+use crate::engine::Engine;
+use crate::peers::{Peers, ReplicaLink};
+use arc_swap::ArcSwap;
+use ringlimit_core::limiter::BucketState;
+use ringlimit_core::store::Change;
+use ringlimit_proto::peer::ReplicaBucket;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often the feed is drained: the lag a copy may have before it is even sent, so the
+/// window a dead owner's last admissions may be missing from its copies (see
+/// [`super::promote`]). A drain with nothing changed costs a pass over the shards' heads.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
+/// How long a member whose exchange failed is left alone before it is tried again (with the
+/// whole store).
+pub const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// What the sender needs.
+pub struct Sender {
+    pub engine: Arc<Engine>,
+    pub peers: Arc<Peers>,
+    pub view: Arc<ArcSwap<View>>,
+    /// `--replicas`: members after the owner that keep a copy.
+    pub replicas: usize,
+    pub stats: Arc<ReplicaStats>,
+}
+
+/// One replica member as the sender keeps it.
+struct Target {
+    link: ReplicaLink,
+    /// Send it the whole store (its share) next.
+    resend: bool,
+    /// Left alone until then after a failure.
+    retry_at: Instant,
+}
+
+impl Sender {
+    /// Runs until the task is dropped; returns at once with `--replicas 0` or a store without
+    /// a feed.
+    pub async fn run(self) {
+        if self.replicas == 0 {
+            return;
+        }
+        let Ok(mut cursor) = self.engine.follow() else {
+            return;
+        };
+        let mut targets: HashMap<Arc<str>, Target> = HashMap::new();
+        let mut members: Vec<Arc<str>> = Vec::new();
+        let mut changes: Vec<Change> = Vec::new();
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let view = self.view.load_full();
+            let mut resend_all = false;
+            if view.ring.members() != members.as_slice() {
+                members = view.ring.members().to_vec();
+                resend_all = true;
+            }
+            changes.clear();
+            if self.engine.changes(&mut cursor, &mut changes).is_err() {
+                tracing::debug!("replica sender fell behind the change feed; resending");
+                resend_all = true;
+            }
+            let drained_at = Instant::now();
+            self.sync_targets(&view, &mut targets, resend_all);
+            let batches = self.batches(&view, &changes, &mut targets, drained_at);
+            for (member, buckets) in batches {
+                let Some(target) = targets.get_mut(&member) else {
+                    continue;
+                };
+                match target.link.replicate(&buckets).await {
+                    Ok(frames) => {
+                        target.resend = false;
+                        let s = &self.stats;
+                        s.frames.fetch_add(frames, Ordering::Relaxed);
+                        s.replicated
+                            .fetch_add(buckets.len() as u64, Ordering::Relaxed);
+                        s.lag.observe(drained_at.elapsed().as_secs_f64());
+                    }
+                    Err(e) => {
+                        tracing::debug!(%member, error = %e, "replicating failed; retrying with the whole store");
+                        target.resend = true;
+                        target.retry_at = Instant::now() + RETRY_AFTER;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps a target per alive member other than this node (a new one, or one whose address
+    /// changed, starts with the whole store).
+    fn sync_targets(&self, view: &View, targets: &mut HashMap<Arc<str>, Target>, resend_all: bool) {
+        targets.retain(|m, t| view.peer_addrs.get(m).is_some_and(|a| a == t.link.addr()));
+        for (member, addr) in &view.peer_addrs {
+            if **member == *view.self_id {
+                continue;
+            }
+            let t = targets.entry(member.clone()).or_insert_with(|| Target {
+                link: self.peers.replica_link(addr),
+                resend: true,
+                retry_at: Instant::now(),
+            });
+            t.resend |= resend_all;
+        }
+    }
+
+    /// What each member is sent now: the drained `changes` of buckets this node owns, grouped
+    /// by replica member, or its share of the whole store when it is due a resend. Members
+    /// left alone after a failure get nothing (they are due a resend anyway).
+    fn batches(
+        &self,
+        view: &View,
+        changes: &[Change],
+        targets: &mut HashMap<Arc<str>, Target>,
+        now: Instant,
+    ) -> HashMap<Arc<str>, Vec<ReplicaBucket>> {
+        let ring = &view.ring;
+        let me = &*view.self_id;
+        let mut out: HashMap<Arc<str>, Vec<ReplicaBucket>> = HashMap::new();
+        let due = |m: &str, targets: &HashMap<Arc<str>, Target>| {
+            targets
+                .get(m)
+                .filter(|t| t.retry_at <= now)
+                .map(|t| t.resend)
+        };
+        let mut add = |id: u64, state: Option<&BucketState>, full: bool| {
+            if ring.owner(id) != Some(me) {
+                return;
+            }
+            for m in ring.replicas(id, self.replicas) {
+                // Incremental changes to members not due a resend; the whole store to those due.
+                if due(m, targets) == Some(full)
+                    && let Some(key) = targets.get_key_value(m).map(|(k, _)| k.clone())
+                {
+                    out.entry(key).or_default().push(ReplicaBucket {
+                        id,
+                        state: state.map(BucketState::to_wire),
+                    });
+                }
+            }
+        };
+        for ch in changes {
+            add(ch.id, ch.state.as_ref(), false);
+        }
+        if targets.values().any(|t| t.resend && t.retry_at <= now) {
+            self.engine
+                .for_each_bucket(|id, st| add(id, Some(st), true));
+            // A member due a resend with nothing to resend is up to date now.
+            for (m, t) in targets.iter_mut() {
+                if t.resend && t.retry_at <= now && !out.contains_key(m) {
+                    t.resend = false;
+                }
+            }
+        }
+        out
+    }
+}

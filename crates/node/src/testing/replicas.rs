@@ -1,0 +1,137 @@
+//! Replicas on whole nodes in memory: an owner killed (SIGKILL) after its keys' limits are
+//! used up; once the survivors drop it from their rings, the new owner of its keys (its ring
+//! successor, which kept their copies) decides them from the copies, not from full buckets:
+//! they stay denied. A restarted owner gets its buckets back by handover; `--replicas 0` is the
+//! behaviour before replicas (the new owner starts afresh).
+
+use super::Cluster;
+use crate::engine::Engine;
+use crate::rules::{RuleSet, RuleSpec};
+use ringlimit_core::clock::ManualClock;
+use ringlimit_proto::{Algorithm, InlineRule, Ring};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LIMIT: u64 = 5;
+const PERIOD_MS: u64 = 3_600_000;
+const IDS: [&str; 3] = ["n0", "n1", "n2"];
+const KEYS: usize = 10;
+
+fn check(key: &str, algorithm: Algorithm) -> Value {
+    json!({ "key": key, "limit": LIMIT, "period_ms": PERIOD_MS, "algorithm": algorithm.to_string() })
+}
+
+/// Waits until node `id` has dropped `member` from its ring (`ring` members left).
+async fn wait_out_of_ring(c: &Cluster, id: &str, member: &str, ring: u64) {
+    c.wait(&format!("{id} drops {member} from its ring"), || async {
+        let view = c.view(id).await;
+        c.state_of(id, member).await.as_deref() != Some("alive") && view["ring_members"] == ring
+    })
+    .await;
+}
+
+/// Uses up the limits of `KEYS` keys owned by n2 through n0 (forwarded to n2), kills n2, waits
+/// until n0 and n1 drop it; returns the keys and how many checks of each the survivors
+/// admitted afterwards (each key checked `LIMIT` times through each survivor).
+async fn kill_owner_of_used_up_keys(c: &mut Cluster, algorithm: Algorithm) -> (Vec<String>, u64) {
+    c.wait_all_alive(&IDS).await;
+    let keys = owned_by_n2(algorithm);
+    for k in &keys {
+        for _ in 0..LIMIT {
+            let s = c.seen("n0", &check(k, algorithm)).await;
+            assert!(s.allowed && !s.degraded, "{k}");
+        }
+        assert!(!c.seen("n0", &check(k, algorithm)).await.allowed, "{k}");
+    }
+    // The copies reach the replicas within a few drains (virtual time).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.kill("n2").await;
+    for id in ["n0", "n1"] {
+        wait_out_of_ring(c, id, "n2", 2).await;
+    }
+    let mut admitted = 0;
+    for k in &keys {
+        for id in ["n0", "n1"] {
+            for _ in 0..LIMIT {
+                let s = c.seen(id, &check(k, algorithm)).await;
+                assert!(!s.degraded, "{k} answered degraded after the ring change");
+                admitted += u64::from(s.allowed);
+            }
+        }
+    }
+    (keys, admitted)
+}
+
+/// `KEYS` keys whose bucket (limit `LIMIT` per `PERIOD_MS` under `algorithm`) n2 owns on the
+/// ring of all three.
+fn owned_by_n2(algorithm: Algorithm) -> Vec<String> {
+    let engine = Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0)));
+    let ring = Ring::new(IDS);
+    let rule = InlineRule {
+        limit: LIMIT,
+        period_ms: PERIOD_MS,
+        algorithm,
+        burst: None,
+    };
+    (0..)
+        .map(|i| format!("{algorithm}:{i}"))
+        .filter(|k| {
+            let (_, id) = engine
+                .prepare(k, RuleSpec::Inline(rule), 1)
+                .expect("a valid check");
+            ring.owner(id) == Some("n2")
+        })
+        .take(KEYS)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_killed_owners_used_up_keys_stay_denied_at_the_new_owner() {
+    for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
+        let mut c = Cluster::start(3, |_| {}).await;
+        let (keys, admitted) = kill_owner_of_used_up_keys(&mut c, algorithm).await;
+        assert_eq!(admitted, 0, "{algorithm}: the new owner admitted again");
+        let promoted: u64 = [
+            c.metric("n0", "ringlimit_promoted_buckets_total").await,
+            c.metric("n1", "ringlimit_promoted_buckets_total").await,
+        ]
+        .iter()
+        .sum();
+        assert!(
+            promoted >= keys.len() as u64,
+            "{algorithm}: {promoted} promoted"
+        );
+        assert!(c.metric("n0", "ringlimit_replicated_buckets_total").await > 0);
+        assert!(c.metric("n0", "ringlimit_replication_frames_total").await > 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_owner_gets_its_buckets_back_by_handover() {
+    let mut c = Cluster::start(3, |_| {}).await;
+    let (keys, admitted) = kill_owner_of_used_up_keys(&mut c, Algorithm::TokenBucket).await;
+    assert_eq!(admitted, 0);
+    c.restart("n2").await;
+    c.wait_all_alive(&IDS).await;
+    for k in &keys {
+        for id in IDS {
+            let s = c.seen(id, &check(k, Algorithm::TokenBucket)).await;
+            assert!(!s.allowed && !s.degraded, "{k} through {id}");
+        }
+    }
+    assert!(c.buckets("n2").await >= keys.len() as u64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_replicas_the_new_owner_starts_afresh() {
+    let mut c = Cluster::start(3, |config| config.replicas = 0).await;
+    let (keys, admitted) = kill_owner_of_used_up_keys(&mut c, Algorithm::TokenBucket).await;
+    // Today's behaviour, which replicas fix: the limit again, on every key.
+    assert_eq!(admitted, LIMIT * keys.len() as u64);
+    assert_eq!(c.metric("n1", "ringlimit_replica_buckets").await, 0);
+    assert_eq!(
+        c.metric("n0", "ringlimit_replicated_buckets_total").await,
+        0
+    );
+}
