@@ -419,4 +419,43 @@ mod tests {
         assert_eq!(e.bucket_count(), 0);
         e.unfollow(c);
     }
+
+    #[test]
+    fn copies_decide_nothing_until_promoted_or_first_touched() {
+        let (e, rule) = engine();
+        let mut c = e.follow().expect("a feed");
+        // A used-up bucket at its owner, copied here (twice: the owner's state replaces).
+        let (used, spent) = (1, 2);
+        let owner = Engine::new(RuleSet::builtin(), 100, Arc::new(ManualClock::new(T0)));
+        for _ in 0..10 {
+            owner.decide_at(used, &rule, 1, T0);
+            owner.decide_at(spent, &rule, 1, T0);
+        }
+        e.keep_copy(used, owner.peek(used), T0);
+        e.keep_copy(used, owner.peek(used), T0);
+        e.keep_copy(spent, owner.peek(spent), T0);
+        e.keep_copy(3, owner.peek(3), T0);
+        assert_eq!((e.copy_count(), e.bucket_count()), (2, 0));
+        assert_eq!(changed(&e, &mut c), vec![], "copies are not copied on");
+
+        // A check before promotion starts from the copy, not from a full bucket.
+        assert!(!e.decide_at(used, &rule, 1, T0).allowed);
+        assert_eq!((e.copy_count(), e.bucket_count()), (1, 1));
+        assert_eq!(
+            changed(&e, &mut c),
+            vec![(used, true)],
+            "the new owner's bucket"
+        );
+
+        // Promotion merges with a bucket held already (here unspent): consumptions add.
+        e.take_in(spent, BucketState::Gcra { tat: T0 }, T0);
+        e.keep_copy(4, owner.peek(used), T0);
+        assert_eq!(e.promote(|id, _| id == spent, T0), 1);
+        assert!(!e.decide_at(spent, &rule, 1, T0).allowed);
+        assert_eq!(e.drop_copies(|id, _| id == 4), 1);
+        e.keep_copy(5, owner.peek(used), T0);
+        e.keep_copy(5, None, T0);
+        assert_eq!(e.copy_count(), 0);
+        e.unfollow(c);
+    }
 }

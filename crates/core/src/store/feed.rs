@@ -332,6 +332,37 @@ mod tests {
     }
 
     #[test]
+    fn puts_takes_and_seeded_checks_enter_the_feed() {
+        let s = one_shard(10, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        let mut seq = 0;
+        let used = BucketState::Gcra {
+            tat: T0 + 1000 * MS,
+        };
+        s.put(id(1), used.clone(), T0);
+        s.put(id(1), used.clone(), T0);
+        assert_eq!(drain(&s, &mut c).len(), 1, "coalesced");
+        seq += 2;
+        assert_eq!(s.take(id(1)), Some(used.clone()));
+        assert_eq!(one(&s, &mut c, &mut seq), (id(1), false));
+        assert_eq!(s.take(id(1)), None);
+        // A seeded bucket is kept even when the check is denied (it carries what was spent).
+        let d = s.check_seeded(Kind::Replicated, id(2), &r, || T0, 1, || Some(used.clone()));
+        assert!(!d.allowed);
+        assert_eq!(one(&s, &mut c, &mut seq), (id(2), true));
+        // The seed is asked only on a miss.
+        s.check_seeded(
+            Kind::Replicated,
+            id(2),
+            &r,
+            || T0,
+            1,
+            || unreachable!("held"),
+        );
+    }
+
+    #[test]
     fn a_store_without_a_feed_cannot_be_followed() {
         assert_eq!(Store::new(100).follow(), Err(FeedError::Off));
     }
