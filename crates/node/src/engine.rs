@@ -13,6 +13,7 @@
 
 use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::Clock;
@@ -21,6 +22,7 @@ use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, Store, StoreStats};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -47,6 +49,11 @@ pub struct Engine {
     copies: Store,
     /// Whether a copy was ever kept: until then a check's miss does not look for one.
     has_copies: AtomicBool,
+    /// Buckets promoted from copies since the last promotion pass. Their previous owner may
+    /// still hand them over (a graceful leave: its handover can arrive after this node saw
+    /// the ring change and promoted its copy); the handed state is then another reading of
+    /// the same history, and overlaps the promoted one instead of adding to it.
+    promoted: Mutex<HashSet<u64>>,
     rules: ArcSwap<RuleSet>,
     clock: Arc<dyn Clock>,
 }
@@ -65,6 +72,7 @@ impl Engine {
             store: Store::with_feed(max_keys, FEED_ENTRIES),
             copies: Store::new(max_keys),
             has_copies: AtomicBool::new(false),
+            promoted: Mutex::new(HashSet::new()),
             rules: ArcSwap::from_pointee(rules),
             clock,
         }
@@ -183,7 +191,9 @@ impl Engine {
         if !self.has_copies.load(Ordering::Relaxed) {
             return None;
         }
-        self.copies.take(id)
+        let copy = self.copies.take(id)?;
+        self.promoted.lock().insert(id);
+        Some(copy)
     }
 
     /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the
@@ -241,7 +251,17 @@ impl Engine {
 
     /// Merges bucket `id` handed over by its previous owner (or put back after a failed
     /// handover) at `now`.
+    ///
+    /// A handed bucket supersedes this node's copy of it (the copy is an older reading of the
+    /// same history), and overlaps a bucket promoted from that copy (see `promoted`).
     pub fn take_in(&self, id: u64, state: BucketState, now: u64) {
+        if self.has_copies.load(Ordering::Relaxed) {
+            self.copies.take(id);
+            if self.promoted.lock().remove(&id) {
+                self.store.overlap(id, state, now);
+                return;
+            }
+        }
         self.store.absorb(id, state, now);
     }
 
@@ -298,8 +318,12 @@ impl Engine {
     pub fn promote(&self, pick: impl FnMut(u64, &BucketState) -> bool, now: u64) -> usize {
         let promoted = self.copies.take_if(pick);
         let n = promoted.len();
+        let mut set = self.promoted.lock();
+        // A pass forgets the previous one's: a handover is sent at once on a ring change.
+        set.clear();
         for (id, state) in promoted {
             self.store.absorb(id, state, now);
+            set.insert(id);
         }
         n
     }
@@ -447,11 +471,25 @@ mod tests {
             "the new owner's bucket"
         );
 
-        // Promotion merges with a bucket held already (here unspent): consumptions add.
-        e.take_in(spent, BucketState::Gcra { tat: T0 }, T0);
+        // Promotion merges with a bucket held already (one decided here while views
+        // disagreed; here unspent): consumptions add.
+        e.store.absorb(spent, BucketState::Gcra { tat: T0 }, T0);
         e.keep_copy(4, owner.peek(used), T0);
         assert_eq!(e.promote(|id, _| id == spent, T0), 1);
         assert!(!e.decide_at(spent, &rule, 1, T0).allowed);
+        assert_eq!(e.peek(spent), owner.peek(spent));
+        // Its previous owner's handover, arriving after the promotion, is the same history:
+        // it overlaps (the larger wins) instead of counting the copy twice.
+        e.take_in(spent, owner.peek(spent).expect("held"), T0);
+        assert_eq!(e.peek(spent), owner.peek(spent));
+        // A handover that comes first supersedes the copy: promoting later adds nothing.
+        e.keep_copy(6, owner.peek(used), T0);
+        e.take_in(6, owner.peek(used).expect("held"), T0);
+        assert_eq!(e.promote(|_, _| true, T0), 1, "the copy of 4 only");
+        assert_eq!(e.peek(6), owner.peek(used));
+        e.take_in(4, BucketState::Gcra { tat: T0 }, T0);
+        assert_eq!(e.peek(4), owner.peek(used), "overlapped");
+        e.keep_copy(4, owner.peek(used), T0);
         assert_eq!(e.drop_copies(|id, _| id == 4), 1);
         e.keep_copy(5, owner.peek(used), T0);
         e.keep_copy(5, None, T0);

@@ -210,6 +210,56 @@ impl BucketState {
         }
     }
 
+    /// Merges `other`, another reading of the same history (a replica's copy of this bucket,
+    /// and the state its owner handed over later): the larger consumption wins, since adding
+    /// them would count what both saw twice. Where the two describe different windows, the
+    /// later window wins; of two sliding logs, the one busy longer.
+    pub fn overlap(&mut self, other: BucketState) {
+        match (self, other) {
+            (BucketState::Gcra { tat }, BucketState::Gcra { tat: theirs }) => {
+                *tat = (*tat).max(theirs);
+            }
+            (BucketState::Fixed { end, count }, BucketState::Fixed { end: e2, count: c2 }) => {
+                if *end == e2 {
+                    *count = (*count).max(c2);
+                } else if e2 > *end {
+                    (*end, *count) = (e2, c2);
+                }
+            }
+            (
+                BucketState::Sliding {
+                    until,
+                    current,
+                    previous,
+                    period_tag,
+                },
+                BucketState::Sliding {
+                    until: u2,
+                    current: c2,
+                    previous: p2,
+                    period_tag: t2,
+                },
+            ) => {
+                if *until == u2 {
+                    *current = (*current).max(c2);
+                    *previous = (*previous).max(p2);
+                    if *period_tag == 0 {
+                        *period_tag = t2;
+                    }
+                } else if u2 > *until {
+                    (*until, *current, *previous, *period_tag) = (u2, c2, p2, t2);
+                }
+            }
+            (BucketState::Log(mine), BucketState::Log(theirs))
+                if theirs.idle_at() > mine.idle_at() =>
+            {
+                *mine = theirs;
+            }
+            // Different algorithms (the bucket was redefined), or our log is the longer: ours.
+            _ => {}
+        }
+    }
+
     /// This state as it travels to a bucket's new owner ([`WireState`]).
     pub fn to_wire(&self) -> WireState {
         match self {

@@ -1363,6 +1363,22 @@ mod absorb {
     }
 
     #[test]
+    fn two_readings_of_one_history_overlap_to_the_larger() {
+        for algo in Algorithm::ALL {
+            let r = rule(algo, 10, 60_000, 10);
+            let mut copy = BucketState::fresh(&r);
+            spend(&mut copy, &r, T0, 4);
+            let mut later = copy.clone();
+            spend(&mut later, &r, T0 + MS, 2);
+            let mut a = copy.clone();
+            a.overlap(later.clone());
+            assert_eq!(a.decide(&r, T0 + 2 * MS, 0).remaining, 4, "{algo}: 10 - 6");
+            later.overlap(copy);
+            assert_eq!(later.decide(&r, T0 + 2 * MS, 0).remaining, 4, "{algo}");
+        }
+    }
+
+    #[test]
     fn different_algorithms_are_not_mixed() {
         let tb = rule(Algorithm::TokenBucket, 10, 1_000, 10);
         let fw = rule(Algorithm::FixedWindow, 10, 1_000, 10);

@@ -352,6 +352,23 @@ impl Store {
     /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]); a
     /// bucket new here is [`Kind::Replicated`].
     pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
+        self.merge(id, state, now, |mine, theirs| mine.absorb(theirs, now));
+    }
+
+    /// Merges another reading of bucket `id`'s history (see [`BucketState::overlap`]); a bucket
+    /// new here is [`Kind::Replicated`].
+    pub fn overlap(&self, id: u64, state: BucketState, now: u64) {
+        self.merge(id, state, now, |mine, theirs| mine.overlap(theirs));
+    }
+
+    /// Merges `state` into bucket `id` with `merge`, or inserts it.
+    fn merge(
+        &self,
+        id: u64,
+        state: BucketState,
+        now: u64,
+        merge: impl FnOnce(&mut BucketState, BucketState),
+    ) {
         let shard = self.shard(id);
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
@@ -362,7 +379,7 @@ impl Store {
             now,
             |mine| {
                 if let Some(theirs) = state.take() {
-                    mine.absorb(theirs, now);
+                    merge(mine, theirs);
                 }
             },
             |gone| rec.changed(gone),

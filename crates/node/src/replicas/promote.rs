@@ -12,6 +12,11 @@
 //! sender resends the whole store once it reaches the replica again, but changes made while it
 //! could not are lost with the owner.
 //!
+//! A graceful leave sends both: the copy is promoted when this node sees the ring change, and
+//! the leaving owner's handover may arrive before or after. Both are readings of one history,
+//! so they are not added: a handover that arrives first supersedes the copy, one that arrives
+//! after overlaps the promoted bucket (the larger consumption wins; `Engine::take_in`).
+//!
 //! A check that reaches this node for such a bucket before this pass ran (the view is in force
 //! before the pass) does not start from a full bucket either: the engine starts a bucket it
 //! does not hold from its copy (`Engine::decide`).
