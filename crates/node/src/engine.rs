@@ -280,7 +280,8 @@ impl Engine {
         self.store.unfollow(cursor);
     }
 
-    /// Calls `f` on every bucket held: what a follower that lagged copies again.
+    /// Calls `f` on every owner bucket held (shares stay out): what a follower that lagged
+    /// copies again.
     pub fn for_each_bucket(&self, f: impl FnMut(u64, &BucketState)) {
         self.store.for_each(f);
     }

@@ -309,6 +309,11 @@ mod tests {
         let changes = drain(&s, &mut c);
         let ids: Vec<u64> = changes.iter().map(|ch| ch.id).collect();
         assert!(!ids.contains(&id(2)) && !ids.contains(&id(3)), "{ids:?}");
+        // Nor does a resync copy them.
+        s.check_local(id(9), &r, later, 1);
+        let mut copied = Vec::new();
+        s.for_each(|id, _| copied.push(id));
+        assert!(!copied.contains(&id(9)) && !copied.is_empty(), "{copied:?}");
         assert_eq!(changes.iter().filter(|ch| ch.state.is_none()).count(), 1);
     }
 

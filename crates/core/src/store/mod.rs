@@ -313,16 +313,12 @@ impl Store {
         self.shard(id).locked.lock().table.peek(id).cloned()
     }
 
-    /// Calls `f` on every bucket held, one shard at a time (checks on other shards go on
-    /// meanwhile): what a follower that [`Lagged`] copies again.
+    /// Calls `f` on every [`Kind::Replicated`] bucket held, one shard at a time (checks on
+    /// other shards go on meanwhile): what a follower that [`Lagged`] copies again. Local
+    /// buckets stay out, as they stay out of the feed.
     pub fn for_each(&self, mut f: impl FnMut(u64, &BucketState)) {
         for shard in self.shards.iter() {
-            let locked = shard.locked.lock();
-            for id in locked.table.ids_where(|_, _| true) {
-                if let Some(state) = locked.table.peek(id) {
-                    f(id, state);
-                }
-            }
+            shard.locked.lock().table.for_each_replicated(&mut f);
         }
     }
 

@@ -447,6 +447,15 @@ impl Table {
     }
 
     /// Ids (stored form) whose state `pick` selects.
+    /// Calls `f` on every bucket that is not local.
+    pub fn for_each_replicated(&self, mut f: impl FnMut(u64, &BucketState)) {
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.id != EMPTY && !self.is_local(i) {
+                f(s.id, &s.state);
+            }
+        }
+    }
+
     pub fn ids_where(&self, mut pick: impl FnMut(u64, &BucketState) -> bool) -> Vec<u64> {
         self.slots
             .iter()
