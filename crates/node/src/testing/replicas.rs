@@ -1,7 +1,8 @@
 //! Replicas on whole nodes in memory: an owner killed (SIGKILL) after its keys' limits are
 //! used up; once the survivors drop it from their rings, the new owner of its keys (its ring
 //! successor, which kept their copies) decides them from the copies, not from full buckets:
-//! they stay denied. A restarted owner gets its buckets back by handover; `--replicas 0` is the
+//! they stay denied. A restarted owner gets its buckets back by handover; a graceful leave
+//! counts each admission once (handover and copy overlap); `--replicas 0` is the
 //! behaviour before replicas (the new owner starts afresh).
 
 use super::Cluster;
@@ -146,4 +147,41 @@ async fn without_replicas_the_new_owner_starts_afresh() {
         c.metric("n0", "ringlimit_replicated_buckets_total").await,
         0
     );
+}
+
+/// A graceful leave both hands the owner's buckets over and lets the successor promote its
+/// copies: one history read twice, which must not be counted twice (a false denial).
+#[tokio::test(start_paused = true)]
+async fn a_graceful_leave_counts_each_admission_once() {
+    let mut c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let keys = owned_by_n2(Algorithm::TokenBucket);
+    for k in &keys {
+        for _ in 0..2 {
+            assert!(
+                c.seen("n0", &check(k, Algorithm::TokenBucket))
+                    .await
+                    .allowed
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.stop("n2").await;
+    for id in ["n0", "n1"] {
+        wait_out_of_ring(&c, id, "n2", 2).await;
+    }
+    for k in &keys {
+        let mut admitted = 0;
+        for turn in 0..LIMIT {
+            let id = ["n0", "n1"][turn as usize % 2];
+            let s = c.seen(id, &check(k, Algorithm::TokenBucket)).await;
+            assert!(!s.degraded, "{k}");
+            admitted += u64::from(s.allowed);
+        }
+        assert_eq!(
+            admitted,
+            LIMIT - 2,
+            "{k}: what is left of the limit, exactly"
+        );
+    }
 }
