@@ -167,36 +167,8 @@ impl BucketState {
                 let extra = theirs.saturating_sub(now);
                 *tat = (*tat).max(now).saturating_add(extra);
             }
-            (BucketState::Fixed { end, count }, BucketState::Fixed { end: e2, count: c2 }) => {
-                if *end == e2 {
-                    *count = count.saturating_add(c2);
-                } else if e2 > *end {
-                    (*end, *count) = (e2, c2);
-                }
-            }
-            (
-                BucketState::Sliding {
-                    until,
-                    current,
-                    previous,
-                    period_tag,
-                },
-                BucketState::Sliding {
-                    until: u2,
-                    current: c2,
-                    previous: p2,
-                    period_tag: t2,
-                },
-            ) => {
-                if *until == u2 {
-                    *current = current.saturating_add(c2);
-                    *previous = previous.saturating_add(p2);
-                    if *period_tag == 0 {
-                        *period_tag = t2;
-                    }
-                } else if u2 > *until {
-                    (*until, *current, *previous, *period_tag) = (u2, c2, p2, t2);
-                }
+            (mine @ (BucketState::Fixed { .. } | BucketState::Sliding { .. }), theirs) => {
+                mine.merge_windows(theirs, u32::saturating_add);
             }
             (BucketState::Log(mine), BucketState::Log(theirs)) => {
                 let merged = SlidingLog::from_entries(
@@ -219,9 +191,28 @@ impl BucketState {
             (BucketState::Gcra { tat }, BucketState::Gcra { tat: theirs }) => {
                 *tat = (*tat).max(theirs);
             }
+            (mine @ (BucketState::Fixed { .. } | BucketState::Sliding { .. }), theirs) => {
+                mine.merge_windows(theirs, u32::max);
+            }
+            (BucketState::Log(mine), BucketState::Log(theirs))
+                if theirs.idle_at() > mine.idle_at() =>
+            {
+                *mine = theirs;
+            }
+            // Different algorithms (the bucket was redefined), or our log is the longer: ours.
+            _ => {}
+        }
+    }
+
+    /// The windowed states' merge, shared by [`BucketState::absorb`] (two histories: counts
+    /// add) and [`BucketState::overlap`] (two readings of one history: the larger count):
+    /// in the same window the counts `combine`, a later window wins, an earlier one is dropped.
+    /// Anything but two fixed or two sliding windows is left as it is.
+    fn merge_windows(&mut self, other: BucketState, combine: fn(u32, u32) -> u32) {
+        match (self, other) {
             (BucketState::Fixed { end, count }, BucketState::Fixed { end: e2, count: c2 }) => {
                 if *end == e2 {
-                    *count = (*count).max(c2);
+                    *count = combine(*count, c2);
                 } else if e2 > *end {
                     (*end, *count) = (e2, c2);
                 }
@@ -241,8 +232,8 @@ impl BucketState {
                 },
             ) => {
                 if *until == u2 {
-                    *current = (*current).max(c2);
-                    *previous = (*previous).max(p2);
+                    *current = combine(*current, c2);
+                    *previous = combine(*previous, p2);
                     if *period_tag == 0 {
                         *period_tag = t2;
                     }
@@ -250,12 +241,6 @@ impl BucketState {
                     (*until, *current, *previous, *period_tag) = (u2, c2, p2, t2);
                 }
             }
-            (BucketState::Log(mine), BucketState::Log(theirs))
-                if theirs.idle_at() > mine.idle_at() =>
-            {
-                *mine = theirs;
-            }
-            // Different algorithms (the bucket was redefined), or our log is the longer: ours.
             _ => {}
         }
     }
