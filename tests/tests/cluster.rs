@@ -69,6 +69,8 @@ impl Noise {
 struct Seen {
     allowed: bool,
     degraded: bool,
+    /// Decided by the owner's replica (the owner did not answer).
+    replica: bool,
 }
 
 /// Checks the body of a 200/429 answer and reads it.
@@ -82,6 +84,7 @@ fn seen(status: u16, body: &Value) -> Result<Seen> {
     Ok(Seen {
         allowed,
         degraded: body["degraded"].as_bool().context("no `degraded`")?,
+        replica: body["replica"] == true,
     })
 }
 
@@ -208,7 +211,7 @@ async fn wait_out_of_ring(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn owner_killed_survivors_fail_open() -> Result<()> {
+async fn owner_killed_survivors_answer_from_replicas() -> Result<()> {
     let _one = exclusive().await;
     let started = Instant::now();
     let mut nodes = ProcessNode::cluster(3, |_, _| {}).await?;
@@ -263,16 +266,19 @@ async fn owner_killed_survivors_fail_open() -> Result<()> {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.at >= settled).collect();
     let n_after = after.len();
     let after_heal = after.iter().copied().filter(is_degraded).count();
-    let during = samples
+    let between = |s: &&Sample| s.at + s.latency >= killed_at && s.at < settled;
+    let during = samples.iter().filter(between).filter(is_degraded).count();
+    let by_replica = samples
         .iter()
-        .filter(|s| s.at + s.latency >= killed_at && s.at < settled)
-        .filter(is_degraded)
+        .filter(between)
+        .filter(|s| matches!(s.result, Ok(Seen { replica: true, .. })))
         .count();
     eprintln!(
         "owner killed: {} checks in {:?} ({victim_keys}/300 keys owned by the victim); max latency \
          {max_latency:?}, {slow} over 100 ms; victim out of both survivors' rings after \
          {healed_after:?} (shown as {states:?}); degraded answers: {before_kill} before the kill, \
-         {during} between kill and heal, {after_heal} of {n_after} after",
+         {during} between kill and heal, {after_heal} of {n_after} after; {by_replica} answered \
+         by a replica between kill and heal",
         samples.len(),
         t0.elapsed(),
     );
@@ -288,7 +294,13 @@ async fn owner_killed_survivors_fail_open() -> Result<()> {
         "slowest check took {max_latency:?}"
     );
     assert_eq!(before_kill, 0, "degraded answers while every owner was up");
-    assert!(during > 0, "no degraded answer after the owner was killed");
+    // The victim's replicas (both survivors) decide its keys until the ring drops it: none
+    // is left to the fallback share.
+    assert!(
+        by_replica > 0,
+        "no replica answered after the owner was killed"
+    );
+    assert_eq!(during, 0, "degraded answers though replicas were up");
     assert_eq!(after_heal, 0, "degraded answers after the ring healed");
     assert!(n_after > 0, "no load after the heal");
     assert!(
@@ -309,8 +321,15 @@ async fn owner_killed_survivors_fail_open() -> Result<()> {
             assert!(!s.degraded, "{k} via {} degraded after the heal", api.addr);
         }
         let view = api.cluster().await?;
-        assert!(view.forwarding("fail_open") > 0, "{}", view.0);
+        assert_eq!(view.forwarding("fail_open"), 0, "{}", view.0);
     }
+    let replica: u64 = [
+        survivors[0].cluster().await?.forwarding("replica"),
+        survivors[1].cluster().await?.forwarding("replica"),
+    ]
+    .iter()
+    .sum();
+    assert!(replica > 0, "no check counted as decided by a replica");
     Ok(())
 }
 

@@ -530,7 +530,11 @@ fn count(log: &str, from: usize, parts: &[&str]) -> usize {
 #[tokio::test]
 async fn one_log_line_per_event() -> Result<()> {
     let _one = exclusive().await;
-    let mut nodes = ProcessNode::cluster(2, |_, _| {}).await?;
+    // No replicas: the frozen owner's checks fail open (degraded), which is what is logged.
+    let mut nodes = ProcessNode::cluster(2, |_, spec| {
+        spec.args = vec!["--replicas".into(), "0".into()];
+    })
+    .await?;
     let ids = ["node-0", "node-1"];
     let key = key_owned_by(&ids, "node-1", "log", 1_000, 60_000);
     assert_eq!(

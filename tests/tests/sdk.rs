@@ -319,10 +319,11 @@ async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Resul
 
     let failed = calls.iter().filter(|c| c.result.is_err()).count();
     let degraded = |c: &&Call| matches!(&c.result, Ok(a) if a.degraded);
+    let without_owner = |c: &&Call| matches!(&c.result, Ok(a) if a.degraded || a.replica);
     let during = calls
         .iter()
         .filter(|c| c.at >= killed_at && c.at < healed_at)
-        .filter(degraded)
+        .filter(without_owner)
         .count();
     // Answers after the heal plus a refresh's worth of slack come from owners again. A call
     // that waited out the deadline on a live owner (a stall of this 2-core host running a debug
@@ -352,14 +353,15 @@ async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Resul
         .filter(|l| **l > deadline + Duration::from_millis(1))
         .count();
     eprintln!(
-        "{} calls; killed at {killed_at:?}, client healed {:?} later; failed {failed}; degraded during {during}, after {after}; latency p99 {p99:?} max {max:?}; {over} over deadline+1ms",
+        "{} calls; killed at {killed_at:?}, client healed {:?} later; failed {failed}; without the owner (replica or fallback) during {during} ({} by a replica), degraded after {after}; latency p99 {p99:?} max {max:?}; {over} over deadline+1ms",
         calls.len(),
-        healed_at - killed_at
+        healed_at - killed_at,
+        client.stats().replica,
     );
     assert_eq!(failed, 0, "no call fails");
     assert!(
         during > 0,
-        "the victim's keys were answered by the fallback"
+        "the victim's keys were answered without it (by its replica, or the fallback)"
     );
     assert_eq!(after, 0, "owners answer again once the client has healed");
     assert!(
@@ -619,4 +621,54 @@ async fn layer_holds_a_request_to_several_limits_all_or_nothing() -> Result<()> 
     assert_eq!(left.remaining, 2);
     server.abort();
     node.stop().await
+}
+
+/// Failover in the SDK: while a key's owner is frozen (SIGSTOP) and still in every ring, the
+/// client sends its checks to the member after it on the ring, the owner's replica, which
+/// decides them on its copy: `replica: true`, not degraded, and the limit holds.
+#[tokio::test]
+async fn a_frozen_owners_keys_are_decided_by_its_replica() -> Result<()> {
+    let _one = exclusive().await;
+    let mut nodes = ProcessNode::cluster(3, |_, _| {}).await?;
+    let ids: Vec<String> = nodes.iter().map(|n| n.node_id.clone()).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let client = Client::builder()
+        .seeds(http_seeds(nodes.iter().map(|n| &n.http)))
+        .deadline(Duration::from_millis(200))
+        .build()
+        .await?;
+    let limit = 5;
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("frozen:{i}"))
+        .filter(|k| owner_of(&ids, k, limit, MINUTE.as_millis() as u64).is_ok_and(|o| o == ids[2]))
+        .take(3)
+        .collect();
+    let check = |k: &str| Check::inline(k.to_owned(), limit, MINUTE);
+    for k in &keys {
+        for _ in 0..2 {
+            let a = client.check(&check(k)).await?;
+            ensure!(a.allowed && !a.degraded && !a.replica, "{k}: {a:?}");
+        }
+    }
+    // The copies reach the replica within a few drains.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nodes[2].pause()?;
+    let mut admitted = 0;
+    for k in &keys {
+        for _ in 0..limit {
+            let a = client.check(&check(k)).await?;
+            ensure!(a.replica && !a.degraded, "{k}: {a:?}");
+            admitted += u64::from(a.allowed);
+        }
+    }
+    nodes[2].resume()?;
+    ensure!(
+        admitted == (limit - 2) * keys.len() as u64,
+        "{admitted} admitted while the owner was frozen"
+    );
+    ensure!(client.stats().replica >= limit * keys.len() as u64);
+    for n in &mut nodes {
+        n.stop().await?;
+    }
+    Ok(())
 }

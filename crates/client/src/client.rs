@@ -53,6 +53,7 @@ pub(crate) struct Inner {
 pub(crate) struct Counters {
     pub(crate) direct: AtomicU64,
     pub(crate) degraded: AtomicU64,
+    pub(crate) replica: AtomicU64,
     refreshes: AtomicU64,
     refresh_failures: AtomicU64,
 }
@@ -64,6 +65,8 @@ pub struct ClientStats {
     pub direct: u64,
     /// Checks answered by the local fallback (owner slow or unreachable, no members).
     pub degraded: u64,
+    /// Checks whose owner did not answer, decided by the owner's replica (`replica: true`).
+    pub replica: u64,
     /// Successful and failed topology refreshes.
     pub refreshes: u64,
     pub refresh_failures: u64,
@@ -203,6 +206,7 @@ impl Client {
         ClientStats {
             direct: s.direct.load(Ordering::Relaxed),
             degraded: s.degraded.load(Ordering::Relaxed),
+            replica: s.replica.load(Ordering::Relaxed),
             refreshes: s.refreshes.load(Ordering::Relaxed),
             refresh_failures: s.refresh_failures.load(Ordering::Relaxed),
             frames: self.inner.peer_stats.frames.load(Ordering::Relaxed),

@@ -7,7 +7,7 @@ use crate::check::ClientError;
 use crate::client::{Inner, Prepared};
 use crate::topology::Topology;
 use ringlimit_core::check::Resolved;
-use ringlimit_core::coordinator::{Item, Nowhere, Route, Site, Taken, Why};
+use ringlimit_core::coordinator::{Item, Nowhere, Route, Site, Standby, Taken, Why};
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
@@ -81,6 +81,18 @@ impl Site<Prepared<'_>> for Client<'_> {
             inner.fallback.now(),
         );
         Ok(fallback.held())
+    }
+
+    /// The member after the owner on the ring: the SDK does not know the cluster's
+    /// `--replicas`, and a member that keeps no copy says so (then the fallback decides).
+    fn replica(&self, p: &Prepared<'_>) -> Option<Standby<Arc<PeerClient>, Nowhere>> {
+        p.known?;
+        let (id, link) = self.topo.replica(p.id)?;
+        Some(Standby::Member(id.clone(), link.clone()))
+    }
+
+    fn replica_answered(&self) {
+        self.inner.stats.replica.fetch_add(1, Ordering::Relaxed);
     }
 
     fn refund_share(&self, taken: &Taken) {

@@ -48,6 +48,17 @@ impl Topology {
         self.peers.get_key_value(owner).map(|(id, m)| (id, &m.link))
     }
 
+    /// The member after `id`'s owner on the ring, and the link to it, when that link is up:
+    /// the owner's first replica when the cluster keeps replicas (one that does not answers
+    /// `not_replica`, and the fallback decides).
+    pub fn replica(&self, id: u64) -> Option<(&Arc<str>, &Arc<PeerClient>)> {
+        let next = *self.ring.replicas(id, 1).first()?;
+        self.peers
+            .get_key_value(next)
+            .map(|(id, m)| (id, &m.link))
+            .filter(|(_, link)| link.available())
+    }
+
     /// Where to ask next time: alive members' HTTP addresses.
     pub fn http_addrs(&self) -> impl Iterator<Item = &str> {
         self.peers.values().map(|m| m.http.as_str())

@@ -84,6 +84,7 @@ mod tests {
             reset_at_ms: 0,
             retry_after_ms,
             degraded: false,
+            replica: false,
         }
     }
 

@@ -23,6 +23,7 @@ pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
         reset_at_ms: instant_ms(d.reset_ns),
         retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
         degraded: false,
+        replica: false,
     }
 }
 
@@ -39,6 +40,7 @@ pub fn closed_answer(rule: &Rule, now_ns: u64) -> CheckAnswer {
         reset_at_ms: now_ms + CLOSED_RETRY_MS,
         retry_after_ms: CLOSED_RETRY_MS,
         degraded: true,
+        replica: false,
     }
 }
 
@@ -52,6 +54,7 @@ pub fn unknown_rule_answer(now_ns: u64) -> CheckAnswer {
         reset_at_ms: instant_ms(now_ns),
         retry_after_ms: 0,
         degraded: true,
+        replica: false,
     }
 }
 

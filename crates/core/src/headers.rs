@@ -132,6 +132,7 @@ mod tests {
             reset_at_ms: 1_700_000_018_000,
             retry_after_ms: 0,
             degraded: false,
+            replica: false,
         };
         let b = CheckAnswer {
             limit: 5,
@@ -190,6 +191,7 @@ mod tests {
             reset_at_ms: 1_700_000_000_001,
             retry_after_ms: 1,
             degraded: false,
+            replica: false,
         };
         let mut h = HeaderMap::new();
         rate_headers(&mut h, &a);

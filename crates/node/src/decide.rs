@@ -11,6 +11,16 @@ use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
 use std::sync::Arc;
 
+/// Where an owner-mode check is decided here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum On {
+    /// This node's bucket (it owns it, or a peer sent it here as the owner).
+    Bucket,
+    /// This node's copy, as the replica of an owner that does not answer
+    /// (see [`Engine::decide_copy`]).
+    Copy,
+}
+
 /// Owner buckets and global counters, side by side.
 #[derive(Debug, Clone)]
 pub struct Here {
@@ -67,9 +77,38 @@ impl Here {
         cost: u64,
         now: u64,
     ) -> (CheckAnswer, Option<Mark>) {
-        match resolved.mode {
-            Mode::Global => (self.global.answer(id, &resolved.rule, now, cost), None),
-            Mode::Owner => self.engine.hold(id, &resolved.rule, cost, now),
+        self.hold_on(On::Bucket, id, resolved, cost, now)
+    }
+
+    /// [`Here::hold_at`] on this node's bucket or its copy.
+    pub fn hold_on(
+        &self,
+        on: On,
+        id: u64,
+        resolved: &Resolved,
+        cost: u64,
+        now: u64,
+    ) -> (CheckAnswer, Option<Mark>) {
+        match (resolved.mode, on) {
+            (Mode::Global, _) => (self.global.answer(id, &resolved.rule, now, cost), None),
+            (Mode::Owner, On::Bucket) => self.engine.hold(id, &resolved.rule, cost, now),
+            (Mode::Owner, On::Copy) => self.engine.hold_copy(id, &resolved.rule, cost, now),
+        }
+    }
+
+    /// Decides bucket `id` at `now` on this node's bucket or, as the owner's replica, on its
+    /// copy (see [`Here::decide_at`]).
+    pub fn decide_on(
+        &self,
+        on: On,
+        id: u64,
+        resolved: &Resolved,
+        cost: u64,
+        now: u64,
+    ) -> CheckAnswer {
+        match (resolved.mode, on) {
+            (Mode::Owner, On::Copy) => self.engine.decide_copy(id, &resolved.rule, cost, now),
+            _ => self.decide_at(id, resolved, cost, now),
         }
     }
 
@@ -94,9 +133,19 @@ impl Here {
         checks: &[Option<(u64, Resolved, u64)>],
         now: u64,
     ) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
+        self.decide_all_on(checks, now, |_| On::Bucket)
+    }
+
+    /// [`Here::decide_all`], each check decided where `on` says (its bucket, or its copy).
+    pub fn decide_all_on(
+        &self,
+        checks: &[Option<(u64, Resolved, u64)>],
+        now: u64,
+        on: impl Fn(u64) -> On,
+    ) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
         let mut out: Vec<_> = checks
             .iter()
-            .map(|c| c.map(|(id, r, cost)| self.hold_at(id, &r, cost, now)))
+            .map(|c| c.map(|(id, r, cost)| self.hold_on(on(id), id, &r, cost, now)))
             .collect();
         let denied = checks.iter().zip(&out).any(|(c, a)| match (c, a) {
             (Some((_, r, _)), Some((a, _))) => !a.allowed && !r.shadow,

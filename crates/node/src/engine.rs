@@ -9,7 +9,9 @@
 //! Beside the store, the engine keeps the *copies*: other owners' buckets this node replicates
 //! (see `crate::replicas`), in a store of their own bounded by the same `--max-keys`. Copies
 //! never decide a check; they become this node's buckets when it becomes their owner
-//! ([`Engine::promote`], and on a check's first touch: see [`Engine::decide`]).
+//! ([`Engine::promote`], and on a check's first touch: see [`Engine::decide`]), except while
+//! their owner does not answer: then its replica decides on them ([`Engine::decide_copy`]) and
+//! keeps those decisions for the owner until it hands them back.
 
 use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
@@ -22,7 +24,7 @@ use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, Store, StoreStats};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -54,6 +56,12 @@ pub struct Engine {
     /// the ring change and promoted its copy); the handed state is then another reading of
     /// the same history, and overlaps the promoted one instead of adding to it.
     promoted: Mutex<HashSet<u64>>,
+    /// Copies decided on as their owner's replica (see [`Engine::decide_copy`]), by how many
+    /// admissions changed them: the owner's own copies merge into them instead of replacing
+    /// them, until they are handed back to it ([`Engine::handed_back`]).
+    stood_in: Mutex<HashMap<u64, u64>>,
+    /// Whether `stood_in` may hold anything: until then replication does not lock it.
+    standing_in: AtomicBool,
     rules: ArcSwap<RuleSet>,
     clock: Arc<dyn Clock>,
 }
@@ -73,6 +81,8 @@ impl Engine {
             copies: Store::new(max_keys),
             has_copies: AtomicBool::new(false),
             promoted: Mutex::new(HashSet::new()),
+            stood_in: Mutex::new(HashMap::new()),
+            standing_in: AtomicBool::new(false),
             rules: ArcSwap::from_pointee(rules),
             clock,
         }
@@ -227,7 +237,15 @@ impl Engine {
 
     /// Gives back `cost` to bucket `id`, taken at the admission marked `mark` (see
     /// [`Engine::hold`]), at `now`.
+    /// A check decided on a copy (as its owner's replica) is refunded on that copy.
     pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: Mark, now: u64) {
+        if self.standing_in.load(Ordering::Relaxed)
+            && !self.store.contains(id)
+            && self.stood_in.lock().contains_key(&id)
+        {
+            self.copies.refund(id, rule, cost, mark, now);
+            return;
+        }
         self.store.refund(id, rule, cost, mark, now);
     }
 
@@ -291,16 +309,94 @@ impl Engine {
 impl Engine {
     /// Keeps the copy of bucket `id` its owner sent (its state there; `None`: the owner no
     /// longer holds it, so neither does the copy).
+    ///
+    /// A copy this node decided on while the owner did not answer is not replaced: the owner's
+    /// state lacks those decisions until they are handed back, so the two readings overlap
+    /// (the larger consumption wins).
     pub fn keep_copy(&self, id: u64, state: Option<BucketState>, now: u64) {
+        let stood_in =
+            self.standing_in.load(Ordering::Relaxed) && self.stood_in.lock().contains_key(&id);
         match state {
+            Some(state) if stood_in => self.copies.overlap(id, state, now),
             Some(state) => {
                 self.has_copies.store(true, Ordering::Relaxed);
                 self.copies.put(id, state, now);
             }
+            None if stood_in => {}
             None => {
                 self.copies.take(id);
             }
         }
+    }
+
+    /// Decides a check on this node's copy of bucket `id` at `now`, as the owner's replica
+    /// while the owner does not answer (a copy not held starts full, like the owner's bucket
+    /// it never sent). An admission is kept for the owner (see `stood_in`).
+    pub fn decide_copy(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
+        answer(&self.check_copy(id, rule, cost, now), rule)
+    }
+
+    /// [`Engine::decide_copy`] for a check that may have to give back its cost (see
+    /// [`Engine::hold`]; [`Engine::refund`] finds the copy).
+    pub fn hold_copy(
+        &self,
+        id: u64,
+        rule: &Rule,
+        cost: u64,
+        now: u64,
+    ) -> (CheckAnswer, Option<Mark>) {
+        let d = self.check_copy(id, rule, cost, now);
+        (answer(&d, rule), taken(&d, cost, now))
+    }
+
+    fn check_copy(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> Decision {
+        self.has_copies.store(true, Ordering::Relaxed);
+        let mut stood_in = self.stood_in.lock();
+        let d = self.copies.check(id, rule, now, cost);
+        if d.allowed && cost > 0 {
+            *stood_in.entry(id).or_default() += 1;
+            self.standing_in.store(true, Ordering::Relaxed);
+        }
+        d
+    }
+
+    /// The copies decided on as their owner's replica, each with its state and how many
+    /// admissions it has had: what to hand back to the owners. Copies gone since (promoted,
+    /// dropped) are forgotten.
+    pub fn stood_in(&self) -> Vec<(u64, BucketState, u64)> {
+        if !self.standing_in.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut stood_in = self.stood_in.lock();
+        let mut out = Vec::with_capacity(stood_in.len());
+        stood_in.retain(|&id, &mut n| match self.copies.peek(id) {
+            Some(state) => {
+                out.push((id, state, n));
+                true
+            }
+            None => false,
+        });
+        self.standing_in
+            .store(!stood_in.is_empty(), Ordering::Relaxed);
+        out
+    }
+
+    /// Copy `id` reached its owner as it was after `admissions` admissions here: unless
+    /// decided on since, it is a copy like any other again (the owner's state replaces it).
+    pub fn handed_back(&self, id: u64, admissions: u64) {
+        let mut stood_in = self.stood_in.lock();
+        if stood_in.get(&id) == Some(&admissions) {
+            stood_in.remove(&id);
+        }
+        self.standing_in
+            .store(!stood_in.is_empty(), Ordering::Relaxed);
+    }
+
+    /// A replica's reading of bucket `id`, which this node owns, handed back after the replica
+    /// decided on it while this node did not answer: merged as another reading of the same
+    /// history (the larger consumption wins).
+    pub fn take_back(&self, id: u64, state: BucketState, now: u64) {
+        self.store.overlap(id, state, now);
     }
 
     /// Copies held.

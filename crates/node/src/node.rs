@@ -348,6 +348,7 @@ pub async fn run(
         Some(Relay {
             view: view.clone(),
             peers: pool.shared(),
+            replicas: config.replicas,
         }),
     ));
     let conns = Arc::new(crate::metrics::ConnStats::default());
@@ -358,12 +359,15 @@ pub async fn run(
         envoy_status.generation.store(0, Ordering::Relaxed);
     }
     let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
-    let dispatcher = Arc::new(Dispatcher::new(
-        here.clone(),
-        view.clone(),
-        pool.shared(),
-        metrics.peer_rpc(),
-    ));
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            here.clone(),
+            view.clone(),
+            pool.shared(),
+            metrics.peer_rpc(),
+        )
+        .with_replicas(config.replicas),
+    );
     let handed_over = Arc::new(AtomicU64::new(0));
     // Each subsystem's counters, read at scrape time.
     metrics.register(crate::engine::EngineCollector(engine.clone()));
@@ -426,6 +430,14 @@ pub async fn run(
     ));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
+    tasks.spawn(
+        crate::replicas::handback::HandBack {
+            engine: engine.clone(),
+            peers: pool.clone(),
+            view: view_cell.clone(),
+        }
+        .run(),
+    );
     tasks.spawn(
         crate::replicas::sender::Sender {
             engine: engine.clone(),

@@ -47,6 +47,11 @@ pub struct CheckAnswer {
     pub retry_after_ms: u64,
     /// True when made without the key's owner (fail-open path).
     pub degraded: bool,
+    /// True when decided by the owner's replica, on its copy of the bucket, because the owner
+    /// did not answer. Set by the node that asked the replica: it never travels between
+    /// peers (the peer protocol's answers keep their shape).
+    #[serde(skip)]
+    pub replica: bool,
 }
 
 impl CheckAnswer {

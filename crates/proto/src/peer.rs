@@ -25,10 +25,15 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 2: a check group's kind rides in the top bits of its id ([`FlaggedGroup`],
 ///   [`Frame::FlaggedChecks`]).
 /// - 3: a check group says its kind in a field of its own ([`CheckGroup`], [`Frame::Checks`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// - 4: groups may go to an owner's replica ([`GroupKind::Replica`]); the frames are those of
+///   version 3 (a version-3 connection just never carries those kinds).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
+/// The first version whose peers decide [`GroupKind::Replica`] and
+/// [`GroupKind::ReplicaAllOrNothing`] groups (a sender never sends them to an older one).
+pub const REPLICA_KINDS_SINCE: u16 = 4;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -211,6 +216,12 @@ pub enum GroupKind {
     /// sender can refund it should a check at another owner deny. Decided where it lands
     /// (never relayed).
     AllOrNothing,
+    /// Sent to the owner's first replica because the owner did not answer: decided on the
+    /// replica's copy of each bucket (kept for the owner, handed back to it when it answers
+    /// again), or as the owner's when the ring now names the replica the owner. Version 4.
+    Replica,
+    /// [`GroupKind::AllOrNothing`] at the owner's replica ([`GroupKind::Replica`]). Version 4.
+    ReplicaAllOrNothing,
 }
 
 impl GroupKind {
@@ -220,7 +231,28 @@ impl GroupKind {
             GroupKind::Owned => 0,
             GroupKind::Relayed => RELAYED_GROUP,
             GroupKind::AllOrNothing => ALL_OR_NOTHING_GROUP,
+            // Never sent to a version-2 peer (see [`REPLICA_KINDS_SINCE`]).
+            GroupKind::Replica => 0,
+            GroupKind::ReplicaAllOrNothing => ALL_OR_NOTHING_GROUP,
         }
+    }
+
+    /// The oldest protocol version that knows this kind.
+    pub fn since(self) -> u16 {
+        match self {
+            GroupKind::Owned | GroupKind::Relayed | GroupKind::AllOrNothing => {
+                OLDEST_PROTOCOL_VERSION
+            }
+            GroupKind::Replica | GroupKind::ReplicaAllOrNothing => REPLICA_KINDS_SINCE,
+        }
+    }
+
+    /// Whether the group is decided all-or-nothing.
+    pub fn all_or_nothing(self) -> bool {
+        matches!(
+            self,
+            GroupKind::AllOrNothing | GroupKind::ReplicaAllOrNothing
+        )
     }
 
     /// The kind a version-2 group id's bits say (all-or-nothing first: such a group is never

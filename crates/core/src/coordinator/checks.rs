@@ -3,7 +3,7 @@
 //! request all-or-nothing ([`check_all`]).
 
 use super::hold::give_back;
-use super::{Here, Hold, Item, OwnerLink, Route, Site, Why};
+use super::{Here, Hold, Item, OwnerLink, Route, Site, Why, replica};
 use crate::check::CheckError;
 use crate::link::ForwardError;
 use crate::link::fanout::{self, OwnerGroups};
@@ -23,6 +23,15 @@ pub async fn check<I: Item, S: Site<I>>(site: &S, item: &I) -> Answered {
             site.forwarded();
             let sent = link.send(vec![item.peer_check()]).await;
             let reply = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
+            site.answered(&reply);
+            let reply = match reply {
+                Err(e) if replica::stands_in(&e) => {
+                    let mut rescued =
+                        replica::ask(site, std::slice::from_ref(item), &[0], false).await;
+                    rescued.remove(&0).map(|r| r.reply).ok_or(e)
+                }
+                reply => reply,
+            };
             settle(site, item, reply)
         }
     }
@@ -93,8 +102,21 @@ impl<L: OwnerLink> Many<L> {
                     |link, checks| async move { link.send(checks).await },
                 )
                 .await;
+            let mut failed = Vec::new();
             for (i, reply) in replies {
-                results[i] = Some(settle(site, &items[i], reply));
+                site.answered(&reply);
+                match reply {
+                    Err(e) if replica::stands_in(&e) => failed.push((i, e)),
+                    reply => results[i] = Some(settle(site, &items[i], reply)),
+                }
+            }
+            if !failed.is_empty() {
+                let idx: Vec<usize> = failed.iter().map(|&(i, _)| i).collect();
+                let mut rescued = replica::ask(site, items, &idx, false).await;
+                for (i, e) in failed {
+                    let reply = rescued.remove(&i).map(|r| r.reply).ok_or(e);
+                    results[i] = Some(settle(site, &items[i], reply));
+                }
             }
         }
         let answered = results
@@ -185,9 +207,37 @@ where
             |link, checks| async move { link.send_all(checks).await },
         )
         .await;
+    let mut failed = Vec::new();
+    let mut replies: Vec<(usize, Result<PeerAnswer, ForwardError>)> = replies
+        .into_iter()
+        .filter(|(i, reply)| {
+            site.answered(reply);
+            match reply {
+                Err(e) if replica::stands_in(e) => {
+                    failed.push((*i, *e));
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    if !failed.is_empty() {
+        // The owners that did not answer: their replicas decide those checks, all-or-nothing
+        // per replica; what they hold is refunded there (see `replica`).
+        let idx: Vec<usize> = failed.iter().map(|&(i, _)| i).collect();
+        let mut rescued = replica::ask(site, items, &idx, true).await;
+        for (i, e) in failed {
+            match rescued.remove(&i) {
+                Some(r) => {
+                    holds[i] = r.hold;
+                    replies.push((i, Ok(r.reply)));
+                }
+                None => replies.push((i, Err(e))),
+            }
+        }
+    }
     for (i, reply) in replies {
         let item = &items[i];
-        site.answered(&reply);
         if let Ok(PeerAnswer::Held { answer, mark }) = reply {
             results[i] = Some(Ok(answer));
             holds[i] = links.get(&i).map(|l| Hold::Owner(l.clone(), mark));
@@ -199,7 +249,9 @@ where
             taken = t;
             Ok(a)
         }));
-        holds[i] = taken.map(Hold::Share);
+        if let Some(t) = taken {
+            holds[i] = Some(Hold::Share(t));
+        }
     }
     let blocks = |r: &Option<Answered>, item: &I| match r {
         Some(Ok(a)) => !a.allowed && !item.shadow(),
@@ -225,13 +277,13 @@ where
         .collect()
 }
 
-/// Turns the owner's reply to one check — or its absence — into an answer.
+/// Turns the owner's reply to one check (or its replica's) — or their absence — into an
+/// answer.
 fn settle<I: Item, S: Site<I>>(
     site: &S,
     item: &I,
     reply: Result<PeerAnswer, ForwardError>,
 ) -> Answered {
-    site.answered(&reply);
     fanout::settle(reply, |e| {
         site.fall_back(item, Why::Unreachable(e)).map(|(a, _)| a)
     })

@@ -9,10 +9,12 @@
 //! - [`owner`] — [`OwnerLink`]: how the coordinator reaches an owner (a [`crate::link::PeerClient`]).
 //! - [`checks`] — one check, many checks (grouped by owner), one request all-or-nothing.
 //! - [`hold`] — what an all-or-nothing check holds ([`Hold`]), and giving it all back.
+//! - `replica` — failover: checks whose owner did not answer go to its replica first.
 
 pub mod checks;
 pub mod hold;
 pub mod owner;
+mod replica;
 pub mod share;
 
 #[cfg(test)]
@@ -21,6 +23,7 @@ mod tests;
 pub use checks::{Many, check, check_all};
 pub use hold::Hold;
 pub use owner::OwnerLink;
+pub use replica::Standby;
 pub use share::{Fallback, FallbackShare, Share, Taken, fallback_id};
 
 use crate::check::{CheckError, Resolved};
@@ -88,6 +91,16 @@ pub trait Site<I: Item> {
     /// Gives back what [`Site::fall_back`] took.
     fn refund_share(&self, taken: &Taken);
 
+    /// Who stands in when `item`'s owner does not answer: the owner's first live replica
+    /// (this member, or another and the link to it), which decides on its copy of the bucket.
+    /// `None` (no replicas, or none live): the fallback share decides.
+    fn replica(&self, _item: &I) -> Option<Standby<Self::Link, Self::Here>> {
+        None
+    }
+
+    /// A replica answered a check its owner did not.
+    fn replica_answered(&self) {}
+
     /// `item` was grouped to go to its owner.
     fn forwarded(&self) {}
 
@@ -115,6 +128,10 @@ pub trait Here<I> {
     fn decide_all(&self, items: &[&I], now: u64) -> Vec<Option<(CheckAnswer, Option<Mark>)>>;
     /// What a global check would answer at `now`, without counting it.
     fn peek(&self, item: &I, now: u64) -> CheckAnswer;
+    /// Decides `item` at `now` on this member's copy of its bucket, as the replica of an owner
+    /// that did not answer: the answer and the mark of what it took (given back through
+    /// [`Here::refund`]).
+    fn stand_in(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>);
 }
 
 /// A site that never decides here (the SDK): no value of it exists, so [`Route::Here`] never
@@ -139,6 +156,9 @@ impl<I> Here<I> for Nowhere {
         match *self {}
     }
     fn peek(&self, _: &I, _: u64) -> CheckAnswer {
+        match *self {}
+    }
+    fn stand_in(&self, _: &I, _: u64) -> (CheckAnswer, Option<Mark>) {
         match *self {}
     }
 }

@@ -25,6 +25,15 @@ pub trait OwnerLink: Clone + Send + Sync {
         checks: Vec<PeerCheck>,
     ) -> impl Future<Output = Result<Vec<PeerAnswer>, ForwardError>> + Send;
 
+    /// Sends checks whose owner did not answer to the owner's replica (this link's member),
+    /// decided on its copies; `all`: as one all-or-nothing group (admitted checks that took
+    /// their cost come back [`PeerAnswer::Held`], refunded through [`OwnerLink::refund`]).
+    fn send_replica(
+        &self,
+        checks: Vec<PeerCheck>,
+        all: bool,
+    ) -> impl Future<Output = Result<Vec<PeerAnswer>, ForwardError>> + Send;
+
     /// Gives back what held checks took; [`PeerAnswer::Refunded`] for each given back.
     fn refund(
         &self,
@@ -49,6 +58,14 @@ impl OwnerLink for Arc<PeerClient> {
         checks: Vec<PeerCheck>,
     ) -> impl Future<Output = Result<Vec<PeerAnswer>, ForwardError>> + Send {
         PeerClient::send_all(self, checks)
+    }
+
+    fn send_replica(
+        &self,
+        checks: Vec<PeerCheck>,
+        all: bool,
+    ) -> impl Future<Output = Result<Vec<PeerAnswer>, ForwardError>> + Send {
+        PeerClient::send_replica(self, checks, all)
     }
 
     fn refund(

@@ -168,6 +168,18 @@ impl OwnerLink for Link {
             .collect())
     }
 
+    /// A replica decides on its copies as an owner does on its buckets.
+    async fn send_replica(
+        &self,
+        checks: Vec<PeerCheck>,
+        all: bool,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
+        match all {
+            true => self.send_all(checks).await,
+            false => self.send(checks).await,
+        }
+    }
+
     async fn refund(&self, refunds: Vec<PeerRefund>) -> Result<Vec<PeerAnswer>, ForwardError> {
         if self.1.loses_refunds.load(Ordering::Relaxed) {
             return Err(ForwardError::Lost);
@@ -251,6 +263,10 @@ impl Here<Check> for &Buckets {
             &c.resolved.rule,
         )
     }
+    /// This fake keeps its copies among its buckets.
+    fn stand_in(&self, c: &Check, now: u64) -> (CheckAnswer, Option<Mark>) {
+        self.hold_at(c, now)
+    }
 }
 
 /// A caller: a node when `here` is some (its share beside its buckets), else an SDK client.
@@ -263,6 +279,9 @@ struct Caller<H> {
     /// Sees no majority (a node) or no member (a client): every check falls back.
     alone: bool,
     alive: usize,
+    /// Who stands in for owner a when it does not answer.
+    standby: Standing,
+    rescued: AtomicU64,
     forwarded: AtomicU64,
     fell_back: AtomicU64,
     gave_back: AtomicU64,
@@ -279,6 +298,8 @@ impl<H> Caller<H> {
             b: Arc::default(),
             alone: false,
             alive: 2,
+            standby: Standing::Nobody,
+            rescued: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
             fell_back: AtomicU64::new(0),
             gave_back: AtomicU64::new(0),
@@ -292,6 +313,27 @@ impl<H> Caller<H> {
         } else {
             Share::new(&self.share_store, FallbackShare::PerMember)
         }
+    }
+}
+
+/// Who stands in for owner a.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Nobody,
+    /// Owner b, on its copies (kept among its buckets here).
+    B,
+    /// The caller itself (a node).
+    Here,
+}
+
+fn standby<H: Copy, X>(caller: &Caller<X>, c: &Check, here: Option<H>) -> Option<Standby<Link, H>> {
+    if c.key.starts_with("b:") {
+        return None;
+    }
+    match caller.standby {
+        Standing::Nobody => None,
+        Standing::B => Some(Standby::Member(Arc::from("b"), Link("b", caller.b.clone()))),
+        Standing::Here => here.map(Standby::Here),
     }
 }
 
@@ -309,6 +351,12 @@ impl<'h> Site<Check> for Caller<&'h Buckets> {
     }
     fn refund_share(&self, t: &Taken) {
         self.share().refund(t, NOW);
+    }
+    fn replica(&self, c: &Check) -> Option<Standby<Link, &'h Buckets>> {
+        standby(self, c, self.here)
+    }
+    fn replica_answered(&self) {
+        self.rescued.fetch_add(1, Ordering::Relaxed);
     }
     fn forwarded(&self) {
         self.forwarded.fetch_add(1, Ordering::Relaxed);
@@ -333,6 +381,12 @@ impl Site<Check> for Caller<Nowhere> {
     }
     fn refund_share(&self, t: &Taken) {
         self.share().refund(t, NOW);
+    }
+    fn replica(&self, c: &Check) -> Option<Standby<Link, Nowhere>> {
+        standby(self, c, None)
+    }
+    fn replica_answered(&self) {
+        self.rescued.fetch_add(1, Ordering::Relaxed);
     }
     fn forwarded(&self) {
         self.forwarded.fetch_add(1, Ordering::Relaxed);
@@ -440,6 +494,74 @@ for_node_and_sdk!(an_unreachable_owner_falls_back_to_the_share, |caller| {
     let again = check(&caller, &item("a:other", limit(10), 0)).await;
     assert_eq!(again.map(|a| a.remaining), Ok(5), "the share took nothing");
 });
+
+for_node_and_sdk!(
+    an_unreachable_owner_s_replica_decides_on_its_copy_before_any_share,
+    |caller| {
+        let mut caller = caller;
+        caller.standby = Standing::B;
+        caller.a.unreachable.store(true, Ordering::Relaxed);
+        // The copy at b: 8 of 10 spent at a before it stopped answering.
+        let k = item("a:k", limit(10), 1);
+        caller.b.store.check(k.id, &k.resolved.rule, NOW, 8);
+        let mut admitted = 0;
+        for _ in 0..5 {
+            let a = check(&caller, &item("a:k", limit(10), 1))
+                .await
+                .expect("answered");
+            assert!(a.replica && !a.degraded, "decided by the replica");
+            admitted += usize::from(a.allowed);
+        }
+        assert_eq!(admitted, 2, "what the copy had left, not a share");
+        assert_eq!(caller.fell_back.load(Ordering::Relaxed), 0);
+        assert_eq!(caller.rescued.load(Ordering::Relaxed), 5);
+        // Many: the failed group goes to the replica in one group.
+        let items = [item("a:m1", limit(10), 4), item("a:m2", limit(10), 3)];
+        let mut many = Many::new(2, NOW);
+        many.add(&caller, &items[0]);
+        many.add(&caller, &items[1]);
+        let answers = many.finish(&caller, &items).await;
+        assert!(answers.iter().all(|a| a.as_ref().is_ok_and(|a| a.replica)));
+        assert_eq!(caller.b.remaining(&items[0]), 6);
+        // All-or-nothing: held at the replica, refunded there when another check denies.
+        let tight = item("b:tight", limit(1), 1);
+        assert!(allowed(&check(&caller, &tight).await));
+        let answers = check_all(&caller, &[item("a:held", limit(10), 3), tight]).await;
+        assert!(answers[0].as_ref().is_ok_and(|a| a.replica));
+        assert!(!allowed(&answers[1]));
+        assert_eq!(
+            caller.b.remaining(&item("a:held", limit(10), 3)),
+            10,
+            "given back on the copy"
+        );
+        // No replica: the share, as before.
+        caller.standby = Standing::Nobody;
+        let a = check(&caller, &item("a:k", limit(10), 1)).await;
+        assert!(a.is_ok_and(|a| a.degraded && !a.replica));
+    }
+);
+
+#[tokio::test]
+async fn a_node_that_is_the_replica_stands_in_itself() {
+    let buckets = Buckets(Store::new(1000));
+    let mut caller = Caller::new(Some(&buckets), true);
+    caller.standby = Standing::Here;
+    caller.a.unreachable.store(true, Ordering::Relaxed);
+    let k = item("a:k", limit(3), 1);
+    buckets.0.check(k.id, &k.resolved.rule, NOW, 2);
+    let first = check(&caller, &k).await.expect("answered");
+    assert!(first.allowed && first.replica && first.remaining == 0);
+    assert!(!check(&caller, &k).await.expect("answered").allowed);
+    // Held here on the copy, and given back here.
+    let tight = item("b:tight", limit(1), 1);
+    assert!(allowed(&check(&caller, &tight).await));
+    let held = item("a:held", limit(10), 4);
+    let answers = check_all(&caller, &[held, tight]).await;
+    assert!(answers[0].as_ref().is_ok_and(|a| a.replica));
+    let held = item("a:held", limit(10), 4);
+    assert_eq!((&buckets).remaining(&held), 10, "given back on the copy");
+    assert_eq!(caller.fell_back.load(Ordering::Relaxed), 0);
+}
 
 for_node_and_sdk!(a_lost_refund_is_counted, |caller| {
     let tight = item("b:tight", limit(1), 1);

@@ -233,6 +233,22 @@ impl PeerClient {
             .await
     }
 
+    /// Sends checks whose owner did not answer to the owner's replica, decided there on its
+    /// copies (`all`: all-or-nothing, see [`GroupKind::ReplicaAllOrNothing`]). A peer older
+    /// than [`REPLICA_KINDS_SINCE`](ringlimit_proto::peer::REPLICA_KINDS_SINCE) is never sent them: each check is answered
+    /// [`PeerAnswer::Error`] `unsupported` without a frame.
+    pub async fn send_replica(
+        &self,
+        checks: Vec<PeerCheck>,
+        all: bool,
+    ) -> Result<Vec<PeerAnswer>, ForwardError> {
+        let kind = match all {
+            true => GroupKind::ReplicaAllOrNothing,
+            false => GroupKind::Replica,
+        };
+        self.send_group(Body::Checks(checks), kind).await
+    }
+
     async fn send_group(
         &self,
         body: Body,
@@ -391,7 +407,8 @@ pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<Connection, 
 /// Serves one connection until it fails; returns why.
 async fn serve(conn: Connection, rx: &mut mpsc::Receiver<Outgoing>, stats: &PeerStats) -> String {
     // Version 2 peers read a group's kind in its id's top bits, and echo the id whole.
-    let flagged = conn.version < GROUP_KIND_SINCE;
+    let version = conn.version;
+    let flagged = version < GROUP_KIND_SINCE;
     let (mut sink, mut stream) = conn.framed.split();
     let pending: Mutex<HashMap<u64, oneshot::Sender<Vec<PeerAnswer>>>> = Mutex::new(HashMap::new());
     let mut next_id: u64 = 0;
@@ -405,6 +422,15 @@ async fn serve(conn: Connection, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
                 |o: Outgoing, groups: &mut Vec<CheckGroup>, refunds: &mut Vec<RefundGroup>| {
                     // A caller that gave up is not worth the bytes.
                     if o.reply.is_closed() {
+                        return 0;
+                    }
+                    // A kind this peer does not know would fail its whole frame.
+                    if version < o.kind.since() {
+                        let unsupported = PeerAnswer::Error {
+                            code: "unsupported".into(),
+                            message: format!("the peer speaks protocol version {version}"),
+                        };
+                        let _ = o.reply.send(vec![unsupported; o.body.len()]);
                         return 0;
                     }
                     next_id = next_id.wrapping_add(1) & !GROUP_FLAGS;

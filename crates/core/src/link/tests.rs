@@ -128,6 +128,7 @@ fn answer(c: &PeerCheck) -> PeerAnswer {
         reset_at_ms: 0,
         retry_after_ms: 0,
         degraded: false,
+        replica: false,
     })
 }
 

@@ -61,6 +61,8 @@ pub struct Forwarding {
     pub forwarded: u64,
     pub fail_open: u64,
     pub fail_closed: u64,
+    /// Checks whose owner did not answer, decided by its replica.
+    pub replica: u64,
     /// Checks answered without an owner because this node saw fewer than a majority.
     pub minority: u64,
     /// Frames and checks sent to peers: checks per frame is the batching factor.
@@ -135,6 +137,7 @@ impl Admin {
                 forwarded: load(&stats.forwarded),
                 fail_open: load(&stats.fail_open),
                 fail_closed: load(&stats.fail_closed),
+                replica: load(&stats.replica),
                 minority: load(&stats.minority),
                 peer_frames: frames,
                 peer_checks: checks,

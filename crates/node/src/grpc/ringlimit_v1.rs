@@ -101,6 +101,7 @@ fn answer(o: &Outcome) -> pb::CheckResponse {
         retry_after_ms: a.retry_after_ms,
         degraded: a.degraded,
         shadow_denied: o.shadow_denied,
+        replica: a.replica,
     }
 }
 

@@ -31,6 +31,10 @@ fn write_fields(out: &mut Vec<u8>, a: &CheckAnswer) {
     } else {
         b",\"degraded\":false"
     });
+    // Only when set: answers made by their owner keep their shape.
+    if a.replica {
+        out.extend_from_slice(b",\"replica\":true");
+    }
 }
 
 /// Appends `a` (and, for a shadow rule, `shadow_denied`) as the contract's answer object.
@@ -135,6 +139,7 @@ mod tests {
                             reset_at_ms: reset,
                             retry_after_ms: retry,
                             degraded,
+                            replica: false,
                         },
                         shadow,
                     )

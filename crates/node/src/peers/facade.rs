@@ -332,7 +332,7 @@ impl PeersHandle {
     }
 
     /// The client of member `owner`: this runtime's own copy, else the shared one.
-    fn client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
+    pub fn client(&self, owner: &str) -> Option<(Arc<str>, Arc<PeerClient>)> {
         let Some(local) = &self.local else {
             return self.peers.client(owner);
         };

@@ -114,6 +114,9 @@ pub struct ServerStats {
 pub struct Relay {
     pub view: Arc<ArcSwap<View>>,
     pub peers: PeersHandle,
+    /// `--replicas`: whether this node keeps a copy of a bucket, to decide on it when a peer
+    /// asks it as the owner's replica.
+    pub replicas: usize,
 }
 
 /// Who is on the other end of a connection, for handlers' logs and counts.

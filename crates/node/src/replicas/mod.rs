@@ -13,8 +13,11 @@
 //!   change. The receiving side is `peers/server/replicate.rs`.
 //! - [`promote`] — on a ring change: copies this node now owns become its buckets; copies it
 //!   no longer replicates are dropped.
+//! - [`handback`] — decisions this node made on its copies while their owner did not answer
+//!   (failover: the coordinator's `Site::replica`), sent back to the owner once it answers.
 //! - [`metrics`] — lag, frames, copies and promotions as metrics.
 
+pub mod handback;
 pub mod metrics;
 pub mod promote;
 pub mod sender;

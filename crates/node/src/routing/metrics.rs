@@ -47,6 +47,12 @@ impl Collector for RoutingCollector {
         )?;
         counter(
             &mut e,
+            "replica_checks",
+            "Checks whose owner did not answer, decided by the owner's replica on its copy.",
+            load(&s.replica),
+        )?;
+        counter(
+            &mut e,
             "refunded_requests",
             "All-or-nothing requests denied whose admitted checks gave their cost back.",
             load(&s.refunded_requests),

@@ -13,7 +13,7 @@ pub mod metrics;
 mod timed;
 
 use crate::cluster::View;
-use crate::decide::Here;
+use crate::decide::{Here, On};
 use crate::engine::Prepared;
 use crate::metrics::PeerRpcMetrics;
 use crate::peers::PeersHandle;
@@ -21,7 +21,7 @@ use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
-use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Taken, Why};
+use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
 use ringlimit_core::rule::{Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund};
@@ -47,6 +47,8 @@ pub struct DispatchStats {
     /// Owner-mode checks answered without an owner because this node saw fewer than a majority
     /// of the cluster (also counted in `fail_open` or `fail_closed`).
     pub minority: AtomicU64,
+    /// Checks whose owner did not answer, decided by its replica on its copy (not degraded).
+    pub replica: AtomicU64,
 }
 
 /// Sends each check where it is decided.
@@ -58,6 +60,8 @@ pub struct Dispatcher {
     /// Shared by every runtime's copy.
     pub stats: Arc<DispatchStats>,
     rpc: PeerRpcMetrics,
+    /// `--replicas`: who stands in for an owner that does not answer.
+    replicas: usize,
 }
 
 impl Dispatcher {
@@ -73,7 +77,15 @@ impl Dispatcher {
             pool,
             stats: Arc::default(),
             rpc,
+            replicas: 0,
         }
+    }
+
+    /// Sends checks whose owner does not answer to the owner's first live replica among the
+    /// next `n` members (`--replicas`; 0: straight to the fallback share).
+    pub fn with_replicas(mut self, n: usize) -> Self {
+        self.replicas = n;
+        self
     }
 
     /// This dispatcher for a runtime of its own (an HTTP thread's): the same view, stats and
@@ -85,6 +97,7 @@ impl Dispatcher {
             pool: self.pool.peers().for_runtime(),
             stats: self.stats.clone(),
             rpc: self.rpc.clone(),
+            replicas: self.replicas,
         }
     }
 
@@ -213,6 +226,35 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
         Ok(fallback.held())
     }
 
+    /// The owner's first replica this node can reach: itself (it decides on its own copy), or
+    /// a member whose link is up.
+    fn replica(&self, p: &Prepared<'_>) -> Option<Standby<Timed<'a>, &'a Here>> {
+        let d = self.d;
+        if d.replicas == 0 {
+            return None;
+        }
+        for member in self.view.ring.replicas(p.id, d.replicas) {
+            if member == &*self.view.self_id {
+                return Some(Standby::Here(&d.here));
+            }
+            if let Some((id, client)) = d.pool.client(member)
+                && client.available()
+            {
+                let link = Timed {
+                    client,
+                    rpc: &d.rpc,
+                    here: &d.here,
+                };
+                return Some(Standby::Member(id, link));
+            }
+        }
+        None
+    }
+
+    fn replica_answered(&self) {
+        self.d.stats.replica.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn refund_share(&self, taken: &Taken) {
         self.share().refund(taken, self.d.here.now());
     }
@@ -271,6 +313,11 @@ impl coordinator::Here<Prepared<'_>> for &Here {
     fn peek(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
         let d = self.global().peek(p.id, &p.resolved.rule, now, p.cost);
         answer(&d, &p.resolved.rule)
+    }
+
+    fn stand_in(&self, p: &Prepared<'_>, now: u64) -> (CheckAnswer, Option<Mark>) {
+        let here: &Here = self;
+        here.hold_on(On::Copy, p.id, &p.resolved, p.cost, now)
     }
 }
 

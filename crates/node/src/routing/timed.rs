@@ -51,6 +51,14 @@ impl OwnerLink for Timed<'_> {
         self.observe(checks.len(), self.client.send_all(checks))
     }
 
+    fn send_replica(
+        &self,
+        checks: Vec<PeerCheck>,
+        all: bool,
+    ) -> impl Future<Output = Result<Vec<PeerAnswer>, ForwardError>> + Send {
+        self.observe(checks.len(), self.client.send_replica(checks, all))
+    }
+
     fn refund(
         &self,
         refunds: Vec<PeerRefund>,

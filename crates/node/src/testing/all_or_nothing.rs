@@ -36,8 +36,22 @@ rules:
 
 /// Three nodes with `yaml`'s rules, every one alive in every view; and the rules.
 async fn cluster(yaml: &str) -> (Cluster, RuleSet) {
+    start(yaml, 1).await
+}
+
+/// [`cluster`] with `--replicas 0`: an unreachable owner's checks go straight to the fallback
+/// share (with replicas, its replica decides them: `testing::replicas`).
+async fn cluster_without_replicas(yaml: &str) -> (Cluster, RuleSet) {
+    start(yaml, 0).await
+}
+
+async fn start(yaml: &str, replicas: usize) -> (Cluster, RuleSet) {
     let rules = RuleSet::from_yaml(yaml).expect("valid rules");
-    let c = Cluster::start(3, |c| c.rules = rules.clone()).await;
+    let c = Cluster::start(3, |c| {
+        c.rules = rules.clone();
+        c.replicas = replicas;
+    })
+    .await;
     c.wait_all_alive(&IDS).await;
     (c, rules)
 }
@@ -214,7 +228,7 @@ async fn a_shadow_limit_is_decided_and_reported_but_never_blocks() {
 
 #[tokio::test(start_paused = true)]
 async fn an_unreachable_owner_answers_from_the_share_and_a_denial_gives_the_share_back() {
-    let (c, rules) = cluster(LIMITS).await;
+    let (c, rules) = cluster_without_replicas(LIMITS).await;
     let user = key_of(&rules, "per-user", "cut", "n2");
     let blocker = key_of(&rules, "per-ip", "blocker", "n1");
     for _ in 0..10 {
@@ -270,7 +284,7 @@ async fn a_global_limit_counts_only_when_the_request_is_admitted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_closed_rule_whose_owner_is_unreachable_denies_the_request_and_takes_nothing() {
-    let (c, rules) = cluster(GLOBAL_AND_CLOSED).await;
+    let (c, rules) = cluster_without_replicas(GLOBAL_AND_CLOSED).await;
     let user = key_of(&rules, "per-user", "c", "n1");
     let strict = key_of(&rules, "strict", "c", "n2");
     c.cut_link("n0", "n2");

@@ -199,7 +199,8 @@ async fn three_nodes_admit_exactly_and_forward_what_they_do_not_own() {
 /// every key is decided by a live owner again.
 #[tokio::test(start_paused = true)]
 async fn owner_killed_survivors_fail_open() {
-    let mut c = Cluster::start(3, |_| {}).await;
+    // No replicas: the fallback share is what this test is about (`testing::replicas`).
+    let mut c = Cluster::start(3, |c| c.replicas = 0).await;
     c.wait_all_alive(&IDS).await;
     let load_keys: Arc<Vec<String>> = Arc::new(keys("load", 300));
     assert!(
@@ -362,7 +363,8 @@ async fn readyz_is_503_while_leaving() {
 /// again and decides its keys.
 #[tokio::test(start_paused = true)]
 async fn paused_owner_is_bypassed_then_returns() {
-    let c = Cluster::start(3, |_| {}).await;
+    // No replicas: the fallback share is what this test is about (`testing::replicas`).
+    let c = Cluster::start(3, |c| c.replicas = 0).await;
     c.wait_all_alive(&IDS).await;
     let keys: Arc<Vec<String>> = Arc::new(keys("pause", 300));
     let load = Load::start(&[c.client("n0"), c.client("n1")], keys);

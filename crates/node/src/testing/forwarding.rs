@@ -75,7 +75,8 @@ async fn a_check_is_decided_exactly_by_its_owner() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_owner_fails_open_at_the_deadline_then_at_once_until_it_answers_again() {
-    let c = Cluster::start(2, |_| {}).await;
+    // No replicas: the fallback share is what this test is about (`testing::replicas`).
+    let c = Cluster::start(2, |c| c.replicas = 0).await;
     c.wait_all_alive(&TWO).await;
     let key = key_of(&TWO, "n1");
     assert!(!c.seen("n0", &check(&key)).await.degraded);
@@ -107,7 +108,8 @@ async fn a_stalled_owner_fails_open_at_the_deadline_then_at_once_until_it_answer
 
 #[tokio::test(start_paused = true)]
 async fn a_lost_connection_to_the_owner_fails_open_at_once() {
-    let c = Cluster::start(2, |_| {}).await;
+    // No replicas: the fallback share is what this test is about (`testing::replicas`).
+    let c = Cluster::start(2, |c| c.replicas = 0).await;
     c.wait_all_alive(&TWO).await;
     let key = key_of(&TWO, "n1");
     assert!(!c.seen("n0", &check(&key)).await.degraded);

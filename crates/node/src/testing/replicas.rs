@@ -185,3 +185,56 @@ async fn a_graceful_leave_counts_each_admission_once() {
         );
     }
 }
+
+/// Failover: while an owner does not answer (its peer port stalled, as under SIGSTOP; gossip
+/// still keeps it in every ring), its keys are decided by their replica on its copies, not
+/// from fallback shares; once it answers again it gets those decisions back, so across the
+/// whole run each key admits its limit exactly once.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_owners_keys_are_decided_by_its_replica_and_handed_back() {
+    let c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let keys = owned_by_n2(Algorithm::TokenBucket);
+    let mut admitted = 0;
+    for k in &keys {
+        for _ in 0..2 {
+            let s = c.seen("n0", &check(k, Algorithm::TokenBucket)).await;
+            assert!(s.allowed && !s.degraded, "{k}");
+            admitted += 1;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.stall_peer("n2");
+    let mut by_replica = 0;
+    for k in &keys {
+        for i in 0..LIMIT {
+            let id = IDS[(i % 2) as usize];
+            let body = c.check(id, &check(k, Algorithm::TokenBucket)).await.json();
+            assert_eq!(body["degraded"], false, "{k} through {id}: {body}");
+            if body["replica"] == true {
+                by_replica += 1;
+            }
+            admitted += u64::from(body["allowed"] == true);
+        }
+    }
+    assert_eq!(
+        by_replica,
+        LIMIT * keys.len() as u64,
+        "every check decided by a replica"
+    );
+    assert_eq!(admitted, LIMIT * keys.len() as u64, "the limit, once");
+    let rescued = c.metric("n0", "ringlimit_replica_checks_total").await
+        + c.metric("n1", "ringlimit_replica_checks_total").await;
+    assert_eq!(rescued, by_replica);
+    // The owner answers again: the replicas' decisions reach it (within a hand-back period)
+    // before the callers' circuits to it close (a second).
+    c.resume_peer("n2");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for k in &keys {
+        for id in IDS {
+            let body = c.check(id, &check(k, Algorithm::TokenBucket)).await.json();
+            assert_eq!(body["allowed"], false, "{k} through {id}: {body}");
+            assert!(body.get("replica").is_none(), "the owner decides: {body}");
+        }
+    }
+}

@@ -2,7 +2,9 @@
 //! this node handed over, decide all-or-nothing groups where they land.
 
 use super::PeerServer;
+use crate::decide::On;
 use crate::peers::Peer;
+use crate::replicas::replicates;
 use crate::rules::RuleSpec;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::link::fanout::OwnerGroups;
@@ -22,8 +24,12 @@ impl PeerServer {
         let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
         for (gi, g) in groups.iter().enumerate() {
             let may_relay = match g.kind {
-                GroupKind::AllOrNothing => {
+                GroupKind::AllOrNothing | GroupKind::ReplicaAllOrNothing => {
                     out.push(self.answer_all(g, now));
+                    continue;
+                }
+                GroupKind::Replica => {
+                    out.push(self.answer_as_replica(g, now));
                     continue;
                 }
                 GroupKind::Relayed => false,
@@ -86,19 +92,31 @@ impl PeerServer {
         out
     }
 
-    /// sender refunds what this answers as held, and a refund must find the bucket that took).
+    /// Answers one request's checks at this node all-or-nothing (see
+    /// [`GroupKind::AllOrNothing`]), decided where they land, never relayed (the sender refunds
+    /// what this answers as held, and a refund must find the bucket that took); as the owner's
+    /// replica ([`GroupKind::ReplicaAllOrNothing`]) on this node's copies.
     fn answer_all(&self, g: &CheckGroup, now: u64) -> AnswerGroup {
         self.stats
             .checks
             .fetch_add(g.checks.len() as u64, Ordering::Relaxed);
         let prepared: Vec<Result<(Resolved, u64), CheckError>> =
             g.checks.iter().map(|c| self.prepare(c)).collect();
+        let replica = g.kind == GroupKind::ReplicaAllOrNothing;
+        let on = |id| match replica {
+            true => self.standing_in(id),
+            false => Some(On::Bucket),
+        };
+        // A check this node cannot stand in for is not decided (and so denies the group).
         let items: Vec<_> = prepared
             .iter()
             .zip(&g.checks)
             .map(|(p, c)| p.as_ref().ok().map(|&(r, id)| (id, r, c.cost)))
+            .map(|c| c.filter(|(id, r, _)| r.mode == Mode::Global || on(*id).is_some()))
             .collect();
-        let decided = self.here.decide_all(&items, now);
+        let decided = self
+            .here
+            .decide_all_on(&items, now, |id| on(id).unwrap_or(On::Bucket));
         let answers = decided
             .into_iter()
             .zip(&prepared)
@@ -106,6 +124,7 @@ impl PeerServer {
                 (Some((answer, Some(mark))), _) => PeerAnswer::Held { answer, mark },
                 (Some((answer, None)), _) => PeerAnswer::Answer(answer),
                 (None, Err(e)) => error_answer(e),
+                (None, Ok(_)) if replica => not_replica(),
                 (None, Ok(_)) => PeerAnswer::Error {
                     code: "invalid_request".into(),
                     message: "not decided".into(),
@@ -113,6 +132,48 @@ impl PeerServer {
             })
             .collect();
         AnswerGroup { id: g.id, answers }
+    }
+
+    /// Answers a group sent here as its owner's replica (see [`GroupKind::Replica`]): each
+    /// check decided on this node's copy, or on its bucket where the ring now names this node
+    /// the owner; a check this node keeps no copy of is answered `not_replica` (the sender
+    /// falls back to its share).
+    fn answer_as_replica(&self, g: &CheckGroup, now: u64) -> AnswerGroup {
+        self.stats
+            .checks
+            .fetch_add(g.checks.len() as u64, Ordering::Relaxed);
+        let answers = g
+            .checks
+            .iter()
+            .map(|c| match self.prepare(c) {
+                Err(e) => error_answer(&e),
+                Ok((resolved, id)) => match self.standing_in(id) {
+                    _ if resolved.mode == Mode::Global => {
+                        PeerAnswer::Answer(self.here.decide_at(id, &resolved, c.cost, now))
+                    }
+                    Some(on) => {
+                        PeerAnswer::Answer(self.here.decide_on(on, id, &resolved, c.cost, now))
+                    }
+                    None => not_replica(),
+                },
+            })
+            .collect();
+        AnswerGroup { id: g.id, answers }
+    }
+
+    /// Where this node decides bucket `id` for an owner that did not answer: on its bucket when
+    /// its ring names it the owner now, on its copy when it keeps one or its ring names it a
+    /// replica; `None`: neither (it cannot stand in).
+    fn standing_in(&self, id: u64) -> Option<On> {
+        let relay = self.relay.as_ref()?;
+        let view = relay.view.load();
+        let me = &*view.self_id;
+        if view.ring.owner(id) == Some(me) {
+            return Some(On::Bucket);
+        }
+        let engine = self.here.engine();
+        (engine.peek_copy(id).is_some() || replicates(&view.ring, id, relay.replicas, me))
+            .then_some(On::Copy)
     }
 
     pub(super) fn prepare(&self, c: &PeerCheck) -> Result<(Resolved, u64), CheckError> {
@@ -132,6 +193,13 @@ impl PeerServer {
         let relay = self.relay.as_ref()?;
         let target = relay.peers.owner(&relay.view.load(), id)?;
         (!self.here.engine().holds(id)).then_some(target)
+    }
+}
+
+fn not_replica() -> PeerAnswer {
+    PeerAnswer::Error {
+        code: "not_replica".into(),
+        message: "this node keeps no copy of the bucket".into(),
     }
 }
 

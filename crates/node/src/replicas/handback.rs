@@ -1,0 +1,98 @@
+//! Handing back: what this node decided on its copies as the replica of an owner that did not
+//! answer (see `Engine::decide_copy`) goes back to that owner once it answers again, so that
+//! the owner does not admit those requests a second time.
+//!
+//! Every [`HAND_BACK_EVERY`] the copies decided on are grouped by their owner under the
+//! current view and sent to it as a `Replicate` frame: an owner that receives a copy of a
+//! bucket it owns merges it as another reading of the same history (the larger consumption
+//! wins; `Engine::take_back`). A copy whose owner left the ring is not sent: this node owns
+//! it now, or will hand it to whoever does (promotion, handover). Until handed back, the
+//! owner's own copies merge into it the same way instead of replacing it.
+
+use crate::cluster::View;
+use crate::engine::Engine;
+use crate::peers::{Peers, ReplicaLink};
+use arc_swap::ArcSwap;
+use ringlimit_core::limiter::BucketState;
+use ringlimit_proto::peer::ReplicaBucket;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often copies decided on are offered back to their owners: an owner that answers again
+/// lacks their decisions for at most this long plus a round trip.
+pub const HAND_BACK_EVERY: Duration = Duration::from_millis(50);
+
+/// What handing back needs.
+pub struct HandBack {
+    pub engine: Arc<Engine>,
+    pub peers: Arc<Peers>,
+    pub view: Arc<ArcSwap<View>>,
+}
+
+impl HandBack {
+    /// Runs until the task is dropped.
+    pub async fn run(self) {
+        let mut links: HashMap<Arc<str>, ReplicaLink> = HashMap::new();
+        let mut tick = tokio::time::interval(HAND_BACK_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let stood_in = self.engine.stood_in();
+            if stood_in.is_empty() {
+                continue;
+            }
+            let view = self.view.load_full();
+            links.retain(|m, l| view.peer_addrs.get(m).is_some_and(|a| a == l.addr()));
+            let mut by_owner: HashMap<Arc<str>, Vec<(u64, BucketState, u64)>> = HashMap::new();
+            for (id, state, admissions) in stood_in {
+                let Some(owner) = view.ring.owner(id) else {
+                    continue;
+                };
+                if owner == &*view.self_id {
+                    continue;
+                }
+                let Some((member, _)) = view.peer_addrs.get_key_value(owner) else {
+                    continue;
+                };
+                by_owner
+                    .entry(member.clone())
+                    .or_default()
+                    .push((id, state, admissions));
+            }
+            for owner in by_owner.keys() {
+                if let Some(addr) = view.peer_addrs.get(owner) {
+                    links
+                        .entry(owner.clone())
+                        .or_insert_with(|| self.peers.replica_link(addr));
+                }
+            }
+            // All owners at once: one that still does not answer holds up no other.
+            let sends = links.iter_mut().filter_map(|(owner, link)| {
+                let buckets = by_owner.get(owner)?;
+                let wire: Vec<ReplicaBucket> = buckets
+                    .iter()
+                    .map(|(id, state, _)| ReplicaBucket {
+                        id: *id,
+                        state: Some(state.to_wire()),
+                    })
+                    .collect();
+                Some(async move { (owner.clone(), link.replicate(&wire).await) })
+            });
+            for (owner, sent) in futures::future::join_all(sends).await {
+                match sent {
+                    Ok(_) => {
+                        let buckets = by_owner.get(&owner).map(Vec::as_slice).unwrap_or(&[]);
+                        for &(id, _, admissions) in buckets {
+                            self.engine.handed_back(id, admissions);
+                        }
+                        tracing::debug!(%owner, buckets = buckets.len(), "handed decisions back to their owner");
+                    }
+                    Err(e) => {
+                        tracing::debug!(%owner, error = %e, "owner still unreachable; handing back later");
+                    }
+                }
+            }
+        }
+    }
+}
