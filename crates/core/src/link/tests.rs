@@ -362,6 +362,50 @@ async fn an_owner_speaking_version_2_reads_kinds_in_group_ids() {
     );
 }
 
+/// A replica group goes only to a peer that speaks version 4: an older one gets no frame (its
+/// decoder would fail the whole frame) and each check is answered `unsupported`; a current one
+/// sees the kinds.
+#[tokio::test(start_paused = true)]
+async fn replica_groups_go_only_to_peers_that_know_them() {
+    let net = MemNet::new();
+    let old = Owner::default();
+    old.version_2.store(true, Ordering::Relaxed);
+    tokio::spawn(old.clone().serve(net.listen("old")));
+    let client = PeerClient::spawn("old".into(), settings(&net), Arc::default());
+    let answers = client
+        .send_replica(vec![check("a"), check("b")], false)
+        .await
+        .expect("answered");
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, PeerAnswer::Error { code, .. } if code == "unsupported")),
+        "{answers:?}"
+    );
+    assert!(old.frames.lock().is_empty(), "no frame sent");
+    // The connection still carries what the peer knows.
+    client.send(vec![check("c")]).await.expect("answered");
+
+    let owner = Owner::spawn(&net, "new");
+    let client = PeerClient::spawn("new".into(), settings(&net), Arc::default());
+    client
+        .send_replica(vec![check("a")], false)
+        .await
+        .expect("answered");
+    client
+        .send_replica(vec![check("b")], true)
+        .await
+        .expect("answered");
+    let kinds: Vec<GroupKind> = owner
+        .frames
+        .lock()
+        .iter()
+        .flatten()
+        .map(|g| g.kind)
+        .collect();
+    assert_eq!(kinds, [GroupKind::Replica, GroupKind::ReplicaAllOrNothing]);
+}
+
 mod memnet {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
