@@ -31,21 +31,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faults import Conn, paced, stop_processes  # noqa: E402  (shared with the fault bench)
 
 # The contract: the most admitted ÷ limit each scenario may reach on the buckets it touches
-# (rows per algorithm; both must keep it), and which buckets those are ("victim": n2's, as the
-# ring placed them before the fault; "all": every bucket; "pairs": every bucket of the
-# /v1/check/all pairs). kill and split are issue 31's targets. The others were set on
-# 2026-11-24 from what the code measured then (before "failover to the replica"; see
-# bench/README.md "Accuracy contract"), with a margin above the highest run: they keep what
-# we have from getting worse, and are to be tightened as failover lands.
+# (a row per algorithm; both must keep it), and which buckets those are ("victim": n2's, as the
+# ring placed them before the fault; "all": every bucket; "pairs": n2's, each checked in a
+# /v1/check/all with a bucket of another owner). kill and split are issue 31's targets. The
+# others were set on 2026-11-24 from what the code measured then (before "failover to the
+# replica", issue 31 item 2: four runs on the debug build, bench/README.md "Accuracy contract"),
+# with a margin above the highest run: they keep what we have from getting worse, and are to be
+# tightened as failover lands. A SIGKILLed or stopped owner's keys end near 1.6 today: each
+# survivor's fallback share (20 among 3: 6 each) until the ring drops the owner.
 BOUNDS = {
-    "kill": (1.05, "victim"),  # issue 31: owner SIGKILLed, then restarted: at most 5% over
-    "stop": (1.80, "victim"),  # measured 1.59-1.60 (owner SIGSTOPped 5 s)
-    "split": (1.40, "all"),  # issue 31: 2 | 1 partition for 7 s: at most 40% over
-    "oneway-out": (1.60, "all"),  # measured
-    "oneway-in": (1.60, "all"),  # measured
-    "rolling": (1.20, "all"),  # measured
-    "join-leave": (1.20, "all"),  # measured
-    "all-or-nothing": (1.60, "pairs"),  # measured (an owner SIGKILLed, as in kill)
+    "kill": (1.05, "victim"),  # issue 31's target; measured 1.53-1.61 (.ci/run: PENDING=kill)
+    "stop": (1.75, "victim"),  # measured 1.53-1.64
+    "split": (1.40, "all"),  # issue 31's target; measured 1.26-1.29
+    "oneway-out": (1.40, "all"),  # measured 1.26-1.28
+    "oneway-in": (1.55, "all"),  # measured 1.39-1.42
+    # Exact by handover, but a slow owner (the debug build on a busy host) misses the 25 ms
+    # forward deadline, its circuit opens and the fallback shares answer for ~1 s:
+    "rolling": (1.25, "all"),  # measured 1.00-1.01
+    "join-leave": (1.25, "all"),  # measured 1.00, once 1.07-1.09 (circuits to n0 opened)
+    "all-or-nothing": (1.80, "pairs"),  # measured 1.53-1.65 (the owner SIGKILLed as in kill)
 }
 
 VICTIM = 2
@@ -95,7 +99,8 @@ class Cluster:
         self.procs[i] = subprocess.Popen(
             ["ip", "netns", "exec", f"{self.args.ns}-n{i}", self.args.bin, "serve",
              "--node-id", f"n{i}", "--http", f"{self.addr(i)}:8080",
-             "--peer", f"{self.addr(i)}:7946", "--seeds", peers, "--config", self.args.rules],
+             "--peer", f"{self.addr(i)}:7946", "--seeds", peers, "--config", self.args.rules,
+             *self.args.node_args.split()],
             stdout=subprocess.DEVNULL, stderr=log_file, env=env,
         )
         log_file.close()
@@ -422,14 +427,15 @@ def table(rows):
     out = ["| scenario | keys | limit | admitted | admitted ÷ limit | bound | checks | failed | ok |",
            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        which = {"victim": f"n{VICTIM}'s", "all": "all", "pairs": f"n{VICTIM}'s, paired:"}[r["which"]]
+        keys = {"victim": f"n{VICTIM}'s {r['keys']}", "all": f"all {r['keys']}",
+                "pairs": f"n{VICTIM}'s {r['keys']}, paired"}[r["which"]]
         ok = "yes" if r["ok"] and not r["pending"] else "**no**"
         if r["ok"] and r["pending"]:
             ok = "no (pending: PENDING lists it)"
         elif r.get("error"):
             ok += f": {r['error']}"
         out.append(
-            f"| {r['scenario']} ({r['algorithm']}) | {which} {r['keys']} | {r['keys']} × {LIMIT} "
+            f"| {r['scenario']} ({r['algorithm']}) | {keys} | {r['keys']} × {LIMIT} "
             f"| {r['admitted']} | {r['ratio']:.2f} | {r['bound']:.2f} | {r['checks']} "
             f"| {r['failed']} | {ok} |")
     return "\n".join(out)
@@ -491,6 +497,8 @@ def main():
     ap.add_argument("--pending", default=os.environ.get("PENDING", ""),
                     help="scenarios whose bound is a target the code does not meet yet: "
                     "reported, but over it they do not fail the run (failed checks still do)")
+    ap.add_argument("--node-args", default=os.environ.get("NODE_ARGS", ""),
+                    help="more `ringlimit serve` flags for every node, e.g. --replicas 0")
     args = ap.parse_args()
     args.pending = set(args.pending.split())
     args.rules = os.path.join(args.out, "rules.yaml")
