@@ -32,26 +32,12 @@ build_node
 BIN="$(realpath "$BIN")"
 
 HOSTS=(n0 n1 n2 c)
-teardown() {
-  for h in "${HOSTS[@]}" sw; do ip netns del "$NS-$h" 2>/dev/null || true; done
-}
+teardown() { netns_down "$NS" "${HOSTS[@]}"; }
 at_exit teardown
 teardown
 
 log "namespaces: $NS-n0 $NS-n1 $NS-n2 (nodes), $NS-c (client), $NS-sw (bridge)"
-ip netns add "$NS-sw"
-ip -n "$NS-sw" link add br0 type bridge
-ip -n "$NS-sw" link set br0 up
-addr() { case $1 in c) echo 10.77.0.100 ;; *) echo "10.77.0.1${1#n}" ;; esac; }
-for h in "${HOSTS[@]}"; do
-  ip netns add "$NS-$h"
-  ip link add eth0 netns "$NS-$h" type veth peer name "$h" netns "$NS-sw"
-  ip -n "$NS-$h" addr add "$(addr "$h")/24" dev eth0
-  ip -n "$NS-$h" link set eth0 up
-  ip -n "$NS-$h" link set lo up
-  ip -n "$NS-sw" link set "$h" master br0
-  ip -n "$NS-sw" link set "$h" up
-done
+netns_up "$NS" 10.77.0 "${HOSTS[@]}"
 
 # The orchestrator runs in the client's namespace; it starts each node in its own. In the
 # foreground: Ctrl-C reaches faults.py, which stops its nodes (they are its processes).

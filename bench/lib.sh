@@ -52,6 +52,7 @@ mkdir -p "$OUT_DIR"
 #   keyflood.sh        29900
 #   scale.sh           30000      (bench/scale.py: a pair a node, up to 31999 when some are held)
 #   faults.sh          -          (every node in a network namespace of its own)
+#   accuracy.sh        -          (the same)
 default_base_port() {
   case $SCRIPT in
     http.sh) echo 28000 ;;
@@ -70,7 +71,7 @@ default_base_port() {
     slowconns.sh) echo 29800 ;;
     keyflood.sh) echo 29900 ;;
     scale.sh) echo 30000 ;;
-    faults.sh) ;;
+    faults.sh | accuracy.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac
 }
@@ -307,6 +308,33 @@ for start in range(0, count, 1000):
     if r.status != 200 or b'"error"' in body:
         sys.exit("batch at %d: %d %s" % (start, r.status, body[:200]))
 PY
+}
+
+# ---------------------------------------------------------------- network namespaces
+# netns_up NS NET HOST...: a namespace NS-HOST for each HOST, each with eth0 on a veth pair into
+# a bridge in NS-sw; host nI gets NET.1I, c (the client) NET.100. Loopback up in each. Nothing
+# is routed out of them. Needs root; netns_down NS HOST... removes them (and their veths).
+netns_addr() { case $2 in c) echo "$1.100" ;; *) echo "$1.1${2#n}" ;; esac; }
+netns_up() {
+  local ns=$1 net=$2 h
+  shift 2
+  ip netns add "$ns-sw"
+  ip -n "$ns-sw" link add br0 type bridge
+  ip -n "$ns-sw" link set br0 up
+  for h in "$@"; do
+    ip netns add "$ns-$h"
+    ip link add eth0 netns "$ns-$h" type veth peer name "$h" netns "$ns-sw"
+    ip -n "$ns-$h" addr add "$(netns_addr "$net" "$h")/24" dev eth0
+    ip -n "$ns-$h" link set eth0 up
+    ip -n "$ns-$h" link set lo up
+    ip -n "$ns-sw" link set "$h" master br0
+    ip -n "$ns-sw" link set "$h" up
+  done
+}
+netns_down() {
+  local ns=$1 h
+  shift
+  for h in "$@" sw; do ip netns del "$ns-$h" 2>/dev/null || true; done
 }
 
 # ---------------------------------------------------------------- loads and figures
