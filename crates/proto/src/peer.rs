@@ -103,6 +103,11 @@ pub enum Frame {
     Replicate { buckets: Vec<ReplicaBucket> },
     /// Server → client: how many copies were kept (or dropped, for `None` states).
     ReplicateAck { kept: u64 },
+    /// Client → server, version 4: copies of buckets the server owns that the sender, their
+    /// replica, decided on while the server did not answer (see [`GroupKind::Replica`]): the
+    /// server merges each into its bucket as another reading of its history. Answered by
+    /// `ReplicateAck`.
+    HandBack { buckets: Vec<ReplicaBucket> },
 }
 
 /// One node incarnation's counts, as relayed by another node in a
@@ -408,6 +413,7 @@ impl Frame {
             Frame::GlobalCountsOf { .. } => "global_counts_of",
             Frame::Replicate { .. } => "replicate",
             Frame::ReplicateAck { .. } => "replicate_ack",
+            Frame::HandBack { .. } => "hand_back",
         }
     }
 }
@@ -502,6 +508,17 @@ mod tests {
         assert_eq!(
             (Frame::decode(&bytes).expect("decode"), bytes[0]),
             (ack, 16)
+        );
+        let back = Frame::HandBack {
+            buckets: vec![ReplicaBucket {
+                id: 5,
+                state: Some(WireState::Fixed { end: 9, count: 7 }),
+            }],
+        };
+        let bytes = back.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (back, 17)
         );
     }
 

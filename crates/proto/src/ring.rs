@@ -120,6 +120,33 @@ impl Ring {
         out
     }
 
+    /// Bucket `id`'s owner then its first `n` replicas (those of [`Ring::replicas`]), as
+    /// indexes into [`Ring::members`], into `out` (cleared first; empty for an empty ring).
+    /// One hash and one search, no allocation once `out` has room: for callers that place
+    /// every changed bucket (the replica sender).
+    pub fn place(&self, id: u64, n: usize, out: &mut Vec<u32>) {
+        out.clear();
+        match self.members.len() {
+            0 => return,
+            1 => return out.push(0),
+            _ => {}
+        }
+        let want = 1 + n.min(self.members.len() - 1);
+        let key = self.ring_hasher().hash_one(IdKey(id));
+        // The owner is the first point at or after `key` (wrapping), as in `hashring::get`.
+        let start = self.points.partition_point(|&(p, _)| p < key);
+        let len = self.points.len();
+        for i in 0..len {
+            let m = self.points[(start + i) % len].1;
+            if !out.contains(&m) {
+                out.push(m);
+                if out.len() == want {
+                    break;
+                }
+            }
+        }
+    }
+
     fn ring_hasher(&self) -> xxhash_rust::xxh3::Xxh3Builder {
         xxhash_rust::xxh3::Xxh3Builder::new()
     }
@@ -191,6 +218,26 @@ mod tests {
             .map(|&id| ring.owner(id).unwrap_or_default().to_string())
             .collect();
         assert_eq!(owners, PINNED_OWNERS);
+    }
+
+    #[test]
+    fn place_is_owner_then_replicas() {
+        let mut out = Vec::new();
+        for members in [&["a"][..], &["a", "b"], &["a", "b", "c", "d", "e"]] {
+            let ring = Ring::new(members);
+            for id in 0..5_000u64 {
+                let id = crate::identity::bucket_id(3, &id.to_string());
+                for n in [0, 1, 2, 9] {
+                    ring.place(id, n, &mut out);
+                    let named: Vec<&str> =
+                        out.iter().map(|&i| &*ring.members()[i as usize]).collect();
+                    assert_eq!(named[0], ring.owner(id).unwrap_or_default());
+                    assert_eq!(named[1..], ring.replicas(id, n)[..]);
+                }
+            }
+        }
+        Ring::new(Vec::<String>::new()).place(1, 1, &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -72,11 +72,25 @@ impl ReplicaLink {
     /// the next; returns the frames sent. On an error the connection is dropped (the next call
     /// makes a new one) and the caller resends what it cannot know arrived.
     pub async fn replicate(&mut self, buckets: &[ReplicaBucket]) -> Result<u64, SessionError> {
+        self.send(buckets, |buckets| Frame::Replicate { buckets })
+            .await
+    }
+
+    /// Hands back to their owner (this member) the copies this node decided on as their
+    /// replica while the owner did not answer; like [`ReplicaLink::replicate`] otherwise.
+    pub async fn hand_back(&mut self, buckets: &[ReplicaBucket]) -> Result<u64, SessionError> {
+        self.send(buckets, |buckets| Frame::HandBack { buckets })
+            .await
+    }
+
+    async fn send(
+        &mut self,
+        buckets: &[ReplicaBucket],
+        frame: impl Fn(Vec<ReplicaBucket>) -> Frame,
+    ) -> Result<u64, SessionError> {
         let mut frames = 0;
         for chunk in buckets.chunks(BUCKETS_PER_FRAME) {
-            let frame = Frame::Replicate {
-                buckets: chunk.to_vec(),
-            };
+            let frame = frame(chunk.to_vec());
             match self.0.request(&frame, REPLICATE_ACK_WITHIN).await {
                 Ok(Frame::ReplicateAck { .. }) => frames += 1,
                 Ok(other) => {

@@ -17,11 +17,12 @@
 //! # Messages, and how to add one
 //! | message | sent by | handled in |
 //! |---|---|---|
-//! | check group (owned, relayed, all-or-nothing) | [`Peer::check`], [`Peer::relay`], [`Peer::check_all`] | `server/checks.rs` |
+//! | check group (owned, relayed, all-or-nothing; to a replica) | [`Peer::check`], [`Peer::relay`], [`Peer::check_all`]; the coordinator's `Site::replica` | `server/checks.rs` |
 //! | refunds | [`Peer::refund`] | `server/refunds.rs` |
 //! | ping (an empty check group) | [`Peer::ping`], [`Peers::ping_all`] | `server/checks.rs` |
 //! | handover | [`Peers::hand_over`] | `server/handover.rs` |
 //! | replicate (copies of an owner's buckets) | [`Peers::replica_link`], [`ReplicaLink::replicate`] | `server/replicate.rs` |
+//! | hand back (a replica's decisions for an owner that did not answer) | [`ReplicaLink::hand_back`] | `server/replicate.rs` |
 //! | reset | [`Peers::reset`] | `server/reset.rs` |
 //! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
 //!

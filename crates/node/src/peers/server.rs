@@ -264,6 +264,7 @@ impl PeerServer {
                 Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
                 Frame::Handover(buckets) => Some(self.handover(buckets)),
                 Frame::Replicate { buckets } => Some(self.replicate(buckets)),
+                Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;

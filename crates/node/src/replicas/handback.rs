@@ -3,9 +3,8 @@
 //! the owner does not admit those requests a second time.
 //!
 //! Every [`HAND_BACK_EVERY`] the copies decided on are grouped by their owner under the
-//! current view and sent to it as a `Replicate` frame: an owner that receives a copy of a
-//! bucket it owns merges it as another reading of the same history (the larger consumption
-//! wins; `Engine::take_back`). A copy whose owner left the ring is not sent: this node owns
+//! current view and sent to it as a `HandBack` frame: the owner merges each into its bucket
+//! as another reading of the same history (the larger consumption wins; `Engine::take_back`). A copy whose owner left the ring is not sent: this node owns
 //! it now, or will hand it to whoever does (promotion, handover). Until handed back, the
 //! owner's own copies merge into it the same way instead of replacing it.
 
@@ -77,7 +76,7 @@ impl HandBack {
                         state: Some(state.to_wire()),
                     })
                     .collect();
-                Some(async move { (owner.clone(), link.replicate(&wire).await) })
+                Some(async move { (owner.clone(), link.hand_back(&wire).await) })
             });
             for (owner, sent) in futures::future::join_all(sends).await {
                 match sent {

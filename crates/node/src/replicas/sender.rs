@@ -126,6 +126,9 @@ impl Sender {
     /// What each member is sent now: the drained `changes` of buckets this node owns, grouped
     /// by replica member, or its share of the whole store when it is due a resend. Members
     /// left alone after a failure get nothing (they are due a resend anyway).
+    ///
+    /// Members are told apart by their index in the ring (`Ring::place`: one hash and one
+    /// search per bucket, no allocation), not by name: this runs for every changed bucket.
     fn batches(
         &self,
         view: &View,
@@ -134,24 +137,32 @@ impl Sender {
         now: Instant,
     ) -> HashMap<Arc<str>, Vec<ReplicaBucket>> {
         let ring = &view.ring;
-        let me = &*view.self_id;
-        let mut out: HashMap<Arc<str>, Vec<ReplicaBucket>> = HashMap::new();
-        let due = |m: &str, targets: &HashMap<Arc<str>, Target>| {
-            targets
-                .get(m)
-                .filter(|t| t.retry_at <= now)
-                .map(|t| t.resend)
+        let members = ring.members();
+        let Some(me) = members.iter().position(|m| **m == *view.self_id) else {
+            return HashMap::new();
         };
+        let me = me as u32;
+        // Per ring member: due the whole store (`Some(true)`), the changes (`Some(false)`), or
+        // nothing (not a target, or left alone after a failure).
+        let due: Vec<Option<bool>> = members
+            .iter()
+            .map(|m| {
+                targets
+                    .get(m)
+                    .filter(|t| t.retry_at <= now)
+                    .map(|t| t.resend)
+            })
+            .collect();
+        let mut out: Vec<Vec<ReplicaBucket>> = vec![Vec::new(); members.len()];
+        let mut placed = Vec::with_capacity(self.replicas + 1);
         let mut add = |id: u64, state: Option<&BucketState>, full: bool| {
-            if ring.owner(id) != Some(me) {
+            ring.place(id, self.replicas, &mut placed);
+            if placed.first() != Some(&me) {
                 return;
             }
-            for m in ring.replicas(id, self.replicas) {
-                // Incremental changes to members not due a resend; the whole store to those due.
-                if due(m, targets) == Some(full)
-                    && let Some(key) = targets.get_key_value(m).map(|(k, _)| k.clone())
-                {
-                    out.entry(key).or_default().push(ReplicaBucket {
+            for &m in &placed[1..] {
+                if due[m as usize] == Some(full) {
+                    out[m as usize].push(ReplicaBucket {
                         id,
                         state: state.map(BucketState::to_wire),
                     });
@@ -161,16 +172,24 @@ impl Sender {
         for ch in changes {
             add(ch.id, ch.state.as_ref(), false);
         }
-        if targets.values().any(|t| t.resend && t.retry_at <= now) {
+        if due.contains(&Some(true)) {
             self.engine
                 .for_each_bucket(|id, st| add(id, Some(st), true));
             // A member due a resend with nothing to resend is up to date now.
-            for (m, t) in targets.iter_mut() {
-                if t.resend && t.retry_at <= now && !out.contains_key(m) {
+            for ((m, d), sent) in members.iter().zip(&due).zip(&out) {
+                if *d == Some(true)
+                    && sent.is_empty()
+                    && let Some(t) = targets.get_mut(m)
+                {
                     t.resend = false;
                 }
             }
         }
-        out
+        members
+            .iter()
+            .zip(out)
+            .filter(|(_, buckets)| !buckets.is_empty())
+            .map(|(m, buckets)| (m.clone(), buckets))
+            .collect()
     }
 }

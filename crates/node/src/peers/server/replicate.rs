@@ -1,6 +1,7 @@
 //! `Replicate`: keep the copies of an owner's buckets this node replicates (see
 //! `crate::replicas` for the sending side). Copies go to the engine's copies, never to its
-//! store: they decide nothing until this node owns them (promotion).
+//! store: they decide nothing until this node owns them (promotion). And `HandBack`: the
+//! decisions a replica made for this node while it did not answer, merged into its buckets.
 
 use super::PeerServer;
 use ringlimit_core::limiter::BucketState;
@@ -8,25 +9,34 @@ use ringlimit_proto::peer::{Frame, ReplicaBucket};
 
 impl PeerServer {
     /// Keeps (or, for a `None` state, drops) the copies in `buckets`; answers how many.
-    ///
-    /// A copy of a bucket this node owns under its view is a replica's reading handed back
-    /// (see `crate::replicas::handback`), or an owner's whose view lags: merged into the
-    /// bucket as another reading of its history, never kept as a copy.
     pub(super) fn replicate(&self, buckets: Vec<ReplicaBucket>) -> Frame {
         let now = self.here.now();
         let kept = buckets.len() as u64;
         let engine = self.here.engine();
-        let view = self.relay.as_ref().map(|r| r.view.load_full());
-        let owns = |id| {
-            view.as_ref()
-                .is_some_and(|v| v.ring.owner(id) == Some(&*v.self_id))
-        };
         for b in buckets {
-            let state = b.state.map(BucketState::from_wire);
-            match (state, owns(b.id)) {
-                (Some(state), true) => engine.take_back(b.id, state, now),
-                (None, true) => {}
-                (state, false) => engine.keep_copy(b.id, state, now),
+            engine.keep_copy(b.id, b.state.map(BucketState::from_wire), now);
+        }
+        Frame::ReplicateAck { kept }
+    }
+
+    /// Merges into this node's buckets the copies a replica decided on while this node did not
+    /// answer (see `crate::replicas::handback`), each as another reading of the bucket's
+    /// history; a copy of a bucket this node no longer owns is dropped (its owner now got it
+    /// by promotion or handover). Answers how many were merged.
+    pub(super) fn hand_back(&self, buckets: Vec<ReplicaBucket>) -> Frame {
+        let now = self.here.now();
+        let engine = self.here.engine();
+        let Some(relay) = &self.relay else {
+            return Frame::ReplicateAck { kept: 0 };
+        };
+        let view = relay.view.load();
+        let mut kept = 0;
+        for b in buckets {
+            if let Some(state) = b.state
+                && view.ring.owner(b.id) == Some(&*view.self_id)
+            {
+                engine.take_back(b.id, BucketState::from_wire(state), now);
+                kept += 1;
             }
         }
         Frame::ReplicateAck { kept }
