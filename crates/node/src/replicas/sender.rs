@@ -3,9 +3,11 @@
 //! change is read here).
 //!
 //! Every [`DRAIN_EVERY`] it drains the feed (coalesced: a bucket written a thousand times
-//! between two drains is sent once, in its state at the drain), groups the buckets by replica
-//! member under the current view (`Ring::replicas`), and sends each member one acknowledged
-//! `Replicate` exchange (frames bounded like handover's). A member is sent the whole store
+//! between two drains is sent once, in its state at the drain); once [`SEND_AT`] changes have
+//! been drained, or the first of them [`HOLD_AT_MOST`] ago (a quiet owner does not pay a frame
+//! per member every 5 ms), it groups the buckets by replica member under the current view
+//! (`Ring::place`) and sends each member one acknowledged `Replicate` exchange (frames bounded
+//! like handover's). A member is sent the whole store
 //! again (its share of it) when the feed overran ([`ringlimit_core::store::Lagged`]), when the
 //! ring's members changed (replica sets moved), when it is new, and after a failed exchange
 //! (what it got is unknown); a member that failed is left alone for [`RETRY_AFTER`], so that a
@@ -29,6 +31,14 @@ use tokio::time::Instant;
 /// window a dead owner's last admissions may be missing from its copies (see
 /// [`super::promote`]). A drain with nothing changed costs a pass over the shards' heads.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
+/// Changes drained that are sent at once; fewer wait for more, up to [`HOLD_AT_MOST`]. A frame
+/// and its ack cost each side a few syscalls and wake-ups whatever they carry: at 5,000 checks/s
+/// over three nodes, a frame per member every 5 ms made `--replicas 1` cost 1.7x the server
+/// CPU per check of `--replicas 0` (bench/README.md, "What `--replicas 1` costs"). What an
+/// owner that dies can take with it stays under this many changes, or this long.
+pub const SEND_AT: usize = 64;
+/// The longest drained changes wait for [`SEND_AT`] others.
+pub const HOLD_AT_MOST: Duration = Duration::from_millis(20);
 /// How long a member whose exchange failed is left alone before it is tried again (with the
 /// whole store).
 pub const RETRY_AFTER: Duration = Duration::from_millis(200);
@@ -64,7 +74,9 @@ impl Sender {
         };
         let mut targets: HashMap<Arc<str>, Target> = HashMap::new();
         let mut members: Vec<Arc<str>> = Vec::new();
+        // Drained and not sent yet, and when the first of them was drained.
         let mut changes: Vec<Change> = Vec::new();
+        let mut oldest: Option<Instant> = None;
         let mut tick = tokio::time::interval(DRAIN_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -75,14 +87,24 @@ impl Sender {
                 members = view.ring.members().to_vec();
                 resend_all = true;
             }
-            changes.clear();
+            let before = changes.len();
             if self.engine.changes(&mut cursor, &mut changes).is_err() {
                 tracing::debug!("replica sender fell behind the change feed; resending");
                 resend_all = true;
             }
-            let drained_at = Instant::now();
+            let now = Instant::now();
+            if changes.len() > before && oldest.is_none() {
+                oldest = Some(now);
+            }
             self.sync_targets(&view, &mut targets, resend_all);
-            let batches = self.batches(&view, &changes, &mut targets, drained_at);
+            let resend_due = targets.values().any(|t| t.resend && t.retry_at <= now);
+            let young = oldest.is_none_or(|t| now.duration_since(t) < HOLD_AT_MOST);
+            if !resend_due && changes.len() < SEND_AT && young {
+                continue;
+            }
+            let drained_at = oldest.take().unwrap_or(now);
+            let batches = self.batches(&view, &changes, &mut targets, now);
+            changes.clear();
             for (member, buckets) in batches {
                 let Some(target) = targets.get_mut(&member) else {
                     continue;
