@@ -36,9 +36,12 @@ pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
 /// over three nodes, a frame per member every 5 ms made `--replicas 1` cost 1.7x the server
 /// CPU per check of `--replicas 0` (bench/README.md, "What `--replicas 1` costs"). What an
 /// owner that dies can take with it stays under this many changes, or this long.
-pub const SEND_AT: usize = 64;
+///
+/// Busy owners send every drain (at 30,000 checks/s over three nodes each drains ~50 changes
+/// per 5 ms); the wait keeps the lag under `bench/http.sh`'s load within one drain.
+pub const SEND_AT: usize = 32;
 /// The longest drained changes wait for [`SEND_AT`] others.
-pub const HOLD_AT_MOST: Duration = Duration::from_millis(20);
+pub const HOLD_AT_MOST: Duration = Duration::from_millis(10);
 /// How long a member whose exchange failed is left alone before it is tried again (with the
 /// whole store).
 pub const RETRY_AFTER: Duration = Duration::from_millis(200);
