@@ -350,6 +350,11 @@ impl Engine {
     }
 
     fn check_copy(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> Decision {
+        // The copy became this node's bucket (promoted, or started from by a check decided
+        // here as the owner's): the same history, decided there.
+        if self.copies.peek(id).is_none() && self.store.contains(id) {
+            return self.check_at(id, rule, cost, now);
+        }
         self.has_copies.store(true, Ordering::Relaxed);
         let mut stood_in = self.stood_in.lock();
         let d = self.copies.check(id, rule, now, cost);
@@ -592,5 +597,44 @@ mod tests {
         e.keep_copy(5, None, T0);
         assert_eq!(e.copy_count(), 0);
         e.unfollow(c);
+    }
+
+    /// Standing in for an owner that does not answer: decisions on the copy, kept for the
+    /// owner (its later copies overlap instead of replacing them) until handed back; a copy
+    /// a check as the owner's started from (a peer whose ring already dropped the owner) is
+    /// still the one history a stand-in decides on.
+    #[test]
+    fn a_stand_in_decides_on_the_copy_and_keeps_it_for_the_owner() {
+        let (e, rule) = engine();
+        let owner = Engine::new(RuleSet::builtin(), 100, Arc::new(ManualClock::new(T0)));
+        for _ in 0..8 {
+            owner.decide_at(1, &rule, 1, T0);
+        }
+        e.keep_copy(1, owner.peek(1), T0);
+        let a = e.decide_copy(1, &rule, 1, T0);
+        assert!(a.allowed && a.remaining == 1, "{a:?}");
+        // The owner's stale copy does not undo the stand-in's admission.
+        e.keep_copy(1, owner.peek(1), T0);
+        assert_eq!(e.decide_copy(1, &rule, 0, T0).remaining, 1);
+        let stood_in = e.stood_in();
+        assert_eq!(
+            stood_in.iter().map(|s| (s.0, s.2)).collect::<Vec<_>>(),
+            [(1, 1)]
+        );
+        // Handed back: a copy like any other again.
+        e.handed_back(1, 1);
+        assert!(e.stood_in().is_empty());
+        e.keep_copy(1, owner.peek(1), T0);
+        assert_eq!(e.decide_copy(1, &rule, 0, T0).remaining, 2);
+
+        // A check as the owner's started from the copy: the stand-in goes on from there.
+        e.keep_copy(2, owner.peek(1), T0);
+        assert_eq!(e.decide_at(2, &rule, 1, T0).remaining, 1);
+        assert_eq!(e.peek_copy(2), None);
+        assert!(e.decide_copy(2, &rule, 1, T0).allowed);
+        assert!(
+            !e.decide_copy(2, &rule, 1, T0).allowed,
+            "not a fresh bucket"
+        );
     }
 }

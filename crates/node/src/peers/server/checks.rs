@@ -80,13 +80,15 @@ impl PeerServer {
             let (g, c, id, resolved) = relayed[i];
             out[g].answers[c] = match reply {
                 Ok(a) => a,
-                // The new owner did not answer: decide here, as before relaying existed.
-                Err(_) => PeerAnswer::Answer(self.here.decide_at(
-                    id,
-                    &resolved,
-                    groups[g].checks[c].cost,
-                    now,
-                )),
+                // The owner did not answer: decide here, as before relaying existed; on this
+                // node's copy when it keeps one (a sender whose ring already dropped the owner
+                // sent the check here as the new owner while this ring still has it): one
+                // history, the one a stand-in decides on and hands back.
+                Err(_) => {
+                    let on = self.standing_in(id).unwrap_or(On::Bucket);
+                    let cost = groups[g].checks[c].cost;
+                    PeerAnswer::Answer(self.here.decide_on(on, id, &resolved, cost, now))
+                }
             };
         }
         out
