@@ -120,6 +120,11 @@ impl Ring {
         out
     }
 
+    /// Whether member `me` is one of bucket `id`'s first `n` replicas (0: none is).
+    pub fn replicates(&self, id: u64, n: usize, me: &str) -> bool {
+        n > 0 && self.replicas(id, n).contains(&me)
+    }
+
     /// Bucket `id`'s owner then its first `n` replicas (those of [`Ring::replicas`]), as
     /// indexes into [`Ring::members`], into `out` (cleared first; empty for an empty ring).
     /// One hash and one search, no allocation once `out` has room: for callers that place

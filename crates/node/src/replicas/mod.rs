@@ -22,11 +22,4 @@ pub mod metrics;
 pub mod promote;
 pub mod sender;
 
-use ringlimit_proto::Ring;
-
 pub use metrics::{ReplicaCollector, ReplicaStats};
-
-/// Whether member `me` keeps a copy of bucket `id` under `ring` with `n` replicas.
-pub fn replicates(ring: &Ring, id: u64, n: usize, me: &str) -> bool {
-    n > 0 && ring.replicas(id, n).contains(&me)
-}

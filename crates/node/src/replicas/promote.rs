@@ -25,7 +25,6 @@
 //! before the pass) does not start from a full bucket either: the engine starts a bucket it
 //! does not hold from its copy (`Engine::decide`).
 
-use super::replicates;
 use crate::cluster::View;
 use crate::engine::Engine;
 
@@ -48,7 +47,7 @@ pub fn promote(view: &View, engine: &Engine, n: usize, now: u64) -> Promoted {
         return Promoted::default();
     }
     let promoted = engine.promote(|id, _| ring.owner(id) == Some(me), now);
-    let dropped = engine.drop_copies(|id, _| !replicates(ring, id, n, me));
+    let dropped = engine.drop_copies(|id, _| !ring.replicates(id, n, me));
     if promoted + dropped > 0 {
         tracing::info!(promoted, dropped, "replica copies promoted or dropped");
     }

@@ -4,7 +4,6 @@
 use super::PeerServer;
 use crate::decide::On;
 use crate::peers::Peer;
-use crate::replicas::replicates;
 use crate::rules::RuleSpec;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::link::fanout::OwnerGroups;
@@ -174,7 +173,7 @@ impl PeerServer {
             return Some(On::Bucket);
         }
         let engine = self.here.engine();
-        (engine.peek_copy(id).is_some() || replicates(&view.ring, id, relay.replicas, me))
+        (engine.peek_copy(id).is_some() || view.ring.replicates(id, relay.replicas, me))
             .then_some(On::Copy)
     }
 
