@@ -7,6 +7,13 @@
 #   bench/bucket_bytes.sh                       # this checkout's release build
 #   BINS="/tmp/rl-before target/release/ringlimit" bench/bucket_bytes.sh
 #
+# With NODES=3 (REPLICAS=N, default 1, is passed as --replicas) the keys go through node 0 to
+# their owners in a 3-node cluster, and the figures are the cluster's: every node's RSS summed,
+# over the distinct buckets (the owners' `ringlimit_buckets` summed); `copies` is the replicas'
+# `ringlimit_replica_buckets` summed, which those bytes include:
+#
+#   NODES=3 REPLICAS=1 KEYS=200000 bench/bucket_bytes.sh
+#
 # Env: KEYS (default 1000000; --max-keys is the same), ALGO (token_bucket|fixed_window|
 # sliding_window|leaky_bucket; default token_bucket), SETTLE (default 5), RUNS (default 1),
 # HTTP_THREADS (default 2), EXTRA_ENV (e.g. "MIMALLOC_PURGE_DELAY=0"), SKIP_BUILD=1, BASE_PORT,
@@ -22,22 +29,42 @@ HTTP_THREADS="${HTTP_THREADS:-2}"
 NODE_ENV="${EXTRA_ENV:-} TOKIO_WORKER_THREADS=$HTTP_THREADS"
 build_node
 
-buckets() { curl -sf "http://127.0.0.1:$(http_port 0)/metrics" | awk '$1 == "ringlimit_buckets" {print $2}'; }
+NODES="${NODES:-1}"
+CLUSTER_ARGS=()
+((NODES > 1)) && CLUSTER_ARGS=(--replicas "${REPLICAS:-1}")
 
-printf '%-28s %4s %10s %10s %12s %12s %12s\n' binary run buckets empty_MB "B/bkt_filled" "B/bkt_settled" "peak/settled"
+# metric NAME: summed over the nodes.
+metric() {
+  local i sum=0 v
+  for ((i = 0; i < NODES; i++)); do
+    v=$(curl -sf "http://127.0.0.1:$(http_port "$i")/metrics" | awk -v m="$1" '$1 == m {print $2}')
+    sum=$((sum + ${v:-0}))
+  done
+  echo "$sum"
+}
+# kb FIELD: a /proc status figure summed over the nodes.
+kb() {
+  local p sum=0
+  for p in "${PIDS[@]}"; do sum=$((sum + $(proc_kb "$1" "$p"))); done
+  echo "$sum"
+}
+
+printf '%-28s %4s %10s %10s %10s %12s %12s %12s\n' binary run buckets copies empty_MB "B/bkt_filled" "B/bkt_settled" "peak/settled"
 for run in $(seq 1 "$RUNS"); do
   for bin in $BINS; do
-    NODE_BIN=$bin start_nodes 1 "$run-$(basename "$bin")" --http-threads "$HTTP_THREADS" --max-keys "$KEYS"
-    empty=$(proc_kb VmRSS)
+    NODE_BIN=$bin start_nodes "$NODES" "$run-$(basename "$bin")" --http-threads "$HTTP_THREADS" \
+      --max-keys "$KEYS" "${CLUSTER_ARGS[@]}"
+    empty=$(kb VmRSS)
     node_fill "$KEYS" k "\"limit\":100,\"period_ms\":60000,\"algorithm\":\"$ALGO\""
-    filled=$(proc_kb VmRSS)
+    filled=$(kb VmRSS)
     sleep "$SETTLE"
-    settled=$(proc_kb VmRSS)
-    hwm=$(proc_kb VmHWM)
-    n=$(buckets)
+    settled=$(kb VmRSS)
+    hwm=$(kb VmHWM)
+    n=$(metric ringlimit_buckets)
+    copies=$(metric ringlimit_replica_buckets)
     stop_nodes
-    awk -v b="$bin" -v r="$run" -v n="$n" -v e="$empty" -v f="$filled" -v s="$settled" -v h="$hwm" 'BEGIN {
-      printf "%-28s %4d %10d %10.1f %12.1f %12.1f %12.2f\n", substr(b, length(b) - 27), r, n, e / 1000,
+    awk -v b="$bin" -v r="$run" -v n="$n" -v c="$copies" -v e="$empty" -v f="$filled" -v s="$settled" -v h="$hwm" 'BEGIN {
+      printf "%-28s %4d %10d %10d %10.1f %12.1f %12.1f %12.2f\n", substr(b, length(b) - 27), r, n, c, e / 1000,
         (f - e) * 1024 / n, (s - e) * 1024 / n, (h - e) / (s - e) }'
   done
 done

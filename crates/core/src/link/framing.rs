@@ -127,10 +127,12 @@ pub enum LinkError {
     Frame(#[from] FrameError),
 }
 
-/// Sends one frame.
-pub async fn send(conn: &mut FramedPeer, frame: &Frame) -> Result<(), LinkError> {
-    conn.send(Bytes::from(frame.encode()?)).await?;
-    Ok(())
+/// Sends one frame; returns its size on the wire (with its length prefix).
+pub async fn send(conn: &mut FramedPeer, frame: &Frame) -> Result<usize, LinkError> {
+    let bytes = frame.encode()?;
+    let size = bytes.len() + 4;
+    conn.send(Bytes::from(bytes)).await?;
+    Ok(size)
 }
 
 /// Receives one frame within `within`.

@@ -86,11 +86,20 @@ impl Session {
         frame: &Frame,
         within: Duration,
     ) -> Result<Frame, SessionError> {
+        self.exchange(frame, within).await.map(|(answer, _)| answer)
+    }
+
+    /// [`Session::request`], and the size `frame` took on the wire.
+    pub async fn exchange(
+        &mut self,
+        frame: &Frame,
+        within: Duration,
+    ) -> Result<(Frame, usize), SessionError> {
         let conn = &mut self.connected().await?.framed;
-        framing::send(conn, frame).await?;
+        let size = framing::send(conn, frame).await?;
         match framing::recv(conn, within).await? {
             Frame::Refused { reason } => Err(SessionError::Refused(reason)),
-            answer => Ok(answer),
+            answer => Ok((answer, size)),
         }
     }
 

@@ -69,16 +69,17 @@ impl ReplicaLink {
     }
 
     /// Sends `buckets` (at most [`BUCKETS_PER_FRAME`] a frame), each frame acknowledged before
-    /// the next; returns the frames sent. On an error the connection is dropped (the next call
-    /// makes a new one) and the caller resends what it cannot know arrived.
-    pub async fn replicate(&mut self, buckets: &[ReplicaBucket]) -> Result<u64, SessionError> {
+    /// the next; returns the frames sent and their bytes on the wire. On an error the
+    /// connection is dropped (the next call makes a new one) and the caller resends what it
+    /// cannot know arrived.
+    pub async fn replicate(&mut self, buckets: &[ReplicaBucket]) -> Result<Sent, SessionError> {
         self.send(buckets, |buckets| Frame::Replicate { buckets })
             .await
     }
 
     /// Hands back to their owner (this member) the copies this node decided on as their
     /// replica while the owner did not answer; like [`ReplicaLink::replicate`] otherwise.
-    pub async fn hand_back(&mut self, buckets: &[ReplicaBucket]) -> Result<u64, SessionError> {
+    pub async fn hand_back(&mut self, buckets: &[ReplicaBucket]) -> Result<Sent, SessionError> {
         self.send(buckets, |buckets| Frame::HandBack { buckets })
             .await
     }
@@ -87,13 +88,16 @@ impl ReplicaLink {
         &mut self,
         buckets: &[ReplicaBucket],
         frame: impl Fn(Vec<ReplicaBucket>) -> Frame,
-    ) -> Result<u64, SessionError> {
-        let mut frames = 0;
+    ) -> Result<Sent, SessionError> {
+        let mut sent = Sent::default();
         for chunk in buckets.chunks(BUCKETS_PER_FRAME) {
             let frame = frame(chunk.to_vec());
-            match self.0.request(&frame, REPLICATE_ACK_WITHIN).await {
-                Ok(Frame::ReplicateAck { .. }) => frames += 1,
-                Ok(other) => {
+            match self.0.exchange(&frame, REPLICATE_ACK_WITHIN).await {
+                Ok((Frame::ReplicateAck { .. }, bytes)) => {
+                    sent.frames += 1;
+                    sent.bytes += bytes as u64;
+                }
+                Ok((other, _)) => {
                     self.0.close();
                     return Err(SessionError::Unexpected(other.kind()));
                 }
@@ -103,8 +107,16 @@ impl ReplicaLink {
                 }
             }
         }
-        Ok(frames)
+        Ok(sent)
     }
+}
+
+/// What a [`ReplicaLink`] exchange sent, acknowledged.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    pub frames: u64,
+    /// On the wire, length prefixes included.
+    pub bytes: u64,
 }
 
 /// One member's link for checks: what [`Peers::owner_client`] finds, with a typed method per

@@ -24,6 +24,8 @@ pub struct ReplicaStats {
     pub replicated: AtomicU64,
     /// `Replicate` frames sent and acknowledged.
     pub frames: AtomicU64,
+    /// Their bytes on the wire.
+    pub bytes: AtomicU64,
     /// Copies that became this node's buckets when it became their owner.
     pub promoted: AtomicU64,
 }
@@ -34,6 +36,7 @@ impl Default for ReplicaStats {
             lag: ShardedHistogram::new(LAG_BUCKETS),
             replicated: AtomicU64::new(0),
             frames: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
             promoted: AtomicU64::new(0),
         }
     }
@@ -80,6 +83,13 @@ impl Collector for ReplicaCollector {
             "replication_frames",
             "Replicate frames sent to replicas and acknowledged.",
             load(&s.frames),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "replication_bytes",
+            "Bytes of Replicate frames sent to replicas and acknowledged, length prefixes included.",
+            load(&s.bytes),
         )?;
         encode_one(
             &mut e,

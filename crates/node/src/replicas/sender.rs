@@ -113,10 +113,11 @@ impl Sender {
                     continue;
                 };
                 match target.link.replicate(&buckets).await {
-                    Ok(frames) => {
+                    Ok(sent) => {
                         target.resend = false;
                         let s = &self.stats;
-                        s.frames.fetch_add(frames, Ordering::Relaxed);
+                        s.frames.fetch_add(sent.frames, Ordering::Relaxed);
+                        s.bytes.fetch_add(sent.bytes, Ordering::Relaxed);
                         s.replicated
                             .fetch_add(buckets.len() as u64, Ordering::Relaxed);
                         s.lag.observe(drained_at.elapsed().as_secs_f64());
