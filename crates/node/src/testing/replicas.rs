@@ -3,7 +3,9 @@
 //! successor, which kept their copies) decides them from the copies, not from full buckets:
 //! they stay denied. A restarted owner gets its buckets back by handover; a graceful leave
 //! counts each admission once (handover and copy overlap); `--replicas 0` is the
-//! behaviour before replicas (the new owner starts afresh).
+//! behaviour before replicas (the new owner starts afresh). Failover: a stalled owner's keys are
+//! decided by their replica and handed back; a 2 | 1 partition leaves the cut-off owner's used-up
+//! keys denied on the majority side; an all-or-nothing hold at a replica is given back there.
 
 use super::Cluster;
 use crate::engine::Engine;
@@ -237,4 +239,107 @@ async fn a_stalled_owners_keys_are_decided_by_its_replica_and_handed_back() {
             assert!(body.get("replica").is_none(), "the owner decides: {body}");
         }
     }
+}
+
+/// A 2 | 1 partition: the majority decides the cut-off owner's used-up keys through their
+/// replicas (before its rings drop the owner) and then their promoted copies: never from
+/// shares or full buckets; after the heal they stay denied everywhere.
+#[tokio::test(start_paused = true)]
+async fn a_partitioned_owners_keys_stay_denied_on_the_majority_side() {
+    let c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let keys = owned_by_n2(Algorithm::FixedWindow);
+    for k in &keys {
+        for _ in 0..LIMIT {
+            assert!(
+                c.seen("n0", &check(k, Algorithm::FixedWindow))
+                    .await
+                    .allowed
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.cut("n2", "n0").await;
+    c.cut("n2", "n1").await;
+    // Right after the cut (n2 still in every ring), then once the majority dropped it.
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        if round == 1 {
+            for id in ["n0", "n1"] {
+                wait_out_of_ring(&c, id, "n2", 2).await;
+            }
+        }
+        for k in &keys {
+            for id in ["n0", "n1"] {
+                let body = c.check(id, &check(k, Algorithm::FixedWindow)).await.json();
+                assert_eq!(
+                    body["allowed"], false,
+                    "{k} through {id} (round {round}): {body}"
+                );
+                assert_eq!(body["degraded"], false, "{k} through {id}: {body}");
+                seen.push(body["replica"] == true);
+            }
+        }
+    }
+    assert!(
+        seen.iter().any(|r| *r),
+        "some answered by a replica before the ring changed"
+    );
+    c.heal("n2", "n0").await;
+    c.heal("n2", "n1").await;
+    c.wait_all_alive(&IDS).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for k in &keys {
+        for id in IDS {
+            let s = c.seen(id, &check(k, Algorithm::FixedWindow)).await;
+            assert!(!s.allowed, "{k} through {id} after the heal");
+        }
+    }
+}
+
+/// All-or-nothing through a failover: a request's check whose owner does not answer is held
+/// at the owner's replica, and given back there when another check of the request denies;
+/// the owner, answering again, holds no more of it than before, but for the stalled group
+/// itself: its frame waited at the owner, which decided it when it resumed, after the sender
+/// had gone on without it (a cost nobody gives back: a false deny, never an admission).
+#[tokio::test(start_paused = true)]
+async fn an_all_or_nothing_hold_at_a_replica_is_given_back_there() {
+    let c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let a = &super::keys_owned_by(&IDS, "n2", "held", 1, (LIMIT, PERIOD_MS))[0];
+    let b = &super::keys_owned_by(&IDS, "n0", "tight", 1, (1, PERIOD_MS))[0];
+    let tight = json!({ "key": b, "limit": 1, "period_ms": PERIOD_MS });
+    assert!(c.seen("n1", &tight).await.allowed);
+    // a's bucket exists at n2 (one spent), and its copy at the replica.
+    assert!(
+        c.seen("n1", &check(a, Algorithm::TokenBucket))
+            .await
+            .allowed
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.stall_peer("n2");
+    let reply = c
+        .check_all("n1", &[check(a, Algorithm::TokenBucket), tight.clone()])
+        .await;
+    let body = reply.json();
+    assert_eq!(reply.status, 429, "{body}");
+    assert_eq!(body["results"][0]["replica"], true, "{body}");
+    assert_eq!(
+        body["results"][0]["remaining"],
+        LIMIT - 1,
+        "reads as if the request never came: {body}"
+    );
+    let peek = json!({ "key": a, "limit": LIMIT, "period_ms": PERIOD_MS, "cost": 0 });
+    let at_replica = c.check("n0", &peek).await.json();
+    assert_eq!(
+        at_replica["remaining"],
+        LIMIT - 1,
+        "given back on the copy: {at_replica}"
+    );
+    c.resume_peer("n2");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let at_owner = c.check("n0", &peek).await.json();
+    assert!(at_owner.get("replica").is_none(), "{at_owner}");
+    let left = at_owner["remaining"].as_u64().expect("remaining");
+    assert!((LIMIT - 2..=LIMIT - 1).contains(&left), "{at_owner}");
 }
