@@ -94,30 +94,15 @@ impl Ring {
 
     /// The replicas of bucket `id`: the next `n` distinct members clockwise after its owner
     /// (never the owner; fewer when the ring has fewer other members). Allocates: callers
-    /// group many buckets per call site, off the check path.
+    /// group many buckets per call site, off the check path (see [`Ring::place`]).
     pub fn replicas(&self, id: u64, n: usize) -> Vec<&str> {
-        let mut out: Vec<&str> = Vec::new();
-        let Some(owner) = self.owner(id) else {
-            return out;
-        };
-        let n = n.min(self.members.len().saturating_sub(1));
-        if n == 0 {
-            return out;
-        }
-        let key = self.ring_hasher().hash_one(IdKey(id));
-        // The owner is the first point at or after `key` (wrapping), as in `hashring::get`.
-        let start = self.points.partition_point(|&(p, _)| p < key);
-        let len = self.points.len();
-        for i in 0..len {
-            let m: &str = &self.members[self.points[(start + i) % len].1 as usize];
-            if m != owner && !out.contains(&m) {
-                out.push(m);
-                if out.len() == n {
-                    break;
-                }
-            }
-        }
-        out
+        let mut placed = Vec::with_capacity(n + 1);
+        self.place(id, n, &mut placed);
+        placed
+            .iter()
+            .skip(1)
+            .map(|&m| &*self.members[m as usize])
+            .collect()
     }
 
     /// Whether member `me` is one of bucket `id`'s first `n` replicas (0: none is).

@@ -23,16 +23,12 @@ pub async fn check<I: Item, S: Site<I>>(site: &S, item: &I) -> Answered {
             site.forwarded();
             let sent = link.send(vec![item.peer_check()]).await;
             let reply = sent.and_then(|mut a| a.pop().ok_or(ForwardError::Mismatch));
-            site.answered(&reply);
-            let reply = match reply {
-                Err(e) if replica::stands_in(&e) => {
-                    let mut rescued =
-                        replica::ask(site, std::slice::from_ref(item), &[0], false).await;
-                    rescued.remove(&0).map(|r| r.reply).ok_or(e)
-                }
-                reply => reply,
-            };
-            settle(site, item, reply)
+            let items = std::slice::from_ref(item);
+            let mut filled = replica::fill_in(site, items, vec![(0, reply)], false).await;
+            match filled.pop() {
+                Some((_, reply, _)) => settle(site, item, reply),
+                None => Err(CheckError::Unavailable("no answer was produced")),
+            }
         }
     }
 }
@@ -102,21 +98,8 @@ impl<L: OwnerLink> Many<L> {
                     |link, checks| async move { link.send(checks).await },
                 )
                 .await;
-            let mut failed = Vec::new();
-            for (i, reply) in replies {
-                site.answered(&reply);
-                match reply {
-                    Err(e) if replica::stands_in(&e) => failed.push((i, e)),
-                    reply => results[i] = Some(settle(site, &items[i], reply)),
-                }
-            }
-            if !failed.is_empty() {
-                let idx: Vec<usize> = failed.iter().map(|&(i, _)| i).collect();
-                let mut rescued = replica::ask(site, items, &idx, false).await;
-                for (i, e) in failed {
-                    let reply = rescued.remove(&i).map(|r| r.reply).ok_or(e);
-                    results[i] = Some(settle(site, &items[i], reply));
-                }
+            for (i, reply, _) in replica::fill_in(site, items, replies, false).await {
+                results[i] = Some(settle(site, &items[i], reply));
             }
         }
         let answered = results
@@ -207,37 +190,13 @@ where
             |link, checks| async move { link.send_all(checks).await },
         )
         .await;
-    let mut failed = Vec::new();
-    let mut replies: Vec<(usize, Result<PeerAnswer, ForwardError>)> = replies
-        .into_iter()
-        .filter(|(i, reply)| {
-            site.answered(reply);
-            match reply {
-                Err(e) if replica::stands_in(e) => {
-                    failed.push((*i, *e));
-                    false
-                }
-                _ => true,
-            }
-        })
-        .collect();
-    if !failed.is_empty() {
-        // The owners that did not answer: their replicas decide those checks, all-or-nothing
-        // per replica; what they hold is refunded there (see `replica`).
-        let idx: Vec<usize> = failed.iter().map(|&(i, _)| i).collect();
-        let mut rescued = replica::ask(site, items, &idx, true).await;
-        for (i, e) in failed {
-            match rescued.remove(&i) {
-                Some(r) => {
-                    holds[i] = r.hold;
-                    replies.push((i, Ok(r.reply)));
-                }
-                None => replies.push((i, Err(e))),
-            }
-        }
-    }
-    for (i, reply) in replies {
+    // The owners that did not answer: their replicas decide those checks, all-or-nothing per
+    // replica; what they hold is refunded there (see `replica`).
+    for (i, reply, held) in replica::fill_in(site, items, replies, true).await {
         let item = &items[i];
+        if held.is_some() {
+            holds[i] = held;
+        }
         if let Ok(PeerAnswer::Held { answer, mark }) = reply {
             results[i] = Some(Ok(answer));
             holds[i] = links.get(&i).map(|l| Hold::Owner(l.clone(), mark));

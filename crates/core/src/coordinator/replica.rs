@@ -22,17 +22,51 @@ pub enum Standby<L, H> {
 /// Whether an owner's failure is one its replica stands in for. A full queue to the owner
 /// ([`ForwardError::Shed`]) is not: the owner lives and decides, and two members deciding one
 /// bucket at once is what replicas must not cause.
-pub(super) fn stands_in(e: &ForwardError) -> bool {
+fn stands_in(e: &ForwardError) -> bool {
     matches!(
         e,
         ForwardError::CircuitOpen | ForwardError::Timeout | ForwardError::Lost
     )
 }
 
+/// One check's reply: from its owner, or from the replica that stood in for it.
+type Reply = Result<PeerAnswer, ForwardError>;
+
+/// The owners' `replies` to checks of `items` (by index), each reported to the site, with the
+/// replies of owners that did not answer replaced by their replicas' where one answered (see
+/// [`ask`]), and what a replica holds for each (an all-or-nothing check's, `all`). A check
+/// no replica answered keeps its owner's error: the caller falls back to the share.
+pub(super) async fn fill_in<I: Item, S: Site<I>>(
+    site: &S,
+    items: &[I],
+    replies: Vec<(usize, Reply)>,
+    all: bool,
+) -> Vec<(usize, Reply, Option<Hold<S::Link, S::Here>>)> {
+    let mut failed = Vec::new();
+    let mut out = Vec::with_capacity(replies.len());
+    for (i, reply) in replies {
+        site.answered(&reply);
+        match reply {
+            Err(e) if stands_in(&e) => failed.push((i, e)),
+            reply => out.push((i, reply, None)),
+        }
+    }
+    if failed.is_empty() {
+        return out;
+    }
+    let idx: Vec<usize> = failed.iter().map(|&(i, _)| i).collect();
+    let mut rescued = ask(site, items, &idx, all).await;
+    out.extend(failed.into_iter().map(|(i, e)| match rescued.remove(&i) {
+        Some(r) => (i, Ok(r.reply), r.hold),
+        None => (i, Err(e), None),
+    }));
+    out
+}
+
 /// A replica's answer to one check, and what it holds there (an all-or-nothing check's).
-pub(super) struct Rescued<L, H> {
-    pub reply: PeerAnswer,
-    pub hold: Option<Hold<L, H>>,
+struct Rescued<L, H> {
+    reply: PeerAnswer,
+    hold: Option<Hold<L, H>>,
 }
 
 /// Sends the checks `failed` (indexes into `items`) to their owners' replicas, one group per
@@ -40,7 +74,7 @@ pub(super) struct Rescued<L, H> {
 /// at its owner); those this member stands in for are decided here at once. Returns the
 /// answers replicas gave, marked as theirs, by index; a check no replica answered (none live,
 /// an error, an older peer) is left out.
-pub(super) async fn ask<I: Item, S: Site<I>>(
+async fn ask<I: Item, S: Site<I>>(
     site: &S,
     items: &[I],
     failed: &[usize],
