@@ -136,16 +136,17 @@ impl Here {
         self.decide_all_on(checks, now, |_| On::Bucket)
     }
 
-    /// [`Here::decide_all`], each check decided where `on` says (its bucket, or its copy).
+    /// [`Here::decide_all`], check `i` decided where `on(i)` says (its bucket, or its copy).
     pub fn decide_all_on(
         &self,
         checks: &[Option<(u64, Resolved, u64)>],
         now: u64,
-        on: impl Fn(u64) -> On,
+        on: impl Fn(usize) -> On,
     ) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
         let mut out: Vec<_> = checks
             .iter()
-            .map(|c| c.map(|(id, r, cost)| self.hold_on(on(id), id, &r, cost, now)))
+            .enumerate()
+            .map(|(i, c)| c.map(|(id, r, cost)| self.hold_on(on(i), id, &r, cost, now)))
             .collect();
         let denied = checks.iter().zip(&out).any(|(c, a)| match (c, a) {
             (Some((_, r, _)), Some((a, _))) => !a.allowed && !r.shadow,

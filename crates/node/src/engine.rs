@@ -184,15 +184,16 @@ impl Engine {
     /// between must not start the key from a full bucket. The copy is looked for only on a
     /// miss (a bucket created), never on a hit.
     pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
-        let decision = self.store.check_seeded(
-            Kind::Replicated,
-            id,
-            rule,
-            || self.clock.now(),
-            cost,
-            || self.copy_of(id),
-        );
-        answer(&decision, rule)
+        answer(&self.check_now(id, rule, cost, || self.clock.now()), rule)
+    }
+
+    /// The store's check, the time read by `now` (see `Store::check_now`), a miss starting
+    /// from a copy (see [`Engine::decide`]).
+    #[inline]
+    fn check_now(&self, id: u64, rule: &Rule, cost: u64, now: impl FnOnce() -> u64) -> Decision {
+        let seed = || self.copy_of(id);
+        self.store
+            .check_seeded(Kind::Replicated, id, rule, now, cost, seed)
     }
 
     /// The copy of bucket `id`, taken out of the copies (see [`Engine::decide`]).
@@ -211,33 +212,20 @@ impl Engine {
     /// doubles a store check (60 vs 33 ns in `cargo bench -p ringlimit-core --bench store`,
     /// 100k keys), and one instant for a whole batch is what a batch means.
     pub fn decide_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
-        answer(&self.check_at(id, rule, cost, now), rule)
-    }
-
-    /// The store's check at `now`, a miss starting from a copy (see [`Engine::decide`]).
-    #[inline]
-    fn check_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> Decision {
-        self.store.check_seeded(
-            Kind::Replicated,
-            id,
-            rule,
-            || now,
-            cost,
-            || self.copy_of(id),
-        )
+        answer(&self.check_now(id, rule, cost, || now), rule)
     }
 
     /// Decides at `now` a check that may have to give back its cost (all-or-nothing): the
     /// answer, and the mark of what it took (`None` when nothing was taken), for
     /// [`Engine::refund`].
     pub fn hold(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> (CheckAnswer, Option<Mark>) {
-        let d = self.check_at(id, rule, cost, now);
+        let d = self.check_now(id, rule, cost, || now);
         (answer(&d, rule), taken(&d, cost, now))
     }
 
     /// Gives back `cost` to bucket `id`, taken at the admission marked `mark` (see
-    /// [`Engine::hold`]), at `now`.
-    /// A check decided on a copy (as its owner's replica) is refunded on that copy.
+    /// [`Engine::hold`]), at `now`. A check decided on a copy (as its owner's replica) is
+    /// refunded on that copy.
     pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: Mark, now: u64) {
         if self.standing_in.load(Ordering::Relaxed)
             && !self.store.contains(id)
@@ -353,7 +341,7 @@ impl Engine {
         // The copy became this node's bucket (promoted, or started from by a check decided
         // here as the owner's): the same history, decided there.
         if self.copies.peek(id).is_none() && self.store.contains(id) {
-            return self.check_at(id, rule, cost, now);
+            return self.check_now(id, rule, cost, || now);
         }
         self.has_copies.store(true, Ordering::Relaxed);
         let mut stood_in = self.stood_in.lock();

@@ -446,7 +446,6 @@ impl Table {
         longest
     }
 
-    /// Ids (stored form) whose state `pick` selects.
     /// Calls `f` on every bucket that is not local.
     pub fn for_each_replicated(&self, mut f: impl FnMut(u64, &BucketState)) {
         for (i, s) in self.slots.iter().enumerate() {
@@ -456,6 +455,7 @@ impl Table {
         }
     }
 
+    /// Ids (stored form) whose state `pick` selects.
     pub fn ids_where(&self, mut pick: impl FnMut(u64, &BucketState) -> bool) -> Vec<u64> {
         self.slots
             .iter()

@@ -72,26 +72,28 @@ impl ReplicaLink {
     /// the next; returns the frames sent and their bytes on the wire. On an error the
     /// connection is dropped (the next call makes a new one) and the caller resends what it
     /// cannot know arrived.
-    pub async fn replicate(&mut self, buckets: &[ReplicaBucket]) -> Result<Sent, SessionError> {
+    pub async fn replicate(&mut self, buckets: Vec<ReplicaBucket>) -> Result<Sent, SessionError> {
         self.send(buckets, |buckets| Frame::Replicate { buckets })
             .await
     }
 
     /// Hands back to their owner (this member) the copies this node decided on as their
     /// replica while the owner did not answer; like [`ReplicaLink::replicate`] otherwise.
-    pub async fn hand_back(&mut self, buckets: &[ReplicaBucket]) -> Result<Sent, SessionError> {
+    pub async fn hand_back(&mut self, buckets: Vec<ReplicaBucket>) -> Result<Sent, SessionError> {
         self.send(buckets, |buckets| Frame::HandBack { buckets })
             .await
     }
 
+    /// Owned, so that a batch of one frame (the usual one) goes as it is, not copied.
     async fn send(
         &mut self,
-        buckets: &[ReplicaBucket],
+        mut buckets: Vec<ReplicaBucket>,
         frame: impl Fn(Vec<ReplicaBucket>) -> Frame,
     ) -> Result<Sent, SessionError> {
         let mut sent = Sent::default();
-        for chunk in buckets.chunks(BUCKETS_PER_FRAME) {
-            let frame = frame(chunk.to_vec());
+        while !buckets.is_empty() {
+            let rest = buckets.split_off(buckets.len().min(BUCKETS_PER_FRAME));
+            let frame = frame(std::mem::replace(&mut buckets, rest));
             match self.0.exchange(&frame, REPLICATE_ACK_WITHIN).await {
                 Ok((Frame::ReplicateAck { .. }, bytes)) => {
                     sent.frames += 1;

@@ -12,7 +12,6 @@ use crate::cluster::View;
 use crate::engine::Engine;
 use crate::peers::{Peers, ReplicaLink};
 use arc_swap::ArcSwap;
-use ringlimit_core::limiter::BucketState;
 use ringlimit_proto::peer::ReplicaBucket;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +20,9 @@ use std::time::Duration;
 /// How often copies decided on are offered back to their owners: an owner that answers again
 /// lacks their decisions for at most this long plus a round trip.
 pub const HAND_BACK_EVERY: Duration = Duration::from_millis(50);
+
+/// What goes back to one owner: the copies, and each one's id with the admissions it had.
+type Back = (Vec<ReplicaBucket>, Vec<(u64, u64)>);
 
 /// What handing back needs.
 pub struct HandBack {
@@ -43,49 +45,36 @@ impl HandBack {
             }
             let view = self.view.load_full();
             links.retain(|m, l| view.peer_addrs.get(m).is_some_and(|a| a == l.addr()));
-            let mut by_owner: HashMap<Arc<str>, Vec<(u64, BucketState, u64)>> = HashMap::new();
+            let mut by_owner: HashMap<Arc<str>, Back> = HashMap::new();
             for (id, state, admissions) in stood_in {
-                let Some(owner) = view.ring.owner(id) else {
+                let Some(owner) = view.ring.owner(id).filter(|o| *o != &*view.self_id) else {
                     continue;
                 };
-                if owner == &*view.self_id {
-                    continue;
-                }
-                let Some((member, _)) = view.peer_addrs.get_key_value(owner) else {
+                let Some((member, addr)) = view.peer_addrs.get_key_value(owner) else {
                     continue;
                 };
-                by_owner
+                links
                     .entry(member.clone())
-                    .or_default()
-                    .push((id, state, admissions));
-            }
-            for owner in by_owner.keys() {
-                if let Some(addr) = view.peer_addrs.get(owner) {
-                    links
-                        .entry(owner.clone())
-                        .or_insert_with(|| self.peers.replica_link(addr));
-                }
+                    .or_insert_with(|| self.peers.replica_link(addr));
+                let (wire, sent) = by_owner.entry(member.clone()).or_default();
+                wire.push(ReplicaBucket {
+                    id,
+                    state: Some(state.to_wire()),
+                });
+                sent.push((id, admissions));
             }
             // All owners at once: one that still does not answer holds up no other.
             let sends = links.iter_mut().filter_map(|(owner, link)| {
-                let buckets = by_owner.get(owner)?;
-                let wire: Vec<ReplicaBucket> = buckets
-                    .iter()
-                    .map(|(id, state, _)| ReplicaBucket {
-                        id: *id,
-                        state: Some(state.to_wire()),
-                    })
-                    .collect();
-                Some(async move { (owner.clone(), link.hand_back(&wire).await) })
+                let (wire, sent) = by_owner.remove(owner)?;
+                Some(async move { (owner.clone(), sent, link.hand_back(wire).await) })
             });
-            for (owner, sent) in futures::future::join_all(sends).await {
-                match sent {
+            for (owner, sent, result) in futures::future::join_all(sends).await {
+                match result {
                     Ok(_) => {
-                        let buckets = by_owner.get(&owner).map(Vec::as_slice).unwrap_or(&[]);
-                        for &(id, _, admissions) in buckets {
+                        for &(id, admissions) in &sent {
                             self.engine.handed_back(id, admissions);
                         }
-                        tracing::debug!(%owner, buckets = buckets.len(), "handed decisions back to their owner");
+                        tracing::debug!(%owner, buckets = sent.len(), "handed decisions back to their owner");
                     }
                     Err(e) => {
                         tracing::debug!(%owner, error = %e, "owner still unreachable; handing back later");

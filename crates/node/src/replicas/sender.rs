@@ -112,14 +112,14 @@ impl Sender {
                 let Some(target) = targets.get_mut(&member) else {
                     continue;
                 };
-                match target.link.replicate(&buckets).await {
+                let n = buckets.len() as u64;
+                match target.link.replicate(buckets).await {
                     Ok(sent) => {
                         target.resend = false;
                         let s = &self.stats;
                         s.frames.fetch_add(sent.frames, Ordering::Relaxed);
                         s.bytes.fetch_add(sent.bytes, Ordering::Relaxed);
-                        s.replicated
-                            .fetch_add(buckets.len() as u64, Ordering::Relaxed);
+                        s.replicated.fetch_add(n, Ordering::Relaxed);
                         s.lag.observe(drained_at.elapsed().as_secs_f64());
                     }
                     Err(e) => {

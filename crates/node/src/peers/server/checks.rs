@@ -104,20 +104,28 @@ impl PeerServer {
         let prepared: Vec<Result<(Resolved, u64), CheckError>> =
             g.checks.iter().map(|c| self.prepare(c)).collect();
         let replica = g.kind == GroupKind::ReplicaAllOrNothing;
-        let on = |id| match replica {
-            true => self.standing_in(id),
-            false => Some(On::Bucket),
-        };
-        // A check this node cannot stand in for is not decided (and so denies the group).
+        // Where each check is decided; as the owner's replica, a check this node cannot stand
+        // in for is not decided (and so denies the group).
+        let places: Vec<Option<On>> = prepared
+            .iter()
+            .map(|p| match (p, replica) {
+                (Ok((r, id)), true) => self.place(r, *id),
+                (Ok(_), false) => Some(On::Bucket),
+                (Err(_), _) => None,
+            })
+            .collect();
         let items: Vec<_> = prepared
             .iter()
             .zip(&g.checks)
-            .map(|(p, c)| p.as_ref().ok().map(|&(r, id)| (id, r, c.cost)))
-            .map(|c| c.filter(|(id, r, _)| r.mode == Mode::Global || on(*id).is_some()))
+            .zip(&places)
+            .map(|((p, c), on)| match (p, on) {
+                (Ok((r, id)), Some(_)) => Some((*id, *r, c.cost)),
+                _ => None,
+            })
             .collect();
         let decided = self
             .here
-            .decide_all_on(&items, now, |id| on(id).unwrap_or(On::Bucket));
+            .decide_all_on(&items, now, |i| places[i].unwrap_or(On::Bucket));
         let answers = decided
             .into_iter()
             .zip(&prepared)
@@ -148,10 +156,7 @@ impl PeerServer {
             .iter()
             .map(|c| match self.prepare(c) {
                 Err(e) => error_answer(&e),
-                Ok((resolved, id)) => match self.standing_in(id) {
-                    _ if resolved.mode == Mode::Global => {
-                        PeerAnswer::Answer(self.here.decide_at(id, &resolved, c.cost, now))
-                    }
+                Ok((resolved, id)) => match self.place(&resolved, id) {
                     Some(on) => {
                         PeerAnswer::Answer(self.here.decide_on(on, id, &resolved, c.cost, now))
                     }
@@ -160,6 +165,15 @@ impl PeerServer {
             })
             .collect();
         AnswerGroup { id: g.id, answers }
+    }
+
+    /// Where this node decides a check sent here as the owner's replica: a global rule's where
+    /// it lands, an owner rule's where [`PeerServer::standing_in`] says.
+    fn place(&self, resolved: &Resolved, id: u64) -> Option<On> {
+        match resolved.mode {
+            Mode::Global => Some(On::Bucket),
+            Mode::Owner => self.standing_in(id),
+        }
     }
 
     /// Where this node decides bucket `id` for an owner that did not answer: on its bucket when
