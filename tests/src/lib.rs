@@ -792,15 +792,45 @@ impl ProcessNode {
         self.wait_exit(WAIT).await
     }
 
-    /// SIGSTOP: the process freezes (sockets stay open, nothing answers).
+    /// SIGSTOP: the process freezes (sockets stay open, nothing answers). Returns once every
+    /// thread is stopped: kill(2) only wakes one thread to start the group stop, and on a busy
+    /// machine the others answer requests for a while (seen in CI: an answer after the pause).
     pub fn pause(&mut self) -> Result<()> {
-        self.signal("STOP")
+        self.signal("STOP")?;
+        let tasks = PathBuf::from(format!("/proc/{}/task", self.pid()));
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if all_threads_stopped(&tasks)? {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "{} not stopped within {WAIT:?} of SIGSTOP",
+                self.node_id
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// SIGCONT.
     pub fn resume(&mut self) -> Result<()> {
         self.signal("CONT")
     }
+}
+
+/// Whether every thread under `/proc/<pid>/task` is in the stopped state (`T`).
+fn all_threads_stopped(tasks: &Path) -> Result<bool> {
+    for task in std::fs::read_dir(tasks).with_context(|| format!("cannot list {tasks:?}"))? {
+        let stat = std::fs::read_to_string(task?.path().join("stat")).unwrap_or_default();
+        // The state follows the parenthesised command name, which may itself hold spaces.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if state != Some('T') {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 impl Drop for ProcessNode {
