@@ -56,6 +56,10 @@ pub struct Engine {
     /// the ring change and promoted its copy); the handed state is then another reading of
     /// the same history, and overlaps the promoted one instead of adding to it.
     promoted: Mutex<HashSet<u64>>,
+    /// Buckets recalled from the member after this node on the ring (see
+    /// `crate::peers::recall`): that member may still hand them over, and the handed state is
+    /// then another reading of the history the recall read.
+    recalled: Mutex<HashSet<u64>>,
     /// Copies decided on as their owner's replica (see [`Engine::decide_copy`]), by how many
     /// admissions changed them: the owner's own copies merge into them instead of replacing
     /// them, until they are handed back to it ([`Engine::handed_back`]).
@@ -81,6 +85,7 @@ impl Engine {
             copies: Store::new(max_keys),
             has_copies: AtomicBool::new(false),
             promoted: Mutex::new(HashSet::new()),
+            recalled: Mutex::new(HashSet::new()),
             stood_in: Mutex::new(HashMap::new()),
             standing_in: AtomicBool::new(false),
             rules: ArcSwap::from_pointee(rules),
@@ -263,12 +268,27 @@ impl Engine {
     pub fn take_in(&self, id: u64, state: BucketState, now: u64) {
         if self.has_copies.load(Ordering::Relaxed) {
             self.copies.take(id);
-            if self.promoted.lock().remove(&id) {
+            if self.promoted.lock().remove(&id) || self.recalled.lock().remove(&id) {
                 self.store.overlap(id, state, now);
                 return;
             }
         }
         self.store.absorb(id, state, now);
+    }
+
+    /// Merges bucket `id` as recalled from the member after this node on the ring (its
+    /// previous owner or its replica) at `now`: another reading of the history a bucket
+    /// decided here meanwhile started from, and that a handover may bring again.
+    pub fn recall_in(&self, id: u64, state: BucketState, now: u64) {
+        // Recalls come only with replicas on: take_in looks for them with the copies.
+        self.has_copies.store(true, Ordering::Relaxed);
+        self.recalled.lock().insert(id);
+        self.store.overlap(id, state, now);
+    }
+
+    /// Forgets which buckets were recalled (their handovers have come by then).
+    pub fn forget_recalled(&self) {
+        self.recalled.lock().clear();
     }
 
     /// Starts following the change feed of the owner's buckets (see [`Store::follow`]).

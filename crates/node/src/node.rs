@@ -15,7 +15,7 @@ use crate::http::{self, AppState};
 use crate::lifecycle::Lifecycle;
 use crate::listen::stream::Listener;
 use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
-use crate::peers::{PeerServer, Peers, Relay, ServerSettings};
+use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
 use crate::routing::Dispatcher;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::{ReloadCollector, Reloaded, RulesStatus};
@@ -336,6 +336,7 @@ pub async fn run(
     .with_blocklist(config.gossip_blocklist.clone());
     let view = membership.view_cell();
     let probe = crate::peers::reach::probe(pool.clone(), view.clone());
+    let recall = Recall::spawn(engine.clone(), pool.clone(), config.replicas);
     let server = Arc::new(PeerServer::new(
         here.clone(),
         ServerSettings {
@@ -349,6 +350,7 @@ pub async fn run(
             view: view.clone(),
             peers: pool.shared(),
             replicas: config.replicas,
+            recall: recall.clone(),
         }),
     ));
     let conns = Arc::new(crate::metrics::ConnStats::default());
@@ -366,7 +368,8 @@ pub async fn run(
             pool.shared(),
             metrics.peer_rpc(),
         )
-        .with_replicas(config.replicas),
+        .with_replicas(config.replicas)
+        .with_recall(recall.clone()),
     );
     let handed_over = Arc::new(AtomicU64::new(0));
     // Each subsystem's counters, read at scrape time.
@@ -378,6 +381,7 @@ pub async fn run(
         peers: pool.clone(),
         server: server.stats.clone(),
         handed_over: handed_over.clone(),
+        recall: recall.stats.clone(),
     });
     let view_cell = view.clone();
     metrics.register(crate::cluster::metrics::MembersCollector(view));

@@ -27,13 +27,18 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 3: a check group says its kind in a field of its own ([`CheckGroup`], [`Frame::Checks`]).
 /// - 4: groups may go to an owner's replica ([`GroupKind::Replica`]); the frames are those of
 ///   version 3 (a version-3 connection just never carries those kinds).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// - 5: a member that started lately recalls the buckets it owns from the member after it on
+///   the ring ([`Frame::Recall`]).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
 /// The first version whose peers decide [`GroupKind::Replica`] and
 /// [`GroupKind::ReplicaAllOrNothing`] groups (a sender never sends them to an older one).
 pub const REPLICA_KINDS_SINCE: u16 = 4;
+/// The first version whose peers answer [`Frame::Recall`] (a sender never sends it to an older
+/// one).
+pub const RECALL_SINCE: u16 = 5;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -108,6 +113,15 @@ pub enum Frame {
     /// server merges each into its bucket as another reading of its history. Answered by
     /// `ReplicateAck`.
     HandBack { buckets: Vec<ReplicaBucket> },
+    /// Client → server, version 5: buckets `ids` that the sender owns but does not hold, asked
+    /// of the member after it on the ring (the member that kept them while the sender was
+    /// away: as their owner then, or as their replica) before the sender decides their first
+    /// checks after it started. Answered by `Recalled`.
+    Recall { ids: Vec<u64> },
+    /// Server → client: the live states of those of the buckets the server holds (its own or
+    /// its copies), read, not taken: a handover may still move them, and the sender merges
+    /// both as readings of one history.
+    Recalled { buckets: Vec<HandedBucket> },
 }
 
 /// One node incarnation's counts, as relayed by another node in a
@@ -414,6 +428,8 @@ impl Frame {
             Frame::Replicate { .. } => "replicate",
             Frame::ReplicateAck { .. } => "replicate_ack",
             Frame::HandBack { .. } => "hand_back",
+            Frame::Recall { .. } => "recall",
+            Frame::Recalled { .. } => "recalled",
         }
     }
 }
@@ -519,6 +535,23 @@ mod tests {
         assert_eq!(
             (Frame::decode(&bytes).expect("decode"), bytes[0]),
             (back, 17)
+        );
+        let recall = Frame::Recall { ids: vec![5, 6] };
+        let bytes = recall.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (recall, 18)
+        );
+        let recalled = Frame::Recalled {
+            buckets: vec![HandedBucket {
+                id: 5,
+                state: WireState::Fixed { end: 9, count: 7 },
+            }],
+        };
+        let bytes = recalled.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (recalled, 19)
         );
     }
 

@@ -80,6 +80,11 @@ impl Session {
         Ok(self.conn.insert(conn))
     }
 
+    /// The protocol version the handshake agreed with the peer (connecting first if needed).
+    pub async fn version(&mut self) -> Result<u16, SessionError> {
+        Ok(self.connected().await?.version)
+    }
+
     /// Sends `frame` and waits at most `within` for the answer (a `Refused` is an error).
     pub async fn request(
         &mut self,

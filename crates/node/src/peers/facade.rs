@@ -19,7 +19,7 @@ use ringlimit_core::limiter::BucketState;
 use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
 use ringlimit_core::link::{Session, SessionError, Sessions};
 use ringlimit_proto::peer::{
-    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, ReplicaBucket,
+    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, RECALL_SINCE, ReplicaBucket,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +33,10 @@ const HANDOVER_ACK_WITHIN: Duration = Duration::from_secs(2);
 
 /// How long a replica may take to keep one frame of copies.
 const REPLICATE_ACK_WITHIN: Duration = Duration::from_secs(1);
+
+/// How long a member may take to answer a recall: a check waits for it (see
+/// [`super::recall`]), so not long; without an answer the check decides on what is here.
+const RECALL_WITHIN: Duration = Duration::from_millis(200);
 
 /// A facade's clients as one runtime holds them.
 struct LocalPeers {
@@ -57,6 +61,36 @@ pub struct Peers {
     cut_off: AtomicBool,
     /// Connections of their own (handover, reset, global counts).
     sessions: Sessions,
+}
+
+/// A connection of its own to the member after this node on the ring, for recalling buckets
+/// (see [`Peers::recall_link`]).
+pub struct RecallLink(Session);
+
+impl RecallLink {
+    /// The live states the member holds of buckets `ids` (at most [`BUCKETS_PER_FRAME`]; the
+    /// rest are not asked). A member of a protocol older than [`RECALL_SINCE`] is not asked
+    /// (it holds nothing to give). On an error the connection is dropped.
+    pub async fn recall(&mut self, ids: &[u64]) -> Result<Vec<(u64, BucketState)>, SessionError> {
+        if self.0.version().await? < RECALL_SINCE {
+            return Ok(Vec::new());
+        }
+        let ids = ids[..ids.len().min(BUCKETS_PER_FRAME)].to_vec();
+        match self.0.request(&Frame::Recall { ids }, RECALL_WITHIN).await {
+            Ok(Frame::Recalled { buckets }) => Ok(buckets
+                .into_iter()
+                .map(|b| (b.id, BucketState::from_wire(b.state)))
+                .collect()),
+            Ok(other) => {
+                self.0.close();
+                Err(SessionError::Unexpected(other.kind()))
+            }
+            Err(e) => {
+                self.0.close();
+                Err(e)
+            }
+        }
+    }
 }
 
 /// One replica member's connection of its own (see [`Peers::replica_link`]).
@@ -236,6 +270,12 @@ impl Peers {
     /// buckets (see [`ReplicaLink::replicate`]); kept by the sender across frames.
     pub fn replica_link(&self, addr: &str) -> ReplicaLink {
         ReplicaLink(self.sessions.open(addr))
+    }
+
+    /// A connection of its own to the member at `addr` for recalling buckets this node owns
+    /// from it (see [`RecallLink::recall`]).
+    pub fn recall_link(&self, addr: &str) -> RecallLink {
+        RecallLink(self.sessions.open(addr))
     }
 
     /// Asks the member at `addr` to drop the buckets `ids`; returns how many it held.

@@ -2,6 +2,7 @@
 //! facade's) and what its peer server did (refused, relayed, handed over).
 
 use super::Peers;
+use super::recall::RecallStats;
 use super::server::ServerStats;
 use crate::metrics::{Kind, encode_family, encode_one, load};
 use prometheus_client::collector::Collector;
@@ -15,6 +16,8 @@ pub struct PeersCollector {
     pub server: Arc<ServerStats>,
     /// Buckets this node sent to their new owners after ring changes.
     pub handed_over: Arc<AtomicU64>,
+    /// Buckets this node recalled after it joined.
+    pub recall: Arc<RecallStats>,
 }
 
 impl std::fmt::Debug for PeersCollector {
@@ -64,6 +67,17 @@ impl Collector for PeersCollector {
             &[
                 ("sent", load(&self.handed_over)),
                 ("received", load(&s.handed_over)),
+            ],
+        )?;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "buckets_recalled",
+            "Buckets this node owns but did not hold, asked of the member after it on the ring before their first check in its first seconds after joining (asked), and those that member held (found, merged).",
+            "result",
+            &[
+                ("asked", load(&self.recall.asked)),
+                ("found", load(&self.recall.recalled)),
             ],
         )
     }

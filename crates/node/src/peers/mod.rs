@@ -11,6 +11,8 @@
 //! - [`logins`] — places for connections still in their handshake.
 //! - [`metrics`] — the facade's and the server's counters as metrics.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
+//! - [`recall`] — for a few seconds after joining, buckets this node owns but does not hold
+//!   asked of the member after it on the ring before their first check.
 //! - [`reach`] — pinging every link, and whether this node reaches a majority over them.
 //! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
 //!
@@ -24,6 +26,7 @@
 //! | replicate (copies of an owner's buckets) | [`Peers::replica_link`], [`ReplicaLink::replicate`] | `server/replicate.rs` |
 //! | hand back (a replica's decisions for an owner that did not answer) | [`ReplicaLink::hand_back`] | `server/replicate.rs` |
 //! | reset | [`Peers::reset`] | `server/reset.rs` |
+//! | recall (a member that joined asks the member after it for buckets it owns) | [`Peers::recall_link`], [`RecallLink::recall`] ([`recall`]) | `server/recall.rs` |
 //! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
 //!
 //! A new message (the next: *lease*) is three pieces (*replicate* is the latest example):
@@ -41,8 +44,10 @@ pub mod handover;
 pub mod logins;
 pub mod metrics;
 pub mod reach;
+pub mod recall;
 pub mod reset;
 pub mod server;
 
-pub use facade::{Peer, Peers, PeersHandle, ReplicaLink};
+pub use facade::{Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
+pub use recall::Recall;
 pub use server::{PeerServer, Relay, ServerSettings};

@@ -10,17 +10,19 @@
 //! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held.
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
+//! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
 
 mod checks;
 mod global_counts;
 mod handover;
+mod recall;
 mod refunds;
 mod replicate;
 mod reset;
 
-use super::PeersHandle;
 use super::logins::{Login, Logins};
+use super::{PeersHandle, Recall};
 use crate::cluster::View;
 use crate::decide::Here;
 use crate::log_gate::LogGate;
@@ -117,6 +119,8 @@ pub struct Relay {
     /// `--replicas`: whether this node keeps a copy of a bucket, to decide on it when a peer
     /// asks it as the owner's replica.
     pub replicas: usize,
+    /// Buckets this node owns but does not hold yet, recalled before their first check.
+    pub recall: Arc<Recall>,
 }
 
 /// Who is on the other end of a connection, for handlers' logs and counts.
@@ -265,6 +269,7 @@ impl PeerServer {
                 Frame::Handover(buckets) => Some(self.handover(buckets)),
                 Frame::Replicate { buckets } => Some(self.replicate(buckets)),
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
+                Frame::Recall { ids } => Some(self.recall(&ids)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;

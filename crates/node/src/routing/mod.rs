@@ -16,7 +16,7 @@ use crate::cluster::View;
 use crate::decide::{Here, On};
 use crate::engine::Prepared;
 use crate::metrics::PeerRpcMetrics;
-use crate::peers::PeersHandle;
+use crate::peers::{PeersHandle, Recall};
 use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;
@@ -62,6 +62,8 @@ pub struct Dispatcher {
     rpc: PeerRpcMetrics,
     /// `--replicas`: who stands in for an owner that does not answer.
     replicas: usize,
+    /// Buckets this node owns but does not hold yet, recalled before their first check.
+    recall: Option<Arc<Recall>>,
 }
 
 impl Dispatcher {
@@ -78,6 +80,7 @@ impl Dispatcher {
             stats: Arc::default(),
             rpc,
             replicas: 0,
+            recall: None,
         }
     }
 
@@ -86,6 +89,21 @@ impl Dispatcher {
     pub fn with_replicas(mut self, n: usize) -> Self {
         self.replicas = n;
         self
+    }
+
+    /// Recalls buckets through `recall` before deciding their first checks here (see
+    /// [`crate::peers::recall`]).
+    pub fn with_recall(mut self, recall: Arc<Recall>) -> Self {
+        self.recall = Some(recall);
+        self
+    }
+
+    /// Recalls, while this node may, the buckets of `items` it is about to decide here.
+    async fn recall_before(&self, view: &View, items: &[Prepared<'_>]) {
+        if let Some(recall) = self.recall.as_ref().filter(|r| r.active()) {
+            let owned = items.iter().filter(|p| p.resolved.mode == Mode::Owner);
+            recall.before(view, owned.map(|p| p.id)).await;
+        }
     }
 
     /// This dispatcher for a runtime of its own (an HTTP thread's): the same view, stats and
@@ -98,6 +116,7 @@ impl Dispatcher {
             stats: self.stats.clone(),
             rpc: self.rpc.clone(),
             replicas: self.replicas,
+            recall: self.recall.clone(),
         }
     }
 
@@ -109,6 +128,7 @@ impl Dispatcher {
     /// Decides one prepared check wherever it belongs.
     pub async fn check(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
         let view = self.view.load();
+        self.recall_before(&view, std::slice::from_ref(p)).await;
         coordinator::check(&self.site(&view), p).await
     }
 
@@ -116,6 +136,7 @@ impl Dispatcher {
     /// frame), all owners at once. Answers come back in the order of `items`.
     pub async fn check_many(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
         let view = self.view.load_full();
+        self.recall_before(&view, items).await;
         let site = self.site(&view);
         let mut turn = Turn::take(items.len()).await;
         // One instant for the whole batch (see `Engine::decide_at`), taken once it may decide.
@@ -135,6 +156,7 @@ impl Dispatcher {
     /// cost gives it back before this returns (see [`coordinator::check_all`]).
     pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
         let view = self.view.load_full();
+        self.recall_before(&view, items).await;
         coordinator::check_all(&self.site(&view), items).await
     }
 

@@ -136,6 +136,46 @@ async fn a_restarted_owner_gets_its_buckets_back_by_handover() {
     assert!(c.buckets("n2").await >= keys.len() as u64);
 }
 
+/// An owner killed and started again before the survivors drop it from their rings gets no
+/// handover (no ring changed); its replica kept the copies, and the restarted owner recalls
+/// each bucket from it before deciding its first check: the used-up keys stay denied, through
+/// the owner itself and through the others.
+#[tokio::test(start_paused = true)]
+async fn a_quickly_restarted_owner_recalls_its_buckets_from_its_replica() {
+    let mut c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let keys = owned_by_n2(Algorithm::TokenBucket);
+    for k in &keys {
+        for _ in 0..LIMIT {
+            assert!(
+                c.seen("n0", &check(k, Algorithm::TokenBucket))
+                    .await
+                    .allowed
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.kill("n2").await;
+    c.restart("n2").await;
+    c.wait_all_alive(&IDS).await;
+    assert_eq!(c.metric("n0", "ringlimit_promoted_buckets_total").await, 0);
+    assert_eq!(c.metric("n1", "ringlimit_promoted_buckets_total").await, 0);
+    for k in &keys {
+        for id in ["n2", "n0", "n1"] {
+            let s = c.seen(id, &check(k, Algorithm::TokenBucket)).await;
+            assert!(!s.allowed && !s.degraded, "{k} through {id}");
+        }
+    }
+    let found = c.metrics("n2").await;
+    assert!(
+        found.contains(&format!(
+            "ringlimit_buckets_recalled_total{{result=\"found\"}} {}",
+            keys.len()
+        )),
+        "{found}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_replicas_the_new_owner_starts_afresh() {
     let mut c = Cluster::start(3, |config| config.replicas = 0).await;

@@ -15,6 +15,7 @@ impl PeerServer {
     /// Answers one `Checks` frame: decides here what belongs here, relays the rest (see
     /// [`super`]'s doc), and decides here whatever a relay could not deliver.
     pub(super) async fn checks(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
+        self.recall_before(&groups).await;
         // One instant for the whole frame (see `Engine::decide_at`).
         let now = self.here.now();
         // Relayed checks: their place in `out`, and what deciding them here takes.
@@ -91,6 +92,23 @@ impl PeerServer {
             };
         }
         out
+    }
+
+    /// For a few seconds after this node joined: recalls the buckets of `groups` that it owns
+    /// but does not hold from the member after it (see [`crate::peers::recall`]) before
+    /// deciding them. Copies a replica group decides on are not this node's to recall.
+    async fn recall_before(&self, groups: &[CheckGroup]) {
+        let Some(relay) = self.relay.as_ref().filter(|r| r.recall.active()) else {
+            return;
+        };
+        let ids = groups
+            .iter()
+            .filter(|g| !matches!(g.kind, GroupKind::Replica | GroupKind::ReplicaAllOrNothing))
+            .flat_map(|g| &g.checks)
+            .filter_map(|c| self.prepare(c).ok())
+            .filter(|(resolved, _)| resolved.mode == Mode::Owner)
+            .map(|(_, id)| id);
+        relay.recall.before(&relay.view.load_full(), ids).await;
     }
 
     /// Answers one request's checks at this node all-or-nothing (see

@@ -1,0 +1,230 @@
+//! Recall: for a few seconds after it joins (a restart, a scale-up), a member asks the member
+//! after it on the ring for each bucket it owns but does not hold, before it decides that
+//! bucket's first check.
+//!
+//! Why: the buckets of a member that comes back are with the member after it on the ring —
+//! its interim owner (it promoted its copies when the ring dropped the member, and hands them
+//! back when it sees the member again) or its replica (when the member came back before the
+//! ring dropped it, no handover comes at all). Other members route to the member as soon as
+//! their rings hold it again, which may be before that handover arrives: without a recall, the
+//! member decided those checks on full buckets (the accuracy contract's kill row: up to 3%
+//! over). The member after it holds the bucket either way, so one round trip before the first
+//! check finds it.
+//!
+//! A recalled state is merged by overlap ([`Engine::recall_in`]): it is another reading of the
+//! history that a handover may still bring, so the two never add. What the member after it
+//! decides between the recall and its handover (other rings still route there) is the view
+//! change's own window, as before.
+//!
+//! The network side runs on one task (the main runtime's): callers on any runtime queue their
+//! ids, the task sends what queued as one frame per member (connections of their own, kept
+//! across recalls) and answers every caller once the states are merged. A check waits for its
+//! bucket's recall at most [`RECALL_WAIT`]; then it decides on what is here.
+
+use super::{Peers, RecallLink};
+use crate::cluster::View;
+use crate::engine::Engine;
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long after this node first sees another member it recalls, in ns: a member sees the
+/// others' handovers well within it (they follow gossip, which converges in about a second).
+pub const RECALL_FOR_NS: u64 = 5_000_000_000;
+/// Longest a check waits for its bucket's recall.
+pub const RECALL_WAIT: Duration = Duration::from_millis(250);
+/// Most buckets remembered as recalled while recalling: beyond, buckets are not recalled.
+const MOST_RECALLED: usize = 100_000;
+/// Requests queued for the recalling task; when full, a check does not wait for one.
+const QUEUE: usize = 1024;
+
+/// One caller's buckets to recall, by the member to ask, and where to say they are merged.
+struct Request {
+    ids: Vec<(u64, String)>,
+    done: oneshot::Sender<()>,
+}
+
+/// Recall counters.
+#[derive(Debug, Default)]
+pub struct RecallStats {
+    /// Buckets asked for.
+    pub asked: AtomicU64,
+    /// Buckets that came back and were merged.
+    pub recalled: AtomicU64,
+}
+
+/// This node's recalls (see the module doc).
+pub struct Recall {
+    engine: Arc<Engine>,
+    /// Set once the recall window passed (or from the start, without replicas).
+    over: AtomicBool,
+    /// When this node's ring first held another member (engine-clock ns; 0: not yet).
+    since: AtomicU64,
+    /// Buckets already recalled (or asked for, with nothing to give); shared with the task.
+    asked: Arc<Mutex<HashSet<u64>>>,
+    queue: mpsc::Sender<Request>,
+    pub stats: Arc<RecallStats>,
+}
+
+impl Recall {
+    /// Recalls through `peers` into `engine` when the cluster keeps replicas (`replicas` > 0:
+    /// only then does the member after this one hold its buckets); spawns the recalling task on
+    /// the current runtime.
+    pub fn spawn(engine: Arc<Engine>, peers: Arc<Peers>, replicas: usize) -> Arc<Self> {
+        let (queue, requests) = mpsc::channel(QUEUE);
+        let stats = Arc::new(RecallStats::default());
+        let asked = Arc::new(Mutex::new(HashSet::new()));
+        let recall = Arc::new(Self {
+            engine: engine.clone(),
+            over: AtomicBool::new(replicas == 0),
+            since: AtomicU64::new(0),
+            asked: asked.clone(),
+            queue,
+            stats: stats.clone(),
+        });
+        if replicas > 0 {
+            let task = Task {
+                engine,
+                peers,
+                stats,
+                asked,
+            };
+            tokio::spawn(task.run(requests));
+        }
+        recall
+    }
+
+    /// Whether this node may still recall: checked before anything else, so that once the
+    /// window has passed a check pays one load.
+    #[inline]
+    pub fn active(&self) -> bool {
+        !self.over.load(Ordering::Relaxed)
+    }
+
+    /// Recalls, of buckets `ids` (owner-mode checks about to be decided here), those this node
+    /// owns under `view`, does not hold and has not recalled yet; returns once they are merged,
+    /// or after [`RECALL_WAIT`].
+    pub async fn before(&self, view: &View, ids: impl IntoIterator<Item = u64>) {
+        if !self.in_window(view) {
+            return;
+        }
+        let me = &*view.self_id;
+        let mut wanted = Vec::new();
+        {
+            let asked = self.asked.lock();
+            for id in ids {
+                if view.ring.owner(id) != Some(me) || asked.contains(&id) || self.engine.holds(id) {
+                    continue;
+                }
+                let next = view.ring.replicas(id, 1);
+                let Some(addr) = next.first().and_then(|m| view.peer_addrs.get(*m)) else {
+                    continue;
+                };
+                wanted.push((id, addr.clone()));
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let (done, merged) = oneshot::channel();
+        let request = Request { ids: wanted, done };
+        if self.queue.try_send(request).is_err() {
+            return;
+        }
+        // Merged, given up (the task answers every request), or too slow: decide either way.
+        let _ = tokio::time::timeout(RECALL_WAIT, merged).await;
+    }
+
+    /// Whether the recall window is open under `view`: it opens when the ring first holds
+    /// another member and lasts [`RECALL_FOR_NS`].
+    fn in_window(&self, view: &View) -> bool {
+        if !self.active() {
+            return false;
+        }
+        let now = self.engine.clock().now();
+        let since = self.since.load(Ordering::Relaxed);
+        if since == 0 {
+            if view.ring.len() > 1 {
+                self.since.store(now.max(1), Ordering::Relaxed);
+            }
+            return view.ring.len() > 1;
+        }
+        if now.saturating_sub(since) < RECALL_FOR_NS {
+            return true;
+        }
+        self.over.store(true, Ordering::Relaxed);
+        self.asked.lock().clear();
+        self.engine.forget_recalled();
+        false
+    }
+}
+
+/// The recalling task's side.
+struct Task {
+    engine: Arc<Engine>,
+    peers: Arc<Peers>,
+    stats: Arc<RecallStats>,
+    asked: Arc<Mutex<HashSet<u64>>>,
+}
+
+impl Task {
+    /// Takes what queued, asks each member for its ids in one frame (all members at once),
+    /// merges what came back, remembers every id as asked (nothing coming back is an answer
+    /// too), then answers the callers. Ends when the [`Recall`] is dropped.
+    async fn run(self, mut requests: mpsc::Receiver<Request>) {
+        let mut links: HashMap<String, RecallLink> = HashMap::new();
+        let mut batch = Vec::new();
+        while requests.recv_many(&mut batch, QUEUE).await > 0 {
+            let mut by_member: HashMap<String, Vec<u64>> = HashMap::new();
+            for r in &batch {
+                for (id, addr) in &r.ids {
+                    by_member.entry(addr.clone()).or_default().push(*id);
+                }
+            }
+            for (addr, ids) in &mut by_member {
+                ids.sort_unstable();
+                ids.dedup();
+                if !links.contains_key(addr) {
+                    links.insert(addr.clone(), self.peers.recall_link(addr));
+                }
+            }
+            let asks = links
+                .iter_mut()
+                .filter_map(|(addr, link)| by_member.get(addr).map(|ids| (link, ids)))
+                .map(|(link, ids)| async move { (ids, link.recall(ids).await) });
+            let answers = futures::future::join_all(asks).await;
+            let now = self.engine.clock().now();
+            for (ids, answer) in answers {
+                self.stats
+                    .asked
+                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                match answer {
+                    Ok(buckets) => {
+                        self.stats
+                            .recalled
+                            .fetch_add(buckets.len() as u64, Ordering::Relaxed);
+                        for (id, state) in buckets {
+                            self.engine.recall_in(id, state, now);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "recall failed; deciding on what is here")
+                    }
+                }
+                let mut asked = self.asked.lock();
+                for &id in ids {
+                    if asked.len() >= MOST_RECALLED {
+                        break;
+                    }
+                    asked.insert(id);
+                }
+            }
+            for r in batch.drain(..) {
+                let _ = r.done.send(());
+            }
+        }
+    }
+}
