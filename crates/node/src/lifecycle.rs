@@ -80,6 +80,7 @@ impl Lifecycle {
             view,
             self.here.engine(),
             &self.pool,
+            self.replicas,
             self.here.now(),
         )
         .await;

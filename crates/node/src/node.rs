@@ -5,7 +5,7 @@
 use crate::admin::{self, Admin};
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
-use crate::cluster::{MemberState, Membership, View};
+use crate::cluster::{MemberState, Membership};
 use crate::config::{NodeConfig, PeerSecurity};
 use crate::decide::Here;
 use crate::engine::Engine;
@@ -304,6 +304,7 @@ pub async fn run(
             http_advertise: http_advertise.clone(),
             seeds: config.seeds.clone(),
             interval: config.gossip_interval,
+            joining: needs_peers(&config.seeds, &advertise_text, advertise),
         },
         listeners.gossip.as_ref(),
     )
@@ -336,7 +337,7 @@ pub async fn run(
     .with_blocklist(config.gossip_blocklist.clone());
     let view = membership.view_cell();
     let probe = crate::peers::reach::probe(pool.clone(), view.clone());
-    let recall = Recall::spawn(engine.clone(), pool.clone(), config.replicas);
+    let recall = Recall::spawn(engine.clone(), view.clone(), pool.clone(), config.replicas);
     let server = Arc::new(PeerServer::new(
         here.clone(),
         ServerSettings {
@@ -483,8 +484,9 @@ pub async fn run(
         config.gossip_interval,
     ));
     tasks.spawn(track_view(
-        membership.updates(),
+        membership.clone(),
         lifecycle.clone(),
+        recall,
         needs_peers(&config.seeds, &advertise_text, advertise),
         Readiness {
             grace: config.gossip_interval * 20,
@@ -621,11 +623,13 @@ struct Readiness {
 /// and sets readiness: at once for a lone node; with seeds, once another member is
 /// seen and membership has settled, or after the grace period.
 async fn track_view(
-    mut updates: tokio::sync::watch::Receiver<Arc<View>>,
+    membership: Arc<Membership>,
     lifecycle: Arc<Lifecycle>,
+    recall: Arc<Recall>,
     needs_peers: bool,
     readiness: Readiness,
 ) {
+    let mut updates = membership.updates();
     let deadline = tokio::time::Instant::now() + readiness.grace;
     let mut changed_at = tokio::time::Instant::now();
     let mut ring_members: Vec<Arc<str>> = Vec::new();
@@ -647,7 +651,11 @@ async fn track_view(
             tokio::spawn(async move { lifecycle.hand_over(&view).await });
         }
         let settled_at = changed_at + readiness.settle;
-        let has_peers = view.ring.len() > 1;
+        // Members that are joining count: at a cluster's start every member joins at once.
+        let has_peers = view.members.iter().any(|m| {
+            *m.node_id != *view.self_id
+                && matches!(m.state, MemberState::Alive | MemberState::Joining)
+        });
         let counts_heard = view.members.iter().all(|m| {
             *m.node_id == *view.self_id
                 || m.state != MemberState::Alive
@@ -657,6 +665,8 @@ async fn track_view(
         if !became_ready && (!needs_peers || settled || now >= deadline) {
             tracing::info!(members = view.ring.len(), "node ready");
             lifecycle.set_ready(true);
+            recall.ready();
+            membership.announce_ready().await;
             became_ready = true;
         }
         let wait = if became_ready {

@@ -7,6 +7,10 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemberState {
+    /// Started, not ready yet (its membership not settled, its rules or global counts not
+    /// heard): gossiped, but in no other member's ring, so no key is routed to it before it
+    /// knows the cluster (see `node::track_view`).
+    Joining,
     Alive,
     Leaving,
     Dead,

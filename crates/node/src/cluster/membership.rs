@@ -2,8 +2,10 @@
 //! ring over the live ones.
 //!
 //! Each node publishes three small keys — its HTTP address, its peer address and its state
-//! (`alive` or `leaving`) — and never writes them again unless its state changes, so gossip
-//! carries membership and nothing else. A task turns chitchat's live-node watcher into an
+//! (`joining`, `alive` or `leaving`) — and never writes them again unless its state changes, so
+//! gossip carries membership and nothing else. A node with seeds starts `joining` and enters
+//! the other members' rings only once it says `alive` (when it is ready): a member routed to
+//! before it knows the cluster would decide its keys on buckets it does not hold yet. A task turns chitchat's live-node watcher into an
 //! immutable [`View`]; the ring inside it is rebuilt only when the set of live members changes.
 
 pub use super::member::{Member, MemberState};
@@ -85,6 +87,9 @@ pub struct GossipSettings {
     pub http_advertise: String,
     pub seeds: Vec<String>,
     pub interval: Duration,
+    /// Start `joining` (a node with seeds, until it is ready: see
+    /// [`Membership::announce_ready`]) rather than `alive`.
+    pub joining: bool,
 }
 
 /// Gossip could not start.
@@ -145,7 +150,10 @@ impl Membership {
         let initial = vec![
             (KEY_HTTP.to_owned(), settings.http_advertise.clone()),
             (KEY_PEER.to_owned(), settings.advertise.to_string()),
-            (KEY_STATE.to_owned(), "alive".to_owned()),
+            (
+                KEY_STATE.to_owned(),
+                if settings.joining { "joining" } else { "alive" }.to_owned(),
+            ),
         ];
         let handle = spawn_chitchat(config, initial, transport)
             .await
@@ -193,6 +201,19 @@ impl Membership {
     /// Notified whenever the view changes.
     pub fn updates(&self) -> watch::Receiver<Arc<View>> {
         self.updates.clone()
+    }
+
+    /// Announces that this node is ready: peers put it in their rings on the next gossip (a node
+    /// already leaving stays leaving).
+    pub async fn announce_ready(&self) {
+        self.handle
+            .with_chitchat(|cc| {
+                let state = cc.self_node_state();
+                if state.get(KEY_STATE) == Some("joining") {
+                    state.set(KEY_STATE, "alive");
+                }
+            })
+            .await;
     }
 
     /// Announces that this node is leaving: peers drop it from their rings on the next gossip.
@@ -271,10 +292,10 @@ fn build_view(
             node_id: id.node_id.to_string(),
             peer_addr: peer.to_owned(),
             http_addr: http.to_owned(),
-            state: if state.get(KEY_STATE) == Some("leaving") {
-                MemberState::Leaving
-            } else {
-                MemberState::Alive
+            state: match state.get(KEY_STATE) {
+                Some("leaving") => MemberState::Leaving,
+                Some("joining") => MemberState::Joining,
+                _ => MemberState::Alive,
             },
             generation: id.generation_id,
         };
@@ -308,13 +329,31 @@ fn build_view(
         );
     }
     let members: Vec<Member> = members.into_values().collect();
-    let quorum = previous.quorum.next(&members, now);
+    // This node counts itself alive while it joins: its own ring holds it (it decides what
+    // reaches it directly, and knows which keys it will own).
+    let me_joining = |m: &Member| m.state == MemberState::Joining && *m.node_id == **self_id;
+    let quorum = if members.iter().any(me_joining) {
+        let as_alive: Vec<Member> = members
+            .iter()
+            .map(|m| {
+                let state = if me_joining(m) {
+                    MemberState::Alive
+                } else {
+                    m.state
+                };
+                Member { state, ..m.clone() }
+            })
+            .collect();
+        previous.quorum.next(&as_alive, now)
+    } else {
+        previous.quorum.next(&members, now)
+    };
     if members == previous.members && quorum == previous.quorum {
         return None;
     }
     let peer_addrs: BTreeMap<Arc<str>, String> = members
         .iter()
-        .filter(|m| m.state == MemberState::Alive)
+        .filter(|m| m.state == MemberState::Alive || me_joining(m))
         .map(|m| (Arc::from(m.node_id.as_str()), m.peer_addr.clone()))
         .collect();
     // Without a majority this node owns no keys; its ring stays that of the members it last
@@ -369,6 +408,9 @@ fn log_changes(before: &View, after: &View) {
                 tracing::info!(member = %m.node_id, peer = %m.peer_addr, "member joined")
             }
             MemberState::Leaving => tracing::info!(member = %m.node_id, "member leaving"),
+            MemberState::Joining => {
+                tracing::info!(member = %m.node_id, peer = %m.peer_addr, "member joining")
+            }
             MemberState::Dead => tracing::warn!(member = %m.node_id, "member declared dead"),
         }
     }
@@ -392,6 +434,7 @@ mod tests {
             http_advertise: format!("10.0.0.1:{}", port + 1000),
             seeds: seeds.iter().map(|p| format!("10.0.0.1:{p}")).collect(),
             interval: Duration::from_millis(100),
+            joining: false,
         }
     }
 

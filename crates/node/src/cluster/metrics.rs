@@ -22,6 +22,7 @@ impl Collector for MembersCollector {
             "Cluster members by state.",
             "state",
             &[
+                ("joining", count(MemberState::Joining)),
                 ("alive", count(MemberState::Alive)),
                 ("leaving", count(MemberState::Leaving)),
                 ("dead", count(MemberState::Dead)),

@@ -12,7 +12,19 @@ use std::collections::HashMap;
 /// Hands the live buckets of `engine` that this node no longer owns under `view`'s ring to their
 /// new owners (through `peers`), at `now`. A bucket whose new owner cannot be reached is put
 /// back, so nothing is lost. Returns how many buckets moved.
-pub async fn hand_over(view: &View, engine: &Engine, peers: &Peers, now: u64) -> usize {
+///
+/// With `replicas` > 0, a bucket handed to an owner this node now replicates (a joining
+/// member takes its keys from the member after it: this one) stays here as its copy, as the
+/// new owner's replication would make it: so a check that fails over to this node while the
+/// new owner does not answer yet, and a recall that crosses the handover, find the state
+/// instead of nothing.
+pub async fn hand_over(
+    view: &View,
+    engine: &Engine,
+    peers: &Peers,
+    replicas: usize,
+    now: u64,
+) -> usize {
     let ring = &view.ring;
     if ring.is_empty() {
         return 0;
@@ -35,10 +47,16 @@ pub async fn hand_over(view: &View, engine: &Engine, peers: &Peers, now: u64) ->
             continue;
         };
         let n = buckets.len();
+        // Kept before the frame leaves: a recall that crosses it must find the copy.
+        let replicated = |id: u64| view.ring.replicates(id, replicas, &view.self_id);
+        for (id, st) in buckets.iter().filter(|(id, _)| replicated(*id)) {
+            engine.keep_copy(*id, Some(st.clone()), now);
+        }
         match peers.hand_over(addr, &buckets).await {
             Ok(_) => moved += n,
             Err(e) => {
                 tracing::warn!(%owner, error = %e, buckets = n, "handover failed; keeping the buckets here");
+                // Back in the store (which drops the copy): this node's again.
                 for (id, st) in buckets {
                     engine.take_in(id, st, now);
                 }

@@ -11,6 +11,9 @@
 //! over). The member after it holds the bucket either way, so one round trip before the first
 //! check finds it.
 //!
+//! Until it is first ready, such a member holds its owner-mode checks back (see
+//! [`Recall::before`]).
+//!
 //! A recalled state is merged by overlap ([`Engine::recall_in`]): it is another reading of the
 //! history that a handover may still bring, so the two never add. What the member after it
 //! decides between the recall and its handover (other rings still route there) is the view
@@ -24,6 +27,7 @@
 use super::{Peers, RecallLink};
 use crate::cluster::View;
 use crate::engine::Engine;
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -36,6 +40,10 @@ use tokio::sync::{mpsc, oneshot};
 pub const RECALL_FOR_NS: u64 = 5_000_000_000;
 /// Longest a check waits for its bucket's recall.
 pub const RECALL_WAIT: Duration = Duration::from_millis(250);
+/// Longest a check waits for this node's first readiness (see [`Recall::before`]).
+pub const READY_WAIT: Duration = Duration::from_secs(1);
+/// How often a waiting check looks at readiness again.
+const READY_POLL: Duration = Duration::from_millis(10);
 /// Most buckets remembered as recalled while recalling: beyond, buckets are not recalled.
 const MOST_RECALLED: usize = 100_000;
 /// Requests queued for the recalling task; when full, a check does not wait for one.
@@ -59,9 +67,13 @@ pub struct RecallStats {
 /// This node's recalls (see the module doc).
 pub struct Recall {
     engine: Arc<Engine>,
+    view: Arc<ArcSwap<View>>,
     /// Set once the recall window passed (or from the start, without replicas).
     over: AtomicBool,
-    /// When this node's ring first held another member (engine-clock ns; 0: not yet).
+    /// Set once this node was first ready (see [`Recall::ready`]).
+    ready: AtomicBool,
+    /// When the window opened: this node ready, or its ring first holding another member
+    /// (engine-clock ns; 0: not yet).
     since: AtomicU64,
     /// Buckets already recalled (or asked for, with nothing to give); shared with the task.
     asked: Arc<Mutex<HashSet<u64>>>,
@@ -70,16 +82,23 @@ pub struct Recall {
 }
 
 impl Recall {
-    /// Recalls through `peers` into `engine` when the cluster keeps replicas (`replicas` > 0:
-    /// only then does the member after this one hold its buckets); spawns the recalling task on
-    /// the current runtime.
-    pub fn spawn(engine: Arc<Engine>, peers: Arc<Peers>, replicas: usize) -> Arc<Self> {
+    /// Recalls through `peers` into `engine`, under the membership in `view`, when the cluster
+    /// keeps replicas (`replicas` > 0: only then does the member after this one hold its
+    /// buckets); spawns the recalling task on the current runtime.
+    pub fn spawn(
+        engine: Arc<Engine>,
+        view: Arc<ArcSwap<View>>,
+        peers: Arc<Peers>,
+        replicas: usize,
+    ) -> Arc<Self> {
         let (queue, requests) = mpsc::channel(QUEUE);
         let stats = Arc::new(RecallStats::default());
         let asked = Arc::new(Mutex::new(HashSet::new()));
         let recall = Arc::new(Self {
             engine: engine.clone(),
+            view,
             over: AtomicBool::new(replicas == 0),
+            ready: AtomicBool::new(false),
             since: AtomicU64::new(0),
             asked: asked.clone(),
             queue,
@@ -104,11 +123,39 @@ impl Recall {
         !self.over.load(Ordering::Relaxed)
     }
 
-    /// Recalls, of buckets `ids` (owner-mode checks about to be decided here), those this node
-    /// owns under `view`, does not hold and has not recalled yet; returns once they are merged,
-    /// or after [`RECALL_WAIT`].
-    pub async fn before(&self, view: &View, ids: impl IntoIterator<Item = u64>) {
-        if !self.in_window(view) {
+    /// This node is ready for the first time (its membership settled: see `node::track_view`):
+    /// checks stop waiting for it, and the recall window opens if it had not.
+    pub fn ready(&self) {
+        self.ready.store(true, Ordering::Release);
+        let now = self.engine.clock().now().max(1);
+        let _ = self
+            .since
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Before owner-mode checks of buckets `ids` are decided here: waits (at most
+    /// [`READY_WAIT`]) until this node is first ready, then recalls those it owns under its
+    /// ring, does not hold and has not recalled yet; returns once they are merged, or after
+    /// [`RECALL_WAIT`].
+    ///
+    /// Why wait for readiness: other members route to a node as soon as gossip shows it alive,
+    /// which is before the node itself knows them all. Its ring then holds itself alone (or
+    /// some of the members), and it would decide their checks on buckets it owns under that
+    /// ring and does not hold (seen: a restarted owner admitting used-up keys 100 ms after its
+    /// start, before it saw anyone). A sender whose deadline passes meanwhile has its check
+    /// decided by the owner's replica, which holds the bucket.
+    pub async fn before(&self, ids: Vec<u64>) {
+        if !self.active() || ids.is_empty() {
+            return;
+        }
+        if !self.ready.load(Ordering::Acquire) {
+            let until = tokio::time::Instant::now() + READY_WAIT;
+            while !self.ready.load(Ordering::Acquire) && tokio::time::Instant::now() < until {
+                tokio::time::sleep(READY_POLL).await;
+            }
+        }
+        let view = self.view.load_full();
+        if !self.in_window(&view) {
             return;
         }
         let me = &*view.self_id;
@@ -138,8 +185,8 @@ impl Recall {
         let _ = tokio::time::timeout(RECALL_WAIT, merged).await;
     }
 
-    /// Whether the recall window is open under `view`: it opens when the ring first holds
-    /// another member and lasts [`RECALL_FOR_NS`].
+    /// Whether the recall window is open under `view`: it opens when this node is first ready
+    /// or its ring first holds another member, and lasts [`RECALL_FOR_NS`].
     fn in_window(&self, view: &View) -> bool {
         if !self.active() {
             return false;

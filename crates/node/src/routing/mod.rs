@@ -98,11 +98,12 @@ impl Dispatcher {
         self
     }
 
-    /// Recalls, while this node may, the buckets of `items` it is about to decide here.
-    async fn recall_before(&self, view: &View, items: &[Prepared<'_>]) {
+    /// Recalls, while this node may, the buckets of `items` it may decide here (before the
+    /// view they are routed under is read: see [`Recall::before`]).
+    async fn recall_before(&self, items: &[Prepared<'_>]) {
         if let Some(recall) = self.recall.as_ref().filter(|r| r.active()) {
             let owned = items.iter().filter(|p| p.resolved.mode == Mode::Owner);
-            recall.before(view, owned.map(|p| p.id)).await;
+            recall.before(owned.map(|p| p.id).collect()).await;
         }
     }
 
@@ -127,16 +128,16 @@ impl Dispatcher {
 
     /// Decides one prepared check wherever it belongs.
     pub async fn check(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
+        self.recall_before(std::slice::from_ref(p)).await;
         let view = self.view.load();
-        self.recall_before(&view, std::slice::from_ref(p)).await;
         coordinator::check(&self.site(&view), p).await
     }
 
     /// Decides many checks: those decided here at one instant, each owner's as one group (one
     /// frame), all owners at once. Answers come back in the order of `items`.
     pub async fn check_many(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+        self.recall_before(items).await;
         let view = self.view.load_full();
-        self.recall_before(&view, items).await;
         let site = self.site(&view);
         let mut turn = Turn::take(items.len()).await;
         // One instant for the whole batch (see `Engine::decide_at`), taken once it may decide.
@@ -155,8 +156,8 @@ impl Dispatcher {
     /// admitted only when every non-shadow check admits; otherwise every check that took its
     /// cost gives it back before this returns (see [`coordinator::check_all`]).
     pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+        self.recall_before(items).await;
         let view = self.view.load_full();
-        self.recall_before(&view, items).await;
         coordinator::check_all(&self.site(&view), items).await
     }
 

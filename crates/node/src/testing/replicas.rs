@@ -136,12 +136,12 @@ async fn a_restarted_owner_gets_its_buckets_back_by_handover() {
     assert!(c.buckets("n2").await >= keys.len() as u64);
 }
 
-/// An owner killed and started again before the survivors drop it from their rings gets no
-/// handover (no ring changed); its replica kept the copies, and the restarted owner recalls
-/// each bucket from it before deciding its first check: the used-up keys stay denied, through
-/// the owner itself and through the others.
+/// An owner killed and started again before the survivors declare it dead: its new life
+/// gossips `joining`, which takes it out of their rings at once (its successor promotes the
+/// copies), and back in once it is ready (the successor hands the buckets over). Its used-up
+/// keys stay denied through every node, the restarted owner itself included.
 #[tokio::test(start_paused = true)]
-async fn a_quickly_restarted_owner_recalls_its_buckets_from_its_replica() {
+async fn a_quickly_restarted_owner_is_out_of_the_rings_until_ready() {
     let mut c = Cluster::start(3, |_| {}).await;
     c.wait_all_alive(&IDS).await;
     let keys = owned_by_n2(Algorithm::TokenBucket);
@@ -158,22 +158,15 @@ async fn a_quickly_restarted_owner_recalls_its_buckets_from_its_replica() {
     c.kill("n2").await;
     c.restart("n2").await;
     c.wait_all_alive(&IDS).await;
-    assert_eq!(c.metric("n0", "ringlimit_promoted_buckets_total").await, 0);
-    assert_eq!(c.metric("n1", "ringlimit_promoted_buckets_total").await, 0);
+    let promoted = c.metric("n0", "ringlimit_promoted_buckets_total").await
+        + c.metric("n1", "ringlimit_promoted_buckets_total").await;
+    assert!(promoted >= keys.len() as u64, "{promoted} promoted");
     for k in &keys {
         for id in ["n2", "n0", "n1"] {
             let s = c.seen(id, &check(k, Algorithm::TokenBucket)).await;
             assert!(!s.allowed && !s.degraded, "{k} through {id}");
         }
     }
-    let found = c.metrics("n2").await;
-    assert!(
-        found.contains(&format!(
-            "ringlimit_buckets_recalled_total{{result=\"found\"}} {}",
-            keys.len()
-        )),
-        "{found}"
-    );
 }
 
 #[tokio::test(start_paused = true)]

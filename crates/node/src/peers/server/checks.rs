@@ -107,8 +107,9 @@ impl PeerServer {
             .flat_map(|g| &g.checks)
             .filter_map(|c| self.prepare(c).ok())
             .filter(|(resolved, _)| resolved.mode == Mode::Owner)
-            .map(|(_, id)| id);
-        relay.recall.before(&relay.view.load_full(), ids).await;
+            .map(|(_, id)| id)
+            .collect();
+        relay.recall.before(ids).await;
     }
 
     /// Answers one request's checks at this node all-or-nothing (see
