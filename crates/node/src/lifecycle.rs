@@ -74,14 +74,16 @@ impl Lifecycle {
     }
 
     /// Hands the buckets this node no longer owns under `view` to their new owners (called
-    /// when the ring changed); returns how many moved.
-    pub async fn hand_over(&self, view: &View) -> usize {
+    /// when the ring changed; members new in it, `joined`, are told the handover's end even
+    /// when nothing moves to them); returns how many moved.
+    pub async fn hand_over(&self, view: &View, joined: &[Arc<str>]) -> usize {
         let moved = crate::peers::handover::hand_over(
             view,
             self.here.engine(),
             &self.pool,
             self.replicas,
             self.here.now(),
+            joined,
         )
         .await;
         self.handed_over.fetch_add(moved as u64, Ordering::Relaxed);

@@ -641,6 +641,13 @@ async fn track_view(
         lifecycle.follow_members(&view);
         let now = tokio::time::Instant::now();
         if view.ring.members() != ring_members.as_slice() {
+            let joined: Vec<Arc<str>> = view
+                .ring
+                .members()
+                .iter()
+                .filter(|m| !ring_members.contains(m))
+                .cloned()
+                .collect();
             ring_members = view.ring.members().to_vec();
             changed_at = now;
             // Ownership moved: copies of buckets this node now owns become its own (at once,
@@ -648,7 +655,7 @@ async fn track_view(
             // new owners.
             lifecycle.promote(&view);
             let (lifecycle, view) = (lifecycle.clone(), view.clone());
-            tokio::spawn(async move { lifecycle.hand_over(&view).await });
+            tokio::spawn(async move { lifecycle.hand_over(&view, &joined).await });
         }
         let settled_at = changed_at + readiness.settle;
         // Members that are joining count: at a cluster's start every member joins at once.

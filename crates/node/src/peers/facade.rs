@@ -238,8 +238,10 @@ impl Peers {
         self.sessions.clone()
     }
 
-    /// Hands `buckets` to the member at `addr` (their new owner) on a connection of its own;
-    /// returns how many it merged. Borrowed, so that the caller can keep them if it fails.
+    /// Hands `buckets` to the member at `addr` (their new owner) on a connection of its own,
+    /// then an empty frame that says this node has handed it everything (a member that just
+    /// joined stops recalling from this one: see [`super::recall`]); returns how many it
+    /// merged. Borrowed, so that the caller can keep them if it fails.
     pub async fn hand_over(
         &self,
         addr: &str,
@@ -247,7 +249,8 @@ impl Peers {
     ) -> Result<u64, SessionError> {
         let mut session = self.sessions.open(addr);
         let mut merged = 0;
-        for chunk in buckets.chunks(BUCKETS_PER_FRAME) {
+        let end: &[(u64, BucketState)] = &[];
+        for chunk in buckets.chunks(BUCKETS_PER_FRAME).chain([end]) {
             let chunk: Vec<HandedBucket> = chunk
                 .iter()
                 .map(|(id, st)| HandedBucket {

@@ -8,6 +8,7 @@ use crate::cluster::View;
 use crate::engine::Engine;
 use ringlimit_core::limiter::BucketState;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Hands the live buckets of `engine` that this node no longer owns under `view`'s ring to their
 /// new owners (through `peers`), at `now`. A bucket whose new owner cannot be reached is put
@@ -18,12 +19,16 @@ use std::collections::HashMap;
 /// new owner's replication would make it: so a check that fails over to this node while the
 /// new owner does not answer yet, and a recall that crosses the handover, find the state
 /// instead of nothing.
+///
+/// Every member in `joined` (new in the ring) is sent at least the end of a handover (an empty
+/// frame), so that it knows it has everything this node had for it.
 pub async fn hand_over(
     view: &View,
     engine: &Engine,
     peers: &Peers,
     replicas: usize,
     now: u64,
+    joined: &[Arc<str>],
 ) -> usize {
     let ring = &view.ring;
     if ring.is_empty() {
@@ -32,10 +37,10 @@ pub async fn hand_over(
     let moving = engine.hand_out(|id, st| {
         st.idle_at() > now && ring.owner(id).is_some_and(|o| o != &*view.self_id)
     });
-    if moving.is_empty() {
-        return 0;
-    }
     let mut by_owner: HashMap<&str, Vec<(u64, BucketState)>> = HashMap::new();
+    for member in joined.iter().filter(|m| **m != view.self_id) {
+        by_owner.entry(member).or_default();
+    }
     for (id, st) in moving {
         if let Some(owner) = ring.owner(id) {
             by_owner.entry(owner).or_default().push((id, st));

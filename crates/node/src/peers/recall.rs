@@ -77,6 +77,10 @@ pub struct Recall {
     since: AtomicU64,
     /// Buckets already recalled (or asked for, with nothing to give); shared with the task.
     asked: Arc<Mutex<HashSet<u64>>>,
+    /// Members that sent the end of their handover since this node joined: they hold nothing
+    /// more for it (what they handed over they keep as copies), so nothing is recalled from
+    /// them. Once every other member of the ring has, the window closes.
+    handed: Mutex<HashSet<Arc<str>>>,
     queue: mpsc::Sender<Request>,
     pub stats: Arc<RecallStats>,
 }
@@ -101,6 +105,7 @@ impl Recall {
             ready: AtomicBool::new(false),
             since: AtomicU64::new(0),
             asked: asked.clone(),
+            handed: Mutex::new(HashSet::new()),
             queue,
             stats: stats.clone(),
         });
@@ -133,6 +138,13 @@ impl Recall {
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
     }
 
+    /// Member `member` sent the end of its handover to this node.
+    pub fn handed_over(&self, member: &str) {
+        if self.active() {
+            self.handed.lock().insert(Arc::from(member));
+        }
+    }
+
     /// Before owner-mode checks of buckets `ids` are decided here: waits (at most
     /// [`READY_WAIT`]) until this node is first ready, then recalls those it owns under its
     /// ring, does not hold and has not recalled yet; returns once they are merged, or after
@@ -163,12 +175,16 @@ impl Recall {
         let mut wanted = Vec::new();
         {
             let asked = self.asked.lock();
+            let handed = self.handed.lock();
             for id in ids {
                 if view.ring.owner(id) != Some(me) || asked.contains(&id) || self.engine.holds(id) {
                     continue;
                 }
                 let next = view.ring.replicas(id, 1);
-                let Some(addr) = next.first().and_then(|m| view.peer_addrs.get(*m)) else {
+                let Some(&next) = next.first().filter(|m| !handed.contains(**m)) else {
+                    continue;
+                };
+                let Some(addr) = view.peer_addrs.get(next) else {
                     continue;
                 };
                 wanted.push((id, addr.clone()));
@@ -200,11 +216,20 @@ impl Recall {
             }
             return view.ring.len() > 1;
         }
-        if now.saturating_sub(since) < RECALL_FOR_NS {
+        let all_handed = || {
+            let handed = self.handed.lock();
+            let me = &*view.self_id;
+            view.ring
+                .members()
+                .iter()
+                .all(|m| **m == *me || handed.contains(m))
+        };
+        if now.saturating_sub(since) < RECALL_FOR_NS && !all_handed() {
             return true;
         }
         self.over.store(true, Ordering::Relaxed);
         self.asked.lock().clear();
+        self.handed.lock().clear();
         self.engine.forget_recalled();
         false
     }

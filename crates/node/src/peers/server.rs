@@ -266,7 +266,7 @@ impl PeerServer {
                     Some(Frame::Answers(self.checks(groups).await))
                 }
                 Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
-                Frame::Handover(buckets) => Some(self.handover(buckets)),
+                Frame::Handover(buckets) => Some(self.handover(&caller, buckets)),
                 Frame::Replicate { buckets } => Some(self.replicate(buckets)),
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Recall { ids } => Some(self.recall(&ids)),

@@ -1,14 +1,21 @@
 //! `Handover`: merge the buckets a previous owner hands this node (see [`crate::peers::handover`]
 //! for the sending side), so that a key that moves keeps its consumption.
 
-use super::PeerServer;
+use super::{Caller, PeerServer};
 use ringlimit_core::limiter::BucketState;
 use ringlimit_proto::peer::{Frame, HandedBucket};
 use std::sync::atomic::Ordering;
 
 impl PeerServer {
-    /// Merges `buckets` into the store at this node's now; answers how many.
-    pub(super) fn handover(&self, buckets: Vec<HandedBucket>) -> Frame {
+    /// Merges `buckets` into the store at this node's now; answers how many. An empty frame
+    /// ends a member's handover: this node recalls nothing more from it (see
+    /// [`crate::peers::recall`]).
+    pub(super) fn handover(&self, caller: &Caller<'_>, buckets: Vec<HandedBucket>) -> Frame {
+        if buckets.is_empty()
+            && let Some(relay) = &self.relay
+        {
+            relay.recall.handed_over(caller.peer);
+        }
         let now = self.here.now();
         let merged = buckets.len() as u64;
         for b in buckets {
