@@ -19,6 +19,9 @@
 #   join-leave      a 4th node joins, then n1 leaves (SIGTERM)
 #   all-or-nothing  /v1/check/all of two buckets on different owners (one of them n2's) while n2
 #                   is killed and restarted as in kill
+#   upgrade         not run by default: the cluster starts from OLD_BIN (an older build) and is
+#                   rolled to BIN as in rolling (mixed versions in between), e.g.
+#                   SCENARIOS=upgrade OLD_BIN=/tmp/old/ringlimit BIN=target/release/ringlimit
 # Every bucket is a limit of 20 per 365 days (token bucket and fixed window: a row each), spent
 # in full before the fault, so whatever is admitted after is over the limit. Printed: a markdown
 # table, admitted ÷ limit per scenario on the buckets it touches, against its bound (the BOUNDS
