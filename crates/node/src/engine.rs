@@ -645,4 +645,35 @@ mod tests {
             "not a fresh bucket"
         );
     }
+
+    /// A recalled state and the handover of the same bucket are two readings of one history:
+    /// the handover overlaps what was recalled (and decided on since), it does not add to it;
+    /// a bucket the recall did not find is absorbed as before (the two histories add).
+    #[test]
+    fn a_recalled_bucket_overlaps_its_later_handover() {
+        let (e, rule) = engine();
+        let (previous, _) = engine();
+        for _ in 0..6 {
+            previous.decide_at(1, &rule, 1, T0);
+            previous.decide_at(2, &rule, 1, T0);
+        }
+        let handed = |id| previous.peek(id).expect("held");
+        e.recall_in(1, handed(1), T0);
+        assert_eq!(
+            e.decide_at(1, &rule, 1, T0).remaining,
+            3,
+            "6 recalled, 1 here"
+        );
+        e.take_in(1, handed(1), T0);
+        assert_eq!(e.decide_at(1, &rule, 0, T0).remaining, 3, "not 6 more");
+        // Nothing recalled for 2: decided here from a full bucket, then the handover adds.
+        assert_eq!(e.decide_at(2, &rule, 1, T0).remaining, 9);
+        e.take_in(2, handed(2), T0);
+        assert_eq!(e.decide_at(2, &rule, 0, T0).remaining, 3);
+        // Forgotten once the window closed: a later handover adds again.
+        e.recall_in(3, handed(1), T0);
+        e.forget_recalled();
+        e.take_in(3, handed(1), T0);
+        assert_eq!(e.decide_at(3, &rule, 0, T0).remaining, 0);
+    }
 }
