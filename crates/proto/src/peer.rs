@@ -28,7 +28,8 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 4: groups may go to an owner's replica ([`GroupKind::Replica`]); the frames are those of
 ///   version 3 (a version-3 connection just never carries those kinds).
 /// - 5: a member that started lately recalls the buckets it owns from the member after it on
-///   the ring ([`Frame::Recall`]).
+///   the ring ([`Frame::Recall`]); copies stream without acknowledgements
+///   ([`Frame::ReplicateOneWay`]).
 pub const PROTOCOL_VERSION: u16 = 5;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
@@ -36,8 +37,8 @@ pub const GROUP_KIND_SINCE: u16 = 3;
 /// The first version whose peers decide [`GroupKind::Replica`] and
 /// [`GroupKind::ReplicaAllOrNothing`] groups (a sender never sends them to an older one).
 pub const REPLICA_KINDS_SINCE: u16 = 4;
-/// The first version whose peers answer [`Frame::Recall`] (a sender never sends it to an older
-/// one).
+/// The first version whose peers answer [`Frame::Recall`] and take
+/// [`Frame::ReplicateOneWay`] (a sender never sends them to an older one).
 pub const RECALL_SINCE: u16 = 5;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
@@ -122,6 +123,12 @@ pub enum Frame {
     /// its copies), read, not taken: a handover may still move them, and the sender merges
     /// both as readings of one history.
     Recalled { buckets: Vec<HandedBucket> },
+    /// Client → server, version 5: copies as in `Replicate`, not answered. An owner streams
+    /// them on its replica connection without waiting for each acknowledgement: a frame and
+    /// its ack cost each side a few syscalls and wake-ups whatever they carry (bench/README.md,
+    /// "What `--replicas 1` costs"). A broken connection is the sender's error, after which it
+    /// sends the whole store again.
+    ReplicateOneWay { buckets: Vec<ReplicaBucket> },
 }
 
 /// One node incarnation's counts, as relayed by another node in a
@@ -430,6 +437,7 @@ impl Frame {
             Frame::HandBack { .. } => "hand_back",
             Frame::Recall { .. } => "recall",
             Frame::Recalled { .. } => "recalled",
+            Frame::ReplicateOneWay { .. } => "replicate_one_way",
         }
     }
 }
@@ -552,6 +560,14 @@ mod tests {
         assert_eq!(
             (Frame::decode(&bytes).expect("decode"), bytes[0]),
             (recalled, 19)
+        );
+        let one_way = Frame::ReplicateOneWay {
+            buckets: vec![ReplicaBucket { id: 4, state: None }],
+        };
+        let bytes = one_way.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (one_way, 20)
         );
     }
 

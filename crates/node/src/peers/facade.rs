@@ -102,13 +102,45 @@ impl ReplicaLink {
         self.0.addr()
     }
 
-    /// Sends `buckets` (at most [`BUCKETS_PER_FRAME`] a frame), each frame acknowledged before
-    /// the next; returns the frames sent and their bytes on the wire. On an error the
-    /// connection is dropped (the next call makes a new one) and the caller resends what it
-    /// cannot know arrived.
+    /// Sends `buckets` (at most [`BUCKETS_PER_FRAME`] a frame): written one way to a member of
+    /// protocol 5 on (`ReplicateOneWay`), each frame acknowledged before the next to an older
+    /// one; returns the frames sent and their bytes on the wire. On an error the connection is
+    /// dropped (the next call makes a new one) and the caller resends what it cannot know
+    /// arrived.
     pub async fn replicate(&mut self, buckets: Vec<ReplicaBucket>) -> Result<Sent, SessionError> {
-        self.send(buckets, |buckets| Frame::Replicate { buckets })
-            .await
+        if self.0.version().await? < RECALL_SINCE {
+            return self
+                .send(buckets, |buckets| Frame::Replicate { buckets })
+                .await;
+        }
+        let mut sent = Sent::default();
+        let mut frames = Vec::with_capacity(buckets.len().div_ceil(BUCKETS_PER_FRAME));
+        let mut buckets = buckets;
+        while !buckets.is_empty() {
+            let rest = buckets.split_off(buckets.len().min(BUCKETS_PER_FRAME));
+            let frame = Frame::ReplicateOneWay {
+                buckets: std::mem::replace(&mut buckets, rest),
+            };
+            match frame.encode() {
+                Ok(bytes) => frames.push(bytes::Bytes::from(bytes)),
+                Err(e) => {
+                    self.0.close();
+                    return Err(SessionError::Link(e.into()));
+                }
+            }
+        }
+        let written = self
+            .0
+            .write(&frames, REPLICATE_ACK_WITHIN, |bytes| {
+                sent.frames += 1;
+                sent.bytes += bytes as u64;
+            })
+            .await;
+        if let Err(e) = written {
+            self.0.close();
+            return Err(e);
+        }
+        Ok(sent)
     }
 
     /// Hands back to their owner (this member) the copies this node decided on as their

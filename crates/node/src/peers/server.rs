@@ -268,6 +268,10 @@ impl PeerServer {
                 Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
                 Frame::Handover(buckets) => Some(self.handover(&caller, buckets)),
                 Frame::Replicate { buckets } => Some(self.replicate(buckets)),
+                Frame::ReplicateOneWay { buckets } => {
+                    self.replicate(buckets);
+                    None
+                }
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Recall { ids } => Some(self.recall(&ids)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),

@@ -59,7 +59,7 @@ impl Collector for ReplicaCollector {
         let s = &self.stats;
         s.lag.encode(e.encode_descriptor(
             "replication_lag_seconds",
-            "Time from a bucket's change read from the change feed to its replica's ack.",
+            "Time from a bucket's change read from the change feed to its copy written to the replica's connection (acknowledged, for a replica older than protocol 5).",
             None,
             MetricType::Histogram,
         )?)?;

@@ -6,10 +6,11 @@
 //! between two drains is sent once, in its state at the drain); once [`SEND_AT`] changes have
 //! been drained, or the first of them [`HOLD_AT_MOST`] ago (a quiet owner does not pay a frame
 //! per member every 5 ms), it groups the buckets by replica member under the current view
-//! (`Ring::place`) and sends each member one acknowledged `Replicate` exchange (frames bounded
-//! like handover's). A member is sent the whole store
-//! again (its share of it) when the feed overran ([`ringlimit_core::store::Lagged`]), when the
-//! ring's members changed (replica sets moved), when it is new, and after a failed exchange
+//! (`Ring::place`) and writes each member its frames (bounded like handover's) one way on a
+//! connection of its own (`ReplicateOneWay`; to a member older than protocol 5, one
+//! acknowledged `Replicate` exchange a frame). A member is sent the whole store again (its
+//! share of it) when the feed overran ([`ringlimit_core::store::Lagged`]), when the ring's
+//! members changed (replica sets moved), when it is new, and after a failed write or exchange
 //! (what it got is unknown); a member that failed is left alone for [`RETRY_AFTER`], so that a
 //! dead member does not hold up the others.
 
