@@ -342,12 +342,20 @@ mod tests {
     use ringlimit_core::link::memnet::MemNet;
     use ringlimit_proto::handshake::ClientHandshake;
     use ringlimit_proto::peer::{
-        ALL_OR_NOTHING_GROUP, FlaggedGroup, OLDEST_PROTOCOL_VERSION, PeerAnswer, PeerCheck,
+        ALL_OR_NOTHING_GROUP, FlaggedGroup, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, PeerAnswer,
+        PeerCheck,
     };
     use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 
     /// A real peer server at "s" on `net`, deciding everything here.
     fn server(net: &MemNet) -> tokio::task::JoinHandle<()> {
+        server_with_engine(net).0
+    }
+
+    /// [`server`], and its engine.
+    fn server_with_engine(
+        net: &MemNet,
+    ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
         let engine = Arc::new(crate::engine::Engine::new(
             crate::rules::RuleSet::builtin(),
@@ -359,11 +367,11 @@ mod tests {
             100,
         ));
         let server = Arc::new(PeerServer::new(
-            Here::new(engine, counters),
+            Here::new(engine.clone(), counters),
             ServerSettings::open("s", "c"),
             None,
         ));
-        tokio::spawn(server.run(net.listen("s")))
+        (tokio::spawn(server.run(net.listen("s"))), engine)
     }
 
     /// Logs in to "s" offering `version`.
@@ -431,5 +439,50 @@ mod tests {
         }]);
         framing::send(&mut conn, &new).await.expect("sent");
         assert!(framing::recv(&mut conn, within).await.is_err(), "closed");
+    }
+
+    /// A recall is answered with the live states held here — the bucket of its own or the copy
+    /// — read, not taken, and nothing for a bucket not held; copies streamed one way are kept
+    /// and not answered (the recall's answer is the next frame).
+    #[tokio::test(start_paused = true)]
+    async fn a_recall_reads_buckets_and_copies_and_one_way_copies_are_kept() {
+        let net = MemNet::new();
+        let (_server, engine) = server_with_engine(&net);
+        let mut conn = log_in(&net, PROTOCOL_VERSION).await;
+        let within = Duration::from_secs(1);
+        let owned = Frame::Checks(vec![CheckGroup {
+            id: 1,
+            kind: GroupKind::Owned,
+            checks: vec![check("a")],
+        }]);
+        framing::send(&mut conn, &owned).await.expect("sent");
+        let answer = framing::recv(&mut conn, within).await.expect("answer");
+        assert!(matches!(answer, Frame::Answers(_)), "{answer:?}");
+        let id_of = |key: &str| {
+            let c = check(key);
+            let spec = crate::rules::RuleSpec::of(&c.rule);
+            engine.prepare(key, spec, 1).expect("a valid check").1
+        };
+        let (a, b, c) = (id_of("a"), id_of("b"), id_of("c"));
+        let state = engine.peek(a).expect("decided here");
+        let copy = Frame::ReplicateOneWay {
+            buckets: vec![ringlimit_proto::peer::ReplicaBucket {
+                id: b,
+                state: Some(state.to_wire()),
+            }],
+        };
+        framing::send(&mut conn, &copy).await.expect("sent");
+        let recall = Frame::Recall { ids: vec![a, b, c] };
+        framing::send(&mut conn, &recall).await.expect("sent");
+        let Frame::Recalled { buckets } = framing::recv(&mut conn, within).await.expect("answer")
+        else {
+            panic!("not recalled");
+        };
+        let ids: Vec<u64> = buckets.iter().map(|r| r.id).collect();
+        assert_eq!(ids, [a, b]);
+        assert!(
+            engine.holds(a) && engine.peek_copy(b).is_some(),
+            "read, not taken"
+        );
     }
 }
