@@ -13,6 +13,8 @@
 //! - [`all`] — one request against several limits: its errors, shadow answers, the binding limit.
 //! - [`answer`] — decisions worded as the contract's answers (owner, fail-closed, given back).
 //! - [`headers`] — an answer's `X-RateLimit-*`, `Retry-After` and IETF `RateLimit` fields.
+//! - [`hot`] — hot keys: the buckets checked most, with bounded memory, promoted and demoted
+//!   with hysteresis (for leases).
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
 //! - [`coordinator`] — where a check is decided (here, owner, fallback share), check-many
 //!   grouping, all-or-nothing holds and refunds: one code for the node and the SDK.
@@ -23,6 +25,7 @@ pub mod check;
 pub mod clock;
 pub mod coordinator;
 pub mod headers;
+pub mod hot;
 pub mod limiter;
 pub mod link;
 pub mod rule;
