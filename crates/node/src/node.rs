@@ -372,6 +372,7 @@ pub async fn run(
         .with_replicas(config.replicas)
         .with_recall(recall.clone()),
     );
+    let hot_keys = dispatcher.stats.hot.clone();
     let handed_over = Arc::new(AtomicU64::new(0));
     // Each subsystem's counters, read at scrape time.
     metrics.register(crate::engine::EngineCollector(engine.clone()));
@@ -435,6 +436,7 @@ pub async fn run(
     ));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
+    tasks.spawn(hot_keys.run());
     tasks.spawn(
         crate::replicas::handback::HandBack {
             engine: engine.clone(),

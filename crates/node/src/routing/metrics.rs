@@ -1,7 +1,7 @@
 //! The routing's counters as metrics, read at scrape time.
 
 use super::Dispatcher;
-use crate::metrics::{Kind, encode_one, load};
+use crate::metrics::{Kind, encode_family, encode_one, load};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use std::sync::Arc;
@@ -62,6 +62,24 @@ impl Collector for RoutingCollector {
             "refunds_lost",
             "Refunds of all-or-nothing requests that could not reach their owner (the cost stays taken).",
             load(&s.refunds_lost),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "hot_keys",
+            "Buckets this node forwards most that are hot: promoted at 1,000 checks/s, demoted below 500 (counted one forwarded check in 8, with bounded memory).",
+            load(&s.hot.hot),
+        )?;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "hot_key_changes",
+            "Forwarded buckets promoted to hot, and demoted.",
+            "change",
+            &[
+                ("promoted", load(&s.hot.promoted)),
+                ("demoted", load(&s.hot.demoted)),
+            ],
         )?;
         encode_one(
             &mut e,

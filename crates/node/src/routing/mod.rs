@@ -6,9 +6,11 @@
 //! # Layout
 //! - `gate` — the batch gate: long batches decide in slices, one at a time per thread.
 //! - `timed` — RPC timing around the owner's link.
+//! - [`hot`] — the buckets this node forwards most, promoted and demoted (for leases).
 //! - [`metrics`] — the routing's counters as metrics.
 
 mod gate;
+pub mod hot;
 pub mod metrics;
 mod timed;
 
@@ -49,6 +51,8 @@ pub struct DispatchStats {
     pub minority: AtomicU64,
     /// Checks whose owner did not answer, decided by its replica on its copy (not degraded).
     pub replica: AtomicU64,
+    /// The buckets forwarded most.
+    pub hot: Arc<hot::Forwarded>,
 }
 
 /// Sends each check where it is decided.
@@ -207,14 +211,17 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
         }
         match d.pool.owner_client(self.view, p.id) {
             None => Route::Here(&d.here),
-            Some((owner, client)) => Route::Owner(
-                owner,
-                Timed {
-                    client,
-                    rpc: &d.rpc,
-                    here: &d.here,
-                },
-            ),
+            Some((owner, client)) => {
+                d.stats.hot.record(p.id);
+                Route::Owner(
+                    owner,
+                    Timed {
+                        client,
+                        rpc: &d.rpc,
+                        here: &d.here,
+                    },
+                )
+            }
         }
     }
 

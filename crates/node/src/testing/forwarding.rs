@@ -73,6 +73,33 @@ async fn a_check_is_decided_exactly_by_its_owner() {
     );
 }
 
+/// A key forwarded at thousands of checks a second is counted hot at the forwarding node (and
+/// not at its owner, which forwards nothing); once it goes quiet it is demoted.
+#[tokio::test(start_paused = true)]
+async fn a_key_forwarded_thousands_of_times_a_second_is_hot_there() {
+    let c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let key = key_of(&IDS, "n1");
+    let checks = vec![json!({ "key": key, "limit": 1_000_000, "period_ms": 1_000 }); 1_000];
+    for _ in 0..4 {
+        c.batch("n0", &checks).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(c.metric("n0", "ringlimit_hot_keys").await, 1);
+    assert_eq!(c.metric("n1", "ringlimit_hot_keys").await, 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        c.metric("n0", "ringlimit_hot_keys").await,
+        0,
+        "demoted once quiet"
+    );
+    let changes = c.metrics("n0").await;
+    for change in ["promoted", "demoted"] {
+        let line = format!("ringlimit_hot_key_changes_total{{change=\"{change}\"}} 1");
+        assert!(changes.contains(&line), "{line} in {changes}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stalled_owner_fails_open_at_the_deadline_then_at_once_until_it_answers_again() {
     // No replicas: the fallback share is what this test is about (`testing::replicas`).
