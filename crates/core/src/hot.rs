@@ -80,35 +80,23 @@ impl HotKeys {
         // A steady rate r gives a count of 2·r·w (w the tick in seconds): rate = count / 2w.
         let per_count = 1e9 / (2.0 * self.settings.tick_ns.max(1) as f64);
         let mut changes = Changes::default();
-        let mut estimates = Vec::with_capacity(self.promoted.len());
         for (&id, c) in self.sketch.iter() {
-            let estimate = c.estimated_count() as f64 * per_count;
             let lower = c.estimated_count().saturating_sub(c.associated_error()) as f64 * per_count;
             if lower >= self.settings.promote_at && self.promoted.insert(id) {
                 changes.promoted.push(id);
             }
-            if self.promoted.contains(&id) {
-                estimates.push((id, estimate));
-            }
         }
-        // Promoted buckets the sketch no longer tracks have a rate below its smallest counter.
-        let tracked: HashSet<u64> = estimates.iter().map(|&(id, _)| id).collect();
-        let gone = estimates
-            .iter()
-            .filter(|&&(_, rate)| rate < self.settings.demote_at)
-            .map(|&(id, _)| id)
-            .chain(
-                self.promoted
-                    .iter()
-                    .copied()
-                    .filter(|id| !tracked.contains(id)),
-            )
-            .collect::<Vec<_>>();
-        for id in gone {
-            if self.promoted.remove(&id) {
-                changes.demoted.push(id);
+        // A promoted bucket the sketch no longer tracks has a rate below its smallest counter.
+        let (sketch, demote_at) = (&self.sketch, self.settings.demote_at);
+        self.promoted.retain(|id| {
+            let hot = sketch
+                .get(id)
+                .is_some_and(|c| c.estimated_count() as f64 * per_count >= demote_at);
+            if !hot {
+                changes.demoted.push(*id);
             }
-        }
+            hot
+        });
         changes.promoted.sort_unstable();
         changes.demoted.sort_unstable();
         self.sketch.decay(0.5);

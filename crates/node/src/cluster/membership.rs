@@ -5,8 +5,9 @@
 //! (`joining`, `alive` or `leaving`) — and never writes them again unless its state changes, so
 //! gossip carries membership and nothing else. A node with seeds starts `joining` and enters
 //! the other members' rings only once it says `alive` (when it is ready): a member routed to
-//! before it knows the cluster would decide its keys on buckets it does not hold yet. A task turns chitchat's live-node watcher into an
-//! immutable [`View`]; the ring inside it is rebuilt only when the set of live members changes.
+//! before it knows the cluster would decide its keys on buckets it does not hold yet. A task
+//! turns chitchat's live-node watcher into an immutable [`View`]; the ring inside it is
+//! rebuilt only when the set of live members changes.
 
 pub use super::member::{Member, MemberState};
 use super::quorum::Quorum;

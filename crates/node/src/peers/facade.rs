@@ -114,21 +114,17 @@ impl ReplicaLink {
                 .await;
         }
         let mut sent = Sent::default();
-        let mut frames = Vec::with_capacity(buckets.len().div_ceil(BUCKETS_PER_FRAME));
-        let mut buckets = buckets;
-        while !buckets.is_empty() {
-            let rest = buckets.split_off(buckets.len().min(BUCKETS_PER_FRAME));
-            let frame = Frame::ReplicateOneWay {
-                buckets: std::mem::replace(&mut buckets, rest),
-            };
-            match frame.encode() {
-                Ok(bytes) => frames.push(bytes::Bytes::from(bytes)),
-                Err(e) => {
-                    self.0.close();
-                    return Err(SessionError::Link(e.into()));
-                }
+        let encoded: Result<Vec<bytes::Bytes>, _> =
+            in_frames(buckets, |buckets| Frame::ReplicateOneWay { buckets })
+                .map(|frame| frame.encode().map(bytes::Bytes::from))
+                .collect();
+        let frames = match encoded {
+            Ok(frames) => frames,
+            Err(e) => {
+                self.0.close();
+                return Err(SessionError::Link(e.into()));
             }
-        }
+        };
         let written = self
             .0
             .write(&frames, REPLICATE_ACK_WITHIN, |bytes| {
@@ -150,16 +146,14 @@ impl ReplicaLink {
             .await
     }
 
-    /// Owned, so that a batch of one frame (the usual one) goes as it is, not copied.
+    /// Each frame acknowledged before the next.
     async fn send(
         &mut self,
-        mut buckets: Vec<ReplicaBucket>,
+        buckets: Vec<ReplicaBucket>,
         frame: impl Fn(Vec<ReplicaBucket>) -> Frame,
     ) -> Result<Sent, SessionError> {
         let mut sent = Sent::default();
-        while !buckets.is_empty() {
-            let rest = buckets.split_off(buckets.len().min(BUCKETS_PER_FRAME));
-            let frame = frame(std::mem::replace(&mut buckets, rest));
+        for frame in in_frames(buckets, frame) {
             match self.0.exchange(&frame, REPLICATE_ACK_WITHIN).await {
                 Ok((Frame::ReplicateAck { .. }, bytes)) => {
                     sent.frames += 1;
@@ -177,6 +171,21 @@ impl ReplicaLink {
         }
         Ok(sent)
     }
+}
+
+/// `buckets` in frames made by `frame`, at most [`BUCKETS_PER_FRAME`] a frame. Owned, so that a
+/// batch of one frame (the usual one) goes as it is, not copied.
+fn in_frames(
+    mut buckets: Vec<ReplicaBucket>,
+    frame: impl Fn(Vec<ReplicaBucket>) -> Frame,
+) -> impl Iterator<Item = Frame> {
+    std::iter::from_fn(move || {
+        if buckets.is_empty() {
+            return None;
+        }
+        let rest = buckets.split_off(buckets.len().min(BUCKETS_PER_FRAME));
+        Some(frame(std::mem::replace(&mut buckets, rest)))
+    })
 }
 
 /// What a [`ReplicaLink`] exchange sent, acknowledged.

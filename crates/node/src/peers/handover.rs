@@ -46,6 +46,7 @@ pub async fn hand_over(
             by_owner.entry(owner).or_default().push((id, st));
         }
     }
+    let replicated = |id: u64| view.ring.replicates(id, replicas, &view.self_id);
     let mut moved = 0;
     for (owner, buckets) in by_owner {
         let Some(addr) = view.peer_addrs.get(owner) else {
@@ -53,7 +54,6 @@ pub async fn hand_over(
         };
         let n = buckets.len();
         // Kept before the frame leaves: a recall that crosses it must find the copy.
-        let replicated = |id: u64| view.ring.replicates(id, replicas, &view.self_id);
         for (id, st) in buckets.iter().filter(|(id, _)| replicated(*id)) {
             engine.keep_copy(*id, Some(st.clone()), now);
         }

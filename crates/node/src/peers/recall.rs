@@ -260,9 +260,9 @@ impl Task {
             for (addr, ids) in &mut by_member {
                 ids.sort_unstable();
                 ids.dedup();
-                if !links.contains_key(addr) {
-                    links.insert(addr.clone(), self.peers.recall_link(addr));
-                }
+                links
+                    .entry(addr.clone())
+                    .or_insert_with(|| self.peers.recall_link(addr));
             }
             let asks = links
                 .iter_mut()
