@@ -85,6 +85,7 @@ mod tests {
             retry_after_ms,
             degraded: false,
             replica: false,
+            leased: false,
         }
     }
 

@@ -24,6 +24,7 @@ pub fn answer(d: &Decision, rule: &Rule) -> CheckAnswer {
         retry_after_ms: d.retry_after_ns.div_ceil(NANOS_PER_MS),
         degraded: false,
         replica: false,
+        leased: false,
     }
 }
 
@@ -41,6 +42,7 @@ pub fn closed_answer(rule: &Rule, now_ns: u64) -> CheckAnswer {
         retry_after_ms: CLOSED_RETRY_MS,
         degraded: true,
         replica: false,
+        leased: false,
     }
 }
 
@@ -55,6 +57,7 @@ pub fn unknown_rule_answer(now_ns: u64) -> CheckAnswer {
         retry_after_ms: 0,
         degraded: true,
         replica: false,
+        leased: false,
     }
 }
 

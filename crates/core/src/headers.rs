@@ -133,6 +133,7 @@ mod tests {
             retry_after_ms: 0,
             degraded: false,
             replica: false,
+            leased: false,
         };
         let b = CheckAnswer {
             limit: 5,
@@ -192,6 +193,7 @@ mod tests {
             retry_after_ms: 1,
             degraded: false,
             replica: false,
+            leased: false,
         };
         let mut h = HeaderMap::new();
         rate_headers(&mut h, &a);

@@ -15,6 +15,8 @@
 //! - [`headers`] — an answer's `X-RateLimit-*`, `Retry-After` and IETF `RateLimit` fields.
 //! - [`hot`] — hot keys: the buckets checked most, with bounded memory, promoted and demoted
 //!   with hysteresis (for leases).
+//! - [`lease`] — leases of hot buckets: the holder's slices ([`lease::Held`]) and the owner's
+//!   sizing ([`lease::grant`]).
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
 //! - [`coordinator`] — where a check is decided (here, owner, fallback share), check-many
 //!   grouping, all-or-nothing holds and refunds: one code for the node and the SDK.
@@ -26,6 +28,7 @@ pub mod clock;
 pub mod coordinator;
 pub mod headers;
 pub mod hot;
+pub mod lease;
 pub mod limiter;
 pub mod link;
 pub mod rule;

@@ -52,6 +52,10 @@ pub struct CheckAnswer {
     /// peers (the peer protocol's answers keep their shape).
     #[serde(skip)]
     pub replica: bool,
+    /// True when decided by this node (or SDK) on a lease: a slice of the bucket its owner
+    /// granted it (hot keys). Set where it was decided; never travels between peers.
+    #[serde(skip)]
+    pub leased: bool,
 }
 
 impl CheckAnswer {

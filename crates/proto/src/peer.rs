@@ -30,7 +30,8 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 5: a member that started lately recalls the buckets it owns from the member after it on
 ///   the ring ([`Frame::Recall`]); copies stream without acknowledgements
 ///   ([`Frame::ReplicateOneWay`]).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// - 6: leases: a member (or an SDK) asks a bucket's owner for a slice of it ([`Frame::Lease`]).
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -40,6 +41,9 @@ pub const REPLICA_KINDS_SINCE: u16 = 4;
 /// The first version whose peers answer [`Frame::Recall`] and take
 /// [`Frame::ReplicateOneWay`] (a sender never sends them to an older one).
 pub const RECALL_SINCE: u16 = 5;
+/// The first version whose peers grant leases ([`Frame::Lease`]; a holder never asks an
+/// older one, and decides those keys at their owner as before).
+pub const LEASE_SINCE: u16 = 6;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -129,6 +133,43 @@ pub enum Frame {
     /// "What `--replicas 1` costs"). A broken connection is the sender's error, after which it
     /// sends the whole store again.
     ReplicateOneWay { buckets: Vec<ReplicaBucket> },
+    /// Client → server, version 6: slices of buckets the server owns, asked by a member (or an
+    /// SDK) that decides their checks itself from then on (hot keys). Answered by `Leased`,
+    /// one grant per ask, in order. Unused tokens come back as ordinary [`Frame::Refunds`]
+    /// under the grant's mark.
+    Lease { asks: Vec<LeaseAsk> },
+    /// Server → client: the grants, in the order of the asks.
+    Leased { grants: Vec<LeaseGrant> },
+}
+
+/// A holder asks the owner of (`key`, `rule`) for `want` tokens of its bucket, having spent
+/// `demand_per_s` a second of its leases lately (the owner sizes slices from it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseAsk {
+    pub key: String,
+    pub rule: RuleRef,
+    pub want: u64,
+    pub demand_per_s: u64,
+}
+
+/// The owner's answer to one [`LeaseAsk`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseGrant {
+    /// `tokens` taken from the bucket for the holder (the bucket's answer to that take is
+    /// `answer`), to spend within `valid_ns` of its ask (a window's slice ends with its
+    /// window); what it does not spend it gives back under `mark`.
+    Granted {
+        tokens: u64,
+        mark: Mark,
+        valid_ns: u64,
+        answer: CheckAnswer,
+    },
+    /// Nothing to lease: the bucket denies a check of cost 1 (`answer` says until when: the
+    /// holder may deny such checks itself until then), or the owner keeps it to itself
+    /// (`answer.allowed`: the rule opts out, too many holders, too little left).
+    Refused { answer: CheckAnswer },
+    /// The ask was invalid at the owner (a rule it does not know); the contract's code.
+    Error { code: String, message: String },
 }
 
 /// One node incarnation's counts, as relayed by another node in a
@@ -438,6 +479,8 @@ impl Frame {
             Frame::Recall { .. } => "recall",
             Frame::Recalled { .. } => "recalled",
             Frame::ReplicateOneWay { .. } => "replicate_one_way",
+            Frame::Lease { .. } => "lease",
+            Frame::Leased { .. } => "leased",
         }
     }
 }
@@ -568,6 +611,56 @@ mod tests {
         assert_eq!(
             (Frame::decode(&bytes).expect("decode"), bytes[0]),
             (one_way, 20)
+        );
+        let Frame::Checks(groups) = sample() else {
+            unreachable!("sample is a checks frame")
+        };
+        let check = groups[0].checks[0].clone();
+        let lease = Frame::Lease {
+            asks: vec![LeaseAsk {
+                key: check.key,
+                rule: check.rule,
+                want: 250,
+                demand_per_s: 1_000,
+            }],
+        };
+        let bytes = lease.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (lease, 21)
+        );
+        let answer = CheckAnswer {
+            allowed: true,
+            limit: 5,
+            remaining: 2,
+            reset_at_ms: 9,
+            retry_after_ms: 0,
+            degraded: false,
+            replica: false,
+            leased: false,
+        };
+        let leased = Frame::Leased {
+            grants: vec![
+                LeaseGrant::Granted {
+                    tokens: 3,
+                    mark: Mark {
+                        reset_ns: 5,
+                        at_ns: 6,
+                    },
+                    valid_ns: 7,
+                    answer,
+                },
+                LeaseGrant::Refused { answer },
+                LeaseGrant::Error {
+                    code: "unknown_rule".into(),
+                    message: "no".into(),
+                },
+            ],
+        };
+        let bytes = leased.encode().expect("encode");
+        assert_eq!(
+            (Frame::decode(&bytes).expect("decode"), bytes[0]),
+            (leased, 22)
         );
     }
 

@@ -18,6 +18,7 @@ type Answered = Result<CheckAnswer, CheckError>;
 pub async fn check<I: Item, S: Site<I>>(site: &S, item: &I) -> Answered {
     match site.route(item) {
         Route::Here(here) => Ok(here.decide(item)),
+        Route::Leased(answer, _) => Ok(answer),
         Route::Share { own } => minority(site, item, own).map(|(a, _)| a),
         Route::Owner(_, link) => {
             site.forwarded();
@@ -60,6 +61,7 @@ impl<L: OwnerLink> Many<L> {
         let i = self.results.len();
         match site.route(item) {
             Route::Here(here) => self.results.push(Some(Ok(here.decide_at(item, self.now)))),
+            Route::Leased(answer, _) => self.results.push(Some(Ok(answer))),
             Route::Share { own } => self
                 .results
                 .push(Some(minority(site, item, own).map(|(a, _)| a))),
@@ -156,6 +158,10 @@ where
             Route::Here(h) => {
                 local.push(i);
                 here = Some(h);
+            }
+            Route::Leased(answer, taken) => {
+                results[i] = Some(Ok(answer));
+                holds[i] = taken.map(Hold::Lease);
             }
             Route::Share { own } => match minority(site, item, own) {
                 Ok((a, hold)) => {

@@ -5,6 +5,7 @@
 use super::{Here, Item, OwnerLink, Site, Taken};
 use crate::answer::given_back;
 use crate::check::CheckError;
+use crate::lease;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerAnswer, PeerRefund};
 use std::collections::HashMap;
@@ -20,6 +21,8 @@ pub enum Hold<L, H> {
     Share(Taken),
     /// Taken here and from the share (a key this node owned, without a majority).
     Both(H, Mark, Taken),
+    /// Taken from a slice of a lease this member holds.
+    Lease(lease::Taken),
 }
 
 /// Gives back every cost `holds` (by index of `items`) took, and makes each answer in
@@ -47,6 +50,7 @@ pub async fn give_back<I: Item, S: Site<I>>(
                 here.refund(item, mark);
                 site.refund_share(&taken);
             }
+            Hold::Lease(taken) => site.refund_lease(&taken),
             Hold::Owner(link, mark) => {
                 remote
                     .entry(link.addr().to_owned())

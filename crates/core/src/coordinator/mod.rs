@@ -27,6 +27,7 @@ pub use replica::Standby;
 pub use share::{Fallback, FallbackShare, Share, Taken, fallback_id};
 
 use crate::check::{CheckError, Resolved};
+use crate::lease;
 use crate::link::ForwardError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
@@ -60,6 +61,10 @@ pub enum Route<L, H> {
     /// knows no member or not the rule); `own`: also this member's exact bucket, for a key it
     /// owned under the last ring (admitted only when both admit).
     Share { own: Option<H> },
+    /// Decided already, on a lease this member holds (see [`crate::lease`]): the answer, and
+    /// what it took from the slice (`None`: denied, nothing taken), given back through
+    /// [`Site::refund_lease`] when an all-or-nothing request is denied.
+    Leased(CheckAnswer, Option<lease::Taken>),
 }
 
 /// Why a check falls back to the share.
@@ -90,6 +95,9 @@ pub trait Site<I: Item> {
 
     /// Gives back what [`Site::fall_back`] took.
     fn refund_share(&self, taken: &Taken);
+
+    /// Gives back to its slice what a check decided on a lease took ([`Route::Leased`]).
+    fn refund_lease(&self, _taken: &lease::Taken) {}
 
     /// Who stands in when `item`'s owner does not answer: the owner's first live replica
     /// (this member, or another and the link to it), which decides on its copy of the bucket.

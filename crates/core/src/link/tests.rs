@@ -129,6 +129,7 @@ fn answer(c: &PeerCheck) -> PeerAnswer {
         retry_after_ms: 0,
         degraded: false,
         replica: false,
+        leased: false,
     })
 }
 

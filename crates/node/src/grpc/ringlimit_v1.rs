@@ -102,6 +102,7 @@ fn answer(o: &Outcome) -> pb::CheckResponse {
         degraded: a.degraded,
         shadow_denied: o.shadow_denied,
         replica: a.replica,
+        leased: a.leased,
     }
 }
 

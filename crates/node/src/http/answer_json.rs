@@ -35,6 +35,9 @@ fn write_fields(out: &mut Vec<u8>, a: &CheckAnswer) {
     if a.replica {
         out.extend_from_slice(b",\"replica\":true");
     }
+    if a.leased {
+        out.extend_from_slice(b",\"leased\":true");
+    }
 }
 
 /// Appends `a` (and, for a shadow rule, `shadow_denied`) as the contract's answer object.
@@ -140,6 +143,7 @@ mod tests {
                             retry_after_ms: retry,
                             degraded,
                             replica: false,
+                            leased: false,
                         },
                         shadow,
                     )
