@@ -134,6 +134,17 @@ impl Default for LeaseSettings {
     }
 }
 
+/// Why a holder stopped leasing a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// It cooled (demoted from the hot keys).
+    Cooled,
+    /// The ring changed: its owner may have.
+    Ring,
+    /// Revoked: the bucket was reset (an operator's reset reaches every member).
+    Revoked,
+}
+
 /// What a check found among the leases held here.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Take {
@@ -243,6 +254,8 @@ pub struct Held {
     settings: LeaseSettings,
     seq: AtomicU64,
     count: AtomicUsize,
+    /// Releases, by [`Release`] (in its order).
+    released: [AtomicU64; 3],
     /// Woken when an ask becomes due.
     pub wake: tokio::sync::Notify,
 }
@@ -254,6 +267,7 @@ impl Held {
             settings,
             seq: AtomicU64::new(1),
             count: AtomicUsize::new(0),
+            released: Default::default(),
             wake: tokio::sync::Notify::new(),
         }
     }
@@ -296,30 +310,45 @@ impl Held {
         true
     }
 
-    /// Bucket `id` is no longer leased here (it cooled, or its owner changed): what is left of
-    /// its slices goes back. Returns whether it was leased.
-    pub fn release(&self, id: u64) -> bool {
+    /// Releases so far for `why`.
+    pub fn released(&self, why: Release) -> u64 {
+        self.released[why as usize].load(Ordering::Relaxed)
+    }
+
+    /// Bucket `id` is no longer leased here (see [`Release`]): what is left of its slices
+    /// goes back (but for a reset bucket: nothing to give back to). Returns whether it was
+    /// leased.
+    pub fn release(&self, id: u64, why: Release) -> bool {
         let mut shard = self.shard(id).lock();
         let Some(mut e) = shard.entries.remove(&id) else {
             return false;
         };
         self.count.fetch_sub(1, Ordering::Relaxed);
+        self.released[why as usize].fetch_add(1, Ordering::Relaxed);
+        if why == Release::Revoked {
+            return true;
+        }
         let mut returns = std::mem::take(&mut shard.returns);
         for g in std::mem::take(&mut e.grants) {
             e.give_up(id, g, &mut returns);
         }
+        let back = !returns.is_empty();
         shard.returns = returns;
+        drop(shard);
+        if back {
+            self.wake.notify_one();
+        }
         true
     }
 
-    /// Releases every bucket (see [`Held::release`]): the ring changed, or the member stops.
-    pub fn release_all(&self) -> usize {
+    /// Releases every bucket (see [`Held::release`]).
+    pub fn release_all(&self, why: Release) -> usize {
         let ids: Vec<u64> = self
             .shards
             .iter()
             .flat_map(|s| s.lock().entries.keys().copied().collect::<Vec<_>>())
             .collect();
-        ids.into_iter().filter(|&id| self.release(id)).count()
+        ids.into_iter().filter(|&id| self.release(id, why)).count()
     }
 
     /// A check of `cost` of bucket `id` at `now`: admitted on a slice, denied while the owner
@@ -332,11 +361,28 @@ impl Held {
         now: u64,
         key: impl FnOnce() -> (String, RuleRef),
     ) -> Take {
+        self.take_with(id, cost, || now, key)
+    }
+
+    /// [`Held::take`], the time read only for a leased bucket (a clock read costs a forwarded
+    /// check as much as the lookup).
+    #[inline]
+    pub fn take_with(
+        &self,
+        id: u64,
+        cost: u64,
+        now: impl FnOnce() -> u64,
+        key: impl FnOnce() -> (String, RuleRef),
+    ) -> Take {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return Take::Forward;
+        }
         let mut guard = self.shard(id).lock();
         let shard = &mut *guard;
         let Some(e) = shard.entries.get_mut(&id) else {
             return Take::Forward;
         };
+        let now = now();
         if e.key.is_none() {
             e.key = Some(key());
         }
@@ -520,6 +566,117 @@ impl Held {
             out.append(&mut shard.returns);
         }
         out
+    }
+}
+
+/// Most members (and SDKs) holding slices of one bucket at once; an ask beyond is refused
+/// (`lease_limit`) and its checks go to the owner.
+pub const MOST_HOLDERS: usize = 64;
+
+/// One slice out on lease.
+#[derive(Debug)]
+struct Out {
+    holder: String,
+    tokens: u64,
+    until_ns: u64,
+}
+
+/// The owner's record of the slices it granted, per bucket: among how many holders a bucket's
+/// slices are shared, and what is out on lease. Bounded: at most `max` slices (and
+/// [`MOST_HOLDERS`] holders a bucket); a slice is forgotten when its time is up (what its holder
+/// did not spend comes back as a refund, which needs no record).
+#[derive(Debug)]
+pub struct Grants {
+    out: Mutex<HashMap<u64, Vec<Out>>>,
+    max: usize,
+    len: AtomicUsize,
+}
+
+impl Grants {
+    pub fn new(max: usize) -> Self {
+        Self {
+            out: Mutex::default(),
+            max,
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// Answers `holder`'s ask for a slice of bucket `id` at `now` with `decide(holders)`, the
+    /// holders of the bucket's live slices counting the asker ([`grant`] sizes by it), and
+    /// records what it grants.
+    pub fn grant(
+        &self,
+        id: u64,
+        holder: &str,
+        now: u64,
+        decide: impl FnOnce(u64) -> LeaseGrant,
+    ) -> LeaseGrant {
+        let mut out = self.out.lock();
+        if self.len.load(Ordering::Relaxed) >= self.max {
+            self.forget_expired(&mut out, now);
+        }
+        let full = self.len.load(Ordering::Relaxed) >= self.max;
+        let slices = out.entry(id).or_default();
+        let before = slices.len();
+        slices.retain(|o| o.until_ns > now);
+        let mut holders: Vec<&str> = slices.iter().map(|o| o.holder.as_str()).collect();
+        holders.sort_unstable();
+        holders.dedup();
+        let known = holders.binary_search(&holder).is_ok();
+        let count = holders.len() as u64 + u64::from(!known);
+        let g = if full || (!known && holders.len() >= MOST_HOLDERS) {
+            LeaseGrant::Error {
+                code: "lease_limit".to_owned(),
+                message: "too many slices out on lease".to_owned(),
+            }
+        } else {
+            decide(count)
+        };
+        if let LeaseGrant::Granted {
+            tokens, valid_ns, ..
+        } = &g
+        {
+            slices.push(Out {
+                holder: holder.to_owned(),
+                tokens: *tokens,
+                until_ns: now.saturating_add(*valid_ns),
+            });
+        }
+        let after = slices.len();
+        if after == 0 {
+            out.remove(&id);
+        }
+        self.len.fetch_add(after, Ordering::Relaxed);
+        self.len.fetch_sub(before, Ordering::Relaxed);
+        g
+    }
+
+    fn forget_expired(&self, out: &mut HashMap<u64, Vec<Out>>, now: u64) {
+        out.retain(|_, slices| {
+            let before = slices.len();
+            slices.retain(|o| o.until_ns > now);
+            self.len.fetch_sub(before - slices.len(), Ordering::Relaxed);
+            !slices.is_empty()
+        });
+    }
+
+    /// Slices out on lease at `now`, and their tokens as granted (what holders spent of them
+    /// is not told: at most this much is out).
+    pub fn live(&self, now: u64) -> (usize, u64) {
+        let mut out = self.out.lock();
+        self.forget_expired(&mut out, now);
+        let tokens = out.values().flatten().map(|o| o.tokens).sum();
+        (self.len.load(Ordering::Relaxed), tokens)
+    }
+
+    /// Forgets the slices of buckets `ids` (reset: their holders drop them too).
+    pub fn forget(&self, ids: &[u64]) {
+        let mut out = self.out.lock();
+        for id in ids {
+            if let Some(slices) = out.remove(id) {
+                self.len.fetch_sub(slices.len(), Ordering::Relaxed);
+            }
+        }
     }
 }
 

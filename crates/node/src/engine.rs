@@ -12,6 +12,10 @@
 //! ([`Engine::promote`], and on a check's first touch: see [`Engine::decide`]), except while
 //! their owner does not answer: then its replica decides on them ([`Engine::decide_copy`]) and
 //! keeps those decisions for the owner until it hands them back.
+//!
+//! Slices of hot buckets leased to other members (see `ringlimit_core::lease`) are taken here
+//! too ([`Engine::lease`]), and the engine keeps both sides' tables: what is out on lease, and
+//! the slices of other owners' buckets this node holds ([`Engine::held`]).
 
 use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
@@ -20,10 +24,11 @@ use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator::share::Share;
+use ringlimit_core::lease::{self, Grants, Held, LeaseSettings, Release};
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, Store, StoreStats};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::Mark;
+use ringlimit_proto::peer::{LeaseGrant, Mark};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +37,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// most, allocated only while followed). A follower that falls further behind copies the store
 /// again.
 const FEED_ENTRIES: usize = 64 * 1024;
+/// Most slices out on lease at once (a few bytes each, and a name).
+const MOST_SLICES: usize = 16 * 1024;
 
 /// One validated check, ready to decide or route (nothing consumed yet).
 #[derive(Debug, Clone)]
@@ -68,6 +75,10 @@ pub struct Engine {
     standing_in: AtomicBool,
     rules: ArcSwap<RuleSet>,
     clock: Arc<dyn Clock>,
+    /// Slices of this node's buckets out on lease.
+    grants: Grants,
+    /// Slices of other owners' buckets held here.
+    held: Arc<Held>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -90,6 +101,8 @@ impl Engine {
             standing_in: AtomicBool::new(false),
             rules: ArcSwap::from_pointee(rules),
             clock,
+            grants: Grants::new(MOST_SLICES),
+            held: Arc::new(Held::new(LeaseSettings::default())),
         }
     }
 
@@ -252,7 +265,38 @@ impl Engine {
     /// Drops buckets `ids` (an admin reset, here or asked by a peer); returns how many were
     /// held.
     pub fn reset(&self, ids: &[u64]) -> u64 {
+        self.grants.forget(ids);
+        for &id in ids {
+            self.held.release(id, Release::Revoked);
+        }
         ids.iter().filter(|&&id| self.store.remove(id)).count() as u64
+    }
+
+    /// Answers `holder`'s ask for `want` tokens of bucket `id` (this node owns it) at `now`:
+    /// a slice taken from the bucket at once, sized among its holders and what is left (see
+    /// [`lease::grant`]), or a refusal (an algorithm that is not leased; the bucket denies).
+    pub fn lease(&self, id: u64, rule: &Rule, holder: &str, want: u64, now: u64) -> LeaseGrant {
+        let peek = || self.check_now(id, rule, 0, || now);
+        if !lease::leasable(rule.algorithm) {
+            return LeaseGrant::Refused {
+                answer: answer(&peek(), rule),
+            };
+        }
+        self.grants.grant(id, holder, now, |holders| {
+            lease::grant(rule, want, holders, now, peek(), |n| {
+                self.check_now(id, rule, n, || now)
+            })
+        })
+    }
+
+    /// The slices of other owners' buckets this node holds.
+    pub fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// Slices out on lease now, and their tokens as granted.
+    pub fn leases_out(&self) -> (usize, u64) {
+        self.grants.live(self.clock.now())
     }
 
     /// Takes out every bucket `pick` selects, to hand it over to its new owner.

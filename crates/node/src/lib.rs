@@ -21,6 +21,8 @@
 //! - [`replicas`] — beside the lifecycle: copies of this node's buckets sent to the next
 //!   `--replicas` members on the ring (following the engine's change feed), and promotion of
 //!   the copies a node comes to own.
+//! - [`leases`] — beside the replicas: the slices of hot buckets this node holds, asked of
+//!   their owners and given back (the tables are the engine's; checks take in [`routing`]).
 //! - [`routing`] — the node's side of core's coordinator (here, owner, fallback share), the
 //!   batch gate and the peer RPC timing.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per
@@ -51,6 +53,7 @@ pub mod forwarded;
 pub(crate) mod global;
 pub mod grpc;
 pub(crate) mod http;
+pub(crate) mod leases;
 pub(crate) mod lifecycle;
 pub(crate) mod listen;
 pub(crate) mod log_gate;

@@ -392,6 +392,11 @@ pub async fn run(
         stats: replica_stats.clone(),
         engine: engine.clone(),
     });
+    let lease_stats = Arc::new(crate::leases::LeaseStats::default());
+    metrics.register(crate::leases::metrics::LeaseCollector {
+        engine: engine.clone(),
+        stats: lease_stats.clone(),
+    });
     metrics.register(crate::global::metrics::GlobalCollector(global.clone()));
     metrics.register(GossipCollector(gossip_stats));
     metrics.register(ConnCollector {
@@ -436,7 +441,16 @@ pub async fn run(
     ));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
-    tasks.spawn(hot_keys.run());
+    tasks.spawn(hot_keys.run(engine.held().clone()));
+    tasks.spawn(
+        crate::leases::Asking {
+            engine: engine.clone(),
+            peers: pool.clone(),
+            view: view_cell.clone(),
+            stats: lease_stats,
+        }
+        .run(),
+    );
     tasks.spawn(
         crate::replicas::handback::HandBack {
             engine: engine.clone(),

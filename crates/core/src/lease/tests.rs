@@ -176,7 +176,7 @@ fn released_slices_and_slices_granted_after_release_go_back() {
     let held = Held::new(settings());
     let first = leased_with(&held, 10, SEC);
     assert!(matches!(held.take(ID, 2, T0, key), Take::Leased(..)));
-    assert!(held.release(ID));
+    assert!(held.release(ID, Release::Cooled));
     assert_eq!(held.count(), 0);
     assert_eq!(held.take(ID, 1, T0, key), Take::Forward);
     held.answered(&first, granted(5, SEC), T0);
@@ -204,7 +204,8 @@ fn the_table_is_bounded() {
     }
     assert!(!held.want(99));
     assert!(held.want(3), "one held already");
-    assert_eq!(held.release_all(), 4);
+    assert_eq!(held.release_all(Release::Ring), 4);
+    assert_eq!(held.released(Release::Ring), 4);
     assert_eq!(held.count(), 0);
 }
 
@@ -260,6 +261,33 @@ fn an_empty_bucket_refuses_with_its_denial() {
         panic!("granted from an empty bucket");
     };
     assert!(!answer.allowed && answer.retry_after_ms > 0);
+}
+
+#[test]
+fn the_owner_shares_a_bucket_among_its_holders_and_forgets_slices_whose_time_is_up() {
+    let grants = Grants::new(3);
+    let seen = |holder: &str, now: u64| {
+        let mut n = 0;
+        grants.grant(ID, holder, now, |h| {
+            n = h;
+            granted(5, 100 * MS)
+        });
+        n
+    };
+    assert_eq!(seen("a", T0), 1);
+    assert_eq!(seen("a", T0), 1, "a renewal: still one holder");
+    assert_eq!(seen("b", T0), 2);
+    assert_eq!(grants.live(T0), (3, 15));
+    // Full: refused.
+    assert!(matches!(
+        grants.grant(ID, "c", T0, |_| granted(1, SEC)),
+        LeaseGrant::Error { code, .. } if code == "lease_limit"
+    ));
+    // Their time is up: forgotten.
+    assert_eq!(seen("c", T0 + 100 * MS), 1);
+    assert_eq!(grants.live(T0 + 100 * MS), (1, 5));
+    grants.forget(&[ID]);
+    assert_eq!(grants.live(T0), (0, 0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -374,7 +402,7 @@ proptest! {
                     }
                 }
                 Step::Release(h) => {
-                    holders[h].release(ID);
+                    holders[h].release(ID, Release::Cooled);
                 }
                 Step::Want(h) => {
                     holders[h].want(ID);

@@ -7,7 +7,7 @@
 //!   ([`PeersHandle`], one per runtime, passed explicitly), and a typed method per message.
 //! - [`server`] — accepts peers, runs the handshake, checks what only members may send, and
 //!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
-//!   `handover.rs`, `replicate.rs`, `reset.rs`, `global_counts.rs`).
+//!   `handover.rs`, `replicate.rs`, `recall.rs`, `lease.rs`, `reset.rs`, `global_counts.rs`).
 //! - [`logins`] — places for connections still in their handshake.
 //! - [`metrics`] — the facade's and the server's counters as metrics.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
@@ -27,9 +27,10 @@
 //! | hand back (a replica's decisions for an owner that did not answer) | [`ReplicaLink::hand_back`] | `server/replicate.rs` |
 //! | reset | [`Peers::reset`] | `server/reset.rs` |
 //! | recall (a member that joined asks the member after it for buckets it owns) | [`Peers::recall_link`], [`RecallLink::recall`] ([`recall`]) | `server/recall.rs` |
+//! | lease (slices of hot buckets; what they had left comes back as refunds) | [`Peers::lease_link`], [`LeaseLink::ask`], [`LeaseLink::give_back`] (`crate::leases`) | `server/lease.rs`, `server/refunds.rs` |
 //! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
 //!
-//! A new message (the next: *lease*) is three pieces (*replicate* is the latest example):
+//! A new message is three pieces (*lease* is the latest example):
 //! 1. a frame variant (and its answer's) appended to `ringlimit_proto::peer::Frame` (appended:
 //!    the tags of older variants must not move), with a round-trip test there;
 //! 2. a typed method on [`Peers`] (a connection of its own, through
@@ -48,6 +49,6 @@ pub mod recall;
 pub mod reset;
 pub mod server;
 
-pub use facade::{Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
+pub use facade::{LeaseLink, Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
 pub use recall::Recall;
 pub use server::{PeerServer, Relay, ServerSettings};

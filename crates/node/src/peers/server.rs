@@ -16,6 +16,7 @@
 mod checks;
 mod global_counts;
 mod handover;
+mod lease;
 mod recall;
 mod refunds;
 mod replicate;
@@ -140,7 +141,9 @@ const NOT_MEMBERS: &str = "this node accepts no cluster members: it has no clust
 fn members_only(frame: &Frame) -> bool {
     match frame {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
-        Frame::Refunds(_) => false,
+        // A lease is a check of many tokens, and its leftovers come back as refunds: what an
+        // SDK may do too.
+        Frame::Refunds(_) | Frame::Lease { .. } => false,
         _ => true,
     }
 }
@@ -274,6 +277,7 @@ impl PeerServer {
                 }
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Recall { ids } => Some(self.recall(&ids)),
+                Frame::Lease { asks } => Some(self.lease(&caller, asks).await),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;

@@ -1,11 +1,12 @@
-//! The buckets this node forwards most (see [`ringlimit_core::hot`]): every forwarded check is
-//! counted (one in [`SAMPLE`], with that weight), and a task ticks the counts every 250 ms.
-//! Promoted buckets are what leases (issue 32) will ask their owners for; today they are
-//! counted (`ringlimit_hot_keys`, promotions and demotions), so that an operator sees which
-//! share of the traffic is hot before leases exist.
+//! The buckets this node forwards most (see [`ringlimit_core::hot`]): every check of a bucket
+//! another member owns is counted (one in [`SAMPLE`], with that weight), forwarded or decided
+//! on a lease, and a task ticks the counts every 250 ms. Promoted buckets are leased (this
+//! node asks their owners for slices: see `crate::leases`), demoted ones released; both are
+//! counted (`ringlimit_hot_keys`, promotions and demotions).
 
 use parking_lot::Mutex;
 use ringlimit_core::hot::{HotKeys, HotSettings};
+use ringlimit_core::lease::{Held, Release};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -61,8 +62,8 @@ impl Forwarded {
         }
     }
 
-    /// One tick: promotions and demotions counted.
-    pub fn tick(&self) {
+    /// One tick: promotions and demotions counted, and leased or released in `held`.
+    pub fn tick(&self, held: &Held) {
         let mut keys = self.keys.lock();
         let changes = keys.tick();
         self.hot.store(keys.hot_count() as u64, Ordering::Relaxed);
@@ -73,16 +74,20 @@ impl Forwarded {
             .fetch_add(changes.demoted.len() as u64, Ordering::Relaxed);
         for id in changes.promoted {
             tracing::debug!(bucket = id, "hot key promoted");
+            held.want(id);
+        }
+        for id in changes.demoted {
+            held.release(id, Release::Cooled);
         }
     }
 
     /// Ticks every 250 ms until dropped.
-    pub async fn run(self: std::sync::Arc<Self>) {
+    pub async fn run(self: std::sync::Arc<Self>, held: std::sync::Arc<Held>) {
         let mut every = tokio::time::interval(self.tick);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            self.tick();
+            self.tick(&held);
         }
     }
 }

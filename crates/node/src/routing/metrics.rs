@@ -63,6 +63,17 @@ impl Collector for RoutingCollector {
             "Refunds of all-or-nothing requests that could not reach their owner (the cost stays taken).",
             load(&s.refunds_lost),
         )?;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "leased_checks",
+            "Checks of buckets other members own decided here on a lease: admitted on a slice, or denied as the owner said the bucket denies until then.",
+            "result",
+            &[
+                ("allowed", load(&s.leased)),
+                ("denied", load(&s.leased_denied)),
+            ],
+        )?;
         encode_one(
             &mut e,
             Kind::Gauge,

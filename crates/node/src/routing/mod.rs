@@ -24,6 +24,7 @@ use gate::Turn;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
+use ringlimit_core::lease::{self, Take};
 use ringlimit_core::rule::{Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund};
@@ -51,6 +52,11 @@ pub struct DispatchStats {
     pub minority: AtomicU64,
     /// Checks whose owner did not answer, decided by its replica on its copy (not degraded).
     pub replica: AtomicU64,
+    /// Checks of buckets other members own admitted here on a lease's slice.
+    pub leased: AtomicU64,
+    /// Checks denied here because the owner said, answering an ask for a slice, that the
+    /// bucket denies until then.
+    pub leased_denied: AtomicU64,
     /// The buckets forwarded most.
     pub hot: Arc<hot::Forwarded>,
 }
@@ -190,6 +196,30 @@ impl Site<'_> {
     }
 }
 
+impl Site<'_> {
+    /// A check of a bucket another member owns, decided on a slice of it this node holds
+    /// (see `crate::leases`), or denied here as its owner said; `None`: to the owner.
+    fn leased<L, H>(&self, p: &Prepared<'_>) -> Option<Route<L, H>> {
+        if !lease::leasable(p.resolved.rule.algorithm) {
+            return None;
+        }
+        let held = self.d.here.engine().held();
+        let key = || (p.key.to_owned(), p.spec.to_ref());
+        let stats = &self.d.stats;
+        match held.take_with(p.id, p.cost, || self.d.here.now(), key) {
+            Take::Forward => None,
+            Take::Leased(answer, taken) => {
+                stats.leased.fetch_add(1, Ordering::Relaxed);
+                Some(Route::Leased(answer, Some(taken)))
+            }
+            Take::Denied(answer) => {
+                stats.leased_denied.fetch_add(1, Ordering::Relaxed);
+                Some(Route::Leased(answer, None))
+            }
+        }
+    }
+}
+
 impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
     type Link = Timed<'a>;
     type Here = &'a Here;
@@ -213,6 +243,9 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
             None => Route::Here(&d.here),
             Some((owner, client)) => {
                 d.stats.hot.record(p.id);
+                if let Some(leased) = self.leased(p) {
+                    return leased;
+                }
                 Route::Owner(
                     owner,
                     Timed {
@@ -287,6 +320,10 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
 
     fn refund_share(&self, taken: &Taken) {
         self.share().refund(taken, self.d.here.now());
+    }
+
+    fn refund_lease(&self, taken: &lease::Taken) {
+        self.d.here.engine().held().give_back(taken);
     }
 
     fn forwarded(&self) {

@@ -1,0 +1,71 @@
+//! `Lease`: a member (or an SDK) asks this node, the owner, for slices of hot buckets (see
+//! `ringlimit_core::lease`). Slices are taken from the buckets at once; what a holder does not
+//! spend comes back as an ordinary refund (`server/refunds.rs`).
+
+use super::{Caller, PeerServer};
+use crate::rules::RuleSpec;
+use ringlimit_core::rule::Mode;
+use ringlimit_proto::peer::{Frame, LeaseAsk, LeaseGrant};
+
+/// Most asks answered from one frame.
+const MOST_ASKS: usize = 1_000;
+
+impl PeerServer {
+    /// Grants (or refuses) each ask, in order.
+    pub(super) async fn lease(&self, caller: &Caller<'_>, asks: Vec<LeaseAsk>) -> Frame {
+        let asks = &asks[..asks.len().min(MOST_ASKS)];
+        let prepared: Vec<_> = asks
+            .iter()
+            .map(|a| self.here.engine().prepare(&a.key, RuleSpec::of(&a.rule), 1))
+            .collect();
+        // A bucket this node owns but does not hold yet is recalled before any slice of it is
+        // taken (see `crate::peers::recall`): a slice of a fresh bucket would over-admit.
+        if let Some(relay) = self.relay.as_ref().filter(|r| r.recall.active()) {
+            let ids = prepared.iter().flatten();
+            let owned = ids.filter(|(r, _)| r.mode == Mode::Owner);
+            relay
+                .recall
+                .before(owned.map(|(_, id)| *id).collect())
+                .await;
+        }
+        let now = self.here.now();
+        let engine = self.here.engine();
+        let grants = asks
+            .iter()
+            .zip(prepared)
+            .map(|(ask, p)| {
+                let (resolved, id) = match p {
+                    Ok(p) => p,
+                    Err(e) => {
+                        return LeaseGrant::Error {
+                            code: e.code().to_owned(),
+                            message: e.to_string(),
+                        };
+                    }
+                };
+                let rule = &resolved.rule;
+                // Global rules are decided wherever checks land; a bucket another member owns
+                // under this node's ring is not this node's to lease (the asker's ring is
+                // behind or ahead: it asks again once they agree).
+                if resolved.mode == Mode::Global || !self.owns(id) {
+                    return LeaseGrant::Error {
+                        code: "not_owner".to_owned(),
+                        message: "this node does not own the bucket".to_owned(),
+                    };
+                }
+                engine.lease(id, rule, caller.peer, ask.want, now)
+            })
+            .collect();
+        Frame::Leased { grants }
+    }
+
+    /// Whether this node's ring names it the owner of bucket `id` (a node without a ring to
+    /// follow, in tests, owns everything sent to it).
+    fn owns(&self, id: u64) -> bool {
+        let Some(relay) = self.relay.as_ref() else {
+            return true;
+        };
+        let view = relay.view.load();
+        view.ring.owner(id) == Some(&*view.self_id)
+    }
+}
