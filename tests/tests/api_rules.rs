@@ -133,10 +133,18 @@ async fn cluster(
 async fn a_rule_written_on_one_node_is_in_force_on_every_node_within_a_second() -> Result<()> {
     let c = cluster(None, None).await?;
     // Created on node-0, checked through node-1.
-    let r = put(&c[0], "gold", json!({ "limit": 2, "period": "1h" })).await?;
+    let r = put(
+        &c[0],
+        "gold",
+        json!({ "limit": 2, "period": "1h", "lease": "off" }),
+    )
+    .await?;
     ensure!(r.status == 200, "{} {}", r.status, r.text);
     let body = r.json()?;
-    ensure!(body["source"] == "api" && body["limit"] == 2, "{body}");
+    ensure!(
+        body["source"] == "api" && body["limit"] == 2 && body["lease"] == "off",
+        "{body}"
+    );
     let started = Instant::now();
     wait_until("node-1 knows gold", Duration::from_secs(1), || async {
         Ok(check_status(&c[1], "gold", "probe").await? != 404)
@@ -146,13 +154,15 @@ async fn a_rule_written_on_one_node_is_in_force_on_every_node_within_a_second() 
         "created on node-0, in force on node-1 after {:?}",
         started.elapsed()
     );
-    // Updated on node-1, seen with its new limit on node-2.
+    let gold = listed(&c[1], "gold").await?.context("gold on node-1")?;
+    ensure!(gold["lease"] == "off", "{gold}");
+    // Updated on node-1, seen with its new limit (and `lease` back to its default) on node-2.
     let r = put(&c[1], "gold", json!({ "limit": 5, "period": "1h" })).await?;
     ensure!(r.status == 200, "{} {}", r.status, r.text);
     wait_until("node-2 has gold at 5", Duration::from_secs(1), || async {
         Ok(listed(&c[2], "gold")
             .await?
-            .is_some_and(|v| v["limit"] == 5))
+            .is_some_and(|v| v["limit"] == 5 && v["lease"] == "auto"))
     })
     .await?;
     // Deleted on node-2, unknown on node-0.
@@ -184,6 +194,10 @@ async fn bad_rules_and_file_rules_are_refused_and_nothing_changes() -> Result<()
     for (body, code) in [
         (json!({ "limit": 0, "period": "1m" }), "invalid_rule"),
         (json!({ "limit": 5 }), "invalid_rule"),
+        (
+            json!({ "limit": 5, "period": "1m", "lease": "maybe" }),
+            "invalid_rule",
+        ),
         (
             json!({ "limit": 5, "period": "1m", "colour": "red" }),
             "invalid_rule",

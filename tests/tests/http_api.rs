@@ -457,6 +457,7 @@ async fn rules_endpoint_lists_the_rules_in_force() -> Result<()> {
     assert_eq!(per_second["burst"], 20);
     assert_eq!(per_second["mode"], "owner");
     assert_eq!(per_second["on_owner_unreachable"], "open");
+    assert_eq!(per_second["lease"], "auto");
     assert_eq!(
         rules[1]["burst"],
         Value::Null,

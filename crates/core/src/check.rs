@@ -2,7 +2,7 @@
 //! node deciding a check and the SDK routing or falling back with it.
 
 use crate::limiter::Rule;
-use crate::rule::{self, FieldError, Mode, OnOwnerUnreachable};
+use crate::rule::{self, FieldError, LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::InlineRule;
 use ringlimit_proto::discovery::RuleInfo;
 
@@ -17,10 +17,13 @@ pub struct Resolved {
     pub on_unreachable: OnOwnerUnreachable,
     /// A shadow rule: decided and counted, but its denials are reported, never enforced.
     pub shadow: bool,
+    /// Whether this rule's hot buckets may be leased (`lease: off` keeps every check at the
+    /// owner).
+    pub lease: LeaseMode,
 }
 
 impl Resolved {
-    /// An inline rule from a request: validated, always owner mode and open.
+    /// An inline rule from a request: validated, always owner mode, open and leasable.
     pub fn inline(r: &InlineRule) -> Result<Self, FieldError> {
         let rule = rule::validate_inline(r)?;
         Ok(Self {
@@ -29,10 +32,12 @@ impl Resolved {
             mode: Mode::Owner,
             on_unreachable: OnOwnerUnreachable::Open,
             shadow: false,
+            lease: LeaseMode::Auto,
         })
     }
 
-    /// A named rule (its seed is its name and algorithm, see [`rule::named_seed`]).
+    /// A named rule (its seed is its name and algorithm, see [`rule::named_seed`]), enforced
+    /// and leasable.
     pub fn named(name: &str, rule: Rule, mode: Mode, on_unreachable: OnOwnerUnreachable) -> Self {
         Self {
             rule,
@@ -40,6 +45,7 @@ impl Resolved {
             mode,
             on_unreachable,
             shadow: false,
+            lease: LeaseMode::Auto,
         }
     }
 
@@ -50,6 +56,7 @@ impl Resolved {
         let rule = rule::validate(info.algorithm, info.limit, period_ns, burst).ok()?;
         Some(Self {
             shadow: info.shadow,
+            lease: info.lease,
             ..Self::named(&info.name, rule, info.mode, info.on_owner_unreachable)
         })
     }
@@ -143,6 +150,41 @@ mod tests {
             })
         );
         assert_eq!(r.bucket("k", 5), Ok(rule::bucket_id(r.seed, "k")));
+    }
+
+    #[test]
+    fn inline_rules_may_be_leased_and_a_listed_rule_says_whether() {
+        // Inline rules include the Envoy configuration's limits, which have no such field.
+        let inline = Resolved::inline(&InlineRule {
+            limit: 5,
+            period_ms: 1000,
+            algorithm: Algorithm::TokenBucket,
+            burst: None,
+        })
+        .expect("valid");
+        assert_eq!(inline.lease, LeaseMode::Auto);
+        let mut info = RuleInfo {
+            name: "r".into(),
+            limit: 5,
+            period_ms: 1000,
+            period: "1s".into(),
+            algorithm: Algorithm::TokenBucket,
+            burst: None,
+            mode: Mode::Owner,
+            on_owner_unreachable: OnOwnerUnreachable::Open,
+            shadow: false,
+            lease: LeaseMode::Off,
+            request_key: None,
+        };
+        assert_eq!(
+            Resolved::from_info(&info).map(|r| r.lease),
+            Some(LeaseMode::Off)
+        );
+        info.lease = LeaseMode::Auto;
+        assert_eq!(
+            Resolved::from_info(&info).map(|r| r.lease),
+            Some(LeaseMode::Auto)
+        );
     }
 
     #[test]

@@ -9,9 +9,12 @@ use crate::limiter::{self, Rule};
 use ringlimit_proto::identity;
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 
-/// Who decides a rule's checks, and what is answered when a key's owner cannot be reached:
-/// the types `GET /v1/rules` lists them in, under the names the rules file and the node use.
-pub use ringlimit_proto::discovery::{RuleMode as Mode, UnreachablePolicy as OnOwnerUnreachable};
+/// Who decides a rule's checks, what is answered when a key's owner cannot be reached, and
+/// whether its hot buckets may be leased: the types `GET /v1/rules` lists them in, under the
+/// names the rules file and the node use.
+pub use ringlimit_proto::discovery::{
+    LeaseMode, RuleMode as Mode, UnreachablePolicy as OnOwnerUnreachable,
+};
 
 /// Why a rule is invalid: which field, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -46,6 +46,28 @@ impl UnreachablePolicy {
     }
 }
 
+/// Whether a rule's hot buckets may be leased: their owner granting slices of a bucket to other
+/// nodes and SDKs, which then decide that key's checks themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseMode {
+    /// May be leased while hot.
+    #[default]
+    Auto,
+    /// Never leased: every check is decided at the owner.
+    Off,
+}
+
+impl LeaseMode {
+    /// The rules file's word for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseMode::Auto => "auto",
+            LeaseMode::Off => "off",
+        }
+    }
+}
+
 /// One configured rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleInfo {
@@ -63,6 +85,9 @@ pub struct RuleInfo {
     /// Decided and counted, never denies (nodes that predate shadow rules omit it).
     #[serde(default)]
     pub shadow: bool,
+    /// Whether hot buckets may be leased (nodes that predate leases omit it: `auto`).
+    #[serde(default)]
+    pub lease: LeaseMode,
     /// The key template gateways' requests are limited by (`/v1/forward-auth`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_key: Option<String>,

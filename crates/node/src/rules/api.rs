@@ -249,6 +249,7 @@ impl ApiRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringlimit_core::rule::LeaseMode;
     use serde_json::json;
 
     #[test]
@@ -264,6 +265,52 @@ mod tests {
             .expect_err("names disagree");
         assert!(e.to_string().contains("path"), "{e}");
         assert!(validate("x", &json!([1])).is_err());
+    }
+
+    #[test]
+    fn lease_is_written_through_the_api_like_the_file() {
+        let r =
+            validate("x", &json!({ "limit": 1, "period": "1s", "lease": "off" })).expect("valid");
+        assert_eq!(r.lease, LeaseMode::Off);
+        let r = validate("x", &json!({ "limit": 1, "period": "1s" })).expect("valid");
+        assert_eq!(r.lease, LeaseMode::Auto);
+        let e = validate(
+            "x",
+            &json!({ "limit": 1, "period": "1s", "lease": "maybe" }),
+        )
+        .expect_err("not a lease mode");
+        assert!(e.to_string().contains("`lease` must be auto or off"), "{e}");
+    }
+
+    /// A data dir saved (or an entry gossiped) by a node that predates leases: its rules have
+    /// no `lease` and are leasable.
+    #[test]
+    fn an_entry_written_before_leases_loads_as_auto() {
+        let dir = std::env::temp_dir().join(format!("ringlimit-api-old-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let old = r#"{
+  "format": 1,
+  "rules": {
+    "gold": {
+      "version": { "ms": 1000, "counter": 0, "node": "a" },
+      "spec": { "limit": 7, "period": "1h", "shadow": false }
+    }
+  }
+}"#;
+        std::fs::write(dir.join(FILE), old).expect("old file");
+        let (rules, errors) = ApiRules::load(&dir).expect("loaded").rules();
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(rules.len(), 1);
+        assert_eq!((rules[0].rule.limit, rules[0].lease), (7, LeaseMode::Auto));
+
+        let gossiped: Entry = serde_json::from_str(
+            r#"{"version":{"ms":2000,"counter":0,"node":"b"},"spec":{"limit":3,"period":"1s"}}"#,
+        )
+        .expect("decodes");
+        let mut book = ApiRules::default();
+        book.merge("silver", gossiped);
+        assert_eq!(book.rules().0[0].lease, LeaseMode::Auto);
     }
 
     #[test]

@@ -35,7 +35,9 @@ pub trait InForce: Send + Sync {
 use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
-use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable, field_err, named_seed, validate};
+use ringlimit_core::rule::{
+    FieldError, LeaseMode, Mode, OnOwnerUnreachable, field_err, named_seed, validate,
+};
 use ringlimit_proto::Algorithm;
 use ringlimit_proto::discovery::RuleInfo;
 use serde_yaml_ng::Value;
@@ -53,6 +55,9 @@ pub struct NamedRule {
     /// Decided and counted, never denies (`shadow: true`): how an operator tries a new limit
     /// on live traffic.
     pub shadow: bool,
+    /// Whether this rule's hot buckets may be leased to other nodes and SDKs (`lease: off`
+    /// keeps every check at the owner).
+    pub lease: LeaseMode,
     /// Where a gateway's forwarded request finds its key (`/v1/forward-auth`).
     pub request_key: Option<Arc<KeyTemplate>>,
     /// See [`named_seed`].
@@ -68,6 +73,7 @@ impl NamedRule {
             mode: self.mode,
             on_unreachable: self.on_owner_unreachable,
             shadow: self.shadow,
+            lease: self.lease,
         }
     }
 
@@ -84,6 +90,7 @@ impl NamedRule {
             mode: self.mode,
             on_owner_unreachable: self.on_owner_unreachable,
             shadow: self.shadow,
+            lease: self.lease,
             request_key: self.request_key.as_ref().map(|t| t.to_string()),
         }
     }
@@ -207,7 +214,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 9] = [
+const RULE_FIELDS: [&str; 10] = [
     "name",
     "limit",
     "period",
@@ -216,6 +223,7 @@ const RULE_FIELDS: [&str; 9] = [
     "mode",
     "on_owner_unreachable",
     "shadow",
+    "lease",
     "request_key",
 ];
 
@@ -346,6 +354,17 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
             )));
         }
     };
+    let lease = match m.get("lease").map(|v| (v.as_str(), v)) {
+        None => LeaseMode::Auto,
+        Some((Some("auto"), _)) => LeaseMode::Auto,
+        Some((Some("off"), _)) => LeaseMode::Off,
+        Some((_, v)) => {
+            return Err(fail(field_err(
+                "lease",
+                format!("must be auto or off, got {}", describe(v)),
+            )));
+        }
+    };
     let request_key = match m.get("request_key") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(Arc::new(
@@ -369,6 +388,7 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         mode,
         on_owner_unreachable,
         shadow,
+        lease,
         request_key,
     })
 }

@@ -432,6 +432,66 @@ fn shadow_and_request_key_are_validated() {
 }
 
 #[test]
+fn lease_is_auto_unless_a_rule_says_off() {
+    let set = RuleSet::from_yaml(concat!(
+        "rules:\n",
+        "  - { name: off, limit: 1, period: 1s, lease: off }\n",
+        "  - { name: auto, limit: 1, period: 1s, lease: auto }\n",
+        "  - { name: unsaid, limit: 1, period: 1s }\n",
+    ))
+    .expect("valid");
+    let lease = |name: &str| {
+        let r = set.get(name).expect("the rule");
+        assert_eq!(
+            r.resolved().lease,
+            r.lease,
+            "{name}: resolved as configured"
+        );
+        assert_eq!(r.info().lease, r.lease, "{name}: listed as configured");
+        r.lease
+    };
+    assert_eq!(lease("off"), LeaseMode::Off);
+    assert_eq!(lease("auto"), LeaseMode::Auto);
+    assert_eq!(lease("unsaid"), LeaseMode::Auto);
+}
+
+#[test]
+fn bad_lease() {
+    assert_rule_err(
+        &one(&["limit: 1", "period: 1s", "lease: maybe"]),
+        "r",
+        "lease",
+        "auto or off, got \"maybe\"",
+    );
+    assert_rule_err(
+        &one(&["limit: 1", "period: 1s", "lease: false"]),
+        "r",
+        "lease",
+        "false",
+    );
+}
+
+#[test]
+fn a_listing_from_a_node_that_predates_leases_reads_as_auto() {
+    let old = serde_json::json!({
+        "name": "r", "limit": 5, "period_ms": 1000, "period": "1s",
+        "algorithm": "token_bucket", "burst": 5, "mode": "owner",
+        "on_owner_unreachable": "open", "shadow": false,
+    });
+    let info: RuleInfo = serde_json::from_value(old).expect("decodes");
+    assert_eq!(info.lease, LeaseMode::Auto);
+    let listed = serde_json::to_value(
+        RuleSet::from_yaml(&one(&["limit: 1", "period: 1s", "lease: off"]))
+            .expect("valid")
+            .get("r")
+            .expect("the rule")
+            .info(),
+    )
+    .expect("encodes");
+    assert_eq!(listed["lease"], "off");
+}
+
+#[test]
 fn bad_on_owner_unreachable() {
     assert_rule_err(
         &one(&["limit: 1", "period: 1s", "on_owner_unreachable: deny"]),
