@@ -25,7 +25,7 @@ use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
 use ringlimit_core::lease::{self, Take};
-use ringlimit_core::rule::{Mode, OnOwnerUnreachable};
+use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund};
 use std::sync::Arc;
@@ -200,7 +200,7 @@ impl Site<'_> {
     /// A check of a bucket another member owns, decided on a slice of it this node holds
     /// (see `crate::leases`), or denied here as its owner said; `None`: to the owner.
     fn leased<L, H>(&self, p: &Prepared<'_>) -> Option<Route<L, H>> {
-        if !lease::leasable(p.resolved.rule.algorithm) {
+        if p.resolved.lease == LeaseMode::Off || !lease::leasable(p.resolved.rule.algorithm) {
             return None;
         }
         let held = self.d.here.engine().held();

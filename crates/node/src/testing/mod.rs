@@ -40,6 +40,8 @@ mod forwarding;
 #[cfg(test)]
 mod global;
 #[cfg(test)]
+mod leases;
+#[cfg(test)]
 mod replicas;
 #[cfg(test)]
 mod rolling;
@@ -188,15 +190,20 @@ pub fn inline(key: &str, limit: u64, period_ms: u64) -> serde_json::Value {
 /// The member of `members` that owns `key` under an inline rule of `limit` per `period_ms`
 /// (token bucket), as every node's ring places it.
 pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> String {
-    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
-    let engine =
-        ENGINE.get_or_init(|| Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0))));
     let rule = InlineRule {
         limit,
         period_ms,
         algorithm: Algorithm::TokenBucket,
         burst: None,
     };
+    owner_under(members, key, rule)
+}
+
+/// The member of `members` that owns `key` under the inline `rule`.
+pub fn owner_under(members: &[&str], key: &str, rule: InlineRule) -> String {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    let engine =
+        ENGINE.get_or_init(|| Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0))));
     let (_, id) = engine
         .prepare(key, RuleSpec::Inline(rule), 1)
         .unwrap_or_else(|e| panic!("cannot prepare {key:?}: {e}"));

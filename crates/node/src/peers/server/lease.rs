@@ -4,7 +4,7 @@
 
 use super::{Caller, PeerServer};
 use crate::rules::RuleSpec;
-use ringlimit_core::rule::Mode;
+use ringlimit_core::rule::{LeaseMode, Mode};
 use ringlimit_proto::peer::{Frame, LeaseAsk, LeaseGrant};
 
 /// Most asks answered from one frame.
@@ -52,6 +52,11 @@ impl PeerServer {
                         code: "not_owner".to_owned(),
                         message: "this node does not own the bucket".to_owned(),
                     };
+                }
+                if resolved.lease == LeaseMode::Off {
+                    // The rule keeps every check at the owner.
+                    let peek = engine.decide_at(id, rule, 0, now);
+                    return LeaseGrant::Refused { answer: peek };
                 }
                 engine.lease(id, rule, caller.peer, ask.want, now)
             })
