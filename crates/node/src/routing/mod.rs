@@ -239,13 +239,16 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
                 own: own.then_some(&d.here),
             };
         }
+        // A bucket leased here was forwarded a moment ago (and a ring change releases every
+        // lease): looked for before the owner, whose lookup a leased check does not need.
+        if let Some(leased) = self.leased(p) {
+            d.stats.hot.record(p.id);
+            return leased;
+        }
         match d.pool.owner_client(self.view, p.id) {
             None => Route::Here(&d.here),
             Some((owner, client)) => {
                 d.stats.hot.record(p.id);
-                if let Some(leased) = self.leased(p) {
-                    return leased;
-                }
                 Route::Owner(
                     owner,
                     Timed {
