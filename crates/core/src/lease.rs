@@ -6,8 +6,9 @@
 //! of them goes back to the owner.
 //!
 //! This module is both sides' arithmetic, shared by nodes and the SDK: the holder's table
-//! ([`Held`]) and the owner's sizing ([`slice`], [`valid_ns`]). Moving the messages is the
-//! caller's (the node's `leases` module; the SDK's).
+//! ([`Held`]), the owner's sizing ([`slice`], [`grant`], [`valid_ns`]) and record
+//! ([`Grants`]), and the holder's task that asks and gives back ([`asking`]); who owns what
+//! comes from the node's view or the SDK's topology ([`asking::Owners`]).
 //!
 //! # What a slice is, per algorithm
 //! - **Fixed and sliding window**: a count taken in the window current at the grant (counted
@@ -24,6 +25,8 @@
 //!   cannot tell refill others used from refill in vain: see `BucketState::refund`).
 //! - **Leaky bucket and sliding log** are not leased: the meter promises spacing and the log
 //!   exact times, which a slice spent elsewhere would not keep ([`leasable`]).
+
+pub mod asking;
 
 use crate::answer::answer;
 use crate::clock::NANOS_PER_MS;

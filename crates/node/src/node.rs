@@ -392,7 +392,7 @@ pub async fn run(
         stats: replica_stats.clone(),
         engine: engine.clone(),
     });
-    let lease_stats = Arc::new(crate::leases::LeaseStats::default());
+    let lease_stats = Arc::new(ringlimit_core::lease::asking::LeaseStats::default());
     metrics.register(crate::leases::metrics::LeaseCollector {
         engine: engine.clone(),
         stats: lease_stats.clone(),

@@ -1,12 +1,12 @@
 //! Leases as metrics, read at scrape time: both sides' tables (held here, granted by this node
 //! as owner) and the asking task's counters.
 
-use super::LeaseStats;
 use crate::engine::Engine;
 use crate::metrics::{Kind, encode_family, load};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use ringlimit_core::lease::Release;
+use ringlimit_core::lease::asking::LeaseStats;
 use std::sync::Arc;
 
 /// The leases' tables and the asking task's counters.

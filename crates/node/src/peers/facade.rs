@@ -19,8 +19,7 @@ use ringlimit_core::limiter::BucketState;
 use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
 use ringlimit_core::link::{Session, SessionError, Sessions};
 use ringlimit_proto::peer::{
-    AnswerGroup, Frame, HandedBucket, LEASE_SINCE, LeaseAsk, LeaseGrant, PeerAnswer, PeerCheck,
-    PeerRefund, RECALL_SINCE, RefundGroup, ReplicaBucket,
+    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, RECALL_SINCE, ReplicaBucket,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,62 +61,6 @@ pub struct Peers {
     cut_off: AtomicBool,
     /// Connections of their own (handover, reset, global counts).
     sessions: Sessions,
-}
-
-/// How long an owner may take to answer asks for leases: checks go to the owner meanwhile,
-/// so this bounds only how long the asking task waits.
-const LEASE_WITHIN: Duration = Duration::from_millis(500);
-
-/// A connection of its own to a bucket owner, for leases: asks, and what slices had left (see
-/// [`Peers::lease_link`]).
-pub struct LeaseLink(Session);
-
-impl LeaseLink {
-    /// The member's peer address.
-    pub fn addr(&self) -> &str {
-        self.0.addr()
-    }
-
-    /// The owner's grants for `asks`, in order. An owner older than [`LEASE_SINCE`] grants
-    /// nothing (an empty answer: its keys are decided there, as before). On an error the
-    /// connection is dropped.
-    pub async fn ask(&mut self, asks: Vec<LeaseAsk>) -> Result<Vec<LeaseGrant>, SessionError> {
-        if self.0.version().await? < LEASE_SINCE {
-            return Ok(Vec::new());
-        }
-        match self.0.request(&Frame::Lease { asks }, LEASE_WITHIN).await {
-            Ok(Frame::Leased { grants }) => Ok(grants),
-            Ok(other) => {
-                self.0.close();
-                Err(SessionError::Unexpected(other.kind()))
-            }
-            Err(e) => {
-                self.0.close();
-                Err(e)
-            }
-        }
-    }
-
-    /// Gives back what slices had left, as refunds under their grants' marks; returns how
-    /// many the owner applied.
-    pub async fn give_back(&mut self, refunds: Vec<PeerRefund>) -> Result<usize, SessionError> {
-        let frame = Frame::Refunds(vec![RefundGroup { id: 0, refunds }]);
-        match self.0.request(&frame, LEASE_WITHIN).await {
-            Ok(Frame::Answers(groups)) => Ok(groups
-                .iter()
-                .flat_map(|g: &AnswerGroup| &g.answers)
-                .filter(|a| matches!(a, PeerAnswer::Refunded))
-                .count()),
-            Ok(other) => {
-                self.0.close();
-                Err(SessionError::Unexpected(other.kind()))
-            }
-            Err(e) => {
-                self.0.close();
-                Err(e)
-            }
-        }
-    }
 }
 
 /// A connection of its own to the member after this node on the ring, for recalling buckets
@@ -377,12 +320,6 @@ impl Peers {
     /// from it (see [`RecallLink::recall`]).
     pub fn recall_link(&self, addr: &str) -> RecallLink {
         RecallLink(self.sessions.open(addr))
-    }
-
-    /// A connection of its own to the member at `addr`, for leasing slices of its buckets
-    /// (see [`LeaseLink::ask`]).
-    pub fn lease_link(&self, addr: &str) -> LeaseLink {
-        LeaseLink(self.sessions.open(addr))
     }
 
     /// Asks the member at `addr` to drop the buckets `ids`; returns how many it held.

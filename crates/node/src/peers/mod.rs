@@ -27,7 +27,7 @@
 //! | hand back (a replica's decisions for an owner that did not answer) | [`ReplicaLink::hand_back`] | `server/replicate.rs` |
 //! | reset | [`Peers::reset`] | `server/reset.rs` |
 //! | recall (a member that joined asks the member after it for buckets it owns) | [`Peers::recall_link`], [`RecallLink::recall`] ([`recall`]) | `server/recall.rs` |
-//! | lease (slices of hot buckets; what they had left comes back as refunds) | [`Peers::lease_link`], [`LeaseLink::ask`], [`LeaseLink::give_back`] (`crate::leases`) | `server/lease.rs`, `server/refunds.rs` |
+//! | lease (slices of hot buckets; what they had left comes back as refunds) | core's `lease::asking::LeaseLink` over [`Peers::sessions`] (`crate::leases`) | `server/lease.rs`, `server/refunds.rs` |
 //! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
 //!
 //! A new message is three pieces (*lease* is the latest example):
@@ -49,6 +49,6 @@ pub mod recall;
 pub mod reset;
 pub mod server;
 
-pub use facade::{LeaseLink, Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
+pub use facade::{Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
 pub use recall::Recall;
 pub use server::{PeerServer, Relay, ServerSettings};
