@@ -41,6 +41,9 @@ pub struct Settings {
     pub fallback_share: FallbackShare,
     /// Bound on buckets the local fallback holds (LRU beyond).
     pub fallback_max_keys: u64,
+    /// Lease hot keys from their owners and decide their checks in-process (off by default;
+    /// rules with `lease: off` never are). See the crate's `lease` module.
+    pub leases: bool,
 }
 
 impl Default for Settings {
@@ -59,6 +62,7 @@ impl Default for Settings {
             fail_mode: FailMode::Open,
             fallback_share: FallbackShare::PerMember,
             fallback_max_keys: 100_000,
+            leases: false,
         }
     }
 }
@@ -158,6 +162,16 @@ impl ClientBuilder {
     /// Bound on the local fallback's buckets (default 100,000).
     pub fn fallback_max_keys(mut self, n: u64) -> Self {
         self.settings.fallback_max_keys = n;
+        self
+    }
+
+    /// Leases hot keys (checked 1,000 times a second and more) from their owners and decides
+    /// their checks in-process on the slices (`leased: true`): no round trip, no server work
+    /// per check, never more admitted than the limit (slices are taken from the bucket before
+    /// they are spent; the cost is false denies while tokens sit unused here). Rules with
+    /// `lease: off` are never leased. Off by default.
+    pub fn leases(mut self, on: bool) -> Self {
+        self.settings.leases = on;
         self
     }
 

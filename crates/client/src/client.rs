@@ -3,11 +3,12 @@
 use crate::builder::{BuildError, ClientBuilder, Settings};
 use crate::check::{Check, ClientError};
 use crate::fallback::Fallback;
+use crate::lease::Leasing;
 use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::coordinator::{self, Many, Site};
-use ringlimit_core::link::{PeerSettings, PeerStats};
+use ringlimit_core::link::{PeerSettings, PeerStats, Sessions};
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -47,6 +48,16 @@ pub(crate) struct Inner {
     pub(crate) fallback: Fallback,
     pub(crate) stats: Counters,
     peer_stats: Arc<PeerStats>,
+    /// Leases of hot keys, when enabled ([`crate::ClientBuilder::leases`]).
+    pub(crate) leasing: Option<Leasing>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(l) = &self.leasing {
+            l.stop();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -67,6 +78,14 @@ pub struct ClientStats {
     pub degraded: u64,
     /// Checks whose owner did not answer, decided by the owner's replica (`replica: true`).
     pub replica: u64,
+    /// Checks of hot keys decided in-process on a lease's slice (`leased: true`): admitted,
+    /// and denied as the owner said the bucket denies (with leases on).
+    pub leased: u64,
+    pub leased_denied: u64,
+    /// Slices asked for and granted, and tokens held in slices now.
+    pub lease_asks: u64,
+    pub lease_grants: u64,
+    pub leased_tokens: u64,
     /// Successful and failed topology refreshes.
     pub refreshes: u64,
     pub refresh_failures: u64,
@@ -109,6 +128,7 @@ impl Client {
             open_for: Duration::from_millis(250),
             queue: 8192,
         });
+        let leases = settings.leases;
         let inner = Arc::new(Inner {
             fallback: Fallback::new(settings.fallback_max_keys, settings.fallback_share),
             settings,
@@ -119,7 +139,11 @@ impl Client {
             wake: Arc::new(Notify::new()),
             stats: Counters::default(),
             peer_stats: Arc::new(PeerStats::default()),
+            leasing: leases.then(Leasing::new),
         });
+        if let Some(l) = &inner.leasing {
+            l.spawn(Arc::downgrade(&inner), Sessions::new(inner.link.clone()));
+        }
         if let Err(e) = inner.refresh().await {
             tracing::warn!(error = %e, "no ringlimit seed answered; checks are degraded until one does");
         }
@@ -207,12 +231,28 @@ impl Client {
             direct: s.direct.load(Ordering::Relaxed),
             degraded: s.degraded.load(Ordering::Relaxed),
             replica: s.replica.load(Ordering::Relaxed),
+            leased: self.leasing(|l| l.leased.load(Ordering::Relaxed)),
+            leased_denied: self.leasing(|l| l.denied.load(Ordering::Relaxed)),
+            lease_asks: self.leasing(|l| {
+                let st = &l.stats;
+                [&st.granted, &st.denied, &st.refused, &st.unanswered]
+                    .iter()
+                    .map(|c| c.load(Ordering::Relaxed))
+                    .sum()
+            }),
+            lease_grants: self.leasing(|l| l.stats.granted.load(Ordering::Relaxed)),
+            leased_tokens: self.leasing(|l| l.held.tokens()),
             refreshes: s.refreshes.load(Ordering::Relaxed),
             refresh_failures: s.refresh_failures.load(Ordering::Relaxed),
             frames: self.inner.peer_stats.frames.load(Ordering::Relaxed),
             checks_sent: self.inner.peer_stats.checks.load(Ordering::Relaxed),
             fallback_buckets: self.inner.fallback.len(),
         }
+    }
+
+    /// `f` of the leases, 0 without them.
+    fn leasing(&self, f: impl FnOnce(&Leasing) -> u64) -> u64 {
+        self.inner.leasing.as_ref().map_or(0, f)
     }
 
     /// Validates a check and identifies its bucket; a named rule the client does not know

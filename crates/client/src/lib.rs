@@ -29,6 +29,7 @@
 //! - [`client`] — [`Client`]: routing to owners, batches, fallback, background refresh.
 //! - `topology` — members, ring and rules as discovered over HTTP.
 //! - `fallback` — the local limiter used when the cluster cannot answer.
+//! - `lease` — leases of hot keys (opt-in): checks decided in-process on a slice.
 //! - `site` — the client's side of core's coordinator (routing, fail mode, counters).
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
@@ -38,6 +39,7 @@ pub mod check;
 pub mod client;
 mod fallback;
 pub mod layer;
+mod lease;
 mod site;
 mod topology;
 

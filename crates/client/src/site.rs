@@ -1,6 +1,6 @@
 //! The client's side of core's coordinator ([`ringlimit_core::coordinator`]): checks go
-//! straight to their owner, never decided here; without an owner, the fail mode and the
-//! local fallback decide.
+//! straight to their owner, or are decided in-process on a lease of a hot key (`crate::lease`);
+//! without an owner, the fail mode and the local fallback decide.
 
 use crate::builder::FailMode;
 use crate::check::ClientError;
@@ -8,6 +8,7 @@ use crate::client::{Inner, Prepared};
 use crate::topology::Topology;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::coordinator::{Item, Nowhere, Route, Site, Standby, Taken, Why};
+use ringlimit_core::lease;
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
@@ -34,6 +35,11 @@ impl Site<Prepared<'_>> for Client<'_> {
 
     /// At the owner, when the rule and the members are known; else from the fallback.
     fn route(&self, p: &Prepared<'_>) -> Route<Arc<PeerClient>, Nowhere> {
+        if let Some(l) = &self.inner.leasing
+            && let Some(leased) = l.route(p, || self.inner.fallback.now())
+        {
+            return leased;
+        }
         match p.known.and_then(|_| self.topo.owner(p.id)) {
             Some((owner, link)) => Route::Owner(owner.clone(), link.clone()),
             None => Route::Share { own: None },
@@ -93,6 +99,12 @@ impl Site<Prepared<'_>> for Client<'_> {
 
     fn replica_answered(&self) {
         self.inner.stats.replica.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn refund_lease(&self, taken: &lease::Taken) {
+        if let Some(l) = &self.inner.leasing {
+            l.held.give_back(taken);
+        }
     }
 
     fn refund_share(&self, taken: &Taken) {

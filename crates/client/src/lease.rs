@@ -1,0 +1,156 @@
+//! Leases in the SDK (opt-in: [`crate::ClientBuilder::leases`]): a key this client checks
+//! thousands of times a second is leased from its owner, and its checks are decided in-process
+//! on the slice (`"leased": true`), with no round trip and no server work per check. The same
+//! messages and the same code as a node's leases (core's `lease`: what a slice is per
+//! algorithm, why it never admits more than the bucket; `lease::asking` asks and gives back).
+//! A rule with `lease: off` is never leased; leaky bucket and sliding log rules neither.
+
+use crate::client::{Inner, Prepared};
+use crate::topology::Topology;
+use parking_lot::Mutex;
+use ringlimit_core::coordinator::Route;
+use ringlimit_core::hot::{HotKeys, HotSettings};
+use ringlimit_core::lease::asking::{Asker, LeaseStats, Owners};
+use ringlimit_core::lease::{self, Held, LeaseSettings, Release, Take};
+use ringlimit_core::link::Sessions;
+use ringlimit_core::rule::LeaseMode;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// One check in this many is counted for hot keys, with this weight (as a node does).
+const SAMPLE: u32 = 8;
+
+thread_local! {
+    /// Checks seen by this thread since its last counted one.
+    static TURN: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A client's leases: the slices it holds, the keys it checks most, the asking task's counters.
+pub(crate) struct Leasing {
+    pub(crate) held: Arc<Held>,
+    hot: Arc<Mutex<HotKeys>>,
+    tick: Duration,
+    pub(crate) stats: Arc<LeaseStats>,
+    /// Checks admitted on a slice, and denied here as the owner said.
+    pub(crate) leased: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    /// Stops the tasks when the client is dropped.
+    stop: CancellationToken,
+}
+
+impl Leasing {
+    pub(crate) fn new() -> Self {
+        let settings = HotSettings::default();
+        Self {
+            held: Arc::new(Held::new(LeaseSettings::default())),
+            hot: Arc::new(Mutex::new(HotKeys::new(settings))),
+            tick: Duration::from_nanos(settings.tick_ns),
+            stats: Arc::default(),
+            leased: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// A check of a key another member owns: decided on a slice held here, denied as the
+    /// owner said, or `None` (to the owner). Every such check counts towards hot keys.
+    #[inline]
+    pub(crate) fn route<L, H>(
+        &self,
+        p: &Prepared<'_>,
+        now: impl FnOnce() -> u64,
+    ) -> Option<Route<L, H>> {
+        let known = p.known.as_ref()?;
+        if known.lease == LeaseMode::Off || !lease::leasable(known.rule.algorithm) {
+            return None;
+        }
+        self.record(p.id);
+        let key = || (p.check.key.clone(), p.check.rule.clone());
+        match self.held.take_with(p.id, p.check.cost, now, key) {
+            Take::Forward => None,
+            Take::Leased(answer, taken) => {
+                self.leased.fetch_add(1, Ordering::Relaxed);
+                Some(Route::Leased(answer, Some(taken)))
+            }
+            Take::Denied(answer) => {
+                self.denied.fetch_add(1, Ordering::Relaxed);
+                Some(Route::Leased(answer, None))
+            }
+        }
+    }
+
+    #[inline]
+    fn record(&self, id: u64) {
+        let counted = TURN.with(|t| {
+            let n = t.get() + 1;
+            t.set(if n == SAMPLE { 0 } else { n });
+            n == SAMPLE
+        });
+        if counted {
+            self.hot.lock().record(id, u64::from(SAMPLE));
+        }
+    }
+
+    /// Starts the hot keys' tick and the asking task, both ended by [`Leasing::stop`].
+    pub(crate) fn spawn(&self, inner: Weak<Inner>, sessions: Sessions) {
+        let (hot, held, tick) = (self.hot.clone(), self.held.clone(), self.tick);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(tick);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = every.tick() => {}
+                }
+                let changes = hot.lock().tick();
+                for id in changes.promoted {
+                    held.want(id);
+                }
+                for id in changes.demoted {
+                    held.release(id, Release::Cooled);
+                }
+            }
+        });
+        let asker = Asker::new(self.held.clone(), sessions, self.stats.clone());
+        let stop = self.stop.clone();
+        let clock = inner.clone();
+        tokio::spawn(async move {
+            let owners = || {
+                TopologyOwners(
+                    inner
+                        .upgrade()
+                        .map_or_else(|| Arc::new(Topology::empty()), |i| i.topology.load_full()),
+                )
+            };
+            let now = || clock.upgrade().map_or(0, |i| i.fallback.now());
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = asker.run(owners, now) => {}
+            }
+        });
+    }
+
+    /// Ends the tasks (the client is dropped).
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+/// The client's topology, as the asking task reads it.
+struct TopologyOwners(Arc<Topology>);
+
+impl Owners for TopologyOwners {
+    fn owner(&self, id: u64) -> Option<(Arc<str>, String)> {
+        let owner = self.0.ring.owner(id)?;
+        let (member, m) = self.0.peers.get_key_value(owner)?;
+        Some((member.clone(), m.peer_addr.clone()))
+    }
+
+    fn ring(&self) -> Vec<Arc<str>> {
+        self.0.ring.members().to_vec()
+    }
+}
