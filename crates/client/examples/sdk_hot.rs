@@ -57,6 +57,7 @@ fn main() -> Result<()> {
 async fn run(args: Args) -> Result<()> {
     let client = Client::builder()
         .seeds(args.seeds.clone())
+        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
         .deadline(Duration::from_millis(50))
         .leases(!args.no_leases)
         .build()
@@ -76,6 +77,10 @@ async fn run(args: Args) -> Result<()> {
         tokio::task::yield_now().await;
     }
     let before_stats = client.stats();
+    anyhow::ensure!(
+        before_stats.degraded == 0,
+        "checks were degraded: the cluster was not reached ({before_stats:?})"
+    );
     let hz = 100.0; // CLK_TCK on Linux
     let t0 = ticks(&args.pids);
     let start = Instant::now();
