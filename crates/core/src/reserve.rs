@@ -17,7 +17,9 @@
 //! repaid. Giving back a token bucket's cost is never more generous than that (see
 //! [`crate::limiter::BucketState::refund`]: it loses the refill since the reservation).
 
+use crate::check::{CheckError, Resolved};
 use crate::limiter::{Decision, Rule};
+use crate::rule::Mode;
 use parking_lot::Mutex;
 use ringlimit_proto::peer::Mark;
 use std::collections::HashMap;
@@ -28,6 +30,82 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub const MOST_RESERVATIONS: usize = 100_000;
 /// Most buckets in debt a node keeps by default.
 pub const MOST_DEBTS: usize = 100_000;
+
+/// `ttl_ms` when a reservation does not say.
+pub const DEFAULT_TTL_MS: u64 = 60_000;
+/// The longest a reservation may live (an hour).
+pub const MAX_TTL_MS: u64 = 3_600_000;
+
+/// Why a reserve or a settle has no answer (a denial is an answer, not an error). Every
+/// variant but the last three is a mistake in the request, and none changes a bucket.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReserveError {
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error("`ttl_ms` must be 1 to {MAX_TTL_MS} ms, got {0}")]
+    Ttl(u64),
+    #[error("{0} rules cannot be reserved: only enforced owner-mode rules keep reservations")]
+    NotReservable(&'static str),
+    #[error(
+        "no such reservation: it expired (its estimate stays taken), was settled already, or was never issued"
+    )]
+    Unknown,
+    #[error(
+        "the key's owner keeps {0} live reservations already; settle some, or retry when some expire"
+    )]
+    TooMany(usize),
+    #[error("reservations are unavailable now: {0}")]
+    Unavailable(String),
+}
+
+impl ReserveError {
+    /// The HTTP API's snake_case error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReserveError::Check(e) => e.code(),
+            ReserveError::Ttl(_) | ReserveError::NotReservable(_) => "invalid_request",
+            ReserveError::Unknown => "unknown_reservation",
+            ReserveError::TooMany(_) => "too_many_reservations",
+            ReserveError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// An owner's error answer (`code`, `message`) as this side's error: codes from the
+    /// network are not trusted beyond those of checks and reservations.
+    pub fn from_owner(code: &str, message: &str) -> Self {
+        match code {
+            "too_many_reservations" => ReserveError::TooMany(MOST_RESERVATIONS),
+            "unavailable" | "not_owner" => ReserveError::Unavailable(format!(
+                "the key's owner could not take it ({message}); retry"
+            )),
+            _ => ReserveError::Check(CheckError::Rejected {
+                code: code.to_owned(),
+                message: message.to_owned(),
+            }),
+        }
+    }
+}
+
+/// `ttl_ms` as given (`None`: the default), checked.
+pub fn ttl_ms(given: Option<u64>) -> Result<u64, ReserveError> {
+    match given.unwrap_or(DEFAULT_TTL_MS) {
+        t @ 1..=MAX_TTL_MS => Ok(t),
+        t => Err(ReserveError::Ttl(t)),
+    }
+}
+
+/// Whether reservations may be kept under `resolved`: an enforced rule decided at its owner.
+/// A global rule's counters cannot give back, and a shadow rule's answers never deny, so a
+/// reservation would mean nothing under either.
+pub fn reservable(resolved: &Resolved) -> Result<(), ReserveError> {
+    if resolved.mode == Mode::Global {
+        return Err(ReserveError::NotReservable("global"));
+    }
+    if resolved.shadow {
+        return Err(ReserveError::NotReservable("shadow"));
+    }
+    Ok(())
+}
 
 /// One live reservation, as its owner keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,8 @@
 //! - [`memnet`] — an in-memory network for tests, whose links can be cut, stalled and dropped.
 //! - [`client`] — one persistent, pipelined, coalescing connection per peer, with a circuit.
 //! - [`session`] — a connection of its own for one request and its answer (handover, reset),
-//!   or for frames written one way (global counts).
+//!   or for frames written one way (global counts); a pool of them for requests made one at
+//!   a time by many callers (reservations).
 //! - [`fanout`] — group checks by owner, send each group, scatter the replies; settle a reply.
 
 pub mod client;
@@ -25,4 +26,4 @@ pub mod session;
 mod tests;
 
 pub use client::{ForwardError, PeerClient, PeerSettings, PeerStats};
-pub use session::{Session, SessionError, Sessions};
+pub use session::{Pooled, Session, SessionError, SessionPool, Sessions};

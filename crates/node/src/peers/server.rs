@@ -11,6 +11,8 @@
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
+//! - [`lease`] — `Lease`: slices of hot buckets this node owns.
+//! - [`reserve`] — `Reserve`, `Settle`: costs estimated now and settled later.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
 
 mod checks;
@@ -20,6 +22,7 @@ mod lease;
 mod recall;
 mod refunds;
 mod replicate;
+mod reserve;
 mod reset;
 
 use super::logins::{Login, Logins};
@@ -32,7 +35,7 @@ use futures::StreamExt;
 use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ServerHandshake;
-use ringlimit_proto::peer::{CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind};
+use ringlimit_proto::peer::{CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, RESERVE_SINCE};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -142,8 +145,10 @@ fn members_only(frame: &Frame) -> bool {
     match frame {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
         // A lease is a check of many tokens, and its leftovers come back as refunds: what an
-        // SDK may do too.
-        Frame::Refunds(_) | Frame::Lease { .. } => false,
+        // SDK may do too. A reservation is a check whose cost is settled later: the same.
+        Frame::Refunds(_) | Frame::Lease { .. } | Frame::Reserve { .. } | Frame::Settle { .. } => {
+            false
+        }
         _ => true,
     }
 }
@@ -278,6 +283,10 @@ impl PeerServer {
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Recall { ids } => Some(self.recall(&ids)),
                 Frame::Lease { asks } => Some(self.lease(&caller, asks).await),
+                Frame::Reserve { asks } if version >= RESERVE_SINCE => {
+                    Some(self.reserve(asks).await)
+                }
+                Frame::Settle { settles } if version >= RESERVE_SINCE => Some(self.settle(settles)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;

@@ -18,16 +18,21 @@ use crate::cluster::View;
 use crate::decide::{Here, On};
 use crate::engine::Prepared;
 use crate::metrics::PeerRpcMetrics;
-use crate::peers::{PeersHandle, Recall};
+use crate::peers::{OwnerSaid, PeersHandle, Recall};
+use crate::reservations;
 use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
 use ringlimit_core::lease::{self, Take};
+use ringlimit_core::link::SessionError;
+use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund};
+use ringlimit_proto::peer::{
+    Mark, PeerAnswer, PeerCheck, PeerRefund, PeerReserve, PeerSettle, RESERVE_SINCE, SettleAnswer,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use timed::Timed;
@@ -169,6 +174,108 @@ impl Dispatcher {
         self.recall_before(items).await;
         let view = self.view.load_full();
         coordinator::check_all(&self.site(&view), items).await
+    }
+
+    /// Reserves a prepared check's cost (its estimate) at the bucket's owner for `ttl_ms`,
+    /// kept there under `nonce`: the check's answer (denied: nothing kept). Never failed open:
+    /// a reservation needs its owner (no owner reached: [`ReserveError::Unavailable`]).
+    pub async fn reserve(
+        &self,
+        p: &Prepared<'_>,
+        ttl_ms: u64,
+        nonce: u128,
+    ) -> Result<CheckAnswer, ReserveError> {
+        self.recall_before(std::slice::from_ref(p)).await;
+        let view = self.view.load_full();
+        let addr = match self.owner_addr(&view, p.id)? {
+            None => {
+                let now = self.here.now();
+                let engine = self.here.engine();
+                return reservations::reserve_here(
+                    engine,
+                    &p.resolved,
+                    p.id,
+                    (p.cost, ttl_ms, nonce),
+                    now,
+                );
+            }
+            Some(addr) => addr,
+        };
+        reserve::reservable(&p.resolved)?;
+        let ask = PeerReserve {
+            key: p.key.to_owned(),
+            rule: p.spec.to_ref(),
+            cost: p.cost,
+            ttl_ms,
+            nonce,
+        };
+        match self.pool.peers().reserve(&addr, ask).await {
+            Ok(OwnerSaid::Answer(PeerAnswer::Answer(a))) => Ok(a),
+            Ok(OwnerSaid::Answer(PeerAnswer::Error { code, message })) => {
+                Err(ReserveError::from_owner(&code, &message))
+            }
+            Ok(OwnerSaid::Answer(_)) => Err(ReserveError::Unavailable(
+                "the key's owner answered out of turn".into(),
+            )),
+            Ok(OwnerSaid::Older(v)) => Err(older(v)),
+            Err(e) => Err(unreachable_owner(&e)),
+        }
+    }
+
+    /// Settles reservation `nonce` of a prepared check's bucket at its actual cost (`p.cost`)
+    /// at the bucket's owner: the bucket's answer afterwards, or [`ReserveError::Unknown`].
+    pub async fn settle(&self, p: &Prepared<'_>, nonce: u128) -> Result<CheckAnswer, ReserveError> {
+        let view = self.view.load_full();
+        let Some(addr) = self.owner_addr(&view, p.id)? else {
+            let now = self.here.now();
+            return reservations::settle_here(
+                self.here.engine(),
+                &p.resolved,
+                p.id,
+                (nonce, p.cost),
+                now,
+            );
+        };
+        reserve::reservable(&p.resolved)?;
+        let settle = PeerSettle {
+            key: p.key.to_owned(),
+            rule: p.spec.to_ref(),
+            nonce,
+            cost: p.cost,
+        };
+        match self.pool.peers().settle(&addr, settle).await {
+            Ok(OwnerSaid::Answer(SettleAnswer::Answer(a))) => Ok(a),
+            Ok(OwnerSaid::Answer(SettleAnswer::Unknown)) => Err(ReserveError::Unknown),
+            Ok(OwnerSaid::Answer(SettleAnswer::Error { code, message })) => {
+                Err(ReserveError::from_owner(&code, &message))
+            }
+            // An owner that predates reservations keeps none: what it was sent came to
+            // another owner, which the ring has since replaced.
+            Ok(OwnerSaid::Older(_)) => Err(ReserveError::Unknown),
+            Err(e) => Err(unreachable_owner(&e)),
+        }
+    }
+
+    /// The peer address of bucket `id`'s owner under `view`; `None`: this node. Without a
+    /// majority this node owns no keys, and a reservation cannot be taken here.
+    fn owner_addr(&self, view: &View, id: u64) -> Result<Option<String>, ReserveError> {
+        if !self.owns_keys(view) {
+            return Err(ReserveError::Unavailable(
+                "this node sees fewer than a majority of the cluster".into(),
+            ));
+        }
+        match view.ring.owner(id) {
+            None => Ok(None),
+            Some(owner) if owner == &*view.self_id => Ok(None),
+            Some(owner) => view
+                .peer_addrs
+                .get(owner)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| {
+                    ReserveError::Unavailable("the key's owner has no known address".into())
+                }),
+        }
     }
 
     /// Whether this node owns keys under `view`: it sees a majority of the members it last knew
@@ -389,6 +496,17 @@ impl coordinator::Here<Prepared<'_>> for &Here {
         let here: &Here = self;
         here.hold_on(On::Copy, p.id, &p.resolved, p.cost, now)
     }
+}
+
+/// An owner that speaks protocol `v`, older than reservations.
+fn older(v: u16) -> ReserveError {
+    ReserveError::Unavailable(format!(
+        "the key's owner runs an older ringlimit (peer protocol {v}, reservations need {RESERVE_SINCE}); upgrade it"
+    ))
+}
+
+fn unreachable_owner(e: &SessionError) -> ReserveError {
+    ReserveError::Unavailable(format!("the key's owner did not answer ({e})"))
 }
 
 impl Item for Prepared<'_> {
