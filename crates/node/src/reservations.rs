@@ -122,6 +122,13 @@ impl Collector for ReservationCollector {
             "reservation_debt_tokens",
             "Tokens this node's buckets owe now: settled above what they admitted, repaid from what they admit next (they deny until then).",
             self.0.debts().total(),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "reservation_debt_dropped_tokens",
+            "Tokens of settles above what a bucket admitted that were not recorded as debt: the ledger held its most buckets in debt already (each may admit more than the rule).",
+            load(&self.0.debts().dropped),
         )
     }
 }

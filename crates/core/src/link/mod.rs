@@ -13,6 +13,7 @@
 //! - [`session`] — a connection of its own for one request and its answer (handover, reset),
 //!   or for frames written one way (global counts); a pool of them for requests made one at
 //!   a time by many callers (reservations).
+//! - [`reserve`] — reserve and settle at a bucket's owner on pooled sessions.
 //! - [`fanout`] — group checks by owner, send each group, scatter the replies; settle a reply.
 
 pub mod client;
@@ -20,6 +21,7 @@ pub mod dial;
 pub mod fanout;
 pub mod framing;
 pub mod memnet;
+pub mod reserve;
 pub mod session;
 
 #[cfg(test)]

@@ -16,12 +16,14 @@ use crate::cluster::View;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
+use ringlimit_core::link::reserve::{self as link_reserve, SESSIONS_PER_OWNER};
 use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
-use ringlimit_core::link::{Pooled, Session, SessionError, SessionPool, Sessions};
+use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
+use ringlimit_core::reserve::ReserveError;
+use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
     AnswerGroup, Frame, HandedBucket, LEASE_SINCE, LeaseAsk, LeaseGrant, PeerAnswer, PeerCheck,
-    PeerRefund, PeerReserve, PeerSettle, RECALL_SINCE, RESERVE_SINCE, RefundGroup, ReplicaBucket,
-    SettleAnswer,
+    PeerRefund, PeerReserve, PeerSettle, RECALL_SINCE, RefundGroup, ReplicaBucket,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -65,19 +67,6 @@ pub struct Peers {
     sessions: Sessions,
     /// Connections of their own kept open for reservations (see [`Peers::reserve`]).
     reservations: SessionPool,
-}
-
-/// How long an owner may take to answer a reserve or a settle (a caller waits for it).
-const RESERVE_WITHIN: Duration = Duration::from_millis(500);
-/// Idle connections kept per member for reservations.
-const RESERVE_SESSIONS: usize = 8;
-
-/// What an owner answered a reservation's request: its answer, or that it speaks a protocol
-/// older than [`RESERVE_SINCE`] (nothing was sent).
-#[derive(Debug)]
-pub enum OwnerSaid<T> {
-    Answer(T),
-    Older(u16),
 }
 
 /// How long an owner may take to answer asks for leases: checks go to the owner meanwhile,
@@ -317,7 +306,7 @@ impl Peers {
         let settings = Arc::new(settings);
         Self {
             sessions: Sessions::new(settings.clone()),
-            reservations: SessionPool::new(Sessions::new(settings.clone()), RESERVE_SESSIONS),
+            reservations: SessionPool::new(Sessions::new(settings.clone()), SESSIONS_PER_OWNER),
             settings,
             peers: ArcSwap::from_pointee(HashMap::new()),
             update: Mutex::new(()),
@@ -402,50 +391,20 @@ impl Peers {
         LeaseLink(self.sessions.open(addr))
     }
 
-    /// Asks the member at `addr`, the bucket's owner, to reserve `ask` (on a connection kept
-    /// for reservations). Sent once: a reserve the owner took but whose answer was lost keeps
-    /// its estimate until it expires (never an over-admission); a request that failed on an
-    /// idle connection before reaching the owner is sent again on a new one.
-    pub async fn reserve(
-        &self,
-        addr: &str,
-        ask: PeerReserve,
-    ) -> Result<OwnerSaid<PeerAnswer>, SessionError> {
-        let frame = Frame::Reserve { asks: vec![ask] };
-        match self
-            .reservations
-            .request(addr, &frame, RESERVE_WITHIN, RESERVE_SINCE, true)
-            .await?
-        {
-            Pooled::Older(v) => Ok(OwnerSaid::Older(v)),
-            Pooled::Answer(Frame::Reserved { mut answers }) if answers.len() == 1 => {
-                Ok(OwnerSaid::Answer(answers.remove(0)))
-            }
-            Pooled::Answer(other) => Err(SessionError::Unexpected(other.kind())),
-        }
+    /// Asks the member at `addr`, the bucket's owner, to reserve `ask` on a connection kept
+    /// for reservations (see [`ringlimit_core::link::reserve::reserve`]).
+    pub async fn reserve(&self, addr: &str, ask: PeerReserve) -> Result<CheckAnswer, ReserveError> {
+        link_reserve::reserve(&self.reservations, addr, ask).await
     }
 
-    /// Asks the member at `addr` to settle `settle` (see [`Peers::reserve`]). Never sent
-    /// twice: a settle the owner applied is unknown the second time.
+    /// Asks the member at `addr` to settle `settle` (see
+    /// [`ringlimit_core::link::reserve::settle`]).
     pub async fn settle(
         &self,
         addr: &str,
         settle: PeerSettle,
-    ) -> Result<OwnerSaid<SettleAnswer>, SessionError> {
-        let frame = Frame::Settle {
-            settles: vec![settle],
-        };
-        match self
-            .reservations
-            .request(addr, &frame, RESERVE_WITHIN, RESERVE_SINCE, false)
-            .await?
-        {
-            Pooled::Older(v) => Ok(OwnerSaid::Older(v)),
-            Pooled::Answer(Frame::Settled { mut answers }) if answers.len() == 1 => {
-                Ok(OwnerSaid::Answer(answers.remove(0)))
-            }
-            Pooled::Answer(other) => Err(SessionError::Unexpected(other.kind())),
-        }
+    ) -> Result<CheckAnswer, ReserveError> {
+        link_reserve::settle(&self.reservations, addr, settle).await
     }
 
     /// Asks the member at `addr` to drop the buckets `ids`; returns how many it held.

@@ -50,6 +50,6 @@ pub mod recall;
 pub mod reset;
 pub mod server;
 
-pub use facade::{LeaseLink, OwnerSaid, Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
+pub use facade::{LeaseLink, Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
 pub use recall::Recall;
 pub use server::{PeerServer, Relay, ServerSettings};

@@ -18,7 +18,7 @@ use crate::cluster::View;
 use crate::decide::{Here, On};
 use crate::engine::Prepared;
 use crate::metrics::PeerRpcMetrics;
-use crate::peers::{OwnerSaid, PeersHandle, Recall};
+use crate::peers::{PeersHandle, Recall};
 use crate::reservations;
 use arc_swap::ArcSwap;
 use gate::Turn;
@@ -26,13 +26,10 @@ use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
 use ringlimit_core::lease::{self, Take};
-use ringlimit_core::link::SessionError;
 use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{
-    Mark, PeerAnswer, PeerCheck, PeerRefund, PeerReserve, PeerSettle, RESERVE_SINCE, SettleAnswer,
-};
+use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund, PeerReserve, PeerSettle};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use timed::Timed;
@@ -209,17 +206,7 @@ impl Dispatcher {
             ttl_ms,
             nonce,
         };
-        match self.pool.peers().reserve(&addr, ask).await {
-            Ok(OwnerSaid::Answer(PeerAnswer::Answer(a))) => Ok(a),
-            Ok(OwnerSaid::Answer(PeerAnswer::Error { code, message })) => {
-                Err(ReserveError::from_owner(&code, &message))
-            }
-            Ok(OwnerSaid::Answer(_)) => Err(ReserveError::Unavailable(
-                "the key's owner answered out of turn".into(),
-            )),
-            Ok(OwnerSaid::Older(v)) => Err(older(v)),
-            Err(e) => Err(unreachable_owner(&e)),
-        }
+        self.pool.peers().reserve(&addr, ask).await
     }
 
     /// Settles reservation `nonce` of a prepared check's bucket at its actual cost (`p.cost`)
@@ -243,17 +230,7 @@ impl Dispatcher {
             nonce,
             cost: p.cost,
         };
-        match self.pool.peers().settle(&addr, settle).await {
-            Ok(OwnerSaid::Answer(SettleAnswer::Answer(a))) => Ok(a),
-            Ok(OwnerSaid::Answer(SettleAnswer::Unknown)) => Err(ReserveError::Unknown),
-            Ok(OwnerSaid::Answer(SettleAnswer::Error { code, message })) => {
-                Err(ReserveError::from_owner(&code, &message))
-            }
-            // An owner that predates reservations keeps none: what it was sent came to
-            // another owner, which the ring has since replaced.
-            Ok(OwnerSaid::Older(_)) => Err(ReserveError::Unknown),
-            Err(e) => Err(unreachable_owner(&e)),
-        }
+        self.pool.peers().settle(&addr, settle).await
     }
 
     /// The peer address of bucket `id`'s owner under `view`; `None`: this node. Without a
@@ -496,17 +473,6 @@ impl coordinator::Here<Prepared<'_>> for &Here {
         let here: &Here = self;
         here.hold_on(On::Copy, p.id, &p.resolved, p.cost, now)
     }
-}
-
-/// An owner that speaks protocol `v`, older than reservations.
-fn older(v: u16) -> ReserveError {
-    ReserveError::Unavailable(format!(
-        "the key's owner runs an older ringlimit (peer protocol {v}, reservations need {RESERVE_SINCE}); upgrade it"
-    ))
-}
-
-fn unreachable_owner(e: &SessionError) -> ReserveError {
-    ReserveError::Unavailable(format!("the key's owner did not answer ({e})"))
 }
 
 impl Item for Prepared<'_> {
