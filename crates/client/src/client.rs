@@ -7,7 +7,7 @@ use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::coordinator::{self, Many, Site};
-use ringlimit_core::link::{PeerSettings, PeerStats};
+use ringlimit_core::link::{PeerSettings, PeerStats, SessionPool, Sessions};
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) fallback: Fallback,
     pub(crate) stats: Counters,
     peer_stats: Arc<PeerStats>,
+    /// Connections of their own to owners, kept for reservations.
+    pub(crate) reservations: SessionPool,
 }
 
 #[derive(Default)]
@@ -109,6 +111,10 @@ impl Client {
             open_for: Duration::from_millis(250),
             queue: 8192,
         });
+        let reservations = SessionPool::new(
+            Sessions::new(link.clone()),
+            ringlimit_core::link::reserve::SESSIONS_PER_OWNER,
+        );
         let inner = Arc::new(Inner {
             fallback: Fallback::new(settings.fallback_max_keys, settings.fallback_share),
             settings,
@@ -119,6 +125,7 @@ impl Client {
             wake: Arc::new(Notify::new()),
             stats: Counters::default(),
             peer_stats: Arc::new(PeerStats::default()),
+            reservations,
         });
         if let Err(e) = inner.refresh().await {
             tracing::warn!(error = %e, "no ringlimit seed answered; checks are degraded until one does");

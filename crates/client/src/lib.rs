@@ -30,6 +30,8 @@
 //! - `topology` — members, ring and rules as discovered over HTTP.
 //! - `fallback` — the local limiter used when the cluster cannot answer.
 //! - `site` — the client's side of core's coordinator (routing, fail mode, counters).
+//! - [`reserve`] — [`Client::reserve`], [`Reservation::settle`]: costs known afterwards (LLM
+//!   tokens), reserved at the bucket's owner and settled later.
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
 pub mod all;
@@ -38,6 +40,7 @@ pub mod check;
 pub mod client;
 mod fallback;
 pub mod layer;
+pub mod reserve;
 mod site;
 mod topology;
 
@@ -46,4 +49,5 @@ pub use builder::{BuildError, ClientBuilder, FailMode, FallbackShare, Settings};
 pub use check::{Check, ClientError};
 pub use client::{Client, ClientStats};
 pub use layer::{RateLimit, RateLimitLayer};
+pub use reserve::{Reservation, Reserve, ReserveError};
 pub use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule, RuleRef};
