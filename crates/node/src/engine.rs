@@ -853,4 +853,46 @@ mod tests {
         e.take_in(3, handed(1), T0);
         assert_eq!(e.decide_at(3, &rule, 0, T0).remaining, 0);
     }
+
+    /// A reservation at the owner: given back, taken into debt; while a bucket owes, every
+    /// decision on it denies (checks, holds, lease grants, reserves) and takes nothing; the
+    /// repayment takes what the bucket admits; a reset forgets the debt.
+    #[test]
+    fn a_bucket_in_debt_denies_everything_until_repaid() {
+        let (e, rule) = engine();
+        let sec = 1_000_000_000;
+        let (id, ttl) = (9, 60 * sec);
+        let a = e.reserve(id, &rule, 6, (1, ttl), T0).expect("kept");
+        assert_eq!((a.allowed, a.remaining), (true, 4));
+        assert_eq!(e.settle(id, &rule, 1, 2, T0).map(|a| a.remaining), Some(8));
+        assert_eq!(e.settle(id, &rule, 1, 2, T0), None, "settled once");
+        // 5 reserved (3 left), 10 used: 3 more taken now, 2 owed.
+        e.reserve(id, &rule, 5, (2, ttl), T0).expect("kept");
+        let a = e.settle(id, &rule, 2, 10, T0).expect("live");
+        assert_eq!((a.allowed, a.remaining), (false, 0));
+        assert_eq!(e.debts().total(), 2);
+        assert!(!e.decide_at(id, &rule, 1, T0).allowed);
+        assert_eq!(e.hold(id, &rule, 1, T0).1, None, "nothing taken");
+        assert!(matches!(
+            e.lease(id, &rule, "n1", 5, T0),
+            LeaseGrant::Refused { .. }
+        ));
+        let denied = e.reserve(id, &rule, 1, (3, ttl), T0).expect("answered");
+        assert!(!denied.allowed && e.reservations().is_empty());
+        // 10 a second: the 2 owed are back after 200 ms, and repaid.
+        assert_eq!(e.repay(T0 + 100_000_000), 1);
+        assert_eq!(e.repay(T0 + 200_000_000), 1);
+        assert_eq!(e.debts().total(), 0);
+        assert!(
+            !e.decide_at(id, &rule, 1, T0 + 200_000_000).allowed,
+            "all repaid, none left"
+        );
+        assert!(e.decide_at(id, &rule, 1, T0 + 300_000_000).allowed);
+        // Expired reservations are swept; a reset forgets a debt.
+        e.reserve(id, &rule, 0, (4, sec), T0 + sec).expect("kept");
+        assert_eq!(e.sweep_reservations(T0 + 3 * sec), 1);
+        e.debts().add(id, rule, 5);
+        e.reset(&[id]);
+        assert!(e.decide_at(id, &rule, 1, T0 + 3 * sec).allowed);
+    }
 }
