@@ -20,7 +20,7 @@
 use crate::check::{CheckError, Resolved};
 use crate::limiter::{Decision, Rule};
 use crate::rule::Mode;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use ringlimit_proto::peer::Mark;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -258,13 +258,15 @@ struct Debt {
 }
 
 /// The buckets in debt, at most `max`. Every check of a bucket looks here first, so that a
-/// bucket in debt denies: [`Debts::owed`] costs one relaxed load while no bucket is.
+/// bucket in debt denies: [`Debts::owed`] costs one relaxed load while no bucket is, and a
+/// shared read lock while any is (checks of other buckets do not wait for each other; only
+/// the repayments and settles above their estimates write).
 #[derive(Debug)]
 pub struct Debts {
     max: usize,
     /// Whether `owed` may hold anything.
     any: AtomicBool,
-    owed: Mutex<HashMap<u64, Debt>>,
+    owed: RwLock<HashMap<u64, Debt>>,
     /// Tokens owed since start, repaid since start, and left unrecorded (the ledger full).
     pub incurred: AtomicU64,
     pub repaid: AtomicU64,
@@ -276,7 +278,7 @@ impl Debts {
         Self {
             max,
             any: AtomicBool::new(false),
-            owed: Mutex::new(HashMap::new()),
+            owed: RwLock::new(HashMap::new()),
             incurred: AtomicU64::new(0),
             repaid: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -289,7 +291,7 @@ impl Debts {
         if !self.any.load(Ordering::Relaxed) {
             return None;
         }
-        self.owed.lock().get(&id).map(|d| d.tokens)
+        self.owed.read().get(&id).map(|d| d.tokens)
     }
 
     /// Bucket `id` owes `tokens` more, to be taken under `rule`. A bucket not in debt yet
@@ -299,7 +301,7 @@ impl Debts {
         if tokens == 0 {
             return 0;
         }
-        let mut owed = self.owed.lock();
+        let mut owed = self.owed.write();
         let full = owed.len() >= self.max;
         match owed.entry(id) {
             Entry::Occupied(mut e) => {
@@ -326,7 +328,7 @@ impl Debts {
         if !self.any.load(Ordering::Relaxed) {
             return 0;
         }
-        let mut owed = self.owed.lock();
+        let mut owed = self.owed.write();
         let mut repaid = 0;
         owed.retain(|&id, d| {
             let took = take(id, &d.rule, d.tokens).min(d.tokens);
@@ -344,7 +346,7 @@ impl Debts {
         if !self.any.load(Ordering::Relaxed) {
             return;
         }
-        let mut owed = self.owed.lock();
+        let mut owed = self.owed.write();
         for id in ids {
             owed.remove(id);
         }
@@ -353,12 +355,12 @@ impl Debts {
 
     /// Tokens owed now, all buckets together.
     pub fn total(&self) -> u64 {
-        self.owed.lock().values().map(|d| d.tokens).sum()
+        self.owed.read().values().map(|d| d.tokens).sum()
     }
 
     /// Buckets in debt now.
     pub fn len(&self) -> usize {
-        self.owed.lock().len()
+        self.owed.read().len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -498,4 +498,60 @@ mod tests {
             "read, not taken"
         );
     }
+
+    /// Reservations are kept only by a connection that agreed on protocol 7: a peer that
+    /// agreed on 6 and sends one anyway is closed; on 7, a reserve of a bucket is kept and
+    /// settled once.
+    #[tokio::test(start_paused = true)]
+    async fn reservations_need_protocol_7_and_settle_once() {
+        use ringlimit_proto::peer::{PeerReserve, PeerSettle, SettleAnswer};
+        let net = MemNet::new();
+        let _server = server(&net);
+        let within = Duration::from_secs(1);
+        let c = check("a");
+        let reserve = Frame::Reserve {
+            asks: vec![PeerReserve {
+                key: c.key.clone(),
+                rule: c.rule.clone(),
+                cost: 3,
+                ttl_ms: 1_000,
+                nonce: 77,
+            }],
+        };
+        let mut old = log_in(&net, 6).await;
+        framing::send(&mut old, &reserve).await.expect("sent");
+        assert!(framing::recv(&mut old, within).await.is_err(), "closed");
+
+        let mut conn = log_in(&net, PROTOCOL_VERSION).await;
+        framing::send(&mut conn, &reserve).await.expect("sent");
+        let Frame::Reserved { answers } = framing::recv(&mut conn, within).await.expect("answer")
+        else {
+            panic!("not reserved");
+        };
+        assert!(
+            matches!(&answers[..], [PeerAnswer::Answer(a)] if a.allowed && a.remaining == 2),
+            "{answers:?}"
+        );
+        let settle = Frame::Settle {
+            settles: vec![PeerSettle {
+                key: c.key,
+                rule: c.rule,
+                nonce: 77,
+                cost: 1,
+            }],
+        };
+        for want_remaining in [Some(4), None] {
+            framing::send(&mut conn, &settle).await.expect("sent");
+            let Frame::Settled { answers } =
+                framing::recv(&mut conn, within).await.expect("answer")
+            else {
+                panic!("not settled");
+            };
+            match (&answers[..], want_remaining) {
+                ([SettleAnswer::Answer(a)], Some(r)) => assert_eq!(a.remaining, r),
+                ([SettleAnswer::Unknown], None) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }
