@@ -53,6 +53,7 @@ mkdir -p "$OUT_DIR"
 #   scale.sh           30000      (bench/scale.py: a pair a node, up to 31999 when some are held)
 #   hot_key.sh         29400
 #   sdk_hot.sh         29450
+#   reserve.sh         28800
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
 default_base_port() {
@@ -75,6 +76,7 @@ default_base_port() {
     scale.sh) echo 30000 ;;
     hot_key.sh) echo 29400 ;;
     sdk_hot.sh) echo 29450 ;;
+    reserve.sh) echo 28800 ;;
     faults.sh | accuracy.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac

@@ -324,3 +324,81 @@ async fn a_python_grpcio_client_compiled_from_our_proto_against_three_nodes() ->
     }
     cluster.stop().await
 }
+
+/// `Reserve` and `Settle` over gRPC, through different nodes of three: a denied reserve is an
+/// answer with no reservation; a settle gives back; a second settle and a garbage id are
+/// NOT_FOUND unknown_reservation; a bad ttl_ms is INVALID_ARGUMENT; an id taken over gRPC
+/// settles over HTTP.
+#[tokio::test]
+async fn reserve_and_settle_over_grpc_route_to_the_owner() -> Result<()> {
+    let cluster = TestCluster::start_with(3, with_rules).await?;
+    let (mut a, mut b) = (client(&cluster[0]).await?, client(&cluster[1]).await?);
+    // A day's fixed window of 1,000 (no boundary within the test).
+    let mut check = inline(
+        "grpc:llm",
+        1_000,
+        86_400_000,
+        pb::Algorithm::FixedWindow as i32,
+    );
+    check.cost = Some(600);
+    let reserve = |check: &pb::CheckRequest, ttl_ms| pb::ReserveRequest {
+        check: Some(check.clone()),
+        ttl_ms,
+    };
+    let r = a.reserve(reserve(&check, None)).await?.into_inner();
+    let answer = r.answer.context("an answer")?;
+    ensure!(
+        answer.allowed && answer.remaining == 400 && r.cost == 600,
+        "{r:?}"
+    );
+    ensure!(!r.reservation.is_empty());
+    // 600 more do not fit: denied, nothing kept.
+    let denied = b.reserve(reserve(&check, Some(5_000))).await?.into_inner();
+    ensure!(
+        denied.reservation.is_empty() && !denied.answer.context("an answer")?.allowed,
+        "{denied:?}"
+    );
+    let settled = b
+        .settle(pb::SettleRequest {
+            reservation: r.reservation.clone(),
+            cost: 100,
+        })
+        .await?
+        .into_inner();
+    ensure!(settled.remaining == 900, "{settled:?}");
+    let again = pb::SettleRequest {
+        reservation: r.reservation,
+        cost: 100,
+    };
+    ensure!(refused(a.settle(again).await) == (Code::NotFound, "unknown_reservation".into()));
+    let garbage = pb::SettleRequest {
+        reservation: "not-an-id".into(),
+        cost: 1,
+    };
+    ensure!(refused(b.settle(garbage).await) == (Code::NotFound, "unknown_reservation".into()));
+    ensure!(
+        refused(a.reserve(reserve(&check, Some(0))).await)
+            == (Code::InvalidArgument, "invalid_request".into())
+    );
+    ensure!(
+        refused(
+            a.reserve(pb::ReserveRequest {
+                check: None,
+                ttl_ms: None
+            })
+            .await
+        ) == (Code::InvalidArgument, "invalid_request".into())
+    );
+    // Taken over gRPC, settled over HTTP through the third node.
+    let r = a.reserve(reserve(&check, None)).await?.into_inner();
+    let reply = cluster[2]
+        .api()
+        .post(
+            "/v1/settle",
+            &json!({ "reservation": r.reservation, "cost": 600 }),
+        )
+        .await?;
+    ensure!(reply.status == 200, "{}", reply.text);
+    ensure!(reply.json()?["remaining"] == 300, "{}", reply.text);
+    Ok(())
+}

@@ -673,6 +673,87 @@ async fn a_frozen_owners_keys_are_decided_by_its_replica() -> Result<()> {
     Ok(())
 }
 
+/// Reservations through the SDK, at the bucket's owner: a reservation given back and settled
+/// once; ids cross between the SDK and the HTTP API (any node) both ways; above the estimate
+/// the bucket goes into debt and denies; dropped unsettled, the estimate stays; a string that
+/// is not an id is unknown.
+#[tokio::test]
+async fn reservations_through_the_sdk_are_kept_at_the_owner_and_settled_once() -> Result<()> {
+    use ringlimit_client::{Reserve, ReserveError, RuleRef};
+    let cluster = TestCluster::start(3).await?;
+    let client = Client::builder()
+        .seeds(http_seeds([&cluster[0].http]))
+        .deadline(Duration::from_secs(1))
+        .build()
+        .await?;
+    // A day's window: no boundary within the test.
+    let inline = InlineRule {
+        limit: 1_000,
+        period_ms: 86_400_000,
+        algorithm: Algorithm::FixedWindow,
+        burst: None,
+    };
+    let rule = RuleRef::Inline(inline);
+    let key = "llm:team-1";
+    let granted = |r: Reserve| match r {
+        Reserve::Granted(r) => Ok(r),
+        Reserve::Denied(a) => Err(anyhow::anyhow!("denied: {a:?}")),
+    };
+    let r = granted(client.reserve(key, rule.clone(), 300, MINUTE).await?)?;
+    ensure!(r.answer.remaining == 700, "{:?}", r.answer);
+    let id = r.id().to_owned();
+    let after = r.settle(100).await?;
+    ensure!(after.remaining == 900, "{after:?}");
+    ensure!(client.settle(&id, 100).await == Err(ReserveError::Unknown));
+
+    // Reserved over HTTP at one node, settled through the SDK; and the other way round.
+    let body = serde_json::json!({ "key": key, "limit": 1_000, "period_ms": 86_400_000,
+        "algorithm": "fixed_window", "cost": 200 });
+    let reply = cluster[1].api().post("/v1/reserve", &body).await?;
+    ensure!(reply.status == 200, "{}", reply.text);
+    let http_id = reply.json()?["reservation"]
+        .as_str()
+        .context("an id")?
+        .to_owned();
+    ensure!(client.settle(&http_id, 50).await?.remaining == 850);
+    let r = granted(client.reserve(key, rule.clone(), 100, MINUTE).await?)?;
+    let reply = cluster[2]
+        .api()
+        .post(
+            "/v1/settle",
+            &serde_json::json!({ "reservation": r.id(), "cost": 1_000 }),
+        )
+        .await?;
+    ensure!(reply.status == 200, "{}", reply.text);
+    // 100 reserved, 1,000 used with 750 left: 750 taken now, 150 owed.
+    let v = reply.json()?;
+    ensure!(v["allowed"] == false && v["remaining"] == 0, "{v}");
+    match client.reserve(key, rule.clone(), 1, MINUTE).await? {
+        Reserve::Denied(a) => ensure!(a.retry_after_ms > 0, "{a:?}"),
+        Reserve::Granted(r) => anyhow::bail!("a bucket in debt reserved: {:?}", r.answer),
+    }
+
+    // Dropped unsettled: the estimate stays taken.
+    let other = "llm:team-2";
+    drop(granted(
+        client.reserve(other, rule.clone(), 400, MINUTE).await?,
+    )?);
+    let peek = client
+        .check(
+            &Check::inline(other, 1_000, Duration::from_secs(86_400))
+                .algorithm(Algorithm::FixedWindow)
+                .cost(0),
+        )
+        .await?;
+    ensure!(peek.remaining == 600, "{peek:?}");
+    ensure!(client.settle("not an id", 1).await == Err(ReserveError::Unknown));
+    ensure!(matches!(
+        client.reserve(key, rule, 1, Duration::ZERO).await,
+        Err(ReserveError::Ttl(0))
+    ));
+    Ok(())
+}
+
 /// With leases on, a key this client checks thousands of times a second is leased from its
 /// owner and decided in-process (`leased: true`, no round trip); a window that denies admits
 /// its limit and never more, with few false denies.

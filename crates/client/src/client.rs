@@ -8,7 +8,7 @@ use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::coordinator::{self, Many, Site};
-use ringlimit_core::link::{PeerSettings, PeerStats, Sessions};
+use ringlimit_core::link::{PeerSettings, PeerStats, SessionPool, Sessions};
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -50,6 +50,8 @@ pub(crate) struct Inner {
     peer_stats: Arc<PeerStats>,
     /// Leases of hot keys, when enabled ([`crate::ClientBuilder::leases`]).
     pub(crate) leasing: Option<Leasing>,
+    /// Connections of their own to owners, kept for reservations.
+    pub(crate) reservations: SessionPool,
 }
 
 impl Drop for Inner {
@@ -129,6 +131,10 @@ impl Client {
             queue: 8192,
         });
         let leases = settings.leases;
+        let reservations = SessionPool::new(
+            Sessions::new(link.clone()),
+            ringlimit_core::link::reserve::SESSIONS_PER_OWNER,
+        );
         let inner = Arc::new(Inner {
             fallback: Fallback::new(settings.fallback_max_keys, settings.fallback_share),
             settings,
@@ -140,6 +146,7 @@ impl Client {
             stats: Counters::default(),
             peer_stats: Arc::new(PeerStats::default()),
             leasing: leases.then(Leasing::new),
+            reservations,
         });
         if let Some(l) = &inner.leasing {
             l.spawn(Arc::downgrade(&inner), Sessions::new(inner.link.clone()));

@@ -31,6 +31,8 @@
 //! - `fallback` — the local limiter used when the cluster cannot answer.
 //! - `lease` — leases of hot keys (opt-in): checks decided in-process on a slice.
 //! - `site` — the client's side of core's coordinator (routing, fail mode, counters).
+//! - [`reserve`] — [`Client::reserve`], [`Reservation::settle`]: costs known afterwards (LLM
+//!   tokens), reserved at the bucket's owner and settled later.
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
 pub mod all;
@@ -40,6 +42,7 @@ pub mod client;
 mod fallback;
 pub mod layer;
 mod lease;
+pub mod reserve;
 mod site;
 mod topology;
 
@@ -48,4 +51,5 @@ pub use builder::{BuildError, ClientBuilder, FailMode, FallbackShare, Settings};
 pub use check::{Check, ClientError};
 pub use client::{Client, ClientStats};
 pub use layer::{RateLimit, RateLimitLayer};
+pub use reserve::{Reservation, Reserve, ReserveError};
 pub use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule, RuleRef};

@@ -17,6 +17,8 @@
 //!   with hysteresis (for leases).
 //! - [`lease`] — leases of hot buckets: the holder's slices ([`lease::Held`]) and the owner's
 //!   sizing ([`lease::grant`]).
+//! - [`reserve`] — reservations (a cost estimated now, settled later) at the bucket's owner:
+//!   its table, its debt ledger, what a settle does.
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
 //! - [`coordinator`] — where a check is decided (here, owner, fallback share), check-many
 //!   grouping, all-or-nothing holds and refunds: one code for the node and the SDK.
@@ -31,5 +33,6 @@ pub mod hot;
 pub mod lease;
 pub mod limiter;
 pub mod link;
+pub mod reserve;
 pub mod rule;
 pub mod store;

@@ -16,6 +16,11 @@
 //! Slices of hot buckets leased to other members (see `ringlimit_core::lease`) are taken here
 //! too ([`Engine::lease`]), and the engine keeps both sides' tables: what is out on lease, and
 //! the slices of other owners' buckets this node holds ([`Engine::held`]).
+//!
+//! So are reservations (see `ringlimit_core::reserve`): this node's table of the reservations
+//! of its buckets ([`Engine::reserve`], [`Engine::settle`]) and its ledger of buckets in debt,
+//! which every decision here looks at first (one relaxed load while no bucket owes anything):
+//! a bucket in debt denies until [`Engine::repay`] has taken what it owes.
 
 use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
@@ -26,6 +31,7 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::lease::{self, Grants, Held, LeaseSettings, Release};
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
+use ringlimit_core::reserve::{self, Debts, Found, Refused, Reservation, Table};
 use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, Store, StoreStats};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
@@ -79,6 +85,10 @@ pub struct Engine {
     grants: Grants,
     /// Slices of other owners' buckets held here.
     held: Arc<Held>,
+    /// Reservations of this node's buckets, live.
+    reservations: Table,
+    /// This node's buckets in debt (settled above what they admitted).
+    debts: Debts,
 }
 
 impl std::fmt::Debug for Engine {
@@ -103,6 +113,8 @@ impl Engine {
             clock,
             grants: Grants::new(MOST_SLICES),
             held: Arc::new(Held::new(LeaseSettings::default())),
+            reservations: Table::new(reserve::MOST_RESERVATIONS),
+            debts: Debts::new(reserve::MOST_DEBTS),
         }
     }
 
@@ -206,9 +218,20 @@ impl Engine {
     }
 
     /// The store's check, the time read by `now` (see `Store::check_now`), a miss starting
-    /// from a copy (see [`Engine::decide`]).
+    /// from a copy (see [`Engine::decide`]); a bucket in debt denies (and takes nothing).
     #[inline]
     fn check_now(&self, id: u64, rule: &Rule, cost: u64, now: impl FnOnce() -> u64) -> Decision {
+        if let Some(owed) = self.debts.owed(id) {
+            let now = now();
+            let peek = self.check_raw(id, rule, 0, || now);
+            return reserve::in_debt(peek, rule, owed, now);
+        }
+        self.check_raw(id, rule, cost, now)
+    }
+
+    /// [`Engine::check_now`] whatever the bucket owes: repayments, and settles' takes.
+    #[inline]
+    fn check_raw(&self, id: u64, rule: &Rule, cost: u64, now: impl FnOnce() -> u64) -> Decision {
         let seed = || self.copy_of(id);
         self.store
             .check_seeded(Kind::Replicated, id, rule, now, cost, seed)
@@ -266,6 +289,7 @@ impl Engine {
     /// held.
     pub fn reset(&self, ids: &[u64]) -> u64 {
         self.grants.forget(ids);
+        self.debts.forget(ids);
         for &id in ids {
             self.held.release(id, Release::Revoked);
         }
@@ -287,6 +311,96 @@ impl Engine {
                 self.check_now(id, rule, n, || now)
             })
         })
+    }
+
+    /// Reserves `estimate` of bucket `id` (this node owns it) at `now` for `ttl_ns`, kept
+    /// under `nonce`: the check's answer (denied: nothing kept), or why it was not kept
+    /// (nothing taken then either).
+    pub fn reserve(
+        &self,
+        id: u64,
+        rule: &Rule,
+        estimate: u64,
+        (nonce, ttl_ns): (u128, u64),
+        now: u64,
+    ) -> Result<CheckAnswer, Refused> {
+        if self.reservations.is_full() {
+            return Err(Refused::Full(self.reservations.max()));
+        }
+        let (answer, mark) = self.hold(id, rule, estimate, now);
+        if !answer.allowed {
+            self.reservations
+                .stats
+                .denied
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(answer);
+        }
+        let kept = Reservation {
+            id,
+            rule: *rule,
+            estimate,
+            mark,
+            deadline: now.saturating_add(ttl_ns),
+        };
+        if let Err(refused) = self.reservations.insert(nonce, kept) {
+            if let Some(mark) = mark {
+                self.refund(id, rule, estimate, mark, now);
+            }
+            return Err(refused);
+        }
+        Ok(answer)
+    }
+
+    /// Settles reservation `nonce` of bucket `id` at its `actual` cost at `now` (see
+    /// [`reserve::settle`]): the bucket's answer afterwards (a read: in debt, it denies), or
+    /// `None` when no such reservation is live here.
+    pub fn settle(
+        &self,
+        id: u64,
+        rule: &Rule,
+        nonce: u128,
+        actual: u64,
+        now: u64,
+    ) -> Option<CheckAnswer> {
+        let Found::Live(r) = self.reservations.take(nonce, id, now) else {
+            return None;
+        };
+        let indebted = self.debts.owed(id).is_some();
+        let s = reserve::settle(&mut self.bucket(id, rule, now), &r, actual, indebted);
+        self.debts.add(id, *rule, s.owed);
+        Some(self.decide_at(id, rule, 0, now))
+    }
+
+    /// Repays what buckets owe at `now` from what each admits; returns the tokens repaid.
+    pub fn repay(&self, now: u64) -> u64 {
+        self.debts
+            .repay(|id, rule, owed| reserve::take_up_to(&mut self.bucket(id, rule, now), owed))
+    }
+
+    /// Drops the reservations expired at `now` (their estimates stay taken); returns how
+    /// many.
+    pub fn sweep_reservations(&self, now: u64) -> u64 {
+        self.reservations.sweep(now)
+    }
+
+    /// The live reservations of this node's buckets.
+    pub fn reservations(&self) -> &Table {
+        &self.reservations
+    }
+
+    /// This node's buckets in debt.
+    pub fn debts(&self) -> &Debts {
+        &self.debts
+    }
+
+    /// Bucket `id` at `now`, as a settle or a repayment decides on it.
+    fn bucket<'a>(&'a self, id: u64, rule: &'a Rule, now: u64) -> Owned<'a> {
+        Owned {
+            engine: self,
+            id,
+            rule,
+            now,
+        }
     }
 
     /// The slices of other owners' buckets this node holds.
@@ -486,6 +600,25 @@ impl Engine {
     /// many.
     pub fn drop_copies(&self, pick: impl FnMut(u64, &BucketState) -> bool) -> usize {
         self.copies.take_if(pick).len()
+    }
+}
+
+/// One of this node's buckets at one instant, for `ringlimit_core::reserve`: its decisions
+/// ignore debt (they are the repayments).
+struct Owned<'a> {
+    engine: &'a Engine,
+    id: u64,
+    rule: &'a Rule,
+    now: u64,
+}
+
+impl reserve::Bucket for Owned<'_> {
+    fn decide(&mut self, cost: u64) -> Decision {
+        self.engine.check_raw(self.id, self.rule, cost, || self.now)
+    }
+
+    fn refund(&mut self, cost: u64, mark: Mark) {
+        self.engine.refund(self.id, self.rule, cost, mark, self.now);
     }
 }
 
@@ -719,5 +852,47 @@ mod tests {
         e.forget_recalled();
         e.take_in(3, handed(1), T0);
         assert_eq!(e.decide_at(3, &rule, 0, T0).remaining, 0);
+    }
+
+    /// A reservation at the owner: given back, taken into debt; while a bucket owes, every
+    /// decision on it denies (checks, holds, lease grants, reserves) and takes nothing; the
+    /// repayment takes what the bucket admits; a reset forgets the debt.
+    #[test]
+    fn a_bucket_in_debt_denies_everything_until_repaid() {
+        let (e, rule) = engine();
+        let sec = 1_000_000_000;
+        let (id, ttl) = (9, 60 * sec);
+        let a = e.reserve(id, &rule, 6, (1, ttl), T0).expect("kept");
+        assert_eq!((a.allowed, a.remaining), (true, 4));
+        assert_eq!(e.settle(id, &rule, 1, 2, T0).map(|a| a.remaining), Some(8));
+        assert_eq!(e.settle(id, &rule, 1, 2, T0), None, "settled once");
+        // 5 reserved (3 left), 10 used: 3 more taken now, 2 owed.
+        e.reserve(id, &rule, 5, (2, ttl), T0).expect("kept");
+        let a = e.settle(id, &rule, 2, 10, T0).expect("live");
+        assert_eq!((a.allowed, a.remaining), (false, 0));
+        assert_eq!(e.debts().total(), 2);
+        assert!(!e.decide_at(id, &rule, 1, T0).allowed);
+        assert_eq!(e.hold(id, &rule, 1, T0).1, None, "nothing taken");
+        assert!(matches!(
+            e.lease(id, &rule, "n1", 5, T0),
+            LeaseGrant::Refused { .. }
+        ));
+        let denied = e.reserve(id, &rule, 1, (3, ttl), T0).expect("answered");
+        assert!(!denied.allowed && e.reservations().is_empty());
+        // 10 a second: the 2 owed are back after 200 ms, and repaid.
+        assert_eq!(e.repay(T0 + 100_000_000), 1);
+        assert_eq!(e.repay(T0 + 200_000_000), 1);
+        assert_eq!(e.debts().total(), 0);
+        assert!(
+            !e.decide_at(id, &rule, 1, T0 + 200_000_000).allowed,
+            "all repaid, none left"
+        );
+        assert!(e.decide_at(id, &rule, 1, T0 + 300_000_000).allowed);
+        // Expired reservations are swept; a reset forgets a debt.
+        e.reserve(id, &rule, 0, (4, sec), T0 + sec).expect("kept");
+        assert_eq!(e.sweep_reservations(T0 + 3 * sec), 1);
+        e.debts().add(id, rule, 5);
+        e.reset(&[id]);
+        assert!(e.decide_at(id, &rule, 1, T0 + 3 * sec).allowed);
     }
 }

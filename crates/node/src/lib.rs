@@ -23,6 +23,9 @@
 //!   the copies a node comes to own.
 //! - [`leases`] — beside the replicas: the slices of hot buckets this node holds, asked of
 //!   their owners and given back (the tables are the engine's; checks take in [`routing`]).
+//! - [`reservations`] — beside the leases: costs estimated now and settled later, kept at the
+//!   bucket's owner (the table and the debt ledger are the engine's); the task that repays
+//!   debts and sweeps expired reservations.
 //! - [`routing`] — the node's side of core's coordinator (here, owner, fallback share), the
 //!   batch gate and the peer RPC timing.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per
@@ -61,6 +64,7 @@ pub mod metrics;
 pub mod node;
 pub(crate) mod peers;
 pub(crate) mod replicas;
+pub(crate) mod reservations;
 pub(crate) mod routing;
 pub mod rules;
 pub(crate) mod service;

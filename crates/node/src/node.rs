@@ -397,6 +397,7 @@ pub async fn run(
         engine: engine.clone(),
         stats: lease_stats.clone(),
     });
+    metrics.register(crate::reservations::ReservationCollector(engine.clone()));
     metrics.register(crate::global::metrics::GlobalCollector(global.clone()));
     metrics.register(GossipCollector(gossip_stats));
     metrics.register(ConnCollector {
@@ -442,6 +443,7 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
     tasks.spawn(hot_keys.run(engine.held().clone()));
+    tasks.spawn(crate::reservations::upkeep(engine.clone()));
     tasks.spawn(
         crate::leases::Asking {
             engine: engine.clone(),

@@ -12,6 +12,8 @@
 //! - [`peer`]: frames of the peer protocol and their bounded codec.
 //! - [`auth`]: the shared-secret challenge-response and datagram MACs.
 //! - [`handshake`]: the peer handshake as sans-I/O state machines.
+//! - [`reservation`]: the id of a reservation (a cost estimated now, settled later), which
+//!   any node decodes to route a settle to the bucket's owner.
 //! - [`discovery`]: the cluster's members and rules as nodes tell clients over HTTP.
 
 pub mod algorithm;
@@ -21,6 +23,7 @@ pub mod discovery;
 pub mod handshake;
 pub mod identity;
 pub mod peer;
+pub mod reservation;
 pub mod ring;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};

@@ -31,7 +31,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   the ring ([`Frame::Recall`]); copies stream without acknowledgements
 ///   ([`Frame::ReplicateOneWay`]).
 /// - 6: leases: a member (or an SDK) asks a bucket's owner for a slice of it ([`Frame::Lease`]).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// - 7: reservations: a cost estimated now and settled later at the bucket's owner
+///   ([`Frame::Reserve`], [`Frame::Settle`]).
+pub const PROTOCOL_VERSION: u16 = 7;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -44,6 +46,9 @@ pub const RECALL_SINCE: u16 = 5;
 /// The first version whose peers grant leases ([`Frame::Lease`]; a holder never asks an
 /// older one, and decides those keys at their owner as before).
 pub const LEASE_SINCE: u16 = 6;
+/// The first version whose peers keep reservations ([`Frame::Reserve`], [`Frame::Settle`]; a
+/// node never sends them to an older one, and answers that the owner cannot take them).
+pub const RESERVE_SINCE: u16 = 7;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -140,6 +145,50 @@ pub enum Frame {
     Lease { asks: Vec<LeaseAsk> },
     /// Server → client: the grants, in the order of the asks.
     Leased { grants: Vec<LeaseGrant> },
+    /// Client → server, version 7: reservations of buckets the server owns: each estimate is
+    /// taken like a check's cost and remembered under the sender's nonce until settled or
+    /// expired. Answered by `Reserved`, one answer per ask, in order.
+    Reserve { asks: Vec<PeerReserve> },
+    /// Server → client: the check answer of each ask (admitted: reserved; denied: nothing
+    /// remembered), or its error.
+    Reserved { answers: Vec<PeerAnswer> },
+    /// Client → server, version 7: the actual costs of reservations the server keeps: the
+    /// difference from each estimate is given back or taken (into debt beyond what the bucket
+    /// admits). Answered by `Settled`, in order.
+    Settle { settles: Vec<PeerSettle> },
+    /// Server → client: one answer per settle, in order.
+    Settled { answers: Vec<SettleAnswer> },
+}
+
+/// Reserve `cost` (an estimate) of the bucket of (`key`, `rule`) for `ttl_ms`, remembered under
+/// `nonce` (random, chosen by the sender, which builds the reservation's id from it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReserve {
+    pub key: String,
+    pub rule: RuleRef,
+    pub cost: u64,
+    pub ttl_ms: u64,
+    pub nonce: u128,
+}
+
+/// Settle the reservation `nonce` of the bucket of (`key`, `rule`) at its actual `cost`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerSettle {
+    pub key: String,
+    pub rule: RuleRef,
+    pub nonce: u128,
+    pub cost: u64,
+}
+
+/// The owner's answer to one [`PeerSettle`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SettleAnswer {
+    /// Settled: the bucket's answer after the difference was given back or taken.
+    Answer(CheckAnswer),
+    /// No such reservation here: expired, settled already, or never issued.
+    Unknown,
+    /// The settle was invalid at the owner; the contract's code.
+    Error { code: String, message: String },
 }
 
 /// A holder asks the owner of (`key`, `rule`) for `want` tokens of its bucket, having spent
@@ -481,6 +530,10 @@ impl Frame {
             Frame::ReplicateOneWay { .. } => "replicate_one_way",
             Frame::Lease { .. } => "lease",
             Frame::Leased { .. } => "leased",
+            Frame::Reserve { .. } => "reserve",
+            Frame::Reserved { .. } => "reserved",
+            Frame::Settle { .. } => "settle",
+            Frame::Settled { .. } => "settled",
         }
     }
 }
@@ -662,6 +715,70 @@ mod tests {
             (Frame::decode(&bytes).expect("decode"), bytes[0]),
             (leased, 22)
         );
+    }
+
+    /// Version 7's reservation frames round-trip, appended after `Leased` (22): every older
+    /// frame keeps its tag.
+    #[test]
+    fn reservation_frames_round_trip_after_the_older_tags() {
+        let Frame::Checks(groups) = sample() else {
+            unreachable!("sample is a checks frame")
+        };
+        let check = groups[0].checks[0].clone();
+        let answer = CheckAnswer {
+            allowed: true,
+            limit: 5,
+            remaining: 2,
+            reset_at_ms: 9,
+            retry_after_ms: 0,
+            degraded: false,
+            replica: false,
+            leased: false,
+        };
+        let frames = [
+            Frame::Reserve {
+                asks: vec![PeerReserve {
+                    key: check.key.clone(),
+                    rule: check.rule.clone(),
+                    cost: 3,
+                    ttl_ms: 60_000,
+                    nonce: u128::MAX - 1,
+                }],
+            },
+            Frame::Reserved {
+                answers: vec![
+                    PeerAnswer::Answer(answer),
+                    PeerAnswer::Error {
+                        code: "not_owner".into(),
+                        message: "no".into(),
+                    },
+                ],
+            },
+            Frame::Settle {
+                settles: vec![PeerSettle {
+                    key: check.key,
+                    rule: check.rule,
+                    nonce: 1 << 100,
+                    cost: 7,
+                }],
+            },
+            Frame::Settled {
+                answers: vec![
+                    SettleAnswer::Answer(answer),
+                    SettleAnswer::Unknown,
+                    SettleAnswer::Error {
+                        code: "invalid_cost".into(),
+                        message: "no".into(),
+                    },
+                ],
+            },
+        ];
+        for (f, tag) in frames.into_iter().zip(23u8..) {
+            let bytes = f.encode().expect("encode");
+            assert_eq!((Frame::decode(&bytes).expect("decode"), bytes[0]), (f, tag));
+        }
+        let leased = Frame::Leased { grants: vec![] };
+        assert_eq!(leased.encode().expect("encode")[0], 22, "unmoved");
     }
 
     /// Version 3 says a group's kind in a field; version 2's frame (tag 5, kind in the id's

@@ -11,7 +11,9 @@
 //! - [`memnet`] — an in-memory network for tests, whose links can be cut, stalled and dropped.
 //! - [`client`] — one persistent, pipelined, coalescing connection per peer, with a circuit.
 //! - [`session`] — a connection of its own for one request and its answer (handover, reset),
-//!   or for frames written one way (global counts).
+//!   or for frames written one way (global counts); a pool of them for requests made one at
+//!   a time by many callers (reservations).
+//! - [`reserve`] — reserve and settle at a bucket's owner on pooled sessions.
 //! - [`fanout`] — group checks by owner, send each group, scatter the replies; settle a reply.
 
 pub mod client;
@@ -19,10 +21,11 @@ pub mod dial;
 pub mod fanout;
 pub mod framing;
 pub mod memnet;
+pub mod reserve;
 pub mod session;
 
 #[cfg(test)]
 mod tests;
 
 pub use client::{ForwardError, PeerClient, PeerSettings, PeerStats};
-pub use session::{Session, SessionError, Sessions};
+pub use session::{Pooled, Session, SessionError, SessionPool, Sessions};

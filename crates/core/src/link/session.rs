@@ -6,7 +6,9 @@ use super::client::{Connection, PeerSettings, connect};
 use super::framing::{self, LinkError};
 use bytes::Bytes;
 use futures::SinkExt;
+use parking_lot::Mutex;
 use ringlimit_proto::peer::Frame;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,5 +132,98 @@ impl Session {
     /// Drops the connection: the next exchange makes a new one.
     pub fn close(&mut self) {
         self.conn = None;
+    }
+}
+
+/// Connections of their own kept open between requests, a few per peer, for requests made
+/// one at a time by many callers at once (reservations): each request takes an idle session
+/// (or opens one) and puts it back once answered, so a request costs no handshake.
+#[derive(Debug)]
+pub struct SessionPool {
+    sessions: Sessions,
+    idle: Mutex<HashMap<String, Vec<Session>>>,
+    /// Idle sessions kept per peer; more are closed once answered.
+    per_peer: usize,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("addr", &self.addr)
+            .field("connected", &self.conn.is_some())
+            .finish()
+    }
+}
+
+/// A pooled request's answer.
+#[derive(Debug)]
+pub enum Pooled {
+    /// The peer's answer.
+    Answer(Frame),
+    /// The peer speaks a version older than the request needs: nothing was sent.
+    Older(u16),
+}
+
+impl SessionPool {
+    pub fn new(sessions: Sessions, per_peer: usize) -> Self {
+        Self {
+            sessions,
+            idle: Mutex::new(HashMap::new()),
+            per_peer,
+        }
+    }
+
+    /// Sends `frame` to the peer at `addr` when it speaks version `since` or later, and waits
+    /// at most `within` for its answer. With `retry`, a request that failed on an idle
+    /// session (the peer may have closed it meanwhile) is sent once more on a new one: only
+    /// for requests whose repetition is harmless.
+    pub async fn request(
+        &self,
+        addr: &str,
+        frame: &Frame,
+        within: Duration,
+        since: u16,
+        retry: bool,
+    ) -> Result<Pooled, SessionError> {
+        let idle = self.idle.lock().get_mut(addr).and_then(Vec::pop);
+        let reused = idle.is_some();
+        let session = idle.unwrap_or_else(|| self.sessions.open(addr));
+        match self.exchange(session, frame, within, since).await {
+            Err(_) if reused && retry => {
+                let fresh = self.sessions.open(addr);
+                self.exchange(fresh, frame, within, since).await
+            }
+            other => other,
+        }
+    }
+
+    async fn exchange(
+        &self,
+        mut session: Session,
+        frame: &Frame,
+        within: Duration,
+        since: u16,
+    ) -> Result<Pooled, SessionError> {
+        let version = session.version().await?;
+        if version < since {
+            self.put(session);
+            return Ok(Pooled::Older(version));
+        }
+        let answer = session.request(frame, within).await?;
+        self.put(session);
+        Ok(Pooled::Answer(answer))
+    }
+
+    fn put(&self, session: Session) {
+        let mut idle = self.idle.lock();
+        let kept = idle.entry(session.addr.clone()).or_default();
+        if kept.len() < self.per_peer {
+            kept.push(session);
+        }
+    }
+
+    /// Closes the idle sessions of peers not in `keep` (members that left).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.idle.lock().retain(|addr, _| keep(addr));
     }
 }

@@ -466,3 +466,44 @@ mod memnet {
         assert_eq!(net.dials("b"), 2);
     }
 }
+
+/// Reservations go only to an owner that keeps them (protocol 7): an older one is sent
+/// nothing (its decoder would fail the frame), a reserve is unavailable saying why, and a
+/// settle is unknown (the older owner never took the reservation).
+#[tokio::test(start_paused = true)]
+async fn reservations_go_only_to_owners_that_keep_them() {
+    use super::reserve::{reserve, settle};
+    use super::session::{SessionPool, Sessions};
+    use crate::reserve::ReserveError;
+    use ringlimit_proto::peer::{PeerReserve, PeerSettle};
+    let net = MemNet::new();
+    let old = Owner::default();
+    old.version_2.store(true, Ordering::Relaxed);
+    tokio::spawn(old.clone().serve(net.listen("old")));
+    let pool = SessionPool::new(Sessions::new(settings(&net)), 2);
+    let ask = PeerReserve {
+        key: "k".into(),
+        rule: RuleRef::Named("r".into()),
+        cost: 5,
+        ttl_ms: 1_000,
+        nonce: 1,
+    };
+    match reserve(&pool, "old", ask).await {
+        Err(ReserveError::Unavailable(why)) => assert!(why.contains("protocol 2"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let s = PeerSettle {
+        key: "k".into(),
+        rule: RuleRef::Named("r".into()),
+        nonce: 1,
+        cost: 5,
+    };
+    assert_eq!(settle(&pool, "old", s).await, Err(ReserveError::Unknown));
+    // The connection is kept, and checks still go on it.
+    let client = PeerClient::spawn("old".into(), settings(&net), Arc::default());
+    assert_eq!(
+        remaining(&client.send(vec![check("a")]).await.expect("answered")),
+        [1]
+    );
+    assert_eq!(old.groups_seen(), 1, "nothing but the check reached it");
+}

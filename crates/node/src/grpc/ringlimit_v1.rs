@@ -1,13 +1,15 @@
 //! `ringlimit.v1.RateLimiter` (`crates/proto/proto/ringlimit/v1/ratelimiter.proto`): the HTTP
-//! API's three checks as gRPC, over the same check service, with the same validation and error
+//! API's three checks and its reservations (reserve, settle) as gRPC, over the same check service, with the same validation and error
 //! codes. A thin edge: messages in and out, deciding in the service.
 
 use super::{all_code, check_code};
 use crate::rules::RuleSpec;
 use crate::service::all::AllOutcome;
+use crate::service::reserve::Reservation;
 use crate::service::{Check, CheckService, MAX_BATCH, Outcome};
 use ringlimit_core::all::AllError;
 use ringlimit_core::check::CheckError;
+use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::sync::Arc;
 
@@ -32,6 +34,16 @@ fn status(grpc: tonic::Code, code: &str, message: impl std::fmt::Display) -> ton
 
 fn check_status(e: &CheckError) -> tonic::Status {
     status(check_code(e), e.code(), e)
+}
+
+fn reserve_status(e: &ReserveError) -> tonic::Status {
+    let grpc = match e {
+        ReserveError::Check(c) => check_code(c),
+        ReserveError::Ttl(_) | ReserveError::NotReservable(_) => tonic::Code::InvalidArgument,
+        ReserveError::Unknown => tonic::Code::NotFound,
+        ReserveError::TooMany(_) | ReserveError::Unavailable(_) => tonic::Code::Unavailable,
+    };
+    status(grpc, e.code(), e)
 }
 
 fn all_status(e: &AllError) -> tonic::Status {
@@ -201,5 +213,50 @@ impl RateLimiter for RingLimitV1 {
             .await
             .map_err(|e| all_status(&e))?;
         Ok(tonic::Response::new(all_answer(&outcome)))
+    }
+
+    async fn reserve(
+        &self,
+        request: tonic::Request<pb::ReserveRequest>,
+    ) -> Result<tonic::Response<pb::ReserveResponse>, tonic::Status> {
+        let r = request.into_inner();
+        let Some(c) = &r.check else {
+            return Err(status(
+                tonic::Code::InvalidArgument,
+                "invalid_request",
+                "a reservation needs `check`",
+            ));
+        };
+        let c = check(c).map_err(|e| e.status())?;
+        let reserved = self
+            .service
+            .reserve(&c, r.ttl_ms)
+            .await
+            .map_err(|e| reserve_status(&e))?;
+        Ok(tonic::Response::new(match reserved {
+            Reservation::Denied(o) => pb::ReserveResponse {
+                reservation: String::new(),
+                cost: 0,
+                answer: Some(answer(&o)),
+            },
+            Reservation::Reserved(r) => pb::ReserveResponse {
+                reservation: r.id,
+                cost: r.cost,
+                answer: Some(answer(&r.outcome)),
+            },
+        }))
+    }
+
+    async fn settle(
+        &self,
+        request: tonic::Request<pb::SettleRequest>,
+    ) -> Result<tonic::Response<pb::CheckResponse>, tonic::Status> {
+        let r = request.into_inner();
+        let settled = self
+            .service
+            .settle(&r.reservation, r.cost)
+            .await
+            .map_err(|e| reserve_status(&e))?;
+        Ok(tonic::Response::new(answer(&settled.outcome)))
     }
 }

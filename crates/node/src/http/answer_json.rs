@@ -52,6 +52,20 @@ pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bo
     out.push(b'}');
 }
 
+/// A reservation taken: its id and estimate, and the check's answer,
+/// `{"reservation":…,"cost":…,"allowed":…}`. The id is base64url: nothing in it needs escaping.
+pub fn reserved(id: &str, cost: u64, a: &CheckAnswer) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAX_ANSWER_BYTES + id.len() + 48);
+    out.extend_from_slice(b"{\"reservation\":\"");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b"\",\"cost\":");
+    out.extend_from_slice(itoa::Buffer::new().format(cost).as_bytes());
+    out.push(b',');
+    write_fields(&mut out, a);
+    out.push(b'}');
+    out
+}
+
 /// One answer as a body.
 pub fn answer(a: &CheckAnswer, shadow_denied: Option<bool>) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAX_ANSWER_BYTES);

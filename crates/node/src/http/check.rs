@@ -29,26 +29,26 @@ use std::borrow::Cow;
 /// A check as the JSON body spells it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckBody<'a> {
+pub(super) struct CheckBody<'a> {
     #[serde(borrow)]
-    key: Cow<'a, str>,
+    pub key: Cow<'a, str>,
     #[serde(borrow, default)]
-    rule: Option<Cow<'a, str>>,
+    pub rule: Option<Cow<'a, str>>,
     #[serde(default)]
-    limit: Option<u64>,
+    pub limit: Option<u64>,
     #[serde(default)]
-    period_ms: Option<u64>,
+    pub period_ms: Option<u64>,
     #[serde(borrow, default)]
-    algorithm: Option<Cow<'a, str>>,
+    pub algorithm: Option<Cow<'a, str>>,
     #[serde(default)]
-    burst: Option<u64>,
+    pub burst: Option<u64>,
     #[serde(default)]
-    cost: Option<u64>,
+    pub cost: Option<u64>,
 }
 
 impl CheckBody<'_> {
     /// The name of this check's rule in the IETF fields.
-    fn policy_name(&self) -> Cow<'_, str> {
+    pub(super) fn policy_name(&self) -> Cow<'_, str> {
         match (&self.rule, self.limit, self.period_ms) {
             (Some(name), ..) => Cow::Borrowed(name),
             (None, Some(limit), Some(period_ms)) => Cow::Owned(inline_policy_name(&InlineRule {
@@ -66,7 +66,7 @@ impl CheckBody<'_> {
     }
 
     /// The check this body asks for.
-    fn check(&self) -> Result<Check<'_>, ApiError> {
+    pub(super) fn check(&self) -> Result<Check<'_>, ApiError> {
         let fields = RuleFields {
             rule: self.rule.as_deref(),
             limit: self.limit,
@@ -138,7 +138,7 @@ impl<'a> RuleFields<'a> {
 /// Parses a JSON body. The fast path is plain `serde_json`; only a body that fails is parsed
 /// again with path tracking, so that the error names the offending field at no cost to the
 /// valid requests that are nearly all of the traffic.
-fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+pub(super) fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|_| explain::<T>(bytes))
 }
 
@@ -273,7 +273,10 @@ pub(super) fn answer_headers<'a>(
 }
 
 /// [`answer_headers`] as a header map.
-fn header_map<'a>(a: &CheckAnswer, policies: impl IntoIterator<Item = Policy<'a>>) -> HeaderMap {
+pub(super) fn header_map<'a>(
+    a: &CheckAnswer,
+    policies: impl IntoIterator<Item = Policy<'a>>,
+) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(7);
     answer_headers(a, policies, |h, v| {
         if let Ok(v) = HeaderValue::from_bytes(v) {

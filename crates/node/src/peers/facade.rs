@@ -16,10 +16,14 @@ use crate::cluster::View;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
+use ringlimit_core::link::reserve::{self as link_reserve, SESSIONS_PER_OWNER};
 use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
-use ringlimit_core::link::{Session, SessionError, Sessions};
+use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
+use ringlimit_core::reserve::ReserveError;
+use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, RECALL_SINCE, ReplicaBucket,
+    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, PeerReserve, PeerSettle, RECALL_SINCE,
+    ReplicaBucket,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,6 +65,8 @@ pub struct Peers {
     cut_off: AtomicBool,
     /// Connections of their own (handover, reset, global counts).
     sessions: Sessions,
+    /// Connections of their own kept open for reservations (see [`Peers::reserve`]).
+    reservations: SessionPool,
 }
 
 /// A connection of its own to the member after this node on the ring, for recalling buckets
@@ -244,6 +250,7 @@ impl Peers {
         let settings = Arc::new(settings);
         Self {
             sessions: Sessions::new(settings.clone()),
+            reservations: SessionPool::new(Sessions::new(settings.clone()), SESSIONS_PER_OWNER),
             settings,
             peers: ArcSwap::from_pointee(HashMap::new()),
             update: Mutex::new(()),
@@ -322,6 +329,22 @@ impl Peers {
         RecallLink(self.sessions.open(addr))
     }
 
+    /// Asks the member at `addr`, the bucket's owner, to reserve `ask` on a connection kept
+    /// for reservations (see [`ringlimit_core::link::reserve::reserve`]).
+    pub async fn reserve(&self, addr: &str, ask: PeerReserve) -> Result<CheckAnswer, ReserveError> {
+        link_reserve::reserve(&self.reservations, addr, ask).await
+    }
+
+    /// Asks the member at `addr` to settle `settle` (see
+    /// [`ringlimit_core::link::reserve::settle`]).
+    pub async fn settle(
+        &self,
+        addr: &str,
+        settle: PeerSettle,
+    ) -> Result<CheckAnswer, ReserveError> {
+        link_reserve::settle(&self.reservations, addr, settle).await
+    }
+
     /// Asks the member at `addr` to drop the buckets `ids`; returns how many it held.
     pub async fn reset(&self, addr: &str, ids: &[u64]) -> Result<u64, SessionError> {
         let within = self.settings.connect_timeout;
@@ -359,6 +382,8 @@ impl Peers {
         }
         self.peers.store(Arc::new(peers));
         self.generation.fetch_add(1, Ordering::Release);
+        self.reservations
+            .retain(|addr| view.peer_addrs.values().any(|a| a == addr));
     }
 
     fn spawn(&self, addr: String) -> Arc<PeerClient> {

@@ -11,6 +11,8 @@
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
+//! - [`lease`] — `Lease`: slices of hot buckets this node owns.
+//! - [`reserve`] — `Reserve`, `Settle`: costs estimated now and settled later.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
 
 mod checks;
@@ -20,6 +22,7 @@ mod lease;
 mod recall;
 mod refunds;
 mod replicate;
+mod reserve;
 mod reset;
 
 use super::logins::{Login, Logins};
@@ -32,7 +35,7 @@ use futures::StreamExt;
 use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ServerHandshake;
-use ringlimit_proto::peer::{CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind};
+use ringlimit_proto::peer::{CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, RESERVE_SINCE};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -142,8 +145,10 @@ fn members_only(frame: &Frame) -> bool {
     match frame {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
         // A lease is a check of many tokens, and its leftovers come back as refunds: what an
-        // SDK may do too.
-        Frame::Refunds(_) | Frame::Lease { .. } => false,
+        // SDK may do too. A reservation is a check whose cost is settled later: the same.
+        Frame::Refunds(_) | Frame::Lease { .. } | Frame::Reserve { .. } | Frame::Settle { .. } => {
+            false
+        }
         _ => true,
     }
 }
@@ -278,6 +283,10 @@ impl PeerServer {
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Recall { ids } => Some(self.recall(&ids)),
                 Frame::Lease { asks } => Some(self.lease(&caller, asks).await),
+                Frame::Reserve { asks } if version >= RESERVE_SINCE => {
+                    Some(self.reserve(asks).await)
+                }
+                Frame::Settle { settles } if version >= RESERVE_SINCE => Some(self.settle(settles)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
@@ -488,5 +497,61 @@ mod tests {
             engine.holds(a) && engine.peek_copy(b).is_some(),
             "read, not taken"
         );
+    }
+
+    /// Reservations are kept only by a connection that agreed on protocol 7: a peer that
+    /// agreed on 6 and sends one anyway is closed; on 7, a reserve of a bucket is kept and
+    /// settled once.
+    #[tokio::test(start_paused = true)]
+    async fn reservations_need_protocol_7_and_settle_once() {
+        use ringlimit_proto::peer::{PeerReserve, PeerSettle, SettleAnswer};
+        let net = MemNet::new();
+        let _server = server(&net);
+        let within = Duration::from_secs(1);
+        let c = check("a");
+        let reserve = Frame::Reserve {
+            asks: vec![PeerReserve {
+                key: c.key.clone(),
+                rule: c.rule.clone(),
+                cost: 3,
+                ttl_ms: 1_000,
+                nonce: 77,
+            }],
+        };
+        let mut old = log_in(&net, 6).await;
+        framing::send(&mut old, &reserve).await.expect("sent");
+        assert!(framing::recv(&mut old, within).await.is_err(), "closed");
+
+        let mut conn = log_in(&net, PROTOCOL_VERSION).await;
+        framing::send(&mut conn, &reserve).await.expect("sent");
+        let Frame::Reserved { answers } = framing::recv(&mut conn, within).await.expect("answer")
+        else {
+            panic!("not reserved");
+        };
+        assert!(
+            matches!(&answers[..], [PeerAnswer::Answer(a)] if a.allowed && a.remaining == 2),
+            "{answers:?}"
+        );
+        let settle = Frame::Settle {
+            settles: vec![PeerSettle {
+                key: c.key,
+                rule: c.rule,
+                nonce: 77,
+                cost: 1,
+            }],
+        };
+        for want_remaining in [Some(4), None] {
+            framing::send(&mut conn, &settle).await.expect("sent");
+            let Frame::Settled { answers } =
+                framing::recv(&mut conn, within).await.expect("answer")
+            else {
+                panic!("not settled");
+            };
+            match (&answers[..], want_remaining) {
+                ([SettleAnswer::Answer(a)], Some(r)) => assert_eq!(a.remaining, r),
+                ([SettleAnswer::Unknown], None) => {}
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

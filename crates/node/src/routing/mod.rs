@@ -19,15 +19,17 @@ use crate::decide::{Here, On};
 use crate::engine::Prepared;
 use crate::metrics::PeerRpcMetrics;
 use crate::peers::{PeersHandle, Recall};
+use crate::reservations;
 use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
 use ringlimit_core::lease::{self, Take};
+use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund};
+use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund, PeerReserve, PeerSettle};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use timed::Timed;
@@ -169,6 +171,88 @@ impl Dispatcher {
         self.recall_before(items).await;
         let view = self.view.load_full();
         coordinator::check_all(&self.site(&view), items).await
+    }
+
+    /// Reserves a prepared check's cost (its estimate) at the bucket's owner for `ttl_ms`,
+    /// kept there under `nonce`: the check's answer (denied: nothing kept). Never failed open:
+    /// a reservation needs its owner (no owner reached: [`ReserveError::Unavailable`]).
+    pub async fn reserve(
+        &self,
+        p: &Prepared<'_>,
+        ttl_ms: u64,
+        nonce: u128,
+    ) -> Result<CheckAnswer, ReserveError> {
+        self.recall_before(std::slice::from_ref(p)).await;
+        let view = self.view.load_full();
+        let addr = match self.owner_addr(&view, p.id)? {
+            None => {
+                let now = self.here.now();
+                let engine = self.here.engine();
+                return reservations::reserve_here(
+                    engine,
+                    &p.resolved,
+                    p.id,
+                    (p.cost, ttl_ms, nonce),
+                    now,
+                );
+            }
+            Some(addr) => addr,
+        };
+        reserve::reservable(&p.resolved)?;
+        let ask = PeerReserve {
+            key: p.key.to_owned(),
+            rule: p.spec.to_ref(),
+            cost: p.cost,
+            ttl_ms,
+            nonce,
+        };
+        self.pool.peers().reserve(&addr, ask).await
+    }
+
+    /// Settles reservation `nonce` of a prepared check's bucket at its actual cost (`p.cost`)
+    /// at the bucket's owner: the bucket's answer afterwards, or [`ReserveError::Unknown`].
+    pub async fn settle(&self, p: &Prepared<'_>, nonce: u128) -> Result<CheckAnswer, ReserveError> {
+        let view = self.view.load_full();
+        let Some(addr) = self.owner_addr(&view, p.id)? else {
+            let now = self.here.now();
+            return reservations::settle_here(
+                self.here.engine(),
+                &p.resolved,
+                p.id,
+                (nonce, p.cost),
+                now,
+            );
+        };
+        reserve::reservable(&p.resolved)?;
+        let settle = PeerSettle {
+            key: p.key.to_owned(),
+            rule: p.spec.to_ref(),
+            nonce,
+            cost: p.cost,
+        };
+        self.pool.peers().settle(&addr, settle).await
+    }
+
+    /// The peer address of bucket `id`'s owner under `view`; `None`: this node. Without a
+    /// majority this node owns no keys, and a reservation cannot be taken here.
+    fn owner_addr(&self, view: &View, id: u64) -> Result<Option<String>, ReserveError> {
+        if !self.owns_keys(view) {
+            return Err(ReserveError::Unavailable(
+                "this node sees fewer than a majority of the cluster".into(),
+            ));
+        }
+        match view.ring.owner(id) {
+            None => Ok(None),
+            Some(owner) if owner == &*view.self_id => Ok(None),
+            Some(owner) => view
+                .peer_addrs
+                .get(owner)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| {
+                    ReserveError::Unavailable("the key's owner has no known address".into())
+                }),
+        }
     }
 
     /// Whether this node owns keys under `view`: it sees a majority of the members it last knew

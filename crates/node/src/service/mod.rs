@@ -1,5 +1,5 @@
-//! The check service: what every edge calls to decide checks. Checks, batches and
-//! all-or-nothing requests (and room for reserve/settle), with the timing and counting that go
+//! The check service: what every edge calls to decide checks. Checks, batches,
+//! all-or-nothing requests and reservations (reserve, settle), with the timing and counting that go
 //! with them. No edge reaches past it into the routing, the engine or the store; it knows
 //! nothing of HTTP (or of any other transport). The admin side ([`crate::admin`]) and the
 //! lifecycle hooks ([`crate::lifecycle`]) are beside it.
@@ -7,8 +7,10 @@
 //! # Layout
 //! - this module — [`CheckService`]: checks and batches, and [`Outcome`], a decided check.
 //! - [`all`] — one request held to several limits, all-or-nothing; forward auth's rules.
+//! - [`reserve`] — reservations: a cost estimated now, settled later at the bucket's owner.
 
 pub mod all;
+pub mod reserve;
 
 use crate::decide::Here;
 use crate::engine::Prepared;

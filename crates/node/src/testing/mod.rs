@@ -24,6 +24,8 @@
 //! - `replicas`: an owner killed after its keys' limits are used up: the new owner promotes
 //!   its copies and keeps denying (token bucket, fixed window); a restarted owner gets them
 //!   back by handover; `--replicas 0` as before.
+//! - `reservations`: reserve through one node, settle through another (given back, taken
+//!   into debt, repaid), settled once, expiry, garbage, an owner killed.
 //! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
 //!   algorithm untouched, shadow, global and fail-closed rules, an unreachable owner's share.
 
@@ -43,6 +45,8 @@ mod global;
 mod leases;
 #[cfg(test)]
 mod replicas;
+#[cfg(test)]
+mod reservations;
 #[cfg(test)]
 mod rolling;
 

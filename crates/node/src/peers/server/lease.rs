@@ -66,7 +66,7 @@ impl PeerServer {
 
     /// Whether this node's ring names it the owner of bucket `id` (a node without a ring to
     /// follow, in tests, owns everything sent to it).
-    fn owns(&self, id: u64) -> bool {
+    pub(super) fn owns(&self, id: u64) -> bool {
         let Some(relay) = self.relay.as_ref() else {
             return true;
         };
