@@ -149,7 +149,15 @@ impl Client {
             reservations,
         });
         if let Some(l) = &inner.leasing {
-            l.spawn(Arc::downgrade(&inner), Sessions::new(inner.link.clone()));
+            let (topo, clock) = (Arc::downgrade(&inner), Arc::downgrade(&inner));
+            l.spawn(
+                move || {
+                    topo.upgrade()
+                        .map_or_else(|| Arc::new(Topology::empty()), |i| i.topology.load_full())
+                },
+                move || clock.upgrade().map_or(0, |i| i.fallback.now()),
+                Sessions::new(inner.link.clone()),
+            );
         }
         if let Err(e) = inner.refresh().await {
             tracing::warn!(error = %e, "no ringlimit seed answered; checks are degraded until one does");

@@ -5,18 +5,15 @@
 //! algorithm, why it never admits more than the bucket; `lease::asking` asks and gives back).
 //! A rule with `lease: off` is never leased; leaky bucket and sliding log rules neither.
 
-use crate::client::{Inner, Prepared};
 use crate::topology::Topology;
 use parking_lot::Mutex;
-use ringlimit_core::coordinator::Route;
 use ringlimit_core::hot::{HotKeys, HotSettings};
 use ringlimit_core::lease::asking::{Asker, LeaseStats, Owners};
-use ringlimit_core::lease::{self, Held, LeaseSettings, Release, Take};
+use ringlimit_core::lease::{Held, LeaseSettings, Release};
 use ringlimit_core::link::Sessions;
-use ringlimit_core::rule::LeaseMode;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -55,35 +52,8 @@ impl Leasing {
         }
     }
 
-    /// A check of a key another member owns: decided on a slice held here, denied as the
-    /// owner said, or `None` (to the owner). Every such check counts towards hot keys.
     #[inline]
-    pub(crate) fn route<L, H>(
-        &self,
-        p: &Prepared<'_>,
-        now: impl FnOnce() -> u64,
-    ) -> Option<Route<L, H>> {
-        let known = p.known.as_ref()?;
-        if known.lease == LeaseMode::Off || !lease::leasable(known.rule.algorithm) {
-            return None;
-        }
-        self.record(p.id);
-        let key = || (p.check.key.clone(), p.check.rule.clone());
-        match self.held.take_with(p.id, p.check.cost, now, key) {
-            Take::Forward => None,
-            Take::Leased(answer, taken) => {
-                self.leased.fetch_add(1, Ordering::Relaxed);
-                Some(Route::Leased(answer, Some(taken)))
-            }
-            Take::Denied(answer) => {
-                self.denied.fetch_add(1, Ordering::Relaxed);
-                Some(Route::Leased(answer, None))
-            }
-        }
-    }
-
-    #[inline]
-    fn record(&self, id: u64) {
+    pub(crate) fn record(&self, id: u64) {
         let counted = TURN.with(|t| {
             let n = t.get() + 1;
             t.set(if n == SAMPLE { 0 } else { n });
@@ -94,8 +64,14 @@ impl Leasing {
         }
     }
 
-    /// Starts the hot keys' tick and the asking task, both ended by [`Leasing::stop`].
-    pub(crate) fn spawn(&self, inner: Weak<Inner>, sessions: Sessions) {
+    /// Starts the hot keys' tick and the asking task (who owns what from `topology`, the time
+    /// from `now`), both ended by [`Leasing::stop`].
+    pub(crate) fn spawn(
+        &self,
+        topology: impl Fn() -> Arc<Topology> + Send + Sync + 'static,
+        now: impl Fn() -> u64 + Send + Sync + 'static,
+        sessions: Sessions,
+    ) {
         let (hot, held, tick) = (self.hot.clone(), self.held.clone(), self.tick);
         let stop = self.stop.clone();
         tokio::spawn(async move {
@@ -117,16 +93,8 @@ impl Leasing {
         });
         let asker = Asker::new(self.held.clone(), sessions, self.stats.clone());
         let stop = self.stop.clone();
-        let clock = inner.clone();
         tokio::spawn(async move {
-            let owners = || {
-                TopologyOwners(
-                    inner
-                        .upgrade()
-                        .map_or_else(|| Arc::new(Topology::empty()), |i| i.topology.load_full()),
-                )
-            };
-            let now = || clock.upgrade().map_or(0, |i| i.fallback.now());
+            let owners = || TopologyOwners(topology());
             tokio::select! {
                 () = stop.cancelled() => {}
                 () = asker.run(owners, now) => {}

@@ -8,8 +8,9 @@ use crate::client::{Inner, Prepared};
 use crate::topology::Topology;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::coordinator::{Item, Nowhere, Route, Site, Standby, Taken, Why};
-use ringlimit_core::lease;
+use ringlimit_core::lease::{self, Take};
 use ringlimit_core::link::{ForwardError, PeerClient};
+use ringlimit_core::rule::LeaseMode;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
 use std::sync::Arc;
@@ -29,15 +30,41 @@ pub(crate) struct Client<'a> {
     pub(crate) topo: &'a Topology,
 }
 
+impl Client<'_> {
+    /// A check of a key another member owns, with leases on: decided on a slice held here,
+    /// denied as the owner said, or `None` (to the owner). Every such check counts towards
+    /// hot keys.
+    #[inline]
+    fn leased<L, H>(&self, p: &Prepared<'_>) -> Option<Route<L, H>> {
+        let l = self.inner.leasing.as_ref()?;
+        let known = p.known.as_ref()?;
+        if known.lease == LeaseMode::Off || !lease::leasable(known.rule.algorithm) {
+            return None;
+        }
+        l.record(p.id);
+        let key = || (p.check.key.clone(), p.check.rule.clone());
+        let now = || self.inner.fallback.now();
+        match l.held.take_with(p.id, p.check.cost, now, key) {
+            Take::Forward => None,
+            Take::Leased(answer, taken) => {
+                l.leased.fetch_add(1, Ordering::Relaxed);
+                Some(Route::Leased(answer, Some(taken)))
+            }
+            Take::Denied(answer) => {
+                l.denied.fetch_add(1, Ordering::Relaxed);
+                Some(Route::Leased(answer, None))
+            }
+        }
+    }
+}
+
 impl Site<Prepared<'_>> for Client<'_> {
     type Link = Arc<PeerClient>;
     type Here = Nowhere;
 
     /// At the owner, when the rule and the members are known; else from the fallback.
     fn route(&self, p: &Prepared<'_>) -> Route<Arc<PeerClient>, Nowhere> {
-        if let Some(l) = &self.inner.leasing
-            && let Some(leased) = l.route(p, || self.inner.fallback.now())
-        {
+        if let Some(leased) = self.leased(p) {
             return leased;
         }
         match p.known.and_then(|_| self.topo.owner(p.id)) {
