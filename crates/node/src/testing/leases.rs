@@ -162,10 +162,10 @@ async fn leases_admit_a_windows_limit_exactly_through_every_node() {
     assert!(denied_here > 0, "denials decided where they arrived");
 }
 
-/// A holder that dies takes only its unspent slice with it: the survivors never admit more
-/// than the window's limit.
-#[tokio::test(start_paused = true)]
-async fn a_holder_that_dies_loses_only_its_slice() {
+/// A key of a 10,000 window that `n1` owns, leased by `n0` and `n2` (2,000 checks/s each for a
+/// second), then `victim` killed and the window checked far beyond its limit through
+/// `survivors`: what the window admitted in all.
+async fn leased_then_killed(victim: &str, survivors: &[&str]) -> (u64, Tally, Tally) {
     let mut c = Cluster::start(3, |_| {}).await;
     c.wait_all_alive(&IDS).await;
     let rule = fixed_of(10 * LIMIT);
@@ -174,9 +174,16 @@ async fn a_holder_that_dies_loses_only_its_slice() {
     c.next_window(PERIOD_MS, 10).await;
     let before = load(&c, &["n0", "n2"], &body, 100, 20).await;
     assert!(before.leased > 0, "leased: {before:?}");
-    c.kill("n0").await;
-    let after = load(&c, &["n1", "n2"], &body, 100, 100).await;
-    let admitted = before.allowed + after.allowed;
+    c.kill(victim).await;
+    let after = load(&c, survivors, &body, 100, 100).await;
+    (before.allowed + after.allowed, before, after)
+}
+
+/// A holder that dies takes only its unspent slice with it: the survivors never admit more
+/// than the window's limit.
+#[tokio::test(start_paused = true)]
+async fn a_holder_that_dies_loses_only_its_slice() {
+    let (admitted, before, after) = leased_then_killed("n0", &["n1", "n2"]).await;
     assert!(
         admitted <= 10 * LIMIT,
         "over the limit: {before:?} then {after:?}"
@@ -188,17 +195,7 @@ async fn a_holder_that_dies_loses_only_its_slice() {
 /// never admits more than its limit.
 #[tokio::test(start_paused = true)]
 async fn an_owner_that_dies_hands_its_leased_buckets_on() {
-    let mut c = Cluster::start(3, |_| {}).await;
-    c.wait_all_alive(&IDS).await;
-    let rule = fixed_of(10 * LIMIT);
-    let key = key_of("n1", rule);
-    let body = check(&key, rule);
-    c.next_window(PERIOD_MS, 10).await;
-    let before = load(&c, &["n0", "n2"], &body, 100, 20).await;
-    assert!(before.leased > 0, "leased: {before:?}");
-    c.kill("n1").await;
-    let after = load(&c, &["n0", "n2"], &body, 100, 100).await;
-    let admitted = before.allowed + after.allowed;
+    let (admitted, before, after) = leased_then_killed("n1", &["n0", "n2"]).await;
     assert!(
         admitted <= 10 * LIMIT,
         "over the limit: {before:?} then {after:?}"
