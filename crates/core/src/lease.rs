@@ -390,7 +390,16 @@ impl Held {
             e.key = Some(key());
         }
         e.expire(id, now, &mut shard.returns);
-        if let Some((answer, until)) = e.denied {
+        // What a slice still holds is spent first, denial or not: those tokens were taken
+        // already, and left unspent they would be false denies.
+        let found = e.grants.iter_mut().find(|g| g.tokens >= cost && cost > 0);
+        let took = found.map(|g| {
+            g.tokens -= cost;
+            (g.seq, g.limit, g.reset_at_ms)
+        });
+        if took.is_none()
+            && let Some((answer, until)) = e.denied
+        {
             if now < until && cost > 0 {
                 let wait = (until - now).div_ceil(NANOS_PER_MS);
                 return Take::Denied(CheckAnswer {
@@ -401,11 +410,6 @@ impl Held {
             }
             e.denied = None;
         }
-        let found = e.grants.iter_mut().find(|g| g.tokens >= cost && cost > 0);
-        let took = found.map(|g| {
-            g.tokens -= cost;
-            (g.seq, g.limit, g.reset_at_ms)
-        });
         let left = e.tokens();
         let low = left.saturating_mul(2) < e.last_granted.max(1);
         let due = !e.asking && now >= e.quiet_until_ns && (took.is_none() || low);

@@ -149,6 +149,32 @@ fn an_owners_denial_is_kept_here_until_it_ends() {
 }
 
 #[test]
+fn what_a_slice_holds_is_spent_before_an_owners_denial_applies() {
+    let held = Held::new(settings());
+    let first = leased_with(&held, 4, SEC);
+    for _ in 0..3 {
+        assert!(matches!(held.take(ID, 1, T0, key), Take::Leased(..)));
+    }
+    let denial = CheckAnswer {
+        allowed: false,
+        limit: 10,
+        remaining: 0,
+        reset_at_ms: 7,
+        retry_after_ms: 50,
+        degraded: false,
+        replica: false,
+        leased: false,
+    };
+    // The renewal asked at low water is refused: the bucket denies.
+    held.answered(&first, LeaseGrant::Refused { answer: denial }, T0);
+    assert!(
+        matches!(held.take(ID, 1, T0, key), Take::Leased(..)),
+        "the last token of the slice is still spent"
+    );
+    assert!(matches!(held.take(ID, 1, T0, key), Take::Denied(_)));
+}
+
+#[test]
 fn an_owner_that_keeps_its_bucket_is_not_asked_again_before_the_backoff() {
     let held = Held::new(settings());
     assert!(held.want(ID));
