@@ -15,6 +15,8 @@
 //! - [`headers`] — an answer's `X-RateLimit-*`, `Retry-After` and IETF `RateLimit` fields.
 //! - [`hot`] — hot keys: the buckets checked most, with bounded memory, promoted and demoted
 //!   with hysteresis (for leases).
+//! - [`top`] — top keys: the keys of each rule denied and checked most, with bounded memory
+//!   (the admin API's `top`).
 //! - [`lease`] — leases of hot buckets: the holder's slices ([`lease::Held`]) and the owner's
 //!   sizing ([`lease::grant`]).
 //! - [`reserve`] — reservations (a cost estimated now, settled later) at the bucket's owner:
@@ -36,3 +38,4 @@ pub mod link;
 pub mod reserve;
 pub mod rule;
 pub mod store;
+pub mod top;

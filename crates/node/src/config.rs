@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// missing; default: none, the API rules live in memory and gossip only).
     #[arg(long, env = "RINGLIMIT_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// YAML file of named admin tokens with roles (read, write), reloaded when it changes; beside
+    /// RINGLIMIT_ADMIN_TOKEN (a write token named admin).
+    #[arg(long, env = "RINGLIMIT_ADMIN_TOKENS", value_name = "FILE")]
+    pub admin_tokens: Option<PathBuf>,
     /// Most buckets held in memory by this node (least recently used evicted beyond it).
     #[arg(long, env = "RINGLIMIT_MAX_KEYS", value_name = "N", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -344,9 +348,12 @@ pub struct NodeConfig {
     pub cluster_secret: Option<String>,
     /// `--allow-unauthenticated-peers` (see [`PeerSecurity`]).
     pub allow_unauthenticated_peers: bool,
-    /// From `RINGLIMIT_ADMIN_TOKEN` only (like the secret): the bearer token of `/v1/admin/*`.
-    /// `None`: the admin API is off (its paths answer 404).
+    /// From `RINGLIMIT_ADMIN_TOKEN` only (like the secret): a bearer token of `/v1/admin/*`
+    /// (a write token named `admin`). Without it nor `admin_tokens` the admin API is off (its
+    /// paths answer 404).
     pub admin_token: Option<String>,
+    /// `--admin-tokens`: the file of named admin tokens (reloaded like the rules file).
+    pub admin_tokens: Option<PathBuf>,
     /// How often global-rule counts are published through gossip.
     pub global_publish: Duration,
     /// Most global-rule keys published at once by this node.
@@ -420,6 +427,7 @@ impl NodeConfig {
             // Test clusters on loopback opt in; the binary's default is the safe one.
             allow_unauthenticated_peers: true,
             admin_token: None,
+            admin_tokens: None,
             global_publish: Duration::from_millis(50),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
@@ -514,6 +522,7 @@ impl ServeArgs {
             admin_token: std::env::var("RINGLIMIT_ADMIN_TOKEN")
                 .ok()
                 .filter(|s| !s.is_empty()),
+            admin_tokens: self.admin_tokens,
             global_publish: Duration::from_millis(self.global_publish_ms),
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
             global_gossip_budget: self.global_gossip_budget,

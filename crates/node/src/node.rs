@@ -2,6 +2,7 @@
 //! service and its HTTP edge, run until shutdown — on sockets it bound ([`Listeners`]) or on
 //! an in-memory network ([`MemoryNet`], for whole nodes in tests).
 
+use crate::admin::tokens::TokenBook;
 use crate::admin::{self, Admin};
 use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
@@ -10,7 +11,6 @@ use crate::config::{NodeConfig, PeerSecurity};
 use crate::decide::Here;
 use crate::engine::Engine;
 use crate::global::{self, GlobalCounters, PublishSettings};
-use crate::http::admin::AdminToken;
 use crate::http::{self, AppState};
 use crate::lifecycle::Lifecycle;
 use crate::listen::stream::Listener;
@@ -230,6 +230,8 @@ pub enum NodeError {
     Serve(std::io::Error),
     #[error("--data-dir: {0}")]
     DataDir(String),
+    #[error("--admin-tokens: {0}")]
+    AdminTokens(String),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
 }
@@ -278,6 +280,10 @@ pub async fn run(
     let book = Arc::new(
         RuleBook::open(engine.clone(), &config.node_id, config.data_dir.clone())
             .map_err(|e| NodeError::DataDir(e.to_string()))?,
+    );
+    let admin_tokens = Arc::new(
+        TokenBook::open(config.admin_tokens.clone(), config.admin_token.clone())
+            .map_err(|e| NodeError::AdminTokens(e.to_string()))?,
     );
     let gossip_stats = Arc::new(crate::metrics::GossipStats::default());
     let listeners = Endpoints::new(listeners.into(), &config, &gossip_stats)?;
@@ -338,22 +344,30 @@ pub async fn run(
     let view = membership.view_cell();
     let probe = crate::peers::reach::probe(pool.clone(), view.clone());
     let recall = Recall::spawn(engine.clone(), view.clone(), pool.clone(), config.replicas);
-    let server = Arc::new(PeerServer::new(
-        here.clone(),
-        ServerSettings {
-            node_id: config.node_id.clone(),
-            cluster_id: config.cluster_id.clone(),
-            secret,
-            accept_members: security.accepts_members(),
-            handshake_timeout: Duration::from_secs(2),
-        },
-        Some(Relay {
-            view: view.clone(),
-            peers: pool.shared(),
-            replicas: config.replicas,
-            recall: recall.clone(),
+    // The keys checks limited most, counted by the check service, asked by the admin API.
+    let top = Arc::new(ringlimit_core::top::TopKeys::default());
+    let server = Arc::new(
+        PeerServer::new(
+            here.clone(),
+            ServerSettings {
+                node_id: config.node_id.clone(),
+                cluster_id: config.cluster_id.clone(),
+                secret,
+                accept_members: security.accepts_members(),
+                handshake_timeout: Duration::from_secs(2),
+            },
+            Some(Relay {
+                view: view.clone(),
+                peers: pool.shared(),
+                replicas: config.replicas,
+                recall: recall.clone(),
+            }),
+        )
+        .with_operators(crate::peers::server::Operators {
+            book: book.clone(),
+            top: top.clone(),
         }),
-    ));
+    );
     let conns = Arc::new(crate::metrics::ConnStats::default());
     let grpc_conns = Arc::new(crate::metrics::ConnStats::default());
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
@@ -417,11 +431,16 @@ pub async fn run(
         status: envoy_status.clone(),
         of: Reloaded::Envoy,
     });
+    metrics.register(crate::admin::top::TopCollector {
+        top: top.clone(),
+        here: here.clone(),
+    });
     let metrics = Arc::new(metrics);
     let service = Arc::new(CheckService::new(
         here.clone(),
         dispatcher.clone(),
         metrics.clone(),
+        top.clone(),
     ));
     let admin = Arc::new(Admin::new(admin::Parts {
         here: here.clone(),
@@ -432,6 +451,7 @@ pub async fn run(
         cluster_id: Arc::from(config.cluster_id.as_str()),
         book: book.clone(),
         handed_over: handed_over.clone(),
+        top,
     }));
     let lifecycle = Arc::new(Lifecycle::new(
         here,
@@ -513,6 +533,9 @@ pub async fn run(
             global,
         },
     ));
+    if config.admin_tokens.is_some() {
+        tasks.spawn(admin_tokens.clone().watch(config.rules_poll));
+    }
     if rules.source.is_some() {
         tasks.spawn(crate::rules::reload::watch(
             book.clone(),
@@ -532,10 +555,7 @@ pub async fn run(
         service,
         admin,
         lifecycle: lifecycle.clone(),
-        admin_token: config
-            .admin_token
-            .as_deref()
-            .map(|t| Arc::new(AdminToken::new(t))),
+        admin_tokens: Some(admin_tokens.clone()),
         body_timeout: config.http_limits.body_timeout,
         trusted_proxies: Arc::new(config.trusted_proxies.clone()),
     });
@@ -547,7 +567,7 @@ pub async fn run(
         seeds = ?config.seeds,
         rules = config.rules.len(),
         max_keys = config.max_keys,
-        admin_api = config.admin_token.is_some(),
+        admin_api = admin_tokens.enabled(),
         "ringlimit node serving"
     );
     if let Some(listener) = listeners.grpc {

@@ -33,7 +33,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 6: leases: a member (or an SDK) asks a bucket's owner for a slice of it ([`Frame::Lease`]).
 /// - 7: reservations: a cost estimated now and settled later at the bucket's owner
 ///   ([`Frame::Reserve`], [`Frame::Settle`]).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// - 8: operators: admin API rule changes at the member that owns the rule's name
+///   ([`Frame::RuleChange`]), and each member's most limited keys ([`Frame::TopKeys`]).
+pub const PROTOCOL_VERSION: u16 = 8;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -49,6 +51,10 @@ pub const LEASE_SINCE: u16 = 6;
 /// The first version whose peers keep reservations ([`Frame::Reserve`], [`Frame::Settle`]; a
 /// node never sends them to an older one, and answers that the owner cannot take them).
 pub const RESERVE_SINCE: u16 = 7;
+/// The first version whose peers take [`Frame::RuleChange`] and [`Frame::TopKeys`] (a node
+/// never sends them to an older one: it changes the rule itself, as before, or reports the
+/// member's top keys as unavailable).
+pub const OPERATORS_SINCE: u16 = 8;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -158,6 +164,63 @@ pub enum Frame {
     Settle { settles: Vec<PeerSettle> },
     /// Server → client: one answer per settle, in order.
     Settled { answers: Vec<SettleAnswer> },
+    /// Client → server, version 8: an admin API change (or read) of the API rule `name`, sent
+    /// to the member that owns the name on the ring, so that changes of one name made through
+    /// any member are decided in one place, in order (read-your-writes). Answered by
+    /// `RuleChanged`.
+    RuleChange(RuleChange),
+    /// Server → client: the outcome of a `RuleChange`.
+    RuleChanged(RuleChanged),
+    /// Client → server, version 8: this member's most denied (or most checked) keys of a rule,
+    /// from its bounded top-K. Answered by `TopKeysAre`.
+    TopKeys { rule: String, by: TopBy, n: u32 },
+    /// Server → client: the keys, most counted first.
+    TopKeysAre { keys: Vec<TopKey> },
+}
+
+/// What a [`RuleChange`] does with the rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RuleOp {
+    /// Create or replace the rule: its fields as the admin API's JSON body.
+    Put {
+        spec_json: String,
+    },
+    Delete,
+    /// Read the owner's entry only.
+    Get,
+}
+
+/// An admin API rule change, made by the token `by` through another member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleChange {
+    pub name: String,
+    pub op: RuleOp,
+    /// The `If-Match` header as given (a version, a list of them, or `*`).
+    pub if_match: Option<String>,
+    pub by: String,
+}
+
+/// What the owner of a rule's name did: its entry for the name afterwards (JSON, as gossiped;
+/// `None` when it has none), and the refusal's error code and message when it refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleChanged {
+    pub entry_json: Option<String>,
+    pub refused: Option<(String, String)>,
+}
+
+/// Which count ranks the keys of [`Frame::TopKeys`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TopBy {
+    Denied,
+    Checks,
+}
+
+/// One key's count (an estimate: Space-Saving's) and how far over it may be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopKey {
+    pub key: String,
+    pub count: u64,
+    pub error: u64,
 }
 
 /// Reserve `cost` (an estimate) of the bucket of (`key`, `rule`) for `ttl_ms`, remembered under
@@ -534,6 +597,10 @@ impl Frame {
             Frame::Reserved { .. } => "reserved",
             Frame::Settle { .. } => "settle",
             Frame::Settled { .. } => "settled",
+            Frame::RuleChange(_) => "rule_change",
+            Frame::RuleChanged(_) => "rule_changed",
+            Frame::TopKeys { .. } => "top_keys",
+            Frame::TopKeysAre { .. } => "top_keys_are",
         }
     }
 }
@@ -565,6 +632,42 @@ mod tests {
         let f = sample();
         let bytes = f.encode().expect("encode");
         assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+    }
+
+    /// Version 8's frames round-trip and come after `Settled` (tag 27).
+    #[test]
+    fn operator_frames_round_trip_after_the_older_ones() {
+        let change = Frame::RuleChange(RuleChange {
+            name: "silver".into(),
+            op: RuleOp::Put {
+                spec_json: r#"{"limit":5,"period":"1m"}"#.into(),
+            },
+            if_match: Some("\"1.0.n1\"".into()),
+            by: "ops".into(),
+        });
+        let changed = Frame::RuleChanged(RuleChanged {
+            entry_json: None,
+            refused: Some(("unknown_rule".into(), "no rule".into())),
+        });
+        let top = Frame::TopKeys {
+            rule: "per-ip".into(),
+            by: TopBy::Denied,
+            n: 10,
+        };
+        let are = Frame::TopKeysAre {
+            keys: vec![TopKey {
+                key: "ip:203.0.113.7".into(),
+                count: 9,
+                error: 1,
+            }],
+        };
+        for (tag, f) in [(28, change), (29, changed), (30, top), (31, are)] {
+            let bytes = f.encode().expect("encode");
+            assert_eq!(bytes[0], tag, "{f:?}");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+        }
+        let settled = Frame::Settled { answers: vec![] };
+        assert_eq!(settled.encode().expect("encode")[0], 27);
     }
 
     #[test]

@@ -6,11 +6,16 @@
 //! # Layout
 //! - this module — [`Admin`] and what it is made of ([`Parts`]).
 //! - [`keys`] — a key's bucket state and its reset across the cluster.
-//! - [`api_rules`] — rules written, deleted and listed through the admin API.
+//! - [`api_rules`] — rules written, deleted and listed through the admin API, decided at the
+//!   member that owns the rule's name.
+//! - [`tokens`] — the admin tokens: names, roles, the file they are reloaded from.
+//! - [`top`] — the most denied (or checked) keys of a rule, merged across members.
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics text.
 
 pub mod api_rules;
 pub mod keys;
+pub mod tokens;
+pub mod top;
 pub mod views;
 
 use crate::decide::Here;
@@ -19,6 +24,7 @@ use crate::peers::Peers;
 use crate::routing::Dispatcher;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::RulesStatus;
+use ringlimit_core::top::TopKeys;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -37,6 +43,8 @@ pub struct Parts {
     /// Buckets this node sent to their new owners after ring changes (counted by
     /// [`crate::lifecycle::Lifecycle::hand_over`]).
     pub handed_over: Arc<AtomicU64>,
+    /// The keys this node's checks limited most (counted by the check service).
+    pub top: Arc<TopKeys>,
 }
 
 /// The node's admin API and views, for every edge.
@@ -49,6 +57,7 @@ pub struct Admin {
     cluster_id: Arc<str>,
     book: Arc<RuleBook>,
     handed_over: Arc<AtomicU64>,
+    top: Arc<TopKeys>,
 }
 
 impl Admin {
@@ -62,6 +71,7 @@ impl Admin {
             cluster_id: p.cluster_id,
             book: p.book,
             handed_over: p.handed_over,
+            top: p.top,
         }
     }
 }

@@ -1,46 +1,26 @@
 //! The admin API, `/v1/admin/*`: the rules in force and where they came from, a key's state read
 //! without consuming, and a key's reset across the cluster.
 //!
-//! It is off unless `RINGLIMIT_ADMIN_TOKEN` is set (its paths then answer 404, like any unknown
-//! path); when on, every request needs `Authorization: Bearer <token>`, compared in constant time,
-//! or gets 401 with the contract's error body. Reads and resets go through the same routing and
-//! peer port as checks (see [`crate::admin::keys`]), so they see exactly the buckets that
-//! checks see.
+//! It is off unless admin tokens are given (`RINGLIMIT_ADMIN_TOKEN`, `--admin-tokens`: see
+//! [`crate::admin::tokens`]; its paths then answer 404, like any unknown path); when on, every
+//! request needs `Authorization: Bearer <token>` or gets 401 with the contract's error body, and
+//! a `read` token gets 403 `forbidden` on anything but a GET. Reads and resets go through the
+//! same routing and peer port as checks (see [`crate::admin::keys`]), so they see exactly the
+//! buckets that checks see.
 
 use super::AppState;
 use super::check::RuleFields;
 use super::error::{ApiError, sentence};
+use crate::admin::tokens::Role;
 use crate::rules::RuleSpec;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use ringlimit_proto::peer::TopBy;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
-
-/// The admin bearer token, kept as its SHA-256 digest: comparing digests in constant time
-/// reveals neither the token's bytes nor its length through timing.
-pub struct AdminToken([u8; 32]);
-
-impl AdminToken {
-    pub fn new(token: &str) -> Self {
-        Self(Sha256::digest(token.as_bytes()).into())
-    }
-
-    /// Whether `given` is the token.
-    pub fn matches(&self, given: &[u8]) -> bool {
-        let given: [u8; 32] = Sha256::digest(given).into();
-        self.0.ct_eq(&given).into()
-    }
-}
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(..)")
-    }
-}
 
 /// The token of an `Authorization: Bearer <token>` header value.
 fn bearer(value: &[u8]) -> Option<&[u8]> {
@@ -60,20 +40,49 @@ fn unauthorized(message: &str) -> Response {
     r
 }
 
-/// In front of every admin route: 404 when the admin API is off, 401 without the token.
-pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(token) = &state.admin_token else {
+/// Who called the admin API: the token's name (a request extension set by [`guard`]).
+#[derive(Debug, Clone)]
+pub struct AdminCaller {
+    pub name: String,
+}
+
+/// In front of every admin route: 404 when the admin API is off, 401 without a known token,
+/// 403 for a read token on anything but a read.
+pub async fn guard(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let Some(book) = state.admin_tokens.as_ref().filter(|b| b.enabled()) else {
         return super::ops::not_found().await.into_response();
     };
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| bearer(v.as_bytes()));
-    match given {
-        None => unauthorized("The admin API needs an `Authorization: Bearer <token>` header."),
-        Some(g) if !token.matches(g) => unauthorized("The bearer token is not the admin token."),
-        Some(_) => next.run(req).await,
+    let Some(given) = given else {
+        return unauthorized("The admin API needs an `Authorization: Bearer <token>` header.");
+    };
+    let tokens = book.tokens();
+    let Some(token) = tokens.find(given) else {
+        return unauthorized("The bearer token is not an admin token.");
+    };
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    if !reads && token.role < Role::Write {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "Token {:?} has the read role; {} {} needs a write token.",
+                token.name,
+                req.method(),
+                req.uri().path()
+            ),
+        )
+        .into_response();
     }
+    let caller = AdminCaller {
+        name: token.name.clone(),
+    };
+    drop(tokens);
+    req.extensions_mut().insert(caller);
+    next.run(req).await
 }
 
 /// `GET /v1/admin/rules`: the rules in force (as `GET /v1/rules`), their source and reloads.
@@ -137,6 +146,53 @@ pub async fn reset(
     json(async { Ok(state.admin.reset(&key, q.spec()?).await?) }.await)
 }
 
+/// The query of `GET /v1/admin/top`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopQuery {
+    rule: String,
+    by: Option<String>,
+    n: Option<usize>,
+}
+
+/// `GET /v1/admin/top?rule=NAME&by=denied|checks&n=10`: the keys of the rule denied (or
+/// checked) most across the live members, merged.
+pub async fn top(
+    State(state): State<AppState>,
+    q: Result<Query<TopQuery>, QueryRejection>,
+) -> Response {
+    let result = async {
+        let Query(q) =
+            q.map_err(|e| ApiError::bad_request("invalid_request", sentence(e.body_text())))?;
+        let by = match q.by.as_deref().unwrap_or("denied") {
+            "denied" => TopBy::Denied,
+            "checks" => TopBy::Checks,
+            other => {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("by must be denied or checks, not {other:?}."),
+                ));
+            }
+        };
+        let n = q.n.unwrap_or(10);
+        if !(1..=crate::admin::top::MAX_N).contains(&n) {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("n must be 1 to {}.", crate::admin::top::MAX_N),
+            ));
+        }
+        if q.rule.is_empty() || q.rule.len() > 512 {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "rule must name a rule (1 to 512 bytes).",
+            ));
+        }
+        Ok(state.admin.top(&q.rule, by, n).await)
+    }
+    .await;
+    json(result)
+}
+
 /// 200 with the body as JSON, or the error's answer.
 fn json<T: serde::Serialize>(body: Result<T, ApiError>) -> Response {
     match body {
@@ -150,17 +206,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bearer_tokens_are_parsed_and_compared() {
+    fn bearer_tokens_are_parsed() {
         assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
         assert_eq!(bearer(b"bearer  abc "), Some(&b"abc"[..]));
         assert_eq!(bearer(b"Bearer "), None);
         assert_eq!(bearer(b"Basic abc"), None);
         assert_eq!(bearer(b"Bear"), None);
-        let t = AdminToken::new("s3cret");
-        assert!(t.matches(b"s3cret"));
-        assert!(!t.matches(b"s3cre"));
-        assert!(!t.matches(b"s3cret2"));
-        assert!(!t.matches(b""));
-        assert_eq!(format!("{t:?}"), "AdminToken(..)");
     }
 }

@@ -73,8 +73,8 @@ pub struct Shared {
     pub admin: Arc<Admin>,
     /// Readiness.
     pub lifecycle: Arc<Lifecycle>,
-    /// `None`: the admin API is off.
-    pub admin_token: Option<Arc<admin::AdminToken>>,
+    /// The admin tokens; `None` or none enabled: the admin API is off.
+    pub admin_tokens: Option<Arc<crate::admin::tokens::TokenBook>>,
     /// How long a request body may take to arrive (`--http-body-timeout-ms`).
     pub body_timeout: std::time::Duration,
     /// Forward auth's `--trusted-proxies`.
@@ -96,6 +96,7 @@ pub fn router(state: AppState) -> axum::Router {
                 .put(admin_rules::put)
                 .delete(admin_rules::delete),
         )
+        .route("/v1/admin/top", get(admin::top))
         .route("/v1/admin/keys/{key}", get(admin::key_state))
         .route("/v1/admin/keys/{key}/reset", post(admin::reset))
         .route_layer(middleware::from_fn_with_state(state.clone(), admin::guard));

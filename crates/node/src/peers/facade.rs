@@ -22,8 +22,8 @@ use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
 use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    Frame, HandedBucket, PeerAnswer, PeerCheck, PeerRefund, PeerReserve, PeerSettle, RECALL_SINCE,
-    ReplicaBucket,
+    Frame, HandedBucket, OPERATORS_SINCE, PeerAnswer, PeerCheck, PeerRefund, PeerReserve,
+    PeerSettle, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -351,6 +351,50 @@ impl Peers {
         let reset = Frame::Reset { ids: ids.to_vec() };
         match self.sessions.open(addr).request(&reset, within).await? {
             Frame::ResetAck { removed } => Ok(removed),
+            other => Err(SessionError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Asks the member at `addr`, the owner of a rule's name, to make (or read) an admin API
+    /// change of it; `None` when the member is older than [`OPERATORS_SINCE`] (the caller then
+    /// makes the change itself, as older nodes do).
+    pub async fn rule_change(
+        &self,
+        addr: &str,
+        change: RuleChange,
+        within: Duration,
+    ) -> Result<Option<RuleChanged>, SessionError> {
+        let mut session = self.sessions.open(addr);
+        if session.version().await? < OPERATORS_SINCE {
+            return Ok(None);
+        }
+        match session.request(&Frame::RuleChange(change), within).await? {
+            Frame::RuleChanged(done) => Ok(Some(done)),
+            other => Err(SessionError::Unexpected(other.kind())),
+        }
+    }
+
+    /// The most denied (or checked) keys of `rule` at the member at `addr`; `None` when the
+    /// member is older than [`OPERATORS_SINCE`] (it counts none).
+    pub async fn top_keys(
+        &self,
+        addr: &str,
+        rule: &str,
+        by: TopBy,
+        n: u32,
+        within: Duration,
+    ) -> Result<Option<Vec<TopKey>>, SessionError> {
+        let mut session = self.sessions.open(addr);
+        if session.version().await? < OPERATORS_SINCE {
+            return Ok(None);
+        }
+        let ask = Frame::TopKeys {
+            rule: rule.to_owned(),
+            by,
+            n,
+        };
+        match session.request(&ask, within).await? {
+            Frame::TopKeysAre { keys } => Ok(Some(keys)),
             other => Err(SessionError::Unexpected(other.kind())),
         }
     }

@@ -13,6 +13,8 @@
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
 //! - [`lease`] — `Lease`: slices of hot buckets this node owns.
 //! - [`reserve`] — `Reserve`, `Settle`: costs estimated now and settled later.
+//! - [`rules`] — `RuleChange`: admin API rule changes of names this node owns.
+//! - [`top`] — `TopKeys`: this node's most limited keys of a rule.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
 
 mod checks;
@@ -24,18 +26,24 @@ mod refunds;
 mod replicate;
 mod reserve;
 mod reset;
+mod rules;
+mod top;
 
 use super::logins::{Login, Logins};
 use super::{PeersHandle, Recall};
 use crate::cluster::View;
 use crate::decide::Here;
 use crate::log_gate::LogGate;
+use crate::rules::book::RuleBook;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
 use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
+use ringlimit_core::top::TopKeys;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ServerHandshake;
-use ringlimit_proto::peer::{CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, RESERVE_SINCE};
+use ringlimit_proto::peer::{
+    CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, RESERVE_SINCE,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -161,6 +169,16 @@ pub struct PeerServer {
     settings: ServerSettings,
     /// `None`: never relay (decide everything here).
     relay: Option<Relay>,
+    /// What operators ask of members; `None`: none kept here (tests' bare servers).
+    operators: Option<Operators>,
+}
+
+/// What the admin API asks of the member that keeps it: API rules whose names it owns, and the
+/// keys it limited most.
+#[derive(Clone)]
+pub struct Operators {
+    pub book: Arc<RuleBook>,
+    pub top: Arc<TopKeys>,
 }
 
 impl PeerServer {
@@ -171,7 +189,14 @@ impl PeerServer {
             here,
             settings,
             relay,
+            operators: None,
         }
+    }
+
+    /// This server, keeping what operators ask of members.
+    pub fn with_operators(mut self, operators: Operators) -> Self {
+        self.operators = Some(operators);
+        self
     }
 
     /// Accepts and serves peers from `acceptor` (the peer port, or an in-memory network in
@@ -288,6 +313,12 @@ impl PeerServer {
                 }
                 Frame::Settle { settles } if version >= RESERVE_SINCE => Some(self.settle(settles)),
                 Frame::Reset { ids } => Some(self.reset(&caller, ids)),
+                Frame::RuleChange(change) if version >= OPERATORS_SINCE => {
+                    Some(self.rule_change(&caller, change))
+                }
+                Frame::TopKeys { rule, by, n } if version >= OPERATORS_SINCE => {
+                    Some(self.top_keys(&rule, by, n))
+                }
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
                     None

@@ -33,6 +33,26 @@ pub struct Entry {
     pub version: Version,
     /// The rule's fields as written; `None` once deleted.
     pub spec: Option<serde_json::Value>,
+    /// The name of the admin token that made the change (absent in entries written before
+    /// tokens had names, and then shown as the writing node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
+impl Entry {
+    /// The version as the API shows it (and `If-Match` names it): `ms.counter.node`, ordered
+    /// as the versions are.
+    pub fn tag(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            self.version.ms, self.version.counter, self.version.node
+        )
+    }
+
+    /// Who made the change: the token's name, else the node that wrote it.
+    pub fn author(&self) -> &str {
+        self.by.as_deref().unwrap_or(&self.version.node)
+    }
 }
 
 /// Every API rule a node knows, tombstones included.
@@ -142,17 +162,20 @@ impl ApiRules {
         }
     }
 
-    /// Records a change made here (a rule's fields, or `None` to delete); returns the entry.
+    /// Records a change made here (a rule's fields, or `None` to delete) by the token named
+    /// `by`; returns the entry.
     pub fn write(
         &mut self,
         name: &str,
         spec: Option<serde_json::Value>,
         now_ms: u64,
         node: &str,
+        by: Option<&str>,
     ) -> Entry {
         let entry = Entry {
             version: self.next_version(now_ms, node),
             spec,
+            by: by.map(str::to_owned),
         };
         self.entries.insert(name.to_owned(), entry.clone());
         entry
@@ -323,12 +346,14 @@ mod tests {
             Some(json!({ "limit": 1, "period": "1s" })),
             1_000,
             "node-a",
+            None,
         );
         let eb = b.write(
             "r",
             Some(json!({ "limit": 2, "period": "1s" })),
             1_000,
             "node-b",
+            None,
         );
         let mut a_then_b = ApiRules::default();
         a_then_b.merge("r", ea.clone());
@@ -340,7 +365,7 @@ mod tests {
         assert_eq!(a_then_b.get("r"), Some(&eb));
         // a learns b's change, then changes the rule with its wall clock behind: still newer.
         a.merge("r", eb.clone());
-        let later = a.write("r", None, 500, "node-a");
+        let later = a.write("r", None, 500, "node-a", None);
         assert!(later.version > eb.version);
         b.merge("r", later.clone());
         assert_eq!(b.get("r"), Some(&later), "the delete wins");
@@ -350,8 +375,14 @@ mod tests {
     #[test]
     fn a_delete_outlives_an_old_copy_until_it_is_pruned() {
         let mut a = ApiRules::default();
-        let created = a.write("r", Some(json!({ "limit": 1, "period": "1s" })), 1_000, "a");
-        let deleted = a.write("r", None, 2_000, "a");
+        let created = a.write(
+            "r",
+            Some(json!({ "limit": 1, "period": "1s" })),
+            1_000,
+            "a",
+            None,
+        );
+        let deleted = a.write("r", None, 2_000, "a", None);
         // A node back from a partition offers its old copy: refused.
         assert!(!a.merge("r", created.clone()));
         assert_eq!(a.get("r"), Some(&deleted));
@@ -364,8 +395,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ringlimit-api-rules-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let mut a = ApiRules::default();
-        a.write("r", Some(json!({ "limit": 7, "period": "1h" })), 1_000, "a");
-        a.write("gone", None, 1_001, "a");
+        a.write(
+            "r",
+            Some(json!({ "limit": 7, "period": "1h" })),
+            1_000,
+            "a",
+            None,
+        );
+        a.write("gone", None, 1_001, "a", None);
         a.save(&dir).expect("saved");
         // A crash between writing the temporary file and the rename leaves the old file.
         std::fs::write(dir.join(format!("{FILE}.tmp")), b"{ torn").expect("tmp");
@@ -401,7 +438,13 @@ mod tests {
             symlink(&victim, dir.join(name)).expect("link");
         }
         let mut a = ApiRules::default();
-        a.write("r", Some(json!({ "limit": 7, "period": "1h" })), 1_000, "a");
+        a.write(
+            "r",
+            Some(json!({ "limit": 7, "period": "1h" })),
+            1_000,
+            "a",
+            None,
+        );
         a.save(&dir).expect("saved");
         a.save(&dir).expect("saved again");
         let kept = std::fs::read(&victim).expect("victim");

@@ -17,6 +17,7 @@ use super::InForce;
 use crate::rules::api::{self, ApiRules, Entry, StoreError};
 use crate::rules::{RuleSet, RulesError};
 use parking_lot::Mutex;
+use ringlimit_proto::peer::RuleOp;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +34,67 @@ pub enum ChangeError {
     NotFound(String),
     #[error("the change could not be saved: {0}")]
     Persist(StoreError),
+    #[error("rule {name:?} is {}, not the version If-Match names", .current.as_deref().map_or("absent".to_owned(), |v| format!("at version {v}")))]
+    VersionMismatch {
+        name: String,
+        current: Option<String>,
+    },
+}
+
+impl ChangeError {
+    /// The admin API's error code for this refusal (and what a member that owns the rule's
+    /// name answers another with).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ChangeError::FromFile(_) => "rule_from_file",
+            ChangeError::Invalid(_) => "invalid_rule",
+            ChangeError::NotFound(_) => "unknown_rule",
+            ChangeError::Persist(_) => "not_saved",
+            ChangeError::VersionMismatch { .. } => "version_mismatch",
+        }
+    }
+}
+
+/// An `If-Match` precondition: the change goes ahead only if the rule is now at one of these
+/// versions (as [`Entry::tag`] shows them), or, for `*`, exists at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfMatch {
+    Any,
+    Versions(Vec<String>),
+}
+
+impl IfMatch {
+    /// Parses the header's value: `*`, or versions as entity tags (quoted or not, weak or not),
+    /// separated by commas.
+    pub fn parse(header: &str) -> Self {
+        let header = header.trim();
+        if header == "*" {
+            return IfMatch::Any;
+        }
+        IfMatch::Versions(
+            header
+                .split(',')
+                .map(|t| {
+                    let t = t.trim();
+                    let t = t.strip_prefix("W/").unwrap_or(t);
+                    t.trim_matches('"').to_owned()
+                })
+                .filter(|t| !t.is_empty())
+                .collect(),
+        )
+    }
+
+    /// Whether `current` (the rule's entry now, `None` or a delete when it does not exist)
+    /// meets the precondition.
+    fn admits(&self, current: Option<&Entry>) -> bool {
+        let Some(e) = current.filter(|e| e.spec.is_some()) else {
+            return false;
+        };
+        match self {
+            IfMatch::Any => true,
+            IfMatch::Versions(v) => v.contains(&e.tag()),
+        }
+    }
 }
 
 /// API changes counted (`ringlimit_rules_api_*` metrics).
@@ -103,26 +165,37 @@ impl RuleBook {
         true
     }
 
-    /// Creates or replaces API rule `name` with `spec` (the rules file's fields, as JSON).
+    /// Creates or replaces API rule `name` with `spec` (the rules file's fields, as JSON), as
+    /// the token named `by`, if the rule meets `if_match`.
     pub fn put(
         &self,
         name: &str,
         spec: serde_json::Value,
         now_ms: u64,
+        by: &str,
+        if_match: Option<&IfMatch>,
     ) -> Result<Entry, ChangeError> {
         api::validate(name, &spec).map_err(ChangeError::Invalid)?;
         let mut inner = self.inner.lock();
         if inner.file.get(name).is_some() {
             return Err(ChangeError::FromFile(name.to_owned()));
         }
-        let entry = inner.api.write(name, Some(spec), now_ms, &self.node_id);
+        precondition(&inner.api, name, if_match)?;
+        let entry = inner
+            .api
+            .write(name, Some(spec), now_ms, &self.node_id, Some(by));
         self.changed(&inner)?;
-        self.stats.puts.fetch_add(1, Ordering::Relaxed);
         Ok(entry)
     }
 
-    /// Deletes API rule `name`.
-    pub fn delete(&self, name: &str, now_ms: u64) -> Result<Entry, ChangeError> {
+    /// Deletes API rule `name`, as the token named `by`, if the rule meets `if_match`.
+    pub fn delete(
+        &self,
+        name: &str,
+        now_ms: u64,
+        by: &str,
+        if_match: Option<&IfMatch>,
+    ) -> Result<Entry, ChangeError> {
         let mut inner = self.inner.lock();
         if inner.file.get(name).is_some() {
             return Err(ChangeError::FromFile(name.to_owned()));
@@ -130,10 +203,33 @@ impl RuleBook {
         if inner.api.get(name).is_none_or(|e| e.spec.is_none()) {
             return Err(ChangeError::NotFound(name.to_owned()));
         }
-        let entry = inner.api.write(name, None, now_ms, &self.node_id);
+        precondition(&inner.api, name, if_match)?;
+        let entry = inner.api.write(name, None, now_ms, &self.node_id, Some(by));
         self.changed(&inner)?;
-        self.stats.deletes.fetch_add(1, Ordering::Relaxed);
         Ok(entry)
+    }
+
+    /// The API entry of `name` (a rule or a delete), as this node knows it.
+    pub fn api_entry(&self, name: &str) -> Option<Entry> {
+        self.inner.lock().api.get(name).cloned()
+    }
+
+    /// Counts a change taken through this node's admin API (wherever it was decided).
+    pub fn count_request(&self, op: &RuleOp) {
+        match op {
+            RuleOp::Put { .. } => self.stats.puts.fetch_add(1, Ordering::Relaxed),
+            RuleOp::Delete => self.stats.deletes.fetch_add(1, Ordering::Relaxed),
+            RuleOp::Get => return,
+        };
+    }
+
+    /// Merges the entry of `name` that the member owning the name answered a request this node
+    /// took with (not counted as learnt from peers: it is this node's own request).
+    pub fn adopt(&self, name: &str, entry: Entry) {
+        let mut inner = self.inner.lock();
+        if inner.api.merge(name, entry) {
+            let _ = self.changed(&inner);
+        }
     }
 
     /// Merges entries learnt from peers; returns how many changed something here.
@@ -217,6 +313,18 @@ impl RuleBook {
     }
 }
 
+/// Refuses a change whose `If-Match` the rule's current entry does not meet.
+fn precondition(api: &ApiRules, name: &str, if_match: Option<&IfMatch>) -> Result<(), ChangeError> {
+    let current = api.get(name);
+    match if_match {
+        Some(m) if !m.admits(current) => Err(ChangeError::VersionMismatch {
+            name: name.to_owned(),
+            current: current.filter(|e| e.spec.is_some()).map(Entry::tag),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn describe(e: &Entry) -> &'static str {
     if e.spec.is_some() { "put" } else { "delete" }
 }
@@ -279,34 +387,110 @@ mod tests {
     #[test]
     fn api_rules_go_in_force_beside_the_file_and_never_over_it() {
         let b = book(None);
-        b.put("gold", json!({ "limit": 5, "period": "1m" }), 1)
-            .expect("put");
+        b.put(
+            "gold",
+            json!({ "limit": 5, "period": "1m" }),
+            1,
+            "ops",
+            None,
+        )
+        .expect("put");
         assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(5));
         assert!(matches!(
-            b.put("default", json!({ "limit": 5, "period": "1m" }), 2),
+            b.put(
+                "default",
+                json!({ "limit": 5, "period": "1m" }),
+                2,
+                "ops",
+                None
+            ),
             Err(ChangeError::FromFile(_))
         ));
         assert!(matches!(
-            b.put("bad", json!({ "limit": 5 }), 3),
+            b.put("bad", json!({ "limit": 5 }), 3, "ops", None),
             Err(ChangeError::Invalid(_))
         ));
         assert!(b.engine.rules().get("bad").is_none());
-        b.delete("gold", 4).expect("deleted");
+        b.delete("gold", 4, "ops", None).expect("deleted");
         assert!(b.engine.rules().get("gold").is_none());
-        assert!(matches!(b.delete("gold", 5), Err(ChangeError::NotFound(_))));
         assert!(matches!(
-            b.delete("default", 6),
+            b.delete("gold", 5, "ops", None),
+            Err(ChangeError::NotFound(_))
+        ));
+        assert!(matches!(
+            b.delete("default", 6, "ops", None),
             Err(ChangeError::FromFile(_))
         ));
-        assert_eq!(b.stats.puts.load(Ordering::Relaxed), 1);
-        assert_eq!(b.stats.deletes.load(Ordering::Relaxed), 1);
+    }
+
+    /// Two operators cannot overwrite each other unknowingly: a change names the version it
+    /// read, and one made since refuses it.
+    #[test]
+    fn if_match_refuses_a_change_over_a_version_not_read() {
+        let b = book(None);
+        let any = IfMatch::parse("*");
+        assert!(matches!(
+            b.put(
+                "gold",
+                json!({ "limit": 5, "period": "1m" }),
+                1,
+                "a",
+                Some(&any)
+            ),
+            Err(ChangeError::VersionMismatch { current: None, .. })
+        ));
+        let first = b
+            .put(
+                "gold",
+                json!({ "limit": 5, "period": "1m" }),
+                1,
+                "alice",
+                None,
+            )
+            .expect("put");
+        assert_eq!(first.author(), "alice");
+        let read = IfMatch::parse(&format!("\"{}\"", first.tag()));
+        let second = b
+            .put(
+                "gold",
+                json!({ "limit": 6, "period": "1m" }),
+                2,
+                "bob",
+                Some(&read),
+            )
+            .expect("bob read the current version");
+        // Alice writes over what she read: refused, naming the version in force.
+        let refused = b.put(
+            "gold",
+            json!({ "limit": 7, "period": "1m" }),
+            3,
+            "alice",
+            Some(&read),
+        );
+        match refused {
+            Err(ChangeError::VersionMismatch { current, .. }) => {
+                assert_eq!(current, Some(second.tag()))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(b.delete("gold", 4, "alice", Some(&read)).is_err());
+        assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(6));
+        let list = IfMatch::parse(&format!("W/\"x\", \"{}\"", second.tag()));
+        b.delete("gold", 5, "bob", Some(&list)).expect("deleted");
+        assert_eq!(b.api_entry("gold").map(|e| e.by), Some(Some("bob".into())));
     }
 
     #[test]
     fn the_file_takes_a_name_back_from_the_api() {
         let b = book(None);
-        b.put("gold", json!({ "limit": 5, "period": "1m" }), 1)
-            .expect("put");
+        b.put(
+            "gold",
+            json!({ "limit": 5, "period": "1m" }),
+            1,
+            "ops",
+            None,
+        )
+        .expect("put");
         let file = RuleSet::from_yaml("rules:\n  - { name: gold, limit: 9, period: 1s }\n")
             .expect("valid");
         assert!(b.set_file(file));
@@ -355,13 +539,21 @@ mod tests {
             "api",
             json!({ "limit": 1, "period": "1s", "burst": 100 }),
             1,
+            "ops",
+            None,
         )
         .expect("put");
         for _ in 0..100 {
             assert!(check("api").allowed);
         }
-        b.put("api", json!({ "limit": 1, "period": "1s", "burst": 10 }), 2)
-            .expect("put");
+        b.put(
+            "api",
+            json!({ "limit": 1, "period": "1s", "burst": 10 }),
+            2,
+            "ops",
+            None,
+        )
+        .expect("put");
         let api = check("api");
         assert!(!api.allowed && api.retry_after_ms <= 1_000, "{api:?}");
     }
@@ -371,8 +563,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ringlimit-book-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let b = book(Some(dir.clone()));
-        b.put("gold", json!({ "limit": 5, "period": "1m" }), 1)
-            .expect("put");
+        b.put(
+            "gold",
+            json!({ "limit": 5, "period": "1m" }),
+            1,
+            "ops",
+            None,
+        )
+        .expect("put");
         drop(b);
         let again = book(Some(dir.clone()));
         assert_eq!(

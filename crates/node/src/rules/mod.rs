@@ -8,6 +8,7 @@
 //! - [`spec`] — [`RuleSpec`]: the rule a check names (by name, or inline).
 //! - [`api`] — rules written through the admin API: validation, versions (hybrid clock).
 //! - [`book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
+//! - [`change`] — one admin API change of a rule, decided where the rule's name is owned.
 //! - [`sync`] — the admin API's rules through gossip (publish, merge).
 //! - [`rules::reload`] — the rules file's (and the Envoy configuration's) hot reload.
 //! - [`rules::request_key`] — forward auth's key templates.
@@ -15,6 +16,7 @@
 
 pub mod api;
 pub mod book;
+pub mod change;
 pub mod envoy_config;
 pub mod reload;
 pub mod request_key;

@@ -19,7 +19,9 @@ use crate::routing::Dispatcher;
 use crate::rules::RuleSpec;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
+use ringlimit_core::top::TopKeys;
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::TopBy;
 use std::sync::Arc;
 
 /// Most checks in one batch, on every edge.
@@ -67,21 +69,37 @@ impl Outcome {
     }
 }
 
+/// One check in this many is counted into the top keys' checks (with this weight); every
+/// denied one is counted into their denials. Measured: see `bench/README.md`, "Top keys".
+const TOP_CHECKS_SAMPLE: u32 = 8;
+
+thread_local! {
+    static TOP_TURN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// The node's checks, for every edge.
 pub struct CheckService {
     here: Here,
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
+    /// The keys checked and denied most, per rule (for operators: `GET /v1/admin/top`).
+    top: Arc<TopKeys>,
 }
 
 impl CheckService {
     /// Checks decided through `dispatcher` (shared with the admin side), counted and timed in
     /// `metrics`.
-    pub fn new(here: Here, dispatcher: Arc<Dispatcher>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        here: Here,
+        dispatcher: Arc<Dispatcher>,
+        metrics: Arc<Metrics>,
+        top: Arc<TopKeys>,
+    ) -> Self {
         Self {
             here,
             dispatcher,
             metrics,
+            top,
         }
     }
 
@@ -92,6 +110,7 @@ impl CheckService {
             here: self.here.clone(),
             dispatcher: Arc::new(self.dispatcher.for_runtime()),
             metrics: self.metrics.clone(),
+            top: self.top.clone(),
         }
     }
 
@@ -109,12 +128,40 @@ impl CheckService {
     /// The outcome of an answer, counted.
     fn outcome(&self, answer: CheckAnswer, p: &Prepared<'_>, now: u64) -> Outcome {
         let o = Outcome::new(answer, &p.resolved, now);
-        self.metrics.count(
-            o.answer.allowed,
-            o.shadow_denied == Some(true),
-            p.resolved.mode,
-        );
+        let shadow_denied = o.shadow_denied == Some(true);
+        self.metrics
+            .count(o.answer.allowed, shadow_denied, p.resolved.mode);
+        self.count_top(p, !o.answer.allowed || shadow_denied, now);
         o
+    }
+
+    /// Counts a decided check into the top keys (a shadow rule's would-be denials as denials:
+    /// who a new limit would stop).
+    fn count_top(&self, p: &Prepared<'_>, denied: bool, now: u64) {
+        let sampled = TOP_TURN.with(|t| {
+            let turn = t.get().wrapping_add(1);
+            t.set(turn);
+            turn % TOP_CHECKS_SAMPLE == 0
+        });
+        if !sampled && !denied {
+            return;
+        }
+        let inline;
+        let rule = match p.spec {
+            RuleSpec::Named(name) => name,
+            RuleSpec::Inline(r) => {
+                inline = ringlimit_core::headers::inline_policy_name(&r);
+                &inline
+            }
+        };
+        if sampled {
+            let weight = u64::from(TOP_CHECKS_SAMPLE);
+            self.top
+                .record(rule, p.id, p.key, TopBy::Checks, weight, now);
+        }
+        if denied {
+            self.top.record(rule, p.id, p.key, TopBy::Denied, 1, now);
+        }
     }
 
     /// Decides many checks at once (each owner's as one group); answers in order, an invalid

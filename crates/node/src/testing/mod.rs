@@ -26,6 +26,8 @@
 //!   back by handover; `--replicas 0` as before.
 //! - `reservations`: reserve through one node, settle through another (given back, taken
 //!   into debt, repaid), settled once, expiry, garbage, an owner killed.
+//! - `operators`: admin rule changes read-your-writes through rotating nodes and conditional on
+//!   `If-Match`; named tokens with roles; the most denied keys merged across members.
 //! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
 //!   algorithm untouched, shadow, global and fail-closed rules, an unreachable owner's share.
 
@@ -43,6 +45,8 @@ mod forwarding;
 mod global;
 #[cfg(test)]
 mod leases;
+#[cfg(test)]
+mod operators;
 #[cfg(test)]
 mod replicas;
 #[cfg(test)]
@@ -636,6 +640,12 @@ async fn read_response(io: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<R
             .flatten()
     });
     let mut body = buf[head_end..].to_vec();
+    // 204 and 304 have no body, and no length to say so.
+    let length = if status == 204 || status == 304 {
+        Some(0)
+    } else {
+        length
+    };
     match length {
         Some(len) => {
             while body.len() < len {

@@ -1,0 +1,367 @@
+//! Top keys: which keys of each rule are denied (and checked) most, in bounded memory, for
+//! operators asking "who is being limited?" without a metric series per key.
+//!
+//! Per rule, Filtered Space-Saving sketches (the `topk` crate, as [`crate::hot`]) count denied
+//! checks and all checks by bucket id; the key text is kept only for ids the sketches hold. A
+//! count is an estimate with an error bound (its estimate minus the error is a lower bound of
+//! the true count), over the current epoch and the one before it: with the default epoch of 5
+//! minutes, the last 5 to 10 minutes. Memory is bounded: at most `max_rules` rules are tracked
+//! (checks of further rules are not counted: [`TopKeys::untracked`]), each with four sketches
+//! of `k` counters and the text of at most `4·k` keys.
+
+use parking_lot::{Mutex, RwLock};
+use ringlimit_proto::peer::{TopBy, TopKey};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use topk::FilteredSpaceSaving;
+
+/// How top keys are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopSettings {
+    /// Counters per sketch (a key among the top `k` of its rule is found; memory about 100
+    /// bytes a counter).
+    pub k: usize,
+    /// Length of an epoch: counts cover the current epoch and the previous one.
+    pub epoch_ns: u64,
+    /// Most rules tracked at once.
+    pub max_rules: usize,
+}
+
+impl Default for TopSettings {
+    fn default() -> Self {
+        Self {
+            k: 64,
+            epoch_ns: 300 * 1_000_000_000,
+            max_rules: 128,
+        }
+    }
+}
+
+const DENIED: usize = 0;
+const CHECKS: usize = 1;
+
+fn slot(by: TopBy) -> usize {
+    match by {
+        TopBy::Denied => DENIED,
+        TopBy::Checks => CHECKS,
+    }
+}
+
+struct RuleTop {
+    epoch: u64,
+    current: [FilteredSpaceSaving<u64>; 2],
+    previous: [FilteredSpaceSaving<u64>; 2],
+    /// The key of every id a sketch holds (and, until the next prune, of some it held).
+    names: HashMap<u64, Box<str>>,
+}
+
+impl RuleTop {
+    fn new(k: usize, epoch: u64) -> Self {
+        let fresh = || [FilteredSpaceSaving::new(k), FilteredSpaceSaving::new(k)];
+        Self {
+            epoch,
+            current: fresh(),
+            previous: fresh(),
+            names: HashMap::new(),
+        }
+    }
+
+    /// Moves to `epoch`: the current counts become the previous ones (or both go, when more
+    /// than one epoch passed).
+    fn rotate(&mut self, epoch: u64, k: usize) {
+        if epoch <= self.epoch {
+            return;
+        }
+        let fresh = || [FilteredSpaceSaving::new(k), FilteredSpaceSaving::new(k)];
+        self.previous = if epoch == self.epoch + 1 {
+            std::mem::replace(&mut self.current, fresh())
+        } else {
+            self.current = fresh();
+            fresh()
+        };
+        self.epoch = epoch;
+        self.prune();
+    }
+
+    /// Forgets the keys of ids no sketch holds.
+    fn prune(&mut self) {
+        let held: HashSet<u64> = self
+            .current
+            .iter()
+            .chain(&self.previous)
+            .flat_map(|s| s.iter().map(|(id, _)| *id))
+            .collect();
+        self.names.retain(|id, _| held.contains(id));
+    }
+
+    fn record(&mut self, id: u64, key: &str, by: TopBy, weight: u64, k: usize) {
+        let sketch = &mut self.current[slot(by)];
+        sketch.insert(id, weight);
+        if !self.names.contains_key(&id) && sketch.get(&id).is_some() {
+            if self.names.len() >= 4 * k {
+                self.prune();
+            }
+            self.names.insert(id, key.into());
+        }
+    }
+
+    fn top(&self, by: TopBy, n: usize) -> Vec<TopKey> {
+        let (cur, prev) = (&self.current[slot(by)], &self.previous[slot(by)]);
+        let ids: HashSet<u64> = cur.iter().chain(prev.iter()).map(|(id, _)| *id).collect();
+        let mut out: Vec<TopKey> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let name = self.names.get(&id)?;
+                let (a, b) = (cur.estimate(&id), prev.estimate(&id));
+                Some(TopKey {
+                    key: name.to_string(),
+                    count: a.estimated_count() + b.estimated_count(),
+                    error: a.associated_error() + b.associated_error(),
+                })
+            })
+            .filter(|t| t.count > 0)
+            .collect();
+        out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+        out.truncate(n);
+        out
+    }
+}
+
+/// Every tracked rule's top keys (see the module doc). Shared: each rule behind its own lock.
+pub struct TopKeys {
+    settings: TopSettings,
+    rules: RwLock<HashMap<Box<str>, Arc<Mutex<RuleTop>>>>,
+    untracked: AtomicU64,
+}
+
+impl std::fmt::Debug for TopKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopKeys")
+            .field("settings", &self.settings)
+            .field("rules", &self.rules.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TopKeys {
+    fn default() -> Self {
+        Self::new(TopSettings::default())
+    }
+}
+
+impl TopKeys {
+    pub fn new(settings: TopSettings) -> Self {
+        Self {
+            settings: TopSettings {
+                k: settings.k.max(1),
+                epoch_ns: settings.epoch_ns.max(1),
+                ..settings
+            },
+            rules: RwLock::new(HashMap::new()),
+            untracked: AtomicU64::new(0),
+        }
+    }
+
+    fn epoch(&self, now_ns: u64) -> u64 {
+        now_ns / self.settings.epoch_ns
+    }
+
+    fn rule(&self, rule: &str, now_ns: u64) -> Option<Arc<Mutex<RuleTop>>> {
+        if let Some(r) = self.rules.read().get(rule) {
+            return Some(r.clone());
+        }
+        let mut rules = self.rules.write();
+        if let Some(r) = rules.get(rule) {
+            return Some(r.clone());
+        }
+        if rules.len() >= self.settings.max_rules {
+            return None;
+        }
+        let r = Arc::new(Mutex::new(RuleTop::new(
+            self.settings.k,
+            self.epoch(now_ns),
+        )));
+        rules.insert(rule.into(), r.clone());
+        Some(r)
+    }
+
+    /// Counts `weight` checks (`by` checks) or denials (`by` denied) of `key` (bucket `id`)
+    /// under `rule` at `now_ns` (a caller that samples records one in `weight`).
+    pub fn record(&self, rule: &str, id: u64, key: &str, by: TopBy, weight: u64, now_ns: u64) {
+        let Some(r) = self.rule(rule, now_ns) else {
+            self.untracked.fetch_add(weight, Ordering::Relaxed);
+            return;
+        };
+        let mut r = r.lock();
+        r.rotate(self.epoch(now_ns), self.settings.k);
+        r.record(id, key, by, weight, self.settings.k);
+    }
+
+    /// The `n` keys of `rule` counted most `by`, most first (ties by key).
+    pub fn top(&self, rule: &str, by: TopBy, n: usize, now_ns: u64) -> Vec<TopKey> {
+        let Some(r) = self.rules.read().get(rule).cloned() else {
+            return Vec::new();
+        };
+        let mut r = r.lock();
+        r.rotate(self.epoch(now_ns), self.settings.k);
+        r.top(by, n)
+    }
+
+    /// The `n` most denied (rule, key) pairs over every rule, most first: what the metric
+    /// shows, so that its series stay few whatever the keys.
+    pub fn most_denied(&self, n: usize, now_ns: u64) -> Vec<(String, TopKey)> {
+        let rules: Vec<(String, Arc<Mutex<RuleTop>>)> = self
+            .rules
+            .read()
+            .iter()
+            .map(|(name, r)| (name.to_string(), r.clone()))
+            .collect();
+        let mut all = Vec::new();
+        for (name, r) in rules {
+            let mut r = r.lock();
+            r.rotate(self.epoch(now_ns), self.settings.k);
+            all.extend(
+                r.top(TopBy::Denied, n)
+                    .into_iter()
+                    .map(|t| (name.clone(), t)),
+            );
+        }
+        all.sort_by(|a, b| (b.1.count, &a.0, &a.1.key).cmp(&(a.1.count, &b.0, &b.1.key)));
+        all.truncate(n);
+        all
+    }
+
+    /// Rules tracked now.
+    pub fn rules(&self) -> usize {
+        self.rules.read().len()
+    }
+
+    /// Checks not counted because `max_rules` rules were tracked already.
+    pub fn untracked(&self) -> u64 {
+        self.untracked.load(Ordering::Relaxed)
+    }
+}
+
+/// Merges members' top keys of one rule: counts (and error bounds) of a key summed over the
+/// members, the `n` most counted first.
+pub fn merge(lists: impl IntoIterator<Item = Vec<TopKey>>, n: usize) -> Vec<TopKey> {
+    let mut by_key: HashMap<String, (u64, u64)> = HashMap::new();
+    for list in lists {
+        for t in list {
+            let e = by_key.entry(t.key).or_default();
+            e.0 += t.count;
+            e.1 += t.error;
+        }
+    }
+    let mut out: Vec<TopKey> = by_key
+        .into_iter()
+        .map(|(key, (count, error))| TopKey { key, count, error })
+        .collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+    out.truncate(n);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: u64 = 60 * 1_000_000_000;
+
+    fn id(key: &str) -> u64 {
+        ringlimit_proto::identity::bucket_id(7, key)
+    }
+
+    fn record(t: &TopKeys, rule: &str, key: &str, denied: bool, times: u64, now: u64) {
+        for _ in 0..times {
+            t.record(rule, id(key), key, TopBy::Checks, 1, now);
+            if denied {
+                t.record(rule, id(key), key, TopBy::Denied, 1, now);
+            }
+        }
+    }
+
+    /// Among 100,000 keys checked once, the few denied often are found, in order, with exact
+    /// counts (they were held since their first check), and other rules apart.
+    #[test]
+    fn the_most_denied_keys_stand_out_of_many() {
+        let t = TopKeys::default();
+        for i in 0..100_000 {
+            record(&t, "per-ip", &format!("ip:{i}"), false, 1, 0);
+        }
+        for (key, times) in [("ip:bad-1", 900), ("ip:bad-2", 500), ("ip:bad-3", 300)] {
+            record(&t, "per-ip", key, true, times, MIN);
+        }
+        record(&t, "per-user", "user:1", true, 50, MIN);
+        let top = t.top("per-ip", TopBy::Denied, 3, MIN);
+        let got: Vec<(&str, u64)> = top.iter().map(|k| (k.key.as_str(), k.count)).collect();
+        assert_eq!(
+            got,
+            [("ip:bad-1", 900), ("ip:bad-2", 500), ("ip:bad-3", 300)]
+        );
+        assert!(top.iter().all(|k| k.error == 0), "{top:?}");
+        assert_eq!(t.top("per-user", TopBy::Denied, 10, MIN).len(), 1);
+        assert!(t.top("nope", TopBy::Denied, 10, MIN).is_empty());
+        let checked = t.top("per-ip", TopBy::Checks, 1, MIN);
+        assert_eq!(checked[0].key, "ip:bad-1");
+        assert!(checked[0].count - checked[0].error <= 900);
+        assert!(checked[0].count >= 900);
+        let most = t.most_denied(2, MIN);
+        assert_eq!(
+            most.iter()
+                .map(|(r, k)| (r.as_str(), k.key.as_str()))
+                .collect::<Vec<_>>(),
+            [("per-ip", "ip:bad-1"), ("per-ip", "ip:bad-2")]
+        );
+    }
+
+    /// Counts cover the current epoch and the previous one; older ones are forgotten, keys too.
+    #[test]
+    fn counts_age_out_after_two_epochs() {
+        let t = TopKeys::default();
+        record(&t, "r", "old", true, 10, 0);
+        record(&t, "r", "new", true, 5, 5 * MIN);
+        let top = t.top("r", TopBy::Denied, 10, 5 * MIN);
+        assert_eq!(top.len(), 2, "{top:?}");
+        assert!(t.top("r", TopBy::Denied, 10, 10 * MIN)[0].key == "new");
+        assert!(t.top("r", TopBy::Denied, 10, 15 * MIN).is_empty());
+    }
+
+    /// Memory stays bounded: rules beyond the cap are not tracked, key texts stay within 4·k.
+    #[test]
+    fn memory_is_bounded() {
+        let t = TopKeys::new(TopSettings {
+            k: 8,
+            max_rules: 3,
+            ..TopSettings::default()
+        });
+        for r in 0..5 {
+            for i in 0..10_000 {
+                record(&t, &format!("rule-{r}"), &format!("k{i}"), i % 2 == 0, 1, 0);
+            }
+        }
+        assert_eq!(t.rules(), 3);
+        assert_eq!(t.untracked(), 30_000);
+        for r in t.rules.read().values() {
+            assert!(r.lock().names.len() <= 4 * 8);
+        }
+    }
+
+    #[test]
+    fn members_lists_merge_by_key() {
+        let k = |key: &str, count, error| TopKey {
+            key: key.into(),
+            count,
+            error,
+        };
+        let merged = merge(
+            [
+                vec![k("a", 5, 1), k("b", 4, 0)],
+                vec![k("b", 3, 1), k("c", 1, 0)],
+            ],
+            2,
+        );
+        assert_eq!(merged, [k("b", 7, 1), k("a", 5, 1)]);
+    }
+}

@@ -1,0 +1,396 @@
+//! Admin tokens: who may call the admin API, under which name, with which role.
+//!
+//! `--admin-tokens FILE` (`RINGLIMIT_ADMIN_TOKENS`) names a YAML file of named tokens, each with
+//! a role — `read` (GETs) or `write` (changes and resets too) — and either the token itself or
+//! its SHA-256 (hex), so that the file need not hold secrets:
+//!
+//! ```yaml
+//! tokens:
+//!   - { name: alice, token_sha256: "9f86d0...", role: write }
+//!   - { name: dashboards, token: "s3cret-read-only", role: read }
+//! ```
+//!
+//! The file is polled like the rules file (a changed file is validated and put in force; an
+//! invalid one is refused, logged, and the previous tokens stay). `RINGLIMIT_ADMIN_TOKEN` keeps
+//! working beside it: a write token named `admin`. Every change through the admin API is logged
+//! and listed with the name of the token that made it.
+//!
+//! Tokens are kept as SHA-256 digests and a presented token is compared with every one of them
+//! in constant time, so timing reveals neither a token's bytes, nor its length, nor which entry
+//! it matched.
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads: the rules, a key's state, top keys, the cluster.
+    Read,
+    /// Reads, rule changes and resets.
+    Write,
+}
+
+/// One admin token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    pub name: String,
+    pub role: Role,
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name `RINGLIMIT_ADMIN_TOKEN`'s token goes by.
+pub const ENV_TOKEN_NAME: &str = "admin";
+
+/// Why a tokens file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TokensError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: String, reason: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    tokens: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    token_sha256: Option<String>,
+    role: Role,
+}
+
+/// The admin tokens in force.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminTokens {
+    tokens: Vec<Token>,
+}
+
+fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+impl AdminTokens {
+    /// Adds `RINGLIMIT_ADMIN_TOKEN`'s token, when set, as a write token named `admin`.
+    pub fn with_env(mut self, token: Option<&str>) -> Self {
+        if let Some(t) = token {
+            self.tokens.push(Token {
+                name: ENV_TOKEN_NAME.into(),
+                role: Role::Write,
+                digest: digest(t.as_bytes()),
+            });
+        }
+        self
+    }
+
+    /// How many tokens there are.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Parses a tokens file's text; `path` names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Self, TokensError> {
+        let invalid = |reason: String| TokensError::Invalid {
+            path: path.to_owned(),
+            reason,
+        };
+        let file: File = serde_yaml_ng::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let mut tokens = Vec::with_capacity(file.tokens.len());
+        for (i, e) in file.tokens.into_iter().enumerate() {
+            let at = format!("tokens[{i}] ({:?})", e.name);
+            if e.name.trim().is_empty() || e.name.len() > 64 {
+                return Err(invalid(format!("{at}: name must be 1 to 64 characters")));
+            }
+            if tokens.iter().any(|t: &Token| t.name == e.name) {
+                return Err(invalid(format!("{at}: the name is used twice")));
+            }
+            let digest = match (e.token, e.token_sha256) {
+                (Some(t), None) if t.len() >= 16 => digest(t.as_bytes()),
+                (Some(_), None) => {
+                    return Err(invalid(format!(
+                        "{at}: token must be at least 16 characters"
+                    )));
+                }
+                (None, Some(hex)) => parse_hex(hex.trim()).ok_or_else(|| {
+                    invalid(format!(
+                        "{at}: token_sha256 must be 64 hexadecimal digits (sha256sum of the token)"
+                    ))
+                })?,
+                _ => {
+                    return Err(invalid(format!(
+                        "{at}: give exactly one of token and token_sha256"
+                    )));
+                }
+            };
+            if tokens.iter().any(|t: &Token| t.digest == digest) {
+                return Err(invalid(format!("{at}: the same token as another entry")));
+            }
+            tokens.push(Token {
+                name: e.name,
+                role: e.role,
+                digest,
+            });
+        }
+        Ok(Self { tokens })
+    }
+
+    /// Reads and parses the tokens file at `path`.
+    pub fn load(path: &Path) -> Result<Self, TokensError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TokensError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::parse(&text, &shown)
+    }
+
+    /// The token `given` is, compared with every token in constant time.
+    pub fn find(&self, given: &[u8]) -> Option<&Token> {
+        let given = digest(given);
+        let mut found = None;
+        for t in &self.tokens {
+            // No early exit: every entry is compared whatever matched.
+            if bool::from(t.digest.ct_eq(&given)) {
+                found = Some(t);
+            }
+        }
+        found
+    }
+}
+
+/// The tokens in force, reloaded from their file (see [`TokenBook::watch`]).
+#[derive(Debug)]
+pub struct TokenBook {
+    current: ArcSwap<AdminTokens>,
+    file: Option<PathBuf>,
+    env: Option<String>,
+    /// The last refusal, so that an invalid file is logged and counted once, not every poll.
+    last_error: Mutex<Option<String>>,
+    /// Reloads that put new tokens in force, and files refused.
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+}
+
+impl TokenBook {
+    /// The tokens of `file` (when set; read now: an unreadable or invalid file is an error) and
+    /// of `env` (`RINGLIMIT_ADMIN_TOKEN`).
+    pub fn open(file: Option<PathBuf>, env: Option<String>) -> Result<Self, TokensError> {
+        let from_file = match &file {
+            Some(path) => AdminTokens::load(path)?,
+            None => AdminTokens::default(),
+        };
+        Ok(Self {
+            current: ArcSwap::from_pointee(from_file.with_env(env.as_deref())),
+            file,
+            env,
+            last_error: Mutex::new(None),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether the admin API is on: a tokens file is given, or `RINGLIMIT_ADMIN_TOKEN` is set
+    /// (a file that lists no token keeps it on, refusing every request, until tokens are added).
+    pub fn enabled(&self) -> bool {
+        self.file.is_some() || self.env.is_some()
+    }
+
+    /// The tokens in force.
+    pub fn tokens(&self) -> arc_swap::Guard<std::sync::Arc<AdminTokens>> {
+        self.current.load()
+    }
+
+    /// Reads the file again; puts its tokens in force if they changed and are valid.
+    pub fn reload(&self) {
+        let Some(path) = &self.file else { return };
+        match AdminTokens::load(path) {
+            Ok(t) => {
+                let t = t.with_env(self.env.as_deref());
+                if **self.current.load() != t {
+                    tracing::info!(file = %path.display(), tokens = t.len(), "admin tokens reloaded");
+                    self.current.store(std::sync::Arc::new(t));
+                    self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                if self.last_error.lock().as_deref() != Some(&e.to_string()) {
+                    tracing::error!(error = %e, "admin tokens file refused; the previous tokens stay in force");
+                    self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                }
+                *self.last_error.lock() = Some(e.to_string());
+                return;
+            }
+        }
+        *self.last_error.lock() = None;
+    }
+
+    /// Reloads the file every `every` until the task is dropped (polled like the rules file:
+    /// a ConfigMap's atomic swap is seen whatever its mtimes say).
+    pub async fn watch(self: std::sync::Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            self.reload();
+        }
+    }
+}
+
+fn parse_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+tokens:
+  - { name: alice, token_sha256: "4a3ba0c4a1ba4d50ee2aa6b1a6e4f8e2a6a43e0b3d0f7e3ad7e6ee9be4b1a801", role: write }
+  - { name: dashboards, token: "read-only-token-0001", role: read }
+"#;
+
+    #[test]
+    fn named_tokens_are_found_with_their_role() {
+        let t = AdminTokens::parse(FILE, "tokens.yaml")
+            .expect("valid")
+            .with_env(Some("env-token"));
+        assert_eq!(t.len(), 3);
+        let read = t.find(b"read-only-token-0001").expect("found");
+        assert_eq!((read.name.as_str(), read.role), ("dashboards", Role::Read));
+        let env = t.find(b"env-token").expect("found");
+        assert_eq!((env.name.as_str(), env.role), (ENV_TOKEN_NAME, Role::Write));
+        assert!(t.find(b"read-only-token-000").is_none());
+        assert!(t.find(b"").is_none());
+        assert!(!format!("{read:?}").contains("digest"));
+    }
+
+    #[test]
+    fn a_digest_names_the_token_it_was_made_of() {
+        let hex: String = digest(b"alice's long token")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let text =
+            format!("tokens:\n  - {{ name: alice, token_sha256: \"{hex}\", role: write }}\n");
+        let t = AdminTokens::parse(&text, "f").expect("valid");
+        assert_eq!(
+            t.find(b"alice's long token").map(|t| t.role),
+            Some(Role::Write)
+        );
+    }
+
+    #[test]
+    fn a_changed_file_is_put_in_force_and_a_bad_one_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("tokens.yaml");
+        let write = |text: &str| std::fs::write(&path, text).expect("written");
+        write("tokens: [{ name: a, token: aaaaaaaaaaaaaaaa, role: read }]\n");
+        let book = TokenBook::open(Some(path.clone()), Some("env-token".into())).expect("open");
+        assert!(book.enabled());
+        assert_eq!(
+            book.tokens().find(b"aaaaaaaaaaaaaaaa").map(|t| t.role),
+            Some(Role::Read)
+        );
+        write("tokens: [{ name: a, token: aaaaaaaaaaaaaaaa, role: write }]\n");
+        book.reload();
+        assert_eq!(
+            book.tokens().find(b"aaaaaaaaaaaaaaaa").map(|t| t.role),
+            Some(Role::Write)
+        );
+        write("tokens: [{ name: a, role: write }]\n");
+        book.reload();
+        book.reload();
+        assert_eq!(
+            book.reloads_failed.load(Ordering::Relaxed),
+            1,
+            "logged and counted once"
+        );
+        assert_eq!(
+            book.tokens().find(b"aaaaaaaaaaaaaaaa").map(|t| t.role),
+            Some(Role::Write)
+        );
+        assert!(
+            book.tokens().find(b"env-token").is_some(),
+            "the variable's token stays"
+        );
+        assert!(TokenBook::open(Some(dir.path().join("absent")), None).is_err());
+        assert!(!TokenBook::open(None, None).expect("open").enabled());
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_entry() {
+        for (text, says) in [
+            ("tokens: [{ name: a, role: read }]", "exactly one"),
+            (
+                "tokens: [{ name: a, token: x, token_sha256: ab, role: read }]",
+                "exactly one",
+            ),
+            (
+                "tokens: [{ name: a, token: short, role: read }]",
+                "16 characters",
+            ),
+            (
+                "tokens: [{ name: a, token_sha256: zz, role: read }]",
+                "64 hexadecimal",
+            ),
+            (
+                "tokens: [{ name: a, token: aaaaaaaaaaaaaaaa, role: admin }]",
+                "unknown variant",
+            ),
+            (
+                "tokens: [{ name: a, token: aaaaaaaaaaaaaaaa, role: read }, { name: a, token: bbbbbbbbbbbbbbbb, role: read }]",
+                "used twice",
+            ),
+            (
+                "tokens: [{ name: a, token: aaaaaaaaaaaaaaaa, role: read }, { name: b, token: aaaaaaaaaaaaaaaa, role: write }]",
+                "same token",
+            ),
+            (
+                "tokens: [{ name: '', token: aaaaaaaaaaaaaaaa, role: read }]",
+                "1 to 64",
+            ),
+            ("nope: 1", "unknown field"),
+        ] {
+            let e = AdminTokens::parse(text, "tokens.yaml").expect_err(text);
+            let e = e.to_string();
+            assert!(e.starts_with("tokens.yaml: "), "{e}");
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+}

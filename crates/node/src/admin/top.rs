@@ -1,0 +1,169 @@
+//! The most denied (or most checked) keys of a rule across the cluster: each live member's
+//! bounded top-K (counted where checks arrive, see [`ringlimit_core::top`]), asked at once over
+//! the peer port and merged here. A member that does not answer in time is reported, never
+//! waited on longer.
+
+use super::Admin;
+use crate::cluster::MemberState;
+use futures::future::join_all;
+use ringlimit_proto::peer::{TopBy, TopKey};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Longest any one member may take to answer.
+const TOP_WAIT: Duration = Duration::from_secs(2);
+/// Most keys one request may ask for.
+pub const MAX_N: usize = 1000;
+
+/// One member's part in a top-keys answer.
+#[derive(Debug, Serialize)]
+pub struct MemberTop {
+    pub node_id: String,
+    /// `ok`, or `failed` (`error` says why: no answer in time, an older member).
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `GET /v1/admin/top`'s answer.
+#[derive(Debug, Serialize)]
+pub struct TopReport {
+    pub rule: String,
+    pub by: &'static str,
+    pub n: usize,
+    /// What the counts cover: the current epoch of each member's counts and the one before.
+    pub window: &'static str,
+    /// Most counted first: `count` summed over members (an estimate, at most `error` over).
+    pub keys: Vec<TopKey>,
+    /// Whether every live member answered.
+    pub complete: bool,
+    pub members: Vec<MemberTop>,
+}
+
+impl Admin {
+    /// The `n` keys of `rule` counted most `by` on every live member, merged.
+    pub async fn top(&self, rule: &str, by: TopBy, n: usize) -> TopReport {
+        let view = self.dispatcher.view();
+        let now = self.here.now();
+        let self_id = view.self_id.clone();
+        let asks = view
+            .members
+            .iter()
+            .filter(|m| m.state != MemberState::Dead)
+            .map(|m| {
+                let self_id = self_id.clone();
+                async move {
+                    let got = if *m.node_id == *self_id {
+                        Ok(Some(self.top.top(rule, by, n, now)))
+                    } else {
+                        let asked = self
+                            .pool
+                            .top_keys(&m.peer_addr, rule, by, n as u32, TOP_WAIT);
+                        match tokio::time::timeout(TOP_WAIT, asked).await {
+                            Ok(r) => r.map_err(|e| e.to_string()),
+                            Err(_) => Err(format!("no answer within {TOP_WAIT:?}")),
+                        }
+                    };
+                    (m.node_id.clone(), got)
+                }
+            });
+        let mut lists = Vec::new();
+        let mut members = Vec::new();
+        for (node_id, got) in join_all(asks).await {
+            members.push(match got {
+                Ok(Some(keys)) => {
+                    let m = MemberTop {
+                        node_id,
+                        status: "ok",
+                        keys: Some(keys.len()),
+                        error: None,
+                    };
+                    lists.push(keys);
+                    m
+                }
+                Ok(None) => MemberTop {
+                    node_id,
+                    status: "failed",
+                    keys: None,
+                    error: Some("a member of an older version counts no top keys".into()),
+                },
+                Err(e) => MemberTop {
+                    node_id,
+                    status: "failed",
+                    keys: None,
+                    error: Some(e),
+                },
+            });
+        }
+        TopReport {
+            rule: rule.to_owned(),
+            by: match by {
+                TopBy::Denied => "denied",
+                TopBy::Checks => "checks",
+            },
+            n,
+            window: "the last 5 to 10 minutes",
+            complete: members.iter().all(|m| m.status == "ok"),
+            keys: ringlimit_core::top::merge(lists, n),
+            members,
+        }
+    }
+}
+
+/// Series of `ringlimit_top_denied` at most: one per (rule, key) among the most denied.
+pub const METRIC_SERIES: usize = 100;
+
+/// This node's top keys as metrics, read at scrape time: `ringlimit_top_denied{rule,key}` (the
+/// [`METRIC_SERIES`] most denied keys over every rule, so the series stay few whatever the
+/// keys), the rules tracked and the checks not counted beyond the cap.
+pub struct TopCollector {
+    pub top: std::sync::Arc<ringlimit_core::top::TopKeys>,
+    pub here: crate::decide::Here,
+}
+
+impl std::fmt::Debug for TopCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for TopCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use crate::metrics::{Kind, encode_one};
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let most = self.top.most_denied(METRIC_SERIES, self.here.now());
+        let mut metric = e.encode_descriptor(
+            "top_denied",
+            "Denied checks of this node's most denied keys (at most 100 series over every rule), \
+             counted over the last 5 to 10 minutes (an estimate: Space-Saving).",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (rule, k) in &most {
+            let value = i64::try_from(k.count).unwrap_or(i64::MAX);
+            ConstGauge::new(value).encode(
+                metric.encode_family(&[("rule", rule.as_str()), ("key", k.key.as_str())])?,
+            )?;
+        }
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "top_rules",
+            "Rules whose top keys this node counts (at most 128).",
+            self.top.rules() as u64,
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "top_untracked",
+            "Checks not counted in top keys because 128 rules were counted already.",
+            self.top.untracked(),
+        )
+    }
+}
