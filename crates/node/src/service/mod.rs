@@ -113,6 +113,7 @@ impl CheckService {
             o.answer.allowed,
             o.shadow_denied == Some(true),
             p.resolved.mode,
+            p.spec.name(),
         );
         o
     }
