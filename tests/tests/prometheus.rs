@@ -81,8 +81,11 @@ struct Expr {
     want: Want,
 }
 
+/// Expressions by where they come from: `(origin, PromQL)`.
+type Sourced = Vec<(String, String)>;
+
 /// Each alert's `(name, expr)`, in file order.
-fn alerts() -> Result<Vec<(String, String)>> {
+fn alerts() -> Result<Sourced> {
     let doc = read_yaml(&deploy("prometheus/ringlimit.rules.yaml"))?;
     let mut out = Vec::new();
     for group in doc["groups"].as_sequence().context("no groups")? {
@@ -99,12 +102,12 @@ fn alerts() -> Result<Vec<(String, String)>> {
 }
 
 /// Every panel target's expression, and every template variable's query, of the dashboard.
-fn dashboard() -> Result<(Vec<(String, String)>, Vec<String>)> {
+fn dashboard() -> Result<(Sourced, Vec<String>)> {
     let path = deploy("grafana/ringlimit-dashboard.json");
     let text = std::fs::read_to_string(&path)?;
     let dash: Value = serde_json::from_str(&text).context("the dashboard is not JSON")?;
     let mut exprs = Vec::new();
-    fn panels(list: &Value, exprs: &mut Vec<(String, String)>) {
+    fn panels(list: &Value, exprs: &mut Sourced) {
         for p in list.as_array().into_iter().flatten() {
             let title = p["title"].as_str().unwrap_or("?");
             for (i, t) in p["targets"].as_array().into_iter().flatten().enumerate() {
