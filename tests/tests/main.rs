@@ -18,5 +18,6 @@ mod http_api;
 mod http_limits;
 mod http_wire;
 mod ops;
+mod prometheus;
 mod rolling;
 mod sdk;

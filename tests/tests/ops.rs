@@ -222,6 +222,11 @@ async fn rules_reload_follows_a_configmap_symlink_swap() -> Result<()> {
         Some(1.0)
     );
     assert_eq!(series(&text, "ringlimit_rules_generation"), Some(2.0));
+    assert_eq!(
+        series(&text, "ringlimit_rules_last_reload_successful"),
+        Some(1.0)
+    );
+    let hash = series(&text, "ringlimit_rules_hash").context("no ringlimit_rules_hash")?;
 
     // An invalid file: refused once, counted, and the rules in force stay.
     publish(&dir.0, "3", bad)?;
@@ -257,6 +262,23 @@ async fn rules_reload_follows_a_configmap_symlink_swap() -> Result<()> {
         series(&text, r#"ringlimit_rules_reload_total{result="error"}"#),
         Some(1.0)
     );
+    // Failing until the file is fixed (the alert's signal); the rules in force, and so their
+    // fingerprint, unchanged.
+    assert_eq!(
+        series(&text, "ringlimit_rules_last_reload_successful"),
+        Some(0.0)
+    );
+    assert_eq!(series(&text, "ringlimit_rules_hash"), Some(hash));
+    // The file put back as it is in force: nothing new in force, and nothing failing.
+    publish(&dir.0, "4", v2)?;
+    wait_until("the fixed file is accepted", WAIT, || async {
+        let text = scrape(&node).await?;
+        Ok(series(&text, "ringlimit_rules_last_reload_successful") == Some(1.0))
+    })
+    .await?;
+    let text = scrape(&node).await?;
+    assert_eq!(series(&text, "ringlimit_rules_generation"), Some(2.0));
+    assert_eq!(series(&text, "ringlimit_rules_hash"), Some(hash));
     node.stop().await
 }
 

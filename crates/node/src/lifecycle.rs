@@ -10,6 +10,30 @@ use crate::replicas::ReplicaStats;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Readiness as a metric (`ringlimit_ready`), read at scrape time: what `/readyz` answers.
+pub struct ReadyCollector(pub Arc<Lifecycle>);
+
+impl std::fmt::Debug for ReadyCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadyCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for ReadyCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        crate::metrics::encode_one(
+            &mut e,
+            crate::metrics::Kind::Gauge,
+            "ready",
+            "1 while this node answers checks (what /readyz answers 200 to), else 0.",
+            u64::from(self.0.is_ready()),
+        )
+    }
+}
+
 /// Readiness, peers kept in step with membership, and handover.
 pub struct Lifecycle {
     here: Here,

@@ -435,6 +435,14 @@ pub async fn run(
         top: top.clone(),
         here: here.clone(),
     });
+    let lifecycle = Arc::new(Lifecycle::new(
+        here.clone(),
+        pool.clone(),
+        handed_over.clone(),
+        config.replicas,
+        replica_stats.clone(),
+    ));
+    metrics.register(crate::lifecycle::ReadyCollector(lifecycle.clone()));
     let metrics = Arc::new(metrics);
     let service = Arc::new(CheckService::new(
         here.clone(),
@@ -450,16 +458,9 @@ pub async fn run(
         rules: rules.clone(),
         cluster_id: Arc::from(config.cluster_id.as_str()),
         book: book.clone(),
-        handed_over: handed_over.clone(),
+        handed_over,
         top,
     }));
-    let lifecycle = Arc::new(Lifecycle::new(
-        here,
-        pool.clone(),
-        handed_over,
-        config.replicas,
-        replica_stats.clone(),
-    ));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
     tasks.spawn(hot_keys.run(engine.held().clone()));

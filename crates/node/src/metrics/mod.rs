@@ -23,6 +23,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use ringlimit_core::rule::Mode;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,6 +67,90 @@ impl PeerRpcMetrics {
 struct CheckLabels {
     result: &'static str,
     mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleCheckLabels {
+    rule: String,
+    result: &'static str,
+}
+
+/// Most rule names counted apart in `ringlimit_rule_checks_total`; checks of further names
+/// are counted as `rule="other"` (rules are the operator's, but API rules come and go, and a
+/// deleted rule's series stays until the node restarts).
+pub const MAX_COUNTED_RULES: usize = 256;
+
+/// A rule's counters, by result: allowed, denied, shadow_denied.
+type RuleCounters = Arc<[Counter; 3]>;
+
+/// Checks by rule (`ringlimit_rule_checks_total{rule,result}`): named rules by name, inline
+/// rules all as `inline` (their parameters are the client's: unbounded). A check finds its
+/// rule's counters in a map swapped whole when a name is first counted (a read without a lock,
+/// then one hash of the name); the counters are sharded like the others.
+#[derive(Debug)]
+struct RuleChecks {
+    family: Family<RuleCheckLabels, Counter>,
+    by_name: arc_swap::ArcSwap<HashMap<Box<str>, RuleCounters>>,
+    inline: RuleCounters,
+    other: std::sync::OnceLock<RuleCounters>,
+    grow: parking_lot::Mutex<()>,
+}
+
+impl RuleChecks {
+    fn new(family: Family<RuleCheckLabels, Counter>) -> Self {
+        let inline = Self::counters(&family, "inline");
+        Self {
+            family,
+            by_name: arc_swap::ArcSwap::from_pointee(HashMap::new()),
+            inline,
+            other: std::sync::OnceLock::new(),
+            grow: parking_lot::Mutex::new(()),
+        }
+    }
+
+    fn counters(family: &Family<RuleCheckLabels, Counter>, rule: &str) -> RuleCounters {
+        let one = |result| {
+            family
+                .get_or_create(&RuleCheckLabels {
+                    rule: rule.to_owned(),
+                    result,
+                })
+                .clone()
+        };
+        Arc::new([one("allowed"), one("denied"), one("shadow_denied")])
+    }
+
+    fn inc(&self, rule: Option<&str>, result: usize) {
+        let Some(name) = rule else {
+            self.inline[result].inc();
+            return;
+        };
+        if let Some(c) = self.by_name.load().get(name) {
+            c[result].inc();
+            return;
+        }
+        self.add(name)[result].inc();
+    }
+
+    /// The counters of a name not counted yet (or of `other`, past the cap).
+    fn add(&self, name: &str) -> RuleCounters {
+        let _one_at_a_time = self.grow.lock();
+        let map = self.by_name.load_full();
+        if let Some(c) = map.get(name) {
+            return c.clone();
+        }
+        if map.len() >= MAX_COUNTED_RULES {
+            return self
+                .other
+                .get_or_init(|| Self::counters(&self.family, "other"))
+                .clone();
+        }
+        let c = Self::counters(&self.family, name);
+        let mut grown = (*map).clone();
+        grown.insert(name.into(), c.clone());
+        self.by_name.store(Arc::new(grown));
+        c
+    }
 }
 
 /// A server's connections (`listen::conns`; one set for the HTTP port, one for gRPC), counted
@@ -314,6 +399,7 @@ pub struct Metrics {
     pub batch_duration: Histogram,
     pub all_duration: Histogram,
     peer_rpc: PeerRpcMetrics,
+    rule_checks: RuleChecks,
 }
 
 impl Default for Metrics {
@@ -339,6 +425,12 @@ impl Metrics {
             durations.clone(),
         );
         let duration = |endpoint| durations.get_or_create(&EndpointLabel { endpoint }).clone();
+        let rule_checks = Family::<RuleCheckLabels, Counter>::default();
+        registry.register(
+            "rule_checks",
+            "Checks decided by this node by rule (inline rules as one, inline; past 256 names, other)",
+            rule_checks.clone(),
+        );
         let peer_rpc = PeerRpcMetrics::unregistered();
         registry.register(
             "peer_rpc_duration_seconds",
@@ -361,12 +453,19 @@ impl Metrics {
             batch_duration: duration("batch"),
             all_duration: duration("all"),
             peer_rpc,
+            rule_checks: RuleChecks::new(rule_checks),
             registry,
         }
     }
 
-    /// Counts one decided check of a rule in `mode`.
-    pub fn count(&self, allowed: bool, shadow_denied: bool, mode: Mode) {
+    /// Counts one decided check of a rule in `mode`, named `rule` (`None`: inline).
+    pub fn count(&self, allowed: bool, shadow_denied: bool, mode: Mode, rule: Option<&str>) {
+        let result = match (allowed, shadow_denied) {
+            (_, true) => 2,
+            (true, false) => 0,
+            (false, false) => 1,
+        };
+        self.rule_checks.inc(rule, result);
         let c = match (mode, allowed, shadow_denied) {
             (Mode::Owner, _, true) => &self.shadow_denied,
             (Mode::Global, _, true) => &self.global_shadow_denied,
@@ -403,3 +502,57 @@ pub fn seconds(from_ns: u64, to_ns: u64) -> f64 {
 
 /// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(text: &str, line: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn checks_are_counted_by_rule_inline_ones_as_one_and_past_the_cap_as_other() {
+        let m = Metrics::new();
+        m.count(true, false, Mode::Owner, Some("gold"));
+        m.count(false, false, Mode::Owner, Some("gold"));
+        m.count(false, false, Mode::Owner, Some("gold"));
+        m.count(true, true, Mode::Global, Some("trial"));
+        m.count(true, false, Mode::Owner, None);
+        for i in 0..MAX_COUNTED_RULES + 5 {
+            m.count(true, false, Mode::Owner, Some(&format!("r{i}")));
+        }
+        let text = m.encode().expect("encoded");
+        let rule = |rule: &str, result: &str| {
+            series(
+                &text,
+                &format!("ringlimit_rule_checks_total{{rule=\"{rule}\",result=\"{result}\"}}"),
+            )
+        };
+        assert_eq!(rule("gold", "allowed"), Some(1));
+        assert_eq!(rule("gold", "denied"), Some(2));
+        assert_eq!(rule("gold", "shadow_denied"), Some(0));
+        assert_eq!(rule("trial", "shadow_denied"), Some(1));
+        assert_eq!(rule("inline", "allowed"), Some(1));
+        // "gold" and "trial" took two places of the cap.
+        assert_eq!(rule("other", "allowed"), Some(7));
+        let names: std::collections::BTreeSet<_> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("ringlimit_rule_checks_total{rule=\""))
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(
+            names.len(),
+            MAX_COUNTED_RULES + 2,
+            "the cap, inline and other"
+        );
+        assert_eq!(
+            series(
+                &text,
+                "ringlimit_checks_total{result=\"allowed\",mode=\"owner\"}"
+            ),
+            Some(2 + MAX_COUNTED_RULES as u64 + 5)
+        );
+    }
+}

@@ -363,6 +363,13 @@ impl prometheus_client::collector::Collector for BookCollector {
             "rules_api_save_failed",
             "API rule changes in force but not saved under --data-dir.",
             load(&s.save_failed),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "rules_hash",
+            "A fingerprint of the rules in force (file and admin API), 53 bits: equal on nodes of one version with the same rules.",
+            self.0.engine.rules().fingerprint(),
         )
     }
 }

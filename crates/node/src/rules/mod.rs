@@ -124,6 +124,31 @@ impl RuleSet {
         v.into_iter()
     }
 
+    /// A fingerprint of these rules (`ringlimit_rules_hash`): the same on every node of one
+    /// version with the same rules in force, whatever order they were loaded in, and another
+    /// as soon as any field of any rule differs. FNV-1a over each rule as `GET /v1/rules` lists
+    /// it (with its period in ns), in name order; 53 bits, so that Prometheus' float64 holds it
+    /// exactly and nodes can be compared with `max != min`.
+    pub fn fingerprint(&self) -> u64 {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0100_0000_01b3;
+        let mut h = OFFSET;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+            }
+        };
+        for r in self.iter() {
+            // A RuleInfo of plain fields always serializes; an error would only hash as empty.
+            eat(serde_json::to_string(&r.info())
+                .unwrap_or_default()
+                .as_bytes());
+            eat(&r.rule.period_ns.to_le_bytes());
+            eat(b"\n");
+        }
+        h & ((1 << 53) - 1)
+    }
+
     /// These rules and `api`'s (rules written through the admin API), file rules first: an
     /// API rule whose name the file now defines is left out, and its name returned.
     pub fn with_api(&self, api: Vec<NamedRule>) -> (Self, Vec<String>) {

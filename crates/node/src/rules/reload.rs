@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use ringlimit_core::clock::unix_ms;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where the rules in force came from and how reloading went: read by the admin API and the
@@ -31,6 +31,9 @@ pub struct RulesStatus {
     pub reloads_failed: AtomicU64,
     /// Unix ms at which the rules in force were loaded.
     pub loaded_at_ms: AtomicU64,
+    /// Whether the source as last read was refused (invalid or unreadable): set on a refusal,
+    /// cleared once a read is accepted (new rules, or the rules in force already).
+    pub failing: AtomicBool,
     last: Mutex<Option<ReloadOutcome>>,
 }
 
@@ -52,6 +55,7 @@ impl RulesStatus {
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             loaded_at_ms: AtomicU64::new(unix_ms()),
+            failing: AtomicBool::new(false),
             last: Mutex::new(None),
         }
     }
@@ -66,12 +70,14 @@ impl RulesStatus {
         let at_ms = unix_ms();
         self.loaded_at_ms.store(at_ms, Ordering::Relaxed);
         self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+        self.failing.store(false, Ordering::Relaxed);
         *self.last.lock() = Some(ReloadOutcome { at_ms, error: None });
         self.generation.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     fn refused(&self, error: String) {
         self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+        self.failing.store(true, Ordering::Relaxed);
         *self.last.lock() = Some(ReloadOutcome {
             at_ms: unix_ms(),
             error: Some(error),
@@ -138,7 +144,8 @@ async fn poll<S: Source>(source: S, status: Arc<RulesStatus>, every: Duration) {
         let applied = source.apply(&snapshot);
         last = Some(snapshot);
         match applied {
-            Ok(None) => {}
+            // What is in force already (a refused file put back as it was): nothing fails now.
+            Ok(None) => status.failing.store(false, Ordering::Relaxed),
             Ok(Some(count)) => {
                 let generation = status.put_in_force();
                 tracing::info!(path = %path.display(), entries = count, generation, "{} reloaded", S::WHAT);
@@ -237,6 +244,7 @@ impl prometheus_client::collector::Collector for ReloadCollector {
             ("ok", load(&s.reloads_ok)),
             ("error", load(&s.reloads_failed)),
         ];
+        let successful = u64::from(!s.failing.load(Ordering::Relaxed));
         match self.of {
             Reloaded::Rules => {
                 encode_family(
@@ -260,6 +268,13 @@ impl prometheus_client::collector::Collector for ReloadCollector {
                     "rules_last_reload_timestamp_seconds",
                     "Unix time at which the rules in force were loaded.",
                     load(&s.loaded_at_ms) / 1000,
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "rules_last_reload_successful",
+                    "0 while the rules file as last read is refused (the previous rules stay in force), else 1.",
+                    successful,
                 )
             }
             Reloaded::Envoy => {
@@ -277,6 +292,13 @@ impl prometheus_client::collector::Collector for ReloadCollector {
                     "envoy_config_generation",
                     "envoyproxy/ratelimit configurations put in force since start (1: loaded at start; 0: none).",
                     load(&s.generation),
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "envoy_config_last_reload_successful",
+                    "0 while the envoyproxy/ratelimit configuration as last read is refused (the previous stays in force), else 1.",
+                    successful,
                 )
             }
         }

@@ -863,3 +863,30 @@ fn validate_bounds() {
         "period"
     );
 }
+
+#[test]
+fn the_fingerprint_follows_every_field_and_ignores_load_order() {
+    let a = RuleSet::from_yaml(
+        "rules:\n  - { name: a, limit: 5, period: 1m }\n  - { name: b, limit: 7, period: 1s }\n",
+    )
+    .expect("valid");
+    let same = RuleSet::from_yaml(
+        "rules:\n  - { name: b, limit: 7, period: 1s }\n  - { name: a, limit: 5, period: 1m }\n",
+    )
+    .expect("valid");
+    assert_eq!(a.fingerprint(), same.fingerprint());
+    assert_eq!(a.fingerprint(), a.clone().fingerprint());
+    assert!(a.fingerprint() < 1 << 53, "exact in a float64");
+    for other in [
+        "rules:\n  - { name: a, limit: 6, period: 1m }\n  - { name: b, limit: 7, period: 1s }\n",
+        "rules:\n  - { name: a, limit: 5, period: 2m }\n  - { name: b, limit: 7, period: 1s }\n",
+        "rules:\n  - { name: a, limit: 5, period: 1m, shadow: true }\n  - { name: b, limit: 7, period: 1s }\n",
+        "rules:\n  - { name: a, limit: 5, period: 1m, mode: global }\n  - { name: b, limit: 7, period: 1s }\n",
+        "rules:\n  - { name: c, limit: 5, period: 1m }\n  - { name: b, limit: 7, period: 1s }\n",
+        "rules:\n  - { name: a, limit: 5, period: 1m }\n",
+    ] {
+        let other = RuleSet::from_yaml(other).expect("valid");
+        assert_ne!(a.fingerprint(), other.fingerprint(), "{other:?}");
+    }
+    assert_ne!(RuleSet::default().fingerprint(), a.fingerprint());
+}

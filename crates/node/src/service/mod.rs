@@ -129,8 +129,12 @@ impl CheckService {
     fn outcome(&self, answer: CheckAnswer, p: &Prepared<'_>, now: u64) -> Outcome {
         let o = Outcome::new(answer, &p.resolved, now);
         let shadow_denied = o.shadow_denied == Some(true);
-        self.metrics
-            .count(o.answer.allowed, shadow_denied, p.resolved.mode);
+        self.metrics.count(
+            o.answer.allowed,
+            shadow_denied,
+            p.resolved.mode,
+            p.spec.name(),
+        );
         self.count_top(p, !o.answer.allowed || shadow_denied, now);
         o
     }
