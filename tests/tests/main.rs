@@ -6,6 +6,7 @@
 
 mod api_rules;
 mod check_all_http;
+mod cli;
 mod cluster;
 mod envoy_compat;
 mod fuzz;

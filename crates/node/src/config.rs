@@ -26,6 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Run one limiter node.
     Serve(ServeArgs),
+    /// The admin CLI: `rules`, `top`, `cluster`, `keys` (an HTTP client of a node's admin API).
+    #[command(flatten)]
+    Admin(crate::cli::AdminCommand),
 }
 
 /// Log line format.
@@ -558,7 +561,9 @@ mod tests {
     fn trusted_proxies_are_a_list_of_address_blocks() {
         let parse = |args: &[&str]| {
             let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
-            let Command::Serve(serve) = cli.command;
+            let Command::Serve(serve) = cli.command else {
+                unreachable!("parsed as serve")
+            };
             Ok::<_, clap::Error>(serve.trusted_proxies.unwrap_or_default())
         };
         let trusted = parse(&["--trusted-proxies", "10.0.0.0/8, 2001:db8::/32,192.0.2.7"])
@@ -579,7 +584,9 @@ mod tests {
     fn replicas_default_to_one_and_zero_turns_them_off() {
         let parse = |args: &[&str]| {
             let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
-            let Command::Serve(serve) = cli.command;
+            let Command::Serve(serve) = cli.command else {
+                unreachable!("parsed as serve")
+            };
             Ok::<_, clap::Error>(serve.replicas)
         };
         assert_eq!(parse(&[]).expect("default"), 1);

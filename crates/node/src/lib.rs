@@ -39,6 +39,9 @@
 //! - [`rules`] — the rule set and its file, the rule a check names ([`rules::RuleSpec`]), the
 //!   admin API's rules, the book in force (kept under `--data-dir`), their sync through gossip,
 //!   hot reload, forward auth's key templates and the envoyproxy/ratelimit configuration.
+//! - [`cli`] — apart from the layers: the admin CLI (`ringlimit rules|top|cluster|keys`), an
+//!   HTTP client of the admin API that knows nothing of the node's internals (arguments into
+//!   one request, its answer as a table or JSON).
 //! - [`config`] — flags into a [`NodeConfig`]; [`forwarded`] — what a gateway's copy of a
 //!   request says about its client; [`log_gate`] — log lines a flood could repeat, at most one
 //!   per interval.
@@ -48,6 +51,7 @@
 //!   tokio's paused clock.
 
 pub(crate) mod admin;
+pub mod cli;
 pub mod cluster;
 pub mod config;
 pub(crate) mod decide;

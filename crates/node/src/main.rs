@@ -1,4 +1,5 @@
-//! The `ringlimit` binary: parse flags, set up logging, run the node.
+//! The `ringlimit` binary: parse flags, then run the node (`serve`) or an admin command
+//! (`rules`, `top`, `cluster`, `keys`: [`ringlimit_node::cli`]).
 
 use clap::Parser;
 use ringlimit_node::config::{Cli, Command, LogFormat};
@@ -26,7 +27,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Admin(command) => return ringlimit_node::cli::run(command),
+    };
     init_logging(args.log_format);
     let config = match args.into_config() {
         Ok(c) => c,

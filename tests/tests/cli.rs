@@ -1,0 +1,460 @@
+//! The admin CLI (issue 33): the real `ringlimit` binary run as `ringlimit rules|top|cluster|keys`
+//! against a 3-node in-process cluster with an admin token — rules written through one node and
+//! deleted through another, top keys after denials, the cluster, a key's state and reset, and the
+//! errors (unknown rule, bad token, stale If-Match, unreachable address, bad usage) with their
+//! exit codes.
+
+use anyhow::{Context, Result, bail, ensure};
+use ringlimit_tests::{TestCluster, WAIT, ringlimit_binary, wait_until};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "cli-test-admin-token";
+/// Longest one CLI run may take (its own request timeout is 5 s).
+const RUN_WITHIN: Duration = Duration::from_secs(30);
+
+/// One run of the binary: exit code, standard output, standard error.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+impl Run {
+    fn json(&self) -> Result<Value> {
+        serde_json::from_str(&self.out).with_context(|| format!("not JSON: {self:?}"))
+    }
+
+    fn ok(self) -> Result<Self> {
+        ensure!(self.code == 0, "exit {}: {self:?}", self.code);
+        Ok(self)
+    }
+}
+
+/// How to run the CLI: the binary, the address (`RINGLIMIT_ADDR`), the token
+/// (`RINGLIMIT_ADMIN_TOKEN`), standard input.
+struct Cli<'a> {
+    bin: &'a Path,
+    addr: String,
+    token: Option<&'a str>,
+    stdin: Option<&'a str>,
+}
+
+impl<'a> Cli<'a> {
+    fn at(bin: &'a Path, http: std::net::SocketAddr) -> Self {
+        Cli {
+            bin,
+            addr: format!("http://{http}"),
+            token: Some(TOKEN),
+            stdin: None,
+        }
+    }
+
+    /// Runs `ringlimit args...` in a blocking thread, killed if it outlives [`RUN_WITHIN`].
+    async fn run(&self, args: &[&str]) -> Result<Run> {
+        let mut cmd = Command::new(self.bin);
+        cmd.args(args)
+            .env("RINGLIMIT_ADDR", &self.addr)
+            .env_remove("RINGLIMIT_ADMIN_TOKEN")
+            .env_remove("RINGLIMIT_CACERT")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(t) = self.token {
+            cmd.env("RINGLIMIT_ADMIN_TOKEN", t);
+        }
+        let stdin = self.stdin.unwrap_or("").to_owned();
+        let what = format!("ringlimit {}", args.join(" "));
+        tokio::task::spawn_blocking(move || -> Result<Run> {
+            let mut child = cmd.spawn().with_context(|| format!("spawn {what}"))?;
+            if let Some(mut input) = child.stdin.take() {
+                input.write_all(stdin.as_bytes())?;
+            }
+            let started = Instant::now();
+            while child.try_wait()?.is_none() {
+                if started.elapsed() > RUN_WITHIN {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!("{what} still running after {RUN_WITHIN:?}");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let out = child.wait_with_output()?;
+            Ok(Run {
+                code: out.status.code().unwrap_or(-1),
+                out: String::from_utf8_lossy(&out.stdout).into_owned(),
+                err: String::from_utf8_lossy(&out.stderr).into_owned(),
+            })
+        })
+        .await?
+    }
+}
+
+/// Whether every node of `c` has rule `name` in force (`GET /v1/rules`, what each knows itself).
+async fn everywhere(c: &TestCluster, name: &str) -> Result<bool> {
+    for node in &c.nodes {
+        let rules = node.get("/v1/rules").await?.json()?;
+        let known = rules["rules"]
+            .as_array()
+            .context("rules")?
+            .iter()
+            .any(|r| r["name"] == name);
+        if !known {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn bin() -> Result<PathBuf> {
+    ringlimit_binary()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_cli_drives_a_cluster() -> Result<()> {
+    let bin = tokio::task::spawn_blocking(bin).await??;
+    let c = TestCluster::start_with(3, |c| c.admin_token = Some(TOKEN.into())).await?;
+    let [n0, n1, n2] = [0, 1, 2].map(|i| Cli::at(&bin, c.nodes[i].http));
+
+    // Written through node 0 (a table of the rule), read through node 2 (JSON, its version).
+    let put = n0
+        .run(&[
+            "rules",
+            "put",
+            "cli-rule",
+            "--limit",
+            "3",
+            "--period",
+            "1h",
+            "--algorithm",
+            "fixed_window",
+            "--lease",
+            "off",
+        ])
+        .await?
+        .ok()?;
+    ensure!(
+        put.out.contains("cli-rule") && put.out.lines().any(|l| l == "source                api"),
+        "{}",
+        put.out
+    );
+    let got = n2
+        .run(&["rules", "get", "cli-rule", "-o", "json"])
+        .await?
+        .ok()?;
+    let rule = got.json()?;
+    ensure!(rule["limit"] == 3 && rule["source"] == "api", "{rule}");
+    let version = rule["version"].as_str().context("version")?.to_owned();
+    ensure!(rule["updated_by"] == "admin", "{rule}");
+
+    // A stale If-Match: 412 version_mismatch, exit 1, nothing changed.
+    let stale = n1
+        .run(&[
+            "rules",
+            "put",
+            "cli-rule",
+            "--limit",
+            "9",
+            "--period",
+            "1h",
+            "--if-match",
+            "0.0.nobody",
+        ])
+        .await?;
+    ensure!(
+        stale.code == 1
+            && stale.err.contains("error: version_mismatch: ")
+            && stale.err.contains("HTTP 412"),
+        "{stale:?}"
+    );
+    // The right version: accepted (the same fields: lease off, fixed window, 3 an hour).
+    n1.run(&[
+        "rules",
+        "put",
+        "cli-rule",
+        "--limit",
+        "3",
+        "--period",
+        "1h",
+        "--algorithm",
+        "fixed_window",
+        "--lease",
+        "off",
+        "--if-match",
+        &version,
+    ])
+    .await?
+    .ok()?;
+
+    // A rule from YAML on standard input.
+    let mut from_stdin = Cli::at(&bin, c.nodes[2].http);
+    from_stdin.stdin = Some("limit: 50\nperiod: 10s\nalgorithm: sliding_window\n");
+    let r = from_stdin
+        .run(&["rules", "put", "cli-yaml", "--file", "-", "-o", "json"])
+        .await?
+        .ok()?;
+    ensure!(r.json()?["algorithm"] == "sliding_window", "{}", r.out);
+
+    // The list: JSON that parses with both rules, and a table with a row for each.
+    let list = n1.run(&["rules", "list", "--output", "json"]).await?.ok()?;
+    let names: Vec<String> = list.json()?["rules"]
+        .as_array()
+        .context("rules")?
+        .iter()
+        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(
+        names.iter().any(|n| n == "cli-rule") && names.iter().any(|n| n == "cli-yaml"),
+        "{names:?}"
+    );
+    let table = n1.run(&["rules", "list"]).await?.ok()?;
+    ensure!(
+        table.out.starts_with("NAME ")
+            && table
+                .out
+                .lines()
+                .any(|l| l.starts_with("cli-rule ") && l.contains(" 1h ") && l.contains(" api ")),
+        "{}",
+        table.out
+    );
+    eprintln!("ringlimit rules list:\n{}", table.out);
+
+    // Denials through node 0 once every node has the rule: the key tops the rule's list.
+    wait_until("every node has cli-rule", WAIT, || {
+        everywhere(&c, "cli-rule")
+    })
+    .await?;
+    let mut denied = 0;
+    for _ in 0..6 {
+        let r = c.nodes[0]
+            .check(&json!({ "key": "user:cli", "rule": "cli-rule" }))
+            .await?;
+        denied += u32::from(r.status == 429);
+    }
+    ensure!(denied == 3, "{denied} denied of 6 at 3 an hour");
+    let deadline = Instant::now() + WAIT;
+    let top = loop {
+        let r = n2
+            .run(&["top", "--rule", "cli-rule", "-n", "5"])
+            .await?
+            .ok()?;
+        if r.out.lines().any(|l| l.starts_with("user:cli ")) {
+            break r;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "top never listed user:cli:\n{}",
+            r.out
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    ensure!(
+        top.out.starts_with("KEY ") && top.out.contains("complete: 3 of 3 members answered"),
+        "{}",
+        top.out
+    );
+    eprintln!("ringlimit top --rule cli-rule:\n{}", top.out);
+    let top = n2
+        .run(&["top", "--rule", "cli-rule", "--by", "denied", "-o", "json"])
+        .await?
+        .ok()?
+        .json()?;
+    ensure!(
+        top["keys"][0]["key"] == "user:cli" && top["keys"][0]["count"].as_u64() >= Some(3),
+        "{top}"
+    );
+
+    // The cluster: three members alive, in a table and in JSON; no token needed.
+    let mut anonymous = Cli::at(&bin, c.nodes[1].http);
+    anonymous.token = None;
+    let cluster = anonymous.run(&["cluster"]).await?.ok()?;
+    ensure!(
+        cluster.out.contains("quorate; 3 in the ring")
+            && cluster
+                .out
+                .lines()
+                .filter(|l| l.contains(" alive "))
+                .count()
+                == 3,
+        "{}",
+        cluster.out
+    );
+    eprintln!("ringlimit cluster:\n{}", cluster.out);
+    let view = anonymous
+        .run(&["cluster", "-o", "json"])
+        .await?
+        .ok()?
+        .json()?;
+    ensure!(
+        view["members"].as_array().map(Vec::len) == Some(3),
+        "{view}"
+    );
+
+    // A key's state (nothing consumed), its reset on every member, its state again.
+    let state = n1
+        .run(&[
+            "keys", "get", "user:cli", "--rule", "cli-rule", "-o", "json",
+        ])
+        .await?
+        .ok()?
+        .json()?;
+    ensure!(
+        state["state"]["allowed"] == false && state["state"]["remaining"] == 0,
+        "{state}"
+    );
+    let table = n1
+        .run(&["keys", "get", "user:cli", "--rule", "cli-rule"])
+        .await?
+        .ok()?;
+    ensure!(
+        table.out.lines().any(|l| l == "key          user:cli")
+            && table.out.lines().any(|l| l == "remaining    0"),
+        "{}",
+        table.out
+    );
+    let reset = n2
+        .run(&["keys", "reset", "user:cli", "--rule", "cli-rule"])
+        .await?
+        .ok()?;
+    ensure!(
+        reset.out.contains("NODE ")
+            && reset.out.lines().filter(|l| l.contains(" ok ")).count() == 3
+            && reset.out.contains("complete: 3 of 3 members answered")
+            && !reset.out.contains("removed: 0 "),
+        "{}",
+        reset.out
+    );
+    eprintln!(
+        "ringlimit keys reset user:cli --rule cli-rule:\n{}",
+        reset.out
+    );
+    let state = n0
+        .run(&[
+            "keys", "get", "user:cli", "--rule", "cli-rule", "-o", "json",
+        ])
+        .await?
+        .ok()?
+        .json()?;
+    ensure!(state["state"]["remaining"] == 3, "{state}");
+    // A key of any characters reaches the node as it is (percent-encoded in the path), and an
+    // inline rule by its parameters.
+    let odd = "a/b c?d#e%f+g&h=\u{e9}";
+    let state = n0
+        .run(&[
+            "keys",
+            "get",
+            odd,
+            "--limit",
+            "5",
+            "--period-ms",
+            "1000",
+            "-o",
+            "json",
+        ])
+        .await?
+        .ok()?
+        .json()?;
+    ensure!(
+        state["key"] == odd && state["state"]["limit"] == 5,
+        "{state}"
+    );
+
+    // Deleted through node 1, right after; then gone: exit 1 with unknown_rule (404).
+    let deleted = n1.run(&["rules", "delete", "cli-rule"]).await?.ok()?;
+    ensure!(deleted.out.trim() == "rule cli-rule deleted", "{deleted:?}");
+    let gone = n0.run(&["rules", "get", "cli-rule"]).await?;
+    ensure!(
+        gone.code == 1
+            && gone.out.is_empty()
+            && gone.err.starts_with("error: unknown_rule: ")
+            && gone.err.contains("HTTP 404"),
+        "{gone:?}"
+    );
+    let again = n2
+        .run(&["rules", "delete", "cli-yaml", "--if-match", "0.0.x"])
+        .await?;
+    ensure!(
+        again.code == 1 && again.err.contains("version_mismatch"),
+        "{again:?}"
+    );
+    n2.run(&["rules", "delete", "cli-yaml"]).await?.ok()?;
+
+    // A wrong token, and none: exit 1, unauthorized (with a hint when none was given).
+    let mut wrong = Cli::at(&bin, c.nodes[0].http);
+    wrong.token = Some("not-the-admin-token");
+    let r = wrong.run(&["rules", "list"]).await?;
+    ensure!(
+        r.code == 1 && r.err.starts_with("error: unauthorized") && r.err.contains("HTTP 401"),
+        "{r:?}"
+    );
+    let mut none = Cli::at(&bin, c.nodes[0].http);
+    none.token = None;
+    let r = none
+        .run(&["keys", "reset", "k", "--rule", "default"])
+        .await?;
+    ensure!(
+        r.code == 1 && r.err.contains("unauthorized") && r.err.contains("RINGLIMIT_ADMIN_TOKEN"),
+        "{r:?}"
+    );
+    // The token given as a flag works too (though the environment is preferred).
+    none.run(&["rules", "get", "default", "--token", TOKEN])
+        .await?
+        .ok()?;
+
+    // Bad usage: exit 2, one line.
+    for args in [
+        &["rules", "put", "x", "--limit", "5"][..],
+        &["top"],
+        &["keys", "get", "k"],
+        &["cluster", "--addr", "ftp://127.0.0.1:1"],
+    ] {
+        let r = n0.run(args).await?;
+        ensure!(
+            r.code == 2 && r.err.trim_end().lines().count() == 1,
+            "{args:?}: {r:?}"
+        );
+    }
+
+    c.stop().await?;
+    Ok(())
+}
+
+/// Nothing listening, or TLS asked of a plain HTTP port: exit 1 and one line naming the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_node_is_one_line_naming_its_address() -> Result<()> {
+    let bin = tokio::task::spawn_blocking(bin).await??;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let mut cli = Cli::at(&bin, closed);
+    cli.addr = closed.to_string();
+    let r = cli.run(&["cluster"]).await?;
+    ensure!(
+        r.code == 1
+            && r.out.is_empty()
+            && r.err.trim_end().lines().count() == 1
+            && r.err.contains(&format!("cannot reach http://{closed}/")),
+        "{r:?}"
+    );
+
+    let node = ringlimit_tests::TestNode::single().await?;
+    let mut tls = Cli::at(&bin, node.http);
+    tls.addr = format!("https://{}", node.http);
+    let r = tls.run(&["cluster", "--timeout-ms", "3000"]).await?;
+    ensure!(
+        r.code == 1
+            && r.err
+                .contains(&format!("cannot reach https://{}/", node.http)),
+        "{r:?}"
+    );
+    // A CA file that holds no certificate is bad usage.
+    let r = tls.run(&["cluster", "--cacert", "/dev/null"]).await?;
+    ensure!(r.code == 2 && r.err.contains("--cacert"), "{r:?}");
+    node.stop().await?;
+    Ok(())
+}
