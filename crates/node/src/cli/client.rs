@@ -89,7 +89,7 @@ impl ServerError {
                 .as_ref()
                 .and_then(|v| v.get(name))
                 .and_then(|v| v.as_str())
-                .map(|s| snippet(s))
+                .map(snippet)
         };
         let code = field("error");
         let message = match (&code, field("message")) {

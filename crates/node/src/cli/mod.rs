@@ -80,7 +80,7 @@ pub enum RulesCommand {
     /// One rule in force.
     Get(RuleNameArgs),
     /// Create or replace an API rule (from flags, or from a JSON or YAML file).
-    Put(RulesPutArgs),
+    Put(Box<RulesPutArgs>),
     /// Delete an API rule.
     Delete(RulesDeleteArgs),
 }

@@ -134,7 +134,7 @@ pub fn period(ms: u64) -> String {
         (1_000, "s"),
     ];
     for (unit, suffix) in UNITS {
-        if ms >= unit && ms % unit == 0 {
+        if ms >= unit && ms.is_multiple_of(unit) {
             return format!("{}{suffix}", ms / unit);
         }
     }
