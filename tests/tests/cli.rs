@@ -458,3 +458,103 @@ async fn an_unreachable_node_is_one_line_naming_its_address() -> Result<()> {
     node.stop().await?;
     Ok(())
 }
+
+/// A child process killed and reaped on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `https://` over rustls: a server whose certificate a private CA signed is refused without
+/// `--cacert` (or `RINGLIMIT_CACERT`) and reached with it. The server is openssl's `s_server`,
+/// which answers any GET with an HTML page (so a reached server is "not JSON"); skipped where
+/// there is no `openssl` command. (Nodes serve plain HTTP for now.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_trusts_a_private_ca_given_by_cacert() -> Result<()> {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("skipped: no openssl command");
+        return Ok(());
+    }
+    let bin = tokio::task::spawn_blocking(bin).await??;
+    let dir = ringlimit_tests::TempDir::new("cli-tls")?;
+    let openssl = |args: &[&str]| -> Result<()> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&dir.0)
+            .stdin(Stdio::null())
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let rsa = ["-newkey", "rsa:2048", "-nodes"];
+    let ca = [
+        "req",
+        "-x509",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=ringlimit test CA",
+    ];
+    openssl(&[&ca[..], &rsa, &["-keyout", "ca.key", "-out", "ca.pem"]].concat())?;
+    let csr = ["req", "-subj", "/CN=127.0.0.1"];
+    openssl(&[&csr[..], &rsa, &["-keyout", "srv.key", "-out", "srv.csr"]].concat())?;
+    std::fs::write(dir.0.join("ext"), "subjectAltName=IP:127.0.0.1\n")?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ])?;
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let _server = Killed(
+        Command::new("openssl")
+            .args(["s_server", "-accept", &addr.to_string(), "-quiet", "-www"])
+            .args(["-cert", "srv.pem", "-key", "srv.key"])
+            .current_dir(&dir.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    wait_until("s_server listens", WAIT, || async {
+        Ok(tokio::net::TcpStream::connect(addr).await.is_ok())
+    })
+    .await?;
+    let mut cli = Cli::at(&bin, addr);
+    cli.addr = format!("https://{addr}");
+    let r = cli.run(&["cluster"]).await?;
+    ensure!(
+        r.code == 1 && r.err.contains("cannot reach https://") && r.err.contains("UnknownIssuer"),
+        "{r:?}"
+    );
+    let ca = dir.0.join("ca.pem");
+    let ca = ca.to_str().context("path")?;
+    let r = cli.run(&["cluster", "--cacert", ca]).await?;
+    ensure!(
+        r.code == 1 && r.err.contains("not JSON") && r.err.contains("<HTML>"),
+        "{r:?}"
+    );
+    Ok(())
+}
