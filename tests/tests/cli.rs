@@ -199,18 +199,23 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         .ok()?;
     ensure!(r.json()?["algorithm"] == "sliding_window", "{}", r.out);
 
-    // The list: JSON that parses with both rules, and a table with a row for each.
-    let list = n1.run(&["rules", "list", "--output", "json"]).await?.ok()?;
-    let names: Vec<String> = list.json()?["rules"]
-        .as_array()
-        .context("rules")?
-        .iter()
-        .filter_map(|r| r["name"].as_str().map(str::to_owned))
-        .collect();
-    ensure!(
-        names.iter().any(|n| n == "cli-rule") && names.iter().any(|n| n == "cli-yaml"),
-        "{names:?}"
-    );
+    // The list: JSON that parses, with both rules once node 1 has learnt cli-yaml (a listing is
+    // what the node asked knows: gossip brings it within about a second).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = n1.run(&["rules", "list", "--output", "json"]).await?.ok()?;
+        let names: Vec<String> = list.json()?["rules"]
+            .as_array()
+            .context("rules")?
+            .iter()
+            .filter_map(|r| r["name"].as_str().map(str::to_owned))
+            .collect();
+        if names.iter().any(|n| n == "cli-rule") && names.iter().any(|n| n == "cli-yaml") {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "rules list: {names:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let table = n1.run(&["rules", "list"]).await?.ok()?;
     ensure!(
         table.out.starts_with("NAME ")

@@ -168,12 +168,13 @@ pub fn url_for(base: &Url, req: &ApiRequest) -> Result<Url, UsageError> {
     Ok(url)
 }
 
-/// The HTTP client for `conn`: its timeout, its TLS roots, no redirects (a token is for the
-/// node named, not wherever it points).
-fn client(conn: &Conn) -> Result<reqwest::Client, CallError> {
+/// The HTTP client for `conn`: its timeout, its TLS roots (the system's are read only for an
+/// https:// address), no redirects (a token is for the node named, not wherever it points).
+fn client(conn: &Conn, https: bool) -> Result<reqwest::Client, CallError> {
     let mut builder = reqwest::Client::builder()
         .timeout(Duration::from_millis(conn.timeout_ms))
         .redirect(reqwest::redirect::Policy::none())
+        .tls_built_in_root_certs(https)
         .user_agent(concat!("ringlimit-cli/", env!("CARGO_PKG_VERSION")));
     if let Some(path) = &conn.cacert {
         let pem = std::fs::read(path)
@@ -213,7 +214,7 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
 pub async fn call(conn: &Conn, req: &ApiRequest) -> Result<Reply, CallError> {
     let base = base_url(&conn.addr)?;
     let url = url_for(&base, req)?;
-    let client = client(conn)?;
+    let client = client(conn, base.scheme() == "https")?;
     let token = conn.token.as_deref().filter(|t| !t.is_empty());
     let mut request = client.request(req.method.clone(), url);
     if let (true, Some(token)) = (req.auth, token) {
