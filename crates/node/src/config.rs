@@ -172,6 +172,12 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
           value_parser = clap::value_parser!(u64).range(0..=256))]
     pub http_threads: u64,
+    /// How far (ms) a member's clock may be off before it is logged as wrong (its offset is
+    /// measured over the peer link every second; /v1/cluster and ringlimit_clock_offset_seconds
+    /// show it).
+    #[arg(long, env = "RINGLIMIT_MAX_CLOCK_OFFSET_MS", value_name = "MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_clock_offset_ms: u64,
     /// How often this node sends its changed global-rule counts to the other live members
     /// (over the peer port), in milliseconds (the main term of global rules' over-admission).
     #[arg(long, env = "RINGLIMIT_GLOBAL_PUBLISH_MS", value_name = "MS", default_value_t = 100,
@@ -356,6 +362,8 @@ pub struct NodeConfig {
     pub admin_tokens: Option<PathBuf>,
     /// How often global-rule counts are published through gossip.
     pub global_publish: Duration,
+    /// `--max-clock-offset-ms`.
+    pub max_clock_offset: Duration,
     /// Most global-rule keys published at once by this node.
     pub global_max_published: usize,
     /// Global-counter updates a node receives per second at most (see `--global-gossip-budget`).
@@ -429,6 +437,7 @@ impl NodeConfig {
             admin_token: None,
             admin_tokens: None,
             global_publish: Duration::from_millis(50),
+            max_clock_offset: Duration::from_millis(250),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
@@ -524,6 +533,7 @@ impl ServeArgs {
                 .filter(|s| !s.is_empty()),
             admin_tokens: self.admin_tokens,
             global_publish: Duration::from_millis(self.global_publish_ms),
+            max_clock_offset: Duration::from_millis(self.max_clock_offset_ms),
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
             global_gossip_budget: self.global_gossip_budget,
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),

@@ -318,10 +318,15 @@ pub async fn run(
     let membership = Arc::new(membership);
     // Global rules: counters keyed by this incarnation, fed by what peers push.
     let self_gossip_id = membership.chitchat_id();
-    let global = Arc::new(GlobalCounters::new(
-        global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
-        config.global_max_counters,
-    ));
+    // Every member's clock offset, and the cluster clock global windows are numbered on.
+    let clocks = Arc::new(crate::cluster::clock::Clocks::new(config.max_clock_offset));
+    let global = Arc::new(
+        GlobalCounters::new(
+            global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
+            config.global_max_counters,
+        )
+        .with_clocks(clocks.clone()),
+    );
     let mut metrics = Metrics::new();
     let here = Here::new(engine.clone(), global.clone());
     let peer_settings = PeerSettings {
@@ -400,7 +405,7 @@ pub async fn run(
         recall: recall.stats.clone(),
     });
     let view_cell = view.clone();
-    metrics.register(crate::cluster::metrics::MembersCollector(view));
+    metrics.register(crate::cluster::metrics::MembersCollector(view.clone()));
     let replica_stats = Arc::new(crate::replicas::ReplicaStats::default());
     metrics.register(crate::replicas::ReplicaCollector {
         stats: replica_stats.clone(),
@@ -431,6 +436,7 @@ pub async fn run(
         status: envoy_status.clone(),
         of: Reloaded::Envoy,
     });
+    metrics.register(crate::cluster::clock::ClockCollector(clocks.clone()));
     metrics.register(crate::admin::top::TopCollector {
         top: top.clone(),
         here: here.clone(),
@@ -463,6 +469,14 @@ pub async fn run(
     }));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
+    tasks.spawn(crate::peers::clocks::measure(
+        crate::peers::clocks::Measure {
+            peers: pool.clone(),
+            view: view.clone(),
+            clocks: clocks.clone(),
+            clock: engine.clock().clone(),
+        },
+    ));
     tasks.spawn(hot_keys.run(engine.held().clone()));
     tasks.spawn(crate::reservations::upkeep(engine.clone()));
     tasks.spawn(
@@ -821,6 +835,12 @@ mod tests {
         let c = Cluster::start(2, |_| {}).await;
         c.wait("n0 sees two", || async { c.alive("n0").await.len() == 2 })
             .await;
+        c.wait("n0 measured n1's clock", || async {
+            c.view("n0").await["clock"]["peers"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        })
+        .await;
         // Checks decided here and forwarded, single and batched, and one all-or-nothing request.
         for i in 0..8 {
             let key = format!("m:{i}");

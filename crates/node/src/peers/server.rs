@@ -154,9 +154,12 @@ fn members_only(frame: &Frame) -> bool {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
         // A lease is a check of many tokens, and its leftovers come back as refunds: what an
         // SDK may do too. A reservation is a check whose cost is settled later: the same.
-        Frame::Refunds(_) | Frame::Lease { .. } | Frame::Reserve { .. } | Frame::Settle { .. } => {
-            false
-        }
+        // A clock sample tells the time, nothing more: the SDK may ask too.
+        Frame::Refunds(_)
+        | Frame::Lease { .. }
+        | Frame::Reserve { .. }
+        | Frame::Settle { .. }
+        | Frame::Clock { .. } => false,
         _ => true,
     }
 }
@@ -319,6 +322,10 @@ impl PeerServer {
                 Frame::TopKeys { rule, by, n } if version >= OPERATORS_SINCE => {
                     Some(self.top_keys(&rule, by, n))
                 }
+                Frame::Clock { sent_ns } if version >= OPERATORS_SINCE => Some(Frame::ClockIs {
+                    sent_ns,
+                    now_ns: self.here.now(),
+                }),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
                     None
