@@ -569,6 +569,8 @@ pub struct ProcessSpec {
     pub secret: Option<String>,
     /// More flags after `serve`.
     pub args: Vec<String>,
+    /// More environment variables for the process (e.g. libfaketime's).
+    pub env: Vec<(String, String)>,
 }
 
 impl ProcessSpec {
@@ -580,6 +582,7 @@ impl ProcessSpec {
             cluster_id: None,
             secret: None,
             args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -670,6 +673,7 @@ impl ProcessNode {
         }
         cmd.args(&spec.args);
         clear_ringlimit_env(&mut cmd);
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         match &spec.secret {
             Some(secret) => cmd.env("RINGLIMIT_CLUSTER_SECRET", secret),
             // Test clusters on loopback without a secret must say so (the safe default refuses

@@ -6,6 +6,7 @@
 
 mod api_rules;
 mod check_all_http;
+mod clock_skew;
 mod cluster;
 mod envoy_compat;
 mod fuzz;
