@@ -20,3 +20,4 @@ mod http_wire;
 mod ops;
 mod rolling;
 mod sdk;
+mod tls;

@@ -279,6 +279,12 @@ impl PeerServer {
                 Ok(Frame::decode(&b)?)
             }) {
                 Ok(f) => f,
+                // Over TLS a peer that just closes (a session dropped) ends without TLS's
+                // close_notify: an end like any other, not a bad frame.
+                Err(LinkError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!(%from, %peer, "peer went away");
+                    return;
+                }
                 Err(e) => {
                     if let Some(unlogged) = self.log_gate.pass() {
                         tracing::warn!(%from, %peer, error = %e, also_closed = unlogged,
