@@ -21,3 +21,4 @@ mod ops;
 mod rolling;
 mod sdk;
 mod tls;
+mod tls_tools;
