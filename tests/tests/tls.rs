@@ -256,6 +256,48 @@ async fn https_checks_over_http1_keep_alive_and_h2_and_grpc_over_tls() -> Result
     node.stop().await
 }
 
+#[tokio::test]
+async fn a_handshake_never_finished_is_closed_at_the_header_timeout_and_gives_way_at_the_cap()
+-> Result<()> {
+    let pki = Pki::new("tls-bounds")?;
+    let (_, files) = pki.leaf("node", 11)?;
+    let mut config = NodeConfig::local("tls-bounds");
+    config.tls = Some(files);
+    config.http_limits.header_timeout = Duration::from_millis(300);
+    config.http_limits.max_connections = 2;
+    let node = TestNode::start_with_api(config, pki.https()).await?;
+    // Two connections that never send a ClientHello fill the table.
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(tokio::net::TcpStream::connect(node.http).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A real client still gets in: one still in its handshake is closed to make room.
+    let mut tls = connect(node.http, client_config(&pki.ca.pem, &[b"http/1.1"])?).await?;
+    assert_eq!(h1_check(&mut tls, CHECK).await?.0, 200);
+    drop(tls);
+    // And the silent ones are gone within the header timeout (plus its eighth of spread).
+    let since = Instant::now();
+    for mut s in silent {
+        let got = ringlimit_tests::read_until_closed(&mut s).await?;
+        assert!(got.is_empty(), "{got:?}");
+    }
+    assert!(
+        since.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        since.elapsed()
+    );
+    let text = node.get("/metrics").await?.text;
+    assert!(
+        metric(
+            &text,
+            "ringlimit_tls_handshake_failures_total{server=\"http\"} "
+        ) >= 2.0,
+        "{text}"
+    );
+    node.stop().await
+}
+
 /// One check on a new connection: the certificate the server presented, or why it failed.
 async fn check_on_a_new_connection(
     addr: SocketAddr,
