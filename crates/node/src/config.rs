@@ -348,9 +348,7 @@ impl ConnLimits {
             max_connections,
         }
     }
-}
 
-impl ConnLimits {
     /// How long a TLS handshake may take: the time a request head has (HTTP), bounded by the
     /// request timeout (the gRPC port, which has no header timeout).
     pub fn handshake_timeout(&self) -> Duration {

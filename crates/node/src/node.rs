@@ -263,6 +263,18 @@ pub async fn run(
     // Certificates are loaded (again: `into_config` checked them) before anything is served.
     let http_cert = config.load_tls()?.map(Arc::new);
     let peer_tls = config.load_peer_tls()?;
+    let server_tls = |alpn, limits: &crate::config::ConnLimits| {
+        http_cert
+            .clone()
+            .map(|cert| ServerTls::new(cert, alpn, limits))
+            .transpose()
+            .map_err(|source| crate::config::ConfigError::Tls {
+                flags: crate::config::TLS_FLAGS,
+                source,
+            })
+    };
+    let http_tls = server_tls(ringlimit_core::tls::http::HTTP_ALPN, &config.http_limits)?;
+    let grpc_tls = server_tls(ringlimit_core::tls::http::GRPC_ALPN, &config.grpc_limits)?;
     match (&security, &peer_tls) {
         (PeerSecurity::Secret(_), _) => {}
         (PeerSecurity::Open, None) => tracing::warn!(
@@ -588,20 +600,6 @@ pub async fn run(
         peer_tls = peer_tls.is_some(),
         "ringlimit node serving"
     );
-    let tls = |alpn, limits: &crate::config::ConnLimits| {
-        http_cert
-            .clone()
-            .map(|cert| ServerTls::new(cert, alpn, limits))
-            .transpose()
-            .map_err(|source| {
-                NodeError::Config(crate::config::ConfigError::Tls {
-                    flags: crate::config::TLS_FLAGS,
-                    source,
-                })
-            })
-    };
-    let http_tls = tls(ringlimit_core::tls::http::HTTP_ALPN, &config.http_limits)?;
-    let grpc_tls = tls(ringlimit_core::tls::http::GRPC_ALPN, &config.grpc_limits)?;
     if let Some(listener) = listeners.grpc {
         let grpc_addr = listeners.grpc_addr;
         let (service, lifecycle) = (state.service.clone(), lifecycle.clone());

@@ -1,7 +1,7 @@
 //! Serving a listener's connections, bounded: accepting, admitting each connection to a
 //! [`conns::ConnTable`] (timeouts, a cap), handing it to a runtime, its TLS handshake there
-//! when the port has TLS ([`tls`]), and driving hyper's side of it until it ends. The HTTP port and the gRPC port differ only in what serves one
-//! connection (a [`Handler`]).
+//! when the port has TLS ([`tls`]), and driving hyper's side of it until it ends. The HTTP
+//! port and the gRPC port differ only in what serves one connection (a [`Handler`]).
 //!
 //! Why dedicated single-threaded runtimes (`threads > 0`, the HTTP port): on the
 //! multi-threaded runtime the HTTP path spent most of its time in the kernel waking and

@@ -87,7 +87,7 @@ pub struct ServerSettings {
     /// `false` for a node with neither a secret nor `--allow-unauthenticated-peers`: it still
     /// answers checks (the SDK), as its HTTP port does, and nothing else.
     pub accept_members: bool,
-    /// The whole handshake (TLS's and the protocol's) must finish within this.
+    /// TLS's handshake, and each message of the protocol's, must come within this.
     pub handshake_timeout: Duration,
     /// Mutual TLS (`--peer-tls-*`): every connection's TLS handshake first, which only a
     /// certificate of the cluster CA passes; `None`: the stream as it is.
