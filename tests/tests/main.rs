@@ -22,3 +22,5 @@ mod ops;
 mod prometheus;
 mod rolling;
 mod sdk;
+mod tls;
+mod tls_tools;
