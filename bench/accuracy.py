@@ -49,6 +49,9 @@ BOUNDS = {
     "rolling": (1.10, "all"),  # measured 1.00
     "join-leave": (1.10, "all"),  # measured 1.00
     "all-or-nothing": (1.15, "pairs"),  # measured 1.01-1.08 (the owner SIGKILLed as in kill)
+    # Issue 34: n2's wall clock 10 s ahead (libfaketime) from its start, killed and restarted as
+    # in kill: owner-mode decisions, replicas, promotion and recall must not read wall clocks.
+    "skew": (1.05, "victim"),
     # Not in CI (it needs an older build): a rolling upgrade, nodes started from OLD_BIN and
     # restarted one by one from BIN, as a Kubernetes rolling update does; mixed versions in
     # between (the newer peers speak the older protocol with them).
@@ -56,6 +59,9 @@ BOUNDS = {
 }
 
 VICTIM = 2
+# The skew scenario's clock: Debian's libfaketime moves n2's wall clock, not its monotonic one.
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+SKEW = "+10s"
 LIMIT = 20
 PERIOD = "365d"
 RULES = {"token_bucket": "acc-tb", "fixed_window": "acc-fw"}
@@ -98,6 +104,10 @@ class Cluster:
         log_file = open(os.path.join(self.args.out, f"{self.name}-n{i}.log"), "ab")
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"),
                    RINGLIMIT_ADMIN_TOKEN=ADMIN_TOKEN)
+        if self.name == "skew" and i == VICTIM:
+            if not os.path.exists(LIBFAKETIME):
+                raise RuntimeError(f"the skew scenario needs {LIBFAKETIME} (apt-get install faketime)")
+            env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=SKEW, FAKETIME_DONT_FAKE_MONOTONIC="1")
         # `ip netns exec` execs the node: the pid is the node's (signals reach it).
         self.procs[i] = subprocess.Popen(
             ["ip", "netns", "exec", f"{self.args.ns}-n{i}", binary or self.args.bin, "serve",
@@ -362,7 +372,7 @@ async def run_scenario(name, args):
                 runner.result()  # a load that died says why
 
         await sleep(SETTLE)
-        if name in ("kill", "all-or-nothing"):
+        if name in ("kill", "all-or-nothing", "skew"):
             await kill_and_restart(cluster, sleep)
         elif name == "stop":
             await cluster.drain(VICTIM)

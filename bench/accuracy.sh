@@ -19,6 +19,8 @@
 #   join-leave      a 4th node joins, then n1 leaves (SIGTERM)
 #   all-or-nothing  /v1/check/all of two buckets on different owners (one of them n2's) while n2
 #                   is killed and restarted as in kill
+#   skew            n2's wall clock 10 s ahead (libfaketime, monotonic clock left alone), killed
+#                   and restarted as in kill (issue 34's row of the contract)
 #   upgrade         not run by default: the cluster starts from OLD_BIN (an older build) and is
 #                   rolled to BIN as in rolling (mixed versions in between), e.g.
 #                   SCENARIOS=upgrade OLD_BIN=/tmp/old/ringlimit BIN=target/release/ringlimit
@@ -36,7 +38,7 @@ set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-SCENARIOS="${SCENARIOS:-kill stop split oneway-out oneway-in rolling join-leave all-or-nothing}"
+SCENARIOS="${SCENARIOS:-kill stop split oneway-out oneway-in rolling join-leave all-or-nothing skew}"
 NS="${NS_PREFIX:-rla}"
 NET=10.78.0
 

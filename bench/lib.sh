@@ -54,6 +54,8 @@ mkdir -p "$OUT_DIR"
 #   hot_key.sh         29400
 #   sdk_hot.sh         29450
 #   reserve.sh         28800
+#   tls.sh             28900
+#   skew.sh            29000
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
 default_base_port() {
@@ -77,6 +79,8 @@ default_base_port() {
     hot_key.sh) echo 29400 ;;
     sdk_hot.sh) echo 29450 ;;
     reserve.sh) echo 28800 ;;
+    tls.sh) echo 28900 ;;
+    skew.sh) echo 29000 ;;
     faults.sh | accuracy.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac

@@ -9,6 +9,8 @@
 --   CHECK_PERIOD_MS  inline token-bucket period (default 1000)
 --   RULE             name a configured rule instead of the inline one (e.g. hot-global)
 --   KEY_PREFIX       keys are KEY_PREFIX .. n (default "user:")
+--   CONNECTION_CLOSE 1: every request says `Connection: close`, so each check is a new
+--                    connection (wrk reconnects), a new TLS handshake over https (bench/tls.sh)
 --
 -- Each wrk thread runs its own Lua state, so the allowed/denied counters are per-thread
 -- globals; setup() keeps a handle on every thread and done() (which runs in the main state)
@@ -19,6 +21,9 @@ local limit    = tonumber(os.getenv("CHECK_LIMIT") or "100")
 local period   = tonumber(os.getenv("CHECK_PERIOD_MS") or "1000")
 
 local headers = { ["Content-Type"] = "application/json" }
+if os.getenv("CONNECTION_CLOSE") == "1" then
+   headers["Connection"] = "close"
+end
 local rule     = os.getenv("RULE")
 local prefix  = '{"key":"' .. (os.getenv("KEY_PREFIX") or "user:")
 local suffix

@@ -4,11 +4,13 @@
 //! - [`TestCluster`] — N in-process nodes seeded with each other, formed before it is returned.
 //! - [`ProcessNode`] — the real `ringlimit` binary (built with `escargot`) as a child process
 //!   that tests can SIGKILL, SIGTERM, SIGSTOP and SIGCONT; killed on drop.
-//! - [`Api`] — the HTTP client both kinds of node share (through `Deref`).
+//! - [`Api`] — the HTTP client both kinds of node share (through `Deref`), over HTTP or HTTPS.
+//! - [`tls`] — a test CA, its certificates in files, TLS clients.
 //!
 //! Every wait is bounded and every address is on 127.0.0.1.
 
 pub mod statefulset;
+pub mod tls;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_core::clock::ManualClock;
@@ -114,6 +116,8 @@ pub struct Api {
     /// The node's HTTP address.
     pub addr: SocketAddr,
     client: reqwest::Client,
+    /// `http` or `https`.
+    scheme: &'static str,
 }
 
 impl Api {
@@ -130,11 +134,26 @@ impl Api {
                 .timeout(timeout)
                 .no_proxy()
                 .build()?,
+            scheme: "http",
+        })
+    }
+
+    /// A client of a node's HTTPS port (`--tls-cert`) whose certificate `ca_pem` signed (for
+    /// `127.0.0.1`), requests timing out after [`WAIT`].
+    pub fn https(addr: SocketAddr, ca_pem: &str) -> Result<Self> {
+        Ok(Self {
+            addr,
+            client: reqwest::Client::builder()
+                .timeout(WAIT)
+                .no_proxy()
+                .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes())?)
+                .build()?,
+            scheme: "https",
         })
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        format!("{}://{}{}", self.scheme, self.addr, path)
     }
 
     /// POSTs a raw body; returns status, headers and the body.
@@ -293,8 +312,18 @@ impl Deref for TestNode {
 impl TestNode {
     /// Starts a node with `config` (its addresses should be port 0) and waits until it is ready.
     pub async fn start(config: NodeConfig) -> Result<Self> {
+        Self::start_with_api(config, Api::new).await
+    }
+
+    /// [`TestNode::start`], the node's HTTP client made by `api` from its address (e.g.
+    /// [`Api::https`] for a node with `--tls-cert`).
+    pub async fn start_with_api(
+        config: NodeConfig,
+        api: impl Fn(SocketAddr) -> Result<Api>,
+    ) -> Result<Self> {
         let listeners = Listeners::bind(&config).await?;
-        let node = Self::spawn(config, listeners)?;
+        let mut node = Self::spawn(config, listeners)?;
+        node.api = api(node.http)?;
         node.wait_ready().await?;
         Ok(node)
     }
@@ -453,7 +482,16 @@ impl TestCluster {
 
     /// Like [`TestCluster::start`], with `configure` applied to every node's config (after the
     /// node id and seeds are set).
-    pub async fn start_with(n: usize, mut configure: impl FnMut(&mut NodeConfig)) -> Result<Self> {
+    pub async fn start_with(n: usize, configure: impl FnMut(&mut NodeConfig)) -> Result<Self> {
+        Self::start_with_api(n, configure, Api::new).await
+    }
+
+    /// [`TestCluster::start_with`], each node's HTTP client made by `api` from its address.
+    pub async fn start_with_api(
+        n: usize,
+        mut configure: impl FnMut(&mut NodeConfig),
+        api: impl Fn(SocketAddr) -> Result<Api>,
+    ) -> Result<Self> {
         ensure!(n > 0, "a cluster needs a node");
         let mut bound = Vec::with_capacity(n);
         for i in 0..n {
@@ -474,7 +512,9 @@ impl TestCluster {
             if let (Some(addr), None) = (config.grpc_addr, &listeners.grpc) {
                 listeners.grpc = Some(tokio::net::TcpListener::bind(addr).await?);
             }
-            nodes.push(TestNode::spawn(config, listeners)?);
+            let mut node = TestNode::spawn(config, listeners)?;
+            node.api = api(node.http)?;
+            nodes.push(node);
         }
         let cluster = Self { nodes };
         cluster.wait_formed(WAIT).await?;
@@ -569,6 +609,8 @@ pub struct ProcessSpec {
     pub secret: Option<String>,
     /// More flags after `serve`.
     pub args: Vec<String>,
+    /// More environment variables for the process (e.g. libfaketime's).
+    pub env: Vec<(String, String)>,
 }
 
 impl ProcessSpec {
@@ -580,6 +622,7 @@ impl ProcessSpec {
             cluster_id: None,
             secret: None,
             args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -693,6 +736,7 @@ impl ProcessNode {
         }
         cmd.args(&spec.args);
         clear_ringlimit_env(&mut cmd);
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         match &spec.secret {
             Some(secret) => cmd.env("RINGLIMIT_CLUSTER_SECRET", secret),
             // Test clusters on loopback without a secret must say so (the safe default refuses
@@ -749,6 +793,11 @@ impl ProcessNode {
     /// The HTTP client of this node.
     pub fn api(&self) -> &Api {
         &self.api
+    }
+
+    /// Talks to the node through `api` from now on (e.g. [`Api::https`] for `--tls-cert`).
+    pub fn set_api(&mut self, api: Api) {
+        self.api = api;
     }
 
     pub fn pid(&self) -> u32 {

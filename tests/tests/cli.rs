@@ -5,7 +5,9 @@
 //! exit codes.
 
 use anyhow::{Context, Result, bail, ensure};
-use ringlimit_tests::{TestCluster, WAIT, ringlimit_binary, wait_until};
+use ringlimit_node::NodeConfig;
+use ringlimit_tests::tls::{CertDir, TestCa};
+use ringlimit_tests::{Api, TestCluster, TestNode, WAIT, ringlimit_binary, wait_until};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,8 @@ struct Cli<'a> {
     bin: &'a Path,
     addr: String,
     token: Option<&'a str>,
+    /// `RINGLIMIT_CACERT`.
+    cacert: Option<&'a str>,
     stdin: Option<&'a str>,
 }
 
@@ -50,6 +54,7 @@ impl<'a> Cli<'a> {
             bin,
             addr: format!("http://{http}"),
             token: Some(TOKEN),
+            cacert: None,
             stdin: None,
         }
     }
@@ -66,6 +71,9 @@ impl<'a> Cli<'a> {
             .stderr(Stdio::piped());
         if let Some(t) = self.token {
             cmd.env("RINGLIMIT_ADMIN_TOKEN", t);
+        }
+        if let Some(ca) = self.cacert {
+            cmd.env("RINGLIMIT_CACERT", ca);
         }
         let stdin = self.stdin.unwrap_or("").to_owned();
         let what = format!("ringlimit {}", args.join(" "));
@@ -464,102 +472,48 @@ async fn an_unreachable_node_is_one_line_naming_its_address() -> Result<()> {
     Ok(())
 }
 
-/// A child process killed and reaped on drop.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `https://` over rustls: a server whose certificate a private CA signed is refused without
-/// `--cacert` (or `RINGLIMIT_CACERT`) and reached with it. The server is openssl's `s_server`,
-/// which answers any GET with an HTML page (so a reached server is "not JSON"); skipped where
-/// there is no `openssl` command. (Nodes serve plain HTTP for now.)
+/// `https://` over rustls against a node serving TLS (`--tls-cert`) under a private CA: refused
+/// without the CA, reached with `--cacert` or `RINGLIMIT_CACERT`, by address or by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_trusts_a_private_ca_given_by_cacert() -> Result<()> {
-    if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("skipped: no openssl command");
-        return Ok(());
-    }
     let bin = tokio::task::spawn_blocking(bin).await??;
-    let dir = ringlimit_tests::TempDir::new("cli-tls")?;
-    let openssl = |args: &[&str]| -> Result<()> {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&dir.0)
-            .stdin(Stdio::null())
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    };
-    let rsa = ["-newkey", "rsa:2048", "-nodes"];
-    let ca = [
-        "req",
-        "-x509",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=ringlimit test CA",
-    ];
-    openssl(&[&ca[..], &rsa, &["-keyout", "ca.key", "-out", "ca.pem"]].concat())?;
-    let csr = ["req", "-subj", "/CN=127.0.0.1"];
-    openssl(&[&csr[..], &rsa, &["-keyout", "srv.key", "-out", "srv.csr"]].concat())?;
-    std::fs::write(dir.0.join("ext"), "subjectAltName=IP:127.0.0.1\n")?;
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "srv.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "srv.pem",
-        "-days",
-        "1",
-        "-extfile",
-        "ext",
-    ])?;
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        l.local_addr()?
-    };
-    let _server = Killed(
-        Command::new("openssl")
-            .args(["s_server", "-accept", &addr.to_string(), "-quiet", "-www"])
-            .args(["-cert", "srv.pem", "-key", "srv.key"])
-            .current_dir(&dir.0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
+    let ca = TestCa::new("ringlimit test CA (cli)")?;
+    let dir = CertDir::new("cli-tls")?;
+    let ca_path = dir.ca("ca.crt", &ca)?;
+    let mut config = NodeConfig::local("cli-tls");
+    config.tls = Some(dir.leaf("node", &ca.issue("node", 1)?)?);
+    config.admin_token = Some(TOKEN.into());
+    let node = TestNode::start_with_api(config, |addr| Api::https(addr, &ca.pem)).await?;
+    let ca_file = ca_path.to_str().context("CA path")?;
+
+    let mut cli = Cli::at(&bin, node.http);
+    cli.addr = format!("https://{}", node.http);
+    let r = cli.run(&["rules", "list"]).await?;
+    ensure!(
+        r.code == 1
+            && r.err
+                .contains(&format!("cannot reach https://{}/", node.http))
+            && r.err.contains("UnknownIssuer"),
+        "{r:?}"
     );
-    wait_until("s_server listens", WAIT, || async {
-        Ok(tokio::net::TcpStream::connect(addr).await.is_ok())
-    })
-    .await?;
-    let mut cli = Cli::at(&bin, addr);
-    cli.addr = format!("https://{addr}");
+    let r = cli
+        .run(&["rules", "list", "--cacert", ca_file])
+        .await?
+        .ok()?;
+    ensure!(r.out.starts_with("NAME "), "{}", r.out);
+    cli.cacert = Some(ca_file);
+    cli.addr = format!("https://localhost:{}", node.http.port());
+    let r = cli.run(&["cluster", "-o", "json"]).await?.ok()?;
+    ensure!(r.json()?["node_id"] == "cli-tls", "{}", r.out);
+    // Plain HTTP to the TLS port: no answer, one line naming the address.
+    cli.addr = node.http.to_string();
     let r = cli.run(&["cluster"]).await?;
     ensure!(
-        r.code == 1 && r.err.contains("cannot reach https://") && r.err.contains("UnknownIssuer"),
+        r.code == 1
+            && r.err.trim_end().lines().count() == 1
+            && r.err.contains("cannot reach http://"),
         "{r:?}"
     );
-    let ca = dir.0.join("ca.pem");
-    let ca = ca.to_str().context("path")?;
-    let r = cli.run(&["cluster", "--cacert", ca]).await?;
-    ensure!(
-        r.code == 1 && r.err.contains("not JSON") && r.err.contains("<HTML>"),
-        "{r:?}"
-    );
+    node.stop().await?;
     Ok(())
 }

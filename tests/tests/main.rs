@@ -7,6 +7,7 @@
 mod api_rules;
 mod check_all_http;
 mod cli;
+mod clock_skew;
 mod cluster;
 mod envoy_compat;
 mod fuzz;
@@ -22,3 +23,5 @@ mod ops;
 mod prometheus;
 mod rolling;
 mod sdk;
+mod tls;
+mod tls_tools;

@@ -1,6 +1,8 @@
-//! Building a [`Client`]: seeds, deadlines, fallback policy, authentication.
+//! Building a [`Client`]: seeds, deadlines, fallback policy, authentication, TLS.
 
 use crate::Client;
+use ringlimit_core::tls::{PeerTlsFiles, TlsError};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +29,12 @@ pub struct Settings {
     pub cluster_id: String,
     /// The cluster secret, when the cluster has one (peer port authentication).
     pub secret: Option<Arc<[u8]>>,
+    /// Mutual TLS on the peer port (the nodes' `--peer-tls-*`): the cluster CA, and this
+    /// client's certificate and key (signed by that CA; reloaded when they change).
+    pub peer_tls: Option<PeerTlsFiles>,
+    /// The CA of the nodes' HTTPS ports (their `--tls-cert`): discovery then speaks HTTPS to
+    /// seeds and members, trusting certificates that chain to it.
+    pub http_tls_ca: Option<PathBuf>,
     /// This client's name in the peer handshake (nodes log it).
     pub name: String,
     /// How long a check waits for its owner before the fallback answers.
@@ -52,6 +60,8 @@ impl Default for Settings {
             seeds: Vec::new(),
             cluster_id: "ringlimit".into(),
             secret: None,
+            peer_tls: None,
+            http_tls_ca: None,
             name: "ringlimit-client".into(),
             // A forwarded check takes ~0.1-0.5 ms on a LAN; 5 ms absorbs a busy owner while a
             // dead one costs a caller at most this once (its circuit then opens).
@@ -73,8 +83,14 @@ impl Default for Settings {
 pub enum BuildError {
     #[error("no seeds: give at least one node's HTTP address")]
     NoSeeds,
-    #[error("seed {0:?} is not an http://host:port address")]
+    #[error("seed {0:?} is not an http://host:port address (https://host:port with .http_tls_ca)")]
     BadSeed(String),
+    #[error("seed {0:?} is HTTPS: give the CA of the nodes' certificates with .http_tls_ca(...)")]
+    HttpsWithoutCa(String),
+    #[error("peer TLS: {0}")]
+    PeerTls(TlsError),
+    #[error("HTTPS discovery: {0}")]
+    HttpTls(TlsError),
     #[error("fallback share {0} must be in (0, 1]")]
     BadShare(f64),
     #[error("deadline must be greater than zero")]
@@ -113,6 +129,37 @@ impl ClientBuilder {
     pub fn cluster_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
         let s = secret.as_ref();
         self.settings.secret = (!s.is_empty()).then(|| Arc::from(s));
+        self
+    }
+
+    /// Mutual TLS on the peer port, for a cluster whose nodes run with `--peer-tls-ca`,
+    /// `--peer-tls-cert`, `--peer-tls-key`: `ca` is the cluster CA (PEM), `cert` and `key` this
+    /// client's certificate (signed by it, with client auth among its uses if it lists any) and
+    /// key. Checks then travel inside TLS 1.3, and the owner's certificate must chain to `ca`
+    /// (names are not checked: members are dialled at their advertised addresses). The files
+    /// are read at [`ClientBuilder::build`] (an error names the file) and the certificate and
+    /// key are reloaded when they change. Beside [`ClientBuilder::cluster_secret`] or instead
+    /// of it, as the nodes have it.
+    pub fn peer_tls(
+        mut self,
+        ca: impl Into<PathBuf>,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.settings.peer_tls = Some(PeerTlsFiles {
+            ca: ca.into(),
+            cert: cert.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Discovery over HTTPS, for nodes that run with `--tls-cert`: seeds and members are read
+    /// at `https://`, and their certificates must chain to the CA in `ca` (PEM; names are not
+    /// checked, as members are reached at the addresses they advertise). Seeds may then be
+    /// written `https://host:port` or `host:port`.
+    pub fn http_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+        self.settings.http_tls_ca = Some(ca.into());
         self
     }
 
@@ -184,11 +231,18 @@ impl ClientBuilder {
         if self.settings.seeds.is_empty() {
             return Err(BuildError::NoSeeds);
         }
+        let https = self.settings.http_tls_ca.is_some();
         self.settings.seeds = self
             .settings
             .seeds
             .iter()
-            .map(|s| http_base(s).ok_or_else(|| BuildError::BadSeed(s.clone())))
+            .map(|s| match http_base(s, https) {
+                Some(base) => Ok(base),
+                None if !https && s.trim().starts_with("https://") => {
+                    Err(BuildError::HttpsWithoutCa(s.clone()))
+                }
+                None => Err(BuildError::BadSeed(s.clone())),
+            })
             .collect::<Result<_, _>>()?;
         if let FallbackShare::Fraction(f) = self.settings.fallback_share
             && !(f > 0.0 && f <= 1.0)
@@ -202,15 +256,17 @@ impl ClientBuilder {
     }
 }
 
-/// `http://host:port` from a seed or a member's advertised HTTP address (no path, no slash).
-pub(crate) fn http_base(s: &str) -> Option<String> {
+/// `http://host:port` (`https://host:port` with `https`) from a seed or a member's advertised
+/// HTTP address (no path, no slash); the other scheme is not accepted.
+pub(crate) fn http_base(s: &str, https: bool) -> Option<String> {
+    let scheme = if https { "https://" } else { "http://" };
     let s = s.trim().trim_end_matches('/');
-    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let rest = s.strip_prefix(scheme).unwrap_or(s);
     let (host, port) = rest.rsplit_once(':')?;
     if host.is_empty() || rest.contains('/') || port.parse::<u16>().is_err() {
         return None;
     }
-    Some(format!("http://{rest}"))
+    Some(format!("{scheme}{rest}"))
 }
 
 #[cfg(test)]
@@ -219,15 +275,24 @@ mod tests {
 
     #[test]
     fn seeds_become_http_bases() {
+        let http = |s| http_base(s, false);
         assert_eq!(
-            http_base("http://10.0.0.1:8080/").as_deref(),
+            http("http://10.0.0.1:8080/").as_deref(),
             Some("http://10.0.0.1:8080")
         );
         assert_eq!(
-            http_base("ringlimit-0.ringlimit-peers:8080").as_deref(),
+            http("ringlimit-0.ringlimit-peers:8080").as_deref(),
             Some("http://ringlimit-0.ringlimit-peers:8080")
         );
-        assert_eq!(http_base("[::1]:80").as_deref(), Some("http://[::1]:80"));
+        assert_eq!(http("[::1]:80").as_deref(), Some("http://[::1]:80"));
+        // With HTTPS discovery: https:// or none, never http://.
+        let https = |s| http_base(s, true);
+        assert_eq!(https("https://h:1").as_deref(), Some("https://h:1"));
+        assert_eq!(
+            https("10.0.0.1:8080").as_deref(),
+            Some("https://10.0.0.1:8080")
+        );
+        assert_eq!(https("http://h:1"), None);
         for bad in [
             "",
             "host",
@@ -237,7 +302,7 @@ mod tests {
             "h:99999",
             "h:1/x",
         ] {
-            assert_eq!(http_base(bad), None, "{bad:?}");
+            assert_eq!(http(bad), None, "{bad:?}");
         }
     }
 }

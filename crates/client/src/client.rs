@@ -9,12 +9,15 @@ use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::coordinator::{self, Many, Site};
 use ringlimit_core::link::{PeerSettings, PeerStats, SessionPool, Sessions};
+use ringlimit_core::tls::PeerTls;
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+/// How often the peer TLS certificate's files are looked at for a new pair.
+const CERT_POLL: Duration = Duration::from_secs(1);
 /// Refreshes asked for by failing checks are at most this frequent.
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
 /// A check naming a rule the client does not know refetches the rules at most this often.
@@ -52,12 +55,17 @@ pub(crate) struct Inner {
     pub(crate) leasing: Option<Leasing>,
     /// Connections of their own to owners, kept for reservations.
     pub(crate) reservations: SessionPool,
+    /// The task that reloads the peer TLS certificate when its files change.
+    cert_watch: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(l) = &self.leasing {
             l.stop();
+        }
+        if let Some(w) = &self.cert_watch {
+            w.abort();
         }
     }
 }
@@ -113,13 +121,31 @@ impl Client {
     }
 
     pub(crate) async fn start(settings: Settings) -> Result<Self, BuildError> {
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(settings.discovery_timeout)
-            .connect_timeout(settings.discovery_timeout)
-            .build()
-            .map_err(|e| BuildError::Http(e.to_string()))?;
+            .connect_timeout(settings.discovery_timeout);
+        if let Some(ca) = &settings.http_tls_ca {
+            let tls =
+                ringlimit_core::tls::http::ca_client_config(ca).map_err(BuildError::HttpTls)?;
+            http = http.use_preconfigured_tls(tls);
+        }
+        let http = http.build().map_err(|e| BuildError::Http(e.to_string()))?;
+        let peer_tls = settings
+            .peer_tls
+            .as_ref()
+            .map(PeerTls::load)
+            .transpose()
+            .map_err(BuildError::PeerTls)?;
+        let dialer = match &peer_tls {
+            Some(tls) => tls.dialer(ringlimit_core::link::dial::tcp()),
+            None => ringlimit_core::link::dial::tcp(),
+        };
+        // The certificate's files are watched while the client lives.
+        let cert_watch = peer_tls
+            .as_ref()
+            .map(|tls| tokio::spawn(tls.cert().clone().watch(CERT_POLL)).abort_handle());
         let link = Arc::new(PeerSettings {
-            dialer: ringlimit_core::link::dial::tcp(),
+            dialer,
             node_id: format!("sdk:{}", settings.name),
             cluster_id: settings.cluster_id.clone(),
             secret: settings.secret.clone(),
@@ -147,6 +173,7 @@ impl Client {
             peer_stats: Arc::new(PeerStats::default()),
             leasing: leases.then(Leasing::new),
             reservations,
+            cert_watch,
         });
         if let Some(l) = &inner.leasing {
             let (topo, clock) = (Arc::downgrade(&inner), Arc::downgrade(&inner));
@@ -331,7 +358,8 @@ impl Inner {
         for base in &candidates {
             match topology::fetch(&self.http, base, &self.settings).await {
                 Ok((cluster, rules)) => {
-                    let next = topo.next(&cluster, &rules, &self.link, &self.peer_stats);
+                    let https = self.settings.http_tls_ca.is_some();
+                    let next = topo.next(&cluster, &rules, &self.link, &self.peer_stats, https);
                     if next.ring.members() != topo.ring.members() {
                         tracing::info!(members = ?next.ring.members(), from = %base, "ringlimit members changed");
                     }

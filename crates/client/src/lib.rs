@@ -25,7 +25,8 @@
 //!
 //! # Layout
 //! - [`check`] — [`Check`] and [`ClientError`] (misuse only; transport trouble degrades).
-//! - [`builder`] — [`ClientBuilder`]: seeds, deadline, fail mode, fallback share, secret.
+//! - [`builder`] — [`ClientBuilder`]: seeds, deadline, fail mode, fallback share, secret,
+//!   TLS (mutual TLS to owners, HTTPS discovery).
 //! - [`client`] — [`Client`]: routing to owners, batches, fallback, background refresh.
 //! - `topology` — members, ring and rules as discovered over HTTP.
 //! - `fallback` — the local limiter used when the cluster cannot answer.

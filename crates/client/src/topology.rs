@@ -71,10 +71,11 @@ impl Topology {
         rules: &RuleList,
         link: &Arc<PeerSettings>,
         stats: &Arc<PeerStats>,
+        https: bool,
     ) -> Self {
         let mut peers = HashMap::new();
         for m in cluster.members.iter().filter(|m| m.state == "alive") {
-            let Some(http) = http_base(&m.http_addr) else {
+            let Some(http) = http_base(&m.http_addr, https) else {
                 tracing::debug!(member = %m.node_id, http = %m.http_addr, "member without a usable HTTP address");
                 continue;
             };

@@ -22,6 +22,8 @@
 //! - [`reserve`] — reservations (a cost estimated now, settled later) at the bucket's owner:
 //!   its table, its debt ledger, what a settle does.
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
+//! - [`tls`] — certificate files (reloaded when they change), the HTTP and gRPC ports' TLS,
+//!   and mutual TLS on the peer link under a cluster CA.
 //! - [`coordinator`] — where a check is decided (here, owner, fallback share), check-many
 //!   grouping, all-or-nothing holds and refunds: one code for the node and the SDK.
 
@@ -38,4 +40,5 @@ pub mod link;
 pub mod reserve;
 pub mod rule;
 pub mod store;
+pub mod tls;
 pub mod top;

@@ -5,6 +5,7 @@ use crate::cluster::transport::GossipBlocklist;
 use crate::forwarded::TrustedProxies;
 use crate::rules::{RuleSet, RulesError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ringlimit_core::tls::{CertFiles, PeerTls, PeerTlsFiles, ReloadingCert, TlsError};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -177,6 +178,12 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
           value_parser = clap::value_parser!(u64).range(0..=256))]
     pub http_threads: u64,
+    /// How far (ms) a member's clock may be off before it is logged as wrong (its offset is
+    /// measured over the peer link every second; /v1/cluster and ringlimit_clock_offset_seconds
+    /// show it).
+    #[arg(long, env = "RINGLIMIT_MAX_CLOCK_OFFSET_MS", value_name = "MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_clock_offset_ms: u64,
     /// How often this node sends its changed global-rule counts to the other live members
     /// (over the peer port), in milliseconds (the main term of global rules' over-admission).
     #[arg(long, env = "RINGLIMIT_GLOBAL_PUBLISH_MS", value_name = "MS", default_value_t = 100,
@@ -207,6 +214,41 @@ pub struct ServeArgs {
     /// address, the one the gateway itself appended).
     #[arg(long, env = "RINGLIMIT_TRUSTED_PROXIES", value_name = "CIDR,CIDR,...")]
     pub trusted_proxies: Option<TrustedProxies>,
+    /// TLS certificate chain (PEM, the server's certificate first) of the HTTP and gRPC ports,
+    /// which then speak only TLS (HTTP/2 or HTTP/1.1 by ALPN). Reloaded when it or the key
+    /// changes (checked every --config-poll-ms); a pair that does not load is refused and the
+    /// previous one stays.
+    #[arg(
+        long,
+        env = "RINGLIMIT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM: PKCS#8, RSA or EC) of --tls-cert.
+    #[arg(
+        long,
+        env = "RINGLIMIT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Cluster CA (PEM) for mutual TLS on the peer port's TCP: peer RPC then speaks only TLS
+    /// 1.3, and each end's certificate must chain to this CA (names are not checked). Needs
+    /// --peer-tls-cert and --peer-tls-key. Gossip (UDP) is not TLS: it still needs
+    /// RINGLIMIT_CLUSTER_SECRET.
+    #[arg(long, env = "RINGLIMIT_PEER_TLS_CA", value_name = "FILE",
+          requires_all = ["peer_tls_cert", "peer_tls_key"])]
+    pub peer_tls_ca: Option<PathBuf>,
+    /// This node's certificate on the peer port, presented both when it answers and when it
+    /// dials (signed by --peer-tls-ca; reloaded like --tls-cert).
+    #[arg(long, env = "RINGLIMIT_PEER_TLS_CERT", value_name = "FILE",
+          requires_all = ["peer_tls_ca", "peer_tls_key"])]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// Private key of --peer-tls-cert.
+    #[arg(long, env = "RINGLIMIT_PEER_TLS_KEY", value_name = "FILE",
+          requires_all = ["peer_tls_ca", "peer_tls_cert"])]
+    pub peer_tls_key: Option<PathBuf>,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -237,7 +279,24 @@ pub enum ConfigError {
          secret on every node (or --allow-unauthenticated-peers on a trusted, isolated network)"
     )]
     NoClusterSecret,
+    #[error(
+        "--seeds given but RINGLIMIT_CLUSTER_SECRET is not set: --peer-tls-* authenticates peer \
+         RPC (TCP) only, and gossip (UDP, which carries membership) cannot be TLS: set the same \
+         secret on every node as well (or --allow-unauthenticated-peers to leave gossip open on \
+         a trusted, isolated network)"
+    )]
+    NoClusterSecretForGossip,
+    #[error("{flags}: {source}")]
+    Tls {
+        flags: &'static str,
+        source: TlsError,
+    },
 }
+
+/// The flags of the HTTP and gRPC ports' TLS files, in messages.
+pub const TLS_FLAGS: &str = "--tls-cert/--tls-key";
+/// The flags of the peer port's TLS files, in messages.
+pub const PEER_TLS_FLAGS: &str = "--peer-tls-ca/--peer-tls-cert/--peer-tls-key";
 
 /// How the peer port treats other processes (see [`NodeConfig::peer_security`]).
 #[derive(Clone)]
@@ -304,6 +363,12 @@ impl ConnLimits {
             max_connections,
         }
     }
+
+    /// How long a TLS handshake may take: the time a request head has (HTTP), bounded by the
+    /// request timeout (the gRPC port, which has no header timeout).
+    pub fn handshake_timeout(&self) -> Duration {
+        self.header_timeout.min(self.body_timeout)
+    }
 }
 
 impl Default for ConnLimits {
@@ -361,6 +426,8 @@ pub struct NodeConfig {
     pub admin_tokens: Option<PathBuf>,
     /// How often global-rule counts are published through gossip.
     pub global_publish: Duration,
+    /// `--max-clock-offset-ms`.
+    pub max_clock_offset: Duration,
     /// Most global-rule keys published at once by this node.
     pub global_max_published: usize,
     /// Global-counter updates a node receives per second at most (see `--global-gossip-budget`).
@@ -376,6 +443,10 @@ pub struct NodeConfig {
     pub grpc_limits: ConnLimits,
     /// Forward auth's `--trusted-proxies`.
     pub trusted_proxies: TrustedProxies,
+    /// `--tls-cert`, `--tls-key`: the HTTP and gRPC ports speak TLS (`None`: plain).
+    pub tls: Option<CertFiles>,
+    /// `--peer-tls-*`: mutual TLS on the peer port's TCP (`None`: plain).
+    pub peer_tls: Option<PeerTlsFiles>,
     /// Test hook: the clock buckets are decided by (`None`: the system clock). A manual clock
     /// makes windows and refills exact in a test of whole nodes.
     #[doc(hidden)]
@@ -394,14 +465,39 @@ impl std::fmt::Debug for EngineClock {
 
 impl NodeConfig {
     /// How the peer port treats other processes; refuses seeds without a secret unless
-    /// unauthenticated peers are allowed.
+    /// unauthenticated peers are allowed (peer TLS or not: gossip needs the secret).
     pub fn peer_security(&self) -> Result<PeerSecurity, ConfigError> {
         match (&self.cluster_secret, self.allow_unauthenticated_peers) {
             (Some(secret), _) => Ok(PeerSecurity::Secret(Arc::from(secret.as_bytes()))),
             (None, true) => Ok(PeerSecurity::Open),
             (None, false) if self.seeds.is_empty() => Ok(PeerSecurity::LoneNode),
+            (None, false) if self.peer_tls.is_some() => Err(ConfigError::NoClusterSecretForGossip),
             (None, false) => Err(ConfigError::NoClusterSecret),
         }
+    }
+
+    /// The HTTP and gRPC ports' certificate, loaded now (`None`: no TLS).
+    pub fn load_tls(&self) -> Result<Option<ReloadingCert>, ConfigError> {
+        self.tls
+            .clone()
+            .map(ReloadingCert::load)
+            .transpose()
+            .map_err(|source| ConfigError::Tls {
+                flags: TLS_FLAGS,
+                source,
+            })
+    }
+
+    /// The peer port's mutual TLS, loaded now (`None`: no TLS).
+    pub fn load_peer_tls(&self) -> Result<Option<PeerTls>, ConfigError> {
+        self.peer_tls
+            .as_ref()
+            .map(PeerTls::load)
+            .transpose()
+            .map_err(|source| ConfigError::Tls {
+                flags: PEER_TLS_FLAGS,
+                source,
+            })
     }
 
     /// A single node on loopback ephemeral ports with built-in rules: for tests.
@@ -434,6 +530,7 @@ impl NodeConfig {
             admin_token: None,
             admin_tokens: None,
             global_publish: Duration::from_millis(50),
+            max_clock_offset: Duration::from_millis(250),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
@@ -441,6 +538,8 @@ impl NodeConfig {
             http_limits: ConnLimits::default(),
             grpc_limits: ConnLimits::grpc(Duration::from_secs(60), Duration::from_secs(10), 10_000),
             trusted_proxies: TrustedProxies::default(),
+            tls: None,
+            peer_tls: None,
             clock: None,
         }
     }
@@ -488,13 +587,26 @@ impl ServeArgs {
             && !self.allow_unauthenticated_peers
             && self.seeds.iter().any(|s| !s.trim().is_empty())
         {
-            return Err(ConfigError::NoClusterSecret);
+            return Err(if self.peer_tls_ca.is_some() {
+                ConfigError::NoClusterSecretForGossip
+            } else {
+                ConfigError::NoClusterSecret
+            });
         }
         let rules = match &self.config {
             Some(path) => load_rules(path)?,
             None => RuleSet::builtin(),
         };
-        Ok(NodeConfig {
+        // clap has made sure that these come together.
+        let tls = match (self.tls_cert, self.tls_key) {
+            (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
+            _ => None,
+        };
+        let peer_tls = match (self.peer_tls_ca, self.peer_tls_cert, self.peer_tls_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(PeerTlsFiles { ca, cert, key }),
+            _ => None,
+        };
+        let config = NodeConfig {
             node_id,
             http_addr: self.http,
             peer_addr: self.peer,
@@ -529,6 +641,7 @@ impl ServeArgs {
                 .filter(|s| !s.is_empty()),
             admin_tokens: self.admin_tokens,
             global_publish: Duration::from_millis(self.global_publish_ms),
+            max_clock_offset: Duration::from_millis(self.max_clock_offset_ms),
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
             global_gossip_budget: self.global_gossip_budget,
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
@@ -545,8 +658,14 @@ impl ServeArgs {
                 usize::try_from(self.grpc_max_connections).unwrap_or(usize::MAX),
             ),
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),
+            tls,
+            peer_tls,
             clock: None,
-        })
+        };
+        // Certificates that do not load stop the node here, with the file at fault named.
+        config.load_tls()?;
+        config.load_peer_tls()?;
+        Ok(config)
     }
 }
 
@@ -580,6 +699,88 @@ mod tests {
         }
         let e = parse(&["--trusted-proxies", "10.0.0.0/8,nope"]).expect_err("not a block");
         assert!(e.to_string().contains("address block"), "{e}");
+    }
+
+    fn serve_args(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
+        let Command::Serve(serve) = cli.command else {
+            unreachable!("parsed as serve")
+        };
+        Ok(serve)
+    }
+
+    #[test]
+    fn tls_flags_come_in_pairs_and_threes() {
+        for args in [
+            &["--tls-cert", "c.pem"][..],
+            &["--tls-key", "k.pem"],
+            &["--peer-tls-ca", "ca.pem"],
+            &["--peer-tls-ca", "ca.pem", "--peer-tls-cert", "c.pem"],
+            &["--peer-tls-cert", "c.pem", "--peer-tls-key", "k.pem"],
+        ] {
+            let e = serve_args(args).expect_err("incomplete");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "{args:?}"
+            );
+        }
+        let a = serve_args(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).expect("a pair");
+        assert_eq!(a.tls_cert, Some(PathBuf::from("c.pem")));
+    }
+
+    #[test]
+    fn a_certificate_that_cannot_be_read_stops_the_node_naming_the_file_and_flags() {
+        let missing = std::env::temp_dir().join("ringlimit-no-such-cert.pem");
+        let path = missing.display().to_string();
+        let args = serve_args(&["--tls-cert", &path, "--tls-key", &path]).expect("flags");
+        let e = args.into_config().expect_err("no such file");
+        let line = e.to_string();
+        assert!(matches!(e, ConfigError::Tls { .. }), "{line}");
+        assert!(
+            line.starts_with("--tls-cert/--tls-key: cannot read certificate "),
+            "{line}"
+        );
+        assert!(line.contains(&path) && !line.contains('\n'), "{line}");
+
+        let args = serve_args(&[
+            "--peer-tls-ca",
+            &path,
+            "--peer-tls-cert",
+            &path,
+            "--peer-tls-key",
+            &path,
+        ])
+        .expect("flags");
+        let line = args.into_config().expect_err("no such file").to_string();
+        assert!(
+            line.starts_with("--peer-tls-ca/--peer-tls-cert/--peer-tls-key: cannot read CA "),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn peer_tls_without_the_secret_still_refuses_seeds_because_gossip_needs_it() {
+        let mut config = NodeConfig::local("n");
+        config.allow_unauthenticated_peers = false;
+        config.seeds = vec!["127.0.0.1:7946".into()];
+        config.peer_tls = Some(PeerTlsFiles {
+            ca: "ca.pem".into(),
+            cert: "c.pem".into(),
+            key: "k.pem".into(),
+        });
+        let e = config.peer_security().expect_err("seeds without a secret");
+        assert!(matches!(e, ConfigError::NoClusterSecretForGossip), "{e}");
+        assert!(e.to_string().contains("gossip"), "{e}");
+        // With the secret, or with gossip left open on purpose: a cluster.
+        config.cluster_secret = Some("s".into());
+        assert!(matches!(
+            config.peer_security(),
+            Ok(PeerSecurity::Secret(_))
+        ));
+        config.cluster_secret = None;
+        config.allow_unauthenticated_peers = true;
+        assert!(matches!(config.peer_security(), Ok(PeerSecurity::Open)));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! - [`http`], [`grpc`] — the edges (HTTP API and forward auth; Envoy RLS and ringlimit.v1):
 //!   parse → call the service or the admin side → reply.
 //! - [`listen`] — serving a port's connections, bounded (timeouts, a cap), over TCP or memnet
-//!   streams: the HTTP and gRPC edges' shared server.
+//!   streams, inside TLS with `--tls-cert`: the HTTP and gRPC edges' shared server.
 //! - [`service`] — the check service every edge calls for checks: checks, batches,
 //!   all-or-nothing; timing and counting.
 //! - [`admin`], [`lifecycle`] — beside the service: the admin API (rules, a key's state and

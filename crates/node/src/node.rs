@@ -14,6 +14,7 @@ use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::{self, AppState};
 use crate::lifecycle::Lifecycle;
 use crate::listen::stream::Listener;
+use crate::listen::tls::ServerTls;
 use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
 use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
 use crate::routing::Dispatcher;
@@ -26,6 +27,7 @@ use ringlimit_core::clock::SystemClock;
 use ringlimit_core::link::PeerSettings;
 use ringlimit_core::link::dial::Dial;
 use ringlimit_core::link::memnet::{MemListener, MemNet};
+use ringlimit_core::tls::PeerTls;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -176,12 +178,14 @@ struct Endpoints {
 }
 
 impl Endpoints {
+    /// `peer_tls`: the peer link's streams are dialled inside mutual TLS.
     fn new(
         bound: Bound,
         config: &NodeConfig,
         gossip_stats: &Arc<crate::metrics::GossipStats>,
+        peer_tls: Option<&PeerTls>,
     ) -> Result<Self, NodeError> {
-        Ok(match bound {
+        let mut endpoints = match bound {
             Bound::Sockets(l) => {
                 let security = config.peer_security()?;
                 Endpoints {
@@ -209,7 +213,11 @@ impl Endpoints {
                 gossip: Box::new(m.net.gossip.clone()),
                 dialer: m.net.links.dialer(&m.peer_addr.to_string()),
             },
-        })
+        };
+        if let Some(tls) = peer_tls {
+            endpoints.dialer = tls.dialer(endpoints.dialer);
+        }
+        Ok(endpoints)
     }
 }
 
@@ -254,15 +262,40 @@ pub async fn run(
     ));
     let security = config.peer_security()?;
     let secret = security.secret();
-    match security {
-        PeerSecurity::Secret(_) => {}
-        PeerSecurity::Open => tracing::warn!(
+    // Certificates are loaded (again: `into_config` checked them) before anything is served.
+    let http_cert = config.load_tls()?.map(Arc::new);
+    let peer_tls = config.load_peer_tls()?;
+    let server_tls = |alpn, limits: &crate::config::ConnLimits| {
+        http_cert
+            .clone()
+            .map(|cert| ServerTls::new(cert, alpn, limits))
+            .transpose()
+            .map_err(|source| crate::config::ConfigError::Tls {
+                flags: crate::config::TLS_FLAGS,
+                source,
+            })
+    };
+    let http_tls = server_tls(ringlimit_core::tls::http::HTTP_ALPN, &config.http_limits)?;
+    let grpc_tls = server_tls(ringlimit_core::tls::http::GRPC_ALPN, &config.grpc_limits)?;
+    match (&security, &peer_tls) {
+        (PeerSecurity::Secret(_), _) => {}
+        (PeerSecurity::Open, None) => tracing::warn!(
             "--allow-unauthenticated-peers without RINGLIMIT_CLUSTER_SECRET: anyone who can \
              reach the peer port can join the cluster and change its rules and buckets"
         ),
-        PeerSecurity::LoneNode => tracing::info!(
+        (PeerSecurity::Open, Some(_)) => tracing::warn!(
+            "--allow-unauthenticated-peers without RINGLIMIT_CLUSTER_SECRET: peer RPC takes only \
+             certificates of --peer-tls-ca, but gossip is open: anyone who can reach the peer \
+             port can announce members (whose keys then fail open, as no one can reach them)"
+        ),
+        (PeerSecurity::LoneNode, None) => tracing::info!(
             "RINGLIMIT_CLUSTER_SECRET is not set: running as a lone node that accepts no other \
              members (set the same secret on every node to form a cluster)"
+        ),
+        (PeerSecurity::LoneNode, Some(_)) => tracing::info!(
+            "RINGLIMIT_CLUSTER_SECRET is not set: peer RPC takes certificates of --peer-tls-ca, \
+             but gossip from other nodes is dropped, so this node stays alone (set the same \
+             secret on every node to form a cluster)"
         ),
     }
     raise_open_files(config.http_limits.max_connections.saturating_add(
@@ -286,7 +319,7 @@ pub async fn run(
             .map_err(|e| NodeError::AdminTokens(e.to_string()))?,
     );
     let gossip_stats = Arc::new(crate::metrics::GossipStats::default());
-    let listeners = Endpoints::new(listeners.into(), &config, &gossip_stats)?;
+    let listeners = Endpoints::new(listeners.into(), &config, &gossip_stats, peer_tls.as_ref())?;
     let (http_addr, peer_addr) = (listeners.http_addr, listeners.peer_addr);
     let advertise_text =
         if config.advertise.is_empty() || config.advertise == config.peer_addr.to_string() {
@@ -318,10 +351,15 @@ pub async fn run(
     let membership = Arc::new(membership);
     // Global rules: counters keyed by this incarnation, fed by what peers push.
     let self_gossip_id = membership.chitchat_id();
-    let global = Arc::new(GlobalCounters::new(
-        global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
-        config.global_max_counters,
-    ));
+    // Every member's clock offset, and the cluster clock global windows are numbered on.
+    let clocks = Arc::new(crate::cluster::clock::Clocks::new(config.max_clock_offset));
+    let global = Arc::new(
+        GlobalCounters::new(
+            global::actor(&self_gossip_id.node_id, self_gossip_id.generation_id),
+            config.global_max_counters,
+        )
+        .with_clocks(clocks.clone()),
+    );
     let mut metrics = Metrics::new();
     let here = Here::new(engine.clone(), global.clone());
     let peer_settings = PeerSettings {
@@ -353,8 +391,10 @@ pub async fn run(
                 node_id: config.node_id.clone(),
                 cluster_id: config.cluster_id.clone(),
                 secret,
-                accept_members: security.accepts_members(),
+                // A certificate of the cluster CA makes a member, as the secret does.
+                accept_members: security.accepts_members() || peer_tls.is_some(),
                 handshake_timeout: Duration::from_secs(2),
+                tls: peer_tls.clone(),
             },
             Some(Relay {
                 view: view.clone(),
@@ -400,7 +440,7 @@ pub async fn run(
         recall: recall.stats.clone(),
     });
     let view_cell = view.clone();
-    metrics.register(crate::cluster::metrics::MembersCollector(view));
+    metrics.register(crate::cluster::metrics::MembersCollector(view.clone()));
     let replica_stats = Arc::new(crate::replicas::ReplicaStats::default());
     metrics.register(crate::replicas::ReplicaCollector {
         stats: replica_stats.clone(),
@@ -423,6 +463,16 @@ pub async fn run(
         server: Server::Grpc,
     });
     metrics.register(crate::rules::book::BookCollector(book.clone()));
+    let watched: Vec<_> = http_cert
+        .iter()
+        .cloned()
+        .chain(peer_tls.iter().map(|t| t.cert().clone()))
+        .collect();
+    metrics.register(crate::metrics::TlsCollector {
+        http: conns.clone(),
+        grpc: grpc_conns.clone(),
+        certs: watched.clone(),
+    });
     metrics.register(ReloadCollector {
         status: rules.clone(),
         of: Reloaded::Rules,
@@ -431,6 +481,7 @@ pub async fn run(
         status: envoy_status.clone(),
         of: Reloaded::Envoy,
     });
+    metrics.register(crate::cluster::clock::ClockCollector(clocks.clone()));
     metrics.register(crate::admin::top::TopCollector {
         top: top.clone(),
         here: here.clone(),
@@ -463,6 +514,14 @@ pub async fn run(
     }));
     let mut tasks = JoinSet::new();
     tasks.spawn(probe);
+    tasks.spawn(crate::peers::clocks::measure(
+        crate::peers::clocks::Measure {
+            peers: pool.clone(),
+            view: view.clone(),
+            clocks: clocks.clone(),
+            clock: engine.clock().clone(),
+        },
+    ));
     tasks.spawn(hot_keys.run(engine.held().clone()));
     tasks.spawn(crate::reservations::upkeep(engine.clone()));
     tasks.spawn(
@@ -537,6 +596,9 @@ pub async fn run(
     if config.admin_tokens.is_some() {
         tasks.spawn(admin_tokens.clone().watch(config.rules_poll));
     }
+    for cert in watched {
+        tasks.spawn(cert.watch(config.rules_poll));
+    }
     if rules.source.is_some() {
         tasks.spawn(crate::rules::reload::watch(
             book.clone(),
@@ -569,6 +631,8 @@ pub async fn run(
         rules = config.rules.len(),
         max_keys = config.max_keys,
         admin_api = admin_tokens.enabled(),
+        tls = http_cert.is_some(),
+        peer_tls = peer_tls.is_some(),
         "ringlimit node serving"
     );
     if let Some(listener) = listeners.grpc {
@@ -587,6 +651,7 @@ pub async fn run(
                 lifecycle,
                 envoy,
                 table,
+                grpc_tls,
                 std::future::pending(),
             )
             .await
@@ -606,6 +671,7 @@ pub async fn run(
             config.http_limits,
             conns,
         )),
+        http_tls,
         async move {
             shutdown.await;
             lifecycle.set_ready(false);
@@ -821,6 +887,12 @@ mod tests {
         let c = Cluster::start(2, |_| {}).await;
         c.wait("n0 sees two", || async { c.alive("n0").await.len() == 2 })
             .await;
+        c.wait("n0 measured n1's clock", || async {
+            c.view("n0").await["clock"]["peers"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        })
+        .await;
         // Checks decided here and forwarded, single and batched, and one all-or-nothing request.
         for i in 0..8 {
             let key = format!("m:{i}");

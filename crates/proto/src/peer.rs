@@ -34,7 +34,8 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 7: reservations: a cost estimated now and settled later at the bucket's owner
 ///   ([`Frame::Reserve`], [`Frame::Settle`]).
 /// - 8: operators: admin API rule changes at the member that owns the rule's name
-///   ([`Frame::RuleChange`]), and each member's most limited keys ([`Frame::TopKeys`]).
+///   ([`Frame::RuleChange`]), each member's most limited keys ([`Frame::TopKeys`]), and its
+///   wall clock ([`Frame::Clock`]).
 pub const PROTOCOL_VERSION: u16 = 8;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
@@ -176,6 +177,11 @@ pub enum Frame {
     TopKeys { rule: String, by: TopBy, n: u32 },
     /// Server → client: the keys, most counted first.
     TopKeysAre { keys: Vec<TopKey> },
+    /// Client → server, version 8: the sender's wall time (ns since the Unix epoch), asking for
+    /// the server's: clock offsets between members. Answered by `ClockIs`.
+    Clock { sent_ns: u64 },
+    /// Server → client: `sent_ns` echoed, and the server's wall time as it answered.
+    ClockIs { sent_ns: u64, now_ns: u64 },
 }
 
 /// What a [`RuleChange`] does with the rule.
@@ -601,6 +607,8 @@ impl Frame {
             Frame::RuleChanged(_) => "rule_changed",
             Frame::TopKeys { .. } => "top_keys",
             Frame::TopKeysAre { .. } => "top_keys_are",
+            Frame::Clock { .. } => "clock",
+            Frame::ClockIs { .. } => "clock_is",
         }
     }
 }
@@ -661,7 +669,19 @@ mod tests {
                 error: 1,
             }],
         };
-        for (tag, f) in [(28, change), (29, changed), (30, top), (31, are)] {
+        let clock = Frame::Clock { sent_ns: 7 };
+        let clock_is = Frame::ClockIs {
+            sent_ns: 7,
+            now_ns: u64::MAX,
+        };
+        for (tag, f) in [
+            (28, change),
+            (29, changed),
+            (30, top),
+            (31, are),
+            (32, clock),
+            (33, clock_is),
+        ] {
             let bytes = f.encode().expect("encode");
             assert_eq!(bytes[0], tag, "{f:?}");
             assert_eq!(Frame::decode(&bytes).expect("decode"), f);

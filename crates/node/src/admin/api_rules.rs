@@ -12,7 +12,6 @@ use super::Admin;
 use crate::rules::api::Entry;
 use crate::rules::book::ChangeError;
 use crate::rules::change::{self, entry_of};
-use ringlimit_core::clock::unix_ms;
 use ringlimit_proto::discovery::RuleInfo;
 use ringlimit_proto::peer::{RuleChange, RuleOp};
 use serde::Serialize;
@@ -130,6 +129,11 @@ impl Admin {
         self.at_owner(req, RuleOp::Delete).await.map(|_| ())
     }
 
+    /// This node's wall time in ms (the engine's clock): what rule versions are made of.
+    fn wall_ms(&self) -> u64 {
+        self.here.now() / ringlimit_core::clock::NANOS_PER_MS
+    }
+
     /// Makes `op` at the member that owns `req.name` (here, or over the peer port) and merges
     /// the owner's entry into this node's book.
     async fn at_owner(
@@ -157,7 +161,7 @@ impl Admin {
             ));
         }
         let done = match owner.and_then(|o| Some((o, view.peer_addrs.get(o)?))) {
-            None => change::decide(&self.book, &change, unix_ms(), &view.self_id),
+            None => change::decide(&self.book, &change, self.wall_ms(), &view.self_id),
             Some((owner, addr)) => {
                 match self
                     .pool
@@ -166,7 +170,7 @@ impl Admin {
                 {
                     Ok(Some(done)) => done,
                     // An owner of an older version decides nothing: as older nodes did.
-                    Ok(None) => change::decide(&self.book, &change, unix_ms(), &view.self_id),
+                    Ok(None) => change::decide(&self.book, &change, self.wall_ms(), &view.self_id),
                     Err(e) => {
                         return Err(RuleRequestError::Unavailable(format!(
                             "Rule {:?} is kept by node {owner}, which did not answer ({e}); \

@@ -24,6 +24,28 @@ pub struct ClusterView {
     pub known_members: usize,
     pub forwarding: Forwarding,
     pub global: GlobalView,
+    pub clock: ClockView,
+}
+
+/// Clocks as this node measures them (see `cluster::clock`).
+#[derive(Debug, Serialize)]
+pub struct ClockView {
+    /// The cluster clock (the median of every member's) minus this node's wall clock, ms:
+    /// global windows are numbered on the cluster clock.
+    pub correction_ms: f64,
+    /// `--max-clock-offset-ms`.
+    pub max_offset_ms: u64,
+    /// Whether this node's own clock is off the cluster's by more than that.
+    pub off: bool,
+    /// Each member's clock minus this node's, ms, and the error bound (half a round trip).
+    pub peers: Vec<PeerClock>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PeerClock {
+    pub node_id: String,
+    pub offset_ms: f64,
+    pub error_ms: f64,
 }
 
 /// Global rules' counters on this node.
@@ -159,7 +181,41 @@ impl Admin {
                 unrelayed: load(&g.stats.unrelayed),
                 peers,
             },
+            clock: self.clock_view(),
         }
+    }
+
+    fn clock_view(&self) -> ClockView {
+        let clocks = self.here.global().clocks();
+        let ms = |ns: i64| ns as f64 / 1e6;
+        ClockView {
+            correction_ms: ms(clocks.correction_ns()),
+            max_offset_ms: millis(clocks.max_offset()),
+            off: clocks.own_clock_off(),
+            peers: clocks
+                .offsets()
+                .into_iter()
+                .map(|(id, o)| PeerClock {
+                    node_id: id.to_string(),
+                    offset_ms: ms(o.offset_ns),
+                    error_ms: o.error_ns as f64 / 1e6,
+                })
+                .collect(),
+        }
+    }
+
+    /// Why this node's readiness should say more (its clock is off the cluster's), if so.
+    pub fn readiness_note(&self) -> Option<String> {
+        let clocks = self.here.global().clocks();
+        clocks.own_clock_off().then(|| {
+            format!(
+                "clock: this node's clock is {:.0} ms off the cluster's (the median of its \
+                 members'; --max-clock-offset-ms {}): global windows follow the cluster's; fix \
+                 NTP on this host\n",
+                -(clocks.correction_ns() as f64) / 1e6,
+                millis(clocks.max_offset())
+            )
+        })
     }
 
     /// The rules in force here (what the SDK routes and falls back with), sorted by name.

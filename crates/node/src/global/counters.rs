@@ -19,11 +19,13 @@
 use super::actor::{Actor, actor, parse_actor};
 use super::decide;
 use super::wire::{ActorCounts, Update};
+use crate::cluster::clock::Clocks;
 use crdts::{CmRDT, Dot, VClock};
 use parking_lot::Mutex;
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::limiter::{Decision, Rule};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -165,6 +167,9 @@ pub struct GlobalCounters {
     /// Signalled when a bucket nears its limit: the publisher publishes early.
     pub(super) urgent: tokio::sync::Notify,
     pub stats: GlobalStats,
+    /// The cluster clock: every `now` given is this node's wall time, and windows are numbered
+    /// on the cluster's (see [`crate::cluster::clock`]), so one wrong clock does not shift them.
+    clocks: Arc<Clocks>,
 }
 
 impl std::fmt::Debug for GlobalCounters {
@@ -187,7 +192,26 @@ impl GlobalCounters {
             full_sets: Mutex::new(BTreeSet::new()),
             urgent: tokio::sync::Notify::new(),
             stats: GlobalStats::default(),
+            clocks: Arc::new(Clocks::default()),
         }
+    }
+
+    /// These counters, numbering windows on the cluster clock of `clocks`.
+    pub fn with_clocks(mut self, clocks: Arc<Clocks>) -> Self {
+        self.clocks = clocks;
+        self
+    }
+
+    /// The cluster clock, as this node measures it.
+    pub fn clocks(&self) -> &Arc<Clocks> {
+        &self.clocks
+    }
+
+    /// This node's wall time `local_ns` on the cluster clock: what the publisher's `now` (for
+    /// [`GlobalCounters::others`], [`GlobalCounters::purge`], its own windows) must be. The
+    /// check and merge paths convert by themselves.
+    pub fn cluster_now(&self, local_ns: u64) -> u64 {
+        self.clocks.cluster_ns(local_ns)
     }
 
     pub fn self_actor(&self) -> &Actor {
@@ -201,6 +225,7 @@ impl GlobalCounters {
     /// What [`GlobalCounters::check`] would decide now, counting nothing (an all-or-nothing
     /// request asks its global limits first, before anything is taken anywhere).
     pub fn peek(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
+        let now = self.clocks.cluster_ns(now);
         let key = WindowKey {
             id,
             period_ms: rule.period_ns / NANOS_PER_MS,
@@ -219,6 +244,7 @@ impl GlobalCounters {
     /// Decides a global check of bucket `id` at `now` from the merged counts, and counts it as
     /// this node's when admitted.
     pub fn check(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
+        let now = self.clocks.cluster_ns(now);
         let period_ms = rule.period_ns / NANOS_PER_MS;
         let window = now / rule.period_ns;
         let key = WindowKey {
@@ -248,7 +274,8 @@ impl GlobalCounters {
         d
     }
 
-    /// Merges one peer's published counts; returns whether any count rose.
+    /// Merges one peer's published counts at `now` (on the cluster clock); returns whether any
+    /// count rose.
     pub fn merge(&self, actor: &Actor, u: &Update, now: u64) -> bool {
         let mut raised = false;
         let mut shard = self.shard(u.id).lock();
@@ -280,6 +307,7 @@ impl GlobalCounters {
     /// Merges a `GlobalCounts` frame from the peer `node_id` (incarnation `generation`);
     /// refused updates are counted and skipped. Returns how many were merged.
     pub fn receive(&self, node_id: &str, generation: u64, counts: &[Update], now: u64) -> usize {
+        let now = self.clocks.cluster_ns(now);
         let from = actor(node_id, generation);
         let mut merged = 0;
         for u in counts {
@@ -297,6 +325,7 @@ impl GlobalCounters {
     /// Merges the counts of a `GlobalCountsOf` frame (validated by [`super::wire::relayed`]),
     /// each under its own actor.
     pub fn merge_relayed(&self, counts: &[(Actor, Update)], now: u64) {
+        let now = self.clocks.cluster_ns(now);
         for (a, u) in counts {
             self.merge(a, u, now);
         }

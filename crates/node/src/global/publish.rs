@@ -144,7 +144,8 @@ pub async fn publish_loop(
             }
         }
         last = Instant::now();
-        let now = clock.now();
+        // Windows are numbered on the cluster clock (see `cluster::clock`).
+        let now = counters.cluster_now(clock.now());
         let peers = pusher.track(&view.load());
         let allowed = budget.available(peers, last);
         let round = publisher.round(&counters, now, allowed);
@@ -165,7 +166,7 @@ pub async fn publish_loop(
         }
     }
     // Leaving: the hits since the last round would go with this process.
-    let now = clock.now();
+    let now = counters.cluster_now(clock.now());
     pusher.track(&view.load());
     publisher.round(&counters, now, usize::MAX);
     let full = publisher.full_set(&counters, now);

@@ -13,6 +13,7 @@ pub mod ringlimit_v1;
 use crate::lifecycle::Lifecycle;
 use crate::listen::conns::{Conn, ConnTable};
 use crate::listen::stream::{Listener, Stream};
+use crate::listen::tls::ServerTls;
 use crate::listen::{Ended, Handler, OnExpiry};
 use crate::rules::envoy_config::EnvoyConfig;
 use crate::service::CheckService;
@@ -50,7 +51,8 @@ fn all_code(e: &AllError) -> tonic::Code {
 }
 
 /// Serves gRPC on `listener` until `shutdown` completes, every connection bounded by `table`
-/// (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`, `--grpc-max-connections`).
+/// (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`, `--grpc-max-connections`), inside
+/// TLS with `tls` (`--tls-cert`; ALPN `h2`).
 ///
 /// Why not tonic's own server: it has no idle timeout and no connection cap, so a client
 /// could hold connections until the node ran out of descriptors. Here tonic's routes are
@@ -64,6 +66,7 @@ pub async fn serve(
     lifecycle: Arc<Lifecycle>,
     envoy: Arc<ArcSwap<EnvoyConfig>>,
     table: Arc<ConnTable>,
+    tls: Option<ServerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -97,6 +100,7 @@ pub async fn serve(
         move || handler.clone(),
         0,
         table,
+        tls,
         shutdown,
     )
     .await

@@ -218,7 +218,7 @@ where
                 })
                 .await;
                 match decided {
-                    Ok(()) => io.write_all(&out).await,
+                    Ok(()) => write_out(io, &out).await,
                     Err(e) => write(io, &mut out, e.into_response()).await,
                 }
             }
@@ -258,11 +258,18 @@ async fn write<I: AsyncWrite + Unpin>(
     out.clear();
     head_bytes(out, parts.status, &parts.headers, body.len());
     out.extend_from_slice(&body);
-    io.write_all(out).await?;
+    write_out(io, out).await?;
     if parts.headers.contains_key(header::CONNECTION) {
         return Err(io::Error::other("the answer closes the connection"));
     }
     Ok(())
+}
+
+/// Writes `bytes` and flushes: over TLS, what the socket did not take at once waits in the
+/// session until a flush (over TCP the flush costs nothing).
+async fn write_out<I: AsyncWrite + Unpin>(io: &mut I, bytes: &[u8]) -> io::Result<()> {
+    io.write_all(bytes).await?;
+    io.flush().await
 }
 
 /// The status line and headers hyper writes for a response: the headers in order (names as

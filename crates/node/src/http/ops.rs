@@ -14,7 +14,11 @@ pub async fn healthz() -> &'static str {
 /// `GET /readyz`: the node can answer checks.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.lifecycle.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
+        match state.admin.readiness_note() {
+            // Ready all the same: windows follow the cluster's clock, not this node's.
+            Some(note) => (StatusCode::OK, format!("ready\n{note}")).into_response(),
+            None => (StatusCode::OK, "ready\n").into_response(),
+        }
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
     }

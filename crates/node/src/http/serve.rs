@@ -50,9 +50,9 @@ impl Handler for HttpConnections {
     }
 }
 
-/// One connection: HTTP/1.1 or HTTP/2 (prior knowledge), closed when a request head is too
-/// slow, when idle, evicted or at shutdown (after its request in flight). Its checks are
-/// answered by [`h1::serve`] until a request of another shape hands it to hyper.
+/// One connection: HTTP/1.1 or HTTP/2 (prior knowledge, or TLS's ALPN), closed when a request
+/// head is too slow, when idle, evicted or at shutdown (after its request in flight). Its
+/// checks are answered by [`h1::serve`] until a request of another shape hands it to hyper.
 async fn serve_connection(
     stream: Stream,
     peer: SocketAddr,
@@ -61,10 +61,17 @@ async fn serve_connection(
     table: Arc<ConnTable>,
     mut stop: watch::Receiver<bool>,
 ) {
+    // HTTP/2 chosen by TLS's ALPN: hyper's from the first byte (no head to read here).
+    let h2 = stream.alpn_h2();
     let mut io = Tracked::new(stream, table.clone(), conn.clone());
+    if h2 {
+        table.set_h2(&conn);
+    }
     let expiry = table.expiry(&conn);
     tokio::pin!(expiry);
-    let prefix = {
+    let prefix = if h2 {
+        bytes::Bytes::new()
+    } else {
         let mut stopped = stop.clone();
         let closing = async {
             tokio::select! {

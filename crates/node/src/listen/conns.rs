@@ -43,7 +43,7 @@ pub struct Conn {
     /// Ms since the table's epoch when the first byte of a request head not yet started
     /// arrived ([`NO_HEAD`]: none since the last request started).
     head_since_ms: AtomicU64,
-    /// HTTP/2 (prior knowledge): frames, not request heads, so no header clock.
+    /// HTTP/2 (prior knowledge, or TLS's ALPN): frames, not request heads, so no header clock.
     h2: AtomicBool,
     inflight: AtomicUsize,
     /// Told to close (evicted at the cap).
@@ -151,6 +151,12 @@ impl ConnTable {
         let mut open = self.open.lock();
         open.remove(&conn.id);
         self.stats.open.store(open.len() as u64, Ordering::Relaxed);
+    }
+
+    /// `conn` speaks HTTP/2 (TLS's ALPN said so): frames, not request heads, so no header clock.
+    pub fn set_h2(&self, conn: &Conn) {
+        conn.h2.store(true, Ordering::Relaxed);
+        conn.head_since_ms.store(NO_HEAD, Ordering::Relaxed);
     }
 
     /// Marks activity on `conn` now.

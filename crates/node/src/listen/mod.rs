@@ -1,7 +1,7 @@
 //! Serving a listener's connections, bounded: accepting, admitting each connection to a
-//! [`conns::ConnTable`] (timeouts, a cap), handing it to a runtime, and driving hyper's side
-//! of it until it ends. The HTTP port and the gRPC port differ only in what serves one
-//! connection (a [`Handler`]).
+//! [`conns::ConnTable`] (timeouts, a cap), handing it to a runtime, its TLS handshake there
+//! when the port has TLS ([`tls`]), and driving hyper's side of it until it ends. The HTTP
+//! port and the gRPC port differ only in what serves one connection (a [`Handler`]).
 //!
 //! Why dedicated single-threaded runtimes (`threads > 0`, the HTTP port): on the
 //! multi-threaded runtime the HTTP path spent most of its time in the kernel waking and
@@ -15,6 +15,7 @@
 
 pub mod conns;
 pub mod stream;
+pub mod tls;
 
 use conns::{Conn, ConnTable, Expiry};
 use hyper_util::server::graceful::GracefulConnection;
@@ -25,6 +26,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use stream::{Accepted, Listener, Stream};
+use tls::ServerTls;
 use tokio::sync::{mpsc, watch};
 
 /// Connections waiting for their runtime to pick them up, per runtime.
@@ -62,7 +64,8 @@ impl Drop for Ended {
 }
 
 /// Serves `listener`'s connections with the handlers `handler` makes (one per runtime) until
-/// `shutdown` completes, then drains, every connection bounded by `table`. With
+/// `shutdown` completes, then drains, every connection bounded by `table`, each inside TLS
+/// first when `tls` is given. With
 /// `threads == 0` on the caller's runtime; otherwise on `threads` OS threads each running a
 /// current-thread runtime (they stop when `shutdown` completes, so drive this future to
 /// completion: aborting it would leave them serving). `name` is for logs and thread names.
@@ -72,13 +75,14 @@ pub async fn serve<H: Handler>(
     handler: impl Fn() -> H + Send + Sync + 'static,
     threads: usize,
     table: Arc<ConnTable>,
+    tls: Option<ServerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     if threads == 0 {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
         let acceptor = tokio::spawn(accept_loop(name, listener, vec![tx], table.clone()));
-        let server = tokio::spawn(run_connections(rx, handler(), table, stop_rx));
+        let server = tokio::spawn(run_connections(rx, handler(), table, tls, stop_rx));
         shutdown.await;
         acceptor.abort();
         let _ = stop_tx.send(true);
@@ -93,13 +97,14 @@ pub async fn serve<H: Handler>(
         let handler = handler.clone();
         let stop = stop_rx.clone();
         let table = table.clone();
+        let tls = tls.clone();
         let worker = std::thread::Builder::new()
             .name(format!("ringlimit-{}-{i}", name.to_lowercase()))
             .spawn(move || -> io::Result<()> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                runtime.block_on(run_connections(rx, handler(), table, stop));
+                runtime.block_on(run_connections(rx, handler(), table, tls, stop));
                 Ok(())
             })?;
         workers.push(worker);
@@ -186,12 +191,13 @@ async fn accept_loop(
     }
 }
 
-/// Serves the connections handed to this runtime until `stop`, then lets each finish its
-/// request in flight and waits for all of them.
+/// Serves the connections handed to this runtime (each through its TLS handshake first, with
+/// `tls`) until `stop`, then lets each finish its request in flight and waits for all of them.
 async fn run_connections<H: Handler>(
     mut rx: mpsc::Receiver<Handed>,
     handler: H,
     table: Arc<ConnTable>,
+    tls: Option<ServerTls>,
     mut stop: watch::Receiver<bool>,
 ) {
     // Each connection task holds a receiver; `closed()` resolves when the last one is gone.
@@ -206,7 +212,20 @@ async fn run_connections<H: Handler>(
                     continue;
                 };
                 let ended = Ended { table: table.clone(), conn: conn.clone(), _open: open_rx.clone() };
-                handler.clone().spawn(stream, peer, conn, table.clone(), for_connections.clone(), ended);
+                let (handler, table, mut stop) = (handler.clone(), table.clone(), for_connections.clone());
+                match &tls {
+                    None => handler.spawn(stream, peer, conn, table, stop, ended),
+                    // The handshake in a task of its own (the connection's, until it hands the
+                    // stream on), so that a slow one holds up nothing else.
+                    Some(tls) => {
+                        let tls = tls.clone();
+                        tokio::spawn(async move {
+                            if let Some(stream) = tls.handshake(stream, &conn, &table, &mut stop).await {
+                                handler.spawn(stream, peer, conn, table, stop, ended);
+                            }
+                        });
+                    }
+                }
             }
             _ = stop.wait_for(|s| *s) => break,
         }

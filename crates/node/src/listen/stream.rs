@@ -1,6 +1,6 @@
 //! What the HTTP and gRPC ports accept from: a bound TCP socket, or a listener on the
 //! in-memory network (`ringlimit_core::link::memnet`, for whole nodes in tests), and the
-//! byte streams each yields.
+//! byte streams each yields — as they are, or inside TLS ([`super::tls`]).
 
 use ringlimit_core::link::framing::BoxedIo;
 use ringlimit_core::link::memnet::MemListener;
@@ -63,6 +63,18 @@ impl Accepted {
 pub enum Stream {
     Tcp(TcpStream),
     Memory(BoxedIo),
+    /// Either of the others inside TLS (`--tls-cert`), once the handshake is done.
+    Tls(Box<tokio_rustls::server::TlsStream<Stream>>),
+}
+
+impl Stream {
+    /// Whether TLS's ALPN chose HTTP/2 (`h2`).
+    pub fn alpn_h2(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+            _ => false,
+        }
+    }
 }
 
 impl AsyncRead for Stream {
@@ -74,6 +86,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Memory(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -87,6 +100,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Memory(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -98,6 +112,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Memory(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -105,6 +120,7 @@ impl AsyncWrite for Stream {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Memory(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
         }
     }
 
@@ -112,6 +128,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Memory(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -119,6 +136,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Memory(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -165,6 +165,9 @@ pub struct ConnStats {
     pub closed_idle: std::sync::atomic::AtomicU64,
     pub closed_header_timeout: std::sync::atomic::AtomicU64,
     pub evicted: std::sync::atomic::AtomicU64,
+    /// Closed in their TLS handshake: failed, too slow (`ConnLimits::handshake_timeout`), or
+    /// evicted meanwhile (`crate::listen::tls`; a metric of [`TlsCollector`]).
+    pub closed_tls: std::sync::atomic::AtomicU64,
     /// Refused at the cap with every connection busy.
     pub refused: std::sync::atomic::AtomicU64,
     /// Requests cut off at the request timeout (gRPC).
@@ -331,6 +334,50 @@ impl Collector for ConnCollector {
                 )
             }
         }
+    }
+}
+
+/// TLS: handshakes that failed on the HTTP and gRPC ports (`ConnStats::closed_tls`), and
+/// reloads of every certificate the node watches (`--tls-cert`, `--peer-tls-cert`).
+pub struct TlsCollector {
+    pub http: Arc<ConnStats>,
+    pub grpc: Arc<ConnStats>,
+    pub certs: Vec<Arc<ringlimit_core::tls::ReloadingCert>>,
+}
+
+impl std::fmt::Debug for TlsCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsCollector")
+    }
+}
+
+impl Collector for TlsCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "tls_handshake_failures",
+            "Connections closed in their TLS handshake on the HTTP or gRPC port (failed, not done within the header timeout, or evicted at the cap meanwhile).",
+            "server",
+            &[
+                ("http", load(&self.http.closed_tls)),
+                ("grpc", load(&self.grpc.closed_tls)),
+            ],
+        )?;
+        let sum = |f: fn(&ringlimit_core::tls::ReloadingCert) -> u64| -> u64 {
+            self.certs.iter().map(|c| f(c)).sum()
+        };
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "tls_reload",
+            "TLS certificate reloads (--tls-cert, --peer-tls-cert): ok (new handshakes use it) or error (refused; the previous stays).",
+            "result",
+            &[
+                ("ok", sum(|c| load(&c.reloads_ok))),
+                ("error", sum(|c| load(&c.reloads_failed))),
+            ],
+        )
     }
 }
 

@@ -13,6 +13,7 @@
 //! never cross threads.
 
 use crate::cluster::View;
+use crate::cluster::clock::Sample;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
@@ -87,6 +88,43 @@ impl RecallLink {
                 .into_iter()
                 .map(|b| (b.id, BucketState::from_wire(b.state)))
                 .collect()),
+            Ok(other) => {
+                self.0.close();
+                Err(SessionError::Unexpected(other.kind()))
+            }
+            Err(e) => {
+                self.0.close();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// One member's connection of its own for clock samples (see [`Peers::clock_link`]).
+pub struct ClockLink(Session);
+
+impl ClockLink {
+    /// One sample of the member's wall clock: `now` reads this node's before and after. `None`
+    /// from a member older than [`OPERATORS_SINCE`]. On an error the connection is dropped
+    /// (the next sample makes a new one).
+    pub async fn sample(
+        &mut self,
+        now: impl Fn() -> u64,
+        within: Duration,
+    ) -> Result<Option<Sample>, SessionError> {
+        if self.0.version().await? < OPERATORS_SINCE {
+            return Ok(None);
+        }
+        let sent_ns = now();
+        match self.0.request(&Frame::Clock { sent_ns }, within).await {
+            Ok(Frame::ClockIs {
+                sent_ns: echoed,
+                now_ns,
+            }) if echoed == sent_ns => Ok(Some(Sample {
+                sent_ns,
+                peer_ns: now_ns,
+                received_ns: now(),
+            })),
             Ok(other) => {
                 self.0.close();
                 Err(SessionError::Unexpected(other.kind()))
@@ -397,6 +435,12 @@ impl Peers {
             Frame::TopKeysAre { keys } => Ok(Some(keys)),
             other => Err(SessionError::Unexpected(other.kind())),
         }
+    }
+
+    /// A session of its own with the member at `addr`, kept by the caller for clock samples
+    /// (see [`ClockLink::sample`]).
+    pub fn clock_link(&self, addr: &str) -> ClockLink {
+        ClockLink(self.sessions.open(addr))
     }
 
     /// Pings every member's shared client at once; returns, when all answered or timed out,

@@ -7,12 +7,15 @@
 //!   ([`PeersHandle`], one per runtime, passed explicitly), and a typed method per message.
 //! - [`server`] — accepts peers, runs the handshake, checks what only members may send, and
 //!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
-//!   `handover.rs`, `replicate.rs`, `recall.rs`, `lease.rs`, `reserve.rs`, `reset.rs`, `global_counts.rs`).
+//!   `handover.rs`, `replicate.rs`, `recall.rs`, `lease.rs`, `reserve.rs`, `reset.rs`, `rules.rs`,
+//!   `top.rs`, `global_counts.rs`).
 //! - [`logins`] — places for connections still in their handshake.
 //! - [`metrics`] — the facade's and the server's counters as metrics.
 //! - [`handover`] — moving live buckets to their new owner when the ring changes.
 //! - [`recall`] — for a few seconds after joining, buckets this node owns but does not hold
 //!   asked of the member after it on the ring before their first check.
+//! - [`clocks`] — sampling every member's wall clock each second (clock offsets, the cluster
+//!   clock of global windows).
 //! - [`reach`] — pinging every link, and whether this node reaches a majority over them.
 //! - [`reset`] — dropping a key's buckets on every member (the admin API's reset).
 //!
@@ -30,6 +33,9 @@
 //! | lease (slices of hot buckets; what they had left comes back as refunds) | core's `lease::asking::LeaseLink` over [`Peers::sessions`] (`crate::leases`) | `server/lease.rs`, `server/refunds.rs` |
 //! | reserve, settle (a cost estimated now, settled later at the owner) | [`Peers::reserve`], [`Peers::settle`] (pooled connections of their own) | `server/reserve.rs` |
 //! | global counts (delta, full set) | `global::push` over [`Peers::sessions`] | `server/global_counts.rs` |
+//! | rule change (an admin API change of a rule, at the member owning its name) | [`Peers::rule_change`] | `server/rules.rs` |
+//! | top keys (a member's most denied or checked keys of a rule) | [`Peers::top_keys`] | `server/top.rs` |
+//! | clock (a member's wall time, for offsets) | [`Peers::clock_link`], [`facade::ClockLink::sample`] ([`clocks`]) | `server.rs` (one line) |
 //!
 //! A new message is three pieces (*lease* is the latest example):
 //! 1. a frame variant (and its answer's) appended to `ringlimit_proto::peer::Frame` (appended:
@@ -41,6 +47,7 @@
 //!    one arm in `PeerServer`'s dispatch, and, when only members may send it, nothing more:
 //!    `members_only` refuses every frame it does not name.
 
+pub mod clocks;
 pub mod facade;
 pub mod handover;
 pub mod logins;

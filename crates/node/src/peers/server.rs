@@ -4,8 +4,9 @@
 //! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
 //! at most two hops and rings that disagree for a moment cannot make it loop.
 //!
-//! This file keeps the connection: the accept loop, the handshake, the member check and the
-//! dispatch of each frame kind to its handler, one file each:
+//! This file keeps the connection: the accept loop, mutual TLS when the port has it, the
+//! handshake, the member check and the dispatch of each frame kind to its handler, one file
+//! each:
 //! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): decide, relay once, all-or-nothing.
 //! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held.
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
@@ -37,7 +38,8 @@ use crate::log_gate::LogGate;
 use crate::rules::book::RuleBook;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
-use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
+use ringlimit_core::link::framing::{self, BoxedIo, FramedPeer, LinkError};
+use ringlimit_core::tls::PeerTls;
 use ringlimit_core::top::TopKeys;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ServerHandshake;
@@ -56,23 +58,27 @@ const MAX_CONNECTIONS: usize = 4096;
 /// Refusals and bad frames are logged at most this often (with how many were not).
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Where peer connections come from.
+/// Where peer connections come from. What a connection goes through before its frames (TLS,
+/// with [`ServerSettings::tls`]) is the server's, in the connection's own task: an acceptor
+/// only accepts.
 pub trait Acceptor: Send + 'static {
-    /// The next connection, framed, and who it comes from (for logs).
-    fn accept(&mut self) -> impl Future<Output = std::io::Result<(FramedPeer, String)>> + Send;
+    /// The next connection's byte stream, and who it comes from (for logs).
+    fn accept(&mut self) -> impl Future<Output = std::io::Result<(BoxedIo, String)>> + Send;
 }
 
 impl Acceptor for TcpListener {
-    async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
+    async fn accept(&mut self) -> std::io::Result<(BoxedIo, String)> {
         let (stream, from) = TcpListener::accept(self).await?;
-        Ok((framing::framed_tcp(stream), from.to_string()))
+        // No Nagle: frames are small and latency is the point.
+        let _ = stream.set_nodelay(true);
+        Ok((Box::new(stream), from.to_string()))
     }
 }
 
 impl Acceptor for ringlimit_core::link::memnet::MemListener {
-    async fn accept(&mut self) -> std::io::Result<(FramedPeer, String)> {
+    async fn accept(&mut self) -> std::io::Result<(BoxedIo, String)> {
         match ringlimit_core::link::memnet::MemListener::accept(self).await {
-            Some((io, from)) => Ok((framing::framed(io), from)),
+            Some((io, from)) => Ok((io, from)),
             // The network is gone: nothing will ever connect again.
             None => std::future::pending().await,
         }
@@ -89,8 +95,11 @@ pub struct ServerSettings {
     /// `false` for a node with neither a secret nor `--allow-unauthenticated-peers`: it still
     /// answers checks (the SDK), as its HTTP port does, and nothing else.
     pub accept_members: bool,
-    /// The whole handshake must finish within this.
+    /// TLS's handshake, and each message of the protocol's, must come within this.
     pub handshake_timeout: Duration,
+    /// Mutual TLS (`--peer-tls-*`): every connection's TLS handshake first, which only a
+    /// certificate of the cluster CA passes; `None`: the stream as it is.
+    pub tls: Option<PeerTls>,
 }
 
 impl ServerSettings {
@@ -103,6 +112,7 @@ impl ServerSettings {
             secret: None,
             accept_members: true,
             handshake_timeout: Duration::from_secs(2),
+            tls: None,
         }
     }
 }
@@ -154,9 +164,12 @@ fn members_only(frame: &Frame) -> bool {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
         // A lease is a check of many tokens, and its leftovers come back as refunds: what an
         // SDK may do too. A reservation is a check whose cost is settled later: the same.
-        Frame::Refunds(_) | Frame::Lease { .. } | Frame::Reserve { .. } | Frame::Settle { .. } => {
-            false
-        }
+        // A clock sample tells the time, nothing more: the SDK may ask too.
+        Frame::Refunds(_)
+        | Frame::Lease { .. }
+        | Frame::Reserve { .. }
+        | Frame::Settle { .. }
+        | Frame::Clock { .. } => false,
         _ => true,
     }
 }
@@ -209,7 +222,7 @@ impl PeerServer {
         loop {
             tokio::select! {
                 accepted = acceptor.accept() => {
-                    let (conn, from) = match accepted {
+                    let (io, from) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
                             tracing::warn!(error = %e, "peer accept failed");
@@ -224,7 +237,7 @@ impl PeerServer {
                     };
                     let this = self.clone();
                     let slots = slots.clone();
-                    conns.spawn(async move { this.serve(conn, from, login, slots).await });
+                    conns.spawn(async move { this.serve(io, from, login, slots).await });
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
@@ -245,7 +258,29 @@ impl PeerServer {
         let _ = framing::send(conn, &Frame::Refused { reason }).await;
     }
 
-    async fn serve(&self, mut conn: FramedPeer, from: String, login: Login, slots: Arc<Semaphore>) {
+    async fn serve(&self, io: BoxedIo, from: String, login: Login, slots: Arc<Semaphore>) {
+        // TLS first (its failure can only be counted and logged: there is no channel to say
+        // why), then the protocol's handshake, both in the login's place.
+        let io = match &self.settings.tls {
+            None => io,
+            Some(tls) => {
+                let within = self.settings.handshake_timeout;
+                let secured = tokio::select! {
+                    r = tokio::time::timeout(within, tls.accept(io)) => match r {
+                        Ok(Ok(io)) => Ok(io),
+                        Ok(Err(e)) => Err(format!("TLS handshake failed: {e}")),
+                        Err(_) => Err("TLS handshake not done in time".to_owned()),
+                    },
+                    () = login.evicted() => Err("too many connections in their handshake; the \
+                                                oldest is closed".to_owned()),
+                };
+                match secured {
+                    Ok(io) => io,
+                    Err(reason) => return self.refuse_quietly(&from, &reason),
+                }
+            }
+        };
+        let mut conn = framing::framed(io);
         let handshake = tokio::select! {
             r = self.handshake(&mut conn) => r,
             () = login.evicted() => Err("too many connections in their handshake; the oldest \
@@ -272,6 +307,12 @@ impl PeerServer {
                 Ok(Frame::decode(&b)?)
             }) {
                 Ok(f) => f,
+                // Over TLS a peer that just closes (a session dropped) ends without TLS's
+                // close_notify: an end like any other, not a bad frame.
+                Err(LinkError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    tracing::debug!(%from, %peer, "peer went away");
+                    return;
+                }
                 Err(e) => {
                     if let Some(unlogged) = self.log_gate.pass() {
                         tracing::warn!(%from, %peer, error = %e, also_closed = unlogged,
@@ -319,6 +360,10 @@ impl PeerServer {
                 Frame::TopKeys { rule, by, n } if version >= OPERATORS_SINCE => {
                     Some(self.top_keys(&rule, by, n))
                 }
+                Frame::Clock { sent_ns } if version >= OPERATORS_SINCE => Some(Frame::ClockIs {
+                    sent_ns,
+                    now_ns: self.here.now(),
+                }),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
                     None

@@ -26,6 +26,8 @@
 //!   back by handover; `--replicas 0` as before.
 //! - `reservations`: reserve through one node, settle through another (given back, taken
 //!   into debt, repaid), settled once, expiry, garbage, an owner killed.
+//! - `clocks`: one node's wall clock off by seconds: offsets measured and shown, global
+//!   windows on the cluster clock, rule versions in the order written.
 //! - `operators`: admin rule changes read-your-writes through rotating nodes and conditional on
 //!   `If-Match`; named tokens with roles; the most denied keys merged across members.
 //! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
@@ -37,6 +39,8 @@ mod all_or_nothing;
 mod batches;
 #[cfg(test)]
 mod buckets;
+#[cfg(test)]
+mod clocks;
 #[cfg(test)]
 mod cluster;
 #[cfg(test)]
