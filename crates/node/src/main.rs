@@ -16,9 +16,15 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            // One line: the reason, without clap's usage block.
+            // One line: the reason (its first paragraph, which may list missing arguments),
+            // without clap's usage block.
             let text = e.render().to_string();
-            let line = text.lines().next().unwrap_or("invalid arguments");
+            let reason: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = reason.join(" ");
             eprintln!("ringlimit: {}", line.trim_start_matches("error: "));
             return ExitCode::from(2);
         }

@@ -58,6 +58,7 @@ pub enum Output {
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// List, read, write and delete rules (admin API).
+    #[command(arg_required_else_help = false)]
     Rules {
         #[command(subcommand)]
         command: RulesCommand,
@@ -67,6 +68,7 @@ pub enum AdminCommand {
     /// The members as the node at --addr sees them, quorum and forwarding counters.
     Cluster(ClusterArgs),
     /// A key's bucket: its state (nothing consumed), or its reset on every member (admin API).
+    #[command(arg_required_else_help = false)]
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
