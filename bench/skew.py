@@ -7,7 +7,8 @@ what each window admitted (standard library only).
 Checks go round-robin to the HTTP ports on 127.0.0.1 (keep-alive), one every 1/rate s from one
 thread per node. Each admitted check is counted in the window its answer's `reset_at_ms` ends
 (a fixed window resets at its end, on the cluster clock). Prints a JSON line: the admitted per
-window in order (the first and last, partly loaded, left out) and the failed checks.
+window in order (the first and last partly loaded: the first is where a skewed node used to
+admit its own window's worth beside the others', so it is kept) and the failed checks.
 """
 import argparse
 import http.client
@@ -62,7 +63,7 @@ def main():
         th.start()
     for th in threads:
         th.join()
-    windows = [admitted[w] for w in sorted(admitted)][1:-1]
+    windows = [admitted[w] for w in sorted(admitted)]
     print(json.dumps({"windows": windows, "failed": failed[0]}))
 
 
