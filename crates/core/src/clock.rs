@@ -44,10 +44,17 @@ pub struct SystemClock {
 
 impl SystemClock {
     pub fn new() -> Self {
-        let origin_unix_ns = unix_ns();
+        // Calibrate first: `quanta` calibrates against the OS clock on the first `Clock::new`
+        // of a process, for up to 200 ms under load. Reading the wall clock before it put a
+        // node's clock behind by that long (13 ms seen in CI). The wall clock is then read
+        // between two counter reads, and the origin is their midpoint.
         let clock = quanta::Clock::new();
+        let before = clock.raw();
+        let origin_unix_ns = unix_ns();
+        let after = clock.raw();
+        let origin = before.saturating_add(after.saturating_sub(before) / 2);
         Self {
-            origin: clock.raw(),
+            origin,
             clock,
             origin_unix_ns,
         }
