@@ -37,6 +37,7 @@ pub mod hot;
 pub mod lease;
 pub mod limiter;
 pub mod link;
+pub mod quota;
 pub mod reserve;
 pub mod rule;
 pub mod store;

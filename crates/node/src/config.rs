@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit configuration: a YAML file or a directory of them, one domain each.
     #[arg(long, env = "RINGLIMIT_ENVOY_CONFIG", value_name = "PATH")]
     pub envoy_config: Option<PathBuf>,
+    /// Envoy Rate Limit Quota Service configuration (on --grpc): a YAML file mapping bucket ids
+    /// to rules per domain (hot reloaded).
+    #[arg(long, env = "RINGLIMIT_RLQS_CONFIG", value_name = "PATH")]
+    pub rlqs_config: Option<PathBuf>,
     /// Directory where this node keeps the rules written through the admin API (created if
     /// missing; default: none, the API rules live in memory and gossip only).
     #[arg(long, env = "RINGLIMIT_DATA_DIR", value_name = "DIR")]
@@ -273,6 +277,8 @@ pub enum ConfigError {
     },
     #[error("envoy config {0}")]
     InvalidEnvoy(#[from] crate::rules::envoy_config::EnvoyConfigError),
+    #[error("rlqs config {0}")]
+    InvalidRlqs(#[from] crate::rlqs::config::RlqsConfigError),
     #[error(
         "--seeds given but RINGLIMIT_CLUSTER_SECRET is not set: without a secret anyone who can \
          reach the peer port can join the cluster and change its rules and buckets; set the same \
@@ -399,6 +405,10 @@ pub struct NodeConfig {
     pub envoy_config: crate::rules::envoy_config::EnvoyConfig,
     /// Where `envoy_config` came from, polled like the rules file (`None`: nothing to reload).
     pub envoy_path: Option<PathBuf>,
+    /// The RLQS configuration (`--rlqs-config`; empty without: every bucket abandoned).
+    pub rlqs_config: crate::rlqs::config::RlqsConfig,
+    /// Where `rlqs_config` came from, polled like the rules file.
+    pub rlqs_path: Option<PathBuf>,
     /// Where the admin API's rules are kept (`--data-dir`); `None`: memory and gossip only.
     pub data_dir: Option<PathBuf>,
     pub max_keys: u64,
@@ -514,6 +524,8 @@ impl NodeConfig {
             grpc_addr: None,
             envoy_config: crate::rules::envoy_config::EnvoyConfig::default(),
             envoy_path: None,
+            rlqs_config: crate::rlqs::config::RlqsConfig::default(),
+            rlqs_path: None,
             data_dir: None,
             max_keys: 100_000,
             replicas: 1,
@@ -624,6 +636,11 @@ impl ServeArgs {
                 None => crate::rules::envoy_config::EnvoyConfig::default(),
             },
             envoy_path: self.envoy_config,
+            rlqs_config: match &self.rlqs_config {
+                Some(path) => crate::rlqs::config::RlqsConfig::load(path)?,
+                None => crate::rlqs::config::RlqsConfig::default(),
+            },
+            rlqs_path: self.rlqs_config,
             data_dir: self.data_dir,
             max_keys: self.max_keys,
             replicas: self.replicas as usize,

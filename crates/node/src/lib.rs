@@ -69,6 +69,7 @@ pub mod node;
 pub(crate) mod peers;
 pub(crate) mod replicas;
 pub(crate) mod reservations;
+pub mod rlqs;
 pub(crate) mod routing;
 pub mod rules;
 pub(crate) mod service;

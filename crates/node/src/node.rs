@@ -384,6 +384,15 @@ pub async fn run(
     let recall = Recall::spawn(engine.clone(), view.clone(), pool.clone(), config.replicas);
     // The keys checks limited most, counted by the check service, asked by the admin API.
     let top = Arc::new(ringlimit_core::top::TopKeys::default());
+    // Envoy RLQS streams served here, and the shares of the buckets this node owns.
+    let rlqs_status = Arc::new(RulesStatus::new(config.rlqs_path.clone()));
+    if config.rlqs_path.is_none() {
+        rlqs_status.generation.store(0, Ordering::Relaxed);
+    }
+    let rlqs = Arc::new(crate::rlqs::Rlqs::new(
+        Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
+        engine.clone(),
+    ));
     let server = Arc::new(
         PeerServer::new(
             here.clone(),
@@ -406,6 +415,7 @@ pub async fn run(
         .with_operators(crate::peers::server::Operators {
             book: book.clone(),
             top: top.clone(),
+            quota: Some(rlqs.owner.clone()),
         }),
     );
     let conns = Arc::new(crate::metrics::ConnStats::default());
@@ -481,6 +491,11 @@ pub async fn run(
         status: envoy_status.clone(),
         of: Reloaded::Envoy,
     });
+    metrics.register(ReloadCollector {
+        status: rlqs_status.clone(),
+        of: Reloaded::Rlqs,
+    });
+    metrics.register(crate::rlqs::metrics::RlqsCollector(rlqs.clone()));
     metrics.register(crate::cluster::clock::ClockCollector(clocks.clone()));
     metrics.register(crate::admin::top::TopCollector {
         top: top.clone(),
@@ -523,6 +538,7 @@ pub async fn run(
         },
     ));
     tasks.spawn(hot_keys.run(engine.held().clone()));
+    tasks.spawn(rlqs.clone().run(pool.clone(), view_cell.clone()));
     tasks.spawn(crate::reservations::upkeep(engine.clone()));
     tasks.spawn(
         crate::leases::Asking {
@@ -606,6 +622,13 @@ pub async fn run(
             config.rules_poll,
         ));
     }
+    if rlqs_status.source.is_some() && listeners.grpc.is_some() {
+        tasks.spawn(crate::rlqs::reload::watch_rlqs(
+            rlqs.config.clone(),
+            rlqs_status,
+            config.rules_poll,
+        ));
+    }
     if envoy_status.source.is_some() && listeners.grpc.is_some() {
         tasks.spawn(crate::rules::reload::watch_envoy(
             envoy.clone(),
@@ -637,8 +660,8 @@ pub async fn run(
     );
     if let Some(listener) = listeners.grpc {
         let grpc_addr = listeners.grpc_addr;
-        let (service, lifecycle) = (state.service.clone(), lifecycle.clone());
-        tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit service, health)");
+        let (service, lifecycle, rlqs) = (state.service.clone(), lifecycle.clone(), rlqs.clone());
+        tracing::info!(grpc = ?grpc_addr, "gRPC serving (Envoy rate limit and quota services, health)");
         let table = Arc::new(crate::listen::conns::ConnTable::new(
             config.grpc_limits,
             grpc_conns,
@@ -649,7 +672,7 @@ pub async fn run(
                 listener,
                 service,
                 lifecycle,
-                envoy,
+                crate::grpc::EnvoyServices { rls: envoy, rlqs },
                 table,
                 grpc_tls,
                 std::future::pending(),
@@ -674,6 +697,8 @@ pub async fn run(
         http_tls,
         async move {
             shutdown.await;
+            // Envoys fall back and find another node before this one leaves.
+            rlqs.stop();
             lifecycle.set_ready(false);
             tracing::info!(delay = ?leave_delay, "leaving the cluster: peers stop routing here");
             leaving.leave().await;

@@ -36,7 +36,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 8: operators: admin API rule changes at the member that owns the rule's name
 ///   ([`Frame::RuleChange`]), each member's most limited keys ([`Frame::TopKeys`]), and its
 ///   wall clock ([`Frame::Clock`]).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// - 9: Envoy RLQS: a member serving quota streams asks a bucket's owner for its streams'
+///   shares of the rule's rate ([`Frame::Quota`]).
+pub const PROTOCOL_VERSION: u16 = 9;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -56,6 +58,9 @@ pub const RESERVE_SINCE: u16 = 7;
 /// never sends them to an older one: it changes the rule itself, as before, or reports the
 /// member's top keys as unavailable).
 pub const OPERATORS_SINCE: u16 = 8;
+/// The first version whose peers split a bucket's rate among quota streams ([`Frame::Quota`];
+/// a node never asks an older one, and keeps its streams' assignments as they are).
+pub const QUOTA_SINCE: u16 = 9;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -182,6 +187,40 @@ pub enum Frame {
     Clock { sent_ns: u64 },
     /// Server → client: `sent_ns` echoed, and the server's wall time as it answered.
     ClockIs { sent_ns: u64, now_ns: u64 },
+    /// Client → server, version 9: the sender's RLQS streams of buckets the server owns, with
+    /// their demands, asking for each stream's share of the rule's rate. Answered by
+    /// `Quotas`, one answer per ask, in order.
+    Quota { asks: Vec<QuotaAsk> },
+    /// Server → client: the answers, in the order of the asks.
+    Quotas { answers: Vec<QuotaAnswer> },
+}
+
+/// One stream's demand, in thousandths of a request per second (the frame stays `Eq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaStream {
+    pub id: u64,
+    pub demand_milli: u64,
+}
+
+/// A member's streams of the bucket (`key`, `rule`); `held`: it holds shares of it already
+/// (from this owner or an earlier one: a new owner then waits to hear from every member).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaAsk {
+    pub key: String,
+    pub rule: RuleRef,
+    pub held: bool,
+    pub streams: Vec<QuotaStream>,
+}
+
+/// The owner's answer to one [`QuotaAsk`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QuotaAnswer {
+    /// Each stream's share, thousandths of a request per second, in the order asked.
+    Shares { milli: Vec<u64> },
+    /// The owner took the bucket over lately: keep the shares you have.
+    Warming,
+    /// The ask was invalid at the owner (a rule it does not know); the contract's code.
+    Error { code: String, message: String },
 }
 
 /// What a [`RuleChange`] does with the rule.
@@ -609,6 +648,8 @@ impl Frame {
             Frame::TopKeysAre { .. } => "top_keys_are",
             Frame::Clock { .. } => "clock",
             Frame::ClockIs { .. } => "clock_is",
+            Frame::Quota { .. } => "quota",
+            Frame::Quotas { .. } => "quotas",
         }
     }
 }
@@ -688,6 +729,39 @@ mod tests {
         }
         let settled = Frame::Settled { answers: vec![] };
         assert_eq!(settled.encode().expect("encode")[0], 26);
+    }
+
+    /// Version 9's frames round-trip and come after `ClockIs` (tag 32).
+    #[test]
+    fn quota_frames_round_trip_after_the_older_ones() {
+        let ask = Frame::Quota {
+            asks: vec![QuotaAsk {
+                key: "acme".into(),
+                rule: RuleRef::Named("api".into()),
+                held: true,
+                streams: vec![QuotaStream {
+                    id: 3,
+                    demand_milli: 80_000,
+                }],
+            }],
+        };
+        let answers = Frame::Quotas {
+            answers: vec![
+                QuotaAnswer::Shares {
+                    milli: vec![75_000],
+                },
+                QuotaAnswer::Warming,
+                QuotaAnswer::Error {
+                    code: "unknown_rule".into(),
+                    message: "no rule api".into(),
+                },
+            ],
+        };
+        for (tag, f) in [(33, ask), (34, answers)] {
+            let bytes = f.encode().expect("encode");
+            assert_eq!(bytes[0], tag, "{f:?}");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+        }
     }
 
     #[test]

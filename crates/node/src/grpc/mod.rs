@@ -6,6 +6,7 @@
 //! - [`envoy_rls`] — `ShouldRateLimit`: descriptors matched against envoyproxy/ratelimit's
 //!   configuration, decided all-or-nothing.
 //! - [`ringlimit_v1`] — `ringlimit.v1.RateLimiter`: the HTTP API's checks as gRPC.
+//! - Envoy's Rate Limit Quota Service lives in [`crate::rlqs`] (served here).
 
 pub mod envoy_rls;
 pub mod ringlimit_v1;
@@ -15,10 +16,13 @@ use crate::listen::conns::{Conn, ConnTable};
 use crate::listen::stream::{Listener, Stream};
 use crate::listen::tls::ServerTls;
 use crate::listen::{Ended, Handler, OnExpiry};
+use crate::rlqs::service::RlqsService;
 use crate::rules::envoy_config::EnvoyConfig;
 use crate::service::CheckService;
 use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use http_body_util::BodyExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use ringlimit_core::all::AllError;
 use ringlimit_core::check::CheckError;
@@ -50,6 +54,13 @@ fn all_code(e: &AllError) -> tonic::Code {
     }
 }
 
+/// What Envoy's services answer from: the envoyproxy/ratelimit configuration (RLS) and this
+/// node's quota streams (RLQS).
+pub struct EnvoyServices {
+    pub rls: Arc<ArcSwap<EnvoyConfig>>,
+    pub rlqs: Arc<crate::rlqs::Rlqs>,
+}
+
 /// Serves gRPC on `listener` until `shutdown` completes, every connection bounded by `table`
 /// (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`, `--grpc-max-connections`), inside
 /// TLS with `tls` (`--tls-cert`; ALPN `h2`).
@@ -64,7 +75,7 @@ pub async fn serve(
     listener: Listener,
     service: Arc<CheckService>,
     lifecycle: Arc<Lifecycle>,
-    envoy: Arc<ArcSwap<EnvoyConfig>>,
+    envoy: EnvoyServices,
     table: Arc<ConnTable>,
     tls: Option<ServerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -82,16 +93,23 @@ pub async fn serve(
             .set_serving::<RateLimitServiceServer<envoy_rls::EnvoyRls>>()
             .await;
         health.set_serving::<RateLimiterServer<RingLimitV1>>().await;
+        health
+            .set_serving::<RateLimitQuotaServiceServer<RlqsService>>()
+            .await;
     });
     let routes = Routes::new(health_service)
         .add_service(
             RateLimitServiceServer::new(envoy_rls::EnvoyRls {
                 service: service.clone(),
-                config: envoy,
+                config: envoy.rls,
             })
             .max_decoding_message_size(envoy_rls::MAX_REQUEST_BYTES),
         )
         .add_service(RateLimiterServer::new(RingLimitV1 { service }))
+        .add_service(
+            RateLimitQuotaServiceServer::new(RlqsService(envoy.rlqs))
+                .max_decoding_message_size(crate::rlqs::service::MAX_REPORT_BYTES),
+        )
         .prepare();
     let handler = GrpcConnections { routes };
     crate::listen::serve(
@@ -134,6 +152,16 @@ impl Handler for GrpcConnections {
                     let table = table.clone();
                     async move {
                         let answer = match tokio::time::timeout(limits.body_timeout, call).await {
+                            // A streaming call (RLQS) is in flight until its answers end: the
+                            // guard goes with the body.
+                            Ok(Ok(answer)) => {
+                                return Ok(answer.map(|body| {
+                                    tonic::body::Body::new(body.map_frame(move |f| {
+                                        let _in_flight = &guard;
+                                        f
+                                    }))
+                                }));
+                            }
                             Ok(answer) => answer,
                             Err(_) => {
                                 table.stats.timed_out.fetch_add(1, Ordering::Relaxed);

@@ -24,7 +24,8 @@ use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
     Frame, HandedBucket, OPERATORS_SINCE, PeerAnswer, PeerCheck, PeerRefund, PeerReserve,
-    PeerSettle, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
+    PeerSettle, QUOTA_SINCE, QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange,
+    RuleChanged, TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -433,6 +434,24 @@ impl Peers {
         };
         match session.request(&ask, within).await? {
             Frame::TopKeysAre { keys } => Ok(Some(keys)),
+            other => Err(SessionError::Unexpected(other.kind())),
+        }
+    }
+
+    /// The shares of this node's RLQS streams of buckets the member at `addr` owns; `None`
+    /// when the member is older than [`QUOTA_SINCE`] (the streams keep what they have).
+    pub async fn quota(
+        &self,
+        addr: &str,
+        asks: Vec<QuotaAsk>,
+        within: Duration,
+    ) -> Result<Option<Vec<QuotaAnswer>>, SessionError> {
+        let mut session = self.sessions.open(addr);
+        if session.version().await? < QUOTA_SINCE {
+            return Ok(None);
+        }
+        match session.request(&Frame::Quota { asks }, within).await? {
+            Frame::Quotas { answers } => Ok(Some(answers)),
             other => Err(SessionError::Unexpected(other.kind())),
         }
     }

@@ -44,7 +44,7 @@ use ringlimit_core::top::TopKeys;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ServerHandshake;
 use ringlimit_proto::peer::{
-    CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, RESERVE_SINCE,
+    CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,6 +192,8 @@ pub struct PeerServer {
 pub struct Operators {
     pub book: Arc<RuleBook>,
     pub top: Arc<TopKeys>,
+    /// RLQS shares of the buckets this node owns.
+    pub quota: Option<Arc<crate::rlqs::owner::QuotaOwner>>,
 }
 
 impl PeerServer {
@@ -360,6 +362,7 @@ impl PeerServer {
                 Frame::TopKeys { rule, by, n } if version >= OPERATORS_SINCE => {
                     Some(self.top_keys(&rule, by, n))
                 }
+                Frame::Quota { asks } if version >= QUOTA_SINCE => Some(self.quota(&caller, &asks)),
                 Frame::Clock { sent_ns } if version >= OPERATORS_SINCE => Some(Frame::ClockIs {
                     sent_ns,
                     now_ns: self.here.now(),

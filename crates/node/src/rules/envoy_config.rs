@@ -80,7 +80,7 @@ struct Node {
 
 /// Whether `value` matches `pattern`, whose every `*` stands for any run of characters
 /// (empty too): the first piece is a prefix, the last a suffix, the others in order between.
-fn glob(pattern: &str, value: &str) -> bool {
+pub(crate) fn glob(pattern: &str, value: &str) -> bool {
     let mut pieces = pattern.split('*');
     let first = pieces.next().unwrap_or("");
     let Some(mut rest) = value.strip_prefix(first) else {

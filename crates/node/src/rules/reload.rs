@@ -94,7 +94,7 @@ fn parse(bytes: &[u8]) -> Result<RuleSet, RulesError> {
 
 /// A configuration source polled by [`poll`]: read as a snapshot of its bytes, applied when
 /// they change.
-trait Source: Send + 'static {
+pub(crate) trait Source: Send + 'static {
     /// What one read returns (the bytes of its file or files), compared between polls.
     type Snapshot: PartialEq + Send + 'static;
     /// What the logs call it.
@@ -107,7 +107,7 @@ trait Source: Send + 'static {
 }
 
 /// Polls `status.source` every `every` until the task is dropped (nothing without a source).
-async fn poll<S: Source>(source: S, status: Arc<RulesStatus>, every: Duration) {
+pub(crate) async fn poll<S: Source>(source: S, status: Arc<RulesStatus>, every: Duration) {
     let Some(path) = status.source.clone() else {
         return;
     };
@@ -224,6 +224,8 @@ pub enum Reloaded {
     Rules,
     /// The envoyproxy/ratelimit configuration (`--envoy-config`).
     Envoy,
+    /// The RLQS configuration (`--rlqs-config`).
+    Rlqs,
 }
 
 /// A configuration's [`RulesStatus`] as metrics, read at scrape time.
@@ -298,6 +300,30 @@ impl prometheus_client::collector::Collector for ReloadCollector {
                     Kind::Gauge,
                     "envoy_config_last_reload_successful",
                     "0 while the envoyproxy/ratelimit configuration as last read is refused (the previous stays in force), else 1.",
+                    successful,
+                )
+            }
+            Reloaded::Rlqs => {
+                encode_family(
+                    &mut e,
+                    Kind::Counter,
+                    "rlqs_config_reload",
+                    "RLQS configuration reloads (--rlqs-config): ok or error (refused; the previous stays).",
+                    "result",
+                    &results,
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "rlqs_config_generation",
+                    "RLQS configurations put in force since start (1: loaded at start; 0: none).",
+                    load(&s.generation),
+                )?;
+                encode_one(
+                    &mut e,
+                    Kind::Gauge,
+                    "rlqs_config_last_reload_successful",
+                    "0 while the RLQS configuration as last read is refused (the previous stays in force), else 1.",
                     successful,
                 )
             }
