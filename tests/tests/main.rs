@@ -21,6 +21,7 @@ mod http_limits;
 mod http_wire;
 mod ops;
 mod prometheus;
+mod rlqs;
 mod rolling;
 mod sdk;
 mod tls;

@@ -57,6 +57,8 @@ const MOVED: f64 = 0.20;
 /// A bucket without a request for this long is abandoned (Envoy forgets it; a new request
 /// makes it again).
 const QUIET_NS: u64 = 60_000_000_000;
+/// Shortest time a report's counts are taken to span, in seconds.
+const MIN_ELAPSED_S: f64 = 0.1;
 /// Most buckets one stream may report; beyond them new buckets are abandoned.
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 /// Assignments and abandons queued for one stream; an Envoy that reads none is dropped.
@@ -140,6 +142,10 @@ pub struct Rlqs {
     next_id: AtomicU64,
     wake: Notify,
     stopping: AtomicBool,
+    /// The rule buckets asked for in the last round: one no stream here reports any more is
+    /// given up at its owner (an ask with no streams) instead of holding its share until the
+    /// owner forgets this node.
+    asked: Mutex<std::collections::HashSet<RuleBucket>>,
 }
 
 /// Why a report ended its stream.
@@ -166,6 +172,7 @@ impl Rlqs {
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
             stopping: AtomicBool::new(false),
+            asked: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -253,6 +260,9 @@ impl Rlqs {
                 .time_elapsed
                 .map(|d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
                 .filter(|s| *s > 0.0)
+                // A new bucket's first report comes at its first request, a moment after it
+                // was made: not a rate to go by.
+                .map(|s| s.max(MIN_ELAPSED_S))
                 .unwrap_or(1.0);
             let demand = requests as f64 / elapsed_s;
             match s.buckets.get_mut(&key) {
@@ -429,7 +439,19 @@ impl Rlqs {
         // Asks grouped by owner; this node's own answered here.
         let mut by_owner: HashMap<Option<Arc<str>>, Vec<(RuleBucket, QuotaAsk)>> = HashMap::new();
         let mut fallback: Vec<(RuleBucket, f64)> = Vec::new();
-        for ((rule, key), streams) in &wanted {
+        let gone: Vec<RuleBucket> = {
+            let mut asked = self.asked.lock();
+            let gone = asked
+                .iter()
+                .filter(|b| !wanted.contains_key(*b))
+                .cloned()
+                .collect();
+            *asked = wanted.keys().cloned().collect();
+            gone
+        };
+        let nothing = Vec::new();
+        let all = wanted.iter().chain(gone.iter().map(|b| (b, &nothing)));
+        for ((rule, key), streams) in all {
             let (resolved, id) = match self.engine.prepare(key, RuleSpec::Named(rule), 1) {
                 Ok(p) => p,
                 Err(e) => {
