@@ -16,8 +16,16 @@ use std::collections::HashMap;
 
 /// Each stream's demand is met with this much room to grow before the rate is split: a quiet
 /// stream's next second is rarely exactly its last (Poisson arrivals), and it must not be
-/// starved while the sum is under the limit.
-pub const HEADROOM: f64 = 1.25;
+/// starved while the sum is under the limit. What a quiet stream does not use is lost to the
+/// others, so the room is small (its token bucket's burst absorbs the rest).
+pub const HEADROOM: f64 = 1.1;
+/// Every stream is treated as asking at least this fraction of the rate: one that was idle for
+/// a report keeps a trickle instead of being denied everything until its next assignment.
+pub const FLOOR: f64 = 0.005;
+/// Assigned rates sit on a grid of steps this far apart, rounded down: a share that moves a
+/// little keeps the very same assignment, and Envoy keeps its token bucket's tokens (a changed
+/// bucket starts anew, full in the Envoy releases before the one that carries the ratio over).
+pub const STEP: f64 = 1.04;
 /// Most streams one bucket is split among (beyond them, new streams get no share): bounds the
 /// owner's memory and the split's cost.
 pub const MAX_STREAMS: usize = 1024;
@@ -34,7 +42,8 @@ pub fn shares(rate: f64, demands: &[f64]) -> Vec<f64> {
         return vec![0.0; n];
     }
     let mut order: Vec<usize> = (0..n).collect();
-    let want = |i: usize| (demands[i].max(0.0) * HEADROOM).min(f64::MAX);
+    let floor = rate * FLOOR;
+    let want = |i: usize| (demands[i].max(0.0) * HEADROOM).clamp(floor, f64::MAX);
     order.sort_by(|&a, &b| want(a).total_cmp(&want(b)));
     let mut out = vec![0.0; n];
     let mut left = rate;
@@ -180,23 +189,37 @@ impl QuotaBook {
     }
 }
 
-/// A rate as an assignment Envoy enforces with a token bucket: `(max_tokens, tokens_per_fill,
-/// fill_interval_ns)`, or `None` for a rate too small to grant a token within `max_interval_ns`
-/// (deny all). At most about 100 fills a second; the bucket holds `burst_ns` of the rate (at
-/// least one fill).
-pub fn token_bucket(rate: f64, burst_ns: u64, max_interval_ns: u64) -> Option<(u32, u32, u64)> {
+/// `rate` rounded down to the [`STEP`] grid (0 stays 0).
+pub fn on_grid(rate: f64) -> f64 {
+    if rate.is_nan() || rate <= 0.0 {
+        return 0.0;
+    }
+    // A hair above the exact step, so that a grid value maps to itself despite rounding.
+    let k = (rate.ln() / STEP.ln() + 1e-9).floor();
+    STEP.powf(k)
+}
+
+/// A rate as a token bucket Envoy enforces: `(max_tokens, tokens_per_fill, fill_interval_s)`,
+/// or `None` for a rate under one token an hour (deny all). The bucket holds `burst_ns` of the
+/// rate (at least one token).
+///
+/// The fill interval is whole seconds: Envoy's filter divides `tokens_per_fill` by the whole
+/// seconds of `fill_interval` (under a second it divides by zero, and admits everything). The
+/// interval is long enough (up to an hour) for `tokens_per_fill` to carry the rate within 1%,
+/// rounded down; Envoy refills continuously at that rate, so a long interval is not bursty.
+pub fn token_bucket(rate: f64, burst_ns: u64) -> Option<(u32, u32, u64)> {
     if rate.is_nan() || rate <= 0.0 {
         return None;
     }
-    let per_fill = (rate / 100.0).floor().clamp(1.0, f64::from(u32::MAX));
-    let interval = per_fill / rate * 1e9;
-    if interval > max_interval_ns as f64 {
+    let fill_s = (100.0 / rate).ceil().clamp(1.0, 3600.0);
+    let per_fill = (rate * fill_s).floor().min(f64::from(u32::MAX));
+    if per_fill < 1.0 {
         return None;
     }
-    let interval = (interval.round() as u64).max(1);
-    let burst = (rate * burst_ns as f64 / 1e9).ceil().max(per_fill);
-    let max_tokens = burst.min(f64::from(u32::MAX)) as u32;
-    Some((max_tokens, per_fill as u32, interval))
+    let burst = (rate * burst_ns as f64 / 1e9)
+        .ceil()
+        .clamp(1.0, f64::from(u32::MAX));
+    Some((burst as u32, per_fill as u32, fill_s as u64))
 }
 
 #[cfg(test)]
@@ -224,10 +247,11 @@ mod tests {
 
     #[test]
     fn under_the_limit_the_surplus_is_spread_evenly() {
+        // Asked: 11 (10 and headroom) and the floor, 0.5; 88.5 left, spread.
         let s = shares(100.0, &[10.0, 0.0]);
         assert!((sum(&s) - 100.0).abs() < 1e-9);
-        assert!((s[0] - (12.5 + 43.75)).abs() < 1e-9, "{s:?}");
-        assert!((s[1] - 43.75).abs() < 1e-9);
+        assert!((s[0] - 55.25).abs() < 1e-9, "{s:?}");
+        assert!((s[1] - 44.75).abs() < 1e-9);
     }
 
     #[test]
@@ -286,8 +310,8 @@ mod tests {
         let Allocation::Shares(a) = book.ask(9, 100.0, "n1", &[(1, 80.0)], true, S) else {
             panic!("still warming")
         };
-        // n2's 20 (with headroom, 25) is known: n1 gets the rest.
-        assert!((a[0] - 75.0).abs() < 1e-9, "{a:?}");
+        // n2's 20 (with headroom, 22) is known: n1 gets the rest.
+        assert!((a[0] - 78.0).abs() < 1e-9, "{a:?}");
         // A bucket nobody held starts at once.
         assert!(matches!(
             book.ask(10, 100.0, "n1", &[(1, 1.0)], false, 0),
@@ -321,18 +345,37 @@ mod tests {
     }
 
     #[test]
-    fn token_buckets_fill_at_the_rate() {
-        // 80/s: one token every 12.5 ms, half a second of burst.
-        assert_eq!(token_bucket(80.0, S / 2, 60 * S), Some((40, 1, 12_500_000)));
-        // 10,000/s: 100 tokens every 10 ms.
-        assert_eq!(
-            token_bucket(10_000.0, S / 2, 60 * S),
-            Some((5000, 100, 10_000_000))
-        );
-        // Too slow to grant a token within the assignment: none.
-        assert_eq!(token_bucket(0.01, S, 60 * S), None);
-        assert_eq!(token_bucket(0.0, S, 60 * S), None);
-        // At least one fill of burst.
-        assert_eq!(token_bucket(0.5, 0, 60 * S), Some((1, 1, 2 * S)));
+    fn token_buckets_fill_at_the_rate_in_whole_seconds() {
+        // 80/s: 160 tokens every 2 s, half a second of burst.
+        assert_eq!(token_bucket(80.0, S / 2), Some((40, 160, 2)));
+        // 10,000/s: every second.
+        assert_eq!(token_bucket(10_000.0, S / 2), Some((5000, 10_000, 1)));
+        // 4.9/s: 102 tokens every 21 s (4.857/s, within 1%, under).
+        assert_eq!(token_bucket(4.9, S), Some((5, 102, 21)));
+        // Under a token an hour: none.
+        assert_eq!(token_bucket(0.0001, S), None);
+        assert_eq!(token_bucket(0.0, S), None);
+        // At least a token of burst.
+        assert_eq!(token_bucket(0.5, 0), Some((1, 100, 200)));
+    }
+
+    #[test]
+    fn rates_round_down_to_the_grid_and_grid_values_stay() {
+        for r in [0.3, 1.0, 4.44, 48.7, 51.2, 100.0, 12_345.0] {
+            let g = on_grid(r);
+            assert!(g <= r + 1e-9 && g * STEP > r, "{r} -> {g}");
+            assert!((on_grid(g) - g).abs() < 1e-12, "{g}");
+        }
+        // Rates within a step of each other round to one assignment.
+        let g = on_grid(51.2);
+        assert_eq!(on_grid(g * 1.01), g);
+        assert_eq!(on_grid(g * 1.039), g);
+        assert_eq!(on_grid(0.0), 0.0);
+    }
+
+    #[test]
+    fn an_idle_stream_keeps_a_trickle() {
+        let s = shares(100.0, &[500.0, 0.0]);
+        assert!((s[1] - 100.0 * FLOOR).abs() < 1e-9, "{s:?}");
     }
 }

@@ -9,7 +9,7 @@
 //!         rule: api_per_tenant                 #   matching ("*" any, "pre*" a prefix, "*suf",
 //!         key: "{tenant}"                      #   "a*b"); other keys of the id are ignored
 //!         ttl: 10s                             # assignment_time_to_live (default 10s)
-//!         burst: 500ms                         # each token bucket holds this much of its rate
+//!         burst: 1s                            # each token bucket holds this much of its rate
 //!       - bucket: { name: blocked }
 //!         blanket: deny_all
 //! ```
@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 /// Assignments live this long unless the entry says otherwise.
 pub const DEFAULT_TTL_NS: u64 = 10_000_000_000;
 /// Each token bucket holds this much of its rate unless the entry says otherwise.
-pub const DEFAULT_BURST_NS: u64 = 500_000_000;
+pub const DEFAULT_BURST_NS: u64 = 1_000_000_000;
 
 /// Why a configuration was refused: the file, the place in it and what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +222,10 @@ fn entry(spec: BucketSpec) -> Result<Entry, String> {
         Some(s) => crate::rules::parse_period(&s).map_err(|e| format!("`{what}`: {e}")),
     };
     let ttl_ns = duration("ttl", spec.ttl, DEFAULT_TTL_NS)?;
+    if ttl_ns % 1_000_000_000 != 0 {
+        // Envoy's filter reads the whole seconds of an assignment's TTL.
+        return Err("`ttl` must be whole seconds (Envoy reads only the seconds)".into());
+    }
     let burst_ns = duration("burst", spec.burst, DEFAULT_BURST_NS)?;
     Ok(Entry {
         bucket: spec.bucket.into_iter().collect(),
@@ -357,6 +361,10 @@ domains:
             (
                 "domains: [{domain: e, buckets: [{bucket: {a: b}, rule: r, ttl: 0s}]}]",
                 "longer than zero",
+            ),
+            (
+                "domains: [{domain: e, buckets: [{bucket: {a: b}, rule: r, ttl: 1500ms}]}]",
+                "whole seconds",
             ),
             (
                 "domains: [{domain: e, buckets: [{bucket: {a: b}, rule: r, key: \"{a\"}]}]",

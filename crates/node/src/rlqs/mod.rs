@@ -10,9 +10,10 @@
 //!
 //! A rule's bucket is split among every stream of every member at its owner, so the sum of
 //! what all Envoys on all nodes admit stays within the rule's rate. A stream's assignment is a
-//! token bucket filling at its share; it is pushed again only when the share falls, or rises
-//! by more than [`RISE`] (an Envoy keeps its tokens when a config is unchanged, and starts a
-//! new bucket full when it changes), and refreshed before its TTL lapses.
+//! token bucket filling at its share, rounded down to a grid ([`quota::STEP`]); it is pushed
+//! again only when the share falls, or rises by [`RISE`] (an Envoy keeps its tokens when a
+//! config is unchanged, and starts a new bucket when it changes), and refreshed before its TTL
+//! lapses. Demands are smoothed over reports ([`SMOOTHING`]) so that shares do not flap.
 
 pub mod config;
 pub mod metrics;
@@ -35,6 +36,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
 use owner::{QuotaOwner, from_milli, rate_of, to_milli};
 use parking_lot::Mutex;
+use ringlimit_core::quota;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::{QuotaAnswer, QuotaAsk, QuotaStream};
 use std::collections::{BTreeMap, HashMap};
@@ -47,11 +49,14 @@ use tokio::sync::{Notify, mpsc};
 /// demand moved).
 pub const ASK_EVERY: Duration = Duration::from_millis(500);
 /// Shortest time between two rounds of asks.
-const ROUND_GAP: Duration = Duration::from_millis(20);
+const ROUND_GAP: Duration = Duration::from_millis(100);
 /// How long an owner has to answer.
 const ASK_WITHIN: Duration = Duration::from_millis(800);
-/// A share that rose by more than this fraction is pushed (a fall always is).
-pub const RISE: f64 = 0.10;
+/// A share that rose by this factor (two grid steps) is pushed; a fall always is.
+pub const RISE: f64 = quota::STEP * quota::STEP;
+/// How much a demand estimate moves towards each new report (smoothing out one report's
+/// noise, so that shares do not flap).
+const SMOOTHING: f64 = 0.5;
 /// A demand that moved by more than this fraction asks the owner at once.
 const MOVED: f64 = 0.20;
 /// A bucket without a request for this long is abandoned (Envoy forgets it; a new request
@@ -91,7 +96,7 @@ struct Sent {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Strategy {
     Blanket(Blanket),
-    /// `(max_tokens, tokens_per_fill, fill_interval_ns)`.
+    /// `(max_tokens, tokens_per_fill, fill_interval_s)`.
     TokenBucket(u32, u32, u64),
 }
 
@@ -271,7 +276,7 @@ impl Rlqs {
                         b.last_request_ns = now;
                     }
                     let moved = (demand - b.demand).abs() > MOVED * b.demand.max(1.0);
-                    b.demand = demand;
+                    b.demand += SMOOTHING * (demand - b.demand);
                     if let Some(Matched {
                         target: Target::Rule { rule, .. },
                         ..
@@ -536,7 +541,7 @@ impl Rlqs {
                 Some(QuotaAnswer::Warming) | None => {
                     let share = fallback.get(&name).copied().unwrap_or(0.0) / members;
                     let demands: Vec<f64> = members_streams.iter().map(|s| s.demand).collect();
-                    ringlimit_core::quota::shares(share, &demands)
+                    quota::shares(share, &demands)
                         .into_iter()
                         .zip(members_streams)
                         .map(|(r, s)| (!s.held).then_some(r))
@@ -558,19 +563,20 @@ impl Rlqs {
                     .map_or((config::DEFAULT_TTL_NS, config::DEFAULT_BURST_NS), |m| {
                         (m.ttl_ns, m.burst_ns)
                     });
-                let strategy = match ringlimit_core::quota::token_bucket(rate, burst_ns, ttl_ns) {
-                    Some((max, per_fill, interval)) => {
-                        Strategy::TokenBucket(max, per_fill, interval)
-                    }
+                let rate = quota::on_grid(rate);
+                let strategy = match quota::token_bucket(rate, burst_ns) {
+                    Some((max, per_fill, fill_s)) => Strategy::TokenBucket(max, per_fill, fill_s),
                     None => Strategy::Blanket(Blanket::DenyAll),
                 };
                 let action = match &b.sent {
                     None => Some((strategy, rate)),
                     Some(sent) => {
-                        let fell = rate < sent.rate * 0.99;
-                        let rose = rate > sent.rate * (1.0 + RISE);
-                        if fell || rose || matches!(sent.strategy, Strategy::Blanket(_)) {
-                            (sent.strategy != strategy).then_some((strategy, rate))
+                        // Any fall (the sum must stay within the rate), a rise of two steps.
+                        let fell = rate < sent.rate;
+                        let rose = rate >= sent.rate * RISE * (1.0 - 1e-9);
+                        let was_blanket = matches!(sent.strategy, Strategy::Blanket(_));
+                        if (fell || rose || was_blanket) && sent.strategy != strategy {
+                            Some((strategy, rate))
                         } else if now.saturating_sub(sent.at_ns) > ttl_ns / 2 {
                             // Refreshed unchanged: the Envoy keeps its tokens.
                             Some((sent.strategy, sent.rate))
@@ -652,13 +658,13 @@ fn assignment(id: BucketId, strategy: Strategy, ttl_ns: u64) -> BucketAction {
             Blanket::AllowAll => rate_limit_strategy::BlanketRule::AllowAll as i32,
             Blanket::DenyAll => rate_limit_strategy::BlanketRule::DenyAll as i32,
         }),
-        Strategy::TokenBucket(max, per_fill, interval) => {
+        Strategy::TokenBucket(max, per_fill, fill_s) => {
             rate_limit_strategy::Strategy::TokenBucket(TokenBucket {
                 max_tokens: max,
                 tokens_per_fill: Some(envoy_types::pb::google::protobuf::UInt32Value {
                     value: per_fill,
                 }),
-                fill_interval: Some(duration(interval)),
+                fill_interval: Some(duration(fill_s.saturating_mul(1_000_000_000))),
             })
         }
     };

@@ -1,0 +1,499 @@
+//! Envoy's Rate Limit Quota Service (RLQS, `StreamRateLimitQuotas` on `--grpc`, buckets mapped
+//! by `--rlqs-config`) with real processes: three nodes, and simulated Envoys over them
+//! (tests/python/rlqs_envoys.py: what Envoy's rate_limit_quota filter does, each Envoy on a
+//! stream of its own, Envoy i on node i mod 3, reopening a broken stream on the next node).
+//! Their demand is skewed (Envoy 0 has 80% of it) and twice the rule's rate: the cluster keeps
+//! the sum within the rate without starving the quiet Envoys, answers blanket and unmatched
+//! buckets, and goes on when the node that owns the rule's bucket is SIGKILLed. A failure lists
+//! every check that failed, then each run's summary (its lines are kept in target/tmp). The
+//! bench (a minute, ±5%) is bench/rlqs.sh.
+
+use anyhow::{Context, Result, ensure};
+use ringlimit_tests::{
+    ProcessNode, TempDir, WAIT, exclusive, free_peer_port, python_with, wait_until,
+};
+use serde_json::{Value, json};
+use std::fmt;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The rule the Envoys share: 100 requests a second.
+const RULES: &str =
+    "rules:\n  - { name: api_per_tenant, limit: 100, period: 1s, algorithm: token_bucket }\n";
+const LIMIT: f64 = 100.0;
+const RLQS: &str = r#"
+domains:
+  - domain: edge
+    buckets:
+      - bucket: { name: api, tenant: "*" }
+        rule: api_per_tenant
+        key: "{tenant}"
+      - bucket: { name: blocked }
+        blanket: deny_all
+      - bucket: { name: open }
+        blanket: allow_all
+"#;
+/// The bucket every simulated Envoy sends (and its key under the rule: `{tenant}`).
+const API_BUCKET: &str = r#"{"name":"api","tenant":"acme"}"#;
+const API_KEY: &str = "acme";
+const ADMIN_TOKEN: &str = "rlqs-test-admin-token";
+/// How long each simulation runs, in seconds.
+const RUN_S: u64 = 15;
+
+/// The Python that runs the simulator; `None` (skip) when there is none, an error under CI.
+fn python() -> Result<Option<String>> {
+    if let Some(py) = python_with("grpc, envoy_data_plane") {
+        return Ok(Some(py));
+    }
+    ensure!(
+        std::env::var_os("CI").is_none(),
+        "no Python with grpcio and envoy-data-plane: .ci/run makes /tmp/ringlimit-grpc-venv"
+    );
+    eprintln!("SKIPPED: no Python with grpcio and envoy-data-plane (made by .ci/run)");
+    Ok(None)
+}
+
+/// Three nodes serving RLQS, each on a gRPC port of its own, with the admin API (to ask for
+/// the owner of the rule's bucket).
+struct Cluster {
+    nodes: Vec<ProcessNode>,
+    grpc: Vec<SocketAddr>,
+    _dir: TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Result<Self> {
+        let dir = TempDir::new("rlqs")?;
+        let rules = dir.0.join("rules.yaml");
+        let rlqs = dir.0.join("rlqs.yaml");
+        std::fs::write(&rules, RULES)?;
+        std::fs::write(&rlqs, RLQS)?;
+        let grpc = (0..3)
+            .map(|_| Ok(SocketAddr::from(([127, 0, 0, 1], free_peer_port()?))))
+            .collect::<Result<Vec<_>>>()?;
+        let nodes = ProcessNode::cluster(3, |i, spec| {
+            spec.args = vec![
+                "--config".into(),
+                rules.display().to_string(),
+                "--rlqs-config".into(),
+                rlqs.display().to_string(),
+                "--grpc".into(),
+                grpc[i].to_string(),
+            ];
+            spec.env = vec![("RINGLIMIT_ADMIN_TOKEN".into(), ADMIN_TOKEN.into())];
+        })
+        .await?;
+        for addr in &grpc {
+            wait_until(&format!("gRPC on {addr}"), WAIT, || async {
+                Ok(tokio::net::TcpStream::connect(addr).await.is_ok())
+            })
+            .await?;
+        }
+        Ok(Self {
+            nodes,
+            grpc,
+            _dir: dir,
+        })
+    }
+
+    /// The gRPC addresses, comma-separated, node 0 first (Envoy i starts on node i mod 3).
+    fn addrs(&self) -> String {
+        let addrs: Vec<String> = self.grpc.iter().map(ToString::to_string).collect();
+        addrs.join(",")
+    }
+
+    /// The index of the node that owns the rule's bucket for `key`, as node 0 says.
+    async fn owner_of(&self, key: &str) -> Result<usize> {
+        let path = format!("/v1/admin/keys/{key}?rule=api_per_tenant");
+        let r = self.nodes[0]
+            .api()
+            .admin(reqwest::Method::GET, &path, ADMIN_TOKEN, None)
+            .await?;
+        ensure!(r.status == 200, "GET {path}: {} {}", r.status, r.text);
+        let owner = r.json()?["owner"]
+            .as_str()
+            .context("no owner in the answer")?
+            .to_owned();
+        self.nodes
+            .iter()
+            .position(|n| n.node_id == owner)
+            .with_context(|| format!("owner {owner:?} is none of the nodes"))
+    }
+
+    /// The sum over the nodes of every series of the metric `name` (any labels).
+    async fn metric_sum(&self, name: &str) -> Result<f64> {
+        let mut sum = 0.0;
+        for node in &self.nodes {
+            let text = node.api().get("/metrics").await?.text;
+            let values: Vec<f64> = text
+                .lines()
+                .filter(|l| l.split([' ', '{']).next() == Some(name))
+                .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+                .collect();
+            ensure!(!values.is_empty(), "{} has no {name}", node.node_id);
+            sum += values.iter().sum::<f64>();
+        }
+        Ok(sum)
+    }
+}
+
+/// What one simulator run printed.
+struct Run {
+    what: String,
+    lines: Vec<Value>,
+    code: Option<i32>,
+    stderr: String,
+    /// The file that holds every line.
+    saved: String,
+}
+
+impl Run {
+    fn summary(&self) -> &Value {
+        self.lines
+            .iter()
+            .rev()
+            .find(|l| l["event"] == "summary")
+            .unwrap_or(&Value::Null)
+    }
+
+    fn events<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.lines.iter().filter(move |l| l["event"] == kind)
+    }
+
+    /// The per-second lines, in order.
+    fn seconds(&self) -> impl Iterator<Item = &Value> + '_ {
+        self.lines
+            .iter()
+            .filter(|l| l["t"].is_u64() && l["event"].is_null())
+    }
+
+    /// A figure of the summary (NaN when absent).
+    fn figure(&self, name: &str) -> f64 {
+        self.summary()[name].as_f64().unwrap_or(f64::NAN)
+    }
+
+    /// The run exited 0 with a summary.
+    fn ok(&self) -> bool {
+        self.code == Some(0) && !self.summary().is_null()
+    }
+}
+
+impl fmt::Display for Run {
+    /// The summary (each Envoy on a line), what was admitted each second, the end of stderr.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut summary = self.summary().clone();
+        let per = summary
+            .as_object_mut()
+            .and_then(|s| s.remove("per_envoy"))
+            .unwrap_or_default();
+        writeln!(f, "\n--- {} (every line in {}) ---", self.what, self.saved)?;
+        writeln!(f, "{summary}")?;
+        for (i, e) in per.as_array().into_iter().flatten().enumerate() {
+            writeln!(f, "envoy {i}: {e}")?;
+        }
+        let seconds: Vec<Value> = self.seconds().map(|s| s["admitted"].clone()).collect();
+        writeln!(f, "admitted each second: {}", Value::from(seconds))?;
+        let stderr: Vec<&str> = self.stderr.lines().collect();
+        let tail = &stderr[stderr.len().saturating_sub(20)..];
+        write!(f, "stderr (last lines):\n{}", tail.join("\n"))
+    }
+}
+
+/// Runs the simulator with `args` (its addresses first), bounded to `--duration` + 30 s.
+async fn simulate(python: &str, what: &str, args: Vec<String>, duration_s: u64) -> Result<Run> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/rlqs_envoys.py");
+    let child = Command::new(python)
+        .arg(script)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start the simulator")?;
+    let pid = child.id();
+    let wait = tokio::task::spawn_blocking(move || child.wait_with_output());
+    let out = match tokio::time::timeout(Duration::from_secs(duration_s + 30), wait).await {
+        Ok(out) => out??,
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            anyhow::bail!("{what}: the simulator ran over {} s", duration_s + 30);
+        }
+    };
+    // Every line, for a look after a failure (the last run of each kind).
+    let saved =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rlqs-{what}.jsonl"));
+    std::fs::write(&saved, &out.stdout)
+        .with_context(|| format!("cannot write {}", saved.display()))?;
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<Vec<Value>, _>>()
+        .with_context(|| format!("{what}: a line that is not JSON (in {})", saved.display()))?;
+    Ok(Run {
+        what: what.to_owned(),
+        lines,
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        saved: saved.display().to_string(),
+    })
+}
+
+/// The simulator's arguments: 10 Envoys on `addrs`, skewed demand of twice the limit for
+/// `RUN_S` s on the api bucket.
+fn skewed(addrs: &str) -> Vec<String> {
+    [
+        addrs,
+        "--envoys",
+        "10",
+        "--bucket",
+        API_BUCKET,
+        "--demand",
+        "200",
+        "--skew",
+        "0.8",
+        "--duration",
+        &RUN_S.to_string(),
+        "--limit-rate",
+        &LIMIT.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The checks that failed: all of them are reported at once, each run's summary after them.
+#[derive(Default)]
+struct Failures(Vec<String>);
+
+impl Failures {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.0.push(what());
+        }
+    }
+
+    fn done(self, runs: &[&Run]) -> Result<()> {
+        let summaries: String = runs.iter().map(ToString::to_string).collect();
+        ensure!(
+            self.0.is_empty(),
+            "{} failed:\n- {}\n{summaries}",
+            self.0.len(),
+            self.0.join("\n- ")
+        );
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_envoys_share_the_rule_and_blanket_and_unmatched_buckets_are_answered() -> Result<()> {
+    let Some(py) = python()? else { return Ok(()) };
+    let _one_at_a_time = exclusive().await;
+    let c = Cluster::start().await?;
+    let addrs = c.addrs();
+
+    // Beside the skewed run, three Envoys on the blanket and unmatched buckets for 4 s.
+    let blanket_args: Vec<String> = [
+        addrs.as_str(),
+        "--envoys",
+        "3",
+        "--bucket",
+        r#"{"name":"blocked","tenant":"acme"}"#,
+        "--bucket",
+        r#"{"name":"open"}"#,
+        "--bucket",
+        r#"{"name":"nope","tenant":"acme"}"#,
+        "--demand",
+        "30",
+        "--skew",
+        "0",
+        "--duration",
+        "4",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let streams = async {
+        // Once the blanket run is over, the ten skewed Envoys' streams are all there are.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let mut seen = Vec::new();
+        for _ in 0..30 {
+            let n = c.metric_sum("ringlimit_rlqs_streams").await;
+            let done = matches!(n, Ok(n) if n == 10.0);
+            seen.push(n.map_err(|e| e.to_string()));
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        seen
+    };
+    let (skew, blanket, streams) = tokio::join!(
+        simulate(&py, "skewed", skewed(&addrs), RUN_S),
+        simulate(&py, "blanket", blanket_args, 4),
+        streams,
+    );
+    let (skew, blanket) = (skew?, blanket?);
+    let mut f = Failures::default();
+
+    // The skewed run: the rule's rate over the whole run within 10%, no quiet Envoy starved.
+    f.check(skew.ok(), || {
+        format!("the skewed run exited {:?}", skew.code)
+    });
+    let ratio = skew.figure("admitted_ratio");
+    f.check((0.9..=1.1).contains(&ratio), || {
+        format!("admitted {ratio} x limit x time, want 0.9..1.1")
+    });
+    let quiet = skew.figure("quiet_worst_ratio");
+    f.check(quiet >= 0.9, || {
+        format!("a quiet Envoy got {quiet} of its demand, want >= 0.9")
+    });
+    let reconnects = skew.figure("reconnects");
+    f.check(reconnects == 0.0, || {
+        format!("{reconnects} streams broke while every node was up (they must last {RUN_S} s)")
+    });
+    let per = skew.summary()["per_envoy"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    f.check(
+        per.len() == 10 && per.iter().all(|e| e["assignments"].as_u64() > Some(0)),
+        || "an Envoy got no assignment".into(),
+    );
+    let strategies = &skew.summary()["buckets"]["name=api,tenant=acme"]["strategies"];
+    f.check(*strategies == json!(["token_bucket"]), || {
+        format!("the api bucket's strategies: {strategies}, want token buckets")
+    });
+    // The rates assigned at each second's end add up to the rule's (a little over while a
+    // change travels to two streams on two nodes).
+    let rate_sum = skew.figure("max_rate_sum");
+    f.check(rate_sum <= LIMIT * 1.1, || {
+        format!("the assigned rates summed to {rate_sum}/s at a second's end")
+    });
+    f.check(matches!(streams.last(), Some(Ok(n)) if *n == 10.0), || {
+        format!("ringlimit_rlqs_streams summed over the nodes 8 s into the run: {streams:?}")
+    });
+
+    // Blanket buckets: denied (allowed) by their assignment, the unmatched one abandoned.
+    f.check(blanket.ok(), || {
+        format!("the blanket run exited {:?}", blanket.code)
+    });
+    let buckets = &blanket.summary()["buckets"];
+    let blocked = &buckets["name=blocked,tenant=acme"];
+    f.check(
+        blocked["strategies"] == json!(["deny_all"])
+            && blocked["decided_by"]["deny_all"][0] == 0
+            && blocked["decided_by"]["deny_all"][1].as_u64() > Some(0)
+            && blocked["admitted"] == blocked["decided_by"]["no_assignment"][0],
+        || format!("blocked: {blocked}"),
+    );
+    let open = &buckets["name=open"];
+    f.check(
+        open["strategies"] == json!(["allow_all"])
+            && open["decided_by"]["allow_all"][1] == 0
+            && open["decided_by"]["allow_all"][0].as_u64() > Some(0),
+        || format!("open: {open}"),
+    );
+    let nope = &buckets["name=nope,tenant=acme"];
+    f.check(
+        nope["assignments"] == 0 && nope["abandons"].as_u64() > Some(0),
+        || format!("unmatched: {nope}"),
+    );
+    f.check(
+        blanket
+            .events("abandon")
+            .all(|e| e["bucket"]["name"] == "nope"),
+        || "a matched bucket was abandoned".into(),
+    );
+
+    // The nodes count what the Envoys got.
+    let assignments = c.metric_sum("ringlimit_rlqs_assignments_total").await;
+    let abandons = c.metric_sum("ringlimit_rlqs_abandons_total").await;
+    let buckets = c.metric_sum("ringlimit_rlqs_buckets").await;
+    let (got, abandoned) = (
+        skew.figure("assignments") + blanket.figure("assignments"),
+        blanket.figure("abandons"),
+    );
+    f.check(
+        matches!(assignments, Ok(n) if n >= got)
+            && matches!(abandons, Ok(n) if n >= abandoned)
+            && buckets.is_ok(),
+        || {
+            format!(
+                "metrics: assignments {assignments:?}, abandons {abandons:?}, buckets \
+                 {buckets:?}; the Envoys got {got} assignments and {abandoned} abandons"
+            )
+        },
+    );
+    f.done(&[&skew, &blanket])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_of_the_rules_bucket_sigkilled_mid_run() -> Result<()> {
+    let Some(py) = python()? else { return Ok(()) };
+    let _one_at_a_time = exclusive().await;
+    let mut c = Cluster::start().await?;
+    let victim = c.owner_of(API_KEY).await?;
+    let addrs = c.addrs();
+    let run = tokio::spawn({
+        let py = py.clone();
+        async move { simulate(&py, "owner-killed", skewed(&addrs), RUN_S).await }
+    });
+    // About 5 s into the run (the simulator starts in well under a second).
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    let killed_at = now_s();
+    c.nodes[victim].kill()?;
+    let run = run.await??;
+    let mut f = Failures::default();
+    f.check(run.ok(), || format!("the run exited {:?}", run.code));
+    let start = run
+        .events("start")
+        .next()
+        .and_then(|s| s["wall"].as_f64())
+        .with_context(|| format!("no start line: {run}"))?;
+    let t_kill = killed_at - start;
+    ensure!(
+        (2.0..RUN_S as f64 - 5.0).contains(&t_kill),
+        "killed at {t_kill} s into the run: {run}"
+    );
+
+    // The aggregate: at most 15% over the rule's rate, over the run and after the kill.
+    let ratio = run.figure("admitted_ratio");
+    f.check(ratio <= 1.15, || {
+        format!("admitted {ratio} x limit x time, want <= 1.15")
+    });
+    let after: Vec<f64> = run
+        .seconds()
+        .filter(|s| s["t"].as_f64().is_some_and(|t| t >= t_kill.ceil()))
+        .map(|s| s["admitted"].as_f64().unwrap_or(0.0))
+        .collect();
+    let after_ratio = after.iter().sum::<f64>() / (LIMIT * after.len().max(1) as f64);
+    f.check(after_ratio <= 1.15, || {
+        format!("after the kill (at {t_kill:.2} s) {after_ratio} x limit x time: {after:?}")
+    });
+
+    // The Envoys of the killed node moved to another and were assigned again there.
+    for envoy in (0..10).filter(|i| i % 3 == victim) {
+        let moved = run
+            .events("reconnect")
+            .find(|e| e["envoy"] == envoy && e["t"].as_f64() >= Some(t_kill - 0.5))
+            .and_then(|e| e["t"].as_f64());
+        let assigned = moved.is_some_and(|moved| {
+            run.events("assignment")
+                .any(|e| e["envoy"] == envoy && e["t"].as_f64() > Some(moved))
+        });
+        f.check(assigned, || {
+            format!(
+                "Envoy {envoy} (on the killed node-{victim}) reconnected at {moved:?} s and was \
+                 not assigned again after"
+            )
+        });
+    }
+    f.done(&[&run])
+}
