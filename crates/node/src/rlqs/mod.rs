@@ -13,7 +13,9 @@
 //! token bucket filling at its share, rounded down to a grid ([`quota::STEP`]); it is pushed
 //! again only when the share falls, or rises by [`RISE`] (an Envoy keeps its tokens when a
 //! config is unchanged, and starts a new bucket when it changes), and refreshed before its TTL
-//! lapses. Demands are smoothed over reports ([`SMOOTHING`]) so that shares do not flap.
+//! lapses. A demand is taken at once when it rises and smoothed when it falls
+//! ([`SMOOTHING`]), so that a growing stream gets its share in one assignment and shares do not
+//! flap with one report's noise.
 
 pub mod config;
 pub mod metrics;
@@ -54,9 +56,11 @@ const ROUND_GAP: Duration = Duration::from_millis(100);
 const ASK_WITHIN: Duration = Duration::from_millis(800);
 /// A share that rose by this factor (two grid steps) is pushed; a fall always is.
 pub const RISE: f64 = quota::STEP * quota::STEP;
-/// How much a demand estimate moves towards each new report (smoothing out one report's
-/// noise, so that shares do not flap).
-const SMOOTHING: f64 = 0.5;
+/// How much a demand estimate falls towards a lower report (a rise is taken whole).
+const SMOOTHING: f64 = 0.3;
+/// The burst of a stream that asks more than its share: its bucket is empty all the time, and
+/// a longer burst would only add what a new assignment's full bucket lets through.
+const SATURATED_BURST_NS: u64 = 100_000_000;
 /// A demand that moved by more than this fraction asks the owner at once.
 const MOVED: f64 = 0.20;
 /// A bucket without a request for this long is abandoned (Envoy forgets it; a new request
@@ -104,7 +108,10 @@ enum Strategy {
 struct Bucket {
     id: BucketId,
     matched: Option<Matched>,
+    /// Requests a second, as estimated from the reports after the first.
     demand: f64,
+    /// Reports after the first.
+    reports: u32,
     last_request_ns: u64,
     sent: Option<Sent>,
 }
@@ -276,7 +283,12 @@ impl Rlqs {
                         b.last_request_ns = now;
                     }
                     let moved = (demand - b.demand).abs() > MOVED * b.demand.max(1.0);
-                    b.demand += SMOOTHING * (demand - b.demand);
+                    if b.reports == 0 || demand > b.demand {
+                        b.demand = demand;
+                    } else {
+                        b.demand += SMOOTHING * (demand - b.demand);
+                    }
+                    b.reports = b.reports.saturating_add(1);
                     if let Some(Matched {
                         target: Target::Rule { rule, .. },
                         ..
@@ -298,7 +310,9 @@ impl Rlqs {
                     let mut b = Bucket {
                         id,
                         matched,
-                        demand,
+                        // Unknown: a new bucket's first report comes with its first request.
+                        demand: 0.0,
+                        reports: 0,
                         last_request_ns: now,
                         sent: None,
                     };
@@ -564,6 +578,11 @@ impl Rlqs {
                         (m.ttl_ns, m.burst_ns)
                     });
                 let rate = quota::on_grid(rate);
+                let burst_ns = if want.demand > rate {
+                    burst_ns.min(SATURATED_BURST_NS)
+                } else {
+                    burst_ns
+                };
                 let strategy = match quota::token_bucket(rate, burst_ns) {
                     Some((max, per_fill, fill_s)) => Strategy::TokenBucket(max, per_fill, fill_s),
                     None => Strategy::Blanket(Blanket::DenyAll),
