@@ -41,6 +41,7 @@ mkdir -p "$OUT_DIR"
 #   cpu.sh             28300
 #   tail.sh            28400
 #   rls_bound.sh       28500
+#   rlqs.sh            28600
 #   soak.sh            28700      (bench/soak.py: the same layout)
 #   cluster.sh         29100
 #   sdk.sh             29200
@@ -66,6 +67,7 @@ default_base_port() {
     cpu.sh) echo 28300 ;;
     tail.sh) echo 28400 ;;
     rls_bound.sh) echo 28500 ;;
+    rlqs.sh) echo 28600 ;;
     soak.sh) echo 28700 ;;
     cluster.sh) echo 29100 ;;
     sdk.sh) echo 29200 ;;

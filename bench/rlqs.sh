@@ -24,7 +24,6 @@
 # node i: HTTP BASE_PORT+i, peer BASE_PORT+50+i, gRPC BASE_PORT+90+i), OUT_DIR.
 set -euo pipefail
 
-BASE_PORT="${BASE_PORT:-28600}"
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 LIMIT="${LIMIT:-1000}"

@@ -654,7 +654,10 @@ class Envoy:
             await channel.close(grace=None)
             if sim.stopping:
                 return
-            if code not in TRANSIENT:
+            # gRPC core reports a connection reset mid-stream (the server SIGKILLed) as
+            # INTERNAL "Internal error from Core": a broken connection, not an answer.
+            broken = code == grpc.StatusCode.INTERNAL and "from Core" in (details or "")
+            if code not in TRANSIENT and not broken:
                 sim.fatal(self.i, self.out.now(), addr, code, details)
                 return
             self.reconnects += 1

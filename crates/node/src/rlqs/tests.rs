@@ -180,9 +180,15 @@ fn the_owner_splits_a_rule_rate_among_members_streams() {
     let QuotaAnswer::Shares { milli: b } = &b[0] else {
         panic!("{b:?}")
     };
-    assert_eq!(b, &vec![1100, 1100]);
+    let quiet = to_milli(ringlimit_core::quota::HEADROOM);
+    assert_eq!(b, &vec![quiet, quiet]);
     let a = r.owner.answer("n1", &[ask(vec![(1, 16)])]);
-    assert_eq!(a, vec![QuotaAnswer::Shares { milli: vec![7800] }]);
+    assert_eq!(
+        a,
+        vec![QuotaAnswer::Shares {
+            milli: vec![10_000 - 2 * quiet]
+        }]
+    );
     // An unknown rule is named.
     let mut bad = ask(vec![(1, 1)]);
     bad.rule = RuleRef::Named("nope".into());
