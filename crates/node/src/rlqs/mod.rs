@@ -13,9 +13,9 @@
 //! token bucket filling at its share, rounded down to a grid ([`quota::STEP`]); it is pushed
 //! again only when the share falls, or rises by [`RISE`] (an Envoy keeps its tokens when a
 //! config is unchanged, and starts a new bucket when it changes), and refreshed before its TTL
-//! lapses. A demand is taken at once when it rises or falls by more than chance explains, and
-//! smoothed when it falls less ([`SMOOTHING`]), so that a stream whose demand changes gets its
-//! share in one assignment and shares do not flap with one report's noise.
+//! lapses. A demand is taken at once when it moves by more than chance explains, and smoothed
+//! otherwise ([`SMOOTHING`]), so that a stream whose demand changes gets its share in one
+//! assignment and shares do not flap with one report's noise.
 
 pub mod config;
 pub mod metrics;
@@ -56,8 +56,8 @@ const ROUND_GAP: Duration = Duration::from_millis(100);
 const ASK_WITHIN: Duration = Duration::from_millis(800);
 /// A share that rose by this factor (two grid steps) is pushed; a fall always is.
 pub const RISE: f64 = quota::STEP * quota::STEP;
-/// How much a demand estimate falls towards a lower report that chance may explain (a rise,
-/// or a fall beyond three standard deviations, is taken whole).
+/// How much a demand estimate moves towards a report that chance may explain (a move beyond
+/// three standard deviations is taken whole).
 const SMOOTHING: f64 = 0.3;
 /// The burst of a stream that asks more than its share: its bucket is empty all the time, and
 /// a longer burst would only add what a new assignment's full bucket lets through.
@@ -284,11 +284,14 @@ impl Rlqs {
                         b.last_request_ns = now;
                     }
                     let moved = (demand - b.demand).abs() > MOVED * b.demand.max(1.0);
-                    // A rise, or a fall beyond what chance explains (three standard deviations
-                    // of a Poisson count), is a change of demand: taken whole.
+                    // A move beyond what chance explains (three standard deviations of a
+                    // Poisson count) is a change of demand: taken whole. Within it, noise:
+                    // smoothed (taking each rise whole held quiet streams' shares above their
+                    // use, lost to the others).
                     let expected = b.demand * elapsed_s;
-                    let fell = (requests as f64) + 3.0 * expected.sqrt() < expected;
-                    if b.reports == 0 || demand > b.demand || fell {
+                    let changed =
+                        (requests as f64 - expected).abs() > 3.0 * expected.max(1.0).sqrt();
+                    if b.reports == 0 || changed {
                         b.demand = demand;
                     } else {
                         b.demand += SMOOTHING * (demand - b.demand);
