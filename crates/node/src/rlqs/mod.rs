@@ -67,6 +67,9 @@ const MOVED: f64 = 0.20;
 /// A bucket without a request for this long is abandoned (Envoy forgets it; a new request
 /// makes it again).
 const QUIET_NS: u64 = 60_000_000_000;
+/// A new bucket's demand until its first periodic report: more than any share, so that it
+/// gets an equal part of the rate (max-min fair) meanwhile.
+const UNKNOWN_DEMAND: f64 = 1e12;
 /// Shortest time a report's counts are taken to span, in seconds.
 const MIN_ELAPSED_S: f64 = 0.1;
 /// Most buckets one stream may report; beyond them new buckets are abandoned.
@@ -319,7 +322,9 @@ impl Rlqs {
                         id,
                         matched,
                         // Unknown: a new bucket's first report comes with its first request.
-                        demand: 0.0,
+                        // Until its first periodic report it asks for an equal part (with
+                        // none, an Envoy that reconnected got a trickle for a second).
+                        demand: UNKNOWN_DEMAND,
                         reports: 0,
                         last_request_ns: now,
                         sent: None,
