@@ -15,6 +15,8 @@
 //!   streams, inside TLS with `--tls-cert`: the HTTP and gRPC edges' shared server.
 //! - [`service`] — the check service every edge calls for checks: checks, batches,
 //!   all-or-nothing; timing and counting.
+//! - [`rlqs`] — Envoy's Rate Limit Quota Service: quota streams (an edge served on the gRPC
+//!   port), the task that asks bucket owners for shares, and the owner's side of it.
 //! - [`admin`], [`lifecycle`] — beside the service: the admin API (rules, a key's state and
 //!   reset), the cluster and rules views and the metrics text; readiness, peers following
 //!   membership, handover and promotion of replica copies on ring changes.

@@ -193,7 +193,18 @@ pub struct Operators {
     pub book: Arc<RuleBook>,
     pub top: Arc<TopKeys>,
     /// RLQS shares of the buckets this node owns.
-    pub quota: Option<Arc<crate::rlqs::owner::QuotaOwner>>,
+    pub quota: Option<Arc<dyn QuotaShares>>,
+}
+
+/// Who splits the RLQS buckets this node owns among members' streams (`crate::rlqs`, which
+/// asks other members through the facade: a trait here keeps the two apart).
+pub trait QuotaShares: Send + Sync {
+    /// The answers to `member`'s asks, in order.
+    fn answer(
+        &self,
+        member: &str,
+        asks: &[ringlimit_proto::peer::QuotaAsk],
+    ) -> Vec<ringlimit_proto::peer::QuotaAnswer>;
 }
 
 impl PeerServer {

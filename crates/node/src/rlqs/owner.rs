@@ -80,6 +80,12 @@ impl QuotaOwner {
     }
 }
 
+impl crate::peers::server::QuotaShares for QuotaOwner {
+    fn answer(&self, member: &str, asks: &[QuotaAsk]) -> Vec<QuotaAnswer> {
+        QuotaOwner::answer(self, member, asks)
+    }
+}
+
 /// A rule's rate, requests per second: its limit over its period.
 pub fn rate_of(rule: &ringlimit_core::limiter::Rule) -> f64 {
     rule.limit as f64 * 1e9 / rule.period_ns.max(1) as f64
