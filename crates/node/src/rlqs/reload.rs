@@ -40,3 +40,26 @@ pub async fn watch_rlqs(
 ) {
     poll(RlqsFile(config), status, every).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_file_is_put_in_force_and_a_refused_one_named() {
+        let config = Arc::new(ArcSwap::from_pointee(RlqsConfig::default()));
+        let file = RlqsFile(config.clone());
+        let good = b"domains:\n  - domain: edge\n    buckets:\n      - { bucket: { name: x }, blanket: deny_all }\n".to_vec();
+        assert_eq!(file.apply(&good), Ok(Some(1)));
+        assert_eq!(config.load().domains(), 1);
+        // The same meaning again: nothing new in force.
+        assert_eq!(file.apply(&good), Ok(None));
+        // Refused: the reason names the flag and the place; the previous stays.
+        let bad =
+            b"domains:\n  - domain: edge\n    buckets:\n      - { bucket: { name: x } }\n".to_vec();
+        let e = file.apply(&bad).expect_err("refused");
+        assert!(e.starts_with("--rlqs-config: domains[0].buckets[0]"), "{e}");
+        assert_eq!(config.load().domains(), 1);
+        assert!(file.apply(&vec![0xff, 0xfe]).is_err());
+    }
+}
