@@ -279,54 +279,64 @@ impl prometheus_client::collector::Collector for ReloadCollector {
                     successful,
                 )
             }
-            Reloaded::Envoy => {
-                encode_family(
-                    &mut e,
-                    Kind::Counter,
-                    "envoy_config_reload",
-                    "envoyproxy/ratelimit configuration reloads (--envoy-config): ok or error (refused; the previous stays).",
-                    "result",
-                    &results,
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "envoy_config_generation",
-                    "envoyproxy/ratelimit configurations put in force since start (1: loaded at start; 0: none).",
-                    load(&s.generation),
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "envoy_config_last_reload_successful",
-                    "0 while the envoyproxy/ratelimit configuration as last read is refused (the previous stays in force), else 1.",
-                    successful,
-                )
-            }
-            Reloaded::Rlqs => {
-                encode_family(
-                    &mut e,
-                    Kind::Counter,
-                    "rlqs_config_reload",
-                    "RLQS configuration reloads (--rlqs-config): ok or error (refused; the previous stays).",
-                    "result",
-                    &results,
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "rlqs_config_generation",
-                    "RLQS configurations put in force since start (1: loaded at start; 0: none).",
-                    load(&s.generation),
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "rlqs_config_last_reload_successful",
-                    "0 while the RLQS configuration as last read is refused (the previous stays in force), else 1.",
-                    successful,
-                )
-            }
+            // The same three families, named after the configuration (help texts as they were).
+            Reloaded::Envoy => encode_config(
+                &mut e,
+                "envoy_config",
+                "envoyproxy/ratelimit configuration",
+                "--envoy-config",
+                &results,
+                load(&s.generation),
+                successful,
+            ),
+            Reloaded::Rlqs => encode_config(
+                &mut e,
+                "rlqs_config",
+                "RLQS configuration",
+                "--rlqs-config",
+                &results,
+                load(&s.generation),
+                successful,
+            ),
         }
     }
+}
+
+/// A configuration file's reload metrics (`{prefix}_reload_total{result}`,
+/// `{prefix}_generation`, `{prefix}_last_reload_successful`), `what` and `flag` naming it.
+#[allow(clippy::too_many_arguments)]
+fn encode_config(
+    e: &mut prometheus_client::encoding::DescriptorEncoder,
+    prefix: &str,
+    what: &str,
+    flag: &str,
+    results: &[(&str, u64)],
+    generation: u64,
+    successful: u64,
+) -> Result<(), std::fmt::Error> {
+    use crate::metrics::{Kind, encode_family, encode_one};
+    encode_family(
+        e,
+        Kind::Counter,
+        &format!("{prefix}_reload"),
+        &format!("{what} reloads ({flag}): ok or error (refused; the previous stays)."),
+        "result",
+        results,
+    )?;
+    encode_one(
+        e,
+        Kind::Gauge,
+        &format!("{prefix}_generation"),
+        &format!("{what}s put in force since start (1: loaded at start; 0: none)."),
+        generation,
+    )?;
+    encode_one(
+        e,
+        Kind::Gauge,
+        &format!("{prefix}_last_reload_successful"),
+        &format!(
+            "0 while the {what} as last read is refused (the previous stays in force), else 1."
+        ),
+        successful,
+    )
 }
