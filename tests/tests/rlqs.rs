@@ -4,7 +4,8 @@
 //! stream of its own, Envoy i on node i mod 3, reopening a broken stream on the next node).
 //! Their demand is skewed (Envoy 0 has 80% of it) and twice the rule's rate: the cluster keeps
 //! the sum within the rate without starving the quiet Envoys, answers blanket and unmatched
-//! buckets, and goes on when the node that owns the rule's bucket is SIGKILLed. A failure lists
+//! buckets, goes on when the node that owns the rule's bucket is SIGKILLed, and a node that
+//! stops ends its assignments (TTL 0) so that its Envoys move. A failure lists
 //! every check that failed, then each run's summary (its lines are kept in target/tmp). The
 //! bench (a minute, ±5%) is bench/rlqs.sh.
 
@@ -495,5 +496,65 @@ async fn the_owner_of_the_rules_bucket_sigkilled_mid_run() -> Result<()> {
             )
         });
     }
+    f.done(&[&run])
+}
+
+/// A node that stops (SIGTERM) first ends every assignment it made (TTL 0) and closes its
+/// streams, so that its Envoys fall back at once and move to another node, where they are
+/// assigned again; the others go on (the stopping node does not own the rule's bucket).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_ends_its_assignments_and_its_envoys_move() -> Result<()> {
+    let Some(py) = python()? else { return Ok(()) };
+    let _one_at_a_time = exclusive().await;
+    let mut c = Cluster::start().await?;
+    let owner = c.owner_of(API_KEY).await?;
+    let victim = (owner + 1) % 3;
+    let addrs = c.addrs();
+    let run = tokio::spawn({
+        let py = py.clone();
+        async move { simulate(&py, "node-stopped", skewed(&addrs), RUN_S).await }
+    });
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    let stopped_at = now_s();
+    c.nodes[victim].terminate()?;
+    let run = run.await??;
+    let mut f = Failures::default();
+    f.check(run.ok(), || format!("the run exited {:?}", run.code));
+    let start = run
+        .events("start")
+        .next()
+        .and_then(|s| s["wall"].as_f64())
+        .with_context(|| format!("no start line: {run}"))?;
+    let t_stop = stopped_at - start;
+    for envoy in (0..10).filter(|i| i % 3 == victim) {
+        let ended = run
+            .events("assignment")
+            .find(|e| e["envoy"] == envoy && e["ended"] == true)
+            .and_then(|e| e["t"].as_f64());
+        f.check(ended.is_some_and(|t| t >= t_stop - 0.5), || {
+            format!(
+                "Envoy {envoy} (on the stopped node-{victim}) got no TTL 0 after the SIGTERM at \
+                 {t_stop:.2} s (first at {ended:?})"
+            )
+        });
+        let moved = run
+            .events("reconnect")
+            .find(|e| e["envoy"] == envoy && e["t"].as_f64() >= Some(t_stop - 0.5))
+            .and_then(|e| e["t"].as_f64());
+        let assigned = moved.is_some_and(|moved| {
+            run.events("assignment")
+                .any(|e| e["envoy"] == envoy && e["ended"] != true && e["t"].as_f64() > Some(moved))
+        });
+        f.check(assigned, || {
+            format!(
+                "Envoy {envoy} (on the stopped node-{victim}) reconnected at {moved:?} s and was \
+                 not assigned again after"
+            )
+        });
+    }
+    let ratio = run.figure("admitted_ratio");
+    f.check(ratio <= 1.15, || {
+        format!("admitted {ratio} x limit x time, want <= 1.15")
+    });
     f.done(&[&run])
 }
