@@ -74,6 +74,9 @@ const UNKNOWN_DEMAND: f64 = 1e12;
 const MIN_ELAPSED_S: f64 = 0.1;
 /// Most buckets one stream may report; beyond them new buckets are abandoned.
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
+/// Most buckets on all the streams of this node; beyond them new buckets are abandoned (the
+/// node's memory stays bounded whatever Envoys report).
+pub const MAX_BUCKETS: usize = 100_000;
 /// Assignments and abandons queued for one stream; an Envoy that reads none is dropped.
 const QUEUE: usize = 256;
 
@@ -162,6 +165,9 @@ pub struct Rlqs {
     /// given up at its owner (an ask with no streams) instead of holding its share until the
     /// owner forgets this node.
     asked: Mutex<std::collections::HashSet<RuleBucket>>,
+    /// Buckets on all streams (kept with every insert and removal, checked against
+    /// [`MAX_BUCKETS`]).
+    bucket_count: std::sync::atomic::AtomicUsize,
 }
 
 /// Why a report ended its stream.
@@ -189,6 +195,7 @@ impl Rlqs {
             wake: Notify::new(),
             stopping: AtomicBool::new(false),
             asked: Mutex::new(std::collections::HashSet::new()),
+            bucket_count: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -199,7 +206,15 @@ impl Rlqs {
 
     /// Buckets reported on the streams open here.
     pub fn buckets(&self) -> usize {
-        self.streams.lock().values().map(|s| s.buckets.len()).sum()
+        self.bucket_count.load(Ordering::Relaxed)
+    }
+
+    /// Removes a stream (its sender dropped: its answers end), its buckets uncounted.
+    fn remove(&self, streams: &mut HashMap<u64, Stream>, stream: u64) -> Option<Stream> {
+        let s = streams.remove(&stream)?;
+        self.bucket_count
+            .fetch_sub(s.buckets.len(), Ordering::Relaxed);
+        Some(s)
     }
 
     /// A new stream, answered on `tx`; `None` while the node stops.
@@ -224,12 +239,12 @@ impl Rlqs {
 
     /// The stream ended (its Envoy went away).
     pub fn close(&self, stream: u64) {
-        self.streams.lock().remove(&stream);
+        self.remove(&mut self.streams.lock(), stream);
     }
 
     /// Ends the stream with `status` (an invalid report).
     pub fn fail(&self, stream: u64, status: tonic::Status) {
-        if let Some(s) = self.streams.lock().remove(&stream) {
+        if let Some(s) = self.remove(&mut self.streams.lock(), stream) {
             let _ = s.tx.try_send(Err(status));
         }
     }
@@ -313,7 +328,9 @@ impl Rlqs {
                 }
                 None => {
                     let matched = config.matched(&domain, &id.bucket);
-                    if s.buckets.len() >= MAX_BUCKETS_PER_STREAM || matched.is_none() {
+                    let full = s.buckets.len() >= MAX_BUCKETS_PER_STREAM
+                        || self.bucket_count.load(Ordering::Relaxed) >= MAX_BUCKETS;
+                    if full || matched.is_none() {
                         actions.push(abandon(id));
                         self.stats.abandons.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -343,12 +360,13 @@ impl Rlqs {
                         None => {}
                     }
                     s.buckets.insert(key, b);
+                    self.bucket_count.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
         drop(by_rule);
         if !actions.is_empty() && !push(s, actions) {
-            streams.remove(&stream);
+            self.remove(&mut streams, stream);
             self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
         }
         drop(streams);
@@ -406,6 +424,7 @@ impl Rlqs {
             for (sid, s) in streams.iter_mut() {
                 let mut actions = Vec::new();
                 let domain = s.domain.clone().unwrap_or_default();
+                let before = s.buckets.len();
                 s.buckets.retain(|_, b| {
                     if now.saturating_sub(b.last_request_ns) > QUIET_NS {
                         actions.push(abandon(b.id.clone()));
@@ -438,6 +457,8 @@ impl Rlqs {
                         Some((Target::Rule { .. }, _)) => true,
                     }
                 });
+                self.bucket_count
+                    .fetch_sub(before - s.buckets.len(), Ordering::Relaxed);
                 for (key, b) in &s.buckets {
                     if let Some(Matched {
                         target:
@@ -464,7 +485,7 @@ impl Rlqs {
                 }
             }
             for sid in dropped {
-                streams.remove(&sid);
+                self.remove(&mut streams, sid);
                 self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -626,7 +647,7 @@ impl Rlqs {
         for (sid, actions) in per_stream {
             let ok = streams.get_mut(&sid).is_none_or(|s| push(s, actions));
             if !ok {
-                streams.remove(&sid);
+                self.remove(&mut streams, sid);
                 self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -637,6 +658,7 @@ impl Rlqs {
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
         let mut streams = self.streams.lock();
+        self.bucket_count.store(0, Ordering::Relaxed);
         for (_, s) in streams.drain() {
             let actions: Vec<BucketAction> = s
                 .buckets

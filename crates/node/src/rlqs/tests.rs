@@ -198,3 +198,49 @@ fn the_owner_splits_a_rule_rate_among_members_streams() {
     ));
     assert_eq!(r.owner.buckets(), 1);
 }
+
+#[test]
+fn buckets_are_counted_as_streams_come_and_go() {
+    let r = rlqs();
+    let (a, _rx_a) = open(&r);
+    let (b, _rx_b) = open(&r);
+    let api = |t: &str| usage(&[("name", "api"), ("tenant", t)], 1);
+    r.report(a, report("edge", vec![api("x"), api("y")]))
+        .expect("valid");
+    r.report(b, report("edge", vec![api("x")])).expect("valid");
+    // Reported again: still three.
+    r.report(a, report("edge", vec![api("x")])).expect("valid");
+    assert_eq!(r.buckets(), 3);
+    r.close(a);
+    assert_eq!(r.buckets(), 1);
+    r.fail(b, tonic::Status::invalid_argument("test"));
+    assert_eq!(r.buckets(), 0);
+}
+
+#[test]
+fn a_node_full_of_buckets_abandons_new_ones() {
+    let r = rlqs();
+    let mut rxs = Vec::new();
+    let api = |t: String| usage(&[("name", "api"), ("tenant", &t)], 1);
+    for s in 0..MAX_BUCKETS / MAX_BUCKETS_PER_STREAM {
+        let (id, rx) = open(&r);
+        rxs.push(rx);
+        let usages = (0..MAX_BUCKETS_PER_STREAM)
+            .map(|i| api(format!("{s}-{i}")))
+            .collect();
+        r.report(id, report("edge", usages)).expect("valid");
+    }
+    assert_eq!(r.buckets(), MAX_BUCKETS);
+    let (id, mut rx) = open(&r);
+    r.report(id, report("edge", vec![api("one-more".into())]))
+        .expect("valid");
+    let got = actions(&mut rx);
+    assert!(
+        matches!(
+            got.first().and_then(|a| a.bucket_action.as_ref()),
+            Some(bucket_action::BucketAction::AbandonAction(_))
+        ),
+        "{got:?}"
+    );
+    assert_eq!(r.buckets(), MAX_BUCKETS);
+}
