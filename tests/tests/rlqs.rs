@@ -435,30 +435,64 @@ async fn ten_envoys_share_the_rule_and_blanket_and_unmatched_buckets_are_answere
     f.done(&[&skew, &blanket])
 }
 
+/// Runs the skewed simulation and, `after` into it, does `hit` to node `victim`; returns the
+/// run and when the hit came, in seconds of the run.
+async fn run_and_hit(
+    c: &mut Cluster,
+    py: &str,
+    what: &'static str,
+    victim: usize,
+    after: Duration,
+    hit: impl FnOnce(&mut ProcessNode) -> Result<()>,
+) -> Result<(Run, f64)> {
+    let addrs = c.addrs();
+    let run = tokio::spawn({
+        let py = py.to_owned();
+        async move { simulate(&py, what, skewed(&addrs), RUN_S).await }
+    });
+    tokio::time::sleep(after).await;
+    let hit_at = now_s();
+    hit(&mut c.nodes[victim])?;
+    let run = run.await??;
+    let start = run
+        .events("start")
+        .next()
+        .and_then(|s| s["wall"].as_f64())
+        .with_context(|| format!("no start line: {run}"))?;
+    Ok((run, hit_at - start))
+}
+
+/// When `envoy` reconnected after `t` s, and whether it was assigned again after that.
+fn reassigned(run: &Run, envoy: usize, t: f64) -> (Option<f64>, bool) {
+    let moved = run
+        .events("reconnect")
+        .find(|e| e["envoy"] == envoy && e["t"].as_f64() >= Some(t - 0.5))
+        .and_then(|e| e["t"].as_f64());
+    let assigned = moved.is_some_and(|moved| {
+        run.events("assignment")
+            .any(|e| e["envoy"] == envoy && e["ended"] != true && e["t"].as_f64() > Some(moved))
+    });
+    (moved, assigned)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owner_of_the_rules_bucket_sigkilled_mid_run() -> Result<()> {
     let Some(py) = python()? else { return Ok(()) };
     let _one_at_a_time = exclusive().await;
     let mut c = Cluster::start().await?;
     let victim = c.owner_of(API_KEY).await?;
-    let addrs = c.addrs();
-    let run = tokio::spawn({
-        let py = py.clone();
-        async move { simulate(&py, "owner-killed", skewed(&addrs), RUN_S).await }
-    });
     // About 5 s into the run (the simulator starts in well under a second).
-    tokio::time::sleep(Duration::from_millis(5_500)).await;
-    let killed_at = now_s();
-    c.nodes[victim].kill()?;
-    let run = run.await??;
+    let (run, t_kill) = run_and_hit(
+        &mut c,
+        &py,
+        "owner-killed",
+        victim,
+        Duration::from_millis(5_500),
+        ProcessNode::kill,
+    )
+    .await?;
     let mut f = Failures::default();
     f.check(run.ok(), || format!("the run exited {:?}", run.code));
-    let start = run
-        .events("start")
-        .next()
-        .and_then(|s| s["wall"].as_f64())
-        .with_context(|| format!("no start line: {run}"))?;
-    let t_kill = killed_at - start;
     ensure!(
         (2.0..RUN_S as f64 - 5.0).contains(&t_kill),
         "killed at {t_kill} s into the run: {run}"
@@ -481,14 +515,7 @@ async fn the_owner_of_the_rules_bucket_sigkilled_mid_run() -> Result<()> {
 
     // The Envoys of the killed node moved to another and were assigned again there.
     for envoy in (0..10).filter(|i| i % 3 == victim) {
-        let moved = run
-            .events("reconnect")
-            .find(|e| e["envoy"] == envoy && e["t"].as_f64() >= Some(t_kill - 0.5))
-            .and_then(|e| e["t"].as_f64());
-        let assigned = moved.is_some_and(|moved| {
-            run.events("assignment")
-                .any(|e| e["envoy"] == envoy && e["t"].as_f64() > Some(moved))
-        });
+        let (moved, assigned) = reassigned(&run, envoy, t_kill);
         f.check(assigned, || {
             format!(
                 "Envoy {envoy} (on the killed node-{victim}) reconnected at {moved:?} s and was \
@@ -509,23 +536,17 @@ async fn a_stopping_node_ends_its_assignments_and_its_envoys_move() -> Result<()
     let mut c = Cluster::start().await?;
     let owner = c.owner_of(API_KEY).await?;
     let victim = (owner + 1) % 3;
-    let addrs = c.addrs();
-    let run = tokio::spawn({
-        let py = py.clone();
-        async move { simulate(&py, "node-stopped", skewed(&addrs), RUN_S).await }
-    });
-    tokio::time::sleep(Duration::from_millis(4_000)).await;
-    let stopped_at = now_s();
-    c.nodes[victim].terminate()?;
-    let run = run.await??;
+    let (run, t_stop) = run_and_hit(
+        &mut c,
+        &py,
+        "node-stopped",
+        victim,
+        Duration::from_millis(4_000),
+        ProcessNode::terminate,
+    )
+    .await?;
     let mut f = Failures::default();
     f.check(run.ok(), || format!("the run exited {:?}", run.code));
-    let start = run
-        .events("start")
-        .next()
-        .and_then(|s| s["wall"].as_f64())
-        .with_context(|| format!("no start line: {run}"))?;
-    let t_stop = stopped_at - start;
     for envoy in (0..10).filter(|i| i % 3 == victim) {
         let ended = run
             .events("assignment")
@@ -537,14 +558,7 @@ async fn a_stopping_node_ends_its_assignments_and_its_envoys_move() -> Result<()
                  {t_stop:.2} s (first at {ended:?})"
             )
         });
-        let moved = run
-            .events("reconnect")
-            .find(|e| e["envoy"] == envoy && e["t"].as_f64() >= Some(t_stop - 0.5))
-            .and_then(|e| e["t"].as_f64());
-        let assigned = moved.is_some_and(|moved| {
-            run.events("assignment")
-                .any(|e| e["envoy"] == envoy && e["ended"] != true && e["t"].as_f64() > Some(moved))
-        });
+        let (moved, assigned) = reassigned(&run, envoy, t_stop);
         f.check(assigned, || {
             format!(
                 "Envoy {envoy} (on the stopped node-{victim}) reconnected at {moved:?} s and was \
