@@ -84,21 +84,34 @@ impl RecallLink {
             return Ok(Vec::new());
         }
         let ids = ids[..ids.len().min(BUCKETS_PER_FRAME)].to_vec();
-        match self.0.request(&Frame::Recall { ids }, RECALL_WITHIN).await {
-            Ok(Frame::Recalled { buckets }) => Ok(buckets
+        let ask = Frame::Recall { ids };
+        request_or_close(&mut self.0, &ask, RECALL_WITHIN, |answer| match answer {
+            Frame::Recalled { buckets } => Ok(buckets
                 .into_iter()
                 .map(|b| (b.id, BucketState::from_wire(b.state)))
                 .collect()),
-            Ok(other) => {
-                self.0.close();
-                Err(SessionError::Unexpected(other.kind()))
-            }
-            Err(e) => {
-                self.0.close();
-                Err(e)
-            }
-        }
+            other => Err(other),
+        })
+        .await
     }
+}
+
+/// `frame` asked on a link's own session, the answer taken by `accept`; on an error, or an
+/// answer `accept` gives back, the connection is dropped (the next request makes a new one).
+async fn request_or_close<T>(
+    session: &mut Session,
+    frame: &Frame,
+    within: Duration,
+    accept: impl FnOnce(Frame) -> Result<T, Frame>,
+) -> Result<T, SessionError> {
+    let answer = session
+        .request(frame, within)
+        .await
+        .and_then(|f| accept(f).map_err(|other| SessionError::Unexpected(other.kind())));
+    if answer.is_err() {
+        session.close();
+    }
+    answer
 }
 
 /// One member's connection of its own for clock samples (see [`Peers::clock_link`]).
@@ -117,24 +130,23 @@ impl ClockLink {
             return Ok(None);
         }
         let sent_ns = now();
-        match self.0.request(&Frame::Clock { sent_ns }, within).await {
-            Ok(Frame::ClockIs {
-                sent_ns: echoed,
-                now_ns,
-            }) if echoed == sent_ns => Ok(Some(Sample {
-                sent_ns,
-                peer_ns: now_ns,
-                received_ns: now(),
-            })),
-            Ok(other) => {
-                self.0.close();
-                Err(SessionError::Unexpected(other.kind()))
-            }
-            Err(e) => {
-                self.0.close();
-                Err(e)
-            }
-        }
+        request_or_close(
+            &mut self.0,
+            &Frame::Clock { sent_ns },
+            within,
+            |answer| match answer {
+                Frame::ClockIs {
+                    sent_ns: echoed,
+                    now_ns,
+                } if echoed == sent_ns => Ok(Some(Sample {
+                    sent_ns,
+                    peer_ns: now_ns,
+                    received_ns: now(),
+                })),
+                other => Err(other),
+            },
+        )
+        .await
     }
 }
 
