@@ -491,7 +491,8 @@ impl Rlqs {
         }
         // Asks grouped by owner; this node's own answered here.
         let mut by_owner: HashMap<Option<Arc<str>>, Vec<(RuleBucket, QuotaAsk)>> = HashMap::new();
-        let mut fallback: Vec<(RuleBucket, f64)> = Vec::new();
+        // Each rule bucket's rate, for streams no owner answers.
+        let mut rates: HashMap<RuleBucket, f64> = HashMap::new();
         let gone: Vec<RuleBucket> = {
             let mut asked = self.asked.lock();
             let gone = asked
@@ -541,10 +542,9 @@ impl Rlqs {
                 .entry(owner)
                 .or_default()
                 .push(((rule.clone(), key.clone()), ask));
-            fallback.push(((rule.clone(), key.clone()), rate));
+            rates.insert((rule.clone(), key.clone()), rate);
         }
         let members = view.ring.members().len().max(1) as f64;
-        let fallback: HashMap<_, _> = fallback.into_iter().collect();
         let mut answers: Vec<(RuleBucket, Option<QuotaAnswer>)> = Vec::new();
         for (owner, asks) in by_owner {
             let (names, asks): (Vec<_>, Vec<_>) = asks.into_iter().unzip();
@@ -587,7 +587,7 @@ impl Rlqs {
                 // Warming, or no owner answered: keep what is assigned; a stream with nothing
                 // yet gets its part of this node's fallback share (the rate over the members).
                 Some(QuotaAnswer::Warming) | None => {
-                    let share = fallback.get(&name).copied().unwrap_or(0.0) / members;
+                    let share = rates.get(&name).copied().unwrap_or(0.0) / members;
                     let demands: Vec<f64> = members_streams.iter().map(|s| s.demand).collect();
                     quota::shares(share, &demands)
                         .into_iter()
