@@ -57,6 +57,7 @@ mkdir -p "$OUT_DIR"
 #   reserve.sh         28800
 #   tls.sh             28900
 #   skew.sh            29000
+#   replica_cost.sh    27900
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
 default_base_port() {
@@ -83,6 +84,7 @@ default_base_port() {
     reserve.sh) echo 28800 ;;
     tls.sh) echo 28900 ;;
     skew.sh) echo 29000 ;;
+    replica_cost.sh) echo 27900 ;;
     faults.sh | accuracy.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac

@@ -485,13 +485,26 @@ impl Engine {
         match state {
             Some(state) if stood_in => self.copies.overlap(id, state, now),
             Some(state) => {
-                self.has_copies.store(true, Ordering::Relaxed);
+                // Read first: checks read the flag on every new bucket, and a store would take
+                // their cache line away on every copy.
+                if !self.has_copies.load(Ordering::Relaxed) {
+                    self.has_copies.store(true, Ordering::Relaxed);
+                }
                 self.copies.put(id, state, now);
             }
             None if stood_in => {}
             None => {
                 self.copies.take(id);
             }
+        }
+    }
+
+    /// Starts loading the copies of `ids` into the cache before [`Engine::keep_copy`] keeps
+    /// them one by one (a frame's copies are spread over the table: one cache miss each,
+    /// overlapped this way).
+    pub fn prefetch_copies(&self, ids: impl Iterator<Item = u64>) {
+        for id in ids {
+            self.copies.prefetch(id);
         }
     }
 

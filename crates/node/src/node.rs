@@ -563,6 +563,7 @@ pub async fn run(
             peers: pool,
             view: view_cell.clone(),
             replicas: config.replicas,
+            flush: config.replica_flush,
             stats: replica_stats,
         }
         .run(),

@@ -99,29 +99,32 @@ impl Ring {
     }
 
     /// The changes from sequence `from` on, coalesced (each id once, at its last sequence, in
-    /// sequence order), with their states read by `state`; `Err(Lagged)` when some of them were
-    /// overwritten. Either way the follower's place becomes [`Ring::head`].
-    pub fn read(
-        &self,
-        from: u64,
-        cap: usize,
-        mut state: impl FnMut(u64) -> Option<BucketState>,
-        out: &mut Vec<Change>,
-    ) -> Result<(), Lagged> {
+    /// sequence order), without their states (the caller reads them: see `Store::changes`);
+    /// `Err(Lagged)` when some of them were overwritten. Either way the follower's place
+    /// becomes [`Ring::head`].
+    pub fn read(&self, from: u64, cap: usize, out: &mut Vec<Change>) -> Result<(), Lagged> {
         let oldest = self.next - self.ids.len() as u64;
         if from < oldest {
             return Err(Lagged { shards: 1 });
         }
         let start = out.len();
+        // A drain every few ms finds a change or two per shard: a scan of those beats hashing
+        // (a set is built only for a long read).
+        let long = self.next - from > 16;
         let mut seen = HashSet::new();
         // Newest first, so that an id is taken at its last change.
         for seq in (from..self.next).rev() {
             let id = self.ids[((seq - self.base) % cap as u64) as usize];
-            if seen.insert(id) {
+            let new = if long {
+                seen.insert(id)
+            } else {
+                !out[start..].iter().any(|c| c.id == id)
+            };
+            if new {
                 out.push(Change {
                     seq,
                     id,
-                    state: state(id),
+                    state: None,
                 });
             }
         }

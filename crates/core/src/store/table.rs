@@ -265,10 +265,21 @@ impl Table {
     ) -> Evicted {
         let id = key(id);
         let mut evicted = Evicted::default();
+        let w = state.weight();
         if let Ok(i) = self.find(id) {
+            // Replaced where it lies when it grows no heavier (nothing to evict): a replica's
+            // copies are replaced on every change their owner sends, and removing (a shift of
+            // the probe run) then probing again cost as much as the lookup's cache miss.
+            let old = self.slots[i].state.weight();
+            if w <= old {
+                self.slots[i].state = state;
+                self.weight = self.weight - old + w;
+                self.take_referenced(i);
+                self.set_local(i, local);
+                return evicted;
+            }
             self.remove_at(i);
         }
-        let w = state.weight();
         if w > self.capacity {
             evicted.add(&state, now);
             return evicted;
@@ -512,6 +523,31 @@ mod tests {
         let e = t.put(5000, tat(u64::MAX), 0);
         assert_eq!((e.count, e.limiting), (1, 1));
         assert_eq!((t.len(), t.slots()), (1000, 2048));
+    }
+
+    #[test]
+    fn a_replaced_bucket_stays_in_its_slot_or_makes_room_as_it_grows() {
+        let mut t = Table::new(10);
+        let ids: Vec<u64> = crowded(10).collect();
+        for (k, &id) in ids.iter().enumerate() {
+            t.put(id, tat(u64::MAX - k as u64), 0);
+        }
+        // Same weight: replaced where it lies, every bucket of the probe run still found.
+        assert_eq!(t.put(ids[3], tat(7), 0), Evicted::default());
+        assert_eq!((t.len(), t.weight), (10, 10));
+        assert_eq!(t.peek(ids[3]), Some(&tat(7)));
+        for &id in &ids {
+            assert!(t.contains(id), "{id}");
+        }
+        // Heavier (a sliding log of up to 16 entries weighs 5): room is made by evicting
+        // others, never the bucket being replaced, and the bound holds.
+        let heavy = BucketState::Log(Box::new(crate::limiter::SlidingLog::new(16)));
+        let w = heavy.weight();
+        assert_eq!(w, 5);
+        let e = t.put(ids[5], heavy.clone(), 0);
+        assert_eq!(e.count, w - 1);
+        assert_eq!(t.peek(ids[5]), Some(&heavy));
+        assert!(t.weight <= 10);
     }
 
     #[test]

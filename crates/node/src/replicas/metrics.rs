@@ -59,7 +59,7 @@ impl Collector for ReplicaCollector {
         let s = &self.stats;
         s.lag.encode(e.encode_descriptor(
             "replication_lag_seconds",
-            "Time from a bucket's change read from the change feed to its copy written to the replica's connection (acknowledged, for a replica older than protocol 5).",
+            "How long the oldest change in a frame of copies waited, at most: from the previous drain of the change feed (every change the frame carries was made after it) to the frame written to the replica's connection (acknowledged, for a replica older than protocol 5).",
             None,
             MetricType::Histogram,
         )?)?;

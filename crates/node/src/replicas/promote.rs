@@ -2,9 +2,9 @@
 //! (their owner left the ring), and copies it no longer replicates are dropped.
 //!
 //! What a promoted bucket is charged: its copy, nothing more. The copy lacks only what the
-//! owner admitted after its last acknowledged frame: fewer than [`super::sender::SEND_AT`]
-//! changed buckets, or what it admitted in [`super::sender::HOLD_AT_MOST`] plus a frame's
-//! round trip, when the owner's link was healthy up to its death
+//! owner admitted after its last frame written: what it admitted in one flush interval
+//! (`--replica-flush-ms`, [`super::sender::FLUSH_EVERY`] by default) plus a frame's way to
+//! the replica, when the owner's link was healthy up to its death
 //! (`ringlimit_replication_lag_seconds` says how long that is). Charging that window would have to guess the owner's rate in it: the safe guess (all
 //! that was left could have gone in a burst) denies every promoted key until it refills, a
 //! false deny for the whole cluster for what is at most a few ms of one owner's admissions;

@@ -13,6 +13,7 @@ impl PeerServer {
         let now = self.here.now();
         let kept = buckets.len() as u64;
         let engine = self.here.engine();
+        engine.prefetch_copies(buckets.iter().map(|b| b.id));
         for b in buckets {
             engine.keep_copy(b.id, b.state.map(BucketState::from_wire), now);
         }
