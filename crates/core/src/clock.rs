@@ -5,7 +5,7 @@
 //! drains a bucket. Wall time matters only for window numbering and the `reset_at_ms` of answers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds per millisecond.
@@ -35,28 +35,178 @@ pub trait Clock: Send + Sync + 'static {
 /// The offset comes from `quanta` (the calibrated TSC where the CPU has an invariant one, the
 /// OS monotonic clock otherwise): one read per check, and `Instant::now` cost more than the
 /// whole store lookup (28 ns vs ~14 ns, `cargo bench -p ringlimit-core --bench store`).
+///
+/// A calibrated counter runs a little fast or slow: measured here, 0.45 µs a second behind the
+/// OS monotonic clock (about 39 ms a day: a node up for a week would drift past
+/// `--max-clock-offset-ms`). So a thread of the process steers it every second towards Unix
+/// time at start plus the OS monotonic clock (which NTP slews but never steps): by changing its
+/// rate, at most 500 ppm either way ([`MAX_SLEW_PPB`]), never by a step, so a reading never
+/// jumps and a wall-clock step still moves nothing. Every `SystemClock` of a process shares
+/// that one anchor.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,
-    origin: u64,
-    origin_unix_ns: u64,
+    anchor: &'static Anchor,
+}
+
+/// The most the steering changes the clock's rate, in parts per billion: 500 ppm, NTP's own
+/// limit for a slew (0.5 ms a second).
+pub const MAX_SLEW_PPB: i64 = 500_000;
+
+/// How often the clock is steered.
+const STEER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Where the clock stands: at counter reading `raw` it read `at`, and it runs `adj_ppb` parts
+/// per billion faster (or slower) than the calibrated counter from there. Written only by the
+/// steering thread, read by every check, under a sequence lock (readers never write, so they
+/// share the cache line).
+#[derive(Debug)]
+struct Anchor {
+    seq: AtomicU64,
+    raw: AtomicU64,
+    at: AtomicU64,
+    adj_ppb: AtomicI64,
+}
+
+/// One reading of the [`Anchor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fix {
+    raw: u64,
+    at: u64,
+    adj_ppb: i64,
+}
+
+impl Fix {
+    /// The reading `elapsed` calibrated nanoseconds after the anchor.
+    fn reading(&self, elapsed: u64) -> u64 {
+        let adj = i128::from(elapsed) * i128::from(self.adj_ppb) / 1_000_000_000;
+        let elapsed = (i128::from(elapsed) + adj).max(0);
+        self.at
+            .saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
+    }
+}
+
+/// The rate that brings the clock onto its target over the next `interval_ns`, given that it
+/// is `err_ns` behind it now (negative: ahead), within [`MAX_SLEW_PPB`]. Proportional only: a
+/// counter `d` ppb off settles `d` ns (per second of interval) from its target, under a µs.
+fn steer(err_ns: i64, interval_ns: u64) -> i64 {
+    let ppb = i128::from(err_ns) * 1_000_000_000 / i128::from(interval_ns.max(1));
+    ppb.clamp(-i128::from(MAX_SLEW_PPB), i128::from(MAX_SLEW_PPB)) as i64
+}
+
+impl Anchor {
+    fn load(&self) -> Fix {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let fix = Fix {
+                raw: self.raw.load(Ordering::Relaxed),
+                at: self.at.load(Ordering::Relaxed),
+                adj_ppb: self.adj_ppb.load(Ordering::Relaxed),
+            };
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == before {
+                return fix;
+            }
+        }
+    }
+
+    /// Only the steering thread (and the first use) writes.
+    fn store(&self, fix: Fix) {
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        self.raw.store(fix.raw, Ordering::Relaxed);
+        self.at.store(fix.at, Ordering::Relaxed);
+        self.adj_ppb.store(fix.adj_ppb, Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The process's clock: its counter, its anchor, and the OS monotonic clock's reading at the
+/// start with the Unix time then (the target the steering follows).
+fn process_clock() -> &'static (quanta::Clock, Anchor) {
+    static CLOCK: std::sync::OnceLock<(quanta::Clock, Anchor)> = std::sync::OnceLock::new();
+    CLOCK.get_or_init(|| {
+        // Calibrate first: `quanta` calibrates against the OS clock on the first `Clock::new`
+        // of a process, for up to 200 ms under load. Reading the wall clock before it put a
+        // node's clock behind by that long (13 ms seen in CI).
+        let clock = quanta::Clock::new();
+        // Then the wall clock, read between two counter reads and two monotonic reads, the origin
+        // their midpoints; the tightest of a few tries, since a thread preempted in the middle
+        // of one pairs readings microseconds apart (the steering would then keep that offset
+        // from the wall clock for good: 15-18 µs in one run of two, before this).
+        let _ = (std::time::Instant::now(), unix_ns(), clock.raw());
+        let mut best: Option<(u64, u64, std::time::Instant, u64)> = None;
+        for _ in 0..8 {
+            let before = clock.raw();
+            let early = std::time::Instant::now();
+            let unix = unix_ns();
+            let late = std::time::Instant::now();
+            let after = clock.raw();
+            let spread = clock.delta_as_nanos(before, after);
+            if best.is_none_or(|(s, ..)| spread < s) {
+                let origin = before.saturating_add(after.saturating_sub(before) / 2);
+                let mono = early + late.saturating_duration_since(early) / 2;
+                best = Some((spread, origin, mono, unix));
+            }
+        }
+        let (origin, mono, unix) = match best {
+            Some((_, origin, mono, unix)) => (origin, mono, unix),
+            None => (clock.raw(), std::time::Instant::now(), unix_ns()),
+        };
+        let anchor = Anchor {
+            seq: AtomicU64::new(0),
+            raw: AtomicU64::new(origin),
+            at: AtomicU64::new(unix),
+            adj_ppb: AtomicI64::new(0),
+        };
+        let steered = clock.clone();
+        // Without the thread the clock still works, only unsteered.
+        let _ = std::thread::Builder::new()
+            .name("ringlimit-clock".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(STEER_EVERY);
+                    // Set once this closure's caller returns (long before a second is up).
+                    let Some((_, anchor)) = CLOCK.get() else {
+                        continue;
+                    };
+                    // The target read between two counter reads (their midpoint is its
+                    // instant); a sample the thread was preempted in the middle of is skipped.
+                    let before = steered.raw();
+                    let since = mono.elapsed();
+                    let after = steered.raw();
+                    if steered.delta_as_nanos(before, after) > 20_000 {
+                        continue;
+                    }
+                    let raw = before.saturating_add(after.saturating_sub(before) / 2);
+                    let target =
+                        unix.saturating_add(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
+                    let fix = anchor.load();
+                    let now = fix.reading(steered.delta_as_nanos(fix.raw, raw));
+                    let err = i64::try_from(i128::from(target) - i128::from(now))
+                        .unwrap_or(if target > now { i64::MAX } else { i64::MIN });
+                    let interval = u64::try_from(STEER_EVERY.as_nanos()).unwrap_or(u64::MAX);
+                    anchor.store(Fix {
+                        raw,
+                        at: now,
+                        adj_ppb: steer(err, interval),
+                    });
+                }
+            });
+        (clock, anchor)
+    })
 }
 
 impl SystemClock {
     pub fn new() -> Self {
-        // Calibrate first: `quanta` calibrates against the OS clock on the first `Clock::new`
-        // of a process, for up to 200 ms under load. Reading the wall clock before it put a
-        // node's clock behind by that long (13 ms seen in CI). The wall clock is then read
-        // between two counter reads, and the origin is their midpoint.
-        let clock = quanta::Clock::new();
-        let before = clock.raw();
-        let origin_unix_ns = unix_ns();
-        let after = clock.raw();
-        let origin = before.saturating_add(after.saturating_sub(before) / 2);
+        let (clock, anchor) = process_clock();
         Self {
-            origin,
-            clock,
-            origin_unix_ns,
+            clock: clock.clone(),
+            anchor,
         }
     }
 }
@@ -69,8 +219,8 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> u64 {
-        let elapsed = self.clock.delta_as_nanos(self.origin, self.clock.raw());
-        self.origin_unix_ns.saturating_add(elapsed)
+        let fix = self.anchor.load();
+        fix.reading(self.clock.delta_as_nanos(fix.raw, self.clock.raw()))
     }
 }
 
@@ -118,6 +268,54 @@ mod tests {
         assert!(b >= a);
         // After 2020-01-01.
         assert!(a > 1_577_836_800 * 1_000_000_000);
+    }
+
+    #[test]
+    fn a_clock_steered_against_a_drifting_counter_settles_under_a_microsecond_and_never_steps_back()
+    {
+        // A counter 450 ppb slow (as measured here) and an anchor 2 ms behind its target at
+        // the start: steered each second, the clock comes within a µs and stays there, and no
+        // re-anchoring moves a reading backwards.
+        let second = 1_000_000_000u64;
+        let mut fix = Fix {
+            raw: 0,
+            at: 1_000,
+            adj_ppb: 0,
+        };
+        let target = |raw: u64| 1_000 + 2_000_000 + raw + raw * 450 / 1_000_000_000;
+        let mut last = 0;
+        let mut err = 0i64;
+        for step in 1..=60u64 {
+            let raw = step * second;
+            // Readings within the second never go back, nor across the re-anchoring.
+            for k in 0..10 {
+                let r = fix.reading(raw - second + k * second / 10 - fix.raw);
+                assert!(r >= last, "step {step}: {r} < {last}");
+                last = r;
+            }
+            let now = fix.reading(raw - fix.raw);
+            assert!(now >= last);
+            err = target(raw) as i64 - now as i64;
+            fix = Fix {
+                raw,
+                at: now,
+                adj_ppb: steer(err, second),
+            };
+        }
+        assert!(err.abs() <= 1_000, "settled {err} ns off");
+        // 2 ms at 500 ppm takes 4 s: the slew is bounded, never a step.
+        assert_eq!(steer(2_000_000, second), MAX_SLEW_PPB);
+        assert_eq!(steer(-2_000_000, second), -MAX_SLEW_PPB);
+        assert_eq!(steer(450, second), 450);
+    }
+
+    #[test]
+    fn every_system_clock_of_a_process_reads_one_anchor() {
+        let (a, b) = (SystemClock::new(), SystemClock::new());
+        let (x, y, z) = (a.now(), b.now(), a.now());
+        assert!(x <= y && y <= z, "{x} {y} {z}");
+        let wall = unix_ns();
+        assert!(wall.abs_diff(y) < 50_000_000, "{y} vs {wall}");
     }
 
     #[test]
