@@ -56,16 +56,16 @@ pub const MAX_SLEW_PPB: i64 = 500_000;
 /// How often the clock is steered.
 const STEER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Where the clock stands: at counter reading `raw` it read `at`, and it runs `adj_ppb` parts
-/// per billion faster (or slower) than the calibrated counter from there. Written only by the
-/// steering thread, read by every check, under a sequence lock (readers never write, so they
-/// share the cache line).
+/// Where the clock stands: at counter reading `raw` it read `at`, and it runs `rate` (parts of
+/// 2³² per nanosecond) faster or slower than the calibrated counter from there. Written only by
+/// the steering thread, read by every check, under a sequence lock (readers never write, so
+/// they share the cache line).
 #[derive(Debug)]
 struct Anchor {
     seq: AtomicU64,
     raw: AtomicU64,
     at: AtomicU64,
-    adj_ppb: AtomicI64,
+    rate: AtomicI64,
 }
 
 /// One reading of the [`Anchor`].
@@ -73,13 +73,20 @@ struct Anchor {
 struct Fix {
     raw: u64,
     at: u64,
-    adj_ppb: i64,
+    rate: i64,
+}
+
+/// Parts per billion as parts of 2³²: a reading then multiplies and shifts (a division per
+/// check, in i128, made `SystemClock::now` 21 ns instead of 12).
+fn rate_of(ppb: i64) -> i64 {
+    ((i128::from(ppb) << 32) / 1_000_000_000) as i64
 }
 
 impl Fix {
     /// The reading `elapsed` calibrated nanoseconds after the anchor.
+    #[inline]
     fn reading(&self, elapsed: u64) -> u64 {
-        let adj = i128::from(elapsed) * i128::from(self.adj_ppb) / 1_000_000_000;
+        let adj = (i128::from(elapsed) * i128::from(self.rate)) >> 32;
         let elapsed = (i128::from(elapsed) + adj).max(0);
         self.at
             .saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
@@ -105,7 +112,7 @@ impl Anchor {
             let fix = Fix {
                 raw: self.raw.load(Ordering::Relaxed),
                 at: self.at.load(Ordering::Relaxed),
-                adj_ppb: self.adj_ppb.load(Ordering::Relaxed),
+                rate: self.rate.load(Ordering::Relaxed),
             };
             std::sync::atomic::fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
@@ -120,7 +127,7 @@ impl Anchor {
         std::sync::atomic::fence(Ordering::Release);
         self.raw.store(fix.raw, Ordering::Relaxed);
         self.at.store(fix.at, Ordering::Relaxed);
-        self.adj_ppb.store(fix.adj_ppb, Ordering::Relaxed);
+        self.rate.store(fix.rate, Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
     }
 }
@@ -161,7 +168,7 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
             seq: AtomicU64::new(0),
             raw: AtomicU64::new(origin),
             at: AtomicU64::new(unix),
-            adj_ppb: AtomicI64::new(0),
+            rate: AtomicI64::new(0),
         };
         let steered = clock.clone();
         // Without the thread the clock still works, only unsteered.
@@ -193,7 +200,7 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
                     anchor.store(Fix {
                         raw,
                         at: now,
-                        adj_ppb: steer(err, interval),
+                        rate: rate_of(steer(err, interval)),
                     });
                 }
             });
@@ -280,7 +287,7 @@ mod tests {
         let mut fix = Fix {
             raw: 0,
             at: 1_000,
-            adj_ppb: 0,
+            rate: 0,
         };
         let target = |raw: u64| 1_000 + 2_000_000 + raw + raw * 450 / 1_000_000_000;
         let mut last = 0;
@@ -299,7 +306,7 @@ mod tests {
             fix = Fix {
                 raw,
                 at: now,
-                adj_ppb: steer(err, second),
+                rate: rate_of(steer(err, second)),
             };
         }
         assert!(err.abs() <= 1_000, "settled {err} ns off");
