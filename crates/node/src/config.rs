@@ -709,13 +709,8 @@ mod tests {
 
     #[test]
     fn trusted_proxies_are_a_list_of_address_blocks() {
-        let parse = |args: &[&str]| {
-            let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
-            let Command::Serve(serve) = cli.command else {
-                unreachable!("parsed as serve")
-            };
-            Ok::<_, clap::Error>(serve.trusted_proxies.unwrap_or_default())
-        };
+        let parse =
+            |args: &[&str]| serve_args(args).map(|serve| serve.trusted_proxies.unwrap_or_default());
         let trusted = parse(&["--trusted-proxies", "10.0.0.0/8, 2001:db8::/32,192.0.2.7"])
             .expect("three blocks");
         for ip in ["10.9.8.7", "2001:db8::1", "192.0.2.7"] {
@@ -814,13 +809,7 @@ mod tests {
 
     #[test]
     fn replicas_default_to_one_and_zero_turns_them_off() {
-        let parse = |args: &[&str]| {
-            let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
-            let Command::Serve(serve) = cli.command else {
-                unreachable!("parsed as serve")
-            };
-            Ok::<_, clap::Error>(serve.replicas)
-        };
+        let parse = |args: &[&str]| serve_args(args).map(|serve| serve.replicas);
         assert_eq!(parse(&[]).expect("default"), 1);
         assert_eq!(parse(&["--replicas", "0"]).expect("off"), 0);
         assert_eq!(parse(&["--replicas", "2"]).expect("two"), 2);
@@ -829,13 +818,7 @@ mod tests {
 
     #[test]
     fn the_replica_flush_interval_defaults_to_8_ms_and_stays_within_a_second() {
-        let parse = |args: &[&str]| {
-            let cli = Cli::try_parse_from(["ringlimit", "serve"].iter().chain(args))?;
-            let Command::Serve(serve) = cli.command else {
-                unreachable!("parsed as serve")
-            };
-            Ok::<_, clap::Error>(serve.replica_flush_ms)
-        };
+        let parse = |args: &[&str]| serve_args(args).map(|serve| serve.replica_flush_ms);
         assert_eq!(parse(&[]).expect("default"), 8);
         assert_eq!(parse(&["--replica-flush-ms", "20"]).expect("20"), 20);
         for bad in ["0", "1001", "-5", "soon"] {
