@@ -10,6 +10,11 @@
 #
 #   bench/replica_cost.sh                       # RUNS=3 rounds of 0, 1; 8 s per load
 #   RUNS=5 SECS=8 PATHS="sdk batch" bench/replica_cost.sh
+#   FILL=0 bench/replica_cost.sh                # keys created during the loads
+#
+# FILL=1 (default) creates every key's bucket before the loads (batches of 1,000 through node 0),
+# so that the loads measure a steady key population; with FILL=0 about a quarter of the SDK
+# load's checks create their bucket (an owner with replicas then also looks for a copy of it).
 #
 # Server CPU is the three nodes' utime+stime from /proc over the load, divided by the checks the
 # load generator had answered. The machine has 2 shared cores: read the medians and the ratio.
@@ -71,6 +76,10 @@ for ((run = 1; run <= RUNS; run++)); do
   for r in $REPLICAS; do
     log "round $run: --replicas $r"
     start_nodes 3 "r$r-$run" --replicas "$r"
+    if [ "${FILL:-1}" = 1 ]; then
+      node_fill "$KEYSPACE" "load:" '"limit":1000000,"period_ms":60000'
+      node_fill "$KEYSPACE" "user:" '"limit":100,"period_ms":1000,"algorithm":"token_bucket"'
+    fi
     # Warm-up: connections, the SDK's ring, the tables' first growth.
     "$LOAD" --seeds "$SEEDS" --mode sdk --seconds 2 --concurrency 8 --keys "$KEYSPACE" >/dev/null
     for path in $PATHS; do measure "$path" "$r" "$run"; done
