@@ -4,13 +4,14 @@
 //!
 //! Primary-backup, asynchronous: a check is answered before its change is copied (the sender
 //! follows the store's change feed, off the check path), so what the owner decided in the last
-//! drain interval before it died may be missing from the copy (see [`promote`] for what that
+//! flush interval before it died may be missing from the copy (see [`promote`] for what that
 //! charges).
 //!
 //! # Layout
 //! - [`sender`] — follows the engine's change feed and sends each replica member its buckets'
-//!   changes (`Frame::Replicate`, acknowledged); the whole store again after a lag or a ring
-//!   change. The receiving side is `peers/server/replicate.rs`.
+//!   changes every `--replica-flush-ms` (`Frame::ReplicateOneWay`; acknowledged `Replicate` to
+//!   a member older than protocol 5); the whole store again after a lag or a ring change. The
+//!   receiving side is `peers/server/replicate.rs`.
 //! - [`promote`] — on a ring change: copies this node now owns become its buckets; copies it
 //!   no longer replicates are dropped.
 //! - [`handback`] — decisions this node made on its copies while their owner did not answer

@@ -17,9 +17,10 @@
 //! its write) before it is on the wire, which bounds what a SIGKILLed owner's copies can miss;
 //! and each member gets at most one frame (a few syscalls and wake-ups on each side, and a
 //! pass over cold caches) per interval, whatever the load. Measured on 3 nodes at 30,000 SDK
-//! checks/s over 100,000 keys (every check a change of its own): server CPU per check 1.30x of
-//! `--replicas 0` at 5 ms, 1.19x at 10 ms, 1.16x at 20 ms (bench/replica_cost.sh,
-//! bench/README.md "What `--replicas 1` costs").
+//! checks/s over 100,000 keys (every check a change of its own), server CPU per check against
+//! `--replicas 0`: 1.27x at 5 ms, about 1.15-1.2x at 8 ms, 1.06x at 10 ms, 1.08x at 20 ms; at
+//! 5,000 checks/s 1.52x at 8 ms and 1.19x at 20 ms (bench/replica_cost.sh, bench/README.md
+//! "What `--replicas 1` costs"): the frames' cost is fixed, the checks' is not.
 
 use super::ReplicaStats;
 use crate::cluster::View;
