@@ -258,6 +258,48 @@ async fn cluster_secret_is_required_on_the_peer_port() -> Result<()> {
     node.stop().await
 }
 
+/// The SDK's checks reach the owner's peer port, past the HTTP and gRPC edges that count the
+/// top keys: the owner counts them there (a member's forwarded checks are counted where they
+/// arrived, not twice: `testing::operators`).
+#[tokio::test]
+async fn the_sdks_checks_are_counted_in_the_top_keys() -> Result<()> {
+    let token = "sdk-top-token";
+    let node = TestNode::start({
+        let mut c = NodeConfig::local("top-node");
+        c.admin_token = Some(token.into());
+        c
+    })
+    .await?;
+    let client = client_for(http_seeds([&node.http])).await?;
+    // abuser: 2 admitted, 5 denied; quiet: admitted once.
+    for key in ["abuser"; 7].into_iter().chain(["quiet"]) {
+        client.check(&Check::inline(key, 2, MINUTE)).await?;
+    }
+    let r = reqwest::Client::new()
+        .get(format!(
+            "http://{}/v1/admin/top?rule=2-per-60000ms&by=denied&n=5",
+            node.http
+        ))
+        .bearer_auth(token)
+        .send()
+        .await?;
+    ensure!(r.status() == 200, "top: {}", r.status());
+    let top: serde_json::Value = r.json().await?;
+    let keys: Vec<(String, u64)> = top["keys"]
+        .as_array()
+        .context("keys")?
+        .iter()
+        .map(|k| {
+            (
+                k["key"].as_str().unwrap_or_default().to_owned(),
+                k["count"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("abuser".to_owned(), 5)], "{top}");
+    node.stop().await
+}
+
 /// One SDK call seen by a load loop.
 struct Call {
     at: Duration,

@@ -128,6 +128,41 @@ impl RuleTop {
     }
 }
 
+/// One decided check in this many is counted into the top keys' checks (with this weight);
+/// every denied one is counted into their denials. Measured: see `bench/README.md`, "Top keys".
+pub const CHECKS_SAMPLE: u32 = 8;
+
+thread_local! {
+    static TURN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// What of one decided check the top keys count (see [`CHECKS_SAMPLE`]), chosen before the
+/// caller names the rule and the key (which costs it a string for an inline rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// Counted into the checks, with weight [`CHECKS_SAMPLE`].
+    pub sampled: bool,
+    /// Counted into the denials.
+    pub denied: bool,
+}
+
+impl Counted {
+    /// This thread's next check, `denied` or not.
+    pub fn of(denied: bool) -> Self {
+        let sampled = TURN.with(|t| {
+            let turn = t.get().wrapping_add(1);
+            t.set(turn);
+            turn % CHECKS_SAMPLE == 0
+        });
+        Self { sampled, denied }
+    }
+
+    /// Nothing to count.
+    pub fn is_nothing(self) -> bool {
+        !self.sampled && !self.denied
+    }
+}
+
 /// Every tracked rule's top keys (see the module doc). Shared: each rule behind its own lock.
 pub struct TopKeys {
     settings: TopSettings,
@@ -188,6 +223,17 @@ impl TopKeys {
 
     /// Counts `weight` checks (`by` checks) or denials (`by` denied) of `key` (bucket `id`)
     /// under `rule` at `now_ns` (a caller that samples records one in `weight`).
+    /// Counts one decided check of `key` (bucket `id`) under `rule` as `counted` says.
+    pub fn count(&self, rule: &str, id: u64, key: &str, counted: Counted, now_ns: u64) {
+        if counted.sampled {
+            let weight = u64::from(CHECKS_SAMPLE);
+            self.record(rule, id, key, TopBy::Checks, weight, now_ns);
+        }
+        if counted.denied {
+            self.record(rule, id, key, TopBy::Denied, 1, now_ns);
+        }
+    }
+
     pub fn record(&self, rule: &str, id: u64, key: &str, by: TopBy, weight: u64, now_ns: u64) {
         let Some(r) = self.rule(rule, now_ns) else {
             self.untracked.fetch_add(weight, Ordering::Relaxed);

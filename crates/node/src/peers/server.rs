@@ -153,6 +153,20 @@ struct Caller<'a> {
     peer: &'a str,
 }
 
+impl PeerServer {
+    /// Whether the caller is a client (the SDK) rather than a member: a member's checks were
+    /// counted into the top keys where they arrived, a client's are counted here.
+    fn is_client(&self, caller: &Caller<'_>) -> bool {
+        self.relay.as_ref().is_some_and(|r| {
+            !r.view
+                .load()
+                .members
+                .iter()
+                .any(|m| *m.node_id == *caller.peer)
+        })
+    }
+}
+
 /// What a node without a secret (and not allowed unauthenticated peers) answers to a frame
 /// only members send.
 const NOT_MEMBERS: &str = "this node accepts no cluster members: it has no cluster secret \
@@ -350,7 +364,8 @@ impl PeerServer {
             let reply = match frame {
                 Frame::Checks(groups) => {
                     self.stats.frames.fetch_add(1, Ordering::Relaxed);
-                    Some(Frame::Answers(self.checks(groups).await))
+                    let client = self.is_client(&caller);
+                    Some(Frame::Answers(self.checks(&groups, client).await))
                 }
                 Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
                 Frame::Handover(buckets) => Some(self.handover(&caller, buckets)),

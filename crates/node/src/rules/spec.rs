@@ -33,4 +33,13 @@ impl<'a> RuleSpec<'a> {
             RuleSpec::Inline(_) => None,
         }
     }
+
+    /// The name its keys are counted under in the top keys: a named rule's name, an inline
+    /// rule's policy name (as its `RateLimit-Policy` header says it).
+    pub fn policy_name(self) -> std::borrow::Cow<'a, str> {
+        match self {
+            RuleSpec::Named(name) => name.into(),
+            RuleSpec::Inline(r) => ringlimit_core::headers::inline_policy_name(&r).into(),
+        }
+    }
 }

@@ -21,7 +21,6 @@ use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::top::TopKeys;
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::TopBy;
 use std::sync::Arc;
 
 /// Most checks in one batch, on every edge.
@@ -67,14 +66,6 @@ impl Outcome {
             now_ms: ringlimit_core::answer::instant_ms(now),
         }
     }
-}
-
-/// One check in this many is counted into the top keys' checks (with this weight); every
-/// denied one is counted into their denials. Measured: see `bench/README.md`, "Top keys".
-const TOP_CHECKS_SAMPLE: u32 = 8;
-
-thread_local! {
-    static TOP_TURN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// The node's checks, for every edge.
@@ -142,30 +133,12 @@ impl CheckService {
     /// Counts a decided check into the top keys (a shadow rule's would-be denials as denials:
     /// who a new limit would stop).
     fn count_top(&self, p: &Prepared<'_>, denied: bool, now: u64) {
-        let sampled = TOP_TURN.with(|t| {
-            let turn = t.get().wrapping_add(1);
-            t.set(turn);
-            turn % TOP_CHECKS_SAMPLE == 0
-        });
-        if !sampled && !denied {
+        let counted = ringlimit_core::top::Counted::of(denied);
+        if counted.is_nothing() {
             return;
         }
-        let inline;
-        let rule = match p.spec {
-            RuleSpec::Named(name) => name,
-            RuleSpec::Inline(r) => {
-                inline = ringlimit_core::headers::inline_policy_name(&r);
-                &inline
-            }
-        };
-        if sampled {
-            let weight = u64::from(TOP_CHECKS_SAMPLE);
-            self.top
-                .record(rule, p.id, p.key, TopBy::Checks, weight, now);
-        }
-        if denied {
-            self.top.record(rule, p.id, p.key, TopBy::Denied, 1, now);
-        }
+        let rule = p.spec.policy_name();
+        self.top.count(&rule, p.id, p.key, counted, now);
     }
 
     /// Decides many checks at once (each owner's as one group); answers in order, an invalid

@@ -8,14 +8,51 @@ use crate::rules::RuleSpec;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::link::fanout::OwnerGroups;
 use ringlimit_core::rule::Mode;
+use ringlimit_core::top::Counted;
 use ringlimit_proto::peer::{AnswerGroup, CheckGroup, GroupKind, PeerAnswer, PeerCheck};
 use std::sync::atomic::Ordering;
 
 impl PeerServer {
     /// Answers one `Checks` frame: decides here what belongs here, relays the rest (see
-    /// [`super`]'s doc), and decides here whatever a relay could not deliver.
-    pub(super) async fn checks(&self, groups: Vec<CheckGroup>) -> Vec<AnswerGroup> {
-        self.recall_before(&groups).await;
+    /// [`super`]'s doc), and decides here whatever a relay could not deliver. A `client`'s
+    /// (the SDK's) checks are counted into the top keys.
+    pub(super) async fn checks(&self, groups: &[CheckGroup], client: bool) -> Vec<AnswerGroup> {
+        let out = self.decide_groups(groups).await;
+        if client {
+            self.count_top(groups, &out);
+        }
+        out
+    }
+
+    /// Counts a client's decided checks into the top keys, as the HTTP and gRPC edges count
+    /// theirs (a shadow rule's would-be denials as denials: the owner's answers are not
+    /// shadowed yet).
+    fn count_top(&self, groups: &[CheckGroup], out: &[AnswerGroup]) {
+        let Some(top) = self.operators.as_ref().map(|o| &o.top) else {
+            return;
+        };
+        let now = self.here.now();
+        for (g, answered) in groups.iter().zip(out) {
+            for (c, answer) in g.checks.iter().zip(&answered.answers) {
+                let allowed = match answer {
+                    PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. } => a.allowed,
+                    PeerAnswer::Error { .. } | PeerAnswer::Refunded => continue,
+                };
+                let counted = Counted::of(!allowed);
+                if counted.is_nothing() {
+                    continue;
+                }
+                let Ok((_, id)) = self.prepare(c) else {
+                    continue;
+                };
+                let rule = RuleSpec::of(&c.rule).policy_name();
+                top.count(&rule, id, &c.key, counted, now);
+            }
+        }
+    }
+
+    async fn decide_groups(&self, groups: &[CheckGroup]) -> Vec<AnswerGroup> {
+        self.recall_before(groups).await;
         // One instant for the whole frame (see `Engine::decide_at`).
         let now = self.here.now();
         // Relayed checks: their place in `out`, and what deciding them here takes.
