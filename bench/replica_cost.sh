@@ -93,13 +93,18 @@ import json, statistics, sys
 from collections import defaultdict
 rows = [json.loads(l) for l in open(sys.argv[1])]
 paths = list(dict.fromkeys(r["path"] for r in rows))
-print(f"{'server CPU us/check':22}{'replicas 0':>26}{'replicas 1':>26}{'ratio':>8}")
+# ratio: of the medians; paired: the median of each round's replicas-1 / replicas-0 (the two
+# clusters of a round run back to back, so a slow spell of the machine hits both)
+print(f"{'server CPU us/check':22}{'replicas 0':>34}{'replicas 1':>34}{'ratio':>8}{'paired':>8}")
 for p in paths:
     v = {k: [r["cpu_us_per_check"] for r in rows if r["path"] == p and r["replicas"] == k] for k in (0, 1)}
     m = {k: statistics.median(x) if x else float("nan") for k, x in v.items()}
     fmt = lambda x: ", ".join(f"{y:.2f}" for y in x)
     ratio = m[1] / m[0] if m[0] == m[0] and m[0] else float("nan")
-    print(f"{p:22}{fmt(v[0]):>26}{fmt(v[1]):>26}{ratio:8.2f}")
+    by_run = {(r["run"], r["replicas"]): r["cpu_us_per_check"] for r in rows if r["path"] == p}
+    pairs = [by_run[(n, 1)] / by_run[(n, 0)] for (n, k) in by_run if k == 0 and (n, 1) in by_run and by_run[(n, 0)]]
+    paired = statistics.median(pairs) if pairs else float("nan")
+    print(f"{p:22}{fmt(v[0]):>34}{fmt(v[1]):>34}{ratio:8.2f}{paired:8.2f}")
 # lag: per node and round, the smallest bucket bound holding 99% of observations
 buckets = defaultdict(list)
 try:
