@@ -221,8 +221,6 @@ impl TopKeys {
         Some(r)
     }
 
-    /// Counts `weight` checks (`by` checks) or denials (`by` denied) of `key` (bucket `id`)
-    /// under `rule` at `now_ns` (a caller that samples records one in `weight`).
     /// Counts one decided check of `key` (bucket `id`) under `rule` as `counted` says.
     pub fn count(&self, rule: &str, id: u64, key: &str, counted: Counted, now_ns: u64) {
         if counted.sampled {
@@ -234,6 +232,8 @@ impl TopKeys {
         }
     }
 
+    /// Counts `weight` checks (`by` checks) or denials (`by` denied) of `key` (bucket `id`)
+    /// under `rule` at `now_ns` (a caller that samples records one in `weight`).
     pub fn record(&self, rule: &str, id: u64, key: &str, by: TopBy, weight: u64, now_ns: u64) {
         let Some(r) = self.rule(rule, now_ns) else {
             self.untracked.fetch_add(weight, Ordering::Relaxed);
