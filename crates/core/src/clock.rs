@@ -83,6 +83,21 @@ fn rate_of(ppb: i64) -> i64 {
 }
 
 impl Fix {
+    /// The anchor one steering step sets: at counter reading `raw` (`elapsed` calibrated
+    /// nanoseconds after this anchor) the clock keeps its reading, and takes the rate that
+    /// brings it onto `target` over the next `interval_ns`.
+    fn steered(&self, raw: u64, elapsed: u64, target: u64, interval_ns: u64) -> Fix {
+        let now = self.reading(elapsed);
+        // Behind (positive) or ahead, saturated at what an i64 holds.
+        let err = (i128::from(target) - i128::from(now))
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        Fix {
+            raw,
+            at: now,
+            rate: rate_of(steer(err, interval_ns)),
+        }
+    }
+
     /// The reading `elapsed` calibrated nanoseconds after the anchor.
     #[inline]
     fn reading(&self, elapsed: u64) -> u64 {
@@ -143,27 +158,23 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
         let clock = quanta::Clock::new();
         // Then the wall clock, read between two counter reads and two monotonic reads, the origin
         // their midpoints; the tightest of a few tries, since a thread preempted in the middle
-        // of one pairs readings microseconds apart (the steering would then keep that offset
-        // from the wall clock for good: 15-18 µs in one run of two, before this).
+        // of one pairs readings microseconds apart, an offset the steering would then keep.
         let _ = (std::time::Instant::now(), unix_ns(), clock.raw());
-        let mut best: Option<(u64, u64, std::time::Instant, u64)> = None;
-        for _ in 0..8 {
+        // (spread of the counter reads, origin, monotonic instant, Unix time)
+        let pair = || {
             let before = clock.raw();
             let early = std::time::Instant::now();
             let unix = unix_ns();
             let late = std::time::Instant::now();
             let after = clock.raw();
-            let spread = clock.delta_as_nanos(before, after);
-            if best.is_none_or(|(s, ..)| spread < s) {
-                let origin = before.saturating_add(after.saturating_sub(before) / 2);
-                let mono = early + late.saturating_duration_since(early) / 2;
-                best = Some((spread, origin, mono, unix));
-            }
-        }
-        let (origin, mono, unix) = match best {
-            Some((_, origin, mono, unix)) => (origin, mono, unix),
-            None => (clock.raw(), std::time::Instant::now(), unix_ns()),
+            let origin = before.saturating_add(after.saturating_sub(before) / 2);
+            let mono = early + late.saturating_duration_since(early) / 2;
+            (clock.delta_as_nanos(before, after), origin, mono, unix)
         };
+        let (_, origin, mono, unix) = (1..8).fold(pair(), |best, _| {
+            let next = pair();
+            if next.0 < best.0 { next } else { best }
+        });
         let anchor = Anchor {
             seq: AtomicU64::new(0),
             raw: AtomicU64::new(origin),
@@ -171,6 +182,7 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
             rate: AtomicI64::new(0),
         };
         let steered = clock.clone();
+        let interval = u64::try_from(STEER_EVERY.as_nanos()).unwrap_or(u64::MAX);
         // Without the thread the clock still works, only unsteered.
         let _ = std::thread::Builder::new()
             .name("ringlimit-clock".into())
@@ -193,15 +205,8 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
                     let target =
                         unix.saturating_add(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
                     let fix = anchor.load();
-                    let now = fix.reading(steered.delta_as_nanos(fix.raw, raw));
-                    let err = i64::try_from(i128::from(target) - i128::from(now))
-                        .unwrap_or(if target > now { i64::MAX } else { i64::MIN });
-                    let interval = u64::try_from(STEER_EVERY.as_nanos()).unwrap_or(u64::MAX);
-                    anchor.store(Fix {
-                        raw,
-                        at: now,
-                        rate: rate_of(steer(err, interval)),
-                    });
+                    let elapsed = steered.delta_as_nanos(fix.raw, raw);
+                    anchor.store(fix.steered(raw, elapsed, target, interval));
                 }
             });
         (clock, anchor)
@@ -303,11 +308,8 @@ mod tests {
             let now = fix.reading(raw - fix.raw);
             assert!(now >= last);
             err = target(raw) as i64 - now as i64;
-            fix = Fix {
-                raw,
-                at: now,
-                rate: rate_of(steer(err, second)),
-            };
+            fix = fix.steered(raw, raw - fix.raw, target(raw), second);
+            assert_eq!(fix.at, now, "a step keeps the reading");
         }
         assert!(err.abs() <= 1_000, "settled {err} ns off");
         // 2 ms at 500 ppm takes 4 s: the slew is bounded, never a step.
