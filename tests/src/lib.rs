@@ -660,13 +660,28 @@ pub fn ringlimit_binary() -> Result<PathBuf> {
                 build = build.env_remove(key);
             }
         }
-        build
-            .run()
-            .map(|r| r.path().to_owned())
-            .map_err(|e| format!("cannot build the ringlimit binary: {e}"))
+        build.run().map(|r| r.path().to_owned()).map_err(|e| {
+            format!(
+                "cannot build the ringlimit binary: {}",
+                last_lines(&e.to_string(), 30)
+            )
+        })
     })
     .clone()
     .map_err(|e| anyhow!(e))
+}
+
+/// The last `n` lines of `text`: cargo's reason for a failed build comes after its long list
+/// of `Compiling` lines, which CI logs cut in the middle.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let skipped = lines.len().saturating_sub(n);
+    let tail = lines[skipped..].join("\n");
+    if skipped == 0 {
+        tail
+    } else {
+        format!("({skipped} lines before)\n{tail}")
+    }
 }
 
 /// Waits (at most `within`) for the HTTP address `node` logs once it serves (sent by
