@@ -34,30 +34,33 @@ cargo_release -p ringlimit-client --example sdk_load
 LOAD="$CARGO_TARGET_DIR/release/examples/sdk_load"
 [ -x "$LOAD" ] || die "no sdk_load at $LOAD"
 
-# One load on the running cluster: appends {"path","replicas","run","checks","cpu_us_per_check"}.
+# One load on the running cluster: appends {"path","replicas","run","checks","cpu_us_per_check",
+# "p50_ms","p99_ms"}.
 measure() { # PATH REPLICAS RUN
-  local path=$1 r=$2 run=$3 c0 c1 checks
+  local path=$1 r=$2 run=$3 c0 c1 checks p50 p99
   c0=$(nodes_cpu)
   case $path in
     sdk)
       # shellcheck disable=SC2086
       ${GEN_WRAP:-} "$LOAD" --seeds "$SEEDS" --mode sdk --seconds "$SECS" --concurrency 8 \
         --rate "$RATE" --keys "$KEYSPACE" >"$OUT_DIR/sdk-$r-$run.json"
-      checks=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checks"])' "$OUT_DIR/sdk-$r-$run.json")
+      read -r checks p50 p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+print(j["checks"], j["p50_us"] / 1e3, j["p99_us"] / 1e3)' "$OUT_DIR/sdk-$r-$run.json")
       ;;
     single | batch)
       local script=check.lua per=1
       if [ "$path" = batch ]; then script=batch.lua per=100; fi
-      DURATION=$SECS CONNS=8 BATCH_SIZE=100 wrk_load "$path-$r-$run" "$script" >/dev/null
+      read -r _ p50 p99 < <(DURATION=$SECS CONNS=8 BATCH_SIZE=100 wrk_load "$path-$r-$run" "$script")
       checks=$(awk -v per=$per '/requests in/ {print $1 * per}' "$OUT_DIR/$path-$r-$run.txt")
       ;;
   esac
   c1=$(nodes_cpu)
   python3 -c 'import json,sys
-p,r,run,ticks,hz,checks=sys.argv[1:]
+p,r,run,ticks,hz,checks,p50,p99=sys.argv[1:]
 print(json.dumps({"path":p,"replicas":int(r),"run":int(run),"checks":int(checks),
-  "cpu_us_per_check":int(ticks)*1e6/int(hz)/max(int(checks),1)}))' \
-    "$path" "$r" "$run" "$((c1 - c0))" "$(getconf CLK_TCK)" "$checks" >>"$OUT_DIR/results.jsonl"
+  "cpu_us_per_check":int(ticks)*1e6/int(hz)/max(int(checks),1),
+  "p50_ms":float(p50),"p99_ms":float(p99)}))' \
+    "$path" "$r" "$run" "$((c1 - c0))" "$(getconf CLK_TCK)" "$checks" "$p50" "$p99" >>"$OUT_DIR/results.jsonl"
   log "  $path, replicas $r: $(tail -1 "$OUT_DIR/results.jsonl")"
 }
 
@@ -105,6 +108,14 @@ for p in paths:
     pairs = [by_run[(n, 1)] / by_run[(n, 0)] for (n, k) in by_run if k == 0 and (n, 1) in by_run and by_run[(n, 0)]]
     paired = statistics.median(pairs) if pairs else float("nan")
     print(f"{p:22}{fmt(v[0]):>34}{fmt(v[1]):>34}{ratio:8.2f}{paired:8.2f}")
+# latency as the load generator saw it (sdk_load's own percentiles; wrk --latency), per round
+print(f"{'p50 / p99 ms':22}{'replicas 0':>34}{'replicas 1':>34}{'p99 ratio':>10}")
+for p in paths:
+    q = {k: [(r["p50_ms"], r["p99_ms"]) for r in rows if r["path"] == p and r["replicas"] == k] for k in (0, 1)}
+    fmt = lambda x: " ".join(f"{a:.3f}/{b:.3f}" for a, b in x)
+    m = {k: statistics.median(b for _, b in x) if x else float("nan") for k, x in q.items()}
+    ratio = m[1] / m[0] if m[0] == m[0] and m[0] else float("nan")
+    print(f"{p:22}{fmt(q[0]):>34}{fmt(q[1]):>34}{ratio:10.2f}")
 # lag: per node and round, the smallest bucket bound holding 99% of observations
 buckets = defaultdict(list)
 try:
