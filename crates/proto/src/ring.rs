@@ -125,9 +125,10 @@ impl Ring {
         let key = self.ring_hasher().hash_one(IdKey(id));
         // The owner is the first point at or after `key` (wrapping), as in `hashring::get`.
         let start = self.points.partition_point(|&(p, _)| p < key);
-        let len = self.points.len();
-        for i in 0..len {
-            let m = self.points[(start + i) % len].1;
+        // Walks the points from `start` round to it again; split rather than `% len` per step
+        // (a division per point, a few per bucket, on every changed bucket).
+        let (after, before) = self.points.split_at(start);
+        for &(_, m) in before.iter().chain(after) {
             if !out.contains(&m) {
                 out.push(m);
                 if out.len() == want {

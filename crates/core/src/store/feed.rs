@@ -15,6 +15,13 @@
 //! Bounded: a ring holds at most its share of the feed's entries and overwrites its oldest; a
 //! follower whose next entry was overwritten is told it [`Lagged`] and resyncs from the store
 //! itself (`Store::for_each`). A follower never makes the store grow.
+//!
+//! Hot: when the only follower has read a shard's ring to its end, the ring starts again at its
+//! front, so a shard's writes and the next drain touch the few cache lines the last drain read.
+//! Left to run round, the rings (512 KiB together) were walked once every few seconds, and every
+//! write was a cache miss held under the shard lock, every read at the drain another: a sixth
+//! of what `--replicas 1` cost the SDK path in `perf` (bench/README.md, "What `--replicas 1`
+//! costs").
 
 use crate::limiter::BucketState;
 use std::collections::HashSet;
@@ -76,10 +83,26 @@ impl Ring {
         if self.ids.len() < cap {
             self.ids.push(id);
         } else {
-            let at = ((self.next - self.base) % cap as u64) as usize;
-            self.ids[at] = id;
+            self.ids[Self::index(self.next - self.base, cap)] = id;
         }
         self.next += 1;
+    }
+
+    /// Where sequence `base + offset` is: a division only once the ring has wrapped (rewound
+    /// rings rarely do; a 64-bit division is tens of cycles on every write and read).
+    #[inline]
+    fn index(offset: u64, cap: usize) -> usize {
+        let cap = cap as u64;
+        (if offset < cap { offset } else { offset % cap }) as usize
+    }
+
+    /// Starts the ring again at its front, keeping its sequence and its allocation: for when
+    /// every change it holds has been read by every follower. Writes then go to the same few
+    /// cache lines the last drain read, instead of walking the whole ring (each write was a
+    /// cache miss under the shard lock, and each read another; see `Store::changes`).
+    pub fn rewind(&mut self) {
+        self.ids.clear();
+        self.base = self.next;
     }
 
     /// The sequence the next change gets.
@@ -114,7 +137,7 @@ impl Ring {
         let mut seen = HashSet::new();
         // Newest first, so that an id is taken at its last change.
         for seq in (from..self.next).rev() {
-            let id = self.ids[((seq - self.base) % cap as u64) as usize];
+            let id = self.ids[Self::index(seq - self.base, cap)];
             let new = if long {
                 seen.insert(id)
             } else {
@@ -368,6 +391,45 @@ mod tests {
             1,
             || unreachable!("held"),
         );
+    }
+
+    #[test]
+    fn a_drained_ring_starts_again_at_its_front_unless_another_follower_needs_it() {
+        let s = one_shard(1000, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        for round in 0..10 {
+            for i in 0..40 {
+                s.check(id(round * 40 + i), &r, T0, 1);
+            }
+            assert_eq!(s.feed_len(), 40);
+            // 400 changes through a ring of 64 and never lagged: each drain rewound it.
+            assert_eq!(drain(&s, &mut c).len(), 40, "round {round}");
+            assert_eq!(s.feed_len(), 0, "read by its only follower: rewound");
+        }
+        let last = drain(&s, &mut c);
+        assert!(last.is_empty());
+        s.check(id(1), &r, T0, 1);
+        assert_eq!(
+            drain(&s, &mut c)[0].seq,
+            400,
+            "sequences go on across rewinds"
+        );
+
+        // With a second follower behind, a drain leaves the ring as it is.
+        let mut c2 = s.follow().expect("a feed");
+        for i in 0..40 {
+            s.check(id(i), &r, T0, 1);
+        }
+        assert_eq!(drain(&s, &mut c).len(), 40);
+        assert_eq!(s.feed_len(), 40, "the second follower has not read them");
+        assert_eq!(drain(&s, &mut c2).len(), 40);
+        s.unfollow(c2);
+        for i in 0..40 {
+            s.check(id(i), &r, T0, 1);
+        }
+        assert_eq!(drain(&s, &mut c).len(), 40);
+        assert_eq!(s.feed_len(), 0, "alone again: rewound");
     }
 
     #[test]

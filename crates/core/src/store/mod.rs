@@ -17,7 +17,7 @@ use crate::limiter::{BucketState, Decision, MAX_SLIDING_LOG_LIMIT, Rule, Sliding
 use parking_lot::Mutex;
 use ringlimit_proto::peer::Mark;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use table::{Evicted, Table};
+use table::{Evicted, Layout, Table};
 
 pub mod feed;
 mod slots;
@@ -41,10 +41,11 @@ pub struct StoreStats {
 #[repr(align(128))]
 struct Shard {
     locked: Mutex<Locked>,
-    /// Where the table's slots are and its mask, for a prefetch before taking the lock. Only
-    /// ever a hint: a stale value prefetches a wrong line, nothing worse.
+    /// Where the table's slots and flags are and its mask, for a prefetch before taking the
+    /// lock. Only ever a hint: a stale value prefetches a wrong line, nothing worse.
     slots_at: AtomicUsize,
     mask: AtomicUsize,
+    flags_at: AtomicUsize,
 }
 
 /// What a shard's lock guards: its buckets and its part of the change feed.
@@ -55,22 +56,26 @@ struct Locked {
 
 impl Shard {
     fn new(table: Table) -> Self {
-        let (at, mask) = table.layout();
+        let at = table.layout();
         Self {
             locked: Mutex::new(Locked {
                 table,
                 feed: Ring::default(),
             }),
-            slots_at: AtomicUsize::new(at),
-            mask: AtomicUsize::new(mask),
+            slots_at: AtomicUsize::new(at.slots),
+            mask: AtomicUsize::new(at.mask),
+            flags_at: AtomicUsize::new(at.flags),
         }
     }
 
     #[inline]
     fn prefetch(&self, id: u64) {
-        let at = self.slots_at.load(Ordering::Relaxed);
-        let mask = self.mask.load(Ordering::Relaxed);
-        table::prefetch(at, mask, id);
+        let at = Layout {
+            slots: self.slots_at.load(Ordering::Relaxed),
+            mask: self.mask.load(Ordering::Relaxed),
+            flags: self.flags_at.load(Ordering::Relaxed),
+        };
+        table::prefetch(at, id);
     }
 
     /// Inserts into this shard's (locked) `table`, refreshing the prefetch hint: an insert is
@@ -85,9 +90,10 @@ impl Shard {
         gone: impl FnMut(u64),
     ) -> Evicted {
         let evicted = table.insert(id, state, local, now, gone);
-        let (at, mask) = table.layout();
-        self.slots_at.store(at, Ordering::Relaxed);
-        self.mask.store(mask, Ordering::Relaxed);
+        let at = table.layout();
+        self.slots_at.store(at.slots, Ordering::Relaxed);
+        self.mask.store(at.mask, Ordering::Relaxed);
+        self.flags_at.store(at.flags, Ordering::Relaxed);
         evicted
     }
 }
@@ -506,16 +512,21 @@ impl Store {
         // in `perf` (bench/README.md, "What `--replicas 1` costs"); this way they overlap.
         let mut read = Vec::new();
         for (k, (shard, next)) in self.shards.iter().zip(cursor.next.iter_mut()).enumerate() {
-            let locked = shard.locked.lock();
+            let mut locked = shard.locked.lock();
             let from = out.len();
             if locked.feed.read(*next, self.feed_per_shard, out).is_err() {
                 lagged += 1;
             }
             *next = locked.feed.head();
+            // Read to its end by its only follower: nothing in it is needed any more (see
+            // `feed`, "Hot"). Under the lock, a follower that came meanwhile is counted.
+            if self.followers.load(Ordering::Relaxed) == 1 {
+                locked.feed.rewind();
+            }
             if out.len() > from {
-                let (at, mask) = locked.table.layout();
+                let at = locked.table.layout();
                 for c in &out[from..] {
-                    table::prefetch(at, mask, c.id);
+                    table::prefetch(at, c.id);
                 }
                 read.push((k, from..out.len()));
             }

@@ -93,19 +93,37 @@ pub(super) struct Table {
     hand: usize,
 }
 
-/// Starts loading into the cache the home slot of `id` in a table whose [`Table::layout`] was
-/// `(at, mask)`, for a caller with other work to do before the lookup.
+/// Where a table's memory was (see [`Table::layout`]), for prefetches taken before its lock.
+/// Only ever a hint: a stale layout prefetches wrong lines, nothing worse.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Layout {
+    pub slots: usize,
+    pub mask: usize,
+    pub flags: usize,
+}
+
+/// Starts loading into the cache the home slot of `id` in a table laid out as `at`, and the
+/// word of its flags, for a caller with other work to do before the lookup. The flags too:
+/// every hit sets its referenced bit and every replacement clears it, and where buckets are
+/// touched rarely (a replica's copies, one frame per flush interval) that word was a cache
+/// miss of its own, most of `Engine::keep_copy` in `perf` (bench/README.md).
 #[inline]
-pub(super) fn prefetch(at: usize, mask: usize, id: u64) {
-    let slot = at.wrapping_add((key(id) as usize & mask) * std::mem::size_of::<Slot>());
+pub(super) fn prefetch(at: Layout, id: u64) {
+    let i = key(id) as usize & at.mask;
+    hint(at.slots.wrapping_add(i * std::mem::size_of::<Slot>()));
+    hint(at.flags.wrapping_add(i / 64 * std::mem::size_of::<Flags>()));
+}
+
+#[inline]
+fn hint(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults, even on an address no longer mapped,
     // and changes no memory.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot as *const i8)
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = slot;
+    let _ = addr;
 }
 
 /// The stored form of an id (see [`EMPTY`]).
@@ -179,9 +197,13 @@ impl Table {
         }
     }
 
-    /// Where the slots are and the index mask, for [`prefetch`].
-    pub fn layout(&self) -> (usize, usize) {
-        (self.slots.as_ptr() as usize, self.mask())
+    /// Where the slots and flags are, and the index mask, for [`prefetch`].
+    pub fn layout(&self) -> Layout {
+        Layout {
+            slots: self.slots.as_ptr() as usize,
+            mask: self.mask(),
+            flags: self.flags.as_ptr() as usize,
+        }
     }
 
     fn set_referenced(&mut self, i: usize) {
