@@ -109,13 +109,13 @@ for p in paths:
     paired = statistics.median(pairs) if pairs else float("nan")
     print(f"{p:22}{fmt(v[0]):>34}{fmt(v[1]):>34}{ratio:8.2f}{paired:8.2f}")
 # latency as the load generator saw it (sdk_load's own percentiles; wrk --latency), per round
-print(f"{'p50 / p99 ms':22}{'replicas 0':>34}{'replicas 1':>34}{'p99 ratio':>10}")
+print(f"{'p50/p99 ms per round':22}{'replicas 0':>34}  {'replicas 1':>34}{'p99 ratio':>10}")
 for p in paths:
     q = {k: [(r["p50_ms"], r["p99_ms"]) for r in rows if r["path"] == p and r["replicas"] == k] for k in (0, 1)}
     fmt = lambda x: " ".join(f"{a:.3f}/{b:.3f}" for a, b in x)
     m = {k: statistics.median(b for _, b in x) if x else float("nan") for k, x in q.items()}
     ratio = m[1] / m[0] if m[0] == m[0] and m[0] else float("nan")
-    print(f"{p:22}{fmt(q[0]):>34}{fmt(q[1]):>34}{ratio:10.2f}")
+    print(f"{p:22}{fmt(q[0]):>34}  {fmt(q[1]):>34}{ratio:10.2f}")
 # lag: per node and round, the smallest bucket bound holding 99% of observations
 buckets = defaultdict(list)
 try:

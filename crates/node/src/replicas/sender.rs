@@ -19,8 +19,9 @@
 //! pass over cold caches) per interval, whatever the load. Measured on 3 nodes at 30,000 SDK
 //! checks/s over 100,000 keys (every check a change of its own), server CPU per check against
 //! `--replicas 0`: 1.27x at 5 ms, about 1.15-1.2x at 8 ms, 1.06x at 10 ms, 1.08x at 20 ms; at
-//! 5,000 checks/s 1.52x at 8 ms and 1.19x at 20 ms (bench/replica_cost.sh, bench/README.md
-//! "What `--replicas 1` costs"): the frames' cost is fixed, the checks' is not.
+//! 5,000 checks/s 1.52x at 8 ms and 1.19x at 20 ms; at 1,000 ms 0.97-1.0x, the same buckets
+//! sent in rarer frames (bench/replica_cost.sh, bench/README.md "What `--replicas 1` costs"):
+//! what replication costs is its frames (160-360 us of CPU each, both ends), not its buckets.
 
 use super::ReplicaStats;
 use crate::cluster::View;
