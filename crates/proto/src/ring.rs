@@ -127,8 +127,8 @@ impl Ring {
         let start = self.points.partition_point(|&(p, _)| p < key);
         // Walks the points from `start` round to it again; split rather than `% len` per step
         // (a division per point, a few per bucket, on every changed bucket).
-        let (after, before) = self.points.split_at(start);
-        for &(_, m) in before.iter().chain(after) {
+        let (wrapped, from_start) = self.points.split_at(start);
+        for &(_, m) in from_start.iter().chain(wrapped) {
             if !out.contains(&m) {
                 out.push(m);
                 if out.len() == want {
