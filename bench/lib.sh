@@ -58,6 +58,7 @@ mkdir -p "$OUT_DIR"
 #   tls.sh             28900
 #   skew.sh            29000
 #   replica_cost.sh    27900
+#   frame_floor.sh     27800
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
 default_base_port() {
@@ -85,6 +86,7 @@ default_base_port() {
     tls.sh) echo 28900 ;;
     skew.sh) echo 29000 ;;
     replica_cost.sh) echo 27900 ;;
+    frame_floor.sh) echo 27800 ;;
     faults.sh | accuracy.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac

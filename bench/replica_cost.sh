@@ -24,7 +24,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${RUNS:-3}"
 SECS="${SECS:-8}"
-RATE="${RATE:-30000}"
+RATE="${RATE:-30000}" # RATE=0: the SDK flat out (8 callers, closed loop), as wrk runs the others
+RATE_ARGS=()
+if [ "$RATE" != 0 ]; then RATE_ARGS=(--rate "$RATE"); fi
 PATHS="${PATHS:-sdk single batch}"
 REPLICAS="${REPLICAS:-0 1}"
 export KEYSPACE="${KEYSPACE:-100000}"
@@ -43,7 +45,7 @@ measure() { # PATH REPLICAS RUN
     sdk)
       # shellcheck disable=SC2086
       ${GEN_WRAP:-} "$LOAD" --seeds "$SEEDS" --mode sdk --seconds "$SECS" --concurrency 8 \
-        --rate "$RATE" --keys "$KEYSPACE" >"$OUT_DIR/sdk-$r-$run.json"
+        "${RATE_ARGS[@]}" --keys "$KEYSPACE" >"$OUT_DIR/sdk-$r-$run.json"
       read -r checks p50 p99 < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
 print(j["checks"], j["p50_us"] / 1e3, j["p99_us"] / 1e3)' "$OUT_DIR/sdk-$r-$run.json")
       ;;

@@ -18,10 +18,11 @@
 //! and each member gets at most one frame (a few syscalls and wake-ups on each side, and a
 //! pass over cold caches) per interval, whatever the load. Measured on 3 nodes at 30,000 SDK
 //! checks/s over 100,000 keys (every check a change of its own), server CPU per check against
-//! `--replicas 0`: 1.27x at 5 ms, about 1.15-1.2x at 8 ms, 1.06x at 10 ms, 1.08x at 20 ms; at
+//! `--replicas 0`: 1.27x at 5 ms, about 1.12-1.21x at 8 ms, 1.06-1.13x at 10 ms, 1.08x at 20 ms; at
 //! 5,000 checks/s 1.52x at 8 ms and 1.19x at 20 ms; at 1,000 ms 0.97-1.0x, the same buckets
 //! sent in rarer frames (bench/replica_cost.sh, bench/README.md "What `--replicas 1` costs"):
-//! what replication costs is its frames (160-360 us of CPU each, both ends), not its buckets.
+//! what replication costs is its frames (80-180 us of CPU each, both ends; a bare tokio writer
+//! and reader pay 85-120 us for the same frames here: `bench/frame_floor.sh`), not its buckets.
 
 use super::ReplicaStats;
 use crate::cluster::View;
