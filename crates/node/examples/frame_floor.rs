@@ -48,13 +48,15 @@ fn parent(args: &[String]) -> Result<(), Error> {
     }
     // The reader binds an ephemeral port and says which on its first line.
     let exe = std::env::current_exe()?;
-    let mut reader = Command::new(&exe)
-        .arg("reader")
-        .stdout(Stdio::piped())
-        .spawn()?;
+    let mut reader = Reader(
+        Command::new(&exe)
+            .arg("reader")
+            .stdout(Stdio::piped())
+            .spawn()?,
+    );
     let mut line = String::new();
     {
-        let out = reader.stdout.as_mut().ok_or("no reader stdout")?;
+        let out = reader.0.stdout.as_mut().ok_or("no reader stdout")?;
         let mut b = [0u8; 1];
         while out.read(&mut b)? == 1 && b[0] != b'\n' {
             line.push(b[0] as char);
@@ -66,15 +68,23 @@ fn parent(args: &[String]) -> Result<(), Error> {
         .map_err(|_| format!("reader said {line:?}"))?;
     // The writer measures: it knows how many frames it wrote in the window.
     let status = Command::new(&exe)
-        .args(["writer", &port.to_string(), &reader.id().to_string()])
+        .args(["writer", &port.to_string(), &reader.0.id().to_string()])
         .args([every_us, bytes as u64, secs].map(|v| v.to_string()))
         .status()?;
-    reader.kill()?;
-    reader.wait()?;
     if !status.success() {
         return Err(format!("the writer failed: {status}").into());
     }
     Ok(())
+}
+
+/// The reader process, stopped however the parent ends (it would wait for a writer for ever).
+struct Reader(std::process::Child);
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A process's CPU time so far, summed over its threads.
