@@ -26,7 +26,7 @@ type Error = Box<dyn std::error::Error>;
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("reader") => reader(&args[1..]),
+        Some("reader") => reader(),
         Some("writer") => writer(&args[1..]),
         _ => parent(&args),
     }
@@ -107,7 +107,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         .build()?)
 }
 
-fn reader(_args: &[String]) -> Result<(), Error> {
+fn reader() -> Result<(), Error> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let mut out = std::io::stdout();
