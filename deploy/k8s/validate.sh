@@ -222,21 +222,31 @@ for svc in by_kind["Service"].values():
         t = p.get("targetPort", p["port"])
         check(t in ports or any(q["containerPort"] == t for q in ports.values()),
               f"Service {svc['metadata']['name']} targets port {t!r}, which the pod does not have")
-# The NetworkPolicy: selects the pods, names ports the pod has, and admits to the peer port
-# only the StatefulSet's pods (and labelled SDK clients), never everyone.
+# The NetworkPolicy: selects the pods, names ports the pod has, admits the StatefulSet's pods
+# to the whole peer port, and admits other (labelled SDK client) pods to peer RPC only: gossip
+# is the members' alone, and nobody unselected reaches the peer port.
 pod_ports = {p.get("name"): p for c in pod["containers"] for p in c.get("ports", [])}
 for np in by_kind["NetworkPolicy"].values():
-    selects_pods(np["spec"]["podSelector"].get("matchLabels"), f"NetworkPolicy {np['metadata']['name']}")
+    name = np['metadata']['name']
+    selects_pods(np["spec"]["podSelector"].get("matchLabels"), f"NetworkPolicy {name}")
+    members_reach = set()
     for rule in np["spec"].get("ingress", []):
         names = [p.get("port") for p in rule.get("ports", [])]
         for n in names:
-            check(n in pod_ports, f"NetworkPolicy {np['metadata']['name']} names port {n!r}, which the pod does not have")
+            check(n in pod_ports, f"NetworkPolicy {name} names port {n!r}, which the pod does not have")
         if any(n in ("peer-rpc", "peer-gossip") for n in names):
             froms = rule.get("from", [])
             check(froms and all("podSelector" in f and f["podSelector"].get("matchLabels") for f in froms),
-                  f"NetworkPolicy {np['metadata']['name']} must admit only selected pods to the peer port")
-            check(any(selects_pods_quiet(f["podSelector"]["matchLabels"]) for f in froms),
-                  f"NetworkPolicy {np['metadata']['name']} must admit the StatefulSet's pods to the peer port")
+                  f"NetworkPolicy {name} must admit only selected pods to the peer port")
+            for f in froms:
+                labels = f.get("podSelector", {}).get("matchLabels") or {}
+                if selects_pods_quiet(labels):
+                    members_reach.update(names)
+                else:
+                    check("peer-gossip" not in names,
+                          f"NetworkPolicy {name} admits pods other than the StatefulSet's to gossip: clients need peer RPC only")
+    check({"peer-rpc", "peer-gossip"} <= members_reach,
+          f"NetworkPolicy {name} must admit the StatefulSet's pods to the peer port (TCP and UDP)")
 for pdb in by_kind["PodDisruptionBudget"].values():
     selects_pods(pdb["spec"]["selector"].get("matchLabels"), f"PodDisruptionBudget {pdb['metadata']['name']}")
 

@@ -268,6 +268,10 @@ fn fuzz_peer_stream() {
 fn fuzz_handshake() {
     let seeds = frame_seeds();
     let secret: &[u8] = b"fuzz-secret";
+    let clients = [ringlimit_proto::auth::NamedClientKey {
+        name: "svc".into(),
+        key: ringlimit_proto::auth::client_key(b"fuzz-client-token"),
+    }];
     runner()
         .run(&(input(seeds.clone()), input(seeds)), |(first, second)| {
             // A server meeting arbitrary bytes as the client's Hello and then its Proof.
@@ -279,25 +283,39 @@ fn fuzz_handshake() {
                     Err(e) => prop_assert!(!e.to_string().is_empty()),
                     Ok((server, _challenge)) => {
                         if let Ok(proof) = Frame::decode(&second) {
-                            match server.on_proof(proof) {
-                                // Without the secret a well-formed exchange is accepted; with
-                                // it, nothing made up here can prove it.
-                                Ok(_) => prop_assert!(secret.is_none()),
+                            match server.on_proof(proof, &clients) {
+                                // Without the secret a well-formed member's exchange is
+                                // accepted; with it, or as a client, nothing made up here can
+                                // prove it.
+                                Ok(a) => prop_assert!(
+                                    secret.is_none()
+                                        && a.proven == ringlimit_proto::handshake::Proven::Nothing
+                                ),
                                 Err(e) => prop_assert!(!e.to_string().is_empty()),
                             }
                         }
                     }
                 }
-                // A client meeting arbitrary bytes as the server's Challenge and Welcome.
-                let (mut client, _) = ClientHandshake::start("ringlimit", "n0", secret, [7; 16]);
-                if let Ok(challenge) = Frame::decode(&first) {
-                    match client.on_challenge(challenge) {
-                        Err(e) => prop_assert!(!e.to_string().is_empty()),
-                        Ok(_) => {
-                            if let Ok(welcome) = Frame::decode(&second)
-                                && let Err(e) = client.on_welcome(welcome)
-                            {
-                                prop_assert!(!e.to_string().is_empty());
+                // A client meeting arbitrary bytes as the server's Challenge and Welcome, as a
+                // member and with a client credential (whose welcome nothing made up proves).
+                let (member, _) = ClientHandshake::start("ringlimit", "n0", secret, [7; 16]);
+                let (with_token, _) = ClientHandshake::start_client(
+                    "ringlimit",
+                    "sdk",
+                    b"fuzz-client-token",
+                    [7; 16],
+                );
+                for (mut client, is_client) in [(member, false), (with_token, true)] {
+                    if let Ok(challenge) = Frame::decode(&first) {
+                        match client.on_challenge(challenge) {
+                            Err(e) => prop_assert!(!e.to_string().is_empty()),
+                            Ok(_) => {
+                                if let Ok(welcome) = Frame::decode(&second) {
+                                    match client.on_welcome(welcome) {
+                                        Ok(_) => prop_assert!(!is_client),
+                                        Err(e) => prop_assert!(!e.to_string().is_empty()),
+                                    }
+                                }
                             }
                         }
                     }

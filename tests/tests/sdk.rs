@@ -258,6 +258,67 @@ async fn cluster_secret_is_required_on_the_peer_port() -> Result<()> {
     node.stop().await
 }
 
+/// A service proves a client credential (a `check` token of the tokens file, or
+/// RINGLIMIT_CLIENT_TOKEN), not the cluster secret: its checks, all-or-nothing requests and
+/// reservations are answered by the owner; a wrong token is refused (degraded), and the token
+/// is worth nothing on the admin API.
+#[tokio::test]
+async fn a_service_checks_with_a_client_token_and_no_secret() -> Result<()> {
+    let dir = ringlimit_tests::TempDir::new("client-token")?;
+    let tokens = dir.0.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        "tokens:\n  - { name: ops, token: ops-write-token-0001, role: write }\n  \
+         - { name: checkout, token: checkout-client-token-01, role: check }\n",
+    )?;
+    let node = TestNode::start({
+        let mut c = NodeConfig::local("client-token-node");
+        c.cluster_secret = Some("members-only-secret".into());
+        c.admin_tokens = Some(tokens.clone());
+        c.client_token = Some("env-client-token-00001".into());
+        c
+    })
+    .await?;
+    let check = Check::inline("ct", 5, MINUTE);
+    for token in ["checkout-client-token-01", "env-client-token-00001"] {
+        let client = Client::builder()
+            .seeds(http_seeds([&node.http]))
+            .client_token(token)
+            .build()
+            .await?;
+        let a = client.check(&check).await?;
+        assert!(!a.degraded, "{token}: {a:?}");
+        let all = client
+            .check_all(&[check.clone(), Check::inline("ct2", 5, MINUTE)])
+            .await?;
+        assert!(
+            all.allowed && all.results.iter().all(|a| !a.degraded),
+            "{token}: {all:?}"
+        );
+    }
+    let wrong = Client::builder()
+        .seeds(http_seeds([&node.http]))
+        .client_token("not-a-known-token-000")
+        .build()
+        .await?;
+    assert!(wrong.check(&check).await?.degraded, "refused");
+    let both = Client::builder()
+        .seeds(http_seeds([&node.http]))
+        .client_token("checkout-client-token-01")
+        .cluster_secret("members-only-secret")
+        .build()
+        .await;
+    assert!(both.is_err(), "a secret and a token at once is a mistake");
+    let http = reqwest::Client::new();
+    let r = http
+        .get(format!("http://{}/v1/admin/rules", node.http))
+        .bearer_auth("checkout-client-token-01")
+        .send()
+        .await?;
+    assert_eq!(r.status(), 403, "a client credential is not an admin token");
+    node.stop().await
+}
+
 /// The SDK's checks reach the owner's peer port, past the HTTP and gRPC edges that count the
 /// top keys: the owner counts them there (a member's forwarded checks are counted where they
 /// arrived, not twice: `testing::operators`).

@@ -507,6 +507,7 @@ async fn the_peer_port_refuses_another_cas_certificate_and_plain_connections() -
         node_id: "probe".into(),
         cluster_id: "ringlimit".into(),
         secret: None,
+        client_token: None,
         deadline: Duration::from_secs(1),
         connect_timeout: Duration::from_secs(2),
         open_for: Duration::from_secs(1),

@@ -27,8 +27,12 @@ pub struct Settings {
     pub seeds: Vec<String>,
     /// The cluster's id: members of another cluster are ignored.
     pub cluster_id: String,
-    /// The cluster secret, when the cluster has one (peer port authentication).
+    /// The cluster secret, for a process that runs as a member (peer port authentication).
     pub secret: Option<Arc<[u8]>>,
+    /// A client credential: a token with the `check` role in the nodes' `--admin-tokens` file
+    /// (or their `RINGLIMIT_CLIENT_TOKEN`). Proved instead of the secret: a client may check,
+    /// lease, reserve and give back its own holds, and nothing a member does.
+    pub client_token: Option<Arc<[u8]>>,
     /// Mutual TLS on the peer port (the nodes' `--peer-tls-*`): the cluster CA, and this
     /// client's certificate and key (signed by that CA; reloaded when they change).
     pub peer_tls: Option<PeerTlsFiles>,
@@ -60,6 +64,7 @@ impl Default for Settings {
             seeds: Vec::new(),
             cluster_id: "ringlimit".into(),
             secret: None,
+            client_token: None,
             peer_tls: None,
             http_tls_ca: None,
             name: "ringlimit-client".into(),
@@ -99,6 +104,11 @@ pub enum BuildError {
     Http(String),
     #[error("the client must be built inside a tokio runtime")]
     NoRuntime,
+    #[error(
+        "give either a client token (a service: .client_token) or the cluster secret (a process \
+         that runs as a member: .cluster_secret), not both"
+    )]
+    SecretAndToken,
 }
 
 /// Builds a [`Client`]; see [`Client::builder`].
@@ -125,7 +135,20 @@ impl ClientBuilder {
         self
     }
 
-    /// The cluster secret (`RINGLIMIT_CLUSTER_SECRET` of the nodes); an empty one means none.
+    /// The client credential this service proves to the nodes: a token with the `check` role
+    /// in their `--admin-tokens` file (or their `RINGLIMIT_CLIENT_TOKEN`); an empty one means
+    /// none. What services should use: it lets them check, lease, reserve and give back their
+    /// own holds, and nothing more (rule changes, resets, handovers are a member's). The token
+    /// never travels: the handshake proves it, and the node proves it back.
+    pub fn client_token(mut self, token: impl AsRef<[u8]>) -> Self {
+        let t = token.as_ref();
+        self.settings.client_token = (!t.is_empty()).then(|| Arc::from(t));
+        self
+    }
+
+    /// The cluster secret (`RINGLIMIT_CLUSTER_SECRET` of the nodes), for a process that runs
+    /// as a member; a service should prove a [`ClientBuilder::client_token`] instead (whoever
+    /// holds the secret can do whatever a member can). An empty one means none.
     pub fn cluster_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
         let s = secret.as_ref();
         self.settings.secret = (!s.is_empty()).then(|| Arc::from(s));
@@ -230,6 +253,9 @@ impl ClientBuilder {
         }
         if self.settings.seeds.is_empty() {
             return Err(BuildError::NoSeeds);
+        }
+        if self.settings.secret.is_some() && self.settings.client_token.is_some() {
+            return Err(BuildError::SecretAndToken);
         }
         let https = self.settings.http_tls_ca.is_some();
         self.settings.seeds = self

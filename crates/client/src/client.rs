@@ -149,6 +149,7 @@ impl Client {
             node_id: format!("sdk:{}", settings.name),
             cluster_id: settings.cluster_id.clone(),
             secret: settings.secret.clone(),
+            client_token: settings.client_token.clone(),
             deadline: settings.deadline,
             connect_timeout: settings.connect_timeout,
             // Shorter than a node's 1 s: a client's deadline is tight (a few ms), so a host stall

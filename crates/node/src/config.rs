@@ -92,8 +92,9 @@ pub struct ServeArgs {
     /// missing; default: none, the API rules live in memory and gossip only).
     #[arg(long, env = "RINGLIMIT_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// YAML file of named admin tokens with roles (read, write), reloaded when it changes; beside
-    /// RINGLIMIT_ADMIN_TOKEN (a write token named admin).
+    /// YAML file of named tokens with roles (read, write; check: a client credential for SDKs on
+    /// the peer port), reloaded when it changes; beside RINGLIMIT_ADMIN_TOKEN (a write token
+    /// named admin) and RINGLIMIT_CLIENT_TOKEN (a client credential named client).
     #[arg(long, env = "RINGLIMIT_ADMIN_TOKENS", value_name = "FILE")]
     pub admin_tokens: Option<PathBuf>,
     /// Most buckets held in memory by this node (least recently used evicted beyond it).
@@ -278,6 +279,8 @@ pub enum ConfigError {
     InvalidRules { path: PathBuf, source: RulesError },
     #[error("--node-id must not be empty")]
     EmptyNodeId,
+    #[error("RINGLIMIT_CLIENT_TOKEN must be at least 16 characters (as every token)")]
+    ShortClientToken,
     #[error("cannot read envoy config {path}: {source}")]
     ReadEnvoy {
         path: PathBuf,
@@ -444,6 +447,9 @@ pub struct NodeConfig {
     pub admin_token: Option<String>,
     /// `--admin-tokens`: the file of named admin tokens (reloaded like the rules file).
     pub admin_tokens: Option<PathBuf>,
+    /// From `RINGLIMIT_CLIENT_TOKEN` only (like the secret): a client credential named
+    /// `client`, which SDKs prove on the peer port instead of the cluster secret.
+    pub client_token: Option<String>,
     /// How often global-rule counts are published through gossip.
     pub global_publish: Duration,
     /// `--max-clock-offset-ms`.
@@ -552,6 +558,7 @@ impl NodeConfig {
             allow_unauthenticated_peers: true,
             admin_token: None,
             admin_tokens: None,
+            client_token: None,
             global_publish: Duration::from_millis(50),
             max_clock_offset: Duration::from_millis(250),
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
@@ -616,6 +623,12 @@ impl ServeArgs {
                 ConfigError::NoClusterSecret
             });
         }
+        let client_token = std::env::var("RINGLIMIT_CLIENT_TOKEN")
+            .ok()
+            .filter(|s| !s.is_empty());
+        if client_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(ConfigError::ShortClientToken);
+        }
         let rules = match &self.config {
             Some(path) => load_rules(path)?,
             None => RuleSet::builtin(),
@@ -669,6 +682,7 @@ impl ServeArgs {
                 .ok()
                 .filter(|s| !s.is_empty()),
             admin_tokens: self.admin_tokens,
+            client_token,
             global_publish: Duration::from_millis(self.global_publish_ms),
             max_clock_offset: Duration::from_millis(self.max_clock_offset_ms),
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),

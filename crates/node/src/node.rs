@@ -316,7 +316,8 @@ pub async fn run(
     );
     let admin_tokens = Arc::new(
         TokenBook::open(config.admin_tokens.clone(), config.admin_token.clone())
-            .map_err(|e| NodeError::AdminTokens(e.to_string()))?,
+            .map_err(|e| NodeError::AdminTokens(e.to_string()))?
+            .with_client_token(config.client_token.clone()),
     );
     let gossip_stats = Arc::new(crate::metrics::GossipStats::default());
     let listeners = Endpoints::new(listeners.into(), &config, &gossip_stats, peer_tls.as_ref())?;
@@ -367,6 +368,7 @@ pub async fn run(
         node_id: config.node_id.clone(),
         cluster_id: config.cluster_id.clone(),
         secret: secret.clone(),
+        client_token: None,
         deadline: config.forward_timeout,
         connect_timeout: Duration::from_millis(500),
         open_for: Duration::from_secs(1),
@@ -404,6 +406,7 @@ pub async fn run(
                 accept_members: security.accepts_members() || peer_tls.is_some(),
                 handshake_timeout: Duration::from_secs(2),
                 tls: peer_tls.clone(),
+                clients: admin_tokens.clone(),
             },
             Some(Relay {
                 view: view.clone(),
@@ -655,6 +658,7 @@ pub async fn run(
         rules = config.rules.len(),
         max_keys = config.max_keys,
         admin_api = admin_tokens.enabled(),
+        client_credentials = admin_tokens.tokens().client_keys().len(),
         tls = http_cert.is_some(),
         peer_tls = peer_tls.is_some(),
         "ringlimit node serving"

@@ -75,6 +75,32 @@ fn exchange(
     mac
 }
 
+/// A client credential as both ends key it: the SHA-256 of the token. A node keeps only this
+/// digest (its tokens file may hold nothing else), so it is the key a client proves; the
+/// token itself never travels.
+pub type ClientKey = [u8; 32];
+
+/// The key of client token `token` (see [`ClientKey`]).
+pub fn client_key(token: &[u8]) -> ClientKey {
+    use sha2::Digest;
+    Sha256::digest(token).into()
+}
+
+/// A client credential a server accepts: the token's name (for logs and audits) and its key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NamedClientKey {
+    pub name: String,
+    pub key: ClientKey,
+}
+
+impl std::fmt::Debug for NamedClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedClientKey")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Length of a datagram's tag and of a frame's tag (truncated HMAC-SHA256).
 pub const TAG_LEN: usize = 16;
 /// Length of a frame's tag.

@@ -2,11 +2,17 @@
 //! decide. Both nodes and the SDK drive the same code, so they can never disagree on it.
 //!
 //! ```text
-//! client                               server
+//! member (or anonymous client)           server
 //!   Hello{magic, version, cluster, id, nc}  →
 //!                                        ←  Challenge{version, ns, proof_s(nc, ns)}
 //!   Proof{proof_c(nc, ns)}                →
 //!                                        ←  Welcome{id}  |  Refused{reason}
+//!
+//! client with a credential                server
+//!   ClientHello{magic, version, ..., nc}   →
+//!                                        ←  Challenge{version, ns, (no proof)}
+//!   Proof{proof_c(nc, ns)}                →  (checked against every client key it keeps)
+//!                                        ←  ClientWelcome{id, proof_s(nc, ns)}  |  Refused
 //! ```
 //! The client offers the highest version it speaks; a server that speaks it or an older one no
 //! older than its [`OLDEST_PROTOCOL_VERSION`] answers with the lower of the two, which is the
@@ -17,14 +23,22 @@
 //! over to the fallback share, as for an unreachable owner; older nodes' links to upgraded ones
 //! speak 2.
 //!
-//! Without a secret on either side, proofs are empty and not checked: the port is then
+//! # Members and clients
+//! A `Hello` proves the cluster secret: what members (and processes that run as members) hold.
+//! A `ClientHello` proves a client credential instead — a token with the `check` role — keyed
+//! by its SHA-256 ([`auth::client_key`]), the digest the server's tokens file keeps. The client
+//! does not name its token: the server finds the key its proof verifies under, and proves that
+//! same key back in `ClientWelcome`, so a client talks only to a server that knows its token.
+//! What each may send is the server's business ([`Proven`] says what was proved).
+//!
+//! Without a secret on either side, `Hello`'s proofs are empty and not checked: the port is then
 //! unauthenticated, and nodes say so in their startup log.
 //!
-//! With a secret, every frame after the handshake carries a MAC under the connection's session
-//! key ([`ClientHandshake::session_key`], [`ServerHandshake::session_key`]; see
+//! With a secret or a credential, every frame after the handshake carries a MAC under the
+//! connection's session key ([`ClientHandshake::session_key`], [`Accepted::session_key`]; see
 //! [`crate::auth::FrameMac`]): the link layer turns it on once the handshake is through.
 
-use crate::auth::{self, NONCE_LEN, Role};
+use crate::auth::{self, NONCE_LEN, NamedClientKey, Role};
 use crate::peer::{Frame, Hello, MAGIC, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// Why a handshake failed. The text is sent to the other side in `Refused` where possible.
@@ -41,17 +55,40 @@ pub enum HandshakeError {
     ClusterId { theirs: String, ours: String },
     #[error("peer did not prove it knows the cluster secret")]
     BadProof,
+    #[error(
+        "client did not prove a client credential this node accepts (a token with the `check` \
+         role in --admin-tokens' file, or RINGLIMIT_CLIENT_TOKEN)"
+    )]
+    BadCredential,
+    #[error(
+        "this node accepts no client credentials: no token has the `check` role (--admin-tokens' \
+         file, or RINGLIMIT_CLIENT_TOKEN)"
+    )]
+    NoCredentials,
+    #[error("server did not prove it knows the client credential")]
+    ServerUnproven,
     #[error("peer refused the connection: {0}")]
     Refused(String),
     #[error("unexpected {0} frame during the handshake")]
     Unexpected(&'static str),
 }
 
+/// What the dialing side proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proves {
+    /// The cluster secret, or nothing when there is none.
+    Secret,
+    /// A client credential (the key is in `secret`).
+    Credential,
+}
+
 /// The dialing side.
 #[derive(Debug)]
 pub struct ClientHandshake {
     cluster_id: String,
+    /// The cluster secret, or the credential's key.
     secret: Option<Vec<u8>>,
+    proves: Proves,
     nonce: [u8; NONCE_LEN],
     server_nonce: Option<[u8; NONCE_LEN]>,
     /// Offered in the `Hello`, then what the server chose.
@@ -78,17 +115,43 @@ impl ClientHandshake {
         secret: Option<&[u8]>,
         nonce: [u8; NONCE_LEN],
     ) -> (Self, Frame) {
-        let hello = Frame::Hello(Hello {
+        let (hs, hello) = Self::new(version, cluster_id, node_id, secret, nonce);
+        (hs, Frame::Hello(hello))
+    }
+
+    /// Starts a client's handshake proving client token `token` (see the module doc); send the
+    /// returned `ClientHello`.
+    pub fn start_client(
+        cluster_id: &str,
+        node_id: &str,
+        token: &[u8],
+        nonce: [u8; NONCE_LEN],
+    ) -> (Self, Frame) {
+        let key = auth::client_key(token);
+        let (mut hs, hello) = Self::new(PROTOCOL_VERSION, cluster_id, node_id, Some(&key), nonce);
+        hs.proves = Proves::Credential;
+        (hs, Frame::ClientHello(hello))
+    }
+
+    fn new(
+        version: u16,
+        cluster_id: &str,
+        node_id: &str,
+        secret: Option<&[u8]>,
+        nonce: [u8; NONCE_LEN],
+    ) -> (Self, Hello) {
+        let hello = Hello {
             magic: MAGIC,
             version,
             cluster_id: cluster_id.to_owned(),
             node_id: node_id.to_owned(),
             nonce,
-        });
+        };
         (
             Self {
                 cluster_id: cluster_id.to_owned(),
                 secret: secret.map(<[u8]>::to_vec),
+                proves: Proves::Secret,
                 nonce,
                 server_nonce: None,
                 version,
@@ -112,7 +175,9 @@ impl ClientHandshake {
         if !(OLDEST_PROTOCOL_VERSION..=self.version).contains(&version) {
             return Err(HandshakeError::Version { theirs: version });
         }
-        if let Some(secret) = &self.secret
+        // A client's server proves itself in `ClientWelcome`, once it knows which key.
+        if self.proves == Proves::Secret
+            && let Some(secret) = &self.secret
             && !auth::verify(
                 secret,
                 Role::Server,
@@ -140,8 +205,8 @@ impl ClientHandshake {
         Ok(Frame::Proof { proof })
     }
 
-    /// The connection's session key (after the challenge; `None` without a secret): frames after
-    /// the `Welcome` are sealed under it.
+    /// The connection's session key (after the challenge; `None` without a secret or
+    /// credential): frames after the welcome are sealed under it.
     pub fn session_key(&self) -> Option<auth::SessionKey> {
         let (secret, server_nonce) = (self.secret.as_ref()?, self.server_nonce.as_ref()?);
         Some(auth::session_key(
@@ -159,12 +224,53 @@ impl ClientHandshake {
 
     /// Takes the server's last word; returns its node id when accepted.
     pub fn on_welcome(self, frame: Frame) -> Result<String, HandshakeError> {
-        match frame {
-            Frame::Welcome { node_id } => Ok(node_id),
-            Frame::Refused { reason } => Err(HandshakeError::Refused(reason)),
-            other => Err(HandshakeError::Unexpected(other.kind())),
+        match (frame, self.proves) {
+            (Frame::Welcome { node_id }, Proves::Secret) => Ok(node_id),
+            (Frame::ClientWelcome { node_id, proof }, Proves::Credential) => {
+                let (Some(key), Some(server_nonce)) = (&self.secret, &self.server_nonce) else {
+                    return Err(HandshakeError::ServerUnproven);
+                };
+                if !auth::verify(
+                    key,
+                    Role::Server,
+                    &self.nonce,
+                    server_nonce,
+                    &self.cluster_id,
+                    &proof,
+                ) {
+                    return Err(HandshakeError::ServerUnproven);
+                }
+                Ok(node_id)
+            }
+            // A server that welcomes a client without proving its credential back.
+            (Frame::Welcome { .. }, Proves::Credential) => Err(HandshakeError::ServerUnproven),
+            (Frame::Refused { reason }, _) => Err(HandshakeError::Refused(reason)),
+            (other, _) => Err(HandshakeError::Unexpected(other.kind())),
         }
     }
+}
+
+/// What the dialing side proved, for the server to decide what it may send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proven {
+    /// The cluster secret: a member (or a process that runs as one).
+    Secret,
+    /// A client credential, by the token's name.
+    Credential(String),
+    /// Nothing: the server has no secret, and the client offered no credential.
+    Nothing,
+}
+
+/// A handshake the server accepted.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The client's node id (as it says: only its proof is checked, not its name).
+    pub peer: String,
+    pub proven: Proven,
+    /// Frames after the welcome are sealed under it (`None` when nothing was proved).
+    pub session_key: Option<auth::SessionKey>,
+    /// The last frame to send: `Welcome` or `ClientWelcome`.
+    pub welcome: Frame,
 }
 
 /// The accepting side.
@@ -173,6 +279,7 @@ pub struct ServerHandshake {
     cluster_id: String,
     node_id: String,
     secret: Option<Vec<u8>>,
+    proves: Proves,
     nonce: [u8; NONCE_LEN],
     client_nonce: [u8; NONCE_LEN],
     peer: String,
@@ -180,8 +287,8 @@ pub struct ServerHandshake {
 }
 
 impl ServerHandshake {
-    /// Takes the client's `Hello`; returns the state and the `Challenge` to send.
-    /// `nonce` must be fresh and random.
+    /// Takes the client's `Hello` (or `ClientHello`); returns the state and the `Challenge` to
+    /// send. `nonce` must be fresh and random.
     pub fn on_hello(
         frame: Frame,
         cluster_id: &str,
@@ -189,8 +296,9 @@ impl ServerHandshake {
         secret: Option<&[u8]>,
         nonce: [u8; NONCE_LEN],
     ) -> Result<(Self, Frame), HandshakeError> {
-        let hello = match frame {
-            Frame::Hello(h) => h,
+        let (hello, proves) = match frame {
+            Frame::Hello(h) => (h, Proves::Secret),
+            Frame::ClientHello(h) => (h, Proves::Credential),
             other => return Err(HandshakeError::Unexpected(other.kind())),
         };
         if hello.magic != MAGIC {
@@ -209,15 +317,18 @@ impl ServerHandshake {
                 ours: cluster_id.to_owned(),
             });
         }
-        let proof = match secret {
-            Some(s) => auth::proof(s, Role::Server, &hello.nonce, &nonce, cluster_id).to_vec(),
-            None => Vec::new(),
+        let proof = match (secret, proves) {
+            (Some(s), Proves::Secret) => {
+                auth::proof(s, Role::Server, &hello.nonce, &nonce, cluster_id).to_vec()
+            }
+            _ => Vec::new(),
         };
         Ok((
             Self {
                 cluster_id: cluster_id.to_owned(),
                 node_id: node_id.to_owned(),
                 secret: secret.map(<[u8]>::to_vec),
+                proves,
                 nonce,
                 client_nonce: hello.nonce,
                 peer: hello.node_id,
@@ -236,42 +347,78 @@ impl ServerHandshake {
         self.version
     }
 
-    /// The connection's session key (`None` without a secret): frames after the `Welcome` are
-    /// sealed under it. Only worth anything once [`ServerHandshake::on_proof`] has accepted.
-    pub fn session_key(&self) -> Option<auth::SessionKey> {
-        let secret = self.secret.as_ref()?;
-        Some(auth::session_key(
-            secret,
-            &self.client_nonce,
-            &self.nonce,
-            &self.cluster_id,
-        ))
+    /// Whether the client offered a client credential (`ClientHello`) rather than the secret.
+    pub fn is_client(&self) -> bool {
+        self.proves == Proves::Credential
     }
 
-    /// Takes the client's `Proof`; returns the client's node id and the `Welcome` to send.
-    pub fn on_proof(self, frame: Frame) -> Result<(String, Frame), HandshakeError> {
+    /// Takes the client's `Proof`, checked against the cluster secret (a `Hello`) or against
+    /// every key of `clients` (a `ClientHello`: each is tried, whichever matched, so timing
+    /// does not tell which).
+    pub fn on_proof(
+        self,
+        frame: Frame,
+        clients: &[NamedClientKey],
+    ) -> Result<Accepted, HandshakeError> {
         let proof = match frame {
             Frame::Proof { proof } => proof,
             other => return Err(HandshakeError::Unexpected(other.kind())),
         };
-        if let Some(secret) = &self.secret
-            && !auth::verify(
-                secret,
+        let verify = |key: &[u8]| {
+            auth::verify(
+                key,
                 Role::Client,
                 &self.client_nonce,
                 &self.nonce,
                 &self.cluster_id,
                 &proof,
             )
-        {
-            return Err(HandshakeError::BadProof);
+        };
+        let session =
+            |key: &[u8]| auth::session_key(key, &self.client_nonce, &self.nonce, &self.cluster_id);
+        if self.proves == Proves::Credential {
+            if clients.is_empty() {
+                return Err(HandshakeError::NoCredentials);
+            }
+            let mut found = None;
+            for c in clients {
+                // No early exit: every key is tried whatever matched.
+                if verify(&c.key) {
+                    found = Some(c);
+                }
+            }
+            let c = found.ok_or(HandshakeError::BadCredential)?;
+            let proof = auth::proof(
+                &c.key,
+                Role::Server,
+                &self.client_nonce,
+                &self.nonce,
+                &self.cluster_id,
+            )
+            .to_vec();
+            return Ok(Accepted {
+                peer: self.peer,
+                proven: Proven::Credential(c.name.clone()),
+                session_key: Some(session(&c.key)),
+                welcome: Frame::ClientWelcome {
+                    node_id: self.node_id,
+                    proof,
+                },
+            });
         }
-        Ok((
-            self.peer,
-            Frame::Welcome {
+        let (proven, session_key) = match &self.secret {
+            Some(secret) if !verify(secret) => return Err(HandshakeError::BadProof),
+            Some(secret) => (Proven::Secret, Some(session(secret))),
+            None => (Proven::Nothing, None),
+        };
+        Ok(Accepted {
+            peer: self.peer,
+            proven,
+            session_key,
+            welcome: Frame::Welcome {
                 node_id: self.node_id,
             },
-        ))
+        })
     }
 }
 
@@ -289,8 +436,132 @@ mod tests {
         let (server, challenge) =
             ServerHandshake::on_hello(hello, "ringlimit", "b", server_secret, [2; 16])?;
         let proof = client.on_challenge(challenge)?;
-        let (peer, welcome) = server.on_proof(proof)?;
-        Ok((peer, client.on_welcome(welcome)?))
+        let accepted = server.on_proof(proof, &[])?;
+        Ok((accepted.peer, client.on_welcome(accepted.welcome)?))
+    }
+
+    fn keys(tokens: &[(&str, &[u8])]) -> Vec<NamedClientKey> {
+        tokens
+            .iter()
+            .map(|(name, token)| NamedClientKey {
+                name: (*name).into(),
+                key: auth::client_key(token),
+            })
+            .collect()
+    }
+
+    /// A client's handshake against a server with `secret` and client keys `clients`: what the
+    /// server says was proved, and both ends' session keys.
+    fn run_client(
+        token: &[u8],
+        secret: Option<&[u8]>,
+        clients: &[NamedClientKey],
+    ) -> Result<(Proven, Option<auth::SessionKey>, Option<auth::SessionKey>), HandshakeError> {
+        let (mut client, hello) = ClientHandshake::start_client("ringlimit", "sdk", token, [1; 16]);
+        assert!(matches!(hello, Frame::ClientHello(_)));
+        let (server, challenge) =
+            ServerHandshake::on_hello(hello, "ringlimit", "b", secret, [2; 16])?;
+        assert!(server.is_client());
+        let proof = client.on_challenge(challenge)?;
+        let client_key = client.session_key();
+        let accepted = server.on_proof(proof, clients)?;
+        assert_eq!(client.on_welcome(accepted.welcome)?, "b");
+        Ok((accepted.proven, client_key, accepted.session_key))
+    }
+
+    /// A client proves a token the server keeps (by its digest alone), learns that the server
+    /// knows it too, and both derive one session key, whichever of the keys matched and
+    /// whether or not the cluster has a secret.
+    #[test]
+    fn a_client_proves_its_credential_and_the_server_proves_it_back() {
+        let clients = keys(&[
+            ("svc-a", b"token-of-service-a"),
+            ("svc-b", b"token-of-service-b"),
+        ]);
+        for secret in [None, Some(&b"cluster secret"[..])] {
+            let (proven, c, s) =
+                run_client(b"token-of-service-b", secret, &clients).expect("accepted");
+            assert_eq!(proven, Proven::Credential("svc-b".into()));
+            assert!(c.is_some());
+            assert_eq!(c, s);
+        }
+        assert_eq!(
+            run_client(b"some other token", None, &clients).err(),
+            Some(HandshakeError::BadCredential)
+        );
+        assert_eq!(
+            run_client(b"token-of-service-a", None, &[]).err(),
+            Some(HandshakeError::NoCredentials)
+        );
+    }
+
+    /// A client does not take a welcome that does not prove its credential: a plain `Welcome`,
+    /// or a `ClientWelcome` under another key (a server that does not know the token).
+    #[test]
+    fn a_client_refuses_a_server_that_does_not_prove_its_credential() {
+        for welcome in [
+            Frame::Welcome {
+                node_id: "b".into(),
+            },
+            Frame::ClientWelcome {
+                node_id: "b".into(),
+                proof: auth::proof(
+                    &auth::client_key(b"not the token"),
+                    Role::Server,
+                    &[1; 16],
+                    &[2; 16],
+                    "ringlimit",
+                )
+                .to_vec(),
+            },
+        ] {
+            let (mut client, _) =
+                ClientHandshake::start_client("ringlimit", "sdk", b"tok", [1; 16]);
+            client
+                .on_challenge(Frame::Challenge {
+                    version: PROTOCOL_VERSION,
+                    nonce: [2; 16],
+                    proof: Vec::new(),
+                })
+                .expect("challenge");
+            assert_eq!(
+                client.on_welcome(welcome).err(),
+                Some(HandshakeError::ServerUnproven)
+            );
+        }
+        // And a member never takes a client's welcome.
+        let (mut member, _) = ClientHandshake::start("ringlimit", "a", None, [1; 16]);
+        member
+            .on_challenge(Frame::Challenge {
+                version: PROTOCOL_VERSION,
+                nonce: [2; 16],
+                proof: Vec::new(),
+            })
+            .expect("challenge");
+        assert!(matches!(
+            member.on_welcome(Frame::ClientWelcome {
+                node_id: "b".into(),
+                proof: Vec::new()
+            }),
+            Err(HandshakeError::Unexpected(_))
+        ));
+    }
+
+    /// What the server says a `Hello` proved: the secret, or nothing on a server without one.
+    #[test]
+    fn a_hello_proves_the_secret_or_nothing() {
+        for (secret, want) in [(None, Proven::Nothing), (Some(&b"s"[..]), Proven::Secret)] {
+            let (mut client, hello) = ClientHandshake::start("ringlimit", "a", secret, [1; 16]);
+            let (server, challenge) =
+                ServerHandshake::on_hello(hello, "ringlimit", "b", secret, [2; 16]).expect("hello");
+            assert!(!server.is_client());
+            let proof = client.on_challenge(challenge).expect("challenge");
+            let accepted = server
+                .on_proof(proof, &keys(&[("x", b"y")]))
+                .expect("proof");
+            assert_eq!(accepted.proven, want);
+            assert_eq!(accepted.session_key, client.session_key());
+        }
     }
 
     #[test]
@@ -299,14 +570,16 @@ mod tests {
         let (server, challenge) =
             ServerHandshake::on_hello(hello, "ringlimit", "b", Some(b"s"), [2; 16]).expect("hello");
         assert_eq!(client.session_key(), None, "no key before the challenge");
-        client.on_challenge(challenge).expect("challenge");
+        let proof = client.on_challenge(challenge).expect("challenge");
         assert!(client.session_key().is_some());
-        assert_eq!(client.session_key(), server.session_key());
+        let accepted = server.on_proof(proof, &[]).expect("proof");
+        assert_eq!(client.session_key(), accepted.session_key);
         let (mut client, hello) = ClientHandshake::start("ringlimit", "a", None, [1; 16]);
         let (server, challenge) =
             ServerHandshake::on_hello(hello, "ringlimit", "b", None, [2; 16]).expect("hello");
-        client.on_challenge(challenge).expect("challenge");
-        assert_eq!((client.session_key(), server.session_key()), (None, None));
+        let proof = client.on_challenge(challenge).expect("challenge");
+        let accepted = server.on_proof(proof, &[]).expect("proof");
+        assert_eq!((client.session_key(), accepted.session_key), (None, None));
     }
 
     #[test]

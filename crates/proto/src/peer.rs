@@ -193,6 +193,13 @@ pub enum Frame {
     Quota { asks: Vec<QuotaAsk> },
     /// Server → client: the answers, in the order of the asks.
     Quotas { answers: Vec<QuotaAnswer> },
+    /// Client → server, instead of `Hello`: a client (an SDK) that proves a client credential
+    /// (a token with the `check` role) rather than the cluster secret (see
+    /// [`crate::handshake`]). A server that predates it cannot decode it and closes.
+    ClientHello(Hello),
+    /// Server → client, ending a `ClientHello`'s handshake: the server's id and its proof that
+    /// it knows the credential the client proved (checked by the client before any frame).
+    ClientWelcome { node_id: String, proof: Vec<u8> },
 }
 
 /// One stream's demand, in thousandths of a request per second (the frame stays `Eq`).
@@ -369,7 +376,7 @@ pub struct PeerRefund {
 
 /// Names an admission that may be given back: when it was decided and what its decision
 /// said of the bucket (its `reset`), both ns on the deciding node's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Mark {
     pub reset_ns: u64,
     pub at_ns: u64,
@@ -650,6 +657,8 @@ impl Frame {
             Frame::ClockIs { .. } => "clock_is",
             Frame::Quota { .. } => "quota",
             Frame::Quotas { .. } => "quotas",
+            Frame::ClientHello(_) => "client_hello",
+            Frame::ClientWelcome { .. } => "client_welcome",
         }
     }
 }
@@ -758,6 +767,28 @@ mod tests {
             ],
         };
         for (tag, f) in [(33, ask), (34, answers)] {
+            let bytes = f.encode().expect("encode");
+            assert_eq!(bytes[0], tag, "{f:?}");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+        }
+    }
+
+    /// A client's hello and welcome come after every older frame, so older frames keep their
+    /// tags (and a server that predates them refuses the hello as undecodable).
+    #[test]
+    fn client_handshake_frames_round_trip_after_the_older_ones() {
+        let hello = Frame::ClientHello(Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            cluster_id: "c".into(),
+            node_id: "sdk".into(),
+            nonce: [7; NONCE_LEN],
+        });
+        let welcome = Frame::ClientWelcome {
+            node_id: "n1".into(),
+            proof: vec![1; 32],
+        };
+        for (tag, f) in [(35, hello), (36, welcome)] {
             let bytes = f.encode().expect("encode");
             assert_eq!(bytes[0], tag, "{f:?}");
             assert_eq!(Frame::decode(&bytes).expect("decode"), f);

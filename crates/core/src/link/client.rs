@@ -45,6 +45,9 @@ pub struct PeerSettings {
     pub node_id: String,
     pub cluster_id: String,
     pub secret: Option<Arc<[u8]>>,
+    /// A client credential (a token with the `check` role) to prove instead of the secret: an
+    /// SDK that is a client of the cluster, not a member (see `ringlimit_proto::handshake`).
+    pub client_token: Option<Arc<[u8]>>,
     /// How long a forwarded check may wait for its owner before the caller falls back.
     pub deadline: Duration,
     /// Connect plus handshake.
@@ -372,12 +375,20 @@ pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<Connection, 
         .await
         .map_err(|e| e.to_string())?;
     let mut conn = framing::framed(io);
-    let (mut hs, hello) = ClientHandshake::start(
-        &settings.cluster_id,
-        &settings.node_id,
-        settings.secret.as_deref(),
-        rand::random(),
-    );
+    let (mut hs, hello) = match &settings.client_token {
+        Some(token) => ClientHandshake::start_client(
+            &settings.cluster_id,
+            &settings.node_id,
+            token,
+            rand::random(),
+        ),
+        None => ClientHandshake::start(
+            &settings.cluster_id,
+            &settings.node_id,
+            settings.secret.as_deref(),
+            rand::random(),
+        ),
+    };
     let step = settings.connect_timeout;
     framing::send(&mut conn, &hello)
         .await

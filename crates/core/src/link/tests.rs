@@ -22,6 +22,7 @@ fn settings(net: &MemNet) -> Arc<PeerSettings> {
         node_id: "client".into(),
         cluster_id: "ringlimit".into(),
         secret: None,
+        client_token: None,
         deadline: DEADLINE,
         connect_timeout: Duration::from_millis(500),
         open_for: OPEN_FOR,
@@ -81,10 +82,10 @@ impl Owner {
         let Ok(proof) = framing::recv(&mut conn, within).await else {
             return;
         };
-        let Ok((_, welcome)) = state.on_proof(proof) else {
+        let Ok(accepted) = state.on_proof(proof, &[]) else {
             return;
         };
-        if framing::send(&mut conn, &welcome).await.is_err() {
+        if framing::send(&mut conn, &accepted.welcome).await.is_err() {
             return;
         }
         while let Ok(frame) = framing::recv(&mut conn, Duration::from_secs(3600)).await {

@@ -1,14 +1,18 @@
 //! Admin tokens: who may call the admin API, under which name, with which role.
 //!
 //! `--admin-tokens FILE` (`RINGLIMIT_ADMIN_TOKENS`) names a YAML file of named tokens, each with
-//! a role — `read` (GETs) or `write` (changes and resets too) — and either the token itself or
-//! its SHA-256 (hex), so that the file need not hold secrets:
+//! a role — `read` (GETs) or `write` (changes and resets too), or `check`: a client credential
+//! for services' SDKs on the peer port, worth nothing on the admin API — and either the token
+//! itself or its SHA-256 (hex), so that the file need not hold secrets:
 //!
 //! ```yaml
 //! tokens:
 //!   - { name: alice, token_sha256: "9f86d0...", role: write }
 //!   - { name: dashboards, token: "s3cret-read-only", role: read }
+//!   - { name: checkout-service, token_sha256: "2c26b4...", role: check }
 //! ```
+//!
+//! `RINGLIMIT_CLIENT_TOKEN` adds one client credential named `client` (see [`TokenBook`]).
 //!
 //! The file is polled like the rules file (a changed file is validated and put in force; an
 //! invalid one is refused, logged, and the previous tokens stay). `RINGLIMIT_ADMIN_TOKEN` keeps
@@ -32,6 +36,9 @@ use subtle::ConstantTimeEq;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// A client credential (an SDK's, on the peer port): checks, leases, reservations; nothing
+    /// on the admin API.
+    Check,
     /// Reads: the rules, a key's state, top keys, the cluster.
     Read,
     /// Reads, rule changes and resets.
@@ -57,6 +64,8 @@ impl std::fmt::Debug for Token {
 
 /// The name `RINGLIMIT_ADMIN_TOKEN`'s token goes by.
 pub const ENV_TOKEN_NAME: &str = "admin";
+/// The name `RINGLIMIT_CLIENT_TOKEN`'s client credential goes by.
+pub const ENV_CLIENT_TOKEN_NAME: &str = "client";
 
 /// Why a tokens file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -110,9 +119,38 @@ impl AdminTokens {
         self
     }
 
+    /// Adds `RINGLIMIT_CLIENT_TOKEN`'s token, when set, as a client credential named `client`
+    /// (unless the file already has that token: its entry stays).
+    pub fn with_client_env(mut self, token: Option<&str>) -> Self {
+        if let Some(t) = token {
+            let d = digest(t.as_bytes());
+            if !self.tokens.iter().any(|x| x.digest == d) {
+                self.tokens.push(Token {
+                    name: ENV_CLIENT_TOKEN_NAME.into(),
+                    role: Role::Check,
+                    digest: d,
+                });
+            }
+        }
+        self
+    }
+
     /// How many tokens there are.
     pub fn len(&self) -> usize {
         self.tokens.len()
+    }
+
+    /// The client credentials among them (role `check`), keyed as the peer handshake proves
+    /// them: by their digest.
+    pub fn client_keys(&self) -> Vec<ringlimit_proto::auth::NamedClientKey> {
+        self.tokens
+            .iter()
+            .filter(|t| t.role == Role::Check)
+            .map(|t| ringlimit_proto::auth::NamedClientKey {
+                name: t.name.clone(),
+                key: t.digest,
+            })
+            .collect()
     }
 
     /// Parses a tokens file's text; `path` names it in errors.
@@ -191,6 +229,8 @@ pub struct TokenBook {
     current: ArcSwap<AdminTokens>,
     file: Option<PathBuf>,
     env: Option<String>,
+    /// `RINGLIMIT_CLIENT_TOKEN`: a client credential named `client`.
+    client_env: Option<String>,
     /// The last refusal, so that an invalid file is logged and counted once, not every poll.
     last_error: Mutex<Option<String>>,
     /// Reloads that put new tokens in force, and files refused.
@@ -210,10 +250,20 @@ impl TokenBook {
             current: ArcSwap::from_pointee(from_file.with_env(env.as_deref())),
             file,
             env,
+            client_env: None,
             last_error: Mutex::new(None),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
         })
+    }
+
+    /// This book with `RINGLIMIT_CLIENT_TOKEN`'s client credential (`None`: not set), kept
+    /// across reloads of the file.
+    pub fn with_client_token(mut self, token: Option<String>) -> Self {
+        let current = (**self.current.load()).clone();
+        self.current = ArcSwap::from_pointee(current.with_client_env(token.as_deref()));
+        self.client_env = token;
+        self
     }
 
     /// Whether the admin API is on: a tokens file is given, or `RINGLIMIT_ADMIN_TOKEN` is set
@@ -232,7 +282,9 @@ impl TokenBook {
         let Some(path) = &self.file else { return };
         match AdminTokens::load(path) {
             Ok(t) => {
-                let t = t.with_env(self.env.as_deref());
+                let t = t
+                    .with_env(self.env.as_deref())
+                    .with_client_env(self.client_env.as_deref());
                 if **self.current.load() != t {
                     tracing::info!(file = %path.display(), tokens = t.len(), "admin tokens reloaded");
                     self.current.store(std::sync::Arc::new(t));
@@ -261,6 +313,12 @@ impl TokenBook {
             tick.tick().await;
             self.reload();
         }
+    }
+}
+
+impl crate::peers::server::ClientKeys for TokenBook {
+    fn client_keys(&self) -> std::sync::Arc<[ringlimit_proto::auth::NamedClientKey]> {
+        std::sync::Arc::from(self.tokens().client_keys())
     }
 }
 

@@ -343,6 +343,7 @@ mod tests {
             node_id: id.into(),
             cluster_id: "c".into(),
             secret: None,
+            client_token: None,
             deadline: Duration::from_millis(25),
             connect_timeout: Duration::from_millis(500),
             open_for: Duration::from_secs(1),

@@ -63,6 +63,18 @@ pub async fn guard(State(state): State<AppState>, mut req: Request, next: Next) 
     let Some(token) = tokens.find(given) else {
         return unauthorized("The bearer token is not an admin token.");
     };
+    if token.role < Role::Read {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "Token {:?} has the check role: it is a client credential for the SDK on the \
+                 peer port, not an admin token.",
+                token.name
+            ),
+        )
+        .into_response();
+    }
     let reads = matches!(*req.method(), Method::GET | Method::HEAD);
     if !reads && token.role < Role::Write {
         return ApiError::new(

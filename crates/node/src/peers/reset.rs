@@ -107,6 +107,7 @@ mod tests {
             node_id: "me".into(),
             cluster_id: "ringlimit".into(),
             secret: None,
+            client_token: None,
             deadline: Duration::from_millis(25),
             connect_timeout: Duration::from_millis(500),
             open_for: Duration::from_secs(1),

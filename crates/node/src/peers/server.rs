@@ -8,7 +8,8 @@
 //! handshake, the member check and the dispatch of each frame kind to its handler, one file
 //! each:
 //! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): decide, relay once, all-or-nothing.
-//! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held.
+//! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held (a client only what
+//!   its own connection's holds took: [`holds`]).
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
@@ -17,10 +18,19 @@
 //! - [`rules`] — `RuleChange`: admin API rule changes of names this node owns.
 //! - [`top`] — `TopKeys`: this node's most limited keys of a rule.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
+//!
+//! # Members and clients
+//! A connection that proved the cluster secret (or, on a node with peer mTLS or
+//! `--allow-unauthenticated-peers`, any that got through) is a member's and may send every
+//! frame. One that proved a client credential (a token with the `check` role), or nothing on a
+//! node without a secret, is a client's: it may send checks, lease asks, reservations, settles,
+//! clock samples and refunds of what its own holds took ([`holds`]), and is closed on anything
+//! else (see [`members_only`]).
 
 mod checks;
 mod global_counts;
 mod handover;
+mod holds;
 mod lease;
 mod recall;
 mod refunds;
@@ -38,11 +48,12 @@ use crate::log_gate::LogGate;
 use crate::rules::book::RuleBook;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
+use holds::Holds;
 use ringlimit_core::link::framing::{self, BoxedIo, FramedPeer, LinkError};
 use ringlimit_core::tls::PeerTls;
 use ringlimit_core::top::TopKeys;
-use ringlimit_proto::auth::Role;
-use ringlimit_proto::handshake::ServerHandshake;
+use ringlimit_proto::auth::{NamedClientKey, Role};
+use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
     CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
 };
@@ -100,6 +111,27 @@ pub struct ServerSettings {
     /// Mutual TLS (`--peer-tls-*`): every connection's TLS handshake first, which only a
     /// certificate of the cluster CA passes; `None`: the stream as it is.
     pub tls: Option<PeerTls>,
+    /// The client credentials this node accepts, read at each client's handshake (they are
+    /// reloaded with their file).
+    pub clients: Arc<dyn ClientKeys>,
+}
+
+/// The client credentials a node accepts: tokens with the `check` role (the admin tokens'
+/// file, `RINGLIMIT_CLIENT_TOKEN`). A trait so that the peer server knows nothing of the file.
+pub trait ClientKeys: Send + Sync {
+    /// The keys in force now.
+    fn client_keys(&self) -> Arc<[NamedClientKey]>;
+}
+
+/// No client credentials: clients are refused unless the node has no secret.
+#[cfg(test)]
+pub struct NoClientKeys;
+
+#[cfg(test)]
+impl ClientKeys for NoClientKeys {
+    fn client_keys(&self) -> Arc<[NamedClientKey]> {
+        Arc::from(Vec::new())
+    }
 }
 
 impl ServerSettings {
@@ -113,6 +145,7 @@ impl ServerSettings {
             accept_members: true,
             handshake_timeout: Duration::from_secs(2),
             tls: None,
+            clients: Arc::new(NoClientKeys),
         }
     }
 }
@@ -149,21 +182,37 @@ pub struct Relay {
 struct Caller<'a> {
     /// The source address.
     from: &'a str,
-    /// The node id it logged in with.
+    /// The node id it logged in with (its own word: only its proof is checked).
     peer: &'a str,
+    /// Whether it may send what only members send (see the module doc).
+    member: bool,
 }
 
 impl PeerServer {
-    /// Whether the caller is a client (the SDK) rather than a member: a member's checks were
-    /// counted into the top keys where they arrived, a client's are counted here.
+    /// Whether the caller's checks are counted into the top keys here: a client's (the SDK's)
+    /// are; a ring member's were counted where they arrived. A process that proved the secret
+    /// without being on the ring (an SDK run as a member) is counted here too.
     fn is_client(&self, caller: &Caller<'_>) -> bool {
-        self.relay.as_ref().is_some_and(|r| {
-            !r.view
-                .load()
-                .members
-                .iter()
-                .any(|m| *m.node_id == *caller.peer)
-        })
+        !caller.member
+            || self.relay.as_ref().is_some_and(|r| {
+                !r.view
+                    .load()
+                    .members
+                    .iter()
+                    .any(|m| *m.node_id == *caller.peer)
+            })
+    }
+
+    /// Whether a connection that proved `proven` is a member's, or refused (a reason).
+    fn membership(&self, proven: &Proven, clients: bool) -> Result<bool, String> {
+        match proven {
+            Proven::Secret => Ok(true),
+            Proven::Credential(_) => Ok(false),
+            Proven::Nothing if self.settings.accept_members => Ok(true),
+            // A node that keeps client credentials takes no anonymous clients.
+            Proven::Nothing if clients => Err(NEEDS_CREDENTIAL.to_owned()),
+            Proven::Nothing => Ok(false),
+        }
     }
 }
 
@@ -171,6 +220,13 @@ impl PeerServer {
 /// only members send.
 const NOT_MEMBERS: &str = "this node accepts no cluster members: it has no cluster secret \
      (set the same RINGLIMIT_CLUSTER_SECRET on every node)";
+/// What a client's connection is told when it sends a frame only members send.
+const CLIENTS_MAY_NOT: &str = "a client may send checks, leases, reservations, settles and \
+     refunds of its own holds only: this frame is a cluster member's (members prove the \
+     cluster secret)";
+/// What an anonymous client of a node that keeps client credentials is told.
+const NEEDS_CREDENTIAL: &str = "this node needs a client credential: a token with the `check` \
+     role (the SDK's client_token)";
 
 /// Frames that only a cluster member sends: they change buckets or counts wholesale.
 fn members_only(frame: &Frame) -> bool {
@@ -314,7 +370,7 @@ impl PeerServer {
                                         is closed".to_owned()),
         };
         drop(login);
-        let (peer, version) = match handshake {
+        let (peer, version, member) = match handshake {
             Ok(agreed) => agreed,
             Err(reason) => return self.refuse(&mut conn, &from, reason).await,
         };
@@ -322,11 +378,15 @@ impl PeerServer {
             let reason = "too many peer connections".to_owned();
             return self.refuse(&mut conn, &from, reason).await;
         };
-        tracing::debug!(%from, %peer, version, "peer connected");
+        tracing::debug!(%from, %peer, version, member, "peer connected");
         let caller = Caller {
             from: &from,
             peer: &peer,
+            member,
         };
+        // What this connection's own checks and leases took, for its refunds: a client's
+        // only (see [`holds`]).
+        let mut holds = (!member).then(Holds::default);
         while let Some(bytes) = conn.next().await {
             let mut len = 0;
             let frame = match bytes.map_err(LinkError::from).and_then(|b| {
@@ -358,16 +418,27 @@ impl PeerServer {
                 }
                 other => other,
             };
-            if !self.settings.accept_members && members_only(&frame) {
-                return self.refuse(&mut conn, &from, NOT_MEMBERS.to_owned()).await;
+            if !member && members_only(&frame) {
+                let reason = if self.settings.accept_members || self.settings.secret.is_some() {
+                    CLIENTS_MAY_NOT
+                } else {
+                    NOT_MEMBERS
+                };
+                return self.refuse(&mut conn, &from, reason.to_owned()).await;
             }
             let reply = match frame {
                 Frame::Checks(groups) => {
                     self.stats.frames.fetch_add(1, Ordering::Relaxed);
                     let client = self.is_client(&caller);
-                    Some(Frame::Answers(self.checks(&groups, client).await))
+                    let answers = self.checks(&groups, client).await;
+                    if let Some(holds) = holds.as_mut() {
+                        self.keep_holds(holds, &groups, &answers);
+                    }
+                    Some(Frame::Answers(answers))
                 }
-                Frame::Refunds(groups) => Some(Frame::Answers(self.refunds(groups))),
+                Frame::Refunds(groups) => {
+                    Some(Frame::Answers(self.refunds(groups, holds.as_mut())))
+                }
                 Frame::Handover(buckets) => Some(self.handover(&caller, buckets)),
                 Frame::Replicate { buckets } => Some(self.replicate(buckets)),
                 Frame::ReplicateOneWay { buckets } => {
@@ -376,7 +447,7 @@ impl PeerServer {
                 }
                 Frame::HandBack { buckets } => Some(self.hand_back(buckets)),
                 Frame::Recall { ids } => Some(self.recall(&ids)),
-                Frame::Lease { asks } => Some(self.lease(&caller, asks).await),
+                Frame::Lease { asks } => Some(self.lease(&caller, asks, holds.as_mut()).await),
                 Frame::Reserve { asks } if version >= RESERVE_SINCE => {
                     Some(self.reserve(asks).await)
                 }
@@ -420,9 +491,9 @@ impl PeerServer {
         }
     }
 
-    /// Runs the server's side of the handshake; returns the peer's node id and the version the
-    /// connection speaks.
-    async fn handshake(&self, conn: &mut FramedPeer) -> Result<(String, u16), String> {
+    /// Runs the server's side of the handshake; returns the peer's node id, the version the
+    /// connection speaks, and whether it is a member's (see the module doc).
+    async fn handshake(&self, conn: &mut FramedPeer) -> Result<(String, u16, bool), String> {
         let within = self.settings.handshake_timeout;
         let hello = framing::recv(conn, within)
             .await
@@ -441,16 +512,20 @@ impl PeerServer {
         let proof = framing::recv(conn, within)
             .await
             .map_err(|e| format!("no proof: {e}"))?;
-        let key = state.session_key();
         let version = state.version();
-        let (peer, welcome) = state.on_proof(proof).map_err(|e| e.to_string())?;
-        framing::send(conn, &welcome)
+        let clients = self.settings.clients.client_keys();
+        let accepted = state.on_proof(proof, &clients).map_err(|e| e.to_string())?;
+        let member = self.membership(&accepted.proven, !clients.is_empty())?;
+        framing::send(conn, &accepted.welcome)
             .await
             .map_err(|e| e.to_string())?;
-        if let Some(key) = key {
+        if let Some(key) = accepted.session_key {
             conn.codec_mut().seal(&key, Role::Server);
         }
-        Ok((peer, version))
+        if let Proven::Credential(name) = &accepted.proven {
+            tracing::debug!(peer = %accepted.peer, credential = %name, "client logged in");
+        }
+        Ok((accepted.peer, version, member))
     }
 }
 
@@ -460,8 +535,8 @@ mod tests {
     use ringlimit_core::link::memnet::MemNet;
     use ringlimit_proto::handshake::ClientHandshake;
     use ringlimit_proto::peer::{
-        ALL_OR_NOTHING_GROUP, FlaggedGroup, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, PeerAnswer,
-        PeerCheck,
+        ALL_OR_NOTHING_GROUP, FlaggedGroup, Mark, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+        PeerAnswer, PeerCheck, PeerRefund, RefundGroup,
     };
     use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 
@@ -473,6 +548,79 @@ mod tests {
     /// [`server`], and its engine.
     fn server_with_engine(
         net: &MemNet,
+    ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
+        server_with(net, ServerSettings::open("s", "c"))
+    }
+
+    /// Client credentials fixed for a test.
+    struct Keys(Vec<NamedClientKey>);
+
+    impl ClientKeys for Keys {
+        fn client_keys(&self) -> Arc<[NamedClientKey]> {
+            Arc::from(self.0.clone())
+        }
+    }
+
+    /// A server at "s" that has `secret` (or none: then it takes no members) and accepts the
+    /// client token `svc-token-0000001`, named "svc".
+    fn guarded_server(net: &MemNet, secret: Option<&[u8]>) -> tokio::task::JoinHandle<()> {
+        let settings = ServerSettings {
+            secret: secret.map(Arc::from),
+            accept_members: secret.is_some(),
+            clients: Arc::new(Keys(vec![NamedClientKey {
+                name: "svc".into(),
+                key: ringlimit_proto::auth::client_key(b"svc-token-0000001"),
+            }])),
+            ..ServerSettings::open("s", "c")
+        };
+        server_with(net, settings).0
+    }
+
+    /// Logs in to "s" as a client proving `token`, or as a member proving `secret`; the
+    /// connection, sealed as the server seals it.
+    async fn log_in_as(
+        net: &MemNet,
+        token: Option<&[u8]>,
+        secret: Option<&[u8]>,
+    ) -> Result<FramedPeer, String> {
+        let within = Duration::from_secs(1);
+        let io = net.dialer("sdk").dial("s").await.expect("dialed");
+        let mut conn = framing::framed(io);
+        let (mut hs, hello) = match token {
+            Some(t) => ClientHandshake::start_client("c", "sdk", t, [1; 16]),
+            None => ClientHandshake::start("c", "sdk", secret, [1; 16]),
+        };
+        framing::send(&mut conn, &hello).await.expect("hello");
+        let challenge = framing::recv(&mut conn, within)
+            .await
+            .map_err(|e| e.to_string())?;
+        let proof = hs.on_challenge(challenge).map_err(|e| e.to_string())?;
+        framing::send(&mut conn, &proof).await.expect("proof");
+        let key = hs.session_key();
+        let welcome = framing::recv(&mut conn, within)
+            .await
+            .map_err(|e| e.to_string())?;
+        hs.on_welcome(welcome).map_err(|e| e.to_string())?;
+        if let Some(key) = key {
+            conn.codec_mut().seal(&key, Role::Client);
+        }
+        Ok(conn)
+    }
+
+    /// Sends `frame` and returns the answer (an error when the connection closed).
+    async fn ask(conn: &mut FramedPeer, frame: Frame) -> Result<Frame, String> {
+        framing::send(conn, &frame)
+            .await
+            .map_err(|e| e.to_string())?;
+        framing::recv(conn, Duration::from_secs(1))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// A real peer server at "s" on `net` with `settings`, and its engine.
+    fn server_with(
+        net: &MemNet,
+        settings: ServerSettings,
     ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
         let engine = Arc::new(crate::engine::Engine::new(
@@ -486,7 +634,7 @@ mod tests {
         ));
         let server = Arc::new(PeerServer::new(
             Here::new(engine.clone(), counters),
-            ServerSettings::open("s", "c"),
+            settings,
             None,
         ));
         (tokio::spawn(server.run(net.listen("s"))), engine)
@@ -658,5 +806,245 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    fn daily(limit: u64) -> RuleRef {
+        RuleRef::Inline(InlineRule {
+            limit,
+            period_ms: 86_400_000,
+            algorithm: Algorithm::TokenBucket,
+            burst: None,
+        })
+    }
+
+    fn owned(key: &str, rule: &RuleRef, cost: u64) -> Frame {
+        Frame::Checks(vec![CheckGroup {
+            id: 1,
+            kind: GroupKind::Owned,
+            checks: vec![PeerCheck {
+                key: key.into(),
+                rule: rule.clone(),
+                cost,
+            }],
+        }])
+    }
+
+    fn remaining(answer: Frame) -> (bool, u64) {
+        match answer {
+            Frame::Answers(g) => match &g[0].answers[..] {
+                [PeerAnswer::Answer(a)] => (a.allowed, a.remaining),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn refund(key: &str, rule: &RuleRef, cost: u64, mark: Mark) -> Frame {
+        Frame::Refunds(vec![RefundGroup {
+            id: 2,
+            refunds: vec![PeerRefund {
+                key: key.into(),
+                rule: rule.clone(),
+                cost,
+                mark,
+            }],
+        }])
+    }
+
+    /// A client (here anyone on a node without a secret) cannot refill a bucket with refunds
+    /// it made up: a used-up 5-a-day key stays used up after a refund under any mark; a
+    /// lease's slice gives back at most what it took, once; an all-or-nothing hold gives back
+    /// what it held, once.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_gives_back_only_what_its_own_holds_took_once() {
+        use ringlimit_proto::peer::{LeaseAsk, LeaseGrant};
+        let net = MemNet::new();
+        let _server = guarded_server(&net, None);
+        // Anonymous clients are refused where credentials are kept: prove the token.
+        let mut conn = log_in_as(&net, Some(b"svc-token-0000001"), None)
+            .await
+            .expect("logged in");
+        let rule = daily(5);
+        for _ in 0..5 {
+            assert!(remaining(ask(&mut conn, owned("v", &rule, 1)).await.expect("answer")).0);
+        }
+        assert!(!remaining(ask(&mut conn, owned("v", &rule, 1)).await.expect("answer")).0);
+        // What every answer shows: the reset time. Forged under it and under nothing at all.
+        for mark in [
+            Mark {
+                reset_ns: 0,
+                at_ns: 0,
+            },
+            Mark {
+                reset_ns: 1_000_000_000 + 86_400_000_000_000,
+                at_ns: 1_000_000_000,
+            },
+        ] {
+            let Frame::Answers(g) = ask(&mut conn, refund("v", &rule, 5, mark))
+                .await
+                .expect("answer")
+            else {
+                panic!("not answers");
+            };
+            assert!(
+                matches!(&g[0].answers[..], [PeerAnswer::Error { .. }]),
+                "{:?}",
+                g[0].answers
+            );
+        }
+        let (allowed, left) =
+            remaining(ask(&mut conn, owned("v", &rule, 1)).await.expect("answer"));
+        assert!(!allowed && left == 0, "still used up");
+
+        // A lease of 10 of a 100-a-day key, then a refund of 1,000 under its mark.
+        let rule = daily(100);
+        let lease = Frame::Lease {
+            asks: vec![LeaseAsk {
+                key: "l".into(),
+                rule: rule.clone(),
+                want: 10,
+                demand_per_s: 1_000,
+            }],
+        };
+        let Frame::Leased { grants } = ask(&mut conn, lease).await.expect("answer") else {
+            panic!("not leased");
+        };
+        let [LeaseGrant::Granted { tokens, mark, .. }] = grants[..] else {
+            panic!("{grants:?}");
+        };
+        assert!(tokens > 0 && tokens <= 10, "{tokens}");
+        let back = ask(&mut conn, refund("l", &rule, 1_000, mark))
+            .await
+            .expect("answer");
+        assert!(matches!(back, Frame::Answers(ref g) if g[0].answers == [PeerAnswer::Refunded]));
+        let (_, left) = remaining(ask(&mut conn, owned("l", &rule, 0)).await.expect("answer"));
+        assert_eq!(left, 100, "given back what the slice took, no more");
+        let again = ask(&mut conn, refund("l", &rule, 1_000, mark))
+            .await
+            .expect("answer");
+        assert!(
+            matches!(again, Frame::Answers(ref g) if matches!(g[0].answers[..], [PeerAnswer::Error { .. }])),
+            "once: {again:?}"
+        );
+
+        // An all-or-nothing hold gives back what it held, once, on its own connection only.
+        let all = Frame::Checks(vec![CheckGroup {
+            id: 3,
+            kind: GroupKind::AllOrNothing,
+            checks: vec![PeerCheck {
+                key: "h".into(),
+                rule: rule.clone(),
+                cost: 3,
+            }],
+        }]);
+        let Frame::Answers(g) = ask(&mut conn, all).await.expect("answer") else {
+            panic!("not answers");
+        };
+        let [PeerAnswer::Held { mark, .. }] = g[0].answers[..] else {
+            panic!("{:?}", g[0].answers);
+        };
+        let mut other = log_in_as(&net, Some(b"svc-token-0000001"), None)
+            .await
+            .expect("logged in");
+        let elsewhere = ask(&mut other, refund("h", &rule, 3, mark))
+            .await
+            .expect("answer");
+        assert!(
+            matches!(elsewhere, Frame::Answers(ref g) if matches!(g[0].answers[..], [PeerAnswer::Error { .. }])),
+            "not this connection's hold: {elsewhere:?}"
+        );
+        for want in [PeerAnswer::Refunded, not_held_answer()] {
+            let Frame::Answers(g) = ask(&mut conn, refund("h", &rule, 3, mark))
+                .await
+                .expect("answer")
+            else {
+                panic!("not answers");
+            };
+            assert_eq!(
+                std::mem::discriminant(&g[0].answers[0]),
+                std::mem::discriminant(&want)
+            );
+        }
+        let (_, left) = remaining(ask(&mut conn, owned("h", &rule, 0)).await.expect("answer"));
+        assert_eq!(left, 100);
+    }
+
+    fn not_held_answer() -> PeerAnswer {
+        PeerAnswer::Error {
+            code: String::new(),
+            message: String::new(),
+        }
+    }
+
+    /// Members prove the cluster secret, clients a client credential: a client's checks are
+    /// answered and a frame only members send (here a reset) closes its connection with the
+    /// reason; a member's reset is answered. A wrong token, an anonymous client where
+    /// credentials are kept, and a token against a node that keeps none are refused.
+    #[tokio::test(start_paused = true)]
+    async fn clients_prove_a_credential_and_may_not_send_what_members_send() {
+        let net = MemNet::new();
+        let _server = guarded_server(&net, Some(b"cluster secret"));
+        let mut client = log_in_as(&net, Some(b"svc-token-0000001"), None)
+            .await
+            .expect("logged in");
+        let rule = daily(5);
+        assert!(
+            remaining(
+                ask(&mut client, owned("k", &rule, 1))
+                    .await
+                    .expect("answer")
+            )
+            .0
+        );
+        let reset = Frame::Reset { ids: vec![1, 2] };
+        match ask(&mut client, reset.clone()).await {
+            Ok(Frame::Refused { reason }) => assert!(reason.contains("member"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            ask(&mut client, owned("k", &rule, 1)).await.is_err(),
+            "closed"
+        );
+        let mut member = log_in_as(&net, None, Some(b"cluster secret"))
+            .await
+            .expect("logged in");
+        assert!(matches!(
+            ask(&mut member, reset).await,
+            Ok(Frame::ResetAck { .. })
+        ));
+        let wrong = log_in_as(&net, Some(b"not-the-token-000"), None).await;
+        assert!(
+            wrong
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.contains("client credential")),
+            "{:?}",
+            wrong.err()
+        );
+        let anonymous = log_in_as(&net, None, None).await;
+        assert!(anonymous.is_err(), "no proof of the secret");
+
+        let net = MemNet::new();
+        let _lone = guarded_server(&net, None);
+        let anonymous = log_in_as(&net, None, None).await;
+        assert!(
+            anonymous
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.contains("client credential")),
+            "{:?}",
+            anonymous.err()
+        );
+        let net = MemNet::new();
+        let _open = server(&net);
+        let token = log_in_as(&net, Some(b"svc-token-0000001"), None).await;
+        assert!(
+            token
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.contains("accepts no client credentials")),
+            "{:?}",
+            token.err()
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! `ringlimit_core::lease`). Slices are taken from the buckets at once; what a holder does not
 //! spend comes back as an ordinary refund (`server/refunds.rs`).
 
+use super::holds::Holds;
 use super::{Caller, PeerServer};
 use crate::rules::RuleSpec;
 use ringlimit_core::rule::{LeaseMode, Mode};
@@ -11,8 +12,14 @@ use ringlimit_proto::peer::{Frame, LeaseAsk, LeaseGrant};
 const MOST_ASKS: usize = 1_000;
 
 impl PeerServer {
-    /// Grants (or refuses) each ask, in order.
-    pub(super) async fn lease(&self, caller: &Caller<'_>, asks: Vec<LeaseAsk>) -> Frame {
+    /// Grants (or refuses) each ask, in order; a client's grants are kept in its connection's
+    /// `holds`, which bound what it may give back.
+    pub(super) async fn lease(
+        &self,
+        caller: &Caller<'_>,
+        asks: Vec<LeaseAsk>,
+        holds: Option<&mut Holds>,
+    ) -> Frame {
         let asks = &asks[..asks.len().min(MOST_ASKS)];
         let prepared: Vec<_> = asks
             .iter()
@@ -60,7 +67,10 @@ impl PeerServer {
                 }
                 engine.lease(id, rule, caller.peer, ask.want, now)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if let Some(holds) = holds {
+            self.keep_grants(holds, asks, &grants);
+        }
         Frame::Leased { grants }
     }
 

@@ -1,14 +1,23 @@
 //! `Refunds`: give back what all-or-nothing checks held, because another check of their
-//! request denied.
+//! request denied, and what lease slices had left. A client's connection gives back only what
+//! its own holds took, once ([`super::holds`]).
 
 use super::PeerServer;
 use super::checks::error_answer;
+use super::holds::Holds;
 use crate::rules::RuleSpec;
-use ringlimit_proto::peer::{AnswerGroup, PeerAnswer, RefundGroup};
+use ringlimit_proto::peer::{
+    AnswerGroup, CheckGroup, LeaseAsk, LeaseGrant, PeerAnswer, RefundGroup,
+};
 
 impl PeerServer {
-    /// Gives back what held checks took (see [`crate::decide::Here::refund`]).
-    pub(super) fn refunds(&self, groups: Vec<RefundGroup>) -> Vec<AnswerGroup> {
+    /// Gives back what held checks took (see [`crate::decide::Here::refund`]); with `holds`
+    /// (a client's connection), at most what that ledger says each admission took.
+    pub(super) fn refunds(
+        &self,
+        groups: Vec<RefundGroup>,
+        mut holds: Option<&mut Holds>,
+    ) -> Vec<AnswerGroup> {
         groups
             .into_iter()
             .map(|g| AnswerGroup {
@@ -17,13 +26,27 @@ impl PeerServer {
                     .refunds
                     .iter()
                     .map(|r| {
+                        // A client's refund is bounded by its ledger, not by the bucket's
+                        // capacity: the bucket is named as by a check of 1.
+                        let named = if holds.is_some() {
+                            r.cost.min(1)
+                        } else {
+                            r.cost
+                        };
                         match self
                             .here
                             .engine()
-                            .prepare(&r.key, RuleSpec::of(&r.rule), r.cost)
+                            .prepare(&r.key, RuleSpec::of(&r.rule), named)
                         {
                             Ok((resolved, id)) => {
-                                self.here.refund(id, &resolved, r.cost, r.mark);
+                                let cost = match holds.as_deref_mut() {
+                                    None => r.cost,
+                                    Some(h) => h.take(id, r.mark, r.cost),
+                                };
+                                if cost == 0 && r.cost > 0 {
+                                    return not_held();
+                                }
+                                self.here.refund(id, &resolved, cost, r.mark);
                                 PeerAnswer::Refunded
                             }
                             Err(e) => error_answer(&e),
@@ -32,5 +55,42 @@ impl PeerServer {
                     .collect(),
             })
             .collect()
+    }
+
+    /// Remembers in `holds` what a client's checks held (all-or-nothing groups' admissions).
+    pub(super) fn keep_holds(&self, holds: &mut Holds, groups: &[CheckGroup], out: &[AnswerGroup]) {
+        for (g, answered) in groups.iter().zip(out) {
+            for (c, answer) in g.checks.iter().zip(&answered.answers) {
+                if let PeerAnswer::Held { mark, .. } = answer
+                    && let Ok((_, id)) = self.prepare(c)
+                {
+                    holds.hold(id, *mark, c.cost);
+                }
+            }
+        }
+    }
+
+    /// Remembers in `holds` the slices a client's lease asks were granted.
+    pub(super) fn keep_grants(&self, holds: &mut Holds, asks: &[LeaseAsk], grants: &[LeaseGrant]) {
+        for (ask, grant) in asks.iter().zip(grants) {
+            if let LeaseGrant::Granted { tokens, mark, .. } = grant
+                && let Ok((_, id)) =
+                    self.here
+                        .engine()
+                        .prepare(&ask.key, RuleSpec::of(&ask.rule), 1)
+            {
+                holds.hold(id, *mark, *tokens);
+            }
+        }
+    }
+}
+
+/// A client's refund of something its connection does not hold (any more).
+fn not_held() -> PeerAnswer {
+    PeerAnswer::Error {
+        code: "invalid_request".into(),
+        message: "nothing to give back: a client gives back only what its own connection's \
+                  checks or leases took, once"
+            .into(),
     }
 }
