@@ -12,6 +12,8 @@
 #   kill            n2 SIGKILLed after its buckets' limits are spent, 4 s of checks through the
 #                   survivors, restarted (same --node-id and port), checks through all three
 #   stop            n2 SIGSTOPped for 5 s, checks through the survivors, then SIGCONT
+#   through-stopped traffic through the stopped node: n2 SIGSTOPped 3-5 s (four times) while
+#                   batches of every bucket wait in its socket, then SIGCONT; what they admit
 #   split           2 | 1 for 7 s: n2 and its peers cannot reach each other, clients reach all
 #   oneway-out      n2's packets to its peers dropped for 7 s (it hears them, they do not hear it)
 #   oneway-in       its peers' packets to n2 dropped for 7 s
@@ -38,7 +40,7 @@ set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-SCENARIOS="${SCENARIOS:-kill stop split oneway-out oneway-in rolling join-leave all-or-nothing skew}"
+SCENARIOS="${SCENARIOS:-kill stop through-stopped split oneway-out oneway-in rolling join-leave all-or-nothing skew}"
 NS="${NS_PREFIX:-rla}"
 NET=10.78.0
 
