@@ -81,6 +81,7 @@ STOPPED = 5.0  # SIGSTOP to SIGCONT
 # is stopped (one connection each, opened before), answered once it resumes.
 PAUSES = (3.0, 4.0, 5.0, 3.5)
 QUEUED = 6
+PUMPS = 8  # connections sending single checks to n2 one after another, across each pause
 QUEUED_DEADLINE = 15.0  # the pause, then the answer
 PARTED = 7.0  # a partition lasts
 AFTER = 3.0  # load once the cluster is whole again
@@ -333,6 +334,30 @@ async def through_stopped(cluster, load, buckets, sleep):
     so each admission is over the limit. The load goes on through n0 and n1 meanwhile."""
     checks = [{"key": k, "rule": r} for r, k in buckets]
     body = json.dumps({"checks": checks}).encode()
+    rng = random.Random(43)
+
+    async def pump(conn, running):
+        """Single checks to n2 one after another, across the pause: some are in flight (at n2
+        or at their owners) when it stops, and time out there when it resumes."""
+        try:
+            while running():
+                b = rng.choice(buckets)
+                status, data = await asyncio.wait_for(
+                    conn.request("POST", "/v1/check", json.dumps({"key": b[1], "rule": b[0]}).encode()),
+                    QUEUED_DEADLINE)
+                if status not in (200, 429):
+                    raise ValueError(f"status {status}: {data[:120]!r}")
+                a = json.loads(data)
+                load.checks += 1
+                if a["allowed"]:
+                    load.admitted[b] += 1
+                load.degraded += bool(a["degraded"])
+        except Exception as e:  # noqa: BLE001
+            reason = "timeout" if isinstance(e, asyncio.TimeoutError) else f"{type(e).__name__} {e}"
+            load.failed.append((time.time(), f"n{VICTIM}", f"pumped check: {reason}"))
+        finally:
+            conn.close()
+
     for pause in PAUSES:
         # Keep-alive connections n2 has accepted before it stops, as a proxy's would be.
         conns = [Conn(cluster.addr(VICTIM), 8080) for _ in range(QUEUED)]
@@ -340,6 +365,9 @@ async def through_stopped(cluster, load, buckets, sleep):
             status, _ = await asyncio.wait_for(conn.request("GET", "/healthz"), load.args.deadline)
             if status != 200:
                 raise RuntimeError(f"n2 /healthz: {status}")
+        pumping = True
+        pumps = [asyncio.get_running_loop().create_task(
+            pump(Conn(cluster.addr(VICTIM), 8080), lambda: pumping)) for _ in range(PUMPS)]
         await cluster.drain(VICTIM)
         os.kill(cluster.procs[VICTIM].pid, signal.SIGSTOP)
         await sleep(pause - 0.5)
@@ -368,6 +396,9 @@ async def through_stopped(cluster, load, buckets, sleep):
         await sleep(0.5)
         os.kill(cluster.procs[VICTIM].pid, signal.SIGCONT)
         await asyncio.gather(*batches)
+        await sleep(1.0)
+        pumping = False
+        await asyncio.gather(*pumps)
         await cluster.wait_whole(range(3), range(3), "the resumed node back in every ring")
         cluster.targets.add(VICTIM)
         await sleep(1.0)

@@ -13,7 +13,8 @@
 #                   survivors, restarted (same --node-id and port), checks through all three
 #   stop            n2 SIGSTOPped for 5 s, checks through the survivors, then SIGCONT
 #   through-stopped traffic through the stopped node: n2 SIGSTOPped 3-5 s (four times) while
-#                   batches of every bucket wait in its socket, then SIGCONT; what they admit
+#                   batches of every bucket wait in its socket and single checks are in flight
+#                   through it, then SIGCONT; checks through the survivors meanwhile
 #   split           2 | 1 for 7 s: n2 and its peers cannot reach each other, clients reach all
 #   oneway-out      n2's packets to its peers dropped for 7 s (it hears them, they do not hear it)
 #   oneway-in       its peers' packets to n2 dropped for 7 s
@@ -35,7 +36,7 @@
 # Knobs: SCENARIOS, KEYS (per algorithm, 75), RATE (checks/s, 800), DEADLINE_MS, NODE_ARGS (more
 # `ringlimit serve` flags, e.g. "--replicas 0"), PENDING (scenarios whose bound is a target not met
 # yet: reported, and over it they do not fail the run; failed checks still do), NO_CHECK=1 (exit 0
-# anyway). About 95 s on the debug build on 2 cores. Needs root (ip netns, iptables).
+# anyway). About 125 s on the debug build on 2 cores. Needs root (ip netns, iptables).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
