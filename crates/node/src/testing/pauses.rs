@@ -4,7 +4,7 @@
 //! from fresh fallback shares; a member that really died meanwhile is dropped once the resumed
 //! period ends.
 
-use super::{Cluster, NodeClient, Seen, inline};
+use super::{Cluster, NodeClient, Seen, inline, keys_owned_by};
 use crate::cluster::pause::RESUMED_FOR;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -100,4 +100,41 @@ async fn a_resumed_node_asks_the_owners_of_what_waited_in_its_socket() {
     tokio::time::sleep(RESUMED_FOR).await;
     let after = send_batch(c.client("n2"), &used).await.expect("batch");
     assert_eq!(count(&after), (0, 0), "after the resumed period");
+}
+
+/// A member that really died while this node was stopped: after the resume its keys are still
+/// asked of it (its link is down: at once of its replica, which denies the used-up ones), and
+/// it leaves this node's ring once gossip says so after the resumed period (here ~10 s later:
+/// the survivor relays the last heartbeat it heard of it, newer than this node's, which makes
+/// it alive again for a while in this node's failure detector, as it was before).
+#[tokio::test(start_paused = true)]
+async fn a_member_that_died_during_the_pause_is_asked_then_dropped() {
+    let mut c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let gone = keys_owned_by(&IDS, "n1", "gone", 30, (LIMIT, PERIOD_MS));
+    use_up(&c, "n0", &gone).await;
+    // The owner's copies reach its replica.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    c.pause("n2").await;
+    c.kill("n1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.resume("n2").await;
+    let results = send_batch(c.client("n2"), &gone).await.expect("batch");
+    assert_eq!(
+        count(&results).0,
+        0,
+        "used-up keys of the dead owner admitted"
+    );
+    assert_eq!(c.forwarding("n2", "fail_open").await, 0);
+    c.wait("n2 drops n1", || async {
+        c.state_of("n2", "n1").await.as_deref() == Some("dead")
+    })
+    .await;
+    let after = send_batch(c.client("n2"), &gone).await.expect("batch");
+    assert_eq!(
+        count(&after),
+        (0, 0),
+        "decided by n1's successor after the period"
+    );
 }
