@@ -255,6 +255,14 @@ impl Membership {
     }
 }
 
+impl Drop for Membership {
+    /// The detector has nothing to tell once membership is gone (a node in memory that is
+    /// killed and restarted keeps its detector's state, not its task).
+    fn drop(&mut self) {
+        self.detector.abort();
+    }
+}
+
 async fn watch_members(
     chitchat: Arc<tokio::sync::Mutex<chitchat::Chitchat>>,
     mut live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,

@@ -130,6 +130,9 @@ impl Pauses {
 
     /// Ticks until dropped, logging each pause noticed.
     pub async fn run(self: std::sync::Arc<Self>) {
+        // Starting is no pause (a node in memory restarted keeps its detector's state).
+        self.last_tick
+            .store(self.since(Instant::now()), Ordering::Relaxed);
         let mut tick = tokio::time::interval(self.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
