@@ -41,6 +41,10 @@ from faults import Conn, paced, stop_processes  # noqa: E402  (shared with the f
 BOUNDS = {
     "kill": (1.05, "victim"),  # issue 31's target; measured 1.01-1.02
     "stop": (1.10, "victim"),  # measured 1.01-1.03
+    # Issue 43: traffic through the stopped node. n2 SIGSTOPped 3-5 s, batches of every bucket
+    # queued in its socket, SIGCONT: before the pause detector, those batches were answered
+    # from fresh fallback shares in about one pause in two (gossip had marked the peers dead).
+    "through-stopped": (1.05, "all"),
     "split": (1.40, "all"),  # issue 31's target; measured 1.18-1.25 (n2's share: <= 1.33)
     "oneway-out": (1.35, "all"),  # measured 1.19-1.20
     "oneway-in": (1.35, "all"),  # measured 1.21-1.22
@@ -73,6 +77,12 @@ ADMIN_TOKEN = os.environ.get("RINGLIMIT_ADMIN_TOKEN") or f"accuracy-{os.getpid()
 SETTLE = 1.0  # load after the fill, before the fault (replicas catch up)
 KILLED = 4.0  # a SIGKILLed owner stays down (the ring drops it after ~1.2 s)
 STOPPED = 5.0  # SIGSTOP to SIGCONT
+# through-stopped: the pauses (s), each with QUEUED batches of every bucket sent to n2 while it
+# is stopped (one connection each, opened before), answered once it resumes.
+PAUSES = (3.0, 4.0, 5.0, 3.5)
+QUEUED = 6
+PUMPS = 8  # connections sending single checks to n2 one after another, across each pause
+QUEUED_DEADLINE = 15.0  # the pause, then the answer
 PARTED = 7.0  # a partition lasts
 AFTER = 3.0  # load once the cluster is whole again
 WAIT = 30.0  # the longest wait for a node or a ring (each wait is bounded)
@@ -318,6 +328,82 @@ async def split_fault(cluster, name, on):
             await cluster.iptables(v, "-A", "OUTPUT", "-d", peer, "-j", "DROP")
 
 
+async def through_stopped(cluster, load, buckets, sleep):
+    """Stops n2 (SIGSTOP) for each of PAUSES while QUEUED batches of every bucket wait in its
+    socket, resumes it (SIGCONT) and counts what those batches admitted: every bucket is spent,
+    so each admission is over the limit. The load goes on through n0 and n1 meanwhile."""
+    checks = [{"key": k, "rule": r} for r, k in buckets]
+    body = json.dumps({"checks": checks}).encode()
+    rng = random.Random(43)
+
+    async def pump(conn, running):
+        """Single checks to n2 one after another, across the pause: some are in flight (at n2
+        or at their owners) when it stops, and time out there when it resumes."""
+        try:
+            while running():
+                b = rng.choice(buckets)
+                status, data = await asyncio.wait_for(
+                    conn.request("POST", "/v1/check", json.dumps({"key": b[1], "rule": b[0]}).encode()),
+                    QUEUED_DEADLINE)
+                if status not in (200, 429):
+                    raise ValueError(f"status {status}: {data[:120]!r}")
+                a = json.loads(data)
+                load.checks += 1
+                if a["allowed"]:
+                    load.admitted[b] += 1
+                load.degraded += bool(a["degraded"])
+        except Exception as e:  # noqa: BLE001
+            reason = "timeout" if isinstance(e, asyncio.TimeoutError) else f"{type(e).__name__} {e}"
+            load.failed.append((time.time(), f"n{VICTIM}", f"pumped check: {reason}"))
+        finally:
+            conn.close()
+
+    for pause in PAUSES:
+        # Keep-alive connections n2 has accepted before it stops, as a proxy's would be.
+        conns = [Conn(cluster.addr(VICTIM), 8080) for _ in range(QUEUED)]
+        for conn in conns:
+            status, _ = await asyncio.wait_for(conn.request("GET", "/healthz"), load.args.deadline)
+            if status != 200:
+                raise RuntimeError(f"n2 /healthz: {status}")
+        pumping = True
+        pumps = [asyncio.get_running_loop().create_task(
+            pump(Conn(cluster.addr(VICTIM), 8080), lambda: pumping)) for _ in range(PUMPS)]
+        await cluster.drain(VICTIM)
+        os.kill(cluster.procs[VICTIM].pid, signal.SIGSTOP)
+        await sleep(pause - 0.5)
+
+        async def queued(conn):
+            try:
+                status, data = await asyncio.wait_for(
+                    conn.request("POST", "/v1/check/batch", body), QUEUED_DEADLINE)
+                if status != 200:
+                    raise ValueError(f"status {status}: {data[:120]!r}")
+                answers = json.loads(data)["results"]
+                if len(answers) != len(buckets):
+                    raise ValueError(f"{len(answers)} answers to {len(buckets)} checks")
+                for b, a in zip(buckets, answers):
+                    load.checks += 1
+                    if a.get("allowed"):
+                        load.admitted[b] += 1
+                    load.degraded += bool(a.get("degraded"))
+            except Exception as e:  # noqa: BLE001  (a batch that fails is a failed check)
+                reason = "timeout" if isinstance(e, asyncio.TimeoutError) else f"{type(e).__name__} {e}"
+                load.failed.append((time.time(), f"n{VICTIM}", f"queued batch: {reason}"))
+            finally:
+                conn.close()
+
+        batches = [asyncio.get_running_loop().create_task(queued(c)) for c in conns]
+        await sleep(0.5)
+        os.kill(cluster.procs[VICTIM].pid, signal.SIGCONT)
+        await asyncio.gather(*batches)
+        await sleep(1.0)
+        pumping = False
+        await asyncio.gather(*pumps)
+        await cluster.wait_whole(range(3), range(3), "the resumed node back in every ring")
+        cluster.targets.add(VICTIM)
+        await sleep(1.0)
+
+
 async def kill_and_restart(cluster, sleep):
     await cluster.drain(VICTIM)
     cluster.procs[VICTIM].kill()
@@ -381,6 +467,8 @@ async def run_scenario(name, args):
             os.kill(cluster.procs[VICTIM].pid, signal.SIGCONT)
             await cluster.wait_whole(range(3), range(3), "the resumed owner back in every ring")
             cluster.targets.add(VICTIM)
+        elif name == "through-stopped":
+            await through_stopped(cluster, load, buckets, sleep)
         elif name in ("split", "oneway-out", "oneway-in"):
             await split_fault(cluster, name, True)
             await sleep(PARTED)

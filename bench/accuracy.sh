@@ -12,6 +12,9 @@
 #   kill            n2 SIGKILLed after its buckets' limits are spent, 4 s of checks through the
 #                   survivors, restarted (same --node-id and port), checks through all three
 #   stop            n2 SIGSTOPped for 5 s, checks through the survivors, then SIGCONT
+#   through-stopped traffic through the stopped node: n2 SIGSTOPped 3-5 s (four times) while
+#                   batches of every bucket wait in its socket and single checks are in flight
+#                   through it, then SIGCONT; checks through the survivors meanwhile
 #   split           2 | 1 for 7 s: n2 and its peers cannot reach each other, clients reach all
 #   oneway-out      n2's packets to its peers dropped for 7 s (it hears them, they do not hear it)
 #   oneway-in       its peers' packets to n2 dropped for 7 s
@@ -33,12 +36,12 @@
 # Knobs: SCENARIOS, KEYS (per algorithm, 75), RATE (checks/s, 800), DEADLINE_MS, NODE_ARGS (more
 # `ringlimit serve` flags, e.g. "--replicas 0"), PENDING (scenarios whose bound is a target not met
 # yet: reported, and over it they do not fail the run; failed checks still do), NO_CHECK=1 (exit 0
-# anyway). About 95 s on the debug build on 2 cores. Needs root (ip netns, iptables).
+# anyway). About 125 s on the debug build on 2 cores. Needs root (ip netns, iptables).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-SCENARIOS="${SCENARIOS:-kill stop split oneway-out oneway-in rolling join-leave all-or-nothing skew}"
+SCENARIOS="${SCENARIOS:-kill stop through-stopped split oneway-out oneway-in rolling join-leave all-or-nothing skew}"
 NS="${NS_PREFIX:-rla}"
 NET=10.78.0
 

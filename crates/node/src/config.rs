@@ -477,6 +477,10 @@ pub struct NodeConfig {
     /// makes windows and refills exact in a test of whole nodes.
     #[doc(hidden)]
     pub clock: Option<EngineClock>,
+    /// Test hook: the node's pause detector (`None`: one of its own), which a test of whole
+    /// nodes in memory freezes to stop the node's ticks as SIGSTOP would.
+    #[doc(hidden)]
+    pub pauses: Option<Arc<crate::cluster::pause::Pauses>>,
 }
 
 /// A clock for [`NodeConfig::clock`] (a newtype only so that the config stays `Debug`).
@@ -571,6 +575,7 @@ impl NodeConfig {
             tls: None,
             peer_tls: None,
             clock: None,
+            pauses: None,
         }
     }
 }
@@ -704,6 +709,7 @@ impl ServeArgs {
             tls,
             peer_tls,
             clock: None,
+            pauses: None,
         };
         // Certificates that do not load stop the node here, with the file at fault named.
         config.load_tls()?;

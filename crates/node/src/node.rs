@@ -347,6 +347,9 @@ pub async fn run(
             joining: needs_peers(&config.seeds, &advertise_text, advertise),
         },
         listeners.gossip.as_ref(),
+        config.pauses.clone().unwrap_or_else(|| {
+            Arc::new(crate::cluster::pause::Pauses::new(config.gossip_interval))
+        }),
     )
     .await?;
     let membership = Arc::new(membership);
@@ -382,7 +385,7 @@ pub async fn run(
     )
     .with_blocklist(config.gossip_blocklist.clone());
     let view = membership.view_cell();
-    let probe = crate::peers::reach::probe(pool.clone(), view.clone());
+    let probe = crate::peers::reach::probe(pool.clone(), view.clone(), membership.pauses().clone());
     let recall = Recall::spawn(engine.clone(), view.clone(), pool.clone(), config.replicas);
     // The keys checks limited most, counted by the check service, asked by the admin API.
     let top = Arc::new(ringlimit_core::top::TopKeys::default());
@@ -454,6 +457,9 @@ pub async fn run(
     });
     let view_cell = view.clone();
     metrics.register(crate::cluster::metrics::MembersCollector(view.clone()));
+    metrics.register(crate::cluster::metrics::PausesCollector(
+        membership.pauses().clone(),
+    ));
     let replica_stats = Arc::new(crate::replicas::ReplicaStats::default());
     metrics.register(crate::replicas::ReplicaCollector {
         stats: replica_stats.clone(),

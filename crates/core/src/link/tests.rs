@@ -213,6 +213,41 @@ async fn concurrent_timeouts_of_one_stall_do_not_open_the_circuit() {
     );
 }
 
+/// This process stopped (SIGSTOP) with checks in flight: it resumes with their deadlines long
+/// past and the owner's answers not read yet. Before: each timed out, and together they opened
+/// the circuit (the owner "silent" for the whole pause), so the checks after the resume fell
+/// back too. Now a deadline that fired far too late waits once more, and the answers count.
+#[tokio::test(start_paused = true)]
+async fn deadlines_that_pass_while_this_process_is_stopped_wait_for_the_answer() {
+    let net = MemNet::new();
+    let _owner = Owner::spawn(&net, "owner");
+    let client = Arc::new(PeerClient::spawn(
+        "owner".into(),
+        settings(&net),
+        Arc::default(),
+    ));
+    client.send(vec![check("warm")]).await.expect("answered");
+    // The answers cannot come back before the jump (held as in the socket of a stopped process).
+    net.stall("owner");
+    let sends: Vec<_> = (0..TIMEOUTS_TO_OPEN + 2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.send(vec![check("kk")]).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    // Resumed: 4 s went by at once; the timers run before the answers are read (the order a
+    // resumed runtime may take), then the bytes move again.
+    tokio::time::advance(Duration::from_secs(4)).await;
+    net.resume("owner");
+    for s in sends {
+        let answers = s.await.expect("task").expect("answered after the resume");
+        assert_eq!(remaining(&answers), [2]);
+    }
+    assert!(client.available(), "the circuit stays closed");
+    assert!(client.send(vec![check("k")]).await.is_ok());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_dropped_connection_fails_waiting_callers_at_once_and_reconnects() {
     let net = MemNet::new();

@@ -7,9 +7,11 @@
 //! the other members' rings only once it says `alive` (when it is ready): a member routed to
 //! before it knows the cluster would decide its keys on buckets it does not hold yet. A task
 //! turns chitchat's live-node watcher into an immutable [`View`]; the ring inside it is
-//! rebuilt only when the set of live members changes.
+//! rebuilt only when the set of live members changes. Right after this node's own pause, the
+//! members gossip declares dead stay as they were (see [`super::pause`]).
 
 pub use super::member::{Member, MemberState};
+use super::pause::Pauses;
 use super::quorum::Quorum;
 use arc_swap::ArcSwap;
 use chitchat::transport::Transport;
@@ -104,14 +106,18 @@ pub struct Membership {
     view: Arc<ArcSwap<View>>,
     updates: watch::Receiver<Arc<View>>,
     task: tokio::task::JoinHandle<()>,
+    pauses: Arc<Pauses>,
+    detector: tokio::task::JoinHandle<()>,
 }
 
 impl Membership {
     /// Joins (or forms) the cluster over `transport`: the node's UDP port with its MAC
-    /// ([`super::transport::PeerTransport`]), or chitchat's in-memory `ChannelTransport`.
+    /// ([`super::transport::PeerTransport`]), or chitchat's in-memory `ChannelTransport`; runs
+    /// `pauses`' detector, whose pauses hold gossip's death verdicts for a while.
     pub async fn start(
         settings: GossipSettings,
         transport: &dyn Transport,
+        pauses: Arc<Pauses>,
     ) -> Result<Self, GossipError> {
         let generation = u64::try_from(
             std::time::SystemTime::now()
@@ -169,13 +175,28 @@ impl Membership {
         let (tx, updates) = watch::channel(first);
         let chitchat = handle.chitchat();
         let live = chitchat.lock().await.live_nodes_watcher();
-        let task = tokio::spawn(watch_members(chitchat, live, self_id, view.clone(), tx));
+        let detector = tokio::spawn(pauses.clone().run());
+        let task = tokio::spawn(watch_members(
+            chitchat,
+            live,
+            self_id,
+            view.clone(),
+            tx,
+            pauses.clone(),
+        ));
         Ok(Self {
             handle,
             view,
             updates,
             task,
+            pauses,
+            detector,
         })
+    }
+
+    /// This node's pause detector.
+    pub fn pauses(&self) -> &Arc<Pauses> {
+        &self.pauses
     }
 
     /// The current view.
@@ -227,9 +248,18 @@ impl Membership {
     /// Stops gossiping.
     pub fn shutdown(&self) {
         self.task.abort();
+        self.detector.abort();
         if let Err(e) = self.handle.initiate_shutdown() {
             tracing::debug!(error = %e, "gossip already stopped");
         }
+    }
+}
+
+impl Drop for Membership {
+    /// The detector has nothing to tell once membership is gone (a node in memory that is
+    /// killed and restarted keeps its detector's state, not its task).
+    fn drop(&mut self) {
+        self.detector.abort();
     }
 }
 
@@ -239,6 +269,7 @@ async fn watch_members(
     self_id: Arc<str>,
     view: Arc<ArcSwap<View>>,
     tx: watch::Sender<Arc<View>>,
+    pauses: Arc<Pauses>,
 ) {
     // Dead members only show in `/v1/cluster`; a slow tick refreshes them.
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -257,13 +288,15 @@ async fn watch_members(
                 // chitchat's first watcher value, before its first round: not a real view.
                 continue;
             }
+            // tokio's clock: follows a paused test clock (the same instant otherwise).
+            let now = tokio::time::Instant::now();
             build_view(
                 &self_id,
                 &live_nodes,
                 &dead,
                 &view.load(),
-                // tokio's clock: follows a paused test clock (the same instant otherwise).
-                tokio::time::Instant::now().into_std(),
+                now.into_std(),
+                pauses.resumed(now),
             )
         };
         if let Some(next) = next {
@@ -275,13 +308,17 @@ async fn watch_members(
     }
 }
 
-/// The view for these live and dead nodes, or `None` when nothing changed.
+/// The view for these live and dead nodes, or `None` when nothing changed. `resumed`: this
+/// node has just been paused (see [`super::pause`]), and a member alive in `previous` that
+/// gossip now calls dead stays alive: gossip has not heard from it because this node did not
+/// run, not because it is gone.
 fn build_view(
     self_id: &Arc<str>,
     live: &BTreeMap<ChitchatId, NodeState>,
     dead: &[ChitchatId],
     previous: &View,
     now: std::time::Instant,
+    resumed: bool,
 ) -> Option<View> {
     // A restarted node may briefly show twice: keep the newest generation of each id.
     let mut members: BTreeMap<String, Member> = BTreeMap::new();
@@ -320,6 +357,11 @@ fn build_view(
         else {
             continue;
         };
+        if resumed && known.state == MemberState::Alive && known.generation == id.generation_id {
+            tracing::debug!(member = %known.node_id, "declared dead by gossip just after this node's pause: still asked");
+            members.insert(id.node_id.to_string(), known.clone());
+            continue;
+        }
         members.insert(
             id.node_id.to_string(),
             Member {
@@ -439,6 +481,19 @@ mod tests {
         }
     }
 
+    async fn start(settings: GossipSettings, net: &ChannelTransport) -> Membership {
+        match Membership::start(
+            settings,
+            net,
+            Arc::new(Pauses::new(Duration::from_millis(100))),
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// Waits (in virtual time, at most a minute) until `m`'s view satisfies `what`.
     async fn until(m: &Membership, what: impl Fn(&View) -> bool) -> Arc<View> {
         let mut updates = m.updates();
@@ -473,15 +528,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn members_join_see_each_other_and_drop_one_cut_off() {
         let net = ChannelTransport::default();
-        let a = Membership::start(settings("a", 7001, &[]), &net)
-            .await
-            .unwrap();
-        let b = Membership::start(settings("b", 7002, &[7001]), &net)
-            .await
-            .unwrap();
-        let c = Membership::start(settings("c", 7003, &[7001]), &net)
-            .await
-            .unwrap();
+        let a = start(settings("a", 7001, &[]), &net).await;
+        let b = start(settings("b", 7002, &[7001]), &net).await;
+        let c = start(settings("c", 7003, &[7001]), &net).await;
         for m in [&a, &b, &c] {
             let view = until(m, |v| alive(v).len() == 3).await;
             assert_eq!(alive(&view), ["a", "b", "c"]);
@@ -506,12 +555,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_leaving_member_leaves_the_ring() {
         let net = ChannelTransport::default();
-        let a = Membership::start(settings("a", 7001, &[]), &net)
-            .await
-            .unwrap();
-        let b = Membership::start(settings("b", 7002, &[7001]), &net)
-            .await
-            .unwrap();
+        let a = start(settings("a", 7001, &[]), &net).await;
+        let b = start(settings("b", 7002, &[7001]), &net).await;
         until(&a, |v| v.ring.len() == 2).await;
         b.leave().await;
         let view = until(&a, |v| v.ring.len() == 1).await;

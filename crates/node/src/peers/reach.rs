@@ -9,10 +9,14 @@
 //!
 //! Failed rounds, not time since the last answer: a node whose own runtime stalled (a starved
 //! test host) found every link "silent" when it woke and gave up its keys for a round (seen in
-//! the steady-load test); a stalled prober sends no pings, so it counts no failures.
+//! the steady-load test); a stalled prober sends no pings, so it counts no failures. Nor does a
+//! round across this node's own pause (see `cluster::pause`): pings in flight when it stopped
+//! time out when it resumes, the peers' answers still unread; and no round starts while the
+//! pause detector is overdue.
 
 use super::Peers;
 use crate::cluster::View;
+use crate::cluster::pause::Pauses;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,15 +74,30 @@ fn cut_off(reached: usize, known: usize) -> bool {
     known > 0 && 2 * reached <= known
 }
 
+/// Whether a round of pings that started with `pauses` at `before` (pauses noticed) says
+/// anything of the links: not when this node was paused meanwhile, or is still.
+fn round_counts(pauses: &Pauses, before: u64) -> bool {
+    pauses.noticed() == before && !pauses.stalled(tokio::time::Instant::now())
+}
+
 /// Pings every member's link each round and sets the facade's `cut_off` flag: whether this node
-/// reaches fewer than a majority of the members it knows.
-pub async fn probe(peers: Arc<Peers>, view: Arc<ArcSwap<View>>) {
+/// reaches fewer than a majority of the members it knows. Rounds across this node's own
+/// pauses (`pauses`) are not counted.
+pub async fn probe(peers: Arc<Peers>, view: Arc<ArcSwap<View>>, pauses: Arc<Pauses>) {
     let mut tick = tokio::time::interval(PING_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = Failures::default();
     loop {
         tick.tick().await;
-        failures.record(&peers.ping_all().await);
+        let before = pauses.noticed();
+        if !round_counts(&pauses, before) {
+            continue;
+        }
+        let round = peers.ping_all().await;
+        if !round_counts(&pauses, before) {
+            continue;
+        }
+        failures.record(&round);
         let view = view.load();
         let known = view.quorum.known.len();
         let cut_off = cut_off(failures.reached(&view), known);

@@ -30,6 +30,8 @@
 //!   windows on the cluster clock, rule versions in the order written.
 //! - `operators`: admin rule changes read-your-writes through rotating nodes and conditional on
 //!   `If-Match`; named tokens with roles; the most denied keys merged across members.
+//! - `pauses`: a node resumed from a pause (SIGSTOP) with checks waiting in its socket asks
+//!   their owners before any fallback share.
 //! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
 //!   algorithm untouched, shadow, global and fail-closed rules, an unreachable owner's share.
 
@@ -52,12 +54,15 @@ mod leases;
 #[cfg(test)]
 mod operators;
 #[cfg(test)]
+mod pauses;
+#[cfg(test)]
 mod replicas;
 #[cfg(test)]
 mod reservations;
 #[cfg(test)]
 mod rolling;
 
+use crate::cluster::pause::Pauses;
 use crate::config::{EngineClock, NodeConfig};
 use crate::engine::Engine;
 use crate::node::{MemoryNet, NodeError};
@@ -260,6 +265,7 @@ fn node_config(i: usize, clock: &Arc<TokioClock>) -> NodeConfig {
     config.cluster_secret = Some("in-memory secret".into());
     config.allow_unauthenticated_peers = false;
     config.clock = Some(EngineClock(clock.clone()));
+    config.pauses = Some(Arc::new(Pauses::new(config.gossip_interval)));
     config
 }
 
@@ -298,6 +304,7 @@ impl Cluster {
         config.http_addr = own.http_addr;
         config.peer_addr = own.peer_addr;
         config.advertise = own.advertise;
+        config.pauses = own.pauses;
         self.configs.insert(id.clone(), config);
         self.spawn(&id);
         self.wait_ready(&id).await;
@@ -372,8 +379,10 @@ impl Cluster {
     }
 
     /// SIGSTOP: node `id` keeps its connections but nothing moves to or from it (peer RPC and
-    /// HTTP stall, gossip to and from it is lost).
+    /// HTTP stall, gossip to and from it is lost), and its pause detector stops ticking (its
+    /// other tasks go on: in one runtime they cannot stop; those that matter heed the detector).
     pub async fn pause(&self, id: &str) {
+        self.freeze(id, true);
         let me = self.peer_addr(id);
         self.net.links.stall(&me.to_string());
         self.net
@@ -384,15 +393,23 @@ impl Cluster {
         }
     }
 
-    /// SIGCONT after [`Self::pause`].
+    /// SIGCONT after [`Self::pause`]: what was sent to it meanwhile arrives.
     pub async fn resume(&self, id: &str) {
         let me = self.peer_addr(id);
+        for other in self.configs.keys().filter(|o| *o != id) {
+            self.net.gossip.add_link(me, self.peer_addr(other)).await;
+        }
+        self.freeze(id, false);
         self.net.links.resume(&me.to_string());
         self.net
             .links
             .resume(&self.configs[id].http_addr.to_string());
-        for other in self.configs.keys().filter(|o| *o != id) {
-            self.net.gossip.add_link(me, self.peer_addr(other)).await;
+    }
+
+    /// Stops (or restarts) node `id`'s pause detector, as SIGSTOP (SIGCONT) would.
+    fn freeze(&self, id: &str, frozen: bool) {
+        if let Some(p) = &self.configs[id].pauses {
+            p.freeze(frozen);
         }
     }
 
