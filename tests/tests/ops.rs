@@ -620,3 +620,47 @@ async fn one_log_line_per_event() -> Result<()> {
     assert!(log.lines().count() < 30, "{log}");
     Ok(())
 }
+
+/// The top-keys table cannot be blinded: 128 inline rules (anyone's to name) counted twice each
+/// fill the node's 128 places, yet a later rule's 47 denials show in `/v1/admin/top`, and the
+/// rule it replaced is counted in `ringlimit_top_rules_replaced_total`.
+#[tokio::test]
+async fn top_keys_show_a_rule_denied_after_the_table_filled() -> Result<()> {
+    let mut config = NodeConfig::local("top-full");
+    config.admin_token = Some(TOKEN.into());
+    let node = TestNode::start(config).await?;
+    for r in 0..128u64 {
+        let checks: Vec<Value> = (0..2).map(|_| inline("filler", 1, 60_000 + r)).collect();
+        let b = node.batch(&checks).await?;
+        ensure!(b.status == 200, "{}", b.text);
+    }
+    for _ in 0..48 {
+        node.check(&inline("victim", 1, 3_600_000)).await?;
+    }
+    let r = admin(
+        &node,
+        false,
+        "/v1/admin/top?rule=1-per-3600000ms&by=denied",
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(r.status == 200, "{}", r.text);
+    let top = r.json()?;
+    ensure!(
+        top["keys"][0]["key"] == "victim" && top["keys"][0]["count"].as_u64() >= Some(40),
+        "{top}"
+    );
+    let metrics = scrape(&node).await?;
+    ensure!(
+        series(&metrics, "ringlimit_top_rules") == Some(128.0)
+            && series(&metrics, "ringlimit_top_rules_replaced_total") == Some(1.0),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("top_"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    node.stop().await?;
+    Ok(())
+}
