@@ -664,3 +664,53 @@ async fn top_keys_show_a_rule_denied_after_the_table_filled() -> Result<()> {
     node.stop().await?;
     Ok(())
 }
+
+/// An operator removing a token sees it stop working: the `--admin-tokens` file deleted, or
+/// left listing no token, revokes its tokens within a poll (RINGLIMIT_ADMIN_TOKEN's stays); put
+/// back, they work again.
+#[tokio::test]
+async fn deleting_or_emptying_the_admin_tokens_file_revokes_its_tokens() -> Result<()> {
+    const ALICE: &str = "alice-token-0123456789";
+    let dir = TempDir::new("admin-tokens")?;
+    let path = dir.0.join("tokens.yaml");
+    let file = format!("tokens: [{{ name: alice, token: {ALICE}, role: write }}]\n");
+    std::fs::write(&path, &file)?;
+    let mut config = NodeConfig::local("tokens-revoked");
+    config.admin_token = Some(TOKEN.into());
+    config.admin_tokens = Some(path.clone());
+    config.rules_poll = Duration::from_millis(50);
+    let node = TestNode::start(config).await?;
+    let status = |token: &'static str| {
+        let node = &node;
+        async move {
+            Ok::<u16, anyhow::Error>(
+                admin(node, false, "/v1/admin/rules", Some(token))
+                    .await?
+                    .status,
+            )
+        }
+    };
+    ensure!(status(ALICE).await? == 200);
+    for (what, emptied) in [
+        ("deleted", None),
+        ("emptied", Some("")),
+        ("no token", Some("tokens: []\n")),
+    ] {
+        match emptied {
+            None => std::fs::remove_file(&path)?,
+            Some(text) => std::fs::write(&path, text)?,
+        }
+        wait_until(&format!("alice's token revoked ({what})"), WAIT, || async {
+            Ok(status(ALICE).await? == 401)
+        })
+        .await?;
+        ensure!(status(TOKEN).await? == 200, "{what}: the variable's token");
+        std::fs::write(&path, &file)?;
+        wait_until(&format!("alice's token back ({what})"), WAIT, || async {
+            Ok(status(ALICE).await? == 200)
+        })
+        .await?;
+    }
+    node.stop().await?;
+    Ok(())
+}
