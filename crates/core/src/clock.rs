@@ -2,9 +2,9 @@
 //!
 //! A reading is nanoseconds since the Unix epoch but **monotonic**: the system clock is read once
 //! at start and advanced by a monotonic counter, steered towards the OS wall clock by its rate
-//! only (see [`SystemClock`]), so a wall-clock step back (NTP, an operator) never drains a
-//! bucket, nor refills one beyond what a pause of the same length would. Wall time matters only
-//! for window numbering and the `reset_at_ms` of answers.
+//! and never back (see [`SystemClock`]): a wall-clock step back (NTP, an operator) never drains
+//! a bucket, and one forward refills a bucket by at most 60 s, as a pause that long would. Wall
+//! time matters only for window numbering and the `reset_at_ms` of answers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
