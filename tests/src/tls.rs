@@ -55,6 +55,31 @@ impl TestCa {
     /// A certificate for `localhost` and `127.0.0.1` (and `cn`, its common name), for server
     /// and client auth, with serial number `serial`.
     pub fn issue(&self, cn: &str, serial: u64) -> Result<Leaf> {
+        self.issue_with(cn, serial, |_| {})
+    }
+
+    /// [`TestCa::issue`], valid from `not_before` to `not_after` (Unix seconds, from 1970).
+    pub fn issue_dated(
+        &self,
+        cn: &str,
+        serial: u64,
+        not_before: u64,
+        not_after: u64,
+    ) -> Result<Leaf> {
+        let at = |s: u64| rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(s);
+        let (from, to) = (at(not_before), at(not_after));
+        self.issue_with(cn, serial, |p| {
+            p.not_before = from;
+            p.not_after = to;
+        })
+    }
+
+    fn issue_with(
+        &self,
+        cn: &str,
+        serial: u64,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Result<Leaf> {
         let mut params = CertificateParams::new(vec![
             "localhost".to_owned(),
             "127.0.0.1".to_owned(),
@@ -66,6 +91,7 @@ impl TestCa {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        edit(&mut params);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Leaf {

@@ -578,3 +578,48 @@ async fn five_hundred_rules_written_at_once_reach_every_node() -> Result<()> {
     );
     c.stop().await
 }
+
+/// A stored `api-rules.json` whose entry is at version `ms = 2^64-1` (corrupt, or planted)
+/// used to pin the node's rule-version clock: every later change got that same millisecond.
+/// Now the entry is refused at start and changes get the node's time, each newer than the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_version_far_in_the_future_pins_nothing() -> Result<()> {
+    let dirs = DataDirs::new("pinned", 1);
+    let pinned = json!({ "format": 1, "rules": { "rogue": {
+        "version": { "ms": u64::MAX, "counter": 7, "node": "zzz" },
+        "spec": { "limit": 1_000_000, "period": "1s" },
+        "by": "alice",
+    } } });
+    std::fs::create_dir_all(&dirs.0[0])?;
+    std::fs::write(dirs.0[0].join("api-rules.json"), pinned.to_string())?;
+    let mut config = ringlimit_node::NodeConfig::local("pinned");
+    config.admin_token = Some(TOKEN.into());
+    config.data_dir = Some(dirs.0[0].clone());
+    let node = ringlimit_tests::TestNode::start(config).await?;
+    ensure!(
+        listed(node.api(), "rogue").await?.is_none(),
+        "the rogue rule is in force"
+    );
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )?;
+    let mut versions = Vec::new();
+    for limit in [5, 6] {
+        let r = put(
+            node.api(),
+            "gold",
+            json!({ "limit": limit, "period": "1m" }),
+        )
+        .await?;
+        ensure!(r.status == 200, "{}", r.text);
+        let v = listed(node.api(), "gold").await?.context("gold")?;
+        let tag = v["version"].as_str().context("version")?.to_owned();
+        let ms: u64 = tag.split('.').next().context("ms")?.parse()?;
+        ensure!(ms.abs_diff(now_ms) < 60_000, "version {tag}, now {now_ms}");
+        versions.push(tag);
+    }
+    ensure!(versions[0] != versions[1], "{versions:?}");
+    node.stop().await
+}

@@ -620,3 +620,97 @@ async fn one_log_line_per_event() -> Result<()> {
     assert!(log.lines().count() < 30, "{log}");
     Ok(())
 }
+
+/// The top-keys table cannot be blinded: 128 inline rules (anyone's to name) counted twice each
+/// fill the node's 128 places, yet a later rule's 47 denials show in `/v1/admin/top`, and the
+/// rule it replaced is counted in `ringlimit_top_rules_replaced_total`.
+#[tokio::test]
+async fn top_keys_show_a_rule_denied_after_the_table_filled() -> Result<()> {
+    let mut config = NodeConfig::local("top-full");
+    config.admin_token = Some(TOKEN.into());
+    let node = TestNode::start(config).await?;
+    for r in 0..128u64 {
+        let checks: Vec<Value> = (0..2).map(|_| inline("filler", 1, 60_000 + r)).collect();
+        let b = node.batch(&checks).await?;
+        ensure!(b.status == 200, "{}", b.text);
+    }
+    for _ in 0..48 {
+        node.check(&inline("victim", 1, 3_600_000)).await?;
+    }
+    let r = admin(
+        &node,
+        false,
+        "/v1/admin/top?rule=1-per-3600000ms&by=denied",
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(r.status == 200, "{}", r.text);
+    let top = r.json()?;
+    ensure!(
+        top["keys"][0]["key"] == "victim" && top["keys"][0]["count"].as_u64() >= Some(40),
+        "{top}"
+    );
+    let metrics = scrape(&node).await?;
+    ensure!(
+        series(&metrics, "ringlimit_top_rules") == Some(128.0)
+            && series(&metrics, "ringlimit_top_rules_replaced_total") == Some(1.0),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("top_"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    node.stop().await?;
+    Ok(())
+}
+
+/// An operator removing a token sees it stop working: the `--admin-tokens` file deleted, or
+/// left listing no token, revokes its tokens within a poll (RINGLIMIT_ADMIN_TOKEN's stays); put
+/// back, they work again.
+#[tokio::test]
+async fn deleting_or_emptying_the_admin_tokens_file_revokes_its_tokens() -> Result<()> {
+    const ALICE: &str = "alice-token-0123456789";
+    let dir = TempDir::new("admin-tokens")?;
+    let path = dir.0.join("tokens.yaml");
+    let file = format!("tokens: [{{ name: alice, token: {ALICE}, role: write }}]\n");
+    std::fs::write(&path, &file)?;
+    let mut config = NodeConfig::local("tokens-revoked");
+    config.admin_token = Some(TOKEN.into());
+    config.admin_tokens = Some(path.clone());
+    config.rules_poll = Duration::from_millis(50);
+    let node = TestNode::start(config).await?;
+    let status = |token: &'static str| {
+        let node = &node;
+        async move {
+            Ok::<u16, anyhow::Error>(
+                admin(node, false, "/v1/admin/rules", Some(token))
+                    .await?
+                    .status,
+            )
+        }
+    };
+    ensure!(status(ALICE).await? == 200);
+    for (what, emptied) in [
+        ("deleted", None),
+        ("emptied", Some("")),
+        ("no token", Some("tokens: []\n")),
+    ] {
+        match emptied {
+            None => std::fs::remove_file(&path)?,
+            Some(text) => std::fs::write(&path, text)?,
+        }
+        wait_until(&format!("alice's token revoked ({what})"), WAIT, || async {
+            Ok(status(ALICE).await? == 401)
+        })
+        .await?;
+        ensure!(status(TOKEN).await? == 200, "{what}: the variable's token");
+        std::fs::write(&path, &file)?;
+        wait_until(&format!("alice's token back ({what})"), WAIT, || async {
+            Ok(status(ALICE).await? == 200)
+        })
+        .await?;
+    }
+    node.stop().await?;
+    Ok(())
+}

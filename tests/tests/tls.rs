@@ -16,7 +16,10 @@ use ringlimit_node::grpc::ringlimit_v1::pb;
 use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClient;
 use ringlimit_proto::Algorithm;
 use ringlimit_tests::tls::{CertDir, Leaf, TestCa, client_config, connect, presented};
-use ringlimit_tests::{Api, TestCluster, TestNode, WAIT, inline, metric, wait_until};
+use ringlimit_tests::{
+    Api, ProcessNode, ProcessSpec, TestCluster, TestNode, WAIT, free_peer_port, inline, metric,
+    wait_until,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -637,6 +640,162 @@ async fn the_sdk_refuses_https_seeds_without_a_ca_and_names_a_bad_certificate_fi
     assert!(
         e.to_string().contains(&missing.display().to_string()),
         "{e}"
+    );
+    Ok(())
+}
+
+/// Now, in Unix seconds.
+fn unix_now() -> Result<u64> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs())
+}
+
+/// The value of `series` (name and labels as rendered) in a `/metrics` text, if it is there.
+fn series(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+const EXPIRY: &str = "ringlimit_tls_cert_expiry_seconds{cert=\"http\"}";
+const DAY: u64 = 86_400;
+
+/// A renewed certificate that is expired, or not valid yet, is refused on reload like a bad
+/// pair: the previous one is still presented. A valid renewal is then taken, and the seconds
+/// until the certificate in force expires are exported.
+#[tokio::test]
+async fn an_expired_or_early_certificate_is_refused_on_reload_and_its_expiry_exported() -> Result<()>
+{
+    let pki = Pki::new("tls-dates")?;
+    let now = unix_now()?;
+    let first = pki.ca.issue_dated("http", 1, now - 3_600, now + 30 * DAY)?;
+    let files = pki.dir.leaf("http", &first)?;
+    let mut config = NodeConfig::local("tls-dates");
+    config.tls = Some(files);
+    config.rules_poll = Duration::from_millis(50);
+    let node = TestNode::start_with_api(config, pki.https()).await?;
+    let client = client_config(&pki.ca.pem, &[b"http/1.1"])?;
+    let text = node.get("/metrics").await?.text;
+    let left = series(&text, EXPIRY).context("no expiry gauge")?;
+    ensure!(
+        (30.0 * DAY as f64 - 120.0..=30.0 * DAY as f64).contains(&left),
+        "{left}"
+    );
+
+    for (what, leaf) in [
+        (
+            "expired",
+            pki.ca
+                .issue_dated("http-old", 2, now - 2 * DAY, now - DAY)?,
+        ),
+        (
+            "not yet valid",
+            pki.ca
+                .issue_dated("http-early", 3, now + DAY, now + 2 * DAY)?,
+        ),
+    ] {
+        let errors = metric(
+            &node.get("/metrics").await?.text,
+            "ringlimit_tls_reload_total{result=\"error\"} ",
+        );
+        pki.dir.leaf("http", &leaf)?;
+        wait_until(&format!("the {what} pair refused"), WAIT, || async {
+            let text = node.get("/metrics").await?.text;
+            Ok(metric(&text, "ringlimit_tls_reload_total{result=\"error\"} ") > errors)
+        })
+        .await?;
+        // Polled a few more times: still refused.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let tls = connect(node.http, client.clone()).await?;
+        ensure!(
+            presented(&tls)? == first.der()?,
+            "the {what} certificate is served"
+        );
+    }
+    let text = node.get("/metrics").await?.text;
+    ensure!(
+        metric(&text, "ringlimit_tls_reload_total{result=\"ok\"} ") == 0.0,
+        "{text}"
+    );
+
+    let next = pki
+        .ca
+        .issue_dated("http-next", 4, now - 60, now + 90 * DAY)?;
+    pki.dir.leaf("http", &next)?;
+    wait_until("the renewed certificate served", WAIT, || async {
+        let tls = connect(node.http, client.clone()).await?;
+        Ok(presented(&tls)? == next.der()?)
+    })
+    .await?;
+    let left = series(&node.get("/metrics").await?.text, EXPIRY).context("no expiry gauge")?;
+    ensure!(
+        (90.0 * DAY as f64 - 120.0..=90.0 * DAY as f64).contains(&left),
+        "{left}"
+    );
+    node.stop().await
+}
+
+/// A node started with an expired certificate starts (its peers, SDK clients and a renewed
+/// certificate need no restart), says so in an error line naming the file and the date, and
+/// exports a negative expiry.
+#[tokio::test]
+async fn a_node_started_with_an_expired_certificate_says_so_and_exports_it() -> Result<()> {
+    let pki = Pki::new("tls-expired-start")?;
+    let now = unix_now()?;
+    let expired = pki.ca.issue_dated("http", 1, now - 10 * DAY, now - DAY)?;
+    let files = pki.dir.leaf("http", &expired)?;
+    let mut spec = ProcessSpec::new("tls-expired", free_peer_port()?);
+    spec.args = vec![
+        "--tls-cert".into(),
+        files.cert.display().to_string(),
+        "--tls-key".into(),
+        files.key.display().to_string(),
+    ];
+    let node = ProcessNode::start(&spec).await?;
+    wait_until("the error line", WAIT, || async {
+        Ok(node
+            .log()
+            .lines()
+            .any(|l| l.contains("ERROR") && l.contains("out of its dates")))
+    })
+    .await?;
+    let log = node.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("out of its dates"))
+        .context("no line")?;
+    ensure!(
+        line.contains(&files.cert.display().to_string()) && line.contains("expired on"),
+        "{line}"
+    );
+    // Clients refuse it; one that does not check dates sees the node serve.
+    ensure!(
+        Api::https(node.http, &pki.ca.pem)?
+            .get("/metrics")
+            .await
+            .is_err(),
+        "an expired certificate was accepted"
+    );
+    let lax = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(WAIT)
+        .no_proxy()
+        .build()?;
+    let text = lax
+        .get(format!("https://{}/metrics", node.http))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let left = series(&text, EXPIRY).context("no expiry gauge")?;
+    ensure!(
+        (-(DAY as f64) - 120.0..=-(DAY as f64)).contains(&left),
+        "{left}"
     );
     Ok(())
 }

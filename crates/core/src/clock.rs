@@ -1,8 +1,10 @@
 //! Time, injected. Algorithms take `now` as an argument; only the node's edge reads a clock.
 //!
 //! A reading is nanoseconds since the Unix epoch but **monotonic**: the system clock is read once
-//! at start and advanced by a monotonic counter, so a wall-clock step (NTP) never refills or
-//! drains a bucket. Wall time matters only for window numbering and the `reset_at_ms` of answers.
+//! at start and advanced by a monotonic counter, steered towards the OS wall clock by its rate
+//! and never back (see [`SystemClock`]): a wall-clock step back (NTP, an operator) never drains
+//! a bucket, and one forward refills a bucket by at most 60 s, as a pause that long would. Wall
+//! time matters only for window numbering and the `reset_at_ms` of answers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -36,13 +38,23 @@ pub trait Clock: Send + Sync + 'static {
 /// OS monotonic clock otherwise): one read per check, and `Instant::now` cost more than the
 /// whole store lookup (28 ns vs ~14 ns, `cargo bench -p ringlimit-core --bench store`).
 ///
-/// A calibrated counter runs a little fast or slow: measured here, 0.45 µs a second behind the
-/// OS monotonic clock (about 39 ms a day: a node up for a week would drift past
-/// `--max-clock-offset-ms`). So a thread of the process steers it every second towards Unix
-/// time at start plus the OS monotonic clock (which NTP slews but never steps): by changing its
-/// rate, at most 500 ppm either way ([`MAX_SLEW_PPB`]), never by a step, so a reading never
-/// jumps and a wall-clock step still moves nothing. Every `SystemClock` of a process shares
-/// that one anchor.
+/// A calibrated counter runs a little fast or slow (measured here 0.45 µs a second behind the OS
+/// clock, about 39 ms a day: a node up for a week would drift past `--max-clock-offset-ms`), and
+/// the OS clock itself may be set after the node started (NTP's first sync, a VM resumed). So a
+/// thread of the process re-anchors it every second on the OS wall clock ([`steer_once`]):
+///
+/// - by its rate, at most 500 ppm either way ([`MAX_SLEW_PPB`], NTP's own limit for a slew): a
+///   reading never jumps, and a bucket sees time run at most 0.05% fast or slow;
+/// - never back: a clock ahead of the OS (the OS clock set back) is slowed down, 0.5 ms a second,
+///   however far ahead it is (an hour takes 83 days, and peers see the offset meanwhile);
+/// - forward by a step only when more than [`STEP_FORWARD_OVER`] (1 s) and at most
+///   [`STEP_FORWARD_MAX`] (60 s) behind: slewing 1 s takes over half an hour, so that is the OS
+///   clock being set (NTP's first sync, a VM resumed), not drift, and a step forward refills a
+///   bucket by no more than a pause that long would. Further behind (an OS clock set far ahead,
+///   maybe by mistake), it slews at 500 ppm rather than refill every bucket at once: restart the
+///   node to take the OS clock's time. Steps and gaps over 1 s are logged.
+///
+/// Every `SystemClock` of a process shares that one anchor.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,
@@ -55,6 +67,17 @@ pub const MAX_SLEW_PPB: i64 = 500_000;
 
 /// How often the clock is steered.
 const STEER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Behind the OS wall clock by more than this (and at most [`STEP_FORWARD_MAX`]), the clock
+/// steps forward to it instead of slewing (1 s takes 2,000 s at [`MAX_SLEW_PPB`]).
+pub const STEP_FORWARD_OVER: u64 = 1_000_000_000;
+
+/// The largest step forward: what a bucket may be refilled by at once, as by a pause that long.
+pub const STEP_FORWARD_MAX: u64 = 60_000_000_000;
+
+/// A target read with the counter around it taking longer than this is skipped: the thread was
+/// preempted in the middle, so the reading pairs instants microseconds apart.
+const MAX_SAMPLE_SPREAD_NS: u64 = 20_000;
 
 /// Where the clock stands: at counter reading `raw` it read `at`, and it runs `rate` (parts of
 /// 2³² per nanosecond) faster or slower than the calibrated counter from there. Written only by
@@ -84,10 +107,19 @@ fn rate_of(ppb: i64) -> i64 {
 
 impl Fix {
     /// The anchor one steering step sets: at counter reading `raw` (`elapsed` calibrated
-    /// nanoseconds after this anchor) the clock keeps its reading, and takes the rate that
-    /// brings it onto `target` over the next `interval_ns`.
+    /// nanoseconds after this anchor) the clock keeps its reading and takes the rate that
+    /// brings it onto `target` over the next `interval_ns`; or, more than
+    /// [`STEP_FORWARD_OVER`] (and at most [`STEP_FORWARD_MAX`]) behind `target`, reads
+    /// `target` from there (never a step back).
     fn steered(&self, raw: u64, elapsed: u64, target: u64, interval_ns: u64) -> Fix {
         let now = self.reading(elapsed);
+        if (STEP_FORWARD_OVER + 1..=STEP_FORWARD_MAX).contains(&target.saturating_sub(now)) {
+            return Fix {
+                raw,
+                at: target,
+                rate: 0,
+            };
+        }
         // Behind (positive) or ahead, saturated at what an i64 holds.
         let err = (i128::from(target) - i128::from(now))
             .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
@@ -147,8 +179,79 @@ impl Anchor {
     }
 }
 
-/// The process's clock: its counter, its anchor, and the OS monotonic clock's reading at the
-/// start with the Unix time then (the target the steering follows).
+/// What the steering reads: a calibrated counter and the OS wall clock. The process's are
+/// `quanta` and [`SystemTime`]; tests give their own.
+trait Sources {
+    /// The counter's raw reading.
+    fn raw(&self) -> u64;
+    /// Calibrated nanoseconds from raw reading `from` to `to`.
+    fn delta_ns(&self, from: u64, to: u64) -> u64;
+    /// The OS wall clock, Unix nanoseconds.
+    fn wall_ns(&self) -> u64;
+}
+
+/// The process's sources.
+struct OsSources(quanta::Clock);
+
+impl Sources for OsSources {
+    fn raw(&self) -> u64 {
+        self.0.raw()
+    }
+    fn delta_ns(&self, from: u64, to: u64) -> u64 {
+        self.0.delta_as_nanos(from, to)
+    }
+    fn wall_ns(&self) -> u64 {
+        unix_ns()
+    }
+}
+
+/// What one steering step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Steered {
+    /// The sample was preempted: nothing changed.
+    Skipped,
+    /// The rate was set to close `err_ns` (positive: the clock was behind the OS clock).
+    Slewed { err_ns: i64 },
+    /// The clock was more than [`STEP_FORWARD_OVER`] behind: it stepped forward by `by_ns`.
+    Stepped { by_ns: u64 },
+}
+
+impl Steered {
+    /// Whether the clock is now more than [`STEP_FORWARD_OVER`] off the OS clock, to be slewed
+    /// for over half an hour (the OS clock was set back, or far ahead).
+    fn far_off(self) -> bool {
+        matches!(self, Steered::Slewed { err_ns } if err_ns.unsigned_abs() > STEP_FORWARD_OVER)
+    }
+}
+
+/// One steering step of `anchor` onto the OS wall clock of `sources` (see [`SystemClock`]).
+fn steer_once(sources: &impl Sources, anchor: &Anchor, interval_ns: u64) -> Steered {
+    // The target read between two counter reads (their midpoint is its instant).
+    let before = sources.raw();
+    let target = sources.wall_ns();
+    let after = sources.raw();
+    if sources.delta_ns(before, after) > MAX_SAMPLE_SPREAD_NS {
+        return Steered::Skipped;
+    }
+    let raw = before.saturating_add(after.saturating_sub(before) / 2);
+    let fix = anchor.load();
+    let elapsed = sources.delta_ns(fix.raw, raw);
+    let now = fix.reading(elapsed);
+    let next = fix.steered(raw, elapsed, target, interval_ns);
+    anchor.store(next);
+    if next.at > now {
+        Steered::Stepped {
+            by_ns: next.at - now,
+        }
+    } else {
+        Steered::Slewed {
+            err_ns: (i128::from(target) - i128::from(now))
+                .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+        }
+    }
+}
+
+/// The process's clock: its counter and its anchor, steered by a thread of its own.
 fn process_clock() -> &'static (quanta::Clock, Anchor) {
     static CLOCK: std::sync::OnceLock<(quanta::Clock, Anchor)> = std::sync::OnceLock::new();
     CLOCK.get_or_init(|| {
@@ -156,22 +259,19 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
         // of a process, for up to 200 ms under load. Reading the wall clock before it put a
         // node's clock behind by that long (13 ms seen in CI).
         let clock = quanta::Clock::new();
-        // Then the wall clock, read between two counter reads and two monotonic reads, the origin
-        // their midpoints; the tightest of a few tries, since a thread preempted in the middle
-        // of one pairs readings microseconds apart, an offset the steering would then keep.
-        let _ = (std::time::Instant::now(), unix_ns(), clock.raw());
-        // (spread of the counter reads, origin, monotonic instant, Unix time)
+        // Then the wall clock, read between two counter reads, the origin their midpoint; the
+        // tightest of a few tries, since a thread preempted in the middle of one pairs readings
+        // microseconds apart, an offset the steering would then have to slew away.
+        let _ = (unix_ns(), clock.raw());
+        // (spread of the counter reads, origin, Unix time)
         let pair = || {
             let before = clock.raw();
-            let early = std::time::Instant::now();
             let unix = unix_ns();
-            let late = std::time::Instant::now();
             let after = clock.raw();
             let origin = before.saturating_add(after.saturating_sub(before) / 2);
-            let mono = early + late.saturating_duration_since(early) / 2;
-            (clock.delta_as_nanos(before, after), origin, mono, unix)
+            (clock.delta_as_nanos(before, after), origin, unix)
         };
-        let (_, origin, mono, unix) = (1..8).fold(pair(), |best, _| {
+        let (_, origin, unix) = (1..8).fold(pair(), |best, _| {
             let next = pair();
             if next.0 < best.0 { next } else { best }
         });
@@ -181,32 +281,41 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
             at: AtomicU64::new(unix),
             rate: AtomicI64::new(0),
         };
-        let steered = clock.clone();
+        let sources = OsSources(clock.clone());
         let interval = u64::try_from(STEER_EVERY.as_nanos()).unwrap_or(u64::MAX);
         // Without the thread the clock still works, only unsteered.
         let _ = std::thread::Builder::new()
             .name("ringlimit-clock".into())
             .spawn(move || {
+                // Whether the last step found the clock far off (logged once, not every second).
+                let mut far_off = false;
                 loop {
                     std::thread::sleep(STEER_EVERY);
                     // Set once this closure's caller returns (long before a second is up).
                     let Some((_, anchor)) = CLOCK.get() else {
                         continue;
                     };
-                    // The target read between two counter reads (their midpoint is its
-                    // instant); a sample the thread was preempted in the middle of is skipped.
-                    let before = steered.raw();
-                    let since = mono.elapsed();
-                    let after = steered.raw();
-                    if steered.delta_as_nanos(before, after) > 20_000 {
-                        continue;
+                    let done = steer_once(&sources, anchor, interval);
+                    match done {
+                        Steered::Stepped { by_ns } => tracing::warn!(
+                            step_ms = by_ns / NANOS_PER_MS,
+                            "this process's clock stepped forward onto the OS clock, which was \
+                             set ahead by more than 1 s: buckets refill as after a pause that long"
+                        ),
+                        Steered::Slewed { err_ns } if done.far_off() && !far_off => {
+                            tracing::warn!(
+                                behind_ms = err_ns / NANOS_PER_MS as i64,
+                                "this process's clock is off the OS clock by more than 1 s (the \
+                                 OS clock was set back, or more than 60 s ahead): it is slewed at \
+                                 0.5 ms a second, never stepped back; restart the node to take \
+                                 the OS clock's time at once"
+                            );
+                        }
+                        _ => {}
                     }
-                    let raw = before.saturating_add(after.saturating_sub(before) / 2);
-                    let target =
-                        unix.saturating_add(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
-                    let fix = anchor.load();
-                    let elapsed = steered.delta_as_nanos(fix.raw, raw);
-                    anchor.store(fix.steered(raw, elapsed, target, interval));
+                    if done != Steered::Skipped {
+                        far_off = done.far_off();
+                    }
                 }
             });
         (clock, anchor)
@@ -316,6 +425,137 @@ mod tests {
         assert_eq!(steer(2_000_000, second), MAX_SLEW_PPB);
         assert_eq!(steer(-2_000_000, second), -MAX_SLEW_PPB);
         assert_eq!(steer(450, second), 450);
+    }
+
+    /// True time moves only when told; the counter runs `slow_ppb` slow against it (what its
+    /// calibration got wrong) and the OS wall clock is true time plus an offset an operator
+    /// (or NTP) may set. A read of the wall clock may be preempted for `preempt_ns`.
+    struct Fake {
+        true_ns: std::cell::Cell<u64>,
+        slow_ppb: u64,
+        wall_offset: std::cell::Cell<i64>,
+        preempt_ns: std::cell::Cell<u64>,
+    }
+
+    impl Fake {
+        fn new(start: u64, slow_ppb: u64) -> Self {
+            Self {
+                true_ns: start.into(),
+                slow_ppb,
+                wall_offset: 0.into(),
+                preempt_ns: 0.into(),
+            }
+        }
+        fn advance(&self, ns: u64) {
+            self.true_ns.set(self.true_ns.get() + ns);
+        }
+        fn wall(&self) -> u64 {
+            (i128::from(self.true_ns.get()) + i128::from(self.wall_offset.get())) as u64
+        }
+        /// The process clock's reading now, as [`SystemClock::now`] computes it.
+        fn reading(&self, anchor: &Anchor) -> u64 {
+            let fix = anchor.load();
+            fix.reading(self.delta_ns(fix.raw, self.raw()))
+        }
+    }
+
+    impl Sources for Fake {
+        fn raw(&self) -> u64 {
+            let t = self.true_ns.get();
+            t - t / 1_000_000_000 * self.slow_ppb
+        }
+        fn delta_ns(&self, from: u64, to: u64) -> u64 {
+            to.saturating_sub(from)
+        }
+        fn wall_ns(&self) -> u64 {
+            self.advance(self.preempt_ns.replace(0));
+            self.wall()
+        }
+    }
+
+    /// Steps the fake `seconds` times a second apart, reading the clock ten times a second:
+    /// readings never go back, and within a second they never move more than a second at
+    /// 500 ppm (no step) unless `steps` allows them. Returns the last reading's error.
+    fn run(fake: &Fake, anchor: &Anchor, seconds: u64, last: &mut u64) -> (i64, Vec<Steered>) {
+        let second = 1_000_000_000;
+        let mut done = Vec::new();
+        for _ in 0..seconds {
+            for _ in 0..10 {
+                fake.advance(second / 10);
+                let r = fake.reading(anchor);
+                assert!(r >= *last, "back: {r} < {last}");
+                *last = r;
+            }
+            done.push(steer_once(fake, anchor, second));
+            let r = fake.reading(anchor);
+            assert!(r >= *last, "back at the re-anchoring: {r} < {last}");
+            *last = r;
+        }
+        (fake.wall() as i64 - fake.reading(anchor) as i64, done)
+    }
+
+    fn anchor_at(fake: &Fake, at: u64) -> Anchor {
+        Anchor {
+            seq: AtomicU64::new(0),
+            raw: AtomicU64::new(fake.raw()),
+            at: AtomicU64::new(at),
+            rate: AtomicI64::new(0),
+        }
+    }
+
+    /// The steering thread's step, on injected sources: a counter 450 ppb slow over a day stays
+    /// within a µs of the OS clock; the OS clock set 5 s ahead is followed by one logged step
+    /// forward; set 0.5 s ahead, or 2 s back, it is followed by a slew at 500 ppm, never a
+    /// reading back; a preempted sample changes nothing.
+    #[test]
+    fn the_clock_follows_the_os_wall_clock_by_its_rate_and_never_goes_back() {
+        let second = 1_000_000_000u64;
+        let fake = Fake::new(1_700_000_000 * second, 450);
+        let anchor = anchor_at(&fake, fake.wall() - 2_000_000);
+        let mut last = 0;
+        let (err, done) = run(&fake, &anchor, 86_400, &mut last);
+        assert!(err.abs() <= 1_000, "{err} ns off after a day");
+        assert!(done.iter().all(|d| matches!(d, Steered::Slewed { .. })));
+
+        // Set 5 s ahead: one step forward by 5 s, then on it.
+        fake.wall_offset.set(5 * second as i64);
+        let before = fake.reading(&anchor);
+        let (err, done) = run(&fake, &anchor, 3, &mut last);
+        let Steered::Stepped { by_ns } = done[0] else {
+            panic!("{done:?}");
+        };
+        assert!(by_ns.abs_diff(5 * second) < 1_000_000, "{by_ns}");
+        assert!(last - before < 9 * second, "more than the step");
+        assert!(err.abs() <= 1_000, "{err} ns off after the step");
+
+        // Set 0.5 s ahead: slewed, 1,000 s at 500 ppm; never faster.
+        fake.wall_offset.set(5 * second as i64 + 500_000_000);
+        let (err, done) = run(&fake, &anchor, 500, &mut last);
+        assert!(done.iter().all(|d| matches!(d, Steered::Slewed { .. })));
+        assert!((249_000_000..=251_000_000).contains(&err), "{err}");
+        let (err, _) = run(&fake, &anchor, 600, &mut last);
+        assert!(err.abs() <= 1_000, "{err} ns off after the slew");
+
+        // Set 2 s back: the clock is ahead; it slows down, never steps back (4,000 s).
+        fake.wall_offset.set(3 * second as i64 + 500_000_000);
+        let (err, done) = run(&fake, &anchor, 2_000, &mut last);
+        assert!(done.iter().all(|d| matches!(d, Steered::Slewed { .. })));
+        assert!((-1_001_000_000..=-999_000_000).contains(&err), "{err}");
+        let (err, _) = run(&fake, &anchor, 2_100, &mut last);
+        assert!(err.abs() <= 1_000, "{err} ns off after slewing back");
+
+        // Set 2 minutes ahead (beyond the largest step): slewed, as a clock set back is.
+        fake.wall_offset
+            .set(3 * second as i64 + 500_000_000 + 120 * second as i64);
+        let (err, done) = run(&fake, &anchor, 10, &mut last);
+        assert!(done.iter().all(|d| d.far_off()), "{done:?}");
+        assert!(err > 119 * second as i64, "{err}");
+
+        // A sample preempted for 50 µs is skipped.
+        let fix = anchor.load();
+        fake.preempt_ns.set(50_000);
+        assert_eq!(steer_once(&fake, &anchor, second), Steered::Skipped);
+        assert_eq!(anchor.load(), fix);
     }
 
     #[test]

@@ -5,13 +5,24 @@
 //! checks and all checks by bucket id; the key text is kept only for ids the sketches hold. A
 //! count is an estimate with an error bound (its estimate minus the error is a lower bound of
 //! the true count), over the current epoch and the one before it: with the default epoch of 5
-//! minutes, the last 5 to 10 minutes. Memory is bounded: at most `max_rules` rules are tracked
-//! (checks of further rules are not counted: [`TopKeys::untracked`]), each with four sketches
-//! of `k` counters and the text of at most `4·k` keys.
+//! minutes, the last 5 to 10 minutes. Memory is bounded: at most `max_rules` rules are tracked,
+//! each with four sketches of `k` counters and the text of at most `4·k` keys.
+//!
+//! The rules tracked are themselves a Space-Saving table, so that no one can fill it for good
+//! (any client can name inline rules): once it is full, a rule not tracked is counted in a small
+//! sketch of candidates, and takes the place of the tracked rule counted least over the same two
+//! epochs as soon as it has been counted more (what it earned, a lower bound, counts as its
+//! activity from then on; its keys are counted from then on). A rule not counted for two epochs
+//! shows nothing any more and gives way to any newcomer; a rule counted often keeps its place
+//! against a flood of rules counted once. Checks of a rule while it is not tracked are not
+//! counted ([`TopKeys::untracked`]). Checks of tracked rules (the hot path) pay what they did
+//! before plus a few relaxed atomics; only checks of untracked rules lock the candidates, and
+//! only one that may win a place scans the table.
 
 use parking_lot::{Mutex, RwLock};
 use ringlimit_proto::peer::{TopBy, TopKey};
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use topk::FilteredSpaceSaving;
@@ -163,11 +174,124 @@ impl Counted {
     }
 }
 
+/// What a tracked rule was counted (weights, checks and denials alike) in its last epoch and
+/// the one before: how it competes for its place. Written under its rule's lock (one writer at
+/// a time), read without it by the scan that chooses which rule gives way.
+#[derive(Debug, Default)]
+struct Activity {
+    epoch: AtomicU64,
+    current: AtomicU64,
+    previous: AtomicU64,
+}
+
+impl Activity {
+    fn new(epoch: u64, earned: u64) -> Self {
+        Self {
+            epoch: AtomicU64::new(epoch),
+            current: AtomicU64::new(earned),
+            previous: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds `weight` in `epoch` (the caller holds the rule's lock).
+    fn add(&self, epoch: u64, weight: u64) {
+        let last = self.epoch.load(Ordering::Relaxed);
+        if epoch > last {
+            let carried = if epoch == last + 1 {
+                self.current.load(Ordering::Relaxed)
+            } else {
+                0
+            };
+            self.previous.store(carried, Ordering::Relaxed);
+            self.current.store(0, Ordering::Relaxed);
+            self.epoch.store(epoch, Ordering::Relaxed);
+        }
+        let now = self.current.load(Ordering::Relaxed);
+        self.current
+            .store(now.saturating_add(weight), Ordering::Relaxed);
+    }
+
+    /// What was counted in `epoch` and the one before (what the rule's counts still show).
+    fn score(&self, epoch: u64) -> u64 {
+        let last = self.epoch.load(Ordering::Relaxed);
+        let current = self.current.load(Ordering::Relaxed);
+        if last >= epoch {
+            current.saturating_add(self.previous.load(Ordering::Relaxed))
+        } else if last + 1 == epoch {
+            current
+        } else {
+            0
+        }
+    }
+}
+
+/// One tracked rule: its keys' counts, and its own.
+struct Tracked {
+    top: Mutex<RuleTop>,
+    activity: Activity,
+}
+
+/// Rules counted while the table was full, by a hash of their name: what each has earned over
+/// the current epoch and the one before, against the tracked rules' [`Activity`].
+struct Candidates {
+    epoch: u64,
+    current: FilteredSpaceSaving<u64>,
+    previous: FilteredSpaceSaving<u64>,
+    /// The least activity of a tracked rule when the table was last scanned in this epoch: a
+    /// lower bound of it (activities only grow within an epoch), so a candidate that earned no
+    /// more cannot win a place, and the scan is skipped.
+    floor: Option<u64>,
+}
+
+impl Candidates {
+    fn new(k: usize) -> Self {
+        Self {
+            epoch: 0,
+            current: FilteredSpaceSaving::new(k),
+            previous: FilteredSpaceSaving::new(k),
+            floor: None,
+        }
+    }
+
+    fn rotate(&mut self, epoch: u64) {
+        if epoch <= self.epoch {
+            return;
+        }
+        let k = self.current.k();
+        self.previous = if epoch == self.epoch + 1 {
+            std::mem::replace(&mut self.current, FilteredSpaceSaving::new(k))
+        } else {
+            self.current = FilteredSpaceSaving::new(k);
+            FilteredSpaceSaving::new(k)
+        };
+        self.epoch = epoch;
+        self.floor = None;
+    }
+
+    /// Counts `weight` for rule `hash`; what it has surely earned (a lower bound).
+    fn add(&mut self, hash: u64, weight: u64) -> u64 {
+        self.current.insert(hash, weight);
+        let sure = |s: &FilteredSpaceSaving<u64>| {
+            s.get(&hash)
+                .map_or(0, |e| e.estimated_count() - e.associated_error())
+        };
+        sure(&self.current).saturating_add(sure(&self.previous))
+    }
+}
+
+fn rule_hash(rule: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    rule.hash(&mut h);
+    h.finish()
+}
+
 /// Every tracked rule's top keys (see the module doc). Shared: each rule behind its own lock.
 pub struct TopKeys {
     settings: TopSettings,
-    rules: RwLock<HashMap<Box<str>, Arc<Mutex<RuleTop>>>>,
+    rules: RwLock<HashMap<Box<str>, Arc<Tracked>>>,
+    candidates: Mutex<Candidates>,
     untracked: AtomicU64,
+    replaced: AtomicU64,
 }
 
 impl std::fmt::Debug for TopKeys {
@@ -194,7 +318,9 @@ impl TopKeys {
                 ..settings
             },
             rules: RwLock::new(HashMap::new()),
+            candidates: Mutex::new(Candidates::new(settings.max_rules.max(1))),
             untracked: AtomicU64::new(0),
+            replaced: AtomicU64::new(0),
         }
     }
 
@@ -202,22 +328,56 @@ impl TopKeys {
         now_ns / self.settings.epoch_ns
     }
 
-    fn rule(&self, rule: &str, now_ns: u64) -> Option<Arc<Mutex<RuleTop>>> {
-        if let Some(r) = self.rules.read().get(rule) {
-            return Some(r.clone());
+    fn tracked(&self, epoch: u64, earned: u64) -> Arc<Tracked> {
+        Arc::new(Tracked {
+            top: Mutex::new(RuleTop::new(self.settings.k, epoch)),
+            activity: Activity::new(epoch, earned),
+        })
+    }
+
+    /// The rule's place in the table, taken now if there is room or if it has earned it (see
+    /// the module doc); `None` while it has not.
+    fn admit(&self, rule: &str, weight: u64, epoch: u64) -> Option<Arc<Tracked>> {
+        let max = self.settings.max_rules;
+        if self.rules.read().len() < max {
+            let mut rules = self.rules.write();
+            if let Some(r) = rules.get(rule) {
+                return Some(r.clone());
+            }
+            if rules.len() < max {
+                let r = self.tracked(epoch, 0);
+                rules.insert(rule.into(), r.clone());
+                return Some(r);
+            }
+        }
+        let mut candidates = self.candidates.lock();
+        candidates.rotate(epoch);
+        let earned = candidates.add(rule_hash(rule), weight);
+        if candidates.floor.is_some_and(|floor| earned <= floor) {
+            return None;
         }
         let mut rules = self.rules.write();
         if let Some(r) = rules.get(rule) {
             return Some(r.clone());
         }
-        if rules.len() >= self.settings.max_rules {
+        let least = |rules: &HashMap<Box<str>, Arc<Tracked>>| {
+            rules
+                .iter()
+                .map(|(name, r)| (r.activity.score(epoch), name))
+                .min()
+                .map(|(score, name)| (score, name.clone()))
+        };
+        let (score, name) = least(&rules)?;
+        if earned <= score {
+            candidates.floor = Some(score);
             return None;
         }
-        let r = Arc::new(Mutex::new(RuleTop::new(
-            self.settings.k,
-            self.epoch(now_ns),
-        )));
+        rules.remove(&name);
+        self.replaced.fetch_add(1, Ordering::Relaxed);
+        // The weight being counted is added by the caller.
+        let r = self.tracked(epoch, earned.saturating_sub(weight));
         rules.insert(rule.into(), r.clone());
+        candidates.floor = least(&rules).map(|(score, _)| score);
         Some(r)
     }
 
@@ -235,13 +395,16 @@ impl TopKeys {
     /// Counts `weight` checks (`by` checks) or denials (`by` denied) of `key` (bucket `id`)
     /// under `rule` at `now_ns` (a caller that samples records one in `weight`).
     pub fn record(&self, rule: &str, id: u64, key: &str, by: TopBy, weight: u64, now_ns: u64) {
-        let Some(r) = self.rule(rule, now_ns) else {
+        let epoch = self.epoch(now_ns);
+        let found = self.rules.read().get(rule).cloned();
+        let Some(r) = found.or_else(|| self.admit(rule, weight, epoch)) else {
             self.untracked.fetch_add(weight, Ordering::Relaxed);
             return;
         };
-        let mut r = r.lock();
-        r.rotate(self.epoch(now_ns), self.settings.k);
-        r.record(id, key, by, weight, self.settings.k);
+        let mut top = r.top.lock();
+        top.rotate(epoch, self.settings.k);
+        r.activity.add(epoch, weight);
+        top.record(id, key, by, weight, self.settings.k);
     }
 
     /// The `n` keys of `rule` counted most `by`, most first (ties by key).
@@ -249,7 +412,7 @@ impl TopKeys {
         let Some(r) = self.rules.read().get(rule).cloned() else {
             return Vec::new();
         };
-        let mut r = r.lock();
+        let mut r = r.top.lock();
         r.rotate(self.epoch(now_ns), self.settings.k);
         r.top(by, n)
     }
@@ -257,7 +420,7 @@ impl TopKeys {
     /// The `n` most denied (rule, key) pairs over every rule, most first: what the metric
     /// shows, so that its series stay few whatever the keys.
     pub fn most_denied(&self, n: usize, now_ns: u64) -> Vec<(String, TopKey)> {
-        let rules: Vec<(String, Arc<Mutex<RuleTop>>)> = self
+        let rules: Vec<(String, Arc<Tracked>)> = self
             .rules
             .read()
             .iter()
@@ -265,7 +428,7 @@ impl TopKeys {
             .collect();
         let mut all = Vec::new();
         for (name, r) in rules {
-            let mut r = r.lock();
+            let mut r = r.top.lock();
             r.rotate(self.epoch(now_ns), self.settings.k);
             all.extend(
                 r.top(TopBy::Denied, n)
@@ -283,9 +446,15 @@ impl TopKeys {
         self.rules.read().len()
     }
 
-    /// Checks not counted because `max_rules` rules were tracked already.
+    /// Checks not counted because `max_rules` rules were tracked already (and their rule had
+    /// not yet earned a place).
     pub fn untracked(&self) -> u64 {
         self.untracked.load(Ordering::Relaxed)
+    }
+
+    /// Tracked rules that gave way to another (idle, or counted less).
+    pub fn replaced(&self) -> u64 {
+        self.replaced.load(Ordering::Relaxed)
     }
 }
 
@@ -374,7 +543,8 @@ mod tests {
         assert!(t.top("r", TopBy::Denied, 10, 15 * MIN).is_empty());
     }
 
-    /// Memory stays bounded: rules beyond the cap are not tracked, key texts stay within 4·k.
+    /// Memory stays bounded: never more than `max_rules` rules, key texts within 4·k each,
+    /// however many rules are counted.
     #[test]
     fn memory_is_bounded() {
         let t = TopKeys::new(TopSettings {
@@ -387,11 +557,86 @@ mod tests {
                 record(&t, &format!("rule-{r}"), &format!("k{i}"), i % 2 == 0, 1, 0);
             }
         }
-        assert_eq!(t.rules(), 3);
-        assert_eq!(t.untracked(), 30_000);
-        for r in t.rules.read().values() {
-            assert!(r.lock().names.len() <= 4 * 8);
+        for i in 0..10_000 {
+            record(&t, &format!("one-off-{i}"), "k", true, 1, 0);
         }
+        assert_eq!(t.rules(), 3);
+        assert!(t.untracked() > 0);
+        for r in t.rules.read().values() {
+            assert!(r.top.lock().names.len() <= 4 * 8);
+        }
+        assert!(t.candidates.lock().current.iter().count() <= 3);
+    }
+
+    /// A full table of rules counted a few times (an inline rule is anyone's to name) gives way
+    /// to a rule denied more: its denials show, from the check that won it its place.
+    #[test]
+    fn a_rule_denied_more_takes_the_place_of_one_counted_less() {
+        let t = TopKeys::default();
+        for r in 0..128 {
+            record(&t, &format!("filler-{r}"), "k", true, 2, 0);
+        }
+        assert_eq!(t.rules(), 128);
+        record(&t, "victim", "user:1", true, 47, MIN);
+        let top = t.top("victim", TopBy::Denied, 10, MIN);
+        assert_eq!(top.len(), 1, "{top:?}");
+        assert_eq!(top[0].key, "user:1");
+        // Counted from the record that out-counted the least filler (4: 2 checks, 2 denials),
+        // the victim's fifth; the four before it were not.
+        assert!(top[0].count >= 40, "{top:?}");
+        assert_eq!((t.rules(), t.replaced()), (128, 1));
+        assert!(t.untracked() > 0 && t.untracked() < 10, "{}", t.untracked());
+        // The fillers that kept their place still show theirs.
+        assert_eq!(
+            (0..128)
+                .filter(|r| !t
+                    .top(&format!("filler-{r}"), TopBy::Denied, 1, MIN)
+                    .is_empty())
+                .count(),
+            127
+        );
+    }
+
+    /// A rule not counted for two epochs shows nothing any more: the first check of a new rule
+    /// takes its place, however much it was counted before.
+    #[test]
+    fn idle_rules_age_out() {
+        let t = TopKeys::default();
+        for r in 0..128 {
+            record(&t, &format!("old-{r}"), "k", true, 1_000, 0);
+        }
+        record(&t, "late", "k", true, 1, 5 * MIN);
+        assert!(t.top("late", TopBy::Denied, 1, 5 * MIN).is_empty());
+        assert_eq!(t.replaced(), 0);
+        for r in 0..200 {
+            record(&t, &format!("new-{r}"), "k", true, 1, 10 * MIN);
+        }
+        assert_eq!(t.rules(), 128);
+        assert_eq!(t.replaced(), 128);
+        let top = t.top("new-0", TopBy::Denied, 1, 10 * MIN);
+        assert_eq!((top.len(), top[0].count), (1, 1), "{top:?}");
+        // The newcomers are as idle as each other: the next ones wait until they earn more.
+        assert!(t.top("new-199", TopBy::Denied, 1, 10 * MIN).is_empty());
+        record(&t, "new-199", "k", true, 3, 10 * MIN);
+        assert_eq!(t.top("new-199", TopBy::Denied, 1, 10 * MIN).len(), 1);
+    }
+
+    /// A flood of rules each counted once does not push out rules counted more often.
+    #[test]
+    fn a_flood_of_one_off_rules_keeps_the_busy_ones() {
+        let t = TopKeys::default();
+        for r in 0..128 {
+            record(&t, &format!("busy-{r}"), "k", true, 10, 0);
+        }
+        for i in 0..100_000 {
+            t.record(&format!("junk-{i}"), 1, "k", TopBy::Denied, 1, MIN);
+        }
+        assert_eq!(t.replaced(), 0);
+        assert_eq!(t.untracked(), 100_000);
+        assert!((0..128).all(|r| {
+            !t.top(&format!("busy-{r}"), TopBy::Denied, 1, MIN)
+                .is_empty()
+        }));
     }
 
     #[test]

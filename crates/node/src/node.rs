@@ -484,8 +484,8 @@ pub async fn run(
     metrics.register(crate::rules::book::BookCollector(book.clone()));
     let watched: Vec<_> = http_cert
         .iter()
-        .cloned()
-        .chain(peer_tls.iter().map(|t| t.cert().clone()))
+        .map(|c| ("http", c.clone()))
+        .chain(peer_tls.iter().map(|t| ("peer", t.cert().clone())))
         .collect();
     metrics.register(crate::metrics::TlsCollector {
         http: conns.clone(),
@@ -622,7 +622,7 @@ pub async fn run(
     if config.admin_tokens.is_some() {
         tasks.spawn(admin_tokens.clone().watch(config.rules_poll));
     }
-    for cert in watched {
+    for (_, cert) in watched {
         tasks.spawn(cert.watch(config.rules_poll));
     }
     if rules.source.is_some() {

@@ -32,6 +32,67 @@ pub enum TlsError {
     KeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("TLS configuration: {0}")]
     Config(String),
+    /// A certificate of the chain is past its end date: every client would refuse it.
+    #[error("certificate {path} expired on {not_after} (UTC); clients refuse it")]
+    Expired { path: PathBuf, not_after: String },
+    /// A certificate of the chain is not valid yet: clients would refuse it until then.
+    #[error(
+        "certificate {path} is not valid before {not_before} (UTC); clients refuse it until then"
+    )]
+    NotYetValid { path: PathBuf, not_before: String },
+}
+
+/// When a certificate chain is valid: from the latest start date of its certificates to the
+/// earliest end date, in Unix seconds (inclusive, as RFC 5280 has it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+/// A Unix time as a certificate's dates are written in messages (`Nov 28 02:17:00 2026 +00:00`).
+pub(crate) fn date(unix_s: i64) -> String {
+    x509_parser::time::ASN1Time::from_timestamp(unix_s)
+        .map_or_else(|_| format!("{unix_s} (Unix seconds)"), |t| t.to_string())
+}
+
+impl Validity {
+    /// Whether the chain is valid at `now` (Unix seconds); why not, naming `path`.
+    pub fn check(&self, path: &Path, now: i64) -> Result<(), TlsError> {
+        if now > self.not_after {
+            Err(TlsError::Expired {
+                path: path.to_owned(),
+                not_after: date(self.not_after),
+            })
+        } else if now < self.not_before {
+            Err(TlsError::NotYetValid {
+                path: path.to_owned(),
+                not_before: date(self.not_before),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The validity of a chain (from `path`): every certificate's dates, parsed with x509-parser.
+pub(crate) fn validity_of(path: &Path, chain: &[CertificateDer<'_>]) -> Result<Validity, TlsError> {
+    let mut validity = Validity {
+        not_before: i64::MIN,
+        not_after: i64::MAX,
+    };
+    for der in chain {
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(der).map_err(|e| TlsError::Invalid {
+                what: CERT,
+                path: path.to_owned(),
+                reason: format!("not an X.509 certificate: {e}"),
+            })?;
+        let v = cert.validity();
+        validity.not_before = validity.not_before.max(v.not_before.timestamp());
+        validity.not_after = validity.not_after.min(v.not_after.timestamp());
+    }
+    Ok(validity)
 }
 
 /// What a file is, in messages.

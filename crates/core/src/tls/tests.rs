@@ -37,8 +37,25 @@ impl Ca {
     /// A certificate for `names` usable both ways (server and client auth): its PEM and its
     /// key's.
     fn issue(&self, names: &[&str]) -> (String, String) {
+        self.issue_with(names, |_| {})
+    }
+
+    /// [`Ca::issue`], valid from the start of year `from` to the start of year `to`.
+    fn issue_dated(&self, names: &[&str], from: i32, to: i32) -> (String, String) {
+        self.issue_with(names, |p| {
+            p.not_before = rcgen::date_time_ymd(from, 1, 1);
+            p.not_after = rcgen::date_time_ymd(to, 1, 1);
+        })
+    }
+
+    fn issue_with(
+        &self,
+        names: &[&str],
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> (String, String) {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).expect("params");
+        edit(&mut params);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
@@ -193,6 +210,71 @@ fn a_changed_pair_is_put_in_force_and_a_bad_one_refused_once_keeping_the_previou
             .load(std::sync::atomic::Ordering::Relaxed),
         2
     );
+}
+
+/// 2100-01-01 and 2000-01-01 in Unix seconds.
+const Y2100: i64 = 4_102_444_800;
+const Y2000: i64 = 946_684_800;
+
+/// A renewed pair that is expired, or not valid yet, is refused on reload (once; the previous
+/// stays in force), the early one taken when its start date comes; at start an expired pair is
+/// loaded (a node starts) and said to be out of date; the seconds to expiry are the chain's.
+#[test]
+fn a_pair_out_of_its_dates_is_refused_on_reload_and_an_early_one_taken_when_due() {
+    let dir = Dir::new();
+    let ca = Ca::new("ca");
+    let files = pair(&dir, "live", &ca.issue_dated(&["first"], 2020, 2090));
+    let cert = ReloadingCert::load(files.clone()).expect("loads");
+    let first = cert.leaf().expect("a leaf");
+    let now = Y2000 + 30 * 365 * 86_400;
+    assert!(cert.out_of_date(now).is_none());
+    let ends = rcgen::date_time_ymd(2090, 1, 1).unix_timestamp();
+    assert_eq!(cert.validity().not_after, ends);
+    assert_eq!(cert.expires_in(now), ends - now);
+
+    // Expired (2000 to 2001): refused once, naming the file; the first stays.
+    let (old_cert, old_key) = ca.issue_dated(&["expired"], 2000, 2001);
+    std::fs::write(&files.cert, &old_cert).expect("written");
+    std::fs::write(&files.key, &old_key).expect("written");
+    let polled = cert.poll_at(now);
+    let Polled::Refused(e @ TlsError::Expired { .. }) = polled else {
+        panic!("{polled:?}");
+    };
+    assert!(
+        mentions(&e, &files.cert) && e.to_string().contains("2001"),
+        "{e}"
+    );
+    assert!(
+        matches!(cert.poll_at(now), Polled::Unchanged),
+        "refused once"
+    );
+    assert_eq!(cert.leaf().as_ref(), Some(&first));
+    assert_eq!(cert.validity().not_after, ends);
+
+    // Not valid before 2100: refused, then put in force once 2100 comes.
+    let (early_cert, early_key) = ca.issue_dated(&["early"], 2100, 2101);
+    std::fs::write(&files.cert, &early_cert).expect("written");
+    std::fs::write(&files.key, &early_key).expect("written");
+    let polled = cert.poll_at(now);
+    assert!(
+        matches!(polled, Polled::Refused(TlsError::NotYetValid { .. })),
+        "{polled:?}"
+    );
+    assert!(matches!(cert.poll_at(now), Polled::Unchanged));
+    assert_eq!(cert.leaf().as_ref(), Some(&first));
+    assert!(matches!(cert.poll_at(Y2100), Polled::Reloaded));
+    assert_ne!(cert.leaf().as_ref(), Some(&first));
+    assert_eq!(cert.validity().not_before, Y2100);
+    assert!(matches!(cert.poll_at(Y2100 + 1), Polled::Unchanged));
+
+    // At start: an expired pair loads, and is said to be out of date.
+    let expired = pair(&dir, "expired", &(old_cert, old_key));
+    let at_start = ReloadingCert::load(expired.clone()).expect("an expired pair loads");
+    assert!(matches!(
+        at_start.out_of_date(now),
+        Some(TlsError::Expired { .. })
+    ));
+    assert!(at_start.expires_in(now) < 0);
 }
 
 /// Serves one TLS connection at "s:7946" on `net` and echoes one message; what the handshake gave.

@@ -122,7 +122,8 @@ impl Admin {
             .collect();
         let bucket = Bucket::of(&p, &view);
         tracing::info!(
-            key = %p.key,
+            // Debug: a key may hold newlines, which must not start a forged log line.
+            key = ?p.key,
             rule = bucket.rule.as_deref().unwrap_or("(inline)"),
             bucket_id = %bucket.bucket_id,
             removed,

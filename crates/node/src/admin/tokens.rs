@@ -14,10 +14,13 @@
 //!
 //! `RINGLIMIT_CLIENT_TOKEN` adds one client credential named `client` (see [`TokenBook`]).
 //!
-//! The file is polled like the rules file (a changed file is validated and put in force; an
-//! invalid one is refused, logged, and the previous tokens stay). `RINGLIMIT_ADMIN_TOKEN` keeps
-//! working beside it: a write token named `admin`. Every change through the admin API is logged
-//! and listed with the name of the token that made it.
+//! The file is polled like the rules file: a changed file is validated and put in force. An
+//! operator who deletes the file, empties it or lists no token revokes every token it held
+//! (logged); only a file that cannot be read (other than gone) or does not validate is refused,
+//! logged, and the previous tokens stay. `RINGLIMIT_ADMIN_TOKEN` keeps working beside it: a
+//! write token named `admin`. Every change through the admin API is logged and listed with the
+//! name of the token that made it. A file that group or others may read and that holds raw
+//! `token:` entries is warned about when it is loaded: anyone on the host can then read them.
 //!
 //! Tokens are kept as SHA-256 digests and a presented token is compared with every one of them
 //! in constant time, so timing reveals neither a token's bytes, nor its length, nor which entry
@@ -82,7 +85,9 @@ pub enum TokensError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    tokens: Vec<Entry>,
+    /// Absent or `null`: no token.
+    #[serde(default)]
+    tokens: Option<Vec<Entry>>,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +105,8 @@ struct Entry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AdminTokens {
     tokens: Vec<Token>,
+    /// The names of the file's entries given as raw `token:` (not `token_sha256`).
+    raw: Vec<String>,
 }
 
 fn digest(token: &[u8]) -> [u8; 32] {
@@ -153,15 +160,29 @@ impl AdminTokens {
             .collect()
     }
 
+    /// The tokens' names.
+    pub fn names(&self) -> Vec<String> {
+        self.tokens.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// Whether a token is named `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.tokens.iter().any(|t| t.name == name)
+    }
+
     /// Parses a tokens file's text; `path` names it in errors.
     pub fn parse(text: &str, path: &str) -> Result<Self, TokensError> {
         let invalid = |reason: String| TokensError::Invalid {
             path: path.to_owned(),
             reason,
         };
-        let file: File = serde_yaml_ng::from_str(text).map_err(|e| invalid(e.to_string()))?;
-        let mut tokens = Vec::with_capacity(file.tokens.len());
-        for (i, e) in file.tokens.into_iter().enumerate() {
+        // An empty file (or one of comments only) is a YAML null: no token.
+        let file: Option<File> =
+            serde_yaml_ng::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let entries = file.and_then(|f| f.tokens).unwrap_or_default();
+        let mut tokens = Vec::with_capacity(entries.len());
+        let mut raw = Vec::new();
+        for (i, e) in entries.into_iter().enumerate() {
             let at = format!("tokens[{i}] ({:?})", e.name);
             if e.name.trim().is_empty() || e.name.len() > 64 {
                 return Err(invalid(format!("{at}: name must be 1 to 64 characters")));
@@ -170,7 +191,10 @@ impl AdminTokens {
                 return Err(invalid(format!("{at}: the name is used twice")));
             }
             let digest = match (e.token, e.token_sha256) {
-                (Some(t), None) if t.len() >= 16 => digest(t.as_bytes()),
+                (Some(t), None) if t.len() >= 16 => {
+                    raw.push(e.name.clone());
+                    digest(t.as_bytes())
+                }
                 (Some(_), None) => {
                     return Err(invalid(format!(
                         "{at}: token must be at least 16 characters"
@@ -196,7 +220,7 @@ impl AdminTokens {
                 digest,
             });
         }
-        Ok(Self { tokens })
+        Ok(Self { tokens, raw })
     }
 
     /// Reads and parses the tokens file at `path`.
@@ -207,6 +231,11 @@ impl AdminTokens {
             source,
         })?;
         Self::parse(&text, &shown)
+    }
+
+    /// The names of the file's entries given as raw tokens.
+    pub fn raw(&self) -> &[String] {
+        &self.raw
     }
 
     /// The token `given` is, compared with every token in constant time.
@@ -243,7 +272,11 @@ impl TokenBook {
     /// of `env` (`RINGLIMIT_ADMIN_TOKEN`).
     pub fn open(file: Option<PathBuf>, env: Option<String>) -> Result<Self, TokensError> {
         let from_file = match &file {
-            Some(path) => AdminTokens::load(path)?,
+            Some(path) => {
+                let tokens = AdminTokens::load(path)?;
+                warn_if_exposed(path, &tokens);
+                tokens
+            }
             None => AdminTokens::default(),
         };
         Ok(Self {
@@ -277,30 +310,47 @@ impl TokenBook {
         self.current.load()
     }
 
-    /// Reads the file again; puts its tokens in force if they changed and are valid.
+    /// Reads the file again; puts its tokens in force if they changed and are valid. A file
+    /// gone, empty or listing no token revokes the file's tokens (see the module doc).
     pub fn reload(&self) {
         let Some(path) = &self.file else { return };
+        let gone = |e: &TokensError| matches!(e, TokensError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
         match AdminTokens::load(path) {
-            Ok(t) => {
-                let t = t
-                    .with_env(self.env.as_deref())
-                    .with_client_env(self.client_env.as_deref());
-                if **self.current.load() != t {
-                    tracing::info!(file = %path.display(), tokens = t.len(), "admin tokens reloaded");
-                    self.current.store(std::sync::Arc::new(t));
-                    self.reloads_ok.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            Ok(t) => self.put_in_force(path, t, false),
+            Err(e) if gone(&e) => self.put_in_force(path, AdminTokens::default(), true),
             Err(e) => {
                 if self.last_error.lock().as_deref() != Some(&e.to_string()) {
                     tracing::error!(error = %e, "admin tokens file refused; the previous tokens stay in force");
                     self.reloads_failed.fetch_add(1, Ordering::Relaxed);
                 }
                 *self.last_error.lock() = Some(e.to_string());
-                return;
             }
         }
+    }
+
+    /// Puts the file's `tokens` (and the variable's) in force if they differ from those in
+    /// force, saying what was revoked.
+    fn put_in_force(&self, path: &Path, tokens: AdminTokens, gone: bool) {
         *self.last_error.lock() = None;
+        let from_file = tokens.len();
+        let t = tokens
+            .with_env(self.env.as_deref())
+            .with_client_env(self.client_env.as_deref());
+        if **self.current.load() == t {
+            return;
+        }
+        let before: Vec<String> = self.current.load().names();
+        let revoked: Vec<&String> = before.iter().filter(|n| !t.has(n)).collect();
+        if gone {
+            tracing::warn!(file = %path.display(), ?revoked, "admin tokens file is gone: its tokens are revoked (RINGLIMIT_ADMIN_TOKEN's `admin` and RINGLIMIT_CLIENT_TOKEN's `client` stay)");
+        } else if from_file == 0 {
+            tracing::warn!(file = %path.display(), ?revoked, "admin tokens file lists no token: its tokens are revoked (RINGLIMIT_ADMIN_TOKEN's `admin` and RINGLIMIT_CLIENT_TOKEN's `client` stay)");
+        } else {
+            warn_if_exposed(path, &t);
+            tracing::info!(file = %path.display(), tokens = t.len(), ?revoked, "admin tokens reloaded");
+        }
+        self.current.store(std::sync::Arc::new(t));
+        self.reloads_ok.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Reloads the file every `every` until the task is dropped (polled like the rules file:
@@ -320,6 +370,37 @@ impl crate::peers::server::ClientKeys for TokenBook {
     fn client_keys(&self) -> std::sync::Arc<[ringlimit_proto::auth::NamedClientKey]> {
         std::sync::Arc::from(self.tokens().client_keys())
     }
+}
+
+/// Warns when the file at `path` holds raw tokens and group or others may read it.
+fn warn_if_exposed(path: &Path, tokens: &AdminTokens) {
+    if tokens.raw().is_empty() {
+        return;
+    }
+    if let Some(mode) = readable_by_others(path) {
+        tracing::warn!(
+            file = %path.display(),
+            mode = %format!("{mode:o}"),
+            raw = ?tokens.raw(),
+            "admin tokens file holds raw tokens and group or others may read it: give \
+             token_sha256 (sha256sum of the token) instead, or make the file readable by the node \
+             alone (chmod 600; a Kubernetes Secret's defaultMode 0400)"
+        );
+    }
+}
+
+/// The file's permission bits when group or others may read it (following links, as a
+/// Kubernetes Secret's are).
+#[cfg(unix)]
+fn readable_by_others(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o044 != 0).then_some(mode)
+}
+
+#[cfg(not(unix))]
+fn readable_by_others(_path: &Path) -> Option<u32> {
+    None
 }
 
 fn parse_hex(hex: &str) -> Option<[u8; 32]> {
@@ -409,6 +490,74 @@ tokens:
         );
         assert!(TokenBook::open(Some(dir.path().join("absent")), None).is_err());
         assert!(!TokenBook::open(None, None).expect("open").enabled());
+    }
+
+    /// An operator removing tokens sees them stop working: a file deleted, emptied, of
+    /// comments only or listing no token revokes the file's tokens (the variable's stays); a
+    /// file that cannot be read (here: a directory in its place) or does not validate keeps
+    /// the previous ones.
+    #[test]
+    fn deleting_or_emptying_the_file_revokes_its_tokens() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("tokens.yaml");
+        let good = "tokens: [{ name: a, token: aaaaaaaaaaaaaaaa, role: write }]\n";
+        std::fs::write(&path, good).expect("written");
+        let book = TokenBook::open(Some(path.clone()), Some("env-token".into())).expect("open");
+        let a = |book: &TokenBook| book.tokens().find(b"aaaaaaaaaaaaaaaa").is_some();
+        assert!(a(&book));
+        for emptied in [
+            None,
+            Some(""),
+            Some("# none\n"),
+            Some("tokens: []\n"),
+            Some("tokens:\n"),
+        ] {
+            match emptied {
+                None => std::fs::remove_file(&path).expect("removed"),
+                Some(text) => std::fs::write(&path, text).expect("written"),
+            }
+            book.reload();
+            assert!(!a(&book), "{emptied:?}: the file's token still works");
+            assert!(book.tokens().find(b"env-token").is_some(), "{emptied:?}");
+            assert!(book.enabled());
+            std::fs::write(&path, good).expect("written");
+            book.reload();
+            assert!(a(&book), "{emptied:?}: back");
+        }
+        assert_eq!(book.reloads_failed.load(Ordering::Relaxed), 0);
+        // Unreadable (a directory where the file was), then invalid: the token stays.
+        std::fs::remove_file(&path).expect("removed");
+        std::fs::create_dir(&path).expect("a directory");
+        book.reload();
+        assert!(a(&book));
+        std::fs::remove_dir(&path).expect("removed");
+        std::fs::write(&path, "tokens: [{ name: a, role: write }]\n").expect("written");
+        book.reload();
+        assert!(a(&book));
+        assert_eq!(book.reloads_failed.load(Ordering::Relaxed), 2);
+        // An empty file at start: the admin API stays on, with the variable's token only.
+        std::fs::write(&path, "").expect("written");
+        let empty = TokenBook::open(Some(path.clone()), None).expect("open");
+        assert!(empty.enabled() && empty.tokens().len() == 0);
+    }
+
+    /// Raw tokens are noticed, and a file group or others may read is told apart.
+    #[cfg(unix)]
+    #[test]
+    fn raw_tokens_in_a_file_others_can_read_are_noticed() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = AdminTokens::parse(FILE, "tokens.yaml").expect("valid");
+        assert_eq!(t.raw(), ["dashboards".to_owned()]);
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("tokens.yaml");
+        std::fs::write(&path, FILE).expect("written");
+        let mode = |m| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m));
+        mode(0o644).expect("chmod");
+        assert_eq!(readable_by_others(&path), Some(0o644));
+        mode(0o640).expect("chmod");
+        assert_eq!(readable_by_others(&path), Some(0o640));
+        mode(0o600).expect("chmod");
+        assert_eq!(readable_by_others(&path), None);
     }
 
     #[test]

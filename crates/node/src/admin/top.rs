@@ -117,7 +117,7 @@ pub const METRIC_SERIES: usize = 100;
 
 /// This node's top keys as metrics, read at scrape time: `ringlimit_top_denied{rule,key}` (the
 /// [`METRIC_SERIES`] most denied keys over every rule, so the series stay few whatever the
-/// keys), the rules tracked and the checks not counted beyond the cap.
+/// keys), the rules tracked, the checks not counted beyond the cap and the rules replaced.
 pub struct TopCollector {
     pub top: std::sync::Arc<ringlimit_core::top::TopKeys>,
     pub here: crate::decide::Here,
@@ -164,6 +164,15 @@ impl prometheus_client::collector::Collector for TopCollector {
             "top_untracked",
             "Checks not counted in top keys because 128 rules were counted already.",
             self.top.untracked(),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "top_rules_replaced",
+            "Rules whose top keys this node stopped counting to count another rule's: the rule \
+             counted least over the last 5 to 10 minutes (or not at all), once the other was \
+             counted more.",
+            self.top.replaced(),
         )
     }
 }

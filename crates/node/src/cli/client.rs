@@ -2,6 +2,7 @@
 //! TLS roots (the system's, and `--cacert`), the timeout; every failure said in one line.
 
 use super::{ApiRequest, Conn, UsageError};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Url;
 use std::time::Duration;
 
@@ -143,25 +144,40 @@ pub fn base_url(addr: &str) -> Result<Url, UsageError> {
     Ok(url)
 }
 
+/// What [`url_for`] percent-encodes in a path segment: everything but letters, digits, the
+/// unreserved `-._~` and `:@` (readable in keys like `user:42`). `+` is encoded too, so that no
+/// server or proxy can read it as a space.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':')
+    .remove(b'@');
+
 /// `base` with the request's path segments (each percent-encoded: a key may hold `/`, `%`,
-/// `?`, spaces, anything) and query.
+/// `?`, spaces, tabs, newlines, anything) and query.
+///
+/// The segments are encoded here, not by [`Url`]'s `path_segments_mut().push`: that runs the
+/// URL parser over each segment, which silently drops tabs and newlines (`a<TAB>b` became `ab`,
+/// another key) and turns `\` into `/`.
 pub fn url_for(base: &Url, req: &ApiRequest) -> Result<Url, UsageError> {
-    let mut url = base.clone();
-    {
-        let mut segments = url
-            .path_segments_mut()
-            .map_err(|()| UsageError(format!("--addr {base} cannot have a path")))?;
-        segments.pop_if_empty();
-        for s in &req.path {
-            // URLs drop `.` and `..` segments (also written %2E): no URL can carry them.
-            if matches!(s.as_str(), "." | "..") {
-                return Err(UsageError(format!(
-                    "{s:?} cannot be written as a segment of a URL's path"
-                )));
-            }
-            segments.push(s);
-        }
+    if base.cannot_be_a_base() {
+        return Err(UsageError(format!("--addr {base} cannot have a path")));
     }
+    let mut path = base.path().trim_end_matches('/').to_owned();
+    for s in &req.path {
+        // URLs drop `.` and `..` segments (also written %2E): no URL can carry them.
+        if matches!(s.as_str(), "." | "..") {
+            return Err(UsageError(format!(
+                "{s:?} cannot be written as a segment of a URL's path"
+            )));
+        }
+        path.push('/');
+        path.extend(utf8_percent_encode(s, SEGMENT));
+    }
+    let mut url = base.clone();
+    url.set_path(&path);
     if !req.query.is_empty() {
         url.query_pairs_mut().extend_pairs(&req.query);
     }

@@ -338,11 +338,13 @@ impl Collector for ConnCollector {
 }
 
 /// TLS: handshakes that failed on the HTTP and gRPC ports (`ConnStats::closed_tls`), and
-/// reloads of every certificate the node watches (`--tls-cert`, `--peer-tls-cert`).
+/// reloads and expiry of every certificate the node watches (`--tls-cert`, `--peer-tls-cert`).
 pub struct TlsCollector {
     pub http: Arc<ConnStats>,
     pub grpc: Arc<ConnStats>,
-    pub certs: Vec<Arc<ringlimit_core::tls::ReloadingCert>>,
+    /// Each watched certificate, by the `cert` label of its expiry: `http` (`--tls-cert`, the
+    /// HTTP and gRPC ports) or `peer` (`--peer-tls-cert`).
+    pub certs: Vec<(&'static str, Arc<ringlimit_core::tls::ReloadingCert>)>,
 }
 
 impl std::fmt::Debug for TlsCollector {
@@ -365,7 +367,7 @@ impl Collector for TlsCollector {
             ],
         )?;
         let sum = |f: fn(&ringlimit_core::tls::ReloadingCert) -> u64| -> u64 {
-            self.certs.iter().map(|c| f(c)).sum()
+            self.certs.iter().map(|(_, c)| f(c)).sum()
         };
         encode_family(
             &mut e,
@@ -377,7 +379,20 @@ impl Collector for TlsCollector {
                 ("ok", sum(|c| load(&c.reloads_ok))),
                 ("error", sum(|c| load(&c.reloads_failed))),
             ],
-        )
+        )?;
+        use prometheus_client::encoding::EncodeMetric;
+        let mut expiry = e.encode_descriptor(
+            "tls_cert_expiry_seconds",
+            "Seconds until the TLS certificate chain in force expires, negative once it has (clients then refuse it): cert=http for --tls-cert (the HTTP and gRPC ports), cert=peer for --peer-tls-cert.",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        let now = i64::try_from(ringlimit_core::clock::unix_ms() / 1_000).unwrap_or(i64::MAX);
+        for (label, cert) in &self.certs {
+            prometheus_client::metrics::gauge::ConstGauge::new(cert.expires_in(now))
+                .encode(expiry.encode_family(&[("cert", *label)])?)?;
+        }
+        Ok(())
     }
 }
 

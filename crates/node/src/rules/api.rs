@@ -9,6 +9,13 @@
 //! moves its own clock past it, so its next change wins over what it has seen even if its wall
 //! clock is behind. Tombstones are kept for [`TOMBSTONE_KEEP_MS`], so a node returning from a
 //! partition shorter than that cannot bring a deleted rule back.
+//!
+//! Since a node moves its clock past every version it learns, a version far in the future (a
+//! corrupt or forged `--data-dir` file, or a peer's entry) would pin it there: every later change
+//! would get that same millisecond, ordered only by a counter that saturates, and the rogue
+//! entry would win every name it holds for ever. So a version more than [`MAX_AHEAD_MS`] (a day)
+//! ahead of this node's wall clock is refused wherever it comes from; members' clocks are kept
+//! within `--max-clock-offset-ms` (250 ms by default) of each other, far inside that bound.
 
 use super::{NamedRule, RulesError, parse_rule};
 use serde::{Deserialize, Serialize};
@@ -17,6 +24,23 @@ use std::path::Path;
 
 /// How long a delete is remembered (7 days).
 pub const TOMBSTONE_KEEP_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// How far ahead of this node's wall clock a version learnt elsewhere may be (a day).
+pub const MAX_AHEAD_MS: u64 = 24 * 3600 * 1000;
+
+/// An entry refused because its version is more than [`MAX_AHEAD_MS`] ahead of this node's
+/// clock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "API rule {name:?} at version {}.{}.{} is more than a day ahead of this node's clock \
+     ({now_ms} ms since 1970): refused",
+    version.ms, version.counter, version.node
+)]
+pub struct TooFarAhead {
+    pub name: String,
+    pub version: Version,
+    pub now_ms: u64,
+}
 
 /// When and where a change was made; ordered by clock, then counter, then node.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -132,15 +156,16 @@ impl ApiRules {
     }
 
     /// The rules in force (tombstones left out), validated again: an entry that no longer
-    /// validates (written by a newer node) is skipped and returned as an error beside them.
-    pub fn rules(&self) -> (Vec<NamedRule>, Vec<RulesError>) {
+    /// validates (written by a newer node, or a file edited by hand) is skipped and returned,
+    /// by name, as an error beside them.
+    pub fn rules(&self) -> (Vec<NamedRule>, Vec<(&str, RulesError)>) {
         let mut rules = Vec::new();
         let mut errors = Vec::new();
         for (name, e) in &self.entries {
             if let Some(spec) = &e.spec {
                 match validate(name, spec) {
                     Ok(r) => rules.push(r),
-                    Err(err) => errors.push(err),
+                    Err(err) => errors.push((name.as_str(), err)),
                 }
             }
         }
@@ -181,20 +206,28 @@ impl ApiRules {
         entry
     }
 
-    /// Merges an entry learnt from a peer (or the data dir): kept when its version is newer
-    /// than this node's. Returns whether anything changed.
-    pub fn merge(&mut self, name: &str, entry: Entry) -> bool {
+    /// Merges an entry learnt from a peer (or the data dir) at wall time `now_ms`: kept when
+    /// its version is newer than this node's. Returns whether anything changed; refuses a
+    /// version more than [`MAX_AHEAD_MS`] ahead of `now_ms` (the clock does not move).
+    pub fn merge(&mut self, name: &str, entry: Entry, now_ms: u64) -> Result<bool, TooFarAhead> {
+        if entry.version.ms > now_ms.saturating_add(MAX_AHEAD_MS) {
+            return Err(TooFarAhead {
+                name: name.to_owned(),
+                version: entry.version,
+                now_ms,
+            });
+        }
         let seen = (entry.version.ms, entry.version.counter);
         if seen > self.clock {
             self.clock = seen;
         }
-        match self.entries.get(name) {
+        Ok(match self.entries.get(name) {
             Some(mine) if mine.version >= entry.version => false,
             _ => {
                 self.entries.insert(name.to_owned(), entry);
                 true
             }
-        }
+        })
     }
 
     /// Forgets tombstones older than `keep_ms` at `now_ms`; returns how many.
@@ -205,12 +238,15 @@ impl ApiRules {
         before - self.entries.len()
     }
 
-    /// Reads `dir`/[`FILE`]; an absent file is an empty set.
-    pub fn load(dir: &Path) -> Result<Self, StoreError> {
+    /// Reads `dir`/[`FILE`] at wall time `now_ms`; an absent file is an empty set. Entries
+    /// whose version is too far ahead are left out and returned beside the set.
+    pub fn load(dir: &Path, now_ms: u64) -> Result<(Self, Vec<TooFarAhead>), StoreError> {
         let path = dir.join(FILE);
         let text = match std::fs::read(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Self::default(), Vec::new()));
+            }
             Err(source) => {
                 return Err(StoreError::Io {
                     path: path.display().to_string(),
@@ -229,10 +265,13 @@ impl ApiRules {
             });
         }
         let mut rules = Self::default();
+        let mut refused = Vec::new();
         for (name, entry) in saved.rules {
-            rules.merge(&name, entry);
+            if let Err(e) = rules.merge(&name, entry, now_ms) {
+                refused.push(e);
+            }
         }
-        Ok(rules)
+        Ok((rules, refused))
     }
 
     /// Writes every entry to `dir`/[`FILE`] atomically: a temporary file, synced, renamed over
@@ -321,7 +360,8 @@ mod tests {
   }
 }"#;
         std::fs::write(dir.join(FILE), old).expect("old file");
-        let (rules, errors) = ApiRules::load(&dir).expect("loaded").rules();
+        let (loaded, _) = ApiRules::load(&dir, 3_000).expect("loaded");
+        let (rules, errors) = loaded.rules();
         std::fs::remove_dir_all(&dir).expect("cleanup");
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(rules.len(), 1);
@@ -332,7 +372,7 @@ mod tests {
         )
         .expect("decodes");
         let mut book = ApiRules::default();
-        book.merge("silver", gossiped);
+        book.merge("silver", gossiped, 2_000).expect("merged");
         assert_eq!(book.rules().0[0].lease, LeaseMode::Auto);
     }
 
@@ -356,20 +396,57 @@ mod tests {
             None,
         );
         let mut a_then_b = ApiRules::default();
-        a_then_b.merge("r", ea.clone());
-        a_then_b.merge("r", eb.clone());
+        a_then_b.merge("r", ea.clone(), 1_000).expect("merged");
+        a_then_b.merge("r", eb.clone(), 1_000).expect("merged");
         let mut b_then_a = ApiRules::default();
-        b_then_a.merge("r", eb.clone());
-        b_then_a.merge("r", ea.clone());
+        b_then_a.merge("r", eb.clone(), 1_000).expect("merged");
+        b_then_a.merge("r", ea.clone(), 1_000).expect("merged");
         assert_eq!(a_then_b.get("r"), b_then_a.get("r"));
         assert_eq!(a_then_b.get("r"), Some(&eb));
         // a learns b's change, then changes the rule with its wall clock behind: still newer.
-        a.merge("r", eb.clone());
+        a.merge("r", eb.clone(), 500).expect("merged");
         let later = a.write("r", None, 500, "node-a", None);
         assert!(later.version > eb.version);
-        b.merge("r", later.clone());
+        b.merge("r", later.clone(), 1_000).expect("merged");
         assert_eq!(b.get("r"), Some(&later), "the delete wins");
         assert!(b.rules().0.is_empty());
+    }
+
+    /// A version at `ms = 2^64-1` (a corrupt or forged file, a rogue peer) is refused: the
+    /// hybrid clock is not pinned, later writes get this node's time and order as they come.
+    #[test]
+    fn a_version_far_ahead_of_the_clock_is_refused_and_pins_nothing() {
+        let now = 1_700_000_000_000;
+        let mut a = ApiRules::default();
+        let rogue = Entry {
+            version: Version {
+                ms: u64::MAX,
+                counter: u32::MAX,
+                node: "zzz".into(),
+            },
+            spec: Some(json!({ "limit": 1_000_000, "period": "1s" })),
+            by: Some("alice".into()),
+        };
+        let e = a.merge("r", rogue, now).expect_err("refused");
+        assert!(e.to_string().contains("more than a day ahead"), "{e}");
+        assert!(a.get("r").is_none());
+        // A day ahead is still taken (a clock a little off), a day and a millisecond is not.
+        let at = |ms| Entry {
+            version: Version {
+                ms,
+                counter: 0,
+                node: "b".into(),
+            },
+            spec: None,
+            by: None,
+        };
+        assert!(a.merge("s", at(now + MAX_AHEAD_MS + 1), now).is_err());
+        assert_eq!(a.merge("s", at(now + MAX_AHEAD_MS), now), Ok(true));
+        let mut b = ApiRules::default();
+        let _ = b.merge("x", at(u64::MAX), now);
+        let first = b.write("r", None, now, "a", None);
+        let second = b.write("r", None, now + 1, "a", None);
+        assert_eq!((first.version.ms, second.version.ms), (now, now + 1));
     }
 
     #[test]
@@ -384,7 +461,7 @@ mod tests {
         );
         let deleted = a.write("r", None, 2_000, "a", None);
         // A node back from a partition offers its old copy: refused.
-        assert!(!a.merge("r", created.clone()));
+        assert_eq!(a.merge("r", created.clone(), 2_000), Ok(false));
         assert_eq!(a.get("r"), Some(&deleted));
         assert_eq!(a.prune(2_000 + TOMBSTONE_KEEP_MS - 1, TOMBSTONE_KEEP_MS), 0);
         assert_eq!(a.prune(2_000 + TOMBSTONE_KEEP_MS, TOMBSTONE_KEEP_MS), 1);
@@ -406,16 +483,24 @@ mod tests {
         a.save(&dir).expect("saved");
         // A crash between writing the temporary file and the rename leaves the old file.
         std::fs::write(dir.join(format!("{FILE}.tmp")), b"{ torn").expect("tmp");
-        let back = ApiRules::load(&dir).expect("loaded");
+        let (back, refused) = ApiRules::load(&dir, 2_000).expect("loaded");
+        assert!(refused.is_empty());
         assert_eq!(back.entries().count(), 2);
         assert_eq!(back.rules().0[0].rule.limit, 7);
         std::fs::write(dir.join(FILE), b"not json").expect("corrupt");
         assert!(matches!(
-            ApiRules::load(&dir),
+            ApiRules::load(&dir, 2_000),
             Err(StoreError::Format { .. })
         ));
         std::fs::remove_dir_all(&dir).expect("cleanup");
-        assert_eq!(ApiRules::load(&dir).expect("no file").entries().count(), 0);
+        assert_eq!(
+            ApiRules::load(&dir, 2_000)
+                .expect("no file")
+                .0
+                .entries()
+                .count(),
+            0
+        );
     }
 
     #[cfg(unix)]
@@ -456,7 +541,14 @@ mod tests {
         for name in &planted {
             assert!(dir.join(name).is_symlink(), "{name} left alone");
         }
-        assert_eq!(ApiRules::load(&dir).expect("loaded").entries().count(), 1);
+        assert_eq!(
+            ApiRules::load(&dir, 2_000)
+                .expect("loaded")
+                .0
+                .entries()
+                .count(),
+            1
+        );
         let mode = std::fs::metadata(dir.join(FILE))
             .expect("file")
             .permissions()

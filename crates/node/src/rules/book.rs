@@ -12,13 +12,19 @@
 //! hour spent is 36 minutes: 3.6 of 6 an hour), but never more than an empty bucket of the new
 //! rule (3 per hour spent, then 3 per minute: 20 s to the next token, not an hour). Another
 //! algorithm starts the bucket afresh.
+//!
+//! An entry whose version is far ahead of this node's clock is refused from the data dir, from
+//! gossip and from a name owner's answer alike (see [`crate::rules::api`]), with a warning
+//! naming where it came from; so is the warning about an entry that does not validate here
+//! (stored by a newer version, or a file edited by hand), once per entry.
 
 use super::InForce;
-use crate::rules::api::{self, ApiRules, Entry, StoreError};
+use crate::rules::api::{self, ApiRules, Entry, StoreError, TooFarAhead, Version};
 use crate::rules::{RuleSet, RulesError};
 use parking_lot::Mutex;
+use ringlimit_core::clock::unix_ms;
 use ringlimit_proto::peer::RuleOp;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +117,14 @@ pub struct BookStats {
 struct Inner {
     file: RuleSet,
     api: ApiRules,
+    /// Where each API entry came from, for warnings about it.
+    origin: HashMap<String, String>,
+    /// The entries that did not validate here and were said so (once each).
+    warned: HashSet<(String, Version)>,
 }
+
+/// What an entry written through this node's admin API is said to come from.
+const WRITTEN_HERE: &str = "written through this node's admin API";
 
 /// The file's rules and the API's, and the engine they are put in force in.
 pub struct RuleBook {
@@ -132,8 +145,20 @@ impl RuleBook {
         node_id: &str,
         data_dir: Option<PathBuf>,
     ) -> Result<Self, StoreError> {
+        let mut origin = HashMap::new();
         let api = match &data_dir {
-            Some(dir) => ApiRules::load(dir)?,
+            Some(dir) => {
+                let (api, refused) = ApiRules::load(dir, unix_ms())?;
+                let stored = format!("stored in {}", dir.join(api::FILE).display());
+                for e in refused {
+                    tracing::warn!(error = %e, file = %dir.join(api::FILE).display(), "stored API rule refused: its version is more than a day ahead of this node's clock (a corrupt or forged file would pin every later change's version)");
+                }
+                origin.extend(
+                    api.entries()
+                        .map(|(name, _)| (name.clone(), stored.clone())),
+                );
+                api
+            }
             None => ApiRules::default(),
         };
         let file = (*engine.rules()).clone();
@@ -141,11 +166,16 @@ impl RuleBook {
             engine,
             node_id: node_id.to_owned(),
             data_dir,
-            inner: Mutex::new(Inner { file, api }),
+            inner: Mutex::new(Inner {
+                file,
+                api,
+                origin,
+                warned: HashSet::new(),
+            }),
             changes: tokio::sync::watch::channel(0).0,
             stats: BookStats::default(),
         };
-        book.put_in_force(&book.inner.lock());
+        book.put_in_force(&mut book.inner.lock());
         Ok(book)
     }
 
@@ -161,7 +191,7 @@ impl RuleBook {
             return false;
         }
         inner.file = file;
-        self.put_in_force(&inner);
+        self.put_in_force(&mut inner);
         true
     }
 
@@ -184,7 +214,10 @@ impl RuleBook {
         let entry = inner
             .api
             .write(name, Some(spec), now_ms, &self.node_id, Some(by));
-        self.changed(&inner)?;
+        inner
+            .origin
+            .insert(name.to_owned(), WRITTEN_HERE.to_owned());
+        self.changed(&mut inner)?;
         Ok(entry)
     }
 
@@ -205,7 +238,10 @@ impl RuleBook {
         }
         precondition(&inner.api, name, if_match)?;
         let entry = inner.api.write(name, None, now_ms, &self.node_id, Some(by));
-        self.changed(&inner)?;
+        inner
+            .origin
+            .insert(name.to_owned(), WRITTEN_HERE.to_owned());
+        self.changed(&mut inner)?;
         Ok(entry)
     }
 
@@ -227,21 +263,41 @@ impl RuleBook {
     /// took with (not counted as learnt from peers: it is this node's own request).
     pub fn adopt(&self, name: &str, entry: Entry) {
         let mut inner = self.inner.lock();
-        if inner.api.merge(name, entry) {
-            let _ = self.changed(&inner);
+        let from = format!(
+            "the answer of the member that keeps the name (written by node {})",
+            entry.version.node
+        );
+        match inner.api.merge(name, entry, unix_ms()) {
+            Ok(true) => {
+                inner.origin.insert(name.to_owned(), from);
+                let _ = self.changed(&mut inner);
+            }
+            Ok(false) => {}
+            Err(e) => refused_ahead(&e, &from),
         }
     }
 
     /// Merges entries learnt from peers; returns how many changed something here.
     pub fn merge(&self, entries: impl IntoIterator<Item = (String, Entry)>) -> usize {
+        self.merge_at(entries, unix_ms())
+    }
+
+    /// [`RuleBook::merge`] at wall time `now_ms`.
+    fn merge_at(&self, entries: impl IntoIterator<Item = (String, Entry)>, now_ms: u64) -> usize {
         let mut inner = self.inner.lock();
         let mut merged = 0;
         for (name, entry) in entries {
             let what = describe(&entry);
             let by = entry.version.node.clone();
-            if inner.api.merge(&name, entry) {
-                tracing::info!(rule = %name, change = what, by = %by, "API rule changed by a peer");
-                merged += 1;
+            match inner.api.merge(&name, entry, now_ms) {
+                Ok(true) => {
+                    tracing::info!(rule = %name, change = what, by = %by, "API rule changed by a peer");
+                    let from = format!("learnt from peers (written by node {by})");
+                    inner.origin.insert(name, from);
+                    merged += 1;
+                }
+                Ok(false) => {}
+                Err(e) => refused_ahead(&e, &format!("gossip (written by node {by})")),
             }
         }
         if merged > 0 {
@@ -249,7 +305,7 @@ impl RuleBook {
                 .merged
                 .fetch_add(merged as u64, Ordering::Relaxed);
             // Saving can only fail here: the change is in force and gossiped already.
-            let _ = self.changed(&inner);
+            let _ = self.changed(&mut inner);
         }
         merged
     }
@@ -258,7 +314,7 @@ impl RuleBook {
     pub fn prune(&self, now_ms: u64) {
         let mut inner = self.inner.lock();
         if inner.api.prune(now_ms, api::TOMBSTONE_KEEP_MS) > 0 {
-            let _ = self.changed(&inner);
+            let _ = self.changed(&mut inner);
         }
     }
 
@@ -285,7 +341,7 @@ impl RuleBook {
     }
 
     /// Puts the API rules in force, tells the publisher, saves them.
-    fn changed(&self, inner: &Inner) -> Result<(), ChangeError> {
+    fn changed(&self, inner: &mut Inner) -> Result<(), ChangeError> {
         self.put_in_force(inner);
         self.changes.send_modify(|n| *n += 1);
         let Some(dir) = &self.data_dir else {
@@ -298,10 +354,16 @@ impl RuleBook {
         })
     }
 
-    fn put_in_force(&self, inner: &Inner) {
+    fn put_in_force(&self, inner: &mut Inner) {
         let (api_rules, invalid) = inner.api.rules();
-        for e in invalid {
-            tracing::warn!(error = %e, "an API rule learnt from a peer does not validate here; left out");
+        for (name, e) in invalid {
+            let Some(version) = inner.api.get(name).map(|entry| entry.version.clone()) else {
+                continue;
+            };
+            if inner.warned.insert((name.to_owned(), version)) {
+                let from = inner.origin.get(name).map_or("unknown", String::as_str);
+                tracing::warn!(error = %e, came_from = from, "an API rule does not validate on this node (written by a newer version, or edited by hand); left out of the rules in force");
+            }
         }
         let (rules, shadowed) = inner.file.with_api(api_rules);
         for name in shadowed {
@@ -323,6 +385,11 @@ fn precondition(api: &ApiRules, name: &str, if_match: Option<&IfMatch>) -> Resul
         }),
         _ => Ok(()),
     }
+}
+
+/// Says that an entry from `from` was refused for its version far ahead.
+fn refused_ahead(e: &TooFarAhead, from: &str) {
+    tracing::warn!(error = %e, came_from = from, "API rule refused: its version is more than a day ahead of this node's clock (it would pin every later change's version)");
 }
 
 fn describe(e: &Entry) -> &'static str {
@@ -563,6 +630,101 @@ mod tests {
         .expect("put");
         let api = check("api");
         assert!(!api.allowed && api.retry_after_ms <= 1_000, "{api:?}");
+    }
+
+    fn rogue(ms: u64) -> Entry {
+        Entry {
+            version: Version {
+                ms,
+                counter: u32::MAX,
+                node: "zzz".into(),
+            },
+            spec: Some(json!({ "limit": 1_000_000, "period": "1s" })),
+            by: Some("alice".into()),
+        }
+    }
+
+    /// A stored `api-rules.json` whose entry is at `ms = 2^64-1` no longer pins the node's
+    /// rule-version clock: the entry is refused, and later changes get this node's time.
+    #[test]
+    fn a_stored_version_far_ahead_is_refused_and_later_changes_get_this_nodes_time() {
+        let dir = tempfile::tempdir().expect("dir");
+        let saved = json!({ "format": 1, "rules": {
+            "rogue": rogue(u64::MAX),
+            "kept": { "version": { "ms": 1_000, "counter": 0, "node": "a" },
+                      "spec": { "limit": 7, "period": "1h" } },
+        } });
+        std::fs::write(dir.path().join(api::FILE), saved.to_string()).expect("written");
+        let b = book(Some(dir.path().to_owned()));
+        assert!(b.engine.rules().get("rogue").is_none());
+        assert!(b.api_entry("rogue").is_none());
+        assert_eq!(b.engine.rules().get("kept").map(|r| r.rule.limit), Some(7));
+        let now = unix_ms();
+        let first = b
+            .put(
+                "gold",
+                json!({ "limit": 5, "period": "1m" }),
+                now,
+                "ops",
+                None,
+            )
+            .expect("put");
+        let second = b
+            .put(
+                "gold",
+                json!({ "limit": 6, "period": "1m" }),
+                now + 1,
+                "ops",
+                None,
+            )
+            .expect("put");
+        assert_eq!(
+            (first.version.ms, second.version.ms),
+            (now, now + 1),
+            "the versions are this node's time"
+        );
+    }
+
+    /// From gossip too: a version more than a day ahead is refused, one an hour ahead is taken.
+    #[test]
+    fn a_gossiped_version_far_ahead_is_refused() {
+        let b = book(None);
+        let now = 1_700_000_000_000;
+        assert_eq!(b.merge_at([("rogue".to_owned(), rogue(u64::MAX))], now), 0);
+        assert_eq!(
+            b.merge_at(
+                [("rogue".to_owned(), rogue(now + api::MAX_AHEAD_MS + 1))],
+                now
+            ),
+            0
+        );
+        assert!(b.engine.rules().get("rogue").is_none());
+        assert_eq!(
+            b.merge_at([("soon".to_owned(), rogue(now + 3_600_000))], now),
+            1
+        );
+        assert!(b.engine.rules().get("soon").is_some());
+    }
+
+    /// A stored rule that does not validate here is left out, and its origin is the data dir.
+    #[test]
+    fn a_stored_rule_that_does_not_validate_is_left_out_naming_the_data_dir() {
+        let dir = tempfile::tempdir().expect("dir");
+        let saved = json!({ "format": 1, "rules": {
+            "future": { "version": { "ms": 1_000, "counter": 0, "node": "a" },
+                        "spec": { "limit": 7, "period": "1h", "colour": "blue" } },
+        } });
+        std::fs::write(dir.path().join(api::FILE), saved.to_string()).expect("written");
+        let b = book(Some(dir.path().to_owned()));
+        assert!(b.engine.rules().get("future").is_none());
+        let inner = b.inner.lock();
+        assert!(
+            inner.origin["future"].starts_with("stored in ")
+                && inner.origin["future"].ends_with(api::FILE),
+            "{:?}",
+            inner.origin
+        );
+        assert_eq!(inner.warned.len(), 1);
     }
 
     #[test]
