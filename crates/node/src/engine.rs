@@ -773,7 +773,7 @@ mod tests {
 
         // Promotion merges with a bucket held already (one decided here while views
         // disagreed; here unspent): consumptions add.
-        e.store.absorb(spent, BucketState::Gcra { tat: T0 }, T0);
+        e.store.absorb(spent, BucketState::Gcra { tat: T0, tag: 0 }, T0);
         e.keep_copy(4, owner.peek(used), T0);
         assert_eq!(e.promote(|id, _| id == spent, T0), 1);
         assert!(!e.decide_at(spent, &rule, 1, T0).allowed);
@@ -787,7 +787,7 @@ mod tests {
         e.take_in(6, owner.peek(used).expect("held"), T0);
         assert_eq!(e.promote(|_, _| true, T0), 1, "the copy of 4 only");
         assert_eq!(e.peek(6), owner.peek(used));
-        e.take_in(4, BucketState::Gcra { tat: T0 }, T0);
+        e.take_in(4, BucketState::Gcra { tat: T0, tag: 0 }, T0);
         assert_eq!(e.peek(4), owner.peek(used), "overlapped");
         e.keep_copy(4, owner.peek(used), T0);
         assert_eq!(e.drop_copies(|id, _| id == 4), 1);
