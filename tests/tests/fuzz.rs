@@ -175,7 +175,12 @@ fn frame_seeds() -> Vec<Vec<u8>> {
         }]),
         Frame::Handover(vec![HandedBucket {
             id: 5,
-            state: ringlimit_core::limiter::BucketState::Fixed { end: 10, count: 3 }.to_wire(),
+            state: ringlimit_core::limiter::BucketState::Fixed {
+                end: 10,
+                count: 3,
+                period_tag: 0,
+            }
+            .to_wire(),
         }]),
         Frame::Reset { ids: vec![1, 2, 3] },
         Frame::Refunds(vec![RefundGroup {

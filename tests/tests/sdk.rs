@@ -860,7 +860,7 @@ async fn reservations_through_the_sdk_are_kept_at_the_owner_and_settled_once() -
     ensure!(client.settle("not an id", 1).await == Err(ReserveError::Unknown));
     ensure!(matches!(
         client.reserve(key, rule, 1, Duration::ZERO).await,
-        Err(ReserveError::Ttl(0))
+        Err(ReserveError::Ttl { ttl_ms: 0, .. })
     ));
     Ok(())
 }

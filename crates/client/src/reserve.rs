@@ -72,8 +72,11 @@ impl Reservation {
 }
 
 impl Client {
-    /// Reserves `estimate` of `key`'s bucket under `rule` for `ttl` (1 ms to 1 h; whole
-    /// milliseconds) at the bucket's owner.
+    /// Reserves `estimate` of `key`'s bucket under `rule` for `ttl` (whole milliseconds, from
+    /// 1 ms to the owner's bound: 10 minutes unless its `--max-reservation-ttl-ms` says
+    /// otherwise, never over an hour) at the bucket's owner. An estimate of 0 takes nothing and
+    /// is kept nowhere: it answers whether one more would be admitted, and settling it is
+    /// [`ReserveError::Unknown`].
     pub async fn reserve(
         &self,
         key: impl Into<String>,

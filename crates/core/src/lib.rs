@@ -20,7 +20,8 @@
 //! - [`lease`] — leases of hot buckets: the holder's slices ([`lease::Held`]) and the owner's
 //!   sizing ([`lease::grant`]).
 //! - [`reserve`] — reservations (a cost estimated now, settled later) at the bucket's owner:
-//!   its table, its debt ledger, what a settle does.
+//!   its table (shared fairly between rules), what a settle does (a debt goes into the
+//!   bucket's state: see [`limiter`]).
 //! - [`link`] — the peer protocol's client side: framing and a pipelined connection.
 //! - [`tls`] — certificate files (reloaded when they change), the HTTP and gRPC ports' TLS,
 //!   and mutual TLS on the peer link under a cluster CA.

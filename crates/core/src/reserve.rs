@@ -4,36 +4,42 @@
 //! taken) or until its time to live runs out (the estimate stays taken).
 //!
 //! This module is the owner's bookkeeping, pure and clocked by its callers:
-//! - [`Table`] — the live reservations, by nonce, bounded;
-//! - [`Debts`] — the ledger of buckets that went into debt: an overshoot the bucket could not
-//!   admit when it was settled, repaid from what the bucket admits later (see [`Debts::repay`])
-//!   and, until then, denying every check of the bucket ([`in_debt`]);
-//! - [`settle`] — what one settle does to a bucket, over any [`Bucket`].
+//! - [`Table`] — the live reservations, by nonce, bounded, and shared fairly between rules
+//!   (see [`Table::insert`]); a reservation of cost 0 takes nothing and is not kept;
+//! - [`settle`] — what one settle does to a bucket, over any [`Bucket`]: an actual cost above
+//!   the estimate is taken whatever the bucket admits ([`Bucket::charge`]), and what the bucket
+//!   could not admit is its *debt*, part of its state (see [`crate::limiter`], *Debt*): the
+//!   bucket denies until time has repaid it, the debt travels with the bucket to its replicas
+//!   and next owners, and it is bounded and evicted with the bucket.
 //!
 //! # The bound it keeps
 //! Over any run, the cost a bucket admitted (checks, estimates of reservations live or
 //! expired, actual costs of settled ones) is at most what its rule allows over the run plus the
-//! debt still outstanding; and the debt outstanding is at most the settled overshoots not yet
-//! repaid. Giving back a token bucket's cost is never more generous than that (see
-//! [`crate::limiter::BucketState::refund`]: it loses the refill since the reservation).
+//! debt still outstanding (and what was forgiven beyond the most a bucket may owe,
+//! [`crate::limiter::MAX_DEBT_PERIODS`] periods of its limit). Giving back a token bucket's
+//! cost is never more generous than that (see [`crate::limiter::BucketState::refund`]: it
+//! loses the refill since the reservation).
 
 use crate::check::{CheckError, Resolved};
 use crate::limiter::{Decision, Rule};
 use crate::rule::Mode;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use ringlimit_proto::peer::Mark;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most live reservations a node keeps by default (about 100 bytes each).
 pub const MOST_RESERVATIONS: usize = 100_000;
-/// Most buckets in debt a node keeps by default.
-pub const MOST_DEBTS: usize = 100_000;
 
 /// `ttl_ms` when a reservation does not say.
 pub const DEFAULT_TTL_MS: u64 = 60_000;
-/// The longest a reservation may live (an hour).
+/// The longest a node lets a reservation live unless told otherwise (ten minutes: an LLM
+/// call's longest generations, with room to spare). A reservation holds a slot of its owner's
+/// table until settled or expired.
+pub const DEFAULT_MAX_TTL_MS: u64 = 600_000;
+/// The longest a node may be told to let a reservation live (an hour), and what the SDK checks
+/// before asking (the owner checks its own bound).
 pub const MAX_TTL_MS: u64 = 3_600_000;
 
 /// Why a reserve or a settle has no answer (a denial is an answer, not an error). Every
@@ -42,18 +48,17 @@ pub const MAX_TTL_MS: u64 = 3_600_000;
 pub enum ReserveError {
     #[error(transparent)]
     Check(#[from] CheckError),
-    #[error("`ttl_ms` must be 1 to {MAX_TTL_MS} ms, got {0}")]
-    Ttl(u64),
+    #[error("`ttl_ms` must be 1 to {max_ms} ms, got {ttl_ms}")]
+    Ttl { ttl_ms: u64, max_ms: u64 },
     #[error("{0} rules cannot be reserved: only enforced owner-mode rules keep reservations")]
     NotReservable(&'static str),
     #[error(
-        "no such reservation: it expired (its estimate stays taken), was settled already, or was never issued"
+        "no such reservation: it expired (its estimate stays taken), was settled already, held nothing (cost 0), or was never issued"
     )]
     Unknown,
-    #[error(
-        "the key's owner keeps {0} live reservations already; settle some, or retry when some expire"
-    )]
-    TooMany(usize),
+    /// The owner's table has no room for this rule now (the sentence says why).
+    #[error("{0}")]
+    TooMany(String),
     #[error("reservations are unavailable now: {0}")]
     Unavailable(String),
 }
@@ -63,7 +68,7 @@ impl ReserveError {
     pub fn code(&self) -> &'static str {
         match self {
             ReserveError::Check(e) => e.code(),
-            ReserveError::Ttl(_) | ReserveError::NotReservable(_) => "invalid_request",
+            ReserveError::Ttl { .. } | ReserveError::NotReservable(_) => "invalid_request",
             ReserveError::Unknown => "unknown_reservation",
             ReserveError::TooMany(_) => "too_many_reservations",
             ReserveError::Unavailable(_) => "unavailable",
@@ -74,7 +79,7 @@ impl ReserveError {
     /// network are not trusted beyond those of checks and reservations.
     pub fn from_owner(code: &str, message: &str) -> Self {
         match code {
-            "too_many_reservations" => ReserveError::TooMany(MOST_RESERVATIONS),
+            "too_many_reservations" => ReserveError::TooMany(message.to_owned()),
             "unavailable" | "not_owner" => ReserveError::Unavailable(format!(
                 "the key's owner could not take it ({message}); retry"
             )),
@@ -86,11 +91,18 @@ impl ReserveError {
     }
 }
 
-/// `ttl_ms` as given (`None`: the default), checked.
+/// `ttl_ms` as given (`None`: the default), checked against the longest any node allows
+/// (the SDK's check before it asks; the owner checks its own bound, [`ttl_ms_within`]).
 pub fn ttl_ms(given: Option<u64>) -> Result<u64, ReserveError> {
-    match given.unwrap_or(DEFAULT_TTL_MS) {
-        t @ 1..=MAX_TTL_MS => Ok(t),
-        t => Err(ReserveError::Ttl(t)),
+    ttl_ms_within(given, MAX_TTL_MS)
+}
+
+/// `ttl_ms` as given (`None`: the default, or `max_ms` if that is shorter), checked: 1 to
+/// `max_ms`.
+pub fn ttl_ms_within(given: Option<u64>, max_ms: u64) -> Result<u64, ReserveError> {
+    match given.unwrap_or(DEFAULT_TTL_MS.min(max_ms)) {
+        t if (1..=max_ms).contains(&t) => Ok(t),
+        t => Err(ReserveError::Ttl { ttl_ms: t, max_ms }),
     }
 }
 
@@ -107,11 +119,38 @@ pub fn reservable(resolved: &Resolved) -> Result<(), ReserveError> {
     Ok(())
 }
 
+/// Whose reservation it is, for sharing the table fairly: the rule it was taken under, the
+/// tenant that rule stands for. A named rule is the operator's; inline rules are anyone's (a
+/// client can make up as many as it likes), so they share one part of the table between them,
+/// and each inline rule its share of that part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tenant {
+    /// A named rule, by its seed.
+    Named(u64),
+    /// An inline rule, by its seed (its numbers).
+    Inline(u64),
+}
+
+impl Tenant {
+    /// The tenant of a reservation under `resolved`. An inline rule's seed is its numbers'
+    /// (see [`crate::rule::inline_seed`]); a named rule's is its name's, which equals that only
+    /// by a 64-bit collision.
+    pub fn of(resolved: &Resolved) -> Self {
+        if resolved.seed == crate::rule::inline_seed(&resolved.rule) {
+            Tenant::Inline(resolved.seed)
+        } else {
+            Tenant::Named(resolved.seed)
+        }
+    }
+}
+
 /// One live reservation, as its owner keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
     /// The bucket's identity.
     pub id: u64,
+    /// Whose share of the table it takes.
+    pub tenant: Tenant,
     /// The rule the estimate was taken under.
     pub rule: Rule,
     /// What was taken.
@@ -125,8 +164,10 @@ pub struct Reservation {
 /// Why a reservation was not kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    #[error("this node keeps at most {0} live reservations")]
-    Full(usize),
+    #[error(
+        "this node keeps {0} live reservations of this rule, its share of the table (a rule may hold no more than are left free)"
+    )]
+    Share(usize),
     #[error("a reservation with this nonce is live already")]
     Duplicate,
 }
@@ -159,35 +200,109 @@ impl ReserveStats {
     }
 }
 
-/// The live reservations of one owner, by nonce; at most `max` of them.
+/// The live reservations of one owner, by nonce; at most `max` of them, shared fairly between
+/// tenants (see [`Table::insert`]).
 #[derive(Debug)]
 pub struct Table {
     max: usize,
-    live: Mutex<HashMap<u128, Reservation>>,
+    live: Mutex<Live>,
     pub stats: ReserveStats,
+}
+
+/// The table's contents: the reservations, and how many each tenant holds.
+#[derive(Debug, Default)]
+struct Live {
+    by_nonce: HashMap<u128, Reservation>,
+    held: HashMap<Tenant, usize>,
+    /// Held by inline rules, all together.
+    inline: usize,
+}
+
+impl Live {
+    fn held(&self, tenant: Tenant) -> usize {
+        self.held.get(&tenant).copied().unwrap_or(0)
+    }
+
+    /// Whether `tenant` may take one more of `max` slots: a tenant may hold at most half of
+    /// what the others leave (so with `k` tenants flooding, a `1/(k+1)` part stays free for a
+    /// newcomer, and the table is never full); inline rules hold at most that together, and
+    /// each inline rule half of what the other inline rules leave of it.
+    fn admits(&self, tenant: Tenant, max: usize) -> Result<(), Refused> {
+        let total = self.by_nonce.len();
+        let fits =
+            |mine: usize, others: usize, of: usize| 2 * (mine + 1) <= of.saturating_sub(others);
+        let mine = self.held(tenant);
+        match tenant {
+            Tenant::Named(_) => {
+                if !fits(mine, total - mine, max) {
+                    return Err(Refused::Share(mine));
+                }
+            }
+            Tenant::Inline(_) => {
+                let named = total - self.inline;
+                let part = max.saturating_sub(named) / 2;
+                if !fits(self.inline, named, max) || !fits(mine, self.inline - mine, part) {
+                    return Err(Refused::Share(mine));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, nonce: u128, r: Reservation, max: usize) -> Result<(), Refused> {
+        if self.by_nonce.contains_key(&nonce) {
+            return Err(Refused::Duplicate);
+        }
+        self.admits(r.tenant, max)?;
+        self.by_nonce.insert(nonce, r);
+        *self.held.entry(r.tenant).or_default() += 1;
+        if matches!(r.tenant, Tenant::Inline(_)) {
+            self.inline += 1;
+        }
+        Ok(())
+    }
+
+    /// Counts `r` out of its tenant's share (it has left the table).
+    fn left(&mut self, r: &Reservation) {
+        left(&mut self.held, &mut self.inline, r);
+    }
+}
+
+/// Counts `r` out of `held` and `inline` (see [`Live`]).
+fn left(held: &mut HashMap<Tenant, usize>, inline: &mut usize, r: &Reservation) {
+    if let Entry::Occupied(mut e) = held.entry(r.tenant) {
+        *e.get_mut() -= 1;
+        if *e.get() == 0 {
+            e.remove();
+        }
+    }
+    if matches!(r.tenant, Tenant::Inline(_)) {
+        *inline -= 1;
+    }
 }
 
 impl Table {
     pub fn new(max: usize) -> Self {
         Self {
             max,
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(Live::default()),
             stats: ReserveStats::default(),
         }
     }
 
     /// Live reservations (expired ones count until swept or looked up).
     pub fn len(&self) -> usize {
-        self.live.lock().len()
+        self.live.lock().by_nonce.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Whether another reservation would be refused: asked before anything is taken.
-    pub fn is_full(&self) -> bool {
-        self.len() >= self.max
+    /// Whether another reservation of `tenant` would be refused: asked before anything is
+    /// taken.
+    pub fn refuses(&self, tenant: Tenant) -> Option<Refused> {
+        self.live.lock().admits(tenant, self.max).err()
     }
 
     /// The most reservations kept.
@@ -195,29 +310,30 @@ impl Table {
         self.max
     }
 
-    /// Keeps `r` under `nonce`.
+    /// Live reservations of `tenant`.
+    pub fn held_by(&self, tenant: Tenant) -> usize {
+        self.live.lock().held(tenant)
+    }
+
+    /// Keeps `r` under `nonce`, unless `r`'s tenant holds its share: a
+    /// tenant may hold at most half of what the other tenants leave free (inline rules
+    /// together, and each of them within that; see [`Tenant`]). One rule flooding the table
+    /// with reservations on throwaway keys thus holds at most half of it, and another rule's
+    /// reservations still find room while fewer than about `max / 2` rules hold some.
     pub fn insert(&self, nonce: u128, r: Reservation) -> Result<(), Refused> {
-        let mut live = self.live.lock();
-        if live.len() >= self.max {
-            return Err(Refused::Full(self.max));
-        }
-        match live.entry(nonce) {
-            Entry::Occupied(_) => Err(Refused::Duplicate),
-            Entry::Vacant(v) => {
-                v.insert(r);
-                ReserveStats::add(&self.stats.reserved, 1);
-                Ok(())
-            }
-        }
+        self.live.lock().insert(nonce, r, self.max)?;
+        ReserveStats::add(&self.stats.reserved, 1);
+        Ok(())
     }
 
     /// Takes reservation `nonce` of bucket `id` out at `now`, to settle it. A nonce of
     /// another bucket is left where it is (and is unknown to this settle).
     pub fn take(&self, nonce: u128, id: u64, now: u64) -> Found {
         let mut live = self.live.lock();
-        let found = match live.entry(nonce) {
+        let found = match live.by_nonce.entry(nonce) {
             Entry::Occupied(e) if e.get().id == id => {
                 let r = e.remove();
+                live.left(&r);
                 if now > r.deadline {
                     Found::Expired
                 } else {
@@ -241,174 +357,36 @@ impl Table {
     /// Drops every reservation expired at `now` (their estimates stay taken); returns how many.
     pub fn sweep(&self, now: u64) -> u64 {
         let mut live = self.live.lock();
-        let before = live.len();
-        live.retain(|_, r| r.deadline >= now);
-        let dropped = (before - live.len()) as u64;
+        let Live {
+            by_nonce,
+            held,
+            inline,
+        } = &mut *live;
+        let before = by_nonce.len();
+        by_nonce.retain(|_, r| {
+            let keep = r.deadline >= now;
+            if !keep {
+                left(held, inline, r);
+            }
+            keep
+        });
+        let dropped = (before - by_nonce.len()) as u64;
         drop(live);
         ReserveStats::add(&self.stats.expired, dropped);
         dropped
     }
 }
 
-/// Debt of one bucket: tokens owed, and the rule to take them under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Debt {
-    rule: Rule,
-    tokens: u64,
-}
-
-/// The buckets in debt, at most `max`. Every check of a bucket looks here first, so that a
-/// bucket in debt denies: [`Debts::owed`] costs one relaxed load while no bucket is, and a
-/// shared read lock while any is (checks of other buckets do not wait for each other; only
-/// the repayments and settles above their estimates write).
-#[derive(Debug)]
-pub struct Debts {
-    max: usize,
-    /// Whether `owed` may hold anything.
-    any: AtomicBool,
-    owed: RwLock<HashMap<u64, Debt>>,
-    /// Tokens owed since start, repaid since start, and left unrecorded (the ledger full).
-    pub incurred: AtomicU64,
-    pub repaid: AtomicU64,
-    pub dropped: AtomicU64,
-}
-
-impl Debts {
-    pub fn new(max: usize) -> Self {
-        Self {
-            max,
-            any: AtomicBool::new(false),
-            owed: RwLock::new(HashMap::new()),
-            incurred: AtomicU64::new(0),
-            repaid: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-        }
-    }
-
-    /// What bucket `id` owes, if anything.
-    #[inline]
-    pub fn owed(&self, id: u64) -> Option<u64> {
-        if !self.any.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.owed.read().get(&id).map(|d| d.tokens)
-    }
-
-    /// Bucket `id` owes `tokens` more, to be taken under `rule`. A bucket not in debt yet
-    /// when the ledger is full cannot be recorded: its tokens are dropped and counted (the
-    /// one way an overshoot goes unpaid); returns how many were.
-    pub fn add(&self, id: u64, rule: Rule, tokens: u64) -> u64 {
-        if tokens == 0 {
-            return 0;
-        }
-        let mut owed = self.owed.write();
-        let full = owed.len() >= self.max;
-        match owed.entry(id) {
-            Entry::Occupied(mut e) => {
-                let d = e.get_mut();
-                d.tokens = d.tokens.saturating_add(tokens);
-                d.rule = rule;
-            }
-            Entry::Vacant(_) if full => {
-                self.dropped.fetch_add(tokens, Ordering::Relaxed);
-                return tokens;
-            }
-            Entry::Vacant(v) => {
-                v.insert(Debt { rule, tokens });
-            }
-        }
-        self.any.store(true, Ordering::Relaxed);
-        self.incurred.fetch_add(tokens, Ordering::Relaxed);
-        0
-    }
-
-    /// Repays debts: `take(id, rule, owed)` takes from bucket `id` as much of `owed` as it
-    /// admits now and returns how much it took. Returns the tokens repaid.
-    pub fn repay(&self, mut take: impl FnMut(u64, &Rule, u64) -> u64) -> u64 {
-        if !self.any.load(Ordering::Relaxed) {
-            return 0;
-        }
-        let mut owed = self.owed.write();
-        let mut repaid = 0;
-        owed.retain(|&id, d| {
-            let took = take(id, &d.rule, d.tokens).min(d.tokens);
-            d.tokens -= took;
-            repaid += took;
-            d.tokens > 0
-        });
-        self.any.store(!owed.is_empty(), Ordering::Relaxed);
-        self.repaid.fetch_add(repaid, Ordering::Relaxed);
-        repaid
-    }
-
-    /// Forgets the debts of buckets `ids` (an operator reset them).
-    pub fn forget(&self, ids: &[u64]) {
-        if !self.any.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut owed = self.owed.write();
-        for id in ids {
-            owed.remove(id);
-        }
-        self.any.store(!owed.is_empty(), Ordering::Relaxed);
-    }
-
-    /// Tokens owed now, all buckets together.
-    pub fn total(&self) -> u64 {
-        self.owed.read().values().map(|d| d.tokens).sum()
-    }
-
-    /// Buckets in debt now.
-    pub fn len(&self) -> usize {
-        self.owed.read().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// How long a debt of `tokens` under `rule` takes to repay at the rule's rate (ns, at least
-/// one ms): what a bucket in debt asks its callers to wait.
-pub fn wait_ns(rule: &Rule, tokens: u64) -> u64 {
-    let ns = u128::from(tokens) * u128::from(rule.period_ns) / u128::from(rule.limit.max(1));
-    u64::try_from(ns)
-        .unwrap_or(u64::MAX)
-        .max(crate::clock::NANOS_PER_MS)
-}
-
-/// The decision for a bucket that owes `owed` tokens at `now`, from a read of its state
-/// (`peek`, a check of cost 0): denied with nothing remaining until the debt is repaid.
-pub fn in_debt(peek: Decision, rule: &Rule, owed: u64, now: u64) -> Decision {
-    let wait = wait_ns(rule, owed);
-    Decision {
-        allowed: false,
-        remaining: 0,
-        reset_ns: peek.reset_ns.max(now.saturating_add(wait)),
-        retry_after_ns: peek.retry_after_ns.max(wait),
-    }
-}
-
-/// One bucket as a settle sees it, at the settle's instant; debt is the caller's to look at
-/// (these decide on the bucket's state alone).
+/// One bucket as a settle sees it, at the settle's instant.
 pub trait Bucket {
     /// A check of `cost` (0: a read).
     fn decide(&mut self, cost: u64) -> Decision;
     /// Gives back `cost` taken by the admission `mark`.
     fn refund(&mut self, cost: u64, mark: Mark);
-}
-
-/// Takes from `bucket` as much of `want` as it admits now; returns how much it took.
-pub fn take_up_to(bucket: &mut impl Bucket, want: u64) -> u64 {
-    if want == 0 {
-        return 0;
-    }
-    let n = want.min(bucket.decide(0).remaining);
-    if n > 0 && bucket.decide(n).allowed {
-        n
-    } else {
-        0
-    }
+    /// Takes `cost` whatever the bucket admits: what it cannot admit now it owes (see
+    /// [`crate::limiter::BucketState::charge`]). Returns the tokens forgiven because the
+    /// bucket would owe more than it may.
+    fn charge(&mut self, cost: u64) -> u64;
 }
 
 /// What a settle did.
@@ -416,22 +394,18 @@ pub fn take_up_to(bucket: &mut impl Bucket, want: u64) -> u64 {
 pub struct Settlement {
     /// Given back to the bucket (the estimate was higher).
     pub given_back: u64,
-    /// Taken from the bucket now (the actual cost was higher and the bucket admitted it).
+    /// Taken from what the bucket admitted now (the actual cost was higher).
     pub taken: u64,
-    /// The rest of the overshoot, owed: the caller adds it to its [`Debts`].
+    /// The rest of the overshoot, owed by the bucket (part of its state).
     pub owed: u64,
+    /// Of `owed`, what the bucket could not owe: beyond the most a bucket may owe.
+    pub forgiven: u64,
 }
 
 /// Settles reservation `r` at its `actual` cost on `bucket`: a lower cost gives the
-/// difference back under the reservation's mark; a higher one takes what the bucket admits
-/// now — nothing while it is `indebted` already, since debts are repaid first — and the rest
-/// is owed.
-pub fn settle(
-    bucket: &mut impl Bucket,
-    r: &Reservation,
-    actual: u64,
-    indebted: bool,
-) -> Settlement {
+/// difference back under the reservation's mark; a higher one takes the difference whatever
+/// the bucket admits now, and what it could not admit is its debt.
+pub fn settle(bucket: &mut impl Bucket, r: &Reservation, actual: u64) -> Settlement {
     if actual <= r.estimate {
         let back = r.estimate - actual;
         if back > 0
@@ -445,15 +419,14 @@ pub fn settle(
         };
     }
     let extra = actual - r.estimate;
-    let taken = if indebted {
-        0
-    } else {
-        take_up_to(bucket, extra)
-    };
+    let room = bucket.decide(0).remaining;
+    let forgiven = bucket.charge(extra);
+    let taken = extra.min(room);
     Settlement {
         given_back: 0,
         taken,
         owed: extra - taken,
+        forgiven,
     }
 }
 

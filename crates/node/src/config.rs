@@ -262,6 +262,15 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_PEER_TLS_KEY", value_name = "FILE",
           requires_all = ["peer_tls_ca", "peer_tls_cert"])]
     pub peer_tls_key: Option<PathBuf>,
+    /// The longest a reservation may live (`ttl_ms` of /v1/reserve and the SDK), in ms: a
+    /// longer one is refused (400 invalid_request). A live reservation holds a slot of its
+    /// owner's table until it is settled or expires (the table is shared fairly between rules;
+    /// a reservation of cost 0 holds none), so this bounds how long a client can hold slots it
+    /// never settles. At most an hour.
+    #[arg(long, env = "RINGLIMIT_MAX_RESERVATION_TTL_MS", value_name = "MS",
+          default_value_t = ringlimit_core::reserve::DEFAULT_MAX_TTL_MS,
+          value_parser = clap::value_parser!(u64).range(1..=ringlimit_core::reserve::MAX_TTL_MS))]
+    pub max_reservation_ttl_ms: u64,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -460,6 +469,8 @@ pub struct NodeConfig {
     pub global_gossip_budget: u64,
     /// Most global-rule window counters held by this node.
     pub global_max_counters: usize,
+    /// `--max-reservation-ttl-ms`: the longest a reservation of this node's buckets may live.
+    pub max_reservation_ttl_ms: u64,
     /// Test hook: drops gossip to and from listed peers (a simulated partition).
     #[doc(hidden)]
     pub gossip_blocklist: Option<Arc<GossipBlocklist>>,
@@ -568,6 +579,7 @@ impl NodeConfig {
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
+            max_reservation_ttl_ms: ringlimit_core::reserve::DEFAULT_MAX_TTL_MS,
             gossip_blocklist: None,
             http_limits: ConnLimits::default(),
             grpc_limits: ConnLimits::grpc(Duration::from_secs(60), Duration::from_secs(10), 10_000),
@@ -693,6 +705,7 @@ impl ServeArgs {
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
             global_gossip_budget: self.global_gossip_budget,
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
+            max_reservation_ttl_ms: self.max_reservation_ttl_ms,
             gossip_blocklist: None,
             http_limits: ConnLimits {
                 header_timeout: Duration::from_millis(self.http_header_timeout_ms),
@@ -834,6 +847,24 @@ mod tests {
         assert_eq!(parse(&["--replicas", "0"]).expect("off"), 0);
         assert_eq!(parse(&["--replicas", "2"]).expect("two"), 2);
         assert!(parse(&["--replicas", "-1"]).is_err());
+    }
+
+    #[test]
+    fn a_reservations_life_is_bounded_by_ten_minutes_unless_raised_to_at_most_an_hour() {
+        let parse = |args: &[&str]| serve_args(args).map(|serve| serve.max_reservation_ttl_ms);
+        assert_eq!(parse(&[]).expect("default"), 600_000);
+        assert_eq!(
+            parse(&["--max-reservation-ttl-ms", "3600000"]).expect("an hour"),
+            3_600_000
+        );
+        for bad in ["0", "3600001", "-1", "long"] {
+            assert!(parse(&["--max-reservation-ttl-ms", bad]).is_err(), "{bad}");
+        }
+        let config = serve_args(&["--max-reservation-ttl-ms", "120000"])
+            .expect("two minutes")
+            .into_config()
+            .expect("a config");
+        assert_eq!(config.max_reservation_ttl_ms, 120_000);
     }
 
     #[test]

@@ -18,9 +18,10 @@
 //! the slices of other owners' buckets this node holds ([`Engine::held`]).
 //!
 //! So are reservations (see `ringlimit_core::reserve`): this node's table of the reservations
-//! of its buckets ([`Engine::reserve`], [`Engine::settle`]) and its ledger of buckets in debt,
-//! which every decision here looks at first (one relaxed load while no bucket owes anything):
-//! a bucket in debt denies until [`Engine::repay`] has taken what it owes.
+//! of its buckets ([`Engine::reserve`], [`Engine::settle`]). A settle above the estimate takes
+//! the rest into the bucket's own state ([`BucketState::charge`]): a bucket in debt denies
+//! until time has repaid it, and its debt goes wherever its state goes (the change feed to its
+//! replicas, handover, recall) and is evicted with it.
 
 use crate::rules::{NamedRule, RuleSet, RuleSpec};
 use arc_swap::ArcSwap;
@@ -31,13 +32,13 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::lease::{self, Grants, Held, LeaseSettings, Release};
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
-use ringlimit_core::reserve::{self, Debts, Found, Refused, Reservation, Table};
+use ringlimit_core::reserve::{self, Found, Refused, Reservation, Table, Tenant};
 use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, Store, StoreStats};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
 /// most, allocated only while followed). A follower that falls further behind copies the store
@@ -87,8 +88,18 @@ pub struct Engine {
     held: Arc<Held>,
     /// Reservations of this node's buckets, live.
     reservations: Table,
-    /// This node's buckets in debt (settled above what they admitted).
-    debts: Debts,
+    /// The longest a reservation may live here (`--max-reservation-ttl-ms`).
+    max_ttl_ms: u64,
+    /// Tokens settled above what their buckets admitted (owed by them), and of those, what was
+    /// beyond the most a bucket may owe (forgiven), since start.
+    pub debt: DebtStats,
+}
+
+/// What settles above their estimates did to this node's buckets, since start.
+#[derive(Debug, Default)]
+pub struct DebtStats {
+    pub owed: AtomicU64,
+    pub forgiven: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -114,8 +125,20 @@ impl Engine {
             grants: Grants::new(MOST_SLICES),
             held: Arc::new(Held::new(LeaseSettings::default())),
             reservations: Table::new(reserve::MOST_RESERVATIONS),
-            debts: Debts::new(reserve::MOST_DEBTS),
+            max_ttl_ms: reserve::DEFAULT_MAX_TTL_MS,
+            debt: DebtStats::default(),
         }
+    }
+
+    /// This engine letting reservations live at most `ms` (`--max-reservation-ttl-ms`).
+    pub fn with_max_reservation_ttl_ms(mut self, ms: u64) -> Self {
+        self.max_ttl_ms = ms;
+        self
+    }
+
+    /// The longest a reservation may live here, in ms.
+    pub fn max_reservation_ttl_ms(&self) -> u64 {
+        self.max_ttl_ms
     }
 
     /// Whether bucket `id` is held here.
@@ -218,20 +241,9 @@ impl Engine {
     }
 
     /// The store's check, the time read by `now` (see `Store::check_now`), a miss starting
-    /// from a copy (see [`Engine::decide`]); a bucket in debt denies (and takes nothing).
+    /// from a copy (see [`Engine::decide`]).
     #[inline]
     fn check_now(&self, id: u64, rule: &Rule, cost: u64, now: impl FnOnce() -> u64) -> Decision {
-        if let Some(owed) = self.debts.owed(id) {
-            let now = now();
-            let peek = self.check_raw(id, rule, 0, || now);
-            return reserve::in_debt(peek, rule, owed, now);
-        }
-        self.check_raw(id, rule, cost, now)
-    }
-
-    /// [`Engine::check_now`] whatever the bucket owes: repayments, and settles' takes.
-    #[inline]
-    fn check_raw(&self, id: u64, rule: &Rule, cost: u64, now: impl FnOnce() -> u64) -> Decision {
         let seed = || self.copy_of(id);
         self.store
             .check_seeded(Kind::Replicated, id, rule, now, cost, seed)
@@ -289,7 +301,6 @@ impl Engine {
     /// held.
     pub fn reset(&self, ids: &[u64]) -> u64 {
         self.grants.forget(ids);
-        self.debts.forget(ids);
         for &id in ids {
             self.held.release(id, Release::Revoked);
         }
@@ -313,19 +324,30 @@ impl Engine {
         })
     }
 
-    /// Reserves `estimate` of bucket `id` (this node owns it) at `now` for `ttl_ns`, kept
-    /// under `nonce`: the check's answer (denied: nothing kept), or why it was not kept
-    /// (nothing taken then either).
+    /// Reserves `estimate` of bucket `id` (this node owns it) for `tenant` at `now` for
+    /// `ttl_ns`, kept under `nonce`: the check's answer (denied: nothing kept), or why it was
+    /// not kept (nothing taken then either). An estimate of 0 takes nothing, so nothing is
+    /// kept: it is answered as a check of cost 0 (and its settle is unknown).
     pub fn reserve(
         &self,
         id: u64,
-        rule: &Rule,
+        (rule, tenant): (&Rule, Tenant),
         estimate: u64,
         (nonce, ttl_ns): (u128, u64),
         now: u64,
     ) -> Result<CheckAnswer, Refused> {
-        if self.reservations.is_full() {
-            return Err(Refused::Full(self.reservations.max()));
+        if estimate == 0 {
+            let answer = self.decide_at(id, rule, 0, now);
+            if !answer.allowed {
+                self.reservations
+                    .stats
+                    .denied
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(answer);
+        }
+        if let Some(refused) = self.reservations.refuses(tenant) {
+            return Err(refused);
         }
         let (answer, mark) = self.hold(id, rule, estimate, now);
         if !answer.allowed {
@@ -337,6 +359,7 @@ impl Engine {
         }
         let kept = Reservation {
             id,
+            tenant,
             rule: *rule,
             estimate,
             mark,
@@ -354,6 +377,9 @@ impl Engine {
     /// Settles reservation `nonce` of bucket `id` at its `actual` cost at `now` (see
     /// [`reserve::settle`]): the bucket's answer afterwards (a read: in debt, it denies), or
     /// `None` when no such reservation is live here.
+    ///
+    /// A cost above the estimate is taken whatever the bucket admits: what it could not
+    /// admit, it owes, in its own state.
     pub fn settle(
         &self,
         id: u64,
@@ -365,16 +391,12 @@ impl Engine {
         let Found::Live(r) = self.reservations.take(nonce, id, now) else {
             return None;
         };
-        let indebted = self.debts.owed(id).is_some();
-        let s = reserve::settle(&mut self.bucket(id, rule, now), &r, actual, indebted);
-        self.debts.add(id, *rule, s.owed);
+        let s = reserve::settle(&mut self.bucket(id, rule, now), &r, actual);
+        if s.owed > 0 {
+            self.debt.owed.fetch_add(s.owed, Ordering::Relaxed);
+            self.debt.forgiven.fetch_add(s.forgiven, Ordering::Relaxed);
+        }
         Some(self.decide_at(id, rule, 0, now))
-    }
-
-    /// Repays what buckets owe at `now` from what each admits; returns the tokens repaid.
-    pub fn repay(&self, now: u64) -> u64 {
-        self.debts
-            .repay(|id, rule, owed| reserve::take_up_to(&mut self.bucket(id, rule, now), owed))
     }
 
     /// Drops the reservations expired at `now` (their estimates stay taken); returns how
@@ -388,12 +410,7 @@ impl Engine {
         &self.reservations
     }
 
-    /// This node's buckets in debt.
-    pub fn debts(&self) -> &Debts {
-        &self.debts
-    }
-
-    /// Bucket `id` at `now`, as a settle or a repayment decides on it.
+    /// Bucket `id` at `now`, as a settle decides on it.
     fn bucket<'a>(&'a self, id: u64, rule: &'a Rule, now: u64) -> Owned<'a> {
         Owned {
             engine: self,
@@ -616,8 +633,7 @@ impl Engine {
     }
 }
 
-/// One of this node's buckets at one instant, for `ringlimit_core::reserve`: its decisions
-/// ignore debt (they are the repayments).
+/// One of this node's buckets at one instant, for `ringlimit_core::reserve`.
 struct Owned<'a> {
     engine: &'a Engine,
     id: u64,
@@ -627,11 +643,18 @@ struct Owned<'a> {
 
 impl reserve::Bucket for Owned<'_> {
     fn decide(&mut self, cost: u64) -> Decision {
-        self.engine.check_raw(self.id, self.rule, cost, || self.now)
+        self.engine.check_now(self.id, self.rule, cost, || self.now)
     }
 
     fn refund(&mut self, cost: u64, mark: Mark) {
         self.engine.refund(self.id, self.rule, cost, mark, self.now);
+    }
+
+    fn charge(&mut self, cost: u64) -> u64 {
+        let e = self.engine;
+        let seed = || e.copy_of(self.id);
+        e.store
+            .charge_seeded(Kind::Replicated, self.id, self.rule, self.now, cost, seed)
     }
 }
 
@@ -773,7 +796,8 @@ mod tests {
 
         // Promotion merges with a bucket held already (one decided here while views
         // disagreed; here unspent): consumptions add.
-        e.store.absorb(spent, BucketState::Gcra { tat: T0 }, T0);
+        e.store
+            .absorb(spent, BucketState::Gcra { tat: T0, tag: 0 }, T0);
         e.keep_copy(4, owner.peek(used), T0);
         assert_eq!(e.promote(|id, _| id == spent, T0), 1);
         assert!(!e.decide_at(spent, &rule, 1, T0).allowed);
@@ -787,7 +811,7 @@ mod tests {
         e.take_in(6, owner.peek(used).expect("held"), T0);
         assert_eq!(e.promote(|_, _| true, T0), 1, "the copy of 4 only");
         assert_eq!(e.peek(6), owner.peek(used));
-        e.take_in(4, BucketState::Gcra { tat: T0 }, T0);
+        e.take_in(4, BucketState::Gcra { tat: T0, tag: 0 }, T0);
         assert_eq!(e.peek(4), owner.peek(used), "overlapped");
         e.keep_copy(4, owner.peek(used), T0);
         assert_eq!(e.drop_copies(|id, _| id == 4), 1);
@@ -868,43 +892,59 @@ mod tests {
     }
 
     /// A reservation at the owner: given back, taken into debt; while a bucket owes, every
-    /// decision on it denies (checks, holds, lease grants, reserves) and takes nothing; the
-    /// repayment takes what the bucket admits; a reset forgets the debt.
+    /// decision on it denies (checks, holds, lease grants, reserves) and takes nothing, until
+    /// its refill has repaid the debt; a reservation of 0 holds nothing; a reset forgets the
+    /// bucket, its debt with it.
     #[test]
-    fn a_bucket_in_debt_denies_everything_until_repaid() {
+    fn a_bucket_in_debt_denies_everything_until_time_repays_it() {
         let (e, rule) = engine();
-        let sec = 1_000_000_000;
+        let tenant = Tenant::Named(1);
+        let (ms, sec) = (1_000_000, 1_000_000_000);
         let (id, ttl) = (9, 60 * sec);
-        let a = e.reserve(id, &rule, 6, (1, ttl), T0).expect("kept");
+        let a = e
+            .reserve(id, (&rule, tenant), 6, (1, ttl), T0)
+            .expect("kept");
         assert_eq!((a.allowed, a.remaining), (true, 4));
         assert_eq!(e.settle(id, &rule, 1, 2, T0).map(|a| a.remaining), Some(8));
         assert_eq!(e.settle(id, &rule, 1, 2, T0), None, "settled once");
         // 5 reserved (3 left), 10 used: 3 more taken now, 2 owed.
-        e.reserve(id, &rule, 5, (2, ttl), T0).expect("kept");
+        e.reserve(id, (&rule, tenant), 5, (2, ttl), T0)
+            .expect("kept");
         let a = e.settle(id, &rule, 2, 10, T0).expect("live");
         assert_eq!((a.allowed, a.remaining), (false, 0));
-        assert_eq!(e.debts().total(), 2);
+        assert_eq!(
+            a.retry_after_ms, 300,
+            "2 owed, then 1 to take, at 10 a second"
+        );
+        assert_eq!(e.debt.owed.load(Ordering::Relaxed), 2);
         assert!(!e.decide_at(id, &rule, 1, T0).allowed);
         assert_eq!(e.hold(id, &rule, 1, T0).1, None, "nothing taken");
         assert!(matches!(
             e.lease(id, &rule, "n1", 5, T0),
             LeaseGrant::Refused { .. }
         ));
-        let denied = e.reserve(id, &rule, 1, (3, ttl), T0).expect("answered");
+        let denied = e
+            .reserve(id, (&rule, tenant), 1, (3, ttl), T0)
+            .expect("answered");
         assert!(!denied.allowed && e.reservations().is_empty());
-        // 10 a second: the 2 owed are back after 200 ms, and repaid.
-        assert_eq!(e.repay(T0 + 100_000_000), 1);
-        assert_eq!(e.repay(T0 + 200_000_000), 1);
-        assert_eq!(e.debts().total(), 0);
-        assert!(
-            !e.decide_at(id, &rule, 1, T0 + 200_000_000).allowed,
-            "all repaid, none left"
-        );
-        assert!(e.decide_at(id, &rule, 1, T0 + 300_000_000).allowed);
-        // Expired reservations are swept; a reset forgets a debt.
-        e.reserve(id, &rule, 0, (4, sec), T0 + sec).expect("kept");
+        assert!(!e.decide_at(id, &rule, 1, T0 + 300 * ms - 1).allowed);
+        assert!(e.decide_at(id, &rule, 1, T0 + 300 * ms).allowed, "repaid");
+        // A reservation of 0 takes nothing and is kept nowhere.
+        let a = e
+            .reserve(id, (&rule, tenant), 0, (4, sec), T0 + sec)
+            .expect("answered");
+        assert!(a.allowed && e.reservations().is_empty());
+        // Expired reservations are swept; a reset forgets the bucket, debt and all.
+        e.reserve(id, (&rule, tenant), 1, (5, sec), T0 + sec)
+            .expect("kept");
         assert_eq!(e.sweep_reservations(T0 + 3 * sec), 1);
-        e.debts().add(id, rule, 5);
+        e.reserve(id, (&rule, tenant), 1, (6, ttl), T0 + 3 * sec)
+            .expect("kept");
+        assert!(
+            !e.settle(id, &rule, 6, 10, T0 + 3 * sec)
+                .expect("live")
+                .allowed
+        );
         e.reset(&[id]);
         assert!(e.decide_at(id, &rule, 1, T0 + 3 * sec).allowed);
     }

@@ -26,8 +26,8 @@
 //! - [`leases`] — beside the replicas: the slices of hot buckets this node holds, asked of
 //!   their owners and given back (the tables are the engine's; checks take in [`routing`]).
 //! - [`reservations`] — beside the leases: costs estimated now and settled later, kept at the
-//!   bucket's owner (the table and the debt ledger are the engine's); the task that repays
-//!   debts and sweeps expired reservations.
+//!   bucket's owner (the table is the engine's; a debt is part of its bucket's state); the
+//!   task that sweeps expired reservations.
 //! - [`routing`] — the node's side of core's coordinator (here, owner, fallback share), the
 //!   batch gate and the peer RPC timing.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per

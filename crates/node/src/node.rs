@@ -252,14 +252,17 @@ pub async fn run(
     listeners: impl Into<Bound>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
-    let engine = Arc::new(Engine::new(
-        config.rules.clone(),
-        config.max_keys,
-        config
-            .clock
-            .as_ref()
-            .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone()),
-    ));
+    let engine = Arc::new(
+        Engine::new(
+            config.rules.clone(),
+            config.max_keys,
+            config
+                .clock
+                .as_ref()
+                .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone()),
+        )
+        .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
+    );
     let security = config.peer_security()?;
     let secret = security.secret();
     // Certificates are loaded (again: `into_config` checked them) before anything is served.

@@ -2,16 +2,18 @@
 //! (an LLM call's tokens) taken at once, settled later with the actual cost.
 //!
 //! Where each piece lives:
-//! - the owner's table and debt ledger, in the [`Engine`] (`Engine::reserve`, `settle`,
-//!   `repay`): every decision there looks at the ledger first, so a bucket in debt denies;
+//! - the owner's table, in the [`Engine`] (`Engine::reserve`, `settle`); a settle above the
+//!   estimate takes the rest into the bucket's state (its debt: see
+//!   `ringlimit_core::limiter`), so a bucket in debt denies wherever it is decided;
 //! - this module: reserving and settling here as the owner, the same for a request that
 //!   arrived here ([`crate::routing::Dispatcher::reserve`]) and for one a peer sent
-//!   (`peers/server/reserve.rs`); the task that repays debts and sweeps expired reservations
-//!   ([`upkeep`]); their metrics ([`ReservationCollector`]).
+//!   (`peers/server/reserve.rs`), with the node's bound on a reservation's life; the task that
+//!   sweeps expired reservations ([`upkeep`]); their metrics ([`ReservationCollector`]).
 //!
 //! A reservation lives where it was taken, never copied: an owner that dies loses its table,
 //! and settles of its reservations are unknown (their estimates stay taken: never an
-//! over-admission). Debts stay with the node that recorded them too.
+//! over-admission). A debt is part of its bucket, so it goes to the bucket's replicas and next
+//! owners with the bucket's state.
 
 use crate::engine::Engine;
 use crate::metrics::{Kind, encode_family, encode_one, load};
@@ -19,18 +21,18 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::clock::NANOS_PER_MS;
-use ringlimit_core::reserve::{self, Refused, ReserveError};
+use ringlimit_core::reserve::{self, Refused, ReserveError, Tenant};
 use ringlimit_proto::CheckAnswer;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often debts are repaid from what their buckets admit.
-const REPAY_EVERY: Duration = Duration::from_millis(10);
-/// Expired reservations are swept every this many repayment rounds (100 ms).
-const SWEEP_EVERY: u32 = 10;
+/// How often expired reservations are swept (their estimates stay taken; their slots free).
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Reserves `cost` of bucket `id` under `resolved` here, as its owner, at `now` for `ttl_ms`
-/// under `nonce`: the check's answer (denied: nothing kept).
+/// (at most the node's bound) under `nonce`: the check's answer (denied: nothing kept). The
+/// reservation takes a slot of the rule's share of the table (see `reserve::Table::insert`);
+/// one of cost 0 takes nothing and none.
 pub fn reserve_here(
     engine: &Engine,
     resolved: &Resolved,
@@ -39,12 +41,15 @@ pub fn reserve_here(
     now: u64,
 ) -> Result<CheckAnswer, ReserveError> {
     reserve::reservable(resolved)?;
-    let ttl_ms = reserve::ttl_ms(Some(ttl_ms))?;
+    let ttl_ms = reserve::ttl_ms_within(Some(ttl_ms), engine.max_reservation_ttl_ms())?;
     let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
+    let tenant = Tenant::of(resolved);
     engine
-        .reserve(id, &resolved.rule, cost, (nonce, ttl_ns), now)
+        .reserve(id, (&resolved.rule, tenant), cost, (nonce, ttl_ns), now)
         .map_err(|refused| match refused {
-            Refused::Full(n) => ReserveError::TooMany(n),
+            Refused::Share(_) => ReserveError::TooMany(format!(
+                "the key's owner cannot keep another reservation now: {refused}; settle some, or retry when some expire"
+            )),
             // A nonce is 128 random bits: only a client that reuses one gets here.
             Refused::Duplicate => {
                 ReserveError::Check(ringlimit_core::check::CheckError::Rejected {
@@ -70,19 +75,15 @@ pub fn settle_here(
         .ok_or(ReserveError::Unknown)
 }
 
-/// Repays debts every [`REPAY_EVERY`] and sweeps expired reservations every 100 ms, until
-/// dropped.
+/// Sweeps expired reservations every [`SWEEP_EVERY`], until dropped. (Debts need no task:
+/// time repays them, in the buckets' states.)
 pub async fn upkeep(engine: Arc<Engine>) {
-    let mut tick = tokio::time::interval(REPAY_EVERY);
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut round = 0u32;
     loop {
         tick.tick().await;
-        let now = engine.clock().now();
-        engine.repay(now);
-        round = round.wrapping_add(1);
-        if round.is_multiple_of(SWEEP_EVERY) && !engine.reservations().is_empty() {
-            engine.sweep_reservations(now);
+        if !engine.reservations().is_empty() {
+            engine.sweep_reservations(engine.clock().now());
         }
     }
 }
@@ -118,17 +119,20 @@ impl Collector for ReservationCollector {
         )?;
         encode_one(
             &mut e,
-            Kind::Gauge,
-            "reservation_debt_tokens",
-            "Tokens this node's buckets owe now: settled above what they admitted, repaid from what they admit next (they deny until then).",
-            self.0.debts().total(),
+            Kind::Counter,
+            "reservation_debt_owed_tokens",
+            "Tokens settled above what their buckets admitted at this node as owner: owed by those buckets, in their state (they deny until time has repaid it; the debt goes to their replicas and next owners with them).",
+            load(&self.0.debt.owed),
         )?;
         encode_one(
             &mut e,
             Kind::Counter,
-            "reservation_debt_dropped_tokens",
-            "Tokens of settles above what a bucket admitted that were not recorded as debt: the ledger held its most buckets in debt already (each may admit more than the rule).",
-            load(&self.0.debts().dropped),
+            "reservation_debt_forgiven_tokens",
+            "Of the tokens owed, those beyond the most a bucket may owe (64 periods of its rule's limit), not kept (each may admit more than the rule).",
+            load(&self.0.debt.forgiven),
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

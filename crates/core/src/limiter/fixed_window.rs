@@ -1,6 +1,14 @@
 //! Fixed window: at most `limit` per window of `period`, windows aligned to multiples of the
 //! period since the Unix epoch (so every node numbers them alike).
 //!
+//! # Debt
+//! A settle above what the window has left ([`charge`]) fills it and carries the rest into the
+//! windows after it: the state's window moves into the future (`end` one or more periods past
+//! the current window's), and every window before it counts as full. So the next window admits
+//! its limit less what was owed, the one after that what is still owed less, and so on; the
+//! state stays one window and one count, and travels as any state does. A bucket owes at most
+//! [`super::MAX_DEBT_PERIODS`] windows.
+//!
 //! # A changed rule
 //! A new limit applies to the count as it stands (a lower one denies what is over it until the
 //! window ends). A new period moves the windows: the count of the window that was current at
@@ -8,37 +16,80 @@
 //! contains now, so a used-up key stays used up until that window ends (no longer than the new
 //! period) and admits its new limit from then on. The state holds no times of the requests, so
 //! they all count in that window; a count whose window had already ended counts nothing, as it
-//! did under the old rule.
+//! did under the old rule. A debt written under another period is not kept (its windows are not
+//! this rule's): the state's [`super::period_tag`] tells the two apart.
 
-use super::{Decision, Rule};
+use super::{Decision, MAX_DEBT_PERIODS, Rule, period_tag};
 
 /// End of the window of `rule` that contains `now`.
 fn window_end(rule: &Rule, now: u64) -> u64 {
     now - now % rule.period_ns + rule.period_ns
 }
 
+/// The end of the furthest window a debt may reach from the window ending at `window_end`.
+fn furthest(rule: &Rule, window_end: u64) -> u64 {
+    window_end.saturating_add(rule.period_ns.saturating_mul(MAX_DEBT_PERIODS))
+}
+
 /// Makes the state (its window's `end`; the count stays as it is) valid under `rule` at `now`
 /// (see the module's doc: a count of another rule's windows carries into this rule's window
-/// containing `now`).
-pub fn fit(end: &mut u64, rule: &Rule, now: u64) {
-    carry(end, now, window_end(rule, now));
+/// containing `now`; a debt of this rule stays).
+pub fn fit(end: &mut u64, tag: &mut u32, rule: &Rule, now: u64) {
+    carry(end, tag, rule, now, window_end(rule, now));
 }
 
 /// [`fit`] given the end of the window containing `now`.
-fn carry(end: &mut u64, now: u64, window_end: u64) {
-    // Still counting (`end > now`) but not one of this rule's windows: another period wrote it
-    // (or a peer whose clock is ahead, or a hostile state far in the future).
+fn carry(end: &mut u64, tag: &mut u32, rule: &Rule, now: u64, window_end: u64) {
+    let ours = period_tag(rule);
+    // Still counting (`end > now`) but not the current window: a debt of this rule (a later
+    // window of its own, at most as far as a debt may reach), or another period's window (or a
+    // peer's whose clock is ahead, or a hostile state far in the future).
     if *end > now && *end != window_end {
-        *end = window_end;
+        let this_rule = *tag == ours || *tag == 0;
+        if this_rule && *end > window_end && (*end - window_end).is_multiple_of(rule.period_ns) {
+            *end = (*end).min(furthest(rule, window_end));
+        } else {
+            *end = window_end;
+        }
     }
+    *tag = ours;
 }
 
-/// Decides against the window ending at `end` that has admitted `count`.
+/// Decides against the window ending at `end` that has admitted `count`, as a state of
+/// `rule` (the node's global counts, which are never in debt).
 pub fn decide(end: &mut u64, count: &mut u32, rule: &Rule, now: u64, cost: u64) -> Decision {
+    let mut tag = period_tag(rule);
+    decide_tagged(end, count, &mut tag, rule, now, cost)
+}
+
+/// Decides against the window ending at `end` that has admitted `count`, written under the
+/// period `tag` names (0: unknown).
+pub fn decide_tagged(
+    end: &mut u64,
+    count: &mut u32,
+    tag: &mut u32,
+    rule: &Rule,
+    now: u64,
+    cost: u64,
+) -> Decision {
     let window_end = window_end(rule, now);
     // Written even when denying: the carried count must not be carried again later, by then
     // into another window.
-    carry(end, now, window_end);
+    carry(end, tag, rule, now, window_end);
+    if *end > window_end {
+        // In debt: full until the state's window, which has admitted `count`.
+        let at = if u64::from(*count) + cost.max(1) <= rule.limit {
+            *end - rule.period_ns
+        } else {
+            *end
+        };
+        return Decision {
+            allowed: false,
+            remaining: 0,
+            reset_ns: *end,
+            retry_after_ns: at - now,
+        };
+    }
     // A state from an earlier window counts nothing now.
     let used = if *end == window_end {
         u64::from(*count)
@@ -66,4 +117,38 @@ pub fn decide(end: &mut u64, count: &mut u32, rule: &Rule, now: u64, cost: u64) 
             retry_after_ns: if fits { 0 } else { window_end - now },
         }
     }
+}
+
+/// Takes `cost` whatever the window has left (a settle above its estimate): what does not fit
+/// fills the windows after it (see the module's doc). Returns the tokens forgiven because the
+/// bucket would owe more than it may.
+pub fn charge(
+    end: &mut u64,
+    count: &mut u32,
+    tag: &mut u32,
+    rule: &Rule,
+    now: u64,
+    cost: u64,
+) -> u64 {
+    let window_end = window_end(rule, now);
+    carry(end, tag, rule, now, window_end);
+    let limit = rule.limit.max(1);
+    // The window the state counts in now (the current one, or a later one in debt).
+    let (at, used) = if *end >= window_end {
+        (*end, u64::from(*count))
+    } else {
+        (window_end, 0)
+    };
+    let total = used.saturating_add(cost);
+    // Windows from `at` that `total` reaches into, and as far as a debt may.
+    let reach = total.saturating_sub(1) / limit;
+    let most = (furthest(rule, window_end) - at) / rule.period_ns;
+    let (windows, left, forgiven) = if reach <= most {
+        (reach, total - reach * limit, 0)
+    } else {
+        (most, limit, total - (most + 1) * limit)
+    };
+    *end = at + windows * rule.period_ns;
+    *count = u32::try_from(left).unwrap_or(u32::MAX);
+    forgiven
 }

@@ -12,6 +12,19 @@
 //! (a token or leaky bucket is at most empty under it; a window's count carries into the new
 //! rule's current window). What each algorithm keeps is in its module's doc.
 //!
+//! # Debt
+//! A reservation settled above what its bucket admits ([`BucketState::charge`]) takes the rest
+//! into the bucket's own state, in each algorithm's terms: a token or leaky bucket's refill time
+//! moves past an empty bucket, a window's count fills the windows after the current one, a log
+//! owes what its expiring entries' room will pay. A bucket in debt denies until the debt is
+//! repaid by time alone, exactly as if the debt had been admitted as soon as the rule allowed;
+//! and the debt goes wherever the state goes (replicas, handover, recall) and is evicted with
+//! it. A bucket owes at most [`MAX_DEBT_PERIODS`] periods of its limit (what a settle would add
+//! beyond that is forgiven, and counted by the caller), which also bounds how long a state from
+//! a peer can keep a key denied. A state records which rule wrote it (a tag of the numbers its
+//! meaning depends on), so that a debt is kept under that rule and never mistaken for another
+//! rule's consumption after a change; a state from the wire has no tag, and its debt is kept.
+//!
 //! # Layout
 //! - [`token_bucket`] — GCRA form of a token bucket (one `u64` of state).
 //! - [`leaky_bucket`] — the leaky bucket as a meter (the same GCRA arithmetic).
@@ -24,7 +37,7 @@
 //!    hash it) and whether it has a `burst`.
 //! 2. A module here with its pure `decide`, and its [`BucketState`] variant: `fresh`, `fits`,
 //!    `idle_at`, `absorb` (handover), `fit_to_rule` (a changed rule), `decide`, `refund`
-//!    (all-or-nothing requests), and the wire form (`to_wire`/`from_wire`, a
+//!    (all-or-nothing requests), `charge` (debt), and the wire form (`to_wire`/`from_wire`, a
 //!    `ringlimit_proto::peer::WireState` variant appended at the end).
 //! 3. The node's global mode (`global::decide::effective_rule`): how two windowed counts
 //!    approximate it.
@@ -52,6 +65,21 @@ pub const MAX_SLIDING_LOG_LIMIT: u64 = 10_000;
 pub const MIN_EMISSION_NS: u64 = 1_000;
 /// Longest period a rule may have (366 days).
 pub const MAX_PERIOD_NS: u64 = 366 * 24 * 3600 * 1_000_000_000;
+/// The most a bucket may owe, in periods of its rule (its limit this many times over): a debt
+/// keeps a key denied at most this long, whatever was settled or received from a peer.
+pub const MAX_DEBT_PERIODS: u64 = 64;
+
+/// A fingerprint of `rule`'s period, kept in a window's state. The windows of two periods may
+/// end at the same instant (1 h and 2 h at every even hour), so the state's times alone cannot
+/// tell a count of the other period's current window from one of this period's previous window,
+/// nor a debt of this rule (a later window of its own) from another period's window. Never 0,
+/// which stands for a state whose period is unknown (received over the wire).
+pub fn period_tag(rule: &Rule) -> u32 {
+    let p = rule.period_ns;
+    // The high bits folded in: periods 2^32 ns (4.3 s) apart differ too.
+    let folded = (p ^ (p >> 32)) & u64::from(u32::MAX);
+    u32::try_from(folded).unwrap_or(u32::MAX).max(1)
+}
 
 /// A validated rule as the algorithms see it. Build it through [`crate::rule`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,13 +119,19 @@ pub struct Decision {
 /// One bucket's state, as compact as the algorithm allows (the store keeps up to a million).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BucketState {
-    /// Token bucket and leaky bucket: the theoretical arrival time.
-    Gcra { tat: u64 },
-    /// Fixed window: end of the counted window and its count.
-    Fixed { end: u64, count: u32 },
+    /// Token bucket and leaky bucket: the theoretical arrival time, and the
+    /// [`token_bucket::tag`] of the rule that wrote it (0: unknown, from the wire).
+    Gcra { tat: u64, tag: u32 },
+    /// Fixed window: end of the counted window and its count, and the [`period_tag`] of the
+    /// period that wrote them (0: unknown, from the wire).
+    Fixed {
+        end: u64,
+        count: u32,
+        period_tag: u32,
+    },
     /// Sliding window: `until` is the end of the current window plus one period (when the state
     /// stops mattering), with the current and previous windows' counts, and the
-    /// [`sliding_window::period_tag`] of the period that wrote them (0: unknown, from the wire).
+    /// [`period_tag`] of the period that wrote them (0: unknown, from the wire).
     Sliding {
         until: u64,
         current: u32,
@@ -112,15 +146,22 @@ impl BucketState {
     /// The state of a bucket nobody has used.
     pub fn fresh(rule: &Rule) -> Self {
         match rule.algorithm {
-            Algorithm::TokenBucket | Algorithm::LeakyBucket => BucketState::Gcra { tat: 0 },
-            Algorithm::FixedWindow => BucketState::Fixed { end: 0, count: 0 },
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => BucketState::Gcra {
+                tat: 0,
+                tag: token_bucket::tag(rule),
+            },
+            Algorithm::FixedWindow => BucketState::Fixed {
+                end: 0,
+                count: 0,
+                period_tag: period_tag(rule),
+            },
             Algorithm::SlidingWindow => BucketState::Sliding {
                 until: 0,
                 current: 0,
                 previous: 0,
-                period_tag: sliding_window::period_tag(rule),
+                period_tag: period_tag(rule),
             },
-            Algorithm::SlidingLog => BucketState::Log(Box::new(SlidingLog::new(rule.limit))),
+            Algorithm::SlidingLog => BucketState::Log(Box::new(SlidingLog::fresh(rule))),
         }
     }
 
@@ -137,11 +178,12 @@ impl BucketState {
         )
     }
 
-    /// From this time on the state is equivalent to a fresh one (the bucket is full again).
-    /// Used to tell idle evictions from evictions of buckets that were still limiting.
+    /// From this time on the state is equivalent to a fresh one (the bucket is full again, its
+    /// debt repaid). Used to tell idle evictions from evictions of buckets that were still
+    /// limiting, and which buckets a handover or a recall carries.
     pub fn idle_at(&self) -> u64 {
         match self {
-            BucketState::Gcra { tat } => *tat,
+            BucketState::Gcra { tat, .. } => *tat,
             BucketState::Fixed { end, .. } => *end,
             BucketState::Sliding { until, .. } => *until,
             BucketState::Log(log) => log.idle_at(),
@@ -162,19 +204,30 @@ impl BucketState {
     /// two describe different windows, the later window wins.
     pub fn absorb(&mut self, other: BucketState, now: u64) {
         match (self, other) {
-            (BucketState::Gcra { tat }, BucketState::Gcra { tat: theirs }) => {
-                // Each side's consumption is how far its tat runs ahead of now.
+            (
+                BucketState::Gcra { tat, tag },
+                BucketState::Gcra {
+                    tat: theirs,
+                    tag: t2,
+                },
+            ) => {
+                // Each side's consumption (debt included) is how far its tat runs ahead of now.
                 let extra = theirs.saturating_sub(now);
                 *tat = (*tat).max(now).saturating_add(extra);
+                if *tag == 0 {
+                    *tag = t2;
+                }
             }
             (mine @ (BucketState::Fixed { .. } | BucketState::Sliding { .. }), theirs) => {
                 mine.merge_windows(theirs, u32::saturating_add);
             }
             (BucketState::Log(mine), BucketState::Log(theirs)) => {
-                let merged = SlidingLog::from_entries(
+                let mut merged = SlidingLog::from_entries(
                     mine.max_entries().max(theirs.max_entries()),
                     mine.entries().chain(theirs.entries()),
                 );
+                merged.add_debt(mine);
+                merged.add_debt(&theirs);
                 **mine = merged;
             }
             // Different algorithms: the bucket was redefined; keep ours.
@@ -188,8 +241,17 @@ impl BucketState {
     /// later window wins; of two sliding logs, the one busy longer.
     pub fn overlap(&mut self, other: BucketState) {
         match (self, other) {
-            (BucketState::Gcra { tat }, BucketState::Gcra { tat: theirs }) => {
+            (
+                BucketState::Gcra { tat, tag },
+                BucketState::Gcra {
+                    tat: theirs,
+                    tag: t2,
+                },
+            ) => {
                 *tat = (*tat).max(theirs);
+                if *tag == 0 {
+                    *tag = t2;
+                }
             }
             (mine @ (BucketState::Fixed { .. } | BucketState::Sliding { .. }), theirs) => {
                 mine.merge_windows(theirs, u32::max);
@@ -210,11 +272,25 @@ impl BucketState {
     /// Anything but two fixed or two sliding windows is left as it is.
     fn merge_windows(&mut self, other: BucketState, combine: fn(u32, u32) -> u32) {
         match (self, other) {
-            (BucketState::Fixed { end, count }, BucketState::Fixed { end: e2, count: c2 }) => {
+            (
+                BucketState::Fixed {
+                    end,
+                    count,
+                    period_tag,
+                },
+                BucketState::Fixed {
+                    end: e2,
+                    count: c2,
+                    period_tag: t2,
+                },
+            ) => {
                 if *end == e2 {
                     *count = combine(*count, c2);
+                    if *period_tag == 0 {
+                        *period_tag = t2;
+                    }
                 } else if e2 > *end {
-                    (*end, *count) = (e2, c2);
+                    (*end, *count, *period_tag) = (e2, c2, t2);
                 }
             }
             (
@@ -248,12 +324,17 @@ impl BucketState {
     /// This state as it travels to a bucket's new owner ([`WireState`]).
     pub fn to_wire(&self) -> WireState {
         match self {
-            BucketState::Gcra { tat } => WireState::Gcra { tat: *tat },
-            BucketState::Fixed { end, count } => WireState::Fixed {
+            // The rule's tags stay here: a receiver takes the state as written under the rule it
+            // has (its debt kept, up to the most a bucket may owe), and fits it by its windows.
+            BucketState::Gcra { tat, tag: _ } => WireState::Gcra { tat: *tat },
+            BucketState::Fixed {
+                end,
+                count,
+                period_tag: _,
+            } => WireState::Fixed {
                 end: *end,
                 count: *count,
             },
-            // The period's tag stays here: a receiver fits the state by its windows alone.
             BucketState::Sliding {
                 until,
                 current,
@@ -265,18 +346,23 @@ impl BucketState {
                 previous: *previous,
             },
             BucketState::Log(log) => WireState::Log {
-                entries: log.entries().collect(),
+                entries: log.to_wire_entries(),
                 max_entries: log.max_entries(),
             },
         }
     }
 
     /// A travelled state back into a bucket. Untrusted input: a log is capped at its stated
-    /// size, itself capped at the largest limit a log may have.
+    /// size, itself capped at the largest limit a log may have; any debt at the most a bucket
+    /// may owe (when the state is first fitted to its rule).
     pub fn from_wire(state: WireState) -> Self {
         match state {
-            WireState::Gcra { tat } => BucketState::Gcra { tat },
-            WireState::Fixed { end, count } => BucketState::Fixed { end, count },
+            WireState::Gcra { tat } => BucketState::Gcra { tat, tag: 0 },
+            WireState::Fixed { end, count } => BucketState::Fixed {
+                end,
+                count,
+                period_tag: 0,
+            },
             WireState::Sliding {
                 until,
                 current,
@@ -292,12 +378,7 @@ impl BucketState {
                 max_entries,
             } => {
                 let max = max_entries.min(MAX_SLIDING_LOG_LIMIT);
-                let keep = usize::try_from(max).unwrap_or(usize::MAX);
-                let skip = entries.len().saturating_sub(keep);
-                BucketState::Log(Box::new(SlidingLog::from_entries(
-                    max,
-                    entries.into_iter().skip(skip),
-                )))
+                BucketState::Log(Box::new(SlidingLog::from_wire_entries(max, entries)))
             }
         }
     }
@@ -325,7 +406,7 @@ impl BucketState {
             return;
         }
         match self {
-            BucketState::Gcra { tat } => {
+            BucketState::Gcra { tat, .. } => {
                 let need = token_bucket::emission_ns(rule).saturating_mul(cost);
                 // Had the admission not come, the bucket may have been full from its time on,
                 // refilling in vain: that refill is not given back. (Nothing tells whether
@@ -336,7 +417,7 @@ impl BucketState {
                     .saturating_add(now.saturating_sub(at));
                 *tat = back.min(*tat);
             }
-            BucketState::Fixed { end, count } => {
+            BucketState::Fixed { end, count, .. } => {
                 if *end == mark {
                     *count = count.saturating_sub(small(cost));
                 }
@@ -355,7 +436,9 @@ impl BucketState {
                     *previous = previous.saturating_sub(small(cost));
                 }
             }
-            BucketState::Log(log) => log.refund(mark.saturating_sub(rule.period_ns), cost),
+            BucketState::Log(log) => {
+                log.refund(rule, mark.saturating_sub(rule.period_ns), cost, now)
+            }
         }
     }
 
@@ -364,7 +447,9 @@ impl BucketState {
     /// records is kept, but the state never needs more than `rule` can — a token or leaky
     /// bucket's refill time is at most `now + burst·T` (an empty bucket of this rule), a
     /// window's count carries into this rule's window containing `now`, a log holds entries no
-    /// later than `now` and no more than `limit`. A state of another algorithm becomes fresh.
+    /// later than `now` and no more than `limit` — plus, for a state this rule wrote (or one
+    /// from the wire), its debt, up to the most a bucket may owe. A state of another algorithm
+    /// becomes fresh.
     ///
     /// Pure, idempotent, and a no-op (in meaning; a log may drop expired entries) on any state
     /// that `rule` itself wrote at or before `now`. [`BucketState::decide`] applies it first.
@@ -374,8 +459,10 @@ impl BucketState {
             return;
         }
         match self {
-            BucketState::Gcra { tat } => token_bucket::fit(tat, rule, now),
-            BucketState::Fixed { end, .. } => fixed_window::fit(end, rule, now),
+            BucketState::Gcra { tat, tag } => token_bucket::fit(tat, tag, rule, now),
+            BucketState::Fixed {
+                end, period_tag, ..
+            } => fixed_window::fit(end, period_tag, rule, now),
             BucketState::Sliding {
                 until,
                 current,
@@ -395,11 +482,15 @@ impl BucketState {
             *self = BucketState::fresh(rule);
         }
         match self {
-            BucketState::Gcra { tat } => match rule.algorithm {
-                Algorithm::LeakyBucket => leaky_bucket::decide(tat, rule, now, cost),
-                _ => token_bucket::decide(tat, rule, now, cost),
+            BucketState::Gcra { tat, tag } => match rule.algorithm {
+                Algorithm::LeakyBucket => leaky_bucket::decide(tat, tag, rule, now, cost),
+                _ => token_bucket::decide(tat, tag, rule, now, cost),
             },
-            BucketState::Fixed { end, count } => fixed_window::decide(end, count, rule, now, cost),
+            BucketState::Fixed {
+                end,
+                count,
+                period_tag,
+            } => fixed_window::decide_tagged(end, count, period_tag, rule, now, cost),
             BucketState::Sliding {
                 until,
                 current,
@@ -407,6 +498,56 @@ impl BucketState {
                 period_tag,
             } => sliding_window::decide(until, current, previous, period_tag, rule, now, cost),
             BucketState::Log(log) => log.decide(rule, now, cost),
+        }
+    }
+
+    /// What the bucket owes at `now` under `rule` (0 when not in debt): what it has taken
+    /// beyond all the rule could have admitted by now (see the module's doc, *Debt*).
+    pub fn owed(&self, rule: &Rule, now: u64) -> u64 {
+        let mut s = self.clone();
+        s.fit_to_rule(rule, now);
+        let p = rule.period_ns;
+        let end = now - now % p + p;
+        match s {
+            BucketState::Gcra { tat, .. } => {
+                let t = token_bucket::emission_ns(rule);
+                let empty = now.saturating_add(t.saturating_mul(rule.burst));
+                tat.saturating_sub(empty).div_ceil(t)
+            }
+            // Windows after the current one up to the state's, full but the last.
+            BucketState::Fixed { end: at, count, .. } if at > end => {
+                ((at - end) / p - 1) * rule.limit + u64::from(count)
+            }
+            BucketState::Sliding { until, current, .. } if until > end + p => {
+                ((until - end - p) / p - 1) * rule.limit + u64::from(current)
+            }
+            BucketState::Log(log) => log.debt(),
+            _ => 0,
+        }
+    }
+
+    /// Takes `cost` at `now` whatever the bucket admits (a reservation settled above its
+    /// estimate): what the bucket cannot admit now is owed, part of its state (see the
+    /// module's doc, *Debt*). Fits the state first, like [`BucketState::decide`]. Returns the
+    /// tokens forgiven because the bucket would owe more than [`MAX_DEBT_PERIODS`] allow.
+    pub fn charge(&mut self, rule: &Rule, now: u64, cost: u64) -> u64 {
+        if !self.fits(rule) {
+            *self = BucketState::fresh(rule);
+        }
+        match self {
+            BucketState::Gcra { tat, tag } => token_bucket::charge(tat, tag, rule, now, cost),
+            BucketState::Fixed {
+                end,
+                count,
+                period_tag,
+            } => fixed_window::charge(end, count, period_tag, rule, now, cost),
+            BucketState::Sliding {
+                until,
+                current,
+                previous,
+                period_tag,
+            } => sliding_window::charge(until, current, previous, period_tag, rule, now, cost),
+            BucketState::Log(log) => log.charge(rule, now, cost),
         }
     }
 }

@@ -7,6 +7,16 @@
 //! `limit · (1 + f)` < `2 · limit` (when the previous window's hits all came at its very end,
 //! which the estimate assumes spread evenly).
 //!
+//! # Debt
+//! A settle above what the estimate has room for ([`charge`]) adds to the current count: up to
+//! the limit, the estimate stays above the limit until the previous window's weight has slid
+//! away by as much; beyond it, the current window is full and the rest carries into the windows
+//! after it, as the state's window moves into the future (`until` more than one period past the
+//! current window's end: every window before the state's counts as full, its previous count
+//! the limit). The next window then admits once the full previous window's weight has slid
+//! below the limit less what was owed, as if the debt had been admitted at its start. A bucket
+//! owes at most [`super::MAX_DEBT_PERIODS`] windows.
+//!
 //! # A changed rule
 //! A new limit applies to the counts as they stand (a lower one denies what is over it). A new
 //! period moves the windows: a state that still counts (`until > now`) but was written under
@@ -16,20 +26,12 @@
 //! until the new rule admits again after such a window (its end, plus `period / limit` for one
 //! request), then slides back as under the new rule. The state cannot tell how much of the
 //! previous count the old period still weighed, so it counts in full: a change may deny a
-//! little more than the old rule would have, never admit more.
+//! little more than the old rule would have, never admit more. A debt of another period is not
+//! kept.
 
-use super::{Decision, Rule};
+use super::{Decision, MAX_DEBT_PERIODS, Rule};
 
-/// A fingerprint of `rule`'s period, kept in the state. The windows of two periods may end at
-/// the same instant (1 h and 2 h at every even hour), so the state's times alone cannot tell a
-/// count of the other period's current window from one of this period's previous window.
-/// Never 0, which stands for a state whose period is unknown (received over the wire).
-pub fn period_tag(rule: &Rule) -> u32 {
-    let p = rule.period_ns;
-    // The high bits folded in: periods 2^32 ns (4.3 s) apart differ too.
-    let folded = (p ^ (p >> 32)) & u64::from(u32::MAX);
-    u32::try_from(folded).unwrap_or(u32::MAX).max(1)
-}
+pub use super::period_tag;
 
 /// Makes the state valid under `rule` at `now` (see the module's doc).
 pub fn fit(
@@ -56,19 +58,30 @@ fn carry(
 ) {
     let p = rule.period_ns;
     let ours = period_tag(rule);
-    // This rule's states end one period after the current window (both counts matter) or at
-    // its end (only the previous count does); one that ends anywhere else after `now` was
-    // written with another period (or by a peer whose clock is ahead, or is hostile).
-    let foreign = (*tag != 0 && *tag != ours) || (*until != end && *until != end + p);
-    if *until > now && foreign {
+    let limit = u32::try_from(rule.limit).unwrap_or(u32::MAX);
+    let this_period = *tag == 0 || *tag == ours;
+    if *until > now && this_period && *until > end + p && (*until - end).is_multiple_of(p) {
+        // In debt: a later window of this rule's, at most as far as a debt may reach; the
+        // windows before it are full, the one just before it too.
+        *until = (*until).min(furthest(rule, end));
+        *previous = (*previous).max(limit);
+    } else if *until > now && (!this_period || (*until != end && *until != end + p)) {
+        // This rule's states end one period after the current window (both counts matter) or
+        // at its end (only the previous count does); one that ends anywhere else after `now`
+        // was written with another period (or by a peer whose clock is ahead, or is hostile).
         // Capped: one window of this rule holds at most its limit, and more would lock the
         // key out past the window after it.
-        let limit = u32::try_from(rule.limit).unwrap_or(u32::MAX);
         *current = current.saturating_add(*previous).min(limit);
         *previous = 0;
         *until = end + p;
     }
     *tag = ours;
+}
+
+/// The latest `until` a debt may reach when the current window ends at `end`.
+fn furthest(rule: &Rule, end: u64) -> u64 {
+    let p = rule.period_ns;
+    (end + p).saturating_add(p.saturating_mul(MAX_DEBT_PERIODS))
 }
 
 /// Decides against the state (`until` = current window end + one period, two counts, the
@@ -87,6 +100,17 @@ pub fn decide(
     let end = start + p;
     // Written even when denying: counts carried now must not be carried again later.
     carry(until, current, previous, tag, rule, now, end);
+    if *until > end + p {
+        // In debt: full until the state's window, which starts `2p` before `until`.
+        let (cur, prev) = (u64::from(*current), u64::from(*previous));
+        let at = retry_at(*until - 2 * p, p, rule.limit, cur, prev, cost.max(1));
+        return Decision {
+            allowed: false,
+            remaining: 0,
+            reset_ns: *until,
+            retry_after_ns: at - now,
+        };
+    }
     // Roll the stored state forward to the window containing `now` (in locals: a denial must
     // not write).
     let (cur, prev) = if *until == end + p {
@@ -132,6 +156,46 @@ pub fn decide(
         reset_ns,
         retry_after_ns: retry_at - now,
     }
+}
+
+/// Takes `cost` whatever the estimate has room for (a settle above its estimate): it counts in
+/// the current window up to the limit, and what is beyond fills the windows after it (see the
+/// module's doc). Returns the tokens forgiven because the bucket would owe more than it may.
+pub fn charge(
+    until: &mut u64,
+    current: &mut u32,
+    previous: &mut u32,
+    tag: &mut u32,
+    rule: &Rule,
+    now: u64,
+    cost: u64,
+) -> u64 {
+    let p = rule.period_ns;
+    let end = now - now % p + p;
+    carry(until, current, previous, tag, rule, now, end);
+    // The state's window as it counts now (the current one, or a later one in debt).
+    let (at, cur, prev) = if *until >= end + p {
+        (*until, u64::from(*current), u64::from(*previous))
+    } else if *until == end {
+        (end + p, 0, u64::from(*current))
+    } else {
+        (end + p, 0, 0)
+    };
+    let limit = rule.limit.max(1);
+    let total = cur.saturating_add(cost);
+    let reach = total.saturating_sub(1) / limit;
+    let most = (furthest(rule, end) - at) / p;
+    let (windows, left, forgiven) = if reach <= most {
+        (reach, total - reach * limit, 0)
+    } else {
+        (most, limit, total - (most + 1) * limit)
+    };
+    *until = at + windows * p;
+    *current = u32::try_from(left).unwrap_or(u32::MAX);
+    // A window moved past is full: it is the previous one of the state's window.
+    let prev = if windows > 0 { limit } else { prev };
+    *previous = u32::try_from(prev).unwrap_or(u32::MAX);
+    forgiven
 }
 
 /// The first instant at which `cost` fits, assuming no other traffic.

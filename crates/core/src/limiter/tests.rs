@@ -271,7 +271,13 @@ mod token_bucket_tests {
                 retry_after_ns: 0,
             }
         );
-        assert_eq!(s, BucketState::Gcra { tat: T0 + 100 * MS });
+        assert_eq!(
+            s,
+            BucketState::Gcra {
+                tat: T0 + 100 * MS,
+                tag: token_bucket::tag(&r)
+            }
+        );
     }
 
     #[test]
@@ -458,7 +464,7 @@ mod leaky_bucket_tests {
         assert_eq!(d.remaining, 4);
         // Drained empty again in 100 ms.
         assert_eq!(d.reset_ns, T0 + 100 * MS);
-        let BucketState::Gcra { tat } = s else {
+        let BucketState::Gcra { tat, .. } = s else {
             panic!("leaky bucket state is GCRA")
         };
         assert_eq!(leaky_bucket::level(tat, &r, T0), 1);
@@ -476,7 +482,7 @@ mod leaky_bucket_tests {
         assert_eq!(d.reset_ns, T0 + 500 * MS);
         assert_eq!(s, before);
         assert_retry_exact(&s, &r, T0, 1, &d);
-        let BucketState::Gcra { tat } = s else {
+        let BucketState::Gcra { tat, .. } = s else {
             unreachable!()
         };
         assert_eq!(leaky_bucket::level(tat, &r, T0), 5);
@@ -570,7 +576,8 @@ mod fixed_window_tests {
             s,
             BucketState::Fixed {
                 end: start + SEC,
-                count: 1
+                count: 1,
+                period_tag: period_tag(&r),
             }
         );
     }
@@ -1400,9 +1407,14 @@ mod wire {
     fn states_survive_the_wire() {
         let log = SlidingLog::from_entries(10, [(5, 1), (3, 2)]);
         for st in [
-            BucketState::Gcra { tat: 42 },
-            BucketState::Fixed { end: 9, count: 3 },
-            // The period's tag does not travel: a received state is fitted by its windows.
+            // The rule's tags do not travel: a received state is taken as written under the
+            // receiver's rule, and fitted by its windows.
+            BucketState::Gcra { tat: 42, tag: 0 },
+            BucketState::Fixed {
+                end: 9,
+                count: 3,
+                period_tag: 0,
+            },
             BucketState::Sliding {
                 until: 7,
                 current: 1,
@@ -1647,3 +1659,4 @@ fn refunds_give_back_exactly_what_was_taken() {
 // ---------------------------------------------------------------------------------------------
 
 mod changed;
+mod debt;

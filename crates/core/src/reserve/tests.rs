@@ -1,6 +1,6 @@
-//! The owner's bookkeeping on a manual clock: the table (bounded, settled once, expired kept),
-//! the ledger (bounded, repaid, forgotten), settles over every algorithm, and the bound it
-//! keeps in any interleaving (a property test).
+//! The owner's bookkeeping on a manual clock: the table (bounded, settled once, expired kept,
+//! shared fairly between rules), settles over every algorithm (into debt, in the bucket's
+//! state), and the bound it keeps in any interleaving (a property test).
 
 use super::*;
 use crate::limiter::test_support::{MS, SEC, T0, rule};
@@ -23,11 +23,16 @@ impl Bucket for At<'_> {
     fn refund(&mut self, cost: u64, mark: Mark) {
         self.state.refund(&self.rule, cost, mark, self.now);
     }
+
+    fn charge(&mut self, cost: u64) -> u64 {
+        self.state.charge(&self.rule, self.now, cost)
+    }
 }
 
 fn reservation(id: u64, rule: Rule, estimate: u64, at: u64, deadline: u64) -> Reservation {
     Reservation {
         id,
+        tenant: Tenant::Named(1),
         rule,
         estimate,
         mark: Some(Mark {
@@ -41,7 +46,7 @@ fn reservation(id: u64, rule: Rule, estimate: u64, at: u64, deadline: u64) -> Re
 #[test]
 fn a_reservation_is_settled_once_and_an_expired_one_is_unknown() {
     let r = rule(Algorithm::FixedWindow, 100, 1000, 100);
-    let t = Table::new(2);
+    let t = Table::new(4);
     t.insert(1, reservation(7, r, 10, T0, T0 + SEC))
         .expect("room");
     assert_eq!(
@@ -52,9 +57,11 @@ fn a_reservation_is_settled_once_and_an_expired_one_is_unknown() {
         .expect("room");
     assert_eq!(
         t.insert(3, reservation(7, r, 10, T0, T0 + SEC)),
-        Err(Refused::Full(2))
+        Err(Refused::Share(2)),
+        "half of 4"
     );
-    assert!(t.is_full());
+    assert_eq!(t.refuses(Tenant::Named(1)), Some(Refused::Share(2)));
+    assert_eq!(t.refuses(Tenant::Named(2)), None);
     // Another bucket's nonce is not this settle's, and stays.
     assert_eq!(t.take(1, 8, T0), Found::Unknown);
     assert!(matches!(t.take(1, 7, T0 + SEC), Found::Live(_)));
@@ -77,7 +84,7 @@ fn a_reservation_is_settled_once_and_an_expired_one_is_unknown() {
 #[test]
 fn a_sweep_drops_what_expired_and_nothing_else() {
     let r = rule(Algorithm::TokenBucket, 100, 1000, 100);
-    let t = Table::new(10);
+    let t = Table::new(20);
     for i in 0..6u64 {
         t.insert(u128::from(i), reservation(i, r, 1, T0, T0 + i * SEC))
             .expect("room");
@@ -90,37 +97,46 @@ fn a_sweep_drops_what_expired_and_nothing_else() {
     assert_eq!(t.stats.expired.load(Ordering::Relaxed), 6);
 }
 
+/// Each tenant holds at most half of what the others leave free: a named rule alone half the
+/// table, the next a quarter, and so on; inline rules half of what the named leave, together,
+/// and each half of what the other inline rules leave of that. Whatever floods, a newcomer
+/// finds room; a tenant's share comes back as its reservations leave.
 #[test]
-fn the_ledger_is_bounded_repaid_and_forgotten() {
-    let r = rule(Algorithm::TokenBucket, 1000, 1000, 1000);
-    let d = Debts::new(2);
-    assert_eq!(d.owed(1), None);
-    assert_eq!(d.add(1, r, 30), 0);
-    assert_eq!(d.add(1, r, 20), 0, "a bucket in debt owes more");
-    assert_eq!(d.add(2, r, 5), 0);
-    assert_eq!(d.add(3, r, 9), 9, "full: not recorded");
-    assert_eq!((d.owed(1), d.owed(2), d.owed(3)), (Some(50), Some(5), None));
-    assert_eq!(d.total(), 55);
-    // Each bucket admits 20 now: bucket 2 is repaid, bucket 1 owes 30 more.
-    assert_eq!(d.repay(|_, _, owed| owed.min(20)), 25);
-    assert_eq!((d.owed(1), d.owed(2)), (Some(30), None));
-    d.forget(&[1]);
-    assert_eq!(d.owed(1), None);
-    assert!(d.is_empty());
-    assert_eq!(d.repay(|_, _, _| panic!("nothing owed")), 0);
-    assert_eq!(d.dropped.load(Ordering::Relaxed), 9);
-}
-
-#[test]
-fn a_debt_denies_for_about_its_repayment_time() {
-    let r = rule(Algorithm::TokenBucket, 1000, 60_000, 1000);
-    let peek = BucketState::fresh(&r).decide(&r, T0, 0);
-    let d = in_debt(peek, &r, 500, T0);
-    assert!(!d.allowed);
-    assert_eq!(d.remaining, 0);
-    assert_eq!(d.retry_after_ns, 30 * SEC, "500 of 1000 a minute");
-    assert_eq!(d.reset_ns, T0 + 30 * SEC);
-    assert_eq!(wait_ns(&r, 0), MS, "at least a millisecond");
+fn the_table_is_shared_fairly_between_rules() {
+    let r = rule(Algorithm::FixedWindow, 100, 1000, 100);
+    let t = Table::new(100);
+    let mut nonce = 0u128;
+    let mut fill = |tenant: Tenant| {
+        let mut kept = 0;
+        loop {
+            nonce += 1;
+            let res = Reservation {
+                tenant,
+                ..reservation(7, r, 1, T0, T0 + SEC)
+            };
+            match t.insert(nonce, res) {
+                Ok(()) => kept += 1,
+                Err(refused) => {
+                    assert_eq!(refused, Refused::Share(kept), "{tenant:?}");
+                    return kept;
+                }
+            }
+        }
+    };
+    assert_eq!(fill(Tenant::Named(1)), 50);
+    assert_eq!(fill(Tenant::Named(2)), 25);
+    // Inline rules: at most 12 together (half of the 25 free), each half of what the others
+    // leave of those.
+    assert_eq!(fill(Tenant::Inline(3)), 6);
+    assert_eq!(fill(Tenant::Inline(4)), 3);
+    assert_eq!(fill(Tenant::Named(5)), 8);
+    assert_eq!(t.len(), 92);
+    assert_eq!(t.held_by(Tenant::Named(1)), 50);
+    // Settled or expired, reservations give their tenant's share back.
+    assert_eq!(t.sweep(T0 + 2 * SEC), 92);
+    assert!(t.is_empty());
+    assert_eq!(t.held_by(Tenant::Named(1)), 0);
+    assert_eq!(fill(Tenant::Inline(3)), 25, "alone, inline: half of half");
 }
 
 /// A lower actual cost gives the difference back exactly for every algorithm settled at the
@@ -140,6 +156,7 @@ fn a_settle_gives_back_or_takes_on_every_algorithm() {
         assert!(d.allowed, "{algorithm:?}");
         let res = Reservation {
             id: 1,
+            tenant: Tenant::Named(1),
             rule: r,
             estimate: 40,
             mark: Some(Mark {
@@ -153,7 +170,7 @@ fn a_settle_gives_back_or_takes_on_every_algorithm() {
             rule: r,
             now: T0,
         };
-        let s = settle(&mut at, &res, 10, false);
+        let s = settle(&mut at, &res, 10);
         assert_eq!(s.given_back, 30);
         assert_eq!(at.decide(0).remaining, 90, "{algorithm:?}: 10 kept");
 
@@ -167,12 +184,15 @@ fn a_settle_gives_back_or_takes_on_every_algorithm() {
             }),
             ..res
         };
-        let s = settle(&mut at, &res, 150, false);
-        assert_eq!((s.taken, s.owed), (80, 60), "{algorithm:?}");
+        let s = settle(&mut at, &res, 150);
+        assert_eq!((s.taken, s.owed, s.forgiven), (80, 60, 0), "{algorithm:?}");
         assert_eq!(at.decide(0).remaining, 0);
+        assert_eq!(at.state.owed(&r, T0), 60, "{algorithm:?}");
         // Already in debt: all of an overshoot is owed.
-        let s = settle(&mut at, &res, 15, true);
+        let s = settle(&mut at, &res, 15);
         assert_eq!((s.taken, s.owed), (0, 5));
+        assert_eq!(at.state.owed(&r, T0), 65, "{algorithm:?}");
+        assert!(!at.decide(1).allowed);
     }
 }
 
@@ -190,7 +210,6 @@ enum Step {
         actual: u64,
     },
     Advance(u64),
-    Repay,
     Sweep,
 }
 
@@ -201,18 +220,16 @@ fn steps(limit: u64) -> impl Strategy<Value = Vec<Step>> {
             .prop_map(|(estimate, ttl_ms)| Step::Reserve { estimate, ttl_ms }),
         (0..64usize, 0..=limit).prop_map(|(n, actual)| Step::Settle { n, actual }),
         (1..2_000u64).prop_map(Step::Advance),
-        Just(Step::Repay),
         Just(Step::Sweep),
     ];
     proptest::collection::vec(step, 1..200)
 }
 
-/// The owner of one bucket, as the node runs it: checks deny while the bucket is in debt.
+/// The owner of one bucket, as the node runs it.
 struct Owner {
     rule: Rule,
     state: BucketState,
     table: Table,
-    debts: Debts,
     now: u64,
 }
 
@@ -224,23 +241,14 @@ impl Owner {
             now: self.now,
         }
     }
-
-    fn check(&mut self, cost: u64) -> Decision {
-        match self.debts.owed(1) {
-            Some(owed) => {
-                let peek = self.at().decide(0);
-                in_debt(peek, &self.rule, owed, self.now)
-            }
-            None => self.at().decide(cost),
-        }
-    }
 }
 
 /// The most a rule allows from `start` to `end`: a full bucket and its refill, or the limit of
-/// every window touched (a sliding window's weighted count never exceeds the fixed windows').
+/// every window touched (a sliding window's weighted count never exceeds the fixed windows'; a
+/// log's spans of one period neither).
 fn allowance(rule: &Rule, start: u64, end: u64) -> u64 {
     match rule.algorithm {
-        Algorithm::TokenBucket => {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             let t = crate::limiter::token_bucket::emission_ns(rule);
             rule.burst + (end - start) / t
         }
@@ -252,15 +260,17 @@ fn allowance(rule: &Rule, start: u64, end: u64) -> u64 {
 }
 
 proptest! {
-    /// In any interleaving of checks, reservations, settles (above, below, twice, after
-    /// expiry), time and repayments: admitted ≤ allowance + debt outstanding, and the debt
-    /// outstanding ≤ the overshoots settled and not yet repaid.
+    /// In any interleaving of checks, reservations (of 0 too), settles (above, below, twice,
+    /// after expiry), time and sweeps: admitted ≤ allowance + what the bucket owes now, and
+    /// what it owes ≤ the overshoots settled; nothing this small is forgiven.
     #[test]
     fn reservations_never_admit_more_than_the_rule_and_the_debt(
         algorithm in prop_oneof![
             Just(Algorithm::TokenBucket),
+            Just(Algorithm::LeakyBucket),
             Just(Algorithm::FixedWindow),
             Just(Algorithm::SlidingWindow),
+            Just(Algorithm::SlidingLog),
         ],
         run in steps(100),
     ) {
@@ -269,7 +279,6 @@ proptest! {
             rule: r,
             state: BucketState::fresh(&r),
             table: Table::new(16),
-            debts: Debts::new(16),
             now: T0,
         };
         let mut admitted: u64 = 0;
@@ -278,20 +287,30 @@ proptest! {
         for step in run {
             match step {
                 Step::Check(cost) => {
-                    if o.check(cost).allowed {
+                    if o.at().decide(cost).allowed {
                         admitted += cost;
                     }
                 }
                 Step::Reserve { estimate, ttl_ms } => {
-                    if o.table.is_full() {
+                    let tenant = Tenant::Named(1);
+                    if estimate == 0 || o.table.refuses(tenant).is_some() {
+                        // Nothing kept: a reservation of 0 is a read.
+                        o.at().decide(0);
                         continue;
                     }
-                    let d = o.check(estimate);
+                    let d = o.at().decide(estimate);
                     if d.allowed {
                         admitted += estimate;
                         let nonce = nonces.len() as u128;
-                        let mark = (estimate > 0).then_some(Mark { reset_ns: d.reset_ns, at_ns: o.now });
-                        let res = Reservation { id: 1, rule: r, estimate, mark, deadline: o.now + ttl_ms * MS };
+                        let mark = Some(Mark { reset_ns: d.reset_ns, at_ns: o.now });
+                        let res = Reservation {
+                            id: 1,
+                            tenant,
+                            rule: r,
+                            estimate,
+                            mark,
+                            deadline: o.now + ttl_ms * MS,
+                        };
                         o.table.insert(nonce, res).expect("room");
                         nonces.push(nonce);
                     }
@@ -299,29 +318,20 @@ proptest! {
                 Step::Settle { n, actual } => {
                     let Some(&nonce) = nonces.get(n) else { continue };
                     if let Found::Live(res) = o.table.take(nonce, 1, o.now) {
-                        let indebted = o.debts.owed(1).is_some();
-                        let s = settle(&mut o.at(), &res, actual, indebted);
+                        let s = settle(&mut o.at(), &res, actual);
                         // The actual cost counts, not the estimate.
                         admitted = admitted - res.estimate + actual;
                         overshoots += s.owed;
-                        o.debts.add(1, r, s.owed);
+                        prop_assert_eq!(s.forgiven, 0);
                     }
                 }
                 Step::Advance(ms) => o.now += ms * MS,
-                Step::Repay => {
-                    let now = o.now;
-                    let state = &mut o.state;
-                    let repaid = o.debts.repay(|_, rule, owed| {
-                        take_up_to(&mut At { state, rule: *rule, now }, owed)
-                    });
-                    overshoots -= repaid;
-                }
                 Step::Sweep => {
                     o.table.sweep(o.now);
                 }
             }
-            let debt = o.debts.total();
-            prop_assert!(debt <= overshoots, "debt {} > unrepaid overshoots {}", debt, overshoots);
+            let debt = o.state.owed(&r, o.now);
+            prop_assert!(debt <= overshoots, "debt {} > overshoots {}", debt, overshoots);
             let allowed = allowance(&r, T0, o.now);
             prop_assert!(
                 admitted <= allowed + debt,

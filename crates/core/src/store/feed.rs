@@ -235,6 +235,7 @@ mod tests {
             id(3),
             BucketState::Gcra {
                 tat: now + 100 * MS,
+                tag: 0,
             },
             now,
         );
@@ -317,7 +318,7 @@ mod tests {
             at_ns: T0,
         };
         s.refund(id(1), &r, 1, mark, T0);
-        s.absorb(id(1), BucketState::Gcra { tat: T0 }, T0);
+        s.absorb(id(1), BucketState::Gcra { tat: T0, tag: 0 }, T0);
         assert!(drain(&s, &mut c).is_empty());
         assert!(s.remove(id(1)));
         s.check_local(id(1), &r, T0, 1);
@@ -370,6 +371,7 @@ mod tests {
         let mut seq = 0;
         let used = BucketState::Gcra {
             tat: T0 + 1000 * MS,
+            tag: 0,
         };
         s.put(id(1), used.clone(), T0);
         s.put(id(1), used.clone(), T0);

@@ -267,30 +267,68 @@ impl Store {
         cost: u64,
         seed: impl FnOnce() -> Option<BucketState>,
     ) -> Decision {
+        self.write_seeded(kind, id, rule, now, seed, |s, now| {
+            let d = s.decide(rule, now, cost);
+            let spent = d.allowed && cost > 0;
+            (d, spent)
+        })
+    }
+
+    /// Takes `cost` from bucket `id` at `now` whatever it admits (a reservation settled above
+    /// its estimate: see [`BucketState::charge`]), creating it (from `seed`'s state, as
+    /// [`Store::check_seeded`] does) when needed. Returns the tokens forgiven because the
+    /// bucket would owe more than it may.
+    pub fn charge_seeded(
+        &self,
+        kind: Kind,
+        id: u64,
+        rule: &Rule,
+        now: u64,
+        cost: u64,
+        seed: impl FnOnce() -> Option<BucketState>,
+    ) -> u64 {
+        self.write_seeded(
+            kind,
+            id,
+            rule,
+            || now,
+            seed,
+            |s, now| (s.charge(rule, now, cost), cost > 0),
+        )
+    }
+
+    /// Applies `op` at `now` to bucket `id` (a new one from `seed` or fresh under `rule`);
+    /// `op` says whether it changed what the bucket spent: only then does a new bucket stay
+    /// (unless seeded) and the change enter the feed.
+    #[inline]
+    fn write_seeded<R>(
+        &self,
+        kind: Kind,
+        id: u64,
+        rule: &Rule,
+        now: impl FnOnce() -> u64,
+        seed: impl FnOnce() -> Option<BucketState>,
+        mut op: impl FnMut(&mut BucketState, u64) -> (R, bool),
+    ) -> R {
         let shard = self.shard(id);
         shard.prefetch(id);
         let now = now();
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
-        let (decision, evicted) = match table.update(
-            id,
-            now,
-            |s| s.decide(rule, now, cost),
-            |gone| rec.changed(gone),
-        ) {
-            Some((decision, local, evicted)) => {
-                if decision.allowed && cost > 0 && !local {
+        let (out, evicted) = match table.update(id, now, |s| op(s, now), |gone| rec.changed(gone)) {
+            Some(((out, spent), local, evicted)) => {
+                if spent && !local {
                     rec.changed(id);
                 }
-                (decision, evicted)
+                (out, evicted)
             }
             None => {
                 let seeded = seed();
                 let kept = seeded.is_some();
                 let mut state = seeded.unwrap_or_else(|| BucketState::fresh(rule));
-                let decision = state.decide(rule, now, cost);
-                let evicted = if kept || (decision.allowed && cost > 0) {
+                let (out, spent) = op(&mut state, now);
+                let evicted = if kept || spent {
                     let local = kind == Kind::Local;
                     let evicted =
                         shard.insert(table, id, state, local, now, |gone| rec.changed(gone));
@@ -301,12 +339,12 @@ impl Store {
                 } else {
                     Evicted::default()
                 };
-                (decision, evicted)
+                (out, evicted)
             }
         };
         drop(locked);
         self.record(evicted);
-        decision
+        out
     }
 
     /// Starts loading bucket `id`'s slot into the cache, for a caller about to write many

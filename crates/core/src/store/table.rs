@@ -43,7 +43,7 @@ struct Slot {
 impl Slot {
     const VACANT: Slot = Slot {
         id: EMPTY,
-        state: BucketState::Gcra { tat: 0 },
+        state: BucketState::Gcra { tat: 0, tag: 0 },
     };
 }
 
@@ -503,7 +503,7 @@ mod tests {
     use super::*;
 
     fn tat(t: u64) -> BucketState {
-        BucketState::Gcra { tat: t }
+        BucketState::Gcra { tat: t, tag: 0 }
     }
 
     impl Table {

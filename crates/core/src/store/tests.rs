@@ -44,7 +44,10 @@ fn an_admitted_check_creates_the_bucket() {
     assert!(!s.is_empty());
     assert_eq!(
         s.peek(id(1)),
-        Some(BucketState::Gcra { tat: T0 + 100 * MS })
+        Some(BucketState::Gcra {
+            tat: T0 + 100 * MS,
+            tag: crate::limiter::token_bucket::tag(&r)
+        })
     );
     // The same id is the same bucket: its state carries on.
     let d = s.check(id(1), &r, T0, 9);

@@ -39,7 +39,7 @@ fn check_status(e: &CheckError) -> tonic::Status {
 fn reserve_status(e: &ReserveError) -> tonic::Status {
     let grpc = match e {
         ReserveError::Check(c) => check_code(c),
-        ReserveError::Ttl(_) | ReserveError::NotReservable(_) => tonic::Code::InvalidArgument,
+        ReserveError::Ttl { .. } | ReserveError::NotReservable(_) => tonic::Code::InvalidArgument,
         ReserveError::Unknown => tonic::Code::NotFound,
         ReserveError::TooMany(_) | ReserveError::Unavailable(_) => tonic::Code::Unavailable,
     };

@@ -68,7 +68,7 @@ impl From<ReserveError> for ApiError {
     fn from(e: ReserveError) -> Self {
         let status = match &e {
             ReserveError::Check(c) => return ApiError::from(c.clone()),
-            ReserveError::Ttl(_) | ReserveError::NotReservable(_) => StatusCode::BAD_REQUEST,
+            ReserveError::Ttl { .. } | ReserveError::NotReservable(_) => StatusCode::BAD_REQUEST,
             ReserveError::Unknown => StatusCode::NOT_FOUND,
             ReserveError::TooMany(_) | ReserveError::Unavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE

@@ -34,13 +34,15 @@ pub struct Settled {
 }
 
 impl CheckService {
-    /// Reserves `c.cost` (the estimate) for `ttl_ms` (`None`: 60 s) at the bucket's owner.
+    /// Reserves `c.cost` (the estimate) for `ttl_ms` (`None`: 60 s; at most this node's bound,
+    /// `--max-reservation-ttl-ms`, which the owner checks again against its own) at the
+    /// bucket's owner.
     pub async fn reserve(
         &self,
         c: &Check<'_>,
         ttl_ms: Option<u64>,
     ) -> Result<Reservation, ReserveError> {
-        let ttl_ms = reserve::ttl_ms(ttl_ms)?;
+        let ttl_ms = reserve::ttl_ms_within(ttl_ms, self.here.engine().max_reservation_ttl_ms())?;
         let p = self.prepare(c, c.cost)?;
         reserve::reservable(&p.resolved)?;
         let nonce: u128 = rand::random();

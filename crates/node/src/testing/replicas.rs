@@ -376,3 +376,53 @@ async fn an_all_or_nothing_hold_at_a_replica_is_given_back_there() {
     let left = at_owner["remaining"].as_u64().expect("remaining");
     assert!((LIMIT - 2..=LIMIT - 1).contains(&left), "{at_owner}");
 }
+
+/// The case: a key owing 99 on a 100-per-10-s window, its owner stalled across the
+/// window boundary: the replica standing in (not degraded) admits 1 in the next window, as the
+/// owner would, not 100. The debt is part of the bucket, so it is in the copy.
+#[tokio::test(start_paused = true)]
+async fn a_replica_standing_in_denies_what_the_owner_owes() {
+    let c = Cluster::start(3, |_| {}).await;
+    c.wait_all_alive(&IDS).await;
+    let rule = InlineRule {
+        limit: 100,
+        period_ms: 10_000,
+        algorithm: Algorithm::FixedWindow,
+        burst: None,
+    };
+    let key = (0..)
+        .map(|i| format!("owing:{i}"))
+        .find(|k| super::owner_under(&IDS, k, rule) == "n2")
+        .expect("a key of n2");
+    let body = |cost: u64| {
+        json!({ "key": key, "limit": rule.limit, "period_ms": rule.period_ms, "cost": cost,
+            "algorithm": "fixed_window" })
+    };
+    c.next_window(rule.period_ms, 10).await;
+    let reply = c
+        .http("n0", "POST", "/v1/reserve", &body(1).to_string())
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let id = reply.json()["reservation"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    assert!(c.seen("n0", &body(rule.limit - 1)).await.allowed);
+    let settle = json!({ "reservation": id, "cost": 100 }).to_string();
+    let settled = c.http("n1", "POST", "/v1/settle", &settle).await;
+    assert_eq!(settled.status, 200, "{}", settled.body);
+    assert_eq!(settled.json()["allowed"], false, "{}", settled.body);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.stall_peer("n2");
+    c.next_window(rule.period_ms, 10).await;
+    let mut admitted = 0;
+    for i in 0..20 {
+        let id = IDS[i % 2];
+        let answer = c.check(id, &body(1)).await.json();
+        assert_eq!(answer["degraded"], false, "{answer}");
+        assert_eq!(answer["replica"], true, "decided by the replica: {answer}");
+        admitted += u64::from(answer["allowed"] == true);
+    }
+    assert_eq!(admitted, 1, "the limit less what was owed");
+    c.resume_peer("n2");
+}

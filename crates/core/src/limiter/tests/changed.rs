@@ -194,38 +194,70 @@ fn a_sliding_log_follows_its_new_limit_in_size() {
 }
 
 /// `fit_to_rule` gives any state, however hostile, a bounded meaning under the rule: never
-/// a wait beyond what the rule itself can make a request wait.
+/// a wait beyond what the rule itself can make a request wait, plus the most a bucket may owe
+/// (a state from the wire is taken as written under the rule in force, debt and all).
 #[test]
 fn hostile_states_are_fitted_within_the_rule() {
     let now = T0;
+    let p = SEC;
+    let ahead = window_start(now, p) + 1_000 * p;
+    let bound = 2 * SEC + MAX_DEBT_PERIODS * p;
     for alg in ALL {
         let r = rule_for(alg, 5, 1000);
         let hostile = match alg {
-            Algorithm::TokenBucket | Algorithm::LeakyBucket => BucketState::Gcra { tat: u64::MAX },
-            Algorithm::FixedWindow => BucketState::Fixed {
-                end: u64::MAX,
-                count: u32::MAX,
-            },
-            Algorithm::SlidingWindow => BucketState::Sliding {
-                until: u64::MAX,
-                current: u32::MAX,
-                previous: u32::MAX,
-                period_tag: 0,
-            },
-            Algorithm::SlidingLog => BucketState::Log(Box::new(SlidingLog::from_entries(
-                5,
-                (0..20).map(|i| (u64::MAX - i, u32::MAX)),
-            ))),
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => vec![BucketState::Gcra {
+                tat: u64::MAX,
+                tag: 0,
+            }],
+            Algorithm::FixedWindow => vec![
+                BucketState::Fixed {
+                    end: u64::MAX,
+                    count: u32::MAX,
+                    period_tag: 0,
+                },
+                // A debt far beyond what a bucket may owe, on this rule's windows.
+                BucketState::Fixed {
+                    end: ahead,
+                    count: u32::MAX,
+                    period_tag: 0,
+                },
+            ],
+            Algorithm::SlidingWindow => vec![
+                BucketState::Sliding {
+                    until: u64::MAX,
+                    current: u32::MAX,
+                    previous: u32::MAX,
+                    period_tag: 0,
+                },
+                BucketState::Sliding {
+                    until: ahead,
+                    current: u32::MAX,
+                    previous: u32::MAX,
+                    period_tag: 0,
+                },
+            ],
+            Algorithm::SlidingLog => {
+                let mut entries: Vec<_> = (0..20).map(|i| (u64::MAX - i, u32::MAX)).collect();
+                entries.push((0, u32::MAX));
+                vec![BucketState::from_wire(
+                    ringlimit_proto::peer::WireState::Log {
+                        entries,
+                        max_entries: 5,
+                    },
+                )]
+            }
         };
-        let mut s = hostile.clone();
-        s.fit_to_rule(&r, now);
-        let d = s.clone().decide(&r, now, 1);
-        assert!(!d.allowed, "{alg}");
-        assert!(d.retry_after_ns <= 2 * SEC, "{alg}: {d:?}");
-        assert!(s.idle_at() <= now + 2 * SEC, "{alg}: {s:?}");
-        // Deciding fits the same way.
-        let mut decided = hostile;
-        assert_eq!(decided.decide(&r, now, 1), d, "{alg}");
+        for hostile in hostile {
+            let mut s = hostile.clone();
+            s.fit_to_rule(&r, now);
+            let d = s.clone().decide(&r, now, 1);
+            assert!(!d.allowed, "{alg}");
+            assert!(d.retry_after_ns <= bound, "{alg}: {d:?}");
+            assert!(s.idle_at() <= now + bound, "{alg}: {s:?}");
+            // Deciding fits the same way.
+            let mut decided = hostile;
+            assert_eq!(decided.decide(&r, now, 1), d, "{alg}");
+        }
     }
 }
 
