@@ -17,6 +17,7 @@
 //! names the rule's bucket from the id's values (`{name}` placeholders); without it the key
 //! is the id's pairs, sorted, as `k=v,k=v`.
 
+use crate::rules::request_key::bounded_key;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -158,7 +159,7 @@ impl RlqsConfig {
     }
 
     /// The first entry of `domain` that `id` matches; `None`: abandon the bucket.
-    pub fn matched(&self, domain: &str, id: &HashMap<String, String>) -> Option<Matched> {
+    pub fn matched(&self, domain: &str, id: &BTreeMap<String, String>) -> Option<Matched> {
         let entries = self.domains.get(domain)?;
         let e = entries.iter().find(|e| {
             e.bucket.iter().all(|(k, pattern)| {
@@ -170,17 +171,16 @@ impl RlqsConfig {
             EntryTarget::Blanket(b) => Target::Blanket(*b),
             EntryTarget::Rule { rule, key } => Target::Rule {
                 rule: rule.clone(),
-                key: match key {
+                // Within the rule keys' limit (a long one cut and hashed), so that the owner
+                // takes it.
+                key: bounded_key(match key {
                     Some(template) => render(template, id),
-                    None => {
-                        let sorted: BTreeMap<_, _> = id.iter().collect();
-                        sorted
-                            .iter()
-                            .map(|(k, v)| format!("{k}={v}"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    }
-                },
+                    None => id
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                }),
             },
         };
         Some(Matched {
@@ -254,7 +254,7 @@ fn check_template(t: &str) -> Result<(), String> {
 }
 
 /// `template` with each `{name}` replaced by the id's value of `name` (empty when absent).
-fn render(template: &str, id: &HashMap<String, String>) -> String {
+fn render(template: &str, id: &BTreeMap<String, String>) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -290,7 +290,7 @@ domains:
         rule: per_id
 "#;
 
-    fn id(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn id(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
