@@ -67,7 +67,7 @@ use parking_lot::Mutex;
 use ringlimit_core::quota;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::{QuotaAnswer, QuotaAsk, QuotaStream};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -134,9 +134,10 @@ pub const DEFAULT_LIMITS: Limits = Limits {
     node_bytes: 128 << 20,
 };
 
-/// A bucket id's pairs, ordered: how a stream tells its buckets apart (shared by the bucket and
-/// its answer waiting to be read).
-type IdKey = BTreeMap<String, String>;
+/// A bucket id's pairs, sorted by key (keys are distinct: the id is a map): how a stream tells
+/// its buckets apart (shared by the bucket and its answer waiting to be read). A slice, not a
+/// tree: a few pairs in one allocation.
+type IdKey = Box<[(String, String)]>;
 type Id = Arc<IdKey>;
 
 /// A rule's bucket: (rule, key).
@@ -306,18 +307,23 @@ fn id_bytes<'a>(pairs: impl IntoIterator<Item = (&'a String, &'a String)>) -> us
         .fold(0, usize::saturating_add)
 }
 
+/// [`id_bytes`] of a kept id.
+fn key_bytes(id: &IdKey) -> usize {
+    id_bytes(id.iter().map(|(k, v)| (k, v)))
+}
+
 /// What a bucket of `id` matched as `matched` is charged.
 fn bucket_bytes(id: &IdKey, matched: Option<&Matched>) -> usize {
     let rule = match matched.map(|m| &m.target) {
         Some(Target::Rule { rule, key }) => rule.len() + key.len(),
         _ => 0,
     };
-    BUCKET_BYTES + id_bytes(id) + rule
+    BUCKET_BYTES + key_bytes(id) + rule
 }
 
 /// What an abandon of `id` waiting to be read is charged.
 fn abandon_bytes(id: &IdKey) -> usize {
-    ABANDON_BYTES + id_bytes(id)
+    ABANDON_BYTES + key_bytes(id)
 }
 
 impl Stream {
@@ -725,7 +731,9 @@ impl Rlqs {
                     .fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let key: IdKey = id.bucket.into_iter().collect();
+            let mut key: Vec<(String, String)> = id.bucket.into_iter().collect();
+            key.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let key: IdKey = key.into_boxed_slice();
             let requests = allowed.saturating_add(denied);
             let elapsed_s = usage
                 .time_elapsed
