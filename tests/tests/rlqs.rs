@@ -7,7 +7,8 @@
 //! buckets, goes on when the node that owns the rule's bucket is SIGKILLed, and a node that
 //! stops ends its assignments (TTL 0) so that its Envoys move. A failure lists
 //! every check that failed, then each run's summary (its lines are kept in target/tmp). The
-//! bench (a minute, ±5%) is bench/rlqs.sh.
+//! bench (a minute, ±5%) is bench/rlqs.sh. [`bounds`]: what one client can make a node hold
+//! (one in-process node, Rust clients on loopback addresses of their own; no Python needed).
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_tests::{
