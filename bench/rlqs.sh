@@ -15,6 +15,14 @@
 #   bench/rlqs.sh
 #   DURATION=30 CHANGE_AT=15 KILL_AT=10 LIMIT=200 BIN=target/debug/ringlimit bench/rlqs.sh
 #   ARRIVALS=poisson QUIRKS=1 CHECK=1 bench/rlqs.sh
+#   MODE=probe bench/rlqs.sh
+#
+# MODE=probe instead: what one client can make a node hold, each probe on a fresh single node
+# (bench/rlqs_probe.py, a real grpcio client): junk (one stream, REPORTS (200) reports each adding
+# a bucket {name: api, tenant: t1, junk: <JUNK_BYTES (1 MiB)>}, then an ordinary bucket) and fill
+# (FILL_STREAMS (10) streams of FILL_BUCKETS (10,000) buckets). A table: the node's RSS before,
+# after and at its peak, its CPU, ringlimit_rlqs_bytes and _buckets, what was refused, and what
+# came back (answers, bytes, the largest message). BIN=<an older build> for the same on it.
 #
 # LIMIT (requests/s, default 1000), DURATION (60), CHANGE_AT (30), KILL_AT (20), ARRIVALS
 # (even | poisson: the simulator's arrivals, seeded), QUIRKS=1 (the simulator does what Envoy's
@@ -58,6 +66,72 @@ domains:
 EOF
 
 GRPC_ADDRS="127.0.0.1:$(aux_port 0),127.0.0.1:$(aux_port 1),127.0.0.1:$(aux_port 2)"
+
+if [ "${MODE:-runs}" = probe ]; then
+  probe_addr="127.0.0.1:$(aux_port 0)"
+  # A metric of node 0 (the sum of its series), "-" when it has none.
+  node_metric() {
+    curl -sf "http://127.0.0.1:$(http_port 0)/metrics" |
+      awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2; n++} END {print n ? s : "-"}'
+  }
+  mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+  table="$OUT_DIR/probe.md"
+  {
+    echo "| probe | RSS before (MB) | RSS after (MB) | peak RSS (MB) | node CPU (s) | ringlimit_rlqs_bytes | ringlimit_rlqs_buckets | refused buckets | answers (messages, MB, largest MB) | the client saw |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
+  } >"$table"
+  for probe in ${PROBES:-junk fill}; do
+    ports_free "$(aux_port 0)"
+    start_nodes 1 "$probe" --config "$OUT_DIR/rules.yaml" --rlqs-config "$OUT_DIR/rlqs.yaml" \
+      --grpc "$probe_addr"
+    rss0=$(proc_kb VmRSS)
+    cpu0=$(nodes_cpu)
+    if [ "$probe" = junk ]; then
+      args=(junk --reports "${REPORTS:-200}" --junk-bytes "${JUNK_BYTES:-1048576}")
+    else
+      args=(fill --streams "${FILL_STREAMS:-10}" --buckets "${FILL_BUCKETS:-10000}")
+    fi
+    # The node sampled while the probe's streams are open (they hold what they made it keep).
+    rm -f "$OUT_DIR/$probe.ready"
+    ${GEN_WRAP:-} "$PYTHON" "$BENCH_DIR/rlqs_probe.py" "$probe_addr" --hold 3 \
+      --ready "$OUT_DIR/$probe.ready" "${args[@]}" >"$OUT_DIR/$probe.json" &
+    HELPERS+=($!)
+    deadline=$((SECONDS + 600))
+    until [ -e "$OUT_DIR/$probe.ready" ]; do
+      kill -0 "${HELPERS[-1]}" 2>/dev/null || die "the $probe probe exited early"
+      [ $SECONDS -lt $deadline ] || die "the $probe probe did not finish in 600 s"
+      sleep 0.2
+    done
+    held=$(node_metric ringlimit_rlqs_bytes) buckets=$(node_metric ringlimit_rlqs_buckets)
+    wait "${HELPERS[-1]}" || die "the $probe probe failed"
+    HELPERS=()
+    rss1=$(proc_kb VmRSS)
+    hwm=$(proc_kb VmHWM)
+    cpu=$(awk -v a="$cpu0" -v b="$(nodes_cpu)" 'BEGIN { printf "%.2f", (b - a) / 100 }')
+    refused=$(node_metric ringlimit_rlqs_refused_buckets_total)
+    python3 - "$OUT_DIR/$probe.json" "$probe" "$(mb "$rss0")" "$(mb "$rss1")" "$(mb "$hwm")" \
+      "$cpu" "$held" "$buckets" "$refused" <<'PY'
+import json, sys
+path, probe, rss0, rss1, hwm, cpu, held, buckets, refused = sys.argv[1:]
+r = json.load(open(path))
+answers = (f"{r['answers']}, {r['answer_bytes'] / 2**20:.2f}, "
+           f"{r['largest_answer_bytes'] / 2**20:.2f}")
+if probe == "junk":
+    label = f"junk: {r['reports']} reports, {r['sent_bytes'] / 2**20:.0f} MiB of ids"
+    saw = (f"{r['abandons']} abandons, {r['assignments']} assignments; ordinary bucket "
+           f"{'assigned' if r['ordinary_bucket_assigned'] else 'NOT assigned'}; end {r['end']}")
+else:
+    label = f"fill: {r['streams']} streams x {r['buckets']} buckets"
+    saw = f"{r['abandons']} abandons, {r['assignments']} assignments; ends {r['ends']}"
+print(f"| {label} | {rss0} | {rss1} | {hwm} | {cpu} | {held} | {buckets} | {refused} "
+      f"| {answers} | {saw} |")
+PY
+    stop_nodes
+  done >>"$table"
+  cat "$table"
+  exit 0
+fi
+
 
 # cluster LABEL: three nodes bench-0..2 with the rules, RLQS and a gRPC port each; returns once
 # each is ready and sees all three in its ring.

@@ -7,7 +7,8 @@
 //! buckets, goes on when the node that owns the rule's bucket is SIGKILLed, and a node that
 //! stops ends its assignments (TTL 0) so that its Envoys move. A failure lists
 //! every check that failed, then each run's summary (its lines are kept in target/tmp). The
-//! bench (a minute, ±5%) is bench/rlqs.sh.
+//! bench (a minute, ±5%) is bench/rlqs.sh. [`bounds`]: what one client can make a node hold
+//! (one in-process node, Rust clients on loopback addresses of their own; no Python needed).
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_tests::{
@@ -571,4 +572,232 @@ async fn a_stopping_node_ends_its_assignments_and_its_envoys_move() -> Result<()
         format!("admitted {ratio} x limit x time, want <= 1.15")
     });
     f.done(&[&run])
+}
+
+/// The RLQS port's bounds on one real node, through the client envoy-types generates from
+/// Envoy's protos, each client on a loopback address of its own (the node shares its room per
+/// source address): oversized bucket ids are neither kept nor answered, a client holding the
+/// node's whole bucket budget gives way to a new client's bucket, and a count no Envoy can
+/// report ends its stream.
+mod bounds {
+    use super::*;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+    };
+    use futures::channel::mpsc;
+    use ringlimit_node::NodeConfig;
+    use ringlimit_node::rlqs::config::RlqsConfig;
+    use ringlimit_tests::{TestNode, metric};
+    use std::collections::HashMap;
+    use std::net::IpAddr;
+
+    const CONFIG: &str = r#"
+domains:
+  - domain: edge
+    buckets:
+      - bucket: { name: api, tenant: "*" }
+        rule: per-second
+        key: "{tenant}"
+      - bucket: { name: bulk }
+        blanket: allow_all
+"#;
+
+    /// A simulated Envoy: its reports in, the node's answers out.
+    struct Envoy {
+        reports: mpsc::UnboundedSender<RateLimitQuotaUsageReports>,
+        answers: tonic::Streaming<RateLimitQuotaResponse>,
+    }
+
+    impl Envoy {
+        /// A stream to `node` from the loopback address `from`.
+        async fn connect(node: SocketAddr, from: IpAddr) -> Result<Self> {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{node}"))?
+                .local_address(Some(from))
+                .connect()
+                .await?;
+            let mut client = RateLimitQuotaServiceClient::new(channel)
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX);
+            let (reports, rx) = mpsc::unbounded();
+            let answers = client.stream_rate_limit_quotas(rx).await?.into_inner();
+            Ok(Self { reports, answers })
+        }
+
+        fn send(&self, usages: Vec<BucketQuotaUsage>) -> Result<()> {
+            self.reports
+                .unbounded_send(RateLimitQuotaUsageReports {
+                    domain: "edge".into(),
+                    bucket_quota_usages: usages,
+                })
+                .context("the stream is closed")
+        }
+
+        /// The next answer within `within`: `None` when none came.
+        async fn next(
+            &mut self,
+            within: Duration,
+        ) -> Result<Option<Result<RateLimitQuotaResponse, tonic::Status>>> {
+            match tokio::time::timeout(within, self.answers.message()).await {
+                Err(_) => Ok(None),
+                Ok(Ok(Some(r))) => Ok(Some(Ok(r))),
+                Ok(Ok(None)) => anyhow::bail!("the answers ended"),
+                Ok(Err(status)) => Ok(Some(Err(status))),
+            }
+        }
+
+        /// Reads answers until one names a bucket whose `key` is `value`, within `within`.
+        async fn action_for(
+            &mut self,
+            key: &str,
+            value: &str,
+            within: Duration,
+        ) -> Result<Option<BucketAction>> {
+            let until = tokio::time::Instant::now() + within;
+            loop {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                let Some(answer) = self.next(left).await? else {
+                    return Ok(None);
+                };
+                for a in answer?.bucket_action {
+                    let named = a
+                        .bucket_id
+                        .as_ref()
+                        .is_some_and(|b| b.bucket.get(key).map(String::as_str) == Some(value));
+                    if named {
+                        return Ok(a.bucket_action);
+                    }
+                }
+            }
+        }
+    }
+
+    fn usage(pairs: &[(&str, &str)], allowed: u64) -> BucketQuotaUsage {
+        BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<HashMap<_, _>>(),
+            }),
+            time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: allowed,
+            num_requests_denied: 0,
+        }
+    }
+
+    async fn node() -> Result<TestNode> {
+        let mut config = NodeConfig::local("rlqs-bounds");
+        config.grpc_addr = Some("127.0.0.1:0".parse()?);
+        config.rlqs_config = RlqsConfig::parse("rlqs.yaml", CONFIG)?;
+        TestNode::start(config).await
+    }
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn oversized_ids_are_not_kept_and_one_client_cannot_crowd_out_another() -> Result<()> {
+        let node = node().await?;
+        let grpc = node.grpc.context("a gRPC address")?;
+
+        // The probe of item 5: 200 reports, each a new bucket with 1 MiB of junk in its id.
+        let mut probe = Envoy::connect(grpc, ip(2)).await?;
+        for i in 0..200 {
+            let junk = format!("{i:04}{}", "x".repeat(1 << 20));
+            probe.send(vec![usage(
+                &[("name", "api"), ("tenant", "t1"), ("junk", &junk)],
+                1,
+            )])?;
+        }
+        // Then a bucket of its own kind on the same stream: answered, and nothing before it.
+        probe.send(vec![usage(&[("name", "bulk"), ("n", "after")], 1)])?;
+        let first = probe.next(WAIT).await?.context("no answer")??;
+        ensure!(
+            first.bucket_action.len() == 1
+                && first.bucket_action[0].bucket_id.as_ref().is_some_and(|b| b
+                    .bucket
+                    .get("n")
+                    .map(String::as_str)
+                    == Some("after")),
+            "the first answer: {:?}",
+            first
+                .bucket_action
+                .iter()
+                .map(|a| a
+                    .bucket_id
+                    .as_ref()
+                    .map(|b| b.bucket.keys().collect::<Vec<_>>()))
+                .collect::<Vec<_>>()
+        );
+        let text = node.api().get("/metrics").await?.text;
+        let refused = metric(
+            &text,
+            "ringlimit_rlqs_refused_buckets_total{reason=\"id_too_large\"}",
+        );
+        let bytes = metric(&text, "ringlimit_rlqs_bytes");
+        ensure!(refused == 200.0, "refused {refused}, want 200");
+        ensure!(
+            (0.0..100_000.0).contains(&bytes),
+            "the node holds {bytes} bytes of RLQS state after 200 MiB of ids"
+        );
+
+        // The probe of item 6: one client's ten streams of 10,000 buckets fill the node.
+        let mut hog = Vec::new();
+        for s in 0..10 {
+            let e = Envoy::connect(grpc, ip(3)).await?;
+            let usages = (0..10_000)
+                .map(|i| usage(&[("name", "bulk"), ("n", &format!("{s}-{i}"))], 1))
+                .collect();
+            e.send(usages)?;
+            hog.push(e);
+        }
+        wait_until("the node holds 100,000 buckets", WAIT * 4, || async {
+            let text = node.api().get("/metrics").await?.text;
+            Ok(metric(&text, "ringlimit_rlqs_buckets") >= 100_000.0)
+        })
+        .await?;
+        // A well-behaved Envoy's new bucket is admitted (assigned, not abandoned).
+        let mut envoy = Envoy::connect(grpc, ip(4)).await?;
+        envoy.send(vec![usage(&[("name", "bulk"), ("n", "mine")], 1)])?;
+        let got = envoy.action_for("n", "mine", WAIT).await?;
+        ensure!(
+            matches!(got, Some(BucketAction::QuotaAssignmentAction(_))),
+            "the new client's bucket: {got:?}"
+        );
+        let text = node.api().get("/metrics").await?.text;
+        let evicted = metric(&text, "ringlimit_rlqs_evicted_total{what=\"buckets\"}");
+        let clients = metric(&text, "ringlimit_rlqs_clients");
+        ensure!(evicted >= 1.0, "evicted {evicted}");
+        ensure!(clients == 3.0, "clients {clients}");
+        drop(hog);
+
+        // 2^64-1 requests in one report: the stream ends INVALID_ARGUMENT, naming the bound.
+        envoy.send(vec![usage(
+            &[("name", "api"), ("tenant", "acme")],
+            u64::MAX,
+        )])?;
+        let until = tokio::time::Instant::now() + WAIT;
+        let status = loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match envoy.next(left).await? {
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => break status,
+                None => anyhow::bail!("the stream did not end"),
+            }
+        };
+        ensure!(
+            status.code() == tonic::Code::InvalidArgument
+                && status.message().contains("18446744073709551615")
+                && status.message().contains("4294967295"),
+            "{status:?}"
+        );
+        node.stop().await
+    }
 }

@@ -134,7 +134,7 @@ impl Handler for GrpcConnections {
     fn spawn(
         self,
         stream: Stream,
-        _peer: SocketAddr,
+        peer: SocketAddr,
         conn: Arc<Conn>,
         table: Arc<ConnTable>,
         mut stop: watch::Receiver<bool>,
@@ -144,7 +144,10 @@ impl Handler for GrpcConnections {
             let limits = table.limits();
             let service = {
                 let (table, conn, routes) = (table.clone(), conn.clone(), self.routes);
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    // Who calls: RLQS shares its room per client.
+                    req.extensions_mut()
+                        .insert(crate::rlqs::service::ClientAddr(peer));
                     // In flight from here: the connection is not idle (its clock restarts when
                     // the call ends).
                     let guard = table.start_request(&conn);

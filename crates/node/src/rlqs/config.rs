@@ -17,6 +17,7 @@
 //! names the rule's bucket from the id's values (`{name}` placeholders); without it the key
 //! is the id's pairs, sorted, as `k=v,k=v`.
 
+use crate::rules::request_key::bounded_key;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -157,30 +158,29 @@ impl RlqsConfig {
         self.domains.len()
     }
 
-    /// The first entry of `domain` that `id` matches; `None`: abandon the bucket.
-    pub fn matched(&self, domain: &str, id: &HashMap<String, String>) -> Option<Matched> {
+    /// The first entry of `domain` that `id` (its pairs sorted by key, keys distinct)
+    /// matches; `None`: abandon the bucket.
+    pub fn matched(&self, domain: &str, id: &[(String, String)]) -> Option<Matched> {
         let entries = self.domains.get(domain)?;
         let e = entries.iter().find(|e| {
             e.bucket.iter().all(|(k, pattern)| {
-                id.get(k)
-                    .is_some_and(|v| crate::rules::envoy_config::glob(pattern, v))
+                value(id, k).is_some_and(|v| crate::rules::envoy_config::glob(pattern, v))
             })
         })?;
         let target = match &e.target {
             EntryTarget::Blanket(b) => Target::Blanket(*b),
             EntryTarget::Rule { rule, key } => Target::Rule {
                 rule: rule.clone(),
-                key: match key {
+                // Within the rule keys' limit (a long one cut and hashed), so that the owner
+                // takes it.
+                key: bounded_key(match key {
                     Some(template) => render(template, id),
-                    None => {
-                        let sorted: BTreeMap<_, _> = id.iter().collect();
-                        sorted
-                            .iter()
-                            .map(|(k, v)| format!("{k}={v}"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    }
-                },
+                    None => id
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                }),
             },
         };
         Some(Matched {
@@ -253,8 +253,15 @@ fn check_template(t: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The value of `key` in `id` (sorted by key).
+fn value<'a>(id: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    id.binary_search_by(|(k, _)| k.as_str().cmp(key))
+        .ok()
+        .map(|i| id[i].1.as_str())
+}
+
 /// `template` with each `{name}` replaced by the id's value of `name` (empty when absent).
-fn render(template: &str, id: &HashMap<String, String>) -> String {
+fn render(template: &str, id: &[(String, String)]) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -263,7 +270,7 @@ fn render(template: &str, id: &HashMap<String, String>) -> String {
             break;
         };
         let name = &rest[open + 1..open + close];
-        out.push_str(id.get(name).map_or("", String::as_str));
+        out.push_str(value(id, name).unwrap_or(""));
         rest = &rest[open + close + 1..];
     }
     out.push_str(rest);
@@ -290,11 +297,13 @@ domains:
         rule: per_id
 "#;
 
-    fn id(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
+    fn id(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut id: Vec<(String, String)> = pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+            .collect();
+        id.sort();
+        id
     }
 
     #[test]

@@ -84,6 +84,57 @@ impl Collector for RlqsCollector {
             "RLQS streams closed because their Envoy read no assignments (its queue full).",
             load(&s.dropped_streams),
         )?;
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "rlqs_bytes",
+            "Accounted bytes held by the RLQS streams open at this node (streams, bucket ids and keys, abandons not read yet); bounded by the node's RLQS byte budget.",
+            r.bytes() as u64,
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Gauge,
+            "rlqs_clients",
+            "Clients (source addresses) with an RLQS stream open at this node: each may hold its fair share of the node's RLQS budget when it is full.",
+            r.clients() as u64,
+        )?;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "rlqs_refused_buckets",
+            "New RLQS buckets refused, by reason: id_too_large (more pairs or bytes than a bucket id may have; not answered), stream_full (its stream holds its most buckets or bytes), client_share (the node is full and its client holds its fair share); the last two are abandoned.",
+            "reason",
+            &[
+                ("id_too_large", load(&s.refused_id_too_large)),
+                ("stream_full", load(&s.refused_stream_full)),
+                ("client_share", load(&s.refused_client_share)),
+            ],
+        )?;
+        encode_family(
+            &mut e,
+            Kind::Counter,
+            "rlqs_evicted",
+            "What clients over their fair share gave way so that another client's bucket or stream could be admitted while the node's RLQS budget was full: buckets (abandoned) and streams (ended RESOURCE_EXHAUSTED).",
+            "what",
+            &[
+                ("buckets", load(&s.evicted_buckets)),
+                ("streams", load(&s.evicted_streams)),
+            ],
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "rlqs_refused_streams",
+            "RLQS streams refused (RESOURCE_EXHAUSTED) as they opened: the node's RLQS budget was full and their client held its fair share.",
+            load(&s.refused_streams),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "rlqs_invalid_reports",
+            "RLQS usage reports that ended their stream with INVALID_ARGUMENT: no domain or another one than the stream's, a usage without a bucket id, or more requests than an Envoy can count in one reporting interval.",
+            load(&s.invalid_reports),
+        )?;
         let rules: Vec<(String, super::RuleCounts)> = s
             .by_rule
             .lock()

@@ -5,6 +5,7 @@
 //! - [`config`] — `--rlqs-config`: which bucket ids map to which rule, or to a blanket rule.
 //! - [`service`] — the gRPC stream: reports in, assignments out (a thin edge over [`Rlqs`]).
 //! - [`owner`] — the bucket owner's side: each member's streams' shares of a rule's rate.
+//! - [`budget`] — what streams may hold, and which client gives way when the node is full.
 //! - [`Rlqs`] (here) — this node's streams and their buckets, and the task that asks owners
 //!   for shares and pushes them ([`Rlqs::run`]).
 //!
@@ -16,7 +17,31 @@
 //! lapses. A demand is taken at once when it moves by more than chance explains, and smoothed
 //! otherwise ([`SMOOTHING`]), so that a stream whose demand changes gets its share in one
 //! assignment and shares do not flap with one report's noise.
+//!
+//! # Bounds
+//! Envoys are not trusted to keep the node's memory small; what they send is bounded here:
+//! - A bucket id has at most [`MAX_ID_ENTRIES`] pairs and [`MAX_ID_BYTES`] bytes (keys and
+//!   values). A longer one is neither kept nor answered (Envoy matches answers by the whole id,
+//!   so none can be made of part of it, and echoing it would send back what is refused):
+//!   Envoy's bucket stays in its `no_assignment_behavior` and, unanswered, is given up by
+//!   Envoy itself; counted in `ringlimit_rlqs_refused_buckets_total{reason="id_too_large"}`.
+//! - Everything a stream holds is counted in bytes: [`STREAM_BYTES`] for the stream, each
+//!   bucket's id and rule key plus [`BUCKET_BYTES`], each abandon waiting to be read its id
+//!   plus [`ABANDON_BYTES`]. A stream holds at most [`DEFAULT_LIMITS`]`.stream_buckets`
+//!   (10,000) buckets and `.stream_bytes` (16 MiB); the node `.node_buckets` (100,000) and
+//!   `.node_bytes` (128 MiB). Past them new buckets are abandoned.
+//! - The node's room is shared per client (a connection's source address): while the node is
+//!   full, a client within its fair share (the node's limits over the clients holding anything)
+//!   is still admitted, and the client holding the most gives way — its quietest bucket is
+//!   abandoned, or its stream ended with RESOURCE_EXHAUSTED when it holds no bucket. A client at
+//!   its share is refused.
+//! - Answers are the latest action per bucket, kept until the Envoy reads them (never a queue
+//!   of stale ones), sent in messages of at most [`MAX_ANSWER_BYTES`]; an Envoy that reads none
+//!   for [`UNREAD_NS`] loses its stream.
+//! - A usage report may count at most [`MAX_REPORTED_REQUESTS`] requests allowed (and as many
+//!   denied) for a bucket; a larger count ends the stream with INVALID_ARGUMENT.
 
+pub mod budget;
 pub mod config;
 pub mod metrics;
 pub mod owner;
@@ -28,6 +53,7 @@ use crate::engine::Engine;
 use crate::peers::Peers;
 use crate::rules::RuleSpec;
 use arc_swap::ArcSwap;
+use budget::{Admit, Budget, Dim, Limits, Refusal, Use};
 use config::{Blanket, Matched, RlqsConfig, Target};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
     BucketAction, bucket_action,
@@ -41,11 +67,13 @@ use parking_lot::Mutex;
 use ringlimit_core::quota;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::{QuotaAnswer, QuotaAsk, QuotaStream};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Poll, Waker};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 /// How often this node asks owners for its streams' shares (sooner when a bucket is new or a
 /// demand moved).
@@ -72,16 +100,45 @@ const QUIET_NS: u64 = 60_000_000_000;
 const UNKNOWN_DEMAND: f64 = 1e12;
 /// Shortest time a report's counts are taken to span, in seconds.
 const MIN_ELAPSED_S: f64 = 0.1;
-/// Most buckets one stream may report; beyond them new buckets are abandoned.
-pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
-/// Most buckets on all the streams of this node; beyond them new buckets are abandoned (the
-/// node's memory stays bounded whatever Envoys report).
-pub const MAX_BUCKETS: usize = 100_000;
-/// Assignments and abandons queued for one stream; an Envoy that reads none is dropped.
-const QUEUE: usize = 256;
+/// Most pairs in one bucket id: Envoy's `bucket_id_builder` names each, and a handful is usual.
+pub const MAX_ID_ENTRIES: usize = 32;
+/// Most bytes in one bucket id, keys and values: room for a tenant, a path or a token's
+/// subject (Envoy takes values from request headers, which may be far longer).
+pub const MAX_ID_BYTES: usize = 4096;
+/// Most requests one usage report may count for one bucket, allowed or denied. A report counts
+/// the requests of one reporting interval (Envoy reports each bucket every
+/// `reporting_interval`, seconds as a rule); 2³²−1 is over an hour at a million requests a
+/// second, more than one Envoy serves. A larger count is a broken or hostile client.
+pub const MAX_REPORTED_REQUESTS: u64 = u32::MAX as u64;
+/// Accounted bytes of an open stream, beside what it holds (its entry, answer state, task).
+pub const STREAM_BYTES: usize = 2048;
+/// Accounted bytes of a bucket beside its id's and rule key's strings (map entries, the
+/// strings' headers and allocations, its state).
+pub const BUCKET_BYTES: usize = 512;
+/// Accounted bytes of an abandon waiting to be read, beside its id's strings.
+pub const ABANDON_BYTES: usize = 64;
+/// Largest answer message: Envoy's and most gRPC clients' receive limits are at least 4 MiB.
+pub const MAX_ANSWER_BYTES: usize = 1 << 20;
+/// A stream whose Envoy leaves its answers unread for this long is ended.
+const UNREAD_NS: u64 = 30_000_000_000;
+/// Buckets of a stream looked at to choose the one that gives way.
+const EVICT_SAMPLE: usize = 16;
+/// Streams of a client looked at to choose the one that gives way.
+const EVICT_STREAMS: usize = 64;
 
-/// A bucket id's pairs, ordered: how a stream tells its buckets apart.
-type IdKey = BTreeMap<String, String>;
+/// The bounds in force unless [`Rlqs::with_limits`] says otherwise.
+pub const DEFAULT_LIMITS: Limits = Limits {
+    stream_buckets: 10_000,
+    stream_bytes: 16 << 20,
+    node_buckets: 100_000,
+    node_bytes: 128 << 20,
+};
+
+/// A bucket id's pairs, sorted by key (keys are distinct: the id is a map): how a stream tells
+/// its buckets apart (shared by the bucket and its answer waiting to be read). A slice, not a
+/// tree: a few pairs in one allocation.
+type IdKey = Box<[(String, String)]>;
+type Id = Arc<IdKey>;
 
 /// A rule's bucket: (rule, key).
 type RuleBucket = (String, String);
@@ -89,7 +146,7 @@ type RuleBucket = (String, String);
 /// One stream's bucket of a rule, as a round asks for it.
 struct Want {
     stream: u64,
-    id: IdKey,
+    id: Id,
     demand: f64,
     /// Assigned already.
     held: bool,
@@ -111,10 +168,19 @@ enum Strategy {
     TokenBucket(u32, u32, u64),
 }
 
+/// An answer for one bucket, waiting for its Envoy to read it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Act {
+    /// `(strategy, ttl_ns)`.
+    Assign(Strategy, u64),
+    Abandon,
+}
+
 #[derive(Debug)]
 struct Bucket {
-    id: BucketId,
     matched: Option<Matched>,
+    /// Accounted bytes ([`bucket_bytes`]).
+    bytes: usize,
     /// Requests a second, as estimated from the reports after the first.
     demand: f64,
     /// Reports after the first.
@@ -124,9 +190,29 @@ struct Bucket {
 }
 
 struct Stream {
-    tx: mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>,
+    client: IpAddr,
     domain: Option<String>,
-    buckets: HashMap<IdKey, Bucket>,
+    buckets: HashMap<Id, Bucket>,
+    /// What this stream holds, as charged to its client.
+    used: Use,
+    /// Answers not read yet: the latest per bucket.
+    pending: HashMap<Id, Act>,
+    /// Bytes of the pending abandons (in `used`).
+    abandon_bytes: usize,
+    /// Since when answers wait unread.
+    unread_since: Option<u64>,
+    /// Set when the stream is over: its answers end with this once the pending are read (an
+    /// error at once).
+    end: Option<Result<(), tonic::Status>>,
+    waker: Option<Waker>,
+}
+
+/// The streams and what they hold, under one lock.
+struct State {
+    streams: HashMap<u64, Stream>,
+    /// Each client's streams that are not over.
+    by_client: HashMap<IpAddr, HashSet<u64>>,
+    budget: Budget,
 }
 
 /// Counters, for metrics.
@@ -139,6 +225,20 @@ pub struct RlqsStats {
     pub expired_on_stop: AtomicU64,
     pub owner_unreachable: AtomicU64,
     pub dropped_streams: AtomicU64,
+    /// New buckets refused: the id over [`MAX_ID_BYTES`] or [`MAX_ID_ENTRIES`].
+    pub refused_id_too_large: AtomicU64,
+    /// New buckets refused: their stream holds its most buckets or bytes.
+    pub refused_stream_full: AtomicU64,
+    /// New buckets refused: the node is full and their client holds its fair share.
+    pub refused_client_share: AtomicU64,
+    /// Buckets abandoned so that another client's could be admitted.
+    pub evicted_buckets: AtomicU64,
+    /// Streams ended (RESOURCE_EXHAUSTED) so that another client's could be admitted, or
+    /// refused at their opening.
+    pub evicted_streams: AtomicU64,
+    pub refused_streams: AtomicU64,
+    /// Reports that ended their stream (INVALID_ARGUMENT), by why.
+    pub invalid_reports: AtomicU64,
     /// Per rule: requests reported allowed and denied, and the rule's rate per second.
     pub by_rule: Mutex<HashMap<String, RuleCounts>>,
 }
@@ -157,17 +257,14 @@ pub struct Rlqs {
     pub owner: Arc<QuotaOwner>,
     pub stats: Arc<RlqsStats>,
     engine: Arc<Engine>,
-    streams: Mutex<HashMap<u64, Stream>>,
+    state: Mutex<State>,
     next_id: AtomicU64,
     wake: Notify,
     stopping: AtomicBool,
     /// The rule buckets asked for in the last round: one no stream here reports any more is
     /// given up at its owner (an ask with no streams) instead of holding its share until the
     /// owner forgets this node.
-    asked: Mutex<std::collections::HashSet<RuleBucket>>,
-    /// Buckets on all streams (kept with every insert and removal, checked against
-    /// [`MAX_BUCKETS`]).
-    bucket_count: std::sync::atomic::AtomicUsize,
+    asked: Mutex<HashSet<RuleBucket>>,
 }
 
 /// Why a report ended its stream.
@@ -179,90 +276,437 @@ pub enum ReportError {
     OtherDomain(String, String),
     #[error("a usage report has no bucket_id, or an empty one")]
     NoBucketId,
+    #[error(
+        "a usage report counts {count} requests {what} for one bucket: more than any Envoy \
+         counts in one reporting interval (at most {MAX_REPORTED_REQUESTS})"
+    )]
+    TooManyRequests { what: &'static str, count: u64 },
     #[error("the node is stopping: connect to another")]
     Stopping,
+    #[error("the stream is over")]
+    Ended,
+}
+
+/// Why a stream was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("the node is stopping: connect to another")]
+    Stopping,
+    #[error(
+        "this node holds all the RLQS state it may, and this client (its source address) its \
+         fair share: close a stream, or connect to another node"
+    )]
+    Full,
+}
+
+/// The bytes of an id's keys and values.
+fn id_bytes<'a>(pairs: impl IntoIterator<Item = (&'a String, &'a String)>) -> usize {
+    pairs
+        .into_iter()
+        .map(|(k, v)| k.len().saturating_add(v.len()))
+        .fold(0, usize::saturating_add)
+}
+
+/// [`id_bytes`] of a kept id.
+fn key_bytes(id: &IdKey) -> usize {
+    id_bytes(id.iter().map(|(k, v)| (k, v)))
+}
+
+/// What a bucket of `id` matched as `matched` is charged.
+fn bucket_bytes(id: &IdKey, matched: Option<&Matched>) -> usize {
+    let rule = match matched.map(|m| &m.target) {
+        Some(Target::Rule { rule, key }) => rule.len() + key.len(),
+        _ => 0,
+    };
+    BUCKET_BYTES + key_bytes(id) + rule
+}
+
+/// What an abandon of `id` waiting to be read is charged.
+fn abandon_bytes(id: &IdKey) -> usize {
+    ABANDON_BYTES + key_bytes(id)
+}
+
+impl Stream {
+    /// Keeps `act` for `id` until the Envoy reads it (replacing what was waiting for it).
+    fn queue(&mut self, id: Id, act: Act, now: u64) {
+        self.pending.insert(id, act);
+        self.unread_since.get_or_insert(now);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl State {
+    /// Forgets an abandon of `id` waiting on `stream` (the Envoy subscribes to it again, or it
+    /// gives way), its bytes given back.
+    fn unqueue_abandon(&mut self, stream: u64, id: &IdKey) {
+        let Some(s) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        if s.pending.get(id) == Some(&Act::Abandon) {
+            s.pending.remove(id);
+            let b = abandon_bytes(id);
+            s.abandon_bytes = s.abandon_bytes.saturating_sub(b);
+            s.used = s.used.minus(Use::bytes(b));
+            self.budget.sub(s.client, Use::bytes(b));
+        }
+    }
+
+    /// Tells `stream`'s Envoy to abandon `id`, if there is room for it to wait (else whatever
+    /// waited for `id` is dropped: the Envoy reports the bucket again, or its assignment lapses).
+    /// Nobody gives way for an abandon.
+    fn abandon(&mut self, stream: u64, id: Id, now: u64) -> bool {
+        let Some(s) = self.streams.get_mut(&stream) else {
+            return false;
+        };
+        if s.pending.get(&*id) == Some(&Act::Abandon) {
+            return true;
+        }
+        let cost = Use::bytes(abandon_bytes(&id));
+        if s.end.is_some() || !self.budget.fits(s.used, cost) {
+            s.pending.remove(&*id);
+            return false;
+        }
+        s.used = s.used.plus(cost);
+        s.abandon_bytes += cost.bytes;
+        self.budget.add(s.client, cost);
+        s.queue(id, Act::Abandon, now);
+        true
+    }
+
+    /// Removes `stream`'s bucket `id`, its bytes given back (no answer).
+    fn remove_bucket(&mut self, stream: u64, id: &IdKey) -> Option<Bucket> {
+        let s = self.streams.get_mut(&stream)?;
+        let b = s.buckets.remove(id)?;
+        let cost = Use {
+            buckets: 1,
+            bytes: b.bytes,
+        };
+        s.used = s.used.minus(cost);
+        self.budget.sub(s.client, cost);
+        Some(b)
+    }
+
+    /// Ends `stream`: everything it holds given back, its answers ended with `end` (pending
+    /// ones first when it is `Ok`).
+    fn end(&mut self, stream: u64, end: Result<(), tonic::Status>, keep_pending: bool) {
+        let Some(s) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        if s.end.is_none() {
+            s.end = Some(end);
+        }
+        s.buckets = HashMap::new();
+        if !keep_pending {
+            s.pending = HashMap::new();
+        }
+        s.abandon_bytes = 0;
+        self.budget.sub(s.client, s.used);
+        s.used = Use::default();
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+        let client = s.client;
+        if let Some(set) = self.by_client.get_mut(&client) {
+            set.remove(&stream);
+            if set.is_empty() {
+                self.by_client.remove(&client);
+            }
+        }
+    }
+
+    /// Forgets `stream` (its answers are over).
+    fn forget(&mut self, stream: u64) {
+        self.end(stream, Ok(()), false);
+        self.streams.remove(&stream);
+    }
+
+    /// Makes `victim` give way in `dim`: from its stream holding the most, its abandons
+    /// waiting to be read are dropped (bytes), or its quietest (buckets) or largest (bytes)
+    /// bucket is abandoned, or, holding neither, the stream is ended. `false`: nothing to take.
+    fn evict(&mut self, victim: IpAddr, dim: Dim, stats: &RlqsStats, now: u64) -> bool {
+        let measure = |s: &Stream| match dim {
+            Dim::Buckets => s.used.buckets,
+            Dim::Bytes => s.used.bytes,
+        };
+        let Some(stream) = self.by_client.get(&victim).and_then(|set| {
+            set.iter()
+                .take(EVICT_STREAMS)
+                .filter_map(|id| Some((*id, measure(self.streams.get(id)?))))
+                .max_by_key(|(_, m)| *m)
+                .map(|(id, _)| id)
+        }) else {
+            return false;
+        };
+        let Some(s) = self.streams.get_mut(&stream) else {
+            return false;
+        };
+        if dim == Dim::Bytes && s.abandon_bytes > 0 {
+            s.pending.retain(|_, act| *act != Act::Abandon);
+            let freed = Use::bytes(s.abandon_bytes);
+            s.abandon_bytes = 0;
+            s.used = s.used.minus(freed);
+            self.budget.sub(victim, freed);
+            return true;
+        }
+        let chosen = s
+            .buckets
+            .iter()
+            .take(EVICT_SAMPLE)
+            .max_by_key(|(_, b)| match dim {
+                // The quietest.
+                Dim::Buckets => u64::MAX - b.last_request_ns,
+                Dim::Bytes => b.bytes as u64,
+            })
+            .map(|(id, _)| id.clone());
+        match chosen {
+            Some(id) => {
+                self.remove_bucket(stream, &id);
+                self.abandon(stream, id, now);
+                stats.evicted_buckets.fetch_add(1, Ordering::Relaxed);
+                stats.abandons.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.end(
+                    stream,
+                    Err(tonic::Status::resource_exhausted(
+                        "this node's RLQS state is full and this client (its source address) \
+                         holds more than its fair share: this stream gives way to another \
+                         client's",
+                    )),
+                    false,
+                );
+                stats.evicted_streams.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    /// Room for `cost` on `client`'s `stream` (`None`: a new stream), clients over their share
+    /// giving way when the node is full.
+    fn admit(
+        &mut self,
+        client: IpAddr,
+        stream: Option<u64>,
+        cost: Use,
+        stats: &RlqsStats,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        // Each round takes at least a bucket or bytes from a client over its share; the bound
+        // only guards against a mistake here.
+        for _ in 0..1_000 {
+            let held = match stream {
+                Some(id) => Some(self.streams.get(&id).map_or_else(Use::default, |s| s.used)),
+                None => None,
+            };
+            match self.budget.admit(client, held, cost) {
+                Admit::Yes => return Ok(()),
+                Admit::Refused(r) => return Err(r),
+                Admit::Evict(victim, dim) => {
+                    if !self.evict(victim, dim, stats, now) {
+                        return Err(Refusal::Share);
+                    }
+                }
+            }
+        }
+        Err(Refusal::Share)
+    }
 }
 
 impl Rlqs {
     pub fn new(config: Arc<ArcSwap<RlqsConfig>>, engine: Arc<Engine>) -> Self {
+        Self::with_limits(config, engine, DEFAULT_LIMITS)
+    }
+
+    /// [`Rlqs::new`] with other bounds than [`DEFAULT_LIMITS`].
+    pub fn with_limits(
+        config: Arc<ArcSwap<RlqsConfig>>,
+        engine: Arc<Engine>,
+        limits: Limits,
+    ) -> Self {
         Self {
             config,
             owner: Arc::new(QuotaOwner::new(engine.clone())),
             stats: Arc::new(RlqsStats::default()),
             engine,
-            streams: Mutex::new(HashMap::new()),
+            state: Mutex::new(State {
+                streams: HashMap::new(),
+                by_client: HashMap::new(),
+                budget: Budget::new(limits),
+            }),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
             stopping: AtomicBool::new(false),
-            asked: Mutex::new(std::collections::HashSet::new()),
-            bucket_count: std::sync::atomic::AtomicUsize::new(0),
+            asked: Mutex::new(HashSet::new()),
         }
     }
 
-    /// Streams open here.
+    /// Streams open here (not over).
     pub fn streams(&self) -> usize {
-        self.streams.lock().len()
+        self.state
+            .lock()
+            .streams
+            .values()
+            .filter(|s| s.end.is_none())
+            .count()
     }
 
-    /// Buckets reported on the streams open here.
+    /// Buckets held by the streams open here.
     pub fn buckets(&self) -> usize {
-        self.bucket_count.load(Ordering::Relaxed)
+        self.state.lock().budget.total().buckets
     }
 
-    /// Removes a stream (its sender dropped: its answers end), its buckets uncounted.
-    fn remove(&self, streams: &mut HashMap<u64, Stream>, stream: u64) -> Option<Stream> {
-        let s = streams.remove(&stream)?;
-        self.bucket_count
-            .fetch_sub(s.buckets.len(), Ordering::Relaxed);
-        Some(s)
+    /// Accounted bytes held by the streams open here (streams, buckets, abandons not read).
+    pub fn bytes(&self) -> usize {
+        self.state.lock().budget.total().bytes
     }
 
-    /// A new stream, answered on `tx`; `None` while the node stops.
-    pub fn open(
-        &self,
-        tx: mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>,
-    ) -> Option<u64> {
+    /// Clients (source addresses) holding a stream here.
+    pub fn clients(&self) -> usize {
+        self.state.lock().budget.clients()
+    }
+
+    /// A new stream of `client` (the connection's source address).
+    pub fn open(&self, client: IpAddr) -> Result<u64, OpenError> {
         if self.stopping.load(Ordering::Relaxed) {
-            return None;
+            return Err(OpenError::Stopping);
+        }
+        let now = self.engine.clock().now();
+        let cost = Use::bytes(STREAM_BYTES);
+        let mut st = self.state.lock();
+        if st.admit(client, None, cost, &self.stats, now).is_err() {
+            self.stats.refused_streams.fetch_add(1, Ordering::Relaxed);
+            return Err(OpenError::Full);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.streams.lock().insert(
+        st.streams.insert(
             id,
             Stream {
-                tx,
+                client,
                 domain: None,
                 buckets: HashMap::new(),
+                used: cost,
+                pending: HashMap::new(),
+                abandon_bytes: 0,
+                unread_since: None,
+                end: None,
+                waker: None,
             },
         );
-        Some(id)
+        st.budget.add(client, cost);
+        st.by_client.entry(client).or_default().insert(id);
+        Ok(id)
     }
 
-    /// The stream ended (its Envoy went away).
+    /// The Envoy closed its side of the stream: its answers end.
     pub fn close(&self, stream: u64) {
-        self.remove(&mut self.streams.lock(), stream);
+        self.state.lock().end(stream, Ok(()), false);
     }
 
     /// Ends the stream with `status` (an invalid report).
     pub fn fail(&self, stream: u64, status: tonic::Status) {
-        if let Some(s) = self.remove(&mut self.streams.lock(), stream) {
-            let _ = s.tx.try_send(Err(status));
+        self.state.lock().end(stream, Err(status), false);
+    }
+
+    /// The stream's answers are no longer read (the call is over): forgotten.
+    pub fn forget(&self, stream: u64) {
+        self.state.lock().forget(stream);
+    }
+
+    /// The next answer of `stream`: its waiting actions (at most [`MAX_ANSWER_BYTES`]), its
+    /// end, or `Pending` (`waker` woken when there is more).
+    pub fn poll_answer(
+        &self,
+        stream: u64,
+        waker: &Waker,
+    ) -> Poll<Option<Result<RateLimitQuotaResponse, tonic::Status>>> {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let Some(s) = st.streams.get_mut(&stream) else {
+            return Poll::Ready(None);
+        };
+        if matches!(s.end, Some(Err(_))) {
+            // Ended with an error: nothing it held is charged any more; the status is the last
+            // answer.
+            let status = match st.streams.remove(&stream).and_then(|s| s.end) {
+                Some(Err(status)) => status,
+                _ => tonic::Status::internal("the stream ended"),
+            };
+            return Poll::Ready(Some(Err(status)));
         }
+        if s.pending.is_empty() {
+            if s.end.is_some() {
+                st.forget(stream);
+                return Poll::Ready(None);
+            }
+            s.waker = Some(waker.clone());
+            return Poll::Pending;
+        }
+        let mut size = 0;
+        let mut taken = Vec::new();
+        for (id, act) in &s.pending {
+            let action = action(id, *act);
+            let len = prost::Message::encoded_len(&action) + 8;
+            if !taken.is_empty() && size + len > MAX_ANSWER_BYTES {
+                break;
+            }
+            size += len;
+            taken.push((id.clone(), action));
+        }
+        let mut freed = 0;
+        let mut bucket_action = Vec::with_capacity(taken.len());
+        for (id, action) in taken {
+            if s.pending.remove(&id) == Some(Act::Abandon) {
+                freed += abandon_bytes(&id);
+            }
+            bucket_action.push(action);
+        }
+        // Only what is still charged (a stream that ended gave everything back).
+        let freed = freed.min(s.abandon_bytes);
+        s.abandon_bytes -= freed;
+        s.used = s.used.minus(Use::bytes(freed));
+        s.unread_since = if s.pending.is_empty() {
+            None
+        } else {
+            Some(self.engine.clock().now())
+        };
+        let client = s.client;
+        st.budget.sub(client, Use::bytes(freed));
+        Poll::Ready(Some(Ok(RateLimitQuotaResponse { bucket_action })))
     }
 
     /// Takes one report of `stream`: new buckets are matched, blanket and unmatched ones are
-    /// answered at once, and the owners are asked for new rule buckets' shares.
+    /// answered at once, and the owners are asked for new rule buckets' shares. A report with
+    /// an error changes nothing.
     pub fn report(&self, stream: u64, r: RateLimitQuotaUsageReports) -> Result<(), ReportError> {
+        let result = self.take(stream, r);
+        if let Err(
+            ReportError::NoDomain
+            | ReportError::OtherDomain(..)
+            | ReportError::NoBucketId
+            | ReportError::TooManyRequests { .. },
+        ) = &result
+        {
+            self.stats.invalid_reports.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn take(&self, stream: u64, r: RateLimitQuotaUsageReports) -> Result<(), ReportError> {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(ReportError::Stopping);
         }
+        check(&r)?;
         let now = self.engine.clock().now();
         let config = self.config.load();
         let mut wake = false;
-        let mut actions = Vec::new();
-        let mut streams = self.streams.lock();
-        let Some(s) = streams.get_mut(&stream) else {
-            return Ok(());
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let Some(s) = st.streams.get_mut(&stream).filter(|s| s.end.is_none()) else {
+            return Err(ReportError::Ended);
         };
+        let client = s.client;
         let domain = match (&s.domain, r.domain.as_str()) {
             (None, "") => return Err(ReportError::NoDomain),
             (None, d) => {
@@ -276,17 +720,21 @@ impl Rlqs {
         };
         let mut by_rule = self.stats.by_rule.lock();
         for usage in r.bucket_quota_usages {
-            let Some(id) = usage.bucket_id.filter(|b| !b.bucket.is_empty()) else {
-                return Err(ReportError::NoBucketId);
+            let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
+            let Some(id) = usage.bucket_id else {
+                continue;
             };
-            let key: IdKey = id
-                .bucket
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let requests = usage
-                .num_requests_allowed
-                .saturating_add(usage.num_requests_denied);
+            if id.bucket.len() > MAX_ID_ENTRIES || id_bytes(&id.bucket) > MAX_ID_BYTES {
+                // Not kept, not answered: see the module's doc.
+                self.stats
+                    .refused_id_too_large
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let mut key: Vec<(String, String)> = id.bucket.into_iter().collect();
+            key.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let key: IdKey = key.into_boxed_slice();
+            let requests = allowed.saturating_add(denied);
             let elapsed_s = usage
                 .time_elapsed
                 .map(|d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
@@ -296,80 +744,94 @@ impl Rlqs {
                 .map(|s| s.max(MIN_ELAPSED_S))
                 .unwrap_or(1.0);
             let demand = requests as f64 / elapsed_s;
-            match s.buckets.get_mut(&key) {
-                Some(b) => {
-                    if requests > 0 {
-                        b.last_request_ns = now;
-                    }
-                    let moved = (demand - b.demand).abs() > MOVED * b.demand.max(1.0);
-                    // A move beyond what chance explains (three standard deviations of a
-                    // Poisson count) is a change of demand: taken whole. Within it, noise:
-                    // smoothed (taking each rise whole held quiet streams' shares above their
-                    // use, lost to the others).
-                    let expected = b.demand * elapsed_s;
-                    let changed =
-                        (requests as f64 - expected).abs() > 3.0 * expected.max(1.0).sqrt();
-                    if b.reports == 0 || changed {
-                        b.demand = demand;
-                    } else {
-                        b.demand += SMOOTHING * (demand - b.demand);
-                    }
-                    b.reports = b.reports.saturating_add(1);
-                    if let Some(Matched {
-                        target: Target::Rule { rule, .. },
-                        ..
-                    }) = &b.matched
-                    {
-                        let c = by_rule.entry(rule.clone()).or_default();
-                        c.allowed += usage.num_requests_allowed;
-                        c.denied += usage.num_requests_denied;
-                        wake |= moved;
-                    }
+            let Some(s) = st.streams.get_mut(&stream) else {
+                break;
+            };
+            if let Some(b) = s.buckets.get_mut(&key) {
+                if requests > 0 {
+                    b.last_request_ns = now;
                 }
-                None => {
-                    let matched = config.matched(&domain, &id.bucket);
-                    let full = s.buckets.len() >= MAX_BUCKETS_PER_STREAM
-                        || self.bucket_count.load(Ordering::Relaxed) >= MAX_BUCKETS;
-                    if full || matched.is_none() {
-                        actions.push(abandon(id));
-                        self.stats.abandons.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    let mut b = Bucket {
-                        id,
-                        matched,
-                        // Unknown: a new bucket's first report comes with its first request.
-                        // Until its first periodic report it asks for an equal part (with
-                        // none, an Envoy that reconnected got a trickle for a second).
-                        demand: UNKNOWN_DEMAND,
-                        reports: 0,
-                        last_request_ns: now,
-                        sent: None,
-                    };
-                    match b.matched.as_ref().map(|m| &m.target) {
-                        Some(Target::Blanket(blanket)) => {
-                            let strategy = Strategy::Blanket(*blanket);
-                            actions.push(self.assign(&mut b, strategy, 0.0, now));
-                        }
-                        Some(Target::Rule { rule, .. }) => {
-                            let c = by_rule.entry(rule.clone()).or_default();
-                            c.allowed += usage.num_requests_allowed;
-                            c.denied += usage.num_requests_denied;
-                            wake = true;
-                        }
-                        None => {}
-                    }
-                    s.buckets.insert(key, b);
-                    self.bucket_count.fetch_add(1, Ordering::Relaxed);
+                let moved = (demand - b.demand).abs() > MOVED * b.demand.max(1.0);
+                // A move beyond what chance explains (three standard deviations of a
+                // Poisson count) is a change of demand: taken whole. Within it, noise:
+                // smoothed (taking each rise whole held quiet streams' shares above their
+                // use, lost to the others).
+                let expected = b.demand * elapsed_s;
+                let changed = (requests as f64 - expected).abs() > 3.0 * expected.max(1.0).sqrt();
+                if b.reports == 0 || changed {
+                    b.demand = demand;
+                } else {
+                    b.demand += SMOOTHING * (demand - b.demand);
                 }
+                b.reports = b.reports.saturating_add(1);
+                if let Some(Matched {
+                    target: Target::Rule { rule, .. },
+                    ..
+                }) = &b.matched
+                {
+                    by_rule
+                        .entry(rule.clone())
+                        .or_default()
+                        .add(allowed, denied);
+                    wake |= moved;
+                }
+                continue;
             }
+            let id: Id = Arc::new(key);
+            // An abandon not read yet is stale: the Envoy subscribes to the bucket again.
+            st.unqueue_abandon(stream, &id);
+            let Some(matched) = config.matched(&domain, &id) else {
+                st.abandon(stream, id, now);
+                self.stats.abandons.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let bytes = bucket_bytes(&id, Some(&matched));
+            let cost = Use { buckets: 1, bytes };
+            if let Err(refusal) = st.admit(client, Some(stream), cost, &self.stats, now) {
+                let counter = match refusal {
+                    Refusal::Stream => &self.stats.refused_stream_full,
+                    Refusal::Share => &self.stats.refused_client_share,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                st.abandon(stream, id, now);
+                self.stats.abandons.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some(s) = st.streams.get_mut(&stream) else {
+                break;
+            };
+            let mut b = Bucket {
+                matched: Some(matched),
+                bytes,
+                // Unknown: a new bucket's first report comes with its first request.
+                // Until its first periodic report it asks for an equal part (with
+                // none, an Envoy that reconnected got a trickle for a second).
+                demand: UNKNOWN_DEMAND,
+                reports: 0,
+                last_request_ns: now,
+                sent: None,
+            };
+            match b.matched.as_ref().map(|m| &m.target) {
+                Some(Target::Blanket(blanket)) => {
+                    let strategy = Strategy::Blanket(*blanket);
+                    let act = self.assign(&mut b, strategy, 0.0, now);
+                    s.queue(id.clone(), act, now);
+                }
+                Some(Target::Rule { rule, .. }) => {
+                    by_rule
+                        .entry(rule.clone())
+                        .or_default()
+                        .add(allowed, denied);
+                    wake = true;
+                }
+                None => {}
+            }
+            s.buckets.insert(id, b);
+            s.used = s.used.plus(cost);
+            st.budget.add(client, cost);
         }
         drop(by_rule);
-        if !actions.is_empty() && !push(s, actions) {
-            self.remove(&mut streams, stream);
-            self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
-        }
-        drop(streams);
+        drop(guard);
         if wake {
             self.wake.notify_one();
         }
@@ -377,7 +839,7 @@ impl Rlqs {
     }
 
     /// An assignment of `strategy` for `b`, remembered as sent, counted.
-    fn assign(&self, b: &mut Bucket, strategy: Strategy, rate: f64, now: u64) -> BucketAction {
+    fn assign(&self, b: &mut Bucket, strategy: Strategy, rate: f64, now: u64) -> Act {
         let ttl_ns = b
             .matched
             .as_ref()
@@ -393,7 +855,7 @@ impl Rlqs {
             rate,
             at_ns: now,
         });
-        assignment(b.id.clone(), strategy, ttl_ns)
+        Act::Assign(strategy, ttl_ns)
     }
 
     /// Asks owners for shares and pushes assignments, every [`ASK_EVERY`] and whenever a
@@ -412,83 +874,106 @@ impl Rlqs {
         }
     }
 
-    /// One round: every rule bucket's streams asked of its owner, the answers pushed.
-    async fn round(&self, peers: &Peers, view: &View) {
-        let now = self.engine.clock().now();
+    /// Each stream's buckets looked over: quiet ones and those no entry matches any more are
+    /// abandoned, blanket ones refreshed, streams whose Envoy reads nothing ended; returns the
+    /// rule buckets and their streams, to ask their owners for.
+    fn sweep(&self, now: u64) -> HashMap<RuleBucket, Vec<Want>> {
         let config = self.config.load();
-        // (rule, key) → its streams: (stream, id key, demand, held).
         let mut wanted: HashMap<RuleBucket, Vec<Want>> = HashMap::new();
-        {
-            let mut streams = self.streams.lock();
-            let mut dropped = Vec::new();
-            for (sid, s) in streams.iter_mut() {
-                let mut actions = Vec::new();
-                let domain = s.domain.clone().unwrap_or_default();
-                let before = s.buckets.len();
-                s.buckets.retain(|_, b| {
-                    if now.saturating_sub(b.last_request_ns) > QUIET_NS {
-                        actions.push(abandon(b.id.clone()));
-                        self.stats.abandons.fetch_add(1, Ordering::Relaxed);
-                        return false;
-                    }
-                    // The configuration may have changed since the bucket was matched.
-                    let matched = config.matched(&domain, &b.id.bucket);
-                    if matched != b.matched {
-                        b.matched = matched;
-                        b.sent = None;
-                    }
-                    match b.matched.as_ref().map(|m| (&m.target, m.ttl_ns)) {
-                        None => {
-                            actions.push(abandon(b.id.clone()));
-                            self.stats.abandons.fetch_add(1, Ordering::Relaxed);
-                            false
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let ids: Vec<u64> = st.streams.keys().copied().collect();
+        for sid in ids {
+            let Some(s) = st.streams.get_mut(&sid) else {
+                continue;
+            };
+            if s.end.is_some() {
+                continue;
+            }
+            if s.unread_since
+                .is_some_and(|t| now.saturating_sub(t) > UNREAD_NS)
+            {
+                st.end(
+                    sid,
+                    Err(tonic::Status::resource_exhausted(
+                        "the Envoy read none of this stream's answers for 30 s",
+                    )),
+                    false,
+                );
+                self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let domain = s.domain.clone().unwrap_or_default();
+            let mut gone: Vec<Id> = Vec::new();
+            let mut acts: Vec<(Id, Act)> = Vec::new();
+            let (mut grew, mut shrank) = (0usize, 0usize);
+            for (id, b) in &mut s.buckets {
+                if now.saturating_sub(b.last_request_ns) > QUIET_NS {
+                    gone.push(id.clone());
+                    continue;
+                }
+                // The configuration may have changed since the bucket was matched.
+                let matched = config.matched(&domain, id);
+                if matched != b.matched {
+                    let bytes = bucket_bytes(id, matched.as_ref());
+                    grew += bytes.saturating_sub(b.bytes);
+                    shrank += b.bytes.saturating_sub(bytes);
+                    b.bytes = bytes;
+                    b.matched = matched;
+                    b.sent = None;
+                }
+                match b.matched.as_ref().map(|m| (&m.target, m.ttl_ns)) {
+                    None => gone.push(id.clone()),
+                    Some((Target::Blanket(blanket), ttl_ns)) => {
+                        let due = b
+                            .sent
+                            .as_ref()
+                            .is_none_or(|sent| now.saturating_sub(sent.at_ns) > ttl_ns / 2);
+                        if due {
+                            let strategy = Strategy::Blanket(*blanket);
+                            acts.push((id.clone(), self.assign(b, strategy, 0.0, now)));
                         }
-                        Some((Target::Blanket(blanket), ttl_ns)) => {
-                            let due = b
-                                .sent
-                                .as_ref()
-                                .is_none_or(|sent| now.saturating_sub(sent.at_ns) > ttl_ns / 2);
-                            if due {
-                                let strategy = Strategy::Blanket(*blanket);
-                                actions.push(self.assign(b, strategy, 0.0, now));
-                            }
-                            true
-                        }
-                        Some((Target::Rule { .. }, _)) => true,
                     }
-                });
-                self.bucket_count
-                    .fetch_sub(before - s.buckets.len(), Ordering::Relaxed);
-                for (key, b) in &s.buckets {
-                    if let Some(Matched {
-                        target:
-                            Target::Rule {
-                                rule,
-                                key: rule_key,
-                            },
-                        ..
-                    }) = &b.matched
-                    {
+                    Some((
+                        Target::Rule {
+                            rule,
+                            key: rule_key,
+                        },
+                        _,
+                    )) => {
                         wanted
                             .entry((rule.clone(), rule_key.clone()))
                             .or_default()
                             .push(Want {
-                                stream: *sid,
-                                id: key.clone(),
+                                stream: sid,
+                                id: id.clone(),
                                 demand: b.demand,
                                 held: b.sent.is_some(),
                             });
                     }
                 }
-                if !actions.is_empty() && !push(s, actions) {
-                    dropped.push(*sid);
-                }
             }
-            for sid in dropped {
-                self.remove(&mut streams, sid);
-                self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
+            // A reload may make keys longer: charged as they are (new buckets wait for room).
+            s.used.bytes = (s.used.bytes + grew).saturating_sub(shrank);
+            let client = s.client;
+            for (id, act) in acts {
+                s.queue(id, act, now);
+            }
+            st.budget.add(client, Use::bytes(grew));
+            st.budget.sub(client, Use::bytes(shrank));
+            for id in gone {
+                st.remove_bucket(sid, &id);
+                st.abandon(sid, id, now);
+                self.stats.abandons.fetch_add(1, Ordering::Relaxed);
             }
         }
+        wanted
+    }
+
+    /// One round: every rule bucket's streams asked of its owner, the answers pushed.
+    async fn round(&self, peers: &Peers, view: &View) {
+        let now = self.engine.clock().now();
+        let wanted = self.sweep(now);
         // Asks grouped by owner; this node's own answered here.
         let mut by_owner: HashMap<Option<Arc<str>>, Vec<(RuleBucket, QuotaAsk)>> = HashMap::new();
         // Each rule bucket's rate, for streams no owner answers.
@@ -570,8 +1055,8 @@ impl Rlqs {
         }
         // Push what changed.
         let now = self.engine.clock().now();
-        let mut streams = self.streams.lock();
-        let mut per_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
+        let mut guard = self.state.lock();
+        let streams = &mut guard.streams;
         for (name, answer) in answers {
             let Some(members_streams) = wanted.get(&name) else {
                 continue;
@@ -599,10 +1084,10 @@ impl Rlqs {
             for (want, rate) in members_streams.iter().zip(rates) {
                 let Some(rate) = rate else { continue };
                 let sid = &want.stream;
-                let Some(b) = streams
-                    .get_mut(sid)
-                    .and_then(|s| s.buckets.get_mut(&want.id))
-                else {
+                let Some(s) = streams.get_mut(sid).filter(|s| s.end.is_none()) else {
+                    continue;
+                };
+                let Some(b) = s.buckets.get_mut(&want.id) else {
                     continue;
                 };
                 let (ttl_ns, burst_ns) = b
@@ -639,55 +1124,77 @@ impl Rlqs {
                     }
                 };
                 if let Some((strategy, rate)) = action {
-                    let a = self.assign(b, strategy, rate, now);
-                    per_stream.entry(*sid).or_default().push(a);
+                    let act = self.assign(b, strategy, rate, now);
+                    s.queue(want.id.clone(), act, now);
                 }
-            }
-        }
-        for (sid, actions) in per_stream {
-            let ok = streams.get_mut(&sid).is_none_or(|s| push(s, actions));
-            if !ok {
-                self.remove(&mut streams, sid);
-                self.stats.dropped_streams.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
     /// Before the node stops: every assignment ended (TTL 0) on every stream, and the streams
-    /// closed, so that Envoys fall back and connect to another node.
+    /// closed once their Envoys read that, so that Envoys fall back and connect to another node.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        let mut streams = self.streams.lock();
-        self.bucket_count.store(0, Ordering::Relaxed);
-        for (_, s) in streams.drain() {
-            let actions: Vec<BucketAction> = s
+        let now = self.engine.clock().now();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let ids: Vec<u64> = st.streams.keys().copied().collect();
+        for sid in ids {
+            let Some(s) = st.streams.get_mut(&sid).filter(|s| s.end.is_none()) else {
+                continue;
+            };
+            s.pending.clear();
+            let ended: Vec<(Id, Act)> = s
                 .buckets
-                .values()
-                .filter_map(|b| {
-                    let sent = b.sent.as_ref()?;
-                    Some(assignment(b.id.clone(), sent.strategy, 0))
-                })
+                .iter()
+                .filter_map(|(id, b)| Some((id.clone(), Act::Assign(b.sent.as_ref()?.strategy, 0))))
                 .collect();
             self.stats
                 .expired_on_stop
-                .fetch_add(actions.len() as u64, Ordering::Relaxed);
-            if !actions.is_empty() {
-                let _ = s.tx.try_send(Ok(RateLimitQuotaResponse {
-                    bucket_action: actions,
-                }));
+                .fetch_add(ended.len() as u64, Ordering::Relaxed);
+            for (id, act) in ended {
+                s.queue(id, act, now);
             }
-            // Dropping the sender ends the response stream (status OK).
+            st.end(sid, Ok(()), true);
         }
     }
 }
 
-/// Queues `actions` for the stream; `false` when its Envoy reads nothing (queue full) or is
-/// gone.
-fn push(s: &Stream, actions: Vec<BucketAction>) -> bool {
-    s.tx.try_send(Ok(RateLimitQuotaResponse {
-        bucket_action: actions,
-    }))
-    .is_ok()
+impl RuleCounts {
+    /// Adds a report's counts (bounded by [`MAX_REPORTED_REQUESTS`]; saturating all the same).
+    fn add(&mut self, allowed: u64, denied: u64) {
+        self.allowed = self.allowed.saturating_add(allowed);
+        self.denied = self.denied.saturating_add(denied);
+    }
+}
+
+/// A report's faults, found before any of it is taken.
+fn check(r: &RateLimitQuotaUsageReports) -> Result<(), ReportError> {
+    for usage in &r.bucket_quota_usages {
+        if usage.bucket_id.as_ref().is_none_or(|b| b.bucket.is_empty()) {
+            return Err(ReportError::NoBucketId);
+        }
+        for (what, count) in [
+            ("allowed", usage.num_requests_allowed),
+            ("denied", usage.num_requests_denied),
+        ] {
+            if count > MAX_REPORTED_REQUESTS {
+                return Err(ReportError::TooManyRequests { what, count });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The answer `act` for `id`.
+fn action(id: &IdKey, act: Act) -> BucketAction {
+    let bucket_id = BucketId {
+        bucket: id.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    };
+    match act {
+        Act::Abandon => abandon(bucket_id),
+        Act::Assign(strategy, ttl_ns) => assignment(bucket_id, strategy, ttl_ns),
+    }
 }
 
 fn abandon(id: BucketId) -> BucketAction {
