@@ -338,12 +338,7 @@ impl Engine {
     ) -> Result<CheckAnswer, Refused> {
         if estimate == 0 {
             let answer = self.decide_at(id, rule, 0, now);
-            if !answer.allowed {
-                self.reservations
-                    .stats
-                    .denied
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+            self.count_denied(&answer);
             return Ok(answer);
         }
         if let Some(refused) = self.reservations.refuses(tenant) {
@@ -351,10 +346,7 @@ impl Engine {
         }
         let (answer, mark) = self.hold(id, rule, estimate, now);
         if !answer.allowed {
-            self.reservations
-                .stats
-                .denied
-                .fetch_add(1, Ordering::Relaxed);
+            self.count_denied(&answer);
             return Ok(answer);
         }
         let kept = Reservation {
@@ -372,6 +364,16 @@ impl Engine {
             return Err(refused);
         }
         Ok(answer)
+    }
+
+    /// Counts a reservation the bucket denied (nothing kept).
+    fn count_denied(&self, answer: &CheckAnswer) {
+        if !answer.allowed {
+            self.reservations
+                .stats
+                .denied
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Settles reservation `nonce` of bucket `id` at its `actual` cost at `now` (see
