@@ -1,0 +1,228 @@
+//! The peers stage: how this node reaches the others and answers them. The peer pool (one
+//! facade per member), the router that sends each check where it is decided, the recall of
+//! buckets this node comes to own, the peer server; and the tasks that talk to members: the
+//! reach probe, clock samples, hot-key leases, RLQS shares, replicas sent and handed back, and
+//! the publishing of global counts.
+
+use super::LOG;
+use super::local::LocalState;
+use super::membership::Members;
+use super::trust::Trust;
+use crate::config::NodeConfig;
+use crate::global::{self, PublishSettings};
+use crate::metrics::PeerRpcMetrics;
+use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
+use crate::replicas::ReplicaStats;
+use crate::routing::Dispatcher;
+use ringlimit_core::lease::asking::LeaseStats;
+use ringlimit_core::link::PeerSettings;
+use ringlimit_core::link::dial::Dial;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// This node's side of the peer link.
+pub(super) struct Peering {
+    pub(super) pool: Arc<Peers>,
+    /// Buckets this node owns but does not hold yet, asked of their last holders.
+    pub(super) recall: Arc<Recall>,
+    pub(super) server: Arc<PeerServer>,
+    /// Sends each check where it is decided: here, its owner, or a fallback share.
+    pub(super) dispatcher: Arc<Dispatcher>,
+    /// Buckets handed over to new owners.
+    pub(super) handed_over: Arc<AtomicU64>,
+    pub(super) replica_stats: Arc<ReplicaStats>,
+    pub(super) lease_stats: Arc<LeaseStats>,
+}
+
+impl Peering {
+    /// The pool, the recall (its task starts now), the peer server (served by the edges
+    /// stage) and the router.
+    pub(super) fn build(
+        config: &NodeConfig,
+        trust: &Trust,
+        local: &LocalState,
+        members: &Members,
+        dialer: Arc<dyn Dial>,
+        rpc: PeerRpcMetrics,
+    ) -> Self {
+        let pool = Arc::new(Peers::new(PeerSettings {
+            dialer,
+            node_id: config.node_id.clone(),
+            cluster_id: config.cluster_id.clone(),
+            secret: trust.security.secret(),
+            client_token: None,
+            deadline: config.forward_timeout,
+            connect_timeout: Duration::from_millis(500),
+            open_for: Duration::from_secs(1),
+            queue: 8192,
+        }));
+        let view = &members.view;
+        let recall = Recall::spawn(
+            local.engine.clone(),
+            view.clone(),
+            pool.clone(),
+            config.replicas,
+        );
+        let server = Arc::new(peer_server(config, trust, local, members, &pool, &recall));
+        let dispatcher = Arc::new(
+            Dispatcher::new(local.here.clone(), view.clone(), pool.shared(), rpc)
+                .with_replicas(config.replicas)
+                .with_recall(recall.clone()),
+        );
+        Self {
+            pool,
+            recall,
+            server,
+            dispatcher,
+            handed_over: Arc::new(AtomicU64::new(0)),
+            replica_stats: Arc::new(ReplicaStats::default()),
+            lease_stats: Arc::new(LeaseStats::default()),
+        }
+    }
+
+    /// Starts the tasks that talk to members.
+    pub(super) fn spawn(
+        &self,
+        config: &NodeConfig,
+        local: &LocalState,
+        members: &Members,
+        tasks: &mut JoinSet<()>,
+    ) {
+        let (engine, pool, view) = (&local.engine, &self.pool, &members.view);
+        let pauses = members.membership.pauses().clone();
+        tasks.spawn(crate::peers::reach::probe(
+            pool.clone(),
+            view.clone(),
+            pauses,
+        ));
+        tasks.spawn(crate::peers::clocks::measure(
+            crate::peers::clocks::Measure {
+                peers: pool.clone(),
+                view: view.clone(),
+                clocks: members.clocks.clone(),
+                clock: engine.clock().clone(),
+            },
+        ));
+        let hot_keys = self.dispatcher.stats.hot.clone();
+        tasks.spawn(hot_keys.run(engine.held().clone()));
+        tasks.spawn(local.rlqs.clone().run(pool.clone(), view.clone()));
+        tasks.spawn(
+            crate::leases::Asking {
+                engine: engine.clone(),
+                peers: pool.clone(),
+                view: view.clone(),
+                stats: self.lease_stats.clone(),
+            }
+            .run(),
+        );
+        tasks.spawn(
+            crate::replicas::handback::HandBack {
+                engine: engine.clone(),
+                peers: pool.clone(),
+                view: view.clone(),
+            }
+            .run(),
+        );
+        tasks.spawn(
+            crate::replicas::sender::Sender {
+                engine: engine.clone(),
+                peers: pool.clone(),
+                view: view.clone(),
+                replicas: config.replicas,
+                flush: config.replica_flush,
+                stats: self.replica_stats.clone(),
+            }
+            .run(),
+        );
+    }
+
+    /// Starts publishing this node's global counts to the other members, apart from the other
+    /// tasks: once HTTP has drained, it sends peers the last counts.
+    pub(super) fn publish(
+        &self,
+        config: &NodeConfig,
+        local: &LocalState,
+        members: &Members,
+    ) -> Publishing {
+        let id = members.membership.chitchat_id();
+        let pusher =
+            global::push::Pusher::new(self.pool.sessions(), id.generation_id, local.global.clone())
+                .with_blocklist(config.gossip_blocklist.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // A set of its own, so that it too is aborted if the node's future is dropped.
+        let mut task = JoinSet::new();
+        task.spawn(global::publish::publish_loop(
+            members.membership.view_cell(),
+            local.global.clone(),
+            local.engine.clock().clone(),
+            PublishSettings {
+                interval: config.global_publish,
+                max_published: config.global_max_published,
+                gossip_budget: config.global_gossip_budget,
+            },
+            pusher,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Publishing { stop, task }
+    }
+}
+
+/// The peer server: members' frames (when they prove the secret or a certificate of the
+/// cluster CA), SDK checks (with a client credential), checks relayed to their owners.
+fn peer_server(
+    config: &NodeConfig,
+    trust: &Trust,
+    local: &LocalState,
+    members: &Members,
+    pool: &Arc<Peers>,
+    recall: &Arc<Recall>,
+) -> PeerServer {
+    PeerServer::new(
+        local.here.clone(),
+        ServerSettings {
+            node_id: config.node_id.clone(),
+            cluster_id: config.cluster_id.clone(),
+            secret: trust.security.secret(),
+            // A certificate of the cluster CA makes a member, as the secret does.
+            accept_members: trust.security.accepts_members() || trust.peer_tls.is_some(),
+            handshake_timeout: Duration::from_secs(2),
+            tls: trust.peer_tls.clone(),
+            clients: trust.tokens.clone(),
+        },
+        Some(Relay {
+            view: members.view.clone(),
+            peers: pool.shared(),
+            replicas: config.replicas,
+            recall: recall.clone(),
+        }),
+    )
+    .with_operators(crate::peers::server::Operators {
+        book: local.book.clone(),
+        top: local.top.clone(),
+        quota: Some(local.rlqs.owner.clone()),
+    })
+}
+
+/// The publishing of global counts, stopped last.
+pub(super) struct Publishing {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: JoinSet<()>,
+}
+
+impl Publishing {
+    /// Sends the last counts, waiting a bounded time for them to be sent.
+    pub(super) async fn finish(mut self) {
+        let _ = self.stop.send(());
+        let flush_within = global::publish::FLUSH_WITHIN + Duration::from_millis(100);
+        if tokio::time::timeout(flush_within, self.task.join_next())
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: LOG, "last global counts not sent in time");
+        }
+    }
+}
