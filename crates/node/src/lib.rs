@@ -7,8 +7,9 @@
 //!
 //! # Layout
 //! Top to bottom; each layer imports only from layers below it.
-//! - [`node`] — wiring: [`run`] serves on sockets ([`Listeners`]) or on an in-memory network
-//!   ([`node::MemoryNet`]), starts membership, the peers and the edges.
+//! - [`node`] — wiring in stages (trust, local state, membership, peers, edges, lifecycle):
+//!   [`run`] serves on sockets ([`Listeners`]) or on an in-memory network
+//!   ([`node::MemoryNet`]).
 //! - [`http`], [`grpc`] — the edges (HTTP API and forward auth; Envoy RLS and ringlimit.v1):
 //!   parse → call the service or the admin side → reply.
 //! - [`listen`] — serving a port's connections, bounded (timeouts, a cap), over TCP or memnet
@@ -44,9 +45,9 @@
 //! - [`cli`] — apart from the layers: the admin CLI (`ringlimit rules|top|cluster|keys`), an
 //!   HTTP client of the admin API that knows nothing of the node's internals (arguments into
 //!   one request, its answer as a table or JSON).
-//! - [`config`] — flags into a [`NodeConfig`]; [`forwarded`] — what a gateway's copy of a
-//!   request says about its client; [`log_gate`] — log lines a flood could repeat, at most one
-//!   per interval.
+//! - [`config`] — the command line into a [`NodeConfig`], and the files it names loaded;
+//!   [`forwarded`] — what a gateway's copy of a request says about its client; [`log_gate`] —
+//!   log lines a flood could repeat, at most one per interval.
 //! - [`metrics`] — the Prometheus registry: hot-path metrics, and each subsystem's collector
 //!   (registered by [`node`]) read at scrape time.
 //! - `testing` (tests only) — whole nodes through [`run`] on the in-memory network under

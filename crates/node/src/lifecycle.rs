@@ -1,7 +1,7 @@
 //! The node's lifecycle hooks, beside the check service: readiness, a peer client per alive
 //! member as membership changes, and, when the ring changes, promoting the replica copies this
-//! node now owns and handing over the buckets it no longer owns. Driven by
-//! `node::run` (which follows membership); the edges read readiness.
+//! node now owns and handing over the buckets it no longer owns. Driven by the wiring's
+//! lifecycle stage (`node::lifecycle`, which follows membership); the edges read readiness.
 
 use crate::cluster::View;
 use crate::decide::Here;

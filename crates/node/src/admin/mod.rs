@@ -28,7 +28,7 @@ use ringlimit_core::top::TopKeys;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-/// What the admin side is made of (see `node::run`).
+/// What the admin side is made of (see `node::edges::front_door`).
 pub struct Parts {
     pub here: Here,
     /// The routing the check service uses too: a key's state is read where a check would be.

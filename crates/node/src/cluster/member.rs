@@ -9,7 +9,7 @@ use serde::Serialize;
 pub enum MemberState {
     /// Started, not ready yet (its membership not settled, its rules or global counts not
     /// heard): gossiped, but in no other member's ring, so no key is routed to it before it
-    /// knows the cluster (see `node::track_view`).
+    /// knows the cluster (see `node::lifecycle::track_view`).
     Joining,
     Alive,
     Leaving,

@@ -142,3 +142,46 @@ fn the_replica_flush_interval_defaults_to_8_ms_and_stays_within_a_second() {
         assert!(parse(&["--replica-flush-ms", bad]).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_node_that_must_not_start_says_why_before_reading_any_file() {
+    let missing = std::env::temp_dir().join("ringlimit-no-such-file.yaml");
+    let path = missing.display().to_string();
+    let files = [
+        "--config",
+        &path,
+        "--envoy-config",
+        &path,
+        "--rlqs-config",
+        &path,
+        "--tls-cert",
+        &path,
+        "--tls-key",
+        &path,
+    ];
+    let refusal = |extra: &[&str]| {
+        let args: Vec<&str> = files.iter().chain(extra).copied().collect();
+        serve_args(&args)
+            .expect("flags")
+            .into_config()
+            .expect_err("refused")
+    };
+    // An empty name first, then seeds without the secret (gossip would be open to anyone).
+    let e = refusal(&["--node-id", " ", "--seeds", "10.0.0.1:7946"]);
+    assert!(matches!(e, ConfigError::EmptyNodeId), "{e}");
+    let e = refusal(&["--seeds", "10.0.0.1:7946"]);
+    assert!(matches!(e, ConfigError::NoClusterSecret), "{e}");
+    let peer_tls = [
+        "--peer-tls-ca",
+        &path,
+        "--peer-tls-cert",
+        &path,
+        "--peer-tls-key",
+        &path,
+    ];
+    let e = refusal(&[&["--seeds", "10.0.0.1:7946"][..], &peer_tls].concat());
+    assert!(matches!(e, ConfigError::NoClusterSecretForGossip), "{e}");
+    // Without seeds: the first file read is the rules file.
+    let e = refusal(&[]);
+    assert!(matches!(e, ConfigError::ReadRules { .. }), "{e}");
+}

@@ -6,52 +6,34 @@ use super::error::ConfigError;
 use super::files;
 use super::flags::ServeArgs;
 use super::node_config::{ConnLimits, NodeConfig};
+use crate::rlqs::config::RlqsConfig;
 use crate::rules::RuleSet;
+use crate::rules::envoy_config::EnvoyConfig;
 use ringlimit_core::tls::{CertFiles, PeerTlsFiles};
+use std::path::PathBuf;
 use std::time::Duration;
 
 impl ServeArgs {
-    /// Resolves defaults and loads the rules file.
+    /// Resolves defaults, reads the settings only the environment gives, refuses what must
+    /// not start (before anything is read), and loads the files the flags name.
     pub fn into_config(self) -> Result<NodeConfig, ConfigError> {
-        let node_id = match self.node_id {
+        let node_id = match &self.node_id {
             Some(id) if id.trim().is_empty() => return Err(ConfigError::EmptyNodeId),
-            Some(id) => id,
+            Some(id) => id.clone(),
             None => gethostname::gethostname().to_string_lossy().into_owned(),
         };
-        let cluster_secret = std::env::var("RINGLIMIT_CLUSTER_SECRET")
-            .ok()
-            .filter(|s| !s.is_empty());
-        // Before anything is read: a node that must not start says so first.
-        if cluster_secret.is_none()
-            && !self.allow_unauthenticated_peers
-            && self.seeds.iter().any(|s| !s.trim().is_empty())
-        {
-            return Err(if self.peer_tls_ca.is_some() {
-                ConfigError::NoClusterSecretForGossip
-            } else {
-                ConfigError::NoClusterSecret
-            });
-        }
-        let client_token = std::env::var("RINGLIMIT_CLIENT_TOKEN")
-            .ok()
-            .filter(|s| !s.is_empty());
-        if client_token.as_ref().is_some_and(|t| t.len() < 16) {
-            return Err(ConfigError::ShortClientToken);
-        }
-        let rules = match &self.config {
-            Some(path) => files::load_rules(path)?,
-            None => RuleSet::builtin(),
-        };
-        // clap has made sure that these come together.
-        let tls = match (self.tls_cert, self.tls_key) {
-            (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
-            _ => None,
-        };
-        let peer_tls = match (self.peer_tls_ca, self.peer_tls_cert, self.peer_tls_key) {
-            (Some(ca), Some(cert), Some(key)) => Some(PeerTlsFiles { ca, cert, key }),
-            _ => None,
-        };
-        let config = NodeConfig {
+        let env = FromEnv::read(&self)?;
+        let files = Files::load(&self)?;
+        let config = self.resolve(node_id, env, files);
+        // Certificates that do not load stop the node here, with the file at fault named.
+        config.load_tls()?;
+        config.load_peer_tls()?;
+        Ok(config)
+    }
+
+    /// The configuration the flags say, with what the environment and the files gave.
+    fn resolve(self, node_id: String, env: FromEnv, files: Files) -> NodeConfig {
+        NodeConfig {
             node_id,
             http_addr: self.http,
             peer_addr: self.peer,
@@ -62,17 +44,11 @@ impl ServeArgs {
                 .filter(|s| !s.trim().is_empty())
                 .collect(),
             rules_path: self.config,
-            rules,
+            rules: files.rules,
             grpc_addr: self.grpc,
-            envoy_config: match &self.envoy_config {
-                Some(path) => files::load_envoy(path)?,
-                None => crate::rules::envoy_config::EnvoyConfig::default(),
-            },
+            envoy_config: files.envoy,
             envoy_path: self.envoy_config,
-            rlqs_config: match &self.rlqs_config {
-                Some(path) => files::load_rlqs(path)?,
-                None => crate::rlqs::config::RlqsConfig::default(),
-            },
+            rlqs_config: files.rlqs,
             rlqs_path: self.rlqs_config,
             data_dir: self.data_dir,
             max_keys: self.max_keys,
@@ -85,13 +61,11 @@ impl ServeArgs {
             leave_delay: Duration::from_millis(self.leave_delay_ms),
             seed_wait: Duration::from_millis(self.seed_wait_ms),
             http_threads: usize::try_from(self.http_threads).unwrap_or(1),
-            cluster_secret,
+            cluster_secret: env.cluster_secret,
             allow_unauthenticated_peers: self.allow_unauthenticated_peers,
-            admin_token: std::env::var("RINGLIMIT_ADMIN_TOKEN")
-                .ok()
-                .filter(|s| !s.is_empty()),
+            admin_token: env.admin_token,
             admin_tokens: self.admin_tokens,
-            client_token,
+            client_token: env.client_token,
             global_publish: Duration::from_millis(self.global_publish_ms),
             max_clock_offset: Duration::from_millis(self.max_clock_offset_ms),
             global_max_published: usize::try_from(self.global_max_published).unwrap_or(usize::MAX),
@@ -111,14 +85,94 @@ impl ServeArgs {
                 usize::try_from(self.grpc_max_connections).unwrap_or(usize::MAX),
             ),
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),
-            tls,
-            peer_tls,
+            tls: tls_files(self.tls_cert, self.tls_key),
+            peer_tls: peer_tls_files(self.peer_tls_ca, self.peer_tls_cert, self.peer_tls_key),
             clock: None,
             pauses: None,
-        };
-        // Certificates that do not load stop the node here, with the file at fault named.
-        config.load_tls()?;
-        config.load_peer_tls()?;
-        Ok(config)
+        }
     }
+}
+
+/// What only the environment gives: secrets and tokens (never flags: flags show in `ps`).
+struct FromEnv {
+    cluster_secret: Option<String>,
+    admin_token: Option<String>,
+    client_token: Option<String>,
+}
+
+impl FromEnv {
+    /// Reads the environment; refuses seeds without the cluster secret (unless peers may be
+    /// unauthenticated) and a short client token.
+    fn read(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let var = |name| std::env::var(name).ok().filter(|s: &String| !s.is_empty());
+        let cluster_secret = var("RINGLIMIT_CLUSTER_SECRET");
+        // Before anything is read: a node that must not start says so first.
+        if cluster_secret.is_none()
+            && !args.allow_unauthenticated_peers
+            && args.seeds.iter().any(|s| !s.trim().is_empty())
+        {
+            return Err(if args.peer_tls_ca.is_some() {
+                ConfigError::NoClusterSecretForGossip
+            } else {
+                ConfigError::NoClusterSecret
+            });
+        }
+        let client_token = var("RINGLIMIT_CLIENT_TOKEN");
+        if client_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(ConfigError::ShortClientToken);
+        }
+        Ok(Self {
+            cluster_secret,
+            admin_token: var("RINGLIMIT_ADMIN_TOKEN"),
+            client_token,
+        })
+    }
+}
+
+/// The files the flags name, read and checked (the built-in rules and empty Envoy and RLQS
+/// configurations without them).
+struct Files {
+    rules: RuleSet,
+    envoy: EnvoyConfig,
+    rlqs: RlqsConfig,
+}
+
+impl Files {
+    fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
+        Ok(Self {
+            rules: match &args.config {
+                Some(path) => files::load_rules(path)?,
+                None => RuleSet::builtin(),
+            },
+            envoy: match &args.envoy_config {
+                Some(path) => files::load_envoy(path)?,
+                None => EnvoyConfig::default(),
+            },
+            rlqs: match &args.rlqs_config {
+                Some(path) => files::load_rlqs(path)?,
+                None => RlqsConfig::default(),
+            },
+        })
+    }
+}
+
+/// `--tls-cert` and `--tls-key` (clap has made sure that they come together).
+fn tls_files(cert: Option<PathBuf>, key: Option<PathBuf>) -> Option<CertFiles> {
+    Some(CertFiles {
+        cert: cert?,
+        key: key?,
+    })
+}
+
+/// `--peer-tls-ca`, `--peer-tls-cert` and `--peer-tls-key` (which clap makes come together).
+fn peer_tls_files(
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Option<PeerTlsFiles> {
+    Some(PeerTlsFiles {
+        ca: ca?,
+        cert: cert?,
+        key: key?,
+    })
 }

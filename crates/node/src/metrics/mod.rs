@@ -4,8 +4,8 @@
 //! - what every check updates (checks, durations, forwarded groups) is recorded here, sharded
 //!   per thread ([`sharded`]);
 //! - everything else is counted where it happens (store, routing, peers, gossip, reloads) and
-//!   read at scrape time by that subsystem's [`Collector`], registered by `node::run` with
-//!   [`Metrics::register`]; [`encode_one`] and [`encode_family`] write their series.
+//!   read at scrape time by that subsystem's [`Collector`], registered by `node::collectors`
+//!   with [`Metrics::register`]; [`encode_one`] and [`encode_family`] write their series.
 //!
 //! What `/metrics` shows (names, types, help, labels) is the contract's: `names.txt` lists it,
 //! and a test in `node.rs` compares a working node's `/metrics` with it.

@@ -78,42 +78,6 @@ impl Edges {
         (edges, endpoints.peer)
     }
 
-    /// The one check service and the admin side, as the HTTP edge's state.
-    pub(super) fn front_door(
-        config: &NodeConfig,
-        trust: &Trust,
-        local: &LocalState,
-        peers: &Peering,
-        lifecycle: &Arc<Lifecycle>,
-        metrics: Arc<Metrics>,
-    ) -> AppState {
-        let service = Arc::new(CheckService::new(
-            local.here.clone(),
-            peers.dispatcher.clone(),
-            metrics.clone(),
-            local.top.clone(),
-        ));
-        let admin = Arc::new(Admin::new(admin::Parts {
-            here: local.here.clone(),
-            dispatcher: peers.dispatcher.clone(),
-            pool: peers.pool.clone(),
-            metrics,
-            rules: local.rules.clone(),
-            cluster_id: Arc::from(config.cluster_id.as_str()),
-            book: local.book.clone(),
-            handed_over: peers.handed_over.clone(),
-            top: local.top.clone(),
-        }));
-        AppState::new(http::Shared {
-            service,
-            admin,
-            lifecycle: lifecycle.clone(),
-            admin_tokens: Some(trust.tokens.clone()),
-            body_timeout: config.http_limits.body_timeout,
-            trusted_proxies: Arc::new(config.trusted_proxies.clone()),
-        })
-    }
-
     /// Reloads the gRPC port's files when they change (with no gRPC port, nothing reads them).
     pub(super) fn watch(&self, config: &NodeConfig, local: &LocalState, tasks: &mut JoinSet<()>) {
         if self.rlqs_status.source.is_some() && self.grpc.is_some() {
@@ -168,7 +132,11 @@ impl Edges {
             rls: self.envoy.clone(),
             rlqs: local.rlqs.clone(),
         };
-        tracing::info!(target: LOG, grpc = ?grpc_addr, "gRPC serving (Envoy rate limit and quota services, health)");
+        tracing::info!(
+            target: LOG,
+            grpc = ?grpc_addr,
+            "gRPC serving (Envoy rate limit and quota services, health)"
+        );
         let table = Arc::new(ConnTable::new(config.grpc_limits, self.grpc_conns.clone()));
         let tls = self.grpc_tls.clone();
         tasks.spawn(async move {
@@ -206,6 +174,42 @@ impl Edges {
         .await
         .map_err(NodeError::Serve)
     }
+}
+
+/// The one check service and the admin side, as the HTTP edge's state.
+pub(super) fn front_door(
+    config: &NodeConfig,
+    trust: &Trust,
+    local: &LocalState,
+    peers: &Peering,
+    lifecycle: &Arc<Lifecycle>,
+    metrics: Arc<Metrics>,
+) -> AppState {
+    let service = Arc::new(CheckService::new(
+        local.here.clone(),
+        peers.dispatcher.clone(),
+        metrics.clone(),
+        local.top.clone(),
+    ));
+    let admin = Arc::new(Admin::new(admin::Parts {
+        here: local.here.clone(),
+        dispatcher: peers.dispatcher.clone(),
+        pool: peers.pool.clone(),
+        metrics,
+        rules: local.rules.clone(),
+        cluster_id: Arc::from(config.cluster_id.as_str()),
+        book: local.book.clone(),
+        handed_over: peers.handed_over.clone(),
+        top: local.top.clone(),
+    }));
+    AppState::new(http::Shared {
+        service,
+        admin,
+        lifecycle: lifecycle.clone(),
+        admin_tokens: Some(trust.tokens.clone()),
+        body_timeout: config.http_limits.body_timeout,
+        trusted_proxies: Arc::new(config.trusted_proxies.clone()),
+    })
 }
 
 /// Serves the peer port: members' frames, relayed checks and SDK checks.

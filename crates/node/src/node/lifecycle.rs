@@ -18,11 +18,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// Readiness, peers following membership, handover and promotion on ring changes.
-pub(super) fn lifecycle(
-    config: &NodeConfig,
-    local: &LocalState,
-    peers: &Peering,
-) -> Arc<Lifecycle> {
+pub(super) fn new(config: &NodeConfig, local: &LocalState, peers: &Peering) -> Arc<Lifecycle> {
     Arc::new(Lifecycle::new(
         local.here.clone(),
         peers.pool.clone(),
@@ -70,7 +66,11 @@ pub(super) async fn leave(
     // Envoys fall back and find another node before this one leaves.
     rlqs.stop();
     lifecycle.set_ready(false);
-    tracing::info!(target: LOG, delay = ?leave_delay, "leaving the cluster: peers stop routing here");
+    tracing::info!(
+        target: LOG,
+        delay = ?leave_delay,
+        "leaving the cluster: peers stop routing here"
+    );
     membership.leave().await;
     // Keep answering while peers learn that we leave and move our keys.
     tokio::time::sleep(leave_delay).await;

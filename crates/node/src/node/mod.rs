@@ -29,9 +29,12 @@ pub use listeners::{Bound, Listeners, MemoryListeners, MemoryNet};
 
 use crate::cluster::membership::GossipError;
 use crate::config::NodeConfig;
+use crate::http::AppState;
+use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use edges::Edges;
-use local::Opened;
+use listeners::{Endpoints, PeerListener};
+use local::{LocalState, Opened};
 use membership::Members;
 use peers::Peering;
 use std::future::Future;
@@ -75,68 +78,108 @@ pub async fn run(
     listeners: impl Into<Bound>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
-    // Every file is read, and the rules put in force, before anything is served.
-    let trust = Trust::load(&config)?;
-    edges::raise_open_files(&config);
-    let opened = Opened::open(&config)?;
-    let endpoints = listeners::Endpoints::new(listeners.into(), &config, trust.peer_tls.as_ref())?;
-    // From here on other nodes learn of this one.
-    let members = Members::join(&config, &endpoints).await?;
-    let local = opened.decide_here(&config, &members);
-    let mut metrics = Metrics::new();
-    let dialer = endpoints.dialer.clone();
-    let peers = Peering::build(
-        &config,
-        &trust,
-        &local,
-        &members,
-        dialer,
-        metrics.peer_rpc(),
-    );
-    let lifecycle = lifecycle::lifecycle(&config, &local, &peers);
-    let (mut edges, peer_listener) = Edges::new(&config, &trust, endpoints);
-    collectors::register(
-        &mut metrics,
-        &trust,
-        &local,
-        &members,
-        &peers,
-        &edges,
-        &lifecycle,
-    );
-    let state = Edges::front_door(
-        &config,
-        &trust,
-        &local,
-        &peers,
-        &lifecycle,
-        Arc::new(metrics),
-    );
+    Node::build(config, listeners.into())
+        .await?
+        .serve(shutdown)
+        .await
+}
 
-    let mut tasks = JoinSet::new();
-    peers.spawn(&config, &local, &members, &mut tasks);
-    local.sweep(&mut tasks);
-    // Before readiness announces this node to the others.
-    edges::serve_peer_port(&peers.server, peer_listener, &mut tasks);
-    let publishing = peers.publish(&config, &local, &members);
-    members.sync_rules(&config, &local.book, &mut tasks);
-    lifecycle::follow_membership(&config, &members, &local, &peers, &lifecycle, &mut tasks);
-    trust.watch(&config, &mut tasks);
-    local.watch(&config, &mut tasks);
-    edges.watch(&config, &local, &mut tasks);
+/// A node built stage by stage, before it serves (gossip and the recall have started).
+struct Node {
+    config: NodeConfig,
+    trust: Trust,
+    local: LocalState,
+    members: Members,
+    peers: Peering,
+    lifecycle: Arc<Lifecycle>,
+    edges: Edges,
+    peer_listener: PeerListener,
+    /// The front door every HTTP request goes through.
+    state: AppState,
+}
 
-    edges.say_serving(&config, &trust, &members);
-    edges.serve_grpc(&config, &state, &local, &lifecycle, &mut tasks);
-    let leave = lifecycle::leave(
-        shutdown,
-        local.rlqs.clone(),
-        lifecycle,
-        members.membership.clone(),
-        config.leave_delay,
-    );
-    let result = edges.serve_http(&config, state, leave).await;
-    lifecycle::stop(publishing, tasks, &members.membership).await;
-    result
+impl Node {
+    /// Builds the stages in order; each takes what the ones before it made.
+    async fn build(config: NodeConfig, bound: Bound) -> Result<Self, NodeError> {
+        // Every file is read, and the rules put in force, before anything is served.
+        let trust = Trust::load(&config)?;
+        edges::raise_open_files(&config);
+        let opened = Opened::open(&config)?;
+        let endpoints = Endpoints::new(bound, &config, trust.peer_tls.as_ref())?;
+        // From here on other nodes learn of this one.
+        let members = Members::join(&config, &endpoints).await?;
+        let local = opened.decide_here(&config, &members);
+        let mut metrics = Metrics::new();
+        let (dialer, rpc) = (endpoints.dialer.clone(), metrics.peer_rpc());
+        let peers = Peering::build(&config, &trust, &local, &members, dialer, rpc);
+        let lifecycle = lifecycle::new(&config, &local, &peers);
+        let (edges, peer_listener) = Edges::new(&config, &trust, endpoints);
+        collectors::register(
+            &mut metrics,
+            &trust,
+            &local,
+            &members,
+            &peers,
+            &edges,
+            &lifecycle,
+        );
+        let metrics = Arc::new(metrics);
+        let state = edges::front_door(&config, &trust, &local, &peers, &lifecycle, metrics);
+        Ok(Self {
+            config,
+            trust,
+            local,
+            members,
+            peers,
+            lifecycle,
+            edges,
+            peer_listener,
+            state,
+        })
+    }
+
+    /// Starts every stage's tasks, then serves until `shutdown` and stops them.
+    async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), NodeError> {
+        let Self {
+            config,
+            trust,
+            local,
+            members,
+            peers,
+            lifecycle,
+            mut edges,
+            peer_listener,
+            state,
+        } = self;
+        let mut tasks = JoinSet::new();
+        local.sweep(&mut tasks);
+        peers.spawn(&config, &local, &members, &mut tasks);
+        // Before readiness announces this node to the others.
+        edges::serve_peer_port(&peers.server, peer_listener, &mut tasks);
+        let publishing = peers.publish(&config, &local, &members);
+        members.sync_rules(&config, &local.book, &mut tasks);
+        lifecycle::follow_membership(&config, &members, &local, &peers, &lifecycle, &mut tasks);
+        trust.watch(&config, &mut tasks);
+        local.watch(&config, &mut tasks);
+        edges.watch(&config, &local, &mut tasks);
+
+        edges.say_serving(&config, &trust, &members);
+        edges.serve_grpc(&config, &state, &local, &lifecycle, &mut tasks);
+        let membership = members.membership.clone();
+        let leave = lifecycle::leave(
+            shutdown,
+            local.rlqs.clone(),
+            lifecycle,
+            membership,
+            config.leave_delay,
+        );
+        let result = edges.serve_http(&config, state, leave).await;
+        lifecycle::stop(publishing, tasks, &members.membership).await;
+        result
+    }
 }
 
 /// The `/metrics` contract as a test: every family's `# HELP` and `# TYPE` line and every
