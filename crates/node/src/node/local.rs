@@ -1,7 +1,7 @@
 //! The local-state stage: what this node holds and decides by itself. Opened before it joins
-//! ([`Opened`]: the engine with its store, the rules in force and the book kept under
-//! `--data-dir`, the top keys, the RLQS shares), then, once membership has given this
-//! incarnation its name, the global counters and deciding here ([`LocalState`]).
+//! ([`Opened`]: the engine with its store and the rules in force, the book kept under
+//! `--data-dir`), then completed once membership has given this incarnation its name
+//! ([`LocalState`]: global counters, deciding here, the top keys, the RLQS shares).
 
 use super::NodeError;
 use super::membership::Members;
@@ -22,8 +22,6 @@ pub(super) struct Opened {
     engine: Arc<Engine>,
     book: Arc<RuleBook>,
     rules: Arc<RulesStatus>,
-    top: Arc<TopKeys>,
-    rlqs: Arc<Rlqs>,
 }
 
 /// What the node holds and decides by itself.
@@ -65,21 +63,16 @@ impl Opened {
             RuleBook::open(engine.clone(), &config.node_id, config.data_dir.clone())
                 .map_err(|e| NodeError::DataDir(e.to_string()))?,
         );
-        let rlqs = Arc::new(Rlqs::new(
-            Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
-            engine.clone(),
-        ));
         Ok(Self {
             engine,
             book,
             rules: Arc::new(RulesStatus::new(config.rules_path.clone())),
-            top: Arc::new(TopKeys::default()),
-            rlqs,
         })
     }
 
     /// Deciding here, once membership has named this incarnation (global counts are kept
-    /// under it) and measures the cluster clock (global windows are numbered on it).
+    /// under it) and measures the cluster clock (global windows are numbered on it); the
+    /// top keys and the RLQS shares beside it.
     pub(super) fn decide_here(self, config: &NodeConfig, members: &Members) -> LocalState {
         let id = members.membership.chitchat_id();
         let global = Arc::new(
@@ -90,12 +83,16 @@ impl Opened {
             .with_clocks(members.clocks.clone()),
         );
         let here = Here::new(self.engine.clone(), global.clone());
+        let rlqs = Arc::new(Rlqs::new(
+            Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
+            self.engine.clone(),
+        ));
         LocalState {
             engine: self.engine,
             book: self.book,
             rules: self.rules,
-            top: self.top,
-            rlqs: self.rlqs,
+            top: Arc::new(TopKeys::default()),
+            rlqs,
             global,
             here,
         }

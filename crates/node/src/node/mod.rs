@@ -2,18 +2,20 @@
 //! ([`Listeners`]) or on an in-memory network ([`MemoryNet`], for whole nodes in tests).
 //!
 //! # Layout
-//! [`run`] only sequences the stages; each is built by a short function of its own module.
-//! - `listeners` — where the node serves: [`Listeners`], [`MemoryNet`], turned into the same
-//!   endpoints either way.
+//! [`run`] only sequences the stages, in this order; each is built by short functions of its
+//! own module, taking what the stages before it made.
 //! - `trust` — whom the node trusts: the peer port's security, the certificates, the tokens.
-//! - `local` — what the node holds and decides by itself: the engine (store, rules in
-//!   force), the rule book, top keys, RLQS shares; then global counters and deciding here.
+//! - `local` — what the node holds and decides by itself: opened before it joins (the engine
+//!   with its store and the rules in force, the rule book under `--data-dir`), completed once
+//!   membership has named it (global counters, deciding here, top keys, RLQS shares).
+//! - `listeners` — where the node serves: [`Listeners`] or [`MemoryNet`], turned into the
+//!   same endpoints either way.
 //! - `membership` — gossip from the seeds, the view, pauses, clocks, the API rules' sync.
 //! - `peers` — the peer pool, the router, the recall, the peer server, and the tasks that
 //!   talk to members (probe, clocks, leases, replicas, RLQS shares, global counts).
-//! - `collectors` — every stage's metrics, registered in one list.
+//! - `lifecycle` — readiness following membership; then leaving, draining and stopping.
 //! - `edges` — the check service and the admin side; HTTP, gRPC and the peer port served.
-//! - `lifecycle` — readiness, then leaving, draining and stopping.
+//! - `collectors` — every stage's metrics, registered in one list.
 
 mod collectors;
 mod edges;
