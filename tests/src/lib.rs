@@ -14,7 +14,7 @@ pub mod tls;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_core::clock::ManualClock;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::local::Engine;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_node::{Listeners, NodeConfig, run};

@@ -40,7 +40,7 @@
 
 use anyhow::{Context, Result, anyhow, ensure};
 use ringlimit_core::clock::ManualClock;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::local::Engine;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;

@@ -30,7 +30,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ringlimit_core::clock::SystemClock;
 use ringlimit_core::store::Cursor;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::local::Engine;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::{Algorithm, InlineRule};

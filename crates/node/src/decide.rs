@@ -2,8 +2,8 @@
 //! belongs to a bucket this node owns ([`Engine`]) or to a global rule ([`GlobalCounters`]).
 //! Checks routed here, batches and checks that peers forward all come through it.
 
-use crate::engine::{Engine, Prepared};
 use crate::global::GlobalCounters;
+use crate::local::{Engine, Prepared};
 use ringlimit_core::answer::given_back;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::rule::Mode;

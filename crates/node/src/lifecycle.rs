@@ -83,9 +83,9 @@ impl Lifecycle {
 
     /// Makes the replica copies this node owns under `view` its buckets, and drops those it no
     /// longer replicates (called when the ring changed, before [`Lifecycle::hand_over`]; see
-    /// [`crate::replicas::promote`]); returns how many were promoted.
+    /// [`crate::local::promote`]); returns how many were promoted.
     pub fn promote(&self, view: &View) -> usize {
-        let done = crate::replicas::promote::promote(
+        let done = crate::local::promote::promote(
             view,
             self.here.engine(),
             self.replicas,

@@ -9,12 +9,12 @@ use crate::cluster::transport::PeerTransport;
 use crate::cluster::{MemberState, Membership};
 use crate::config::{NodeConfig, PeerSecurity};
 use crate::decide::Here;
-use crate::engine::Engine;
 use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::{self, AppState};
 use crate::lifecycle::Lifecycle;
 use crate::listen::stream::Listener;
 use crate::listen::tls::ServerTls;
+use crate::local::Engine;
 use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
 use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
 use crate::routing::Dispatcher;
@@ -448,7 +448,7 @@ pub async fn run(
     let hot_keys = dispatcher.stats.hot.clone();
     let handed_over = Arc::new(AtomicU64::new(0));
     // Each subsystem's counters, read at scrape time.
-    metrics.register(crate::engine::EngineCollector(engine.clone()));
+    metrics.register(crate::local::owned::EngineCollector(engine.clone()));
     metrics.register(crate::routing::metrics::RoutingCollector(
         dispatcher.clone(),
     ));
@@ -469,11 +469,13 @@ pub async fn run(
         engine: engine.clone(),
     });
     let lease_stats = Arc::new(ringlimit_core::lease::asking::LeaseStats::default());
-    metrics.register(crate::leases::metrics::LeaseCollector {
+    metrics.register(crate::local::leases::LeaseCollector {
         engine: engine.clone(),
         stats: lease_stats.clone(),
     });
-    metrics.register(crate::reservations::ReservationCollector(engine.clone()));
+    metrics.register(crate::local::reservations::ReservationCollector(
+        engine.clone(),
+    ));
     metrics.register(crate::global::metrics::GlobalCollector(global.clone()));
     metrics.register(GossipCollector(gossip_stats));
     metrics.register(ConnCollector {
@@ -551,7 +553,7 @@ pub async fn run(
     ));
     tasks.spawn(hot_keys.run(engine.held().clone()));
     tasks.spawn(rlqs.clone().run(pool.clone(), view_cell.clone()));
-    tasks.spawn(crate::reservations::upkeep(engine.clone()));
+    tasks.spawn(crate::local::reservations::upkeep(engine.clone()));
     tasks.spawn(
         crate::leases::Asking {
             engine: engine.clone(),

@@ -2,7 +2,7 @@
 
 use super::Admin;
 use crate::cluster::View;
-use crate::engine::Prepared;
+use crate::local::Prepared;
 use crate::peers::reset::{self, MemberReset, ResetStatus};
 use crate::routing::fallback_id;
 use crate::rules::RuleSpec;

@@ -323,7 +323,7 @@ mod tests {
     ) -> tokio::task::JoinHandle<()> {
         use crate::peers::{PeerServer, ServerSettings};
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
-        let engine = Arc::new(crate::engine::Engine::new(
+        let engine = Arc::new(crate::local::Engine::new(
             crate::rules::RuleSet::builtin(),
             100,
             clock,

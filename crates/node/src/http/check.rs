@@ -472,7 +472,7 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Engine;
+    use crate::local::Engine;
     use crate::rules::RuleSet;
     use ringlimit_core::clock::{Clock, ManualClock};
     use std::sync::Arc;

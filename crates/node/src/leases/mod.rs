@@ -10,16 +10,14 @@
 //!   bucket at once, sized among its holders;
 //! - the task that asks owners for slices and gives back what slices had left: core's
 //!   `lease::asking::Asker` (the SDK runs it too), run here over this node's view
-//!   ([`Asking`]); its counters as metrics in [`metrics`].
+//!   ([`Asking`]); its counters as metrics in `crate::local::leases`.
 //!
 //! A ring change releases every lease (their owners may have changed; what the slices had
 //! left goes back to the owners under the new ring, which hold the buckets by then), and the
 //! next checks of a bucket still hot ask its owner again.
 
-pub mod metrics;
-
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::peers::Peers;
 use crate::rules::RuleSpec;
 use arc_swap::ArcSwap;

@@ -5,7 +5,7 @@
 
 use super::Peers;
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 use ringlimit_core::limiter::BucketState;
 use std::collections::HashMap;
 use std::sync::Arc;

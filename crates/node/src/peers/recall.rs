@@ -26,7 +26,7 @@
 
 use super::{Peers, RecallLink};
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};

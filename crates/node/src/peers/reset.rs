@@ -5,7 +5,7 @@
 
 use super::Peers;
 use crate::cluster::{MemberState, View};
-use crate::engine::Engine;
+use crate::local::Engine;
 use futures::future::join_all;
 use serde::Serialize;
 use std::time::Duration;

@@ -548,7 +548,7 @@ mod tests {
     /// [`server`], and its engine.
     fn server_with_engine(
         net: &MemNet,
-    ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
+    ) -> (tokio::task::JoinHandle<()>, Arc<crate::local::Engine>) {
         server_with(net, ServerSettings::open("s", "c"))
     }
 
@@ -621,9 +621,9 @@ mod tests {
     fn server_with(
         net: &MemNet,
         settings: ServerSettings,
-    ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
+    ) -> (tokio::task::JoinHandle<()>, Arc<crate::local::Engine>) {
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
-        let engine = Arc::new(crate::engine::Engine::new(
+        let engine = Arc::new(crate::local::Engine::new(
             crate::rules::RuleSet::builtin(),
             100,
             clock,

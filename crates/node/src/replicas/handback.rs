@@ -9,7 +9,7 @@
 //! owner's own copies merge into it the same way instead of replacing it.
 
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::peers::{Peers, ReplicaLink};
 use arc_swap::ArcSwap;
 use ringlimit_proto::peer::ReplicaBucket;

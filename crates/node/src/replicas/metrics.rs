@@ -1,6 +1,6 @@
 //! The replicas' counters as metrics, read at scrape time.
 
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::metrics::sharded::ShardedHistogram;
 use crate::metrics::{Kind, encode_one, load};
 use prometheus_client::collector::Collector;

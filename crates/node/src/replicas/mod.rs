@@ -4,7 +4,7 @@
 //!
 //! Primary-backup, asynchronous: a check is answered before its change is copied (the sender
 //! follows the store's change feed, off the check path), so what the owner decided in the last
-//! flush interval before it died may be missing from the copy (see [`promote`] for what that
+//! flush interval before it died may be missing from the copy (see `crate::local::promote` for what that
 //! charges).
 //!
 //! # Layout
@@ -12,15 +12,12 @@
 //!   changes every `--replica-flush-ms` (`Frame::ReplicateOneWay`; acknowledged `Replicate` to
 //!   a member older than protocol 5); the whole store again after a lag or a ring change. The
 //!   receiving side is `peers/server/replicate.rs`.
-//! - [`promote`] — on a ring change: copies this node now owns become its buckets; copies it
-//!   no longer replicates are dropped.
 //! - [`handback`] — decisions this node made on its copies while their owner did not answer
 //!   (failover: the coordinator's `Site::replica`), sent back to the owner once it answers.
 //! - [`metrics`] — lag, frames, copies and promotions as metrics.
 
 pub mod handback;
 pub mod metrics;
-pub mod promote;
 pub mod sender;
 
 pub use metrics::{ReplicaCollector, ReplicaStats};

@@ -26,7 +26,7 @@
 
 use super::ReplicaStats;
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::peers::{Peers, ReplicaLink};
 use arc_swap::ArcSwap;
 use ringlimit_core::limiter::BucketState;

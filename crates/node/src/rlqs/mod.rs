@@ -49,7 +49,7 @@ pub mod reload;
 pub mod service;
 
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::peers::Peers;
 use crate::rules::RuleSpec;
 use arc_swap::ArcSwap;

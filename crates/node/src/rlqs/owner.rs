@@ -1,7 +1,7 @@
 //! The owner's side of RLQS: members ask the owner of a rule's bucket for their streams' shares
 //! of its rate (`Quota` frames, or a direct call when this node owns the bucket).
 
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::rules::RuleSpec;
 use parking_lot::Mutex;
 use ringlimit_core::quota::{Allocation, QuotaBook};

@@ -16,10 +16,10 @@ mod timed;
 
 use crate::cluster::View;
 use crate::decide::{Here, On};
-use crate::engine::Prepared;
+use crate::local::Prepared;
+use crate::local::reservations;
 use crate::metrics::PeerRpcMetrics;
 use crate::peers::{PeersHandle, Recall};
-use crate::reservations;
 use arc_swap::ArcSwap;
 use gate::Turn;
 use ringlimit_core::answer::answer;

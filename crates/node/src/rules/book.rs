@@ -444,7 +444,7 @@ impl prometheus_client::collector::Collector for BookCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Engine;
+    use crate::local::Engine;
     use crate::rules::RuleSpec;
     use ringlimit_core::clock::ManualClock;
     use serde_json::json;

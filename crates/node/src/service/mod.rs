@@ -13,7 +13,7 @@ pub mod all;
 pub mod reserve;
 
 use crate::decide::Here;
-use crate::engine::Prepared;
+use crate::local::Prepared;
 use crate::metrics::{Metrics, seconds};
 use crate::routing::Dispatcher;
 use crate::rules::RuleSpec;

@@ -1,6 +1,6 @@
 //! Reservations for costs known afterwards (`POST /v1/reserve`, `POST /v1/settle`): a check
 //! of an estimated cost that is remembered at the bucket's owner, and settled later with the
-//! actual cost (see `crate::reservations`). The id a client gets back names the bucket and
+//! actual cost (see `crate::local::reservations`). The id a client gets back names the bucket and
 //! the owner's nonce, so any node can route its settle.
 
 use super::{Check, CheckService, Outcome};

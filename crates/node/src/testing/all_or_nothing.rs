@@ -5,7 +5,7 @@
 //! that fails closed.
 
 use super::Cluster;
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::rules::RuleSet;
 use crate::rules::RuleSpec;
 use ringlimit_core::clock::ManualClock;

@@ -64,7 +64,7 @@ mod rolling;
 
 use crate::cluster::pause::Pauses;
 use crate::config::{EngineClock, NodeConfig};
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::node::{MemoryNet, NodeError};
 use crate::rules::RuleSet;
 use crate::rules::RuleSpec;

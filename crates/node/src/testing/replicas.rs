@@ -8,7 +8,7 @@
 //! keys denied on the majority side; an all-or-nothing hold at a replica is given back there.
 
 use super::Cluster;
-use crate::engine::Engine;
+use crate::local::Engine;
 use crate::rules::{RuleSet, RuleSpec};
 use ringlimit_core::clock::ManualClock;
 use ringlimit_proto::{Algorithm, InlineRule, Ring};

@@ -1,10 +1,10 @@
 //! `Reserve` and `Settle`: a member (or an SDK) reserves an estimated cost of buckets this
-//! node owns, and settles it later with the actual cost (see `crate::reservations`). A
+//! node owns, and settles it later with the actual cost (see `crate::local::reservations`). A
 //! reservation is kept where it was taken: a settle is answered from this node's table
 //! whatever its ring says now (unknown when not here).
 
 use super::PeerServer;
-use crate::reservations::{reserve_here, settle_here};
+use crate::local::reservations::{reserve_here, settle_here};
 use crate::rules::RuleSpec;
 use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::peer::{Frame, PeerAnswer, PeerReserve, PeerSettle, SettleAnswer};

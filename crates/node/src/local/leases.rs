@@ -1,13 +1,47 @@
-//! Leases as metrics, read at scrape time: both sides' tables (held here, granted by this node
-//! as owner) and the asking task's counters.
+//! Leases: slices of this node's buckets granted to other members (the owner's side), and the
+//! slices of other owners' buckets held here (the holder's side); both tables, and as metrics
+//! with the asking task's counters.
 
-use crate::engine::Engine;
+use super::Engine;
 use crate::metrics::{Kind, encode_family, load};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
+use ringlimit_core::answer::answer;
 use ringlimit_core::lease::Release;
 use ringlimit_core::lease::asking::LeaseStats;
+use ringlimit_core::lease::{self, Held};
+use ringlimit_core::limiter::Rule;
+use ringlimit_proto::peer::LeaseGrant;
 use std::sync::Arc;
+
+impl Engine {
+    /// Answers `holder`'s ask for `want` tokens of bucket `id` (this node owns it) at `now`:
+    /// a slice taken from the bucket at once, sized among its holders and what is left (see
+    /// [`lease::grant`]), or a refusal (an algorithm that is not leased; the bucket denies).
+    pub fn lease(&self, id: u64, rule: &Rule, holder: &str, want: u64, now: u64) -> LeaseGrant {
+        let peek = || self.check_now(id, rule, 0, || now);
+        if !lease::leasable(rule.algorithm) {
+            return LeaseGrant::Refused {
+                answer: answer(&peek(), rule),
+            };
+        }
+        self.grants.grant(id, holder, now, |holders| {
+            lease::grant(rule, want, holders, now, peek(), |n| {
+                self.check_now(id, rule, n, || now)
+            })
+        })
+    }
+
+    /// The slices of other owners' buckets this node holds.
+    pub fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// Slices out on lease now, and their tokens as granted.
+    pub fn leases_out(&self) -> (usize, u64) {
+        self.grants.live(self.clock.now())
+    }
+}
 
 /// The leases' tables and the asking task's counters.
 #[derive(Debug)]

@@ -15,16 +15,162 @@
 //! over-admission). A debt is part of its bucket, so it goes to the bucket's replicas and next
 //! owners with the bucket's state.
 
-use crate::engine::Engine;
+use super::Engine;
 use crate::metrics::{Kind, encode_family, encode_one, load};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::clock::NANOS_PER_MS;
-use ringlimit_core::reserve::{self, Refused, ReserveError, Tenant};
+use ringlimit_core::limiter::{Decision, Rule};
+use ringlimit_core::reserve::{self, Refused, ReserveError, Table, Tenant};
+use ringlimit_core::reserve::{Found, Reservation};
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::Mark;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+impl Engine {
+    /// This engine letting reservations live at most `ms` (`--max-reservation-ttl-ms`).
+    pub fn with_max_reservation_ttl_ms(mut self, ms: u64) -> Self {
+        self.max_ttl_ms = ms;
+        self
+    }
+
+    /// The longest a reservation may live here, in ms.
+    pub fn max_reservation_ttl_ms(&self) -> u64 {
+        self.max_ttl_ms
+    }
+
+    /// Reserves `estimate` of bucket `id` (this node owns it) for `tenant` at `now` for
+    /// `ttl_ns`, kept under `nonce`: the check's answer (denied: nothing kept), or why it was
+    /// not kept (nothing taken then either). An estimate of 0 takes nothing, so nothing is
+    /// kept: it is answered as a check of cost 0 (and its settle is unknown).
+    pub fn reserve(
+        &self,
+        id: u64,
+        (rule, tenant): (&Rule, Tenant),
+        estimate: u64,
+        (nonce, ttl_ns): (u128, u64),
+        now: u64,
+    ) -> Result<CheckAnswer, Refused> {
+        if estimate == 0 {
+            let answer = self.decide_at(id, rule, 0, now);
+            self.count_denied(&answer);
+            return Ok(answer);
+        }
+        if let Some(refused) = self.reservations.refuses(tenant) {
+            return Err(refused);
+        }
+        let (answer, mark) = self.hold(id, rule, estimate, now);
+        if !answer.allowed {
+            self.count_denied(&answer);
+            return Ok(answer);
+        }
+        let kept = Reservation {
+            id,
+            tenant,
+            rule: *rule,
+            estimate,
+            mark,
+            deadline: now.saturating_add(ttl_ns),
+        };
+        if let Err(refused) = self.reservations.insert(nonce, kept) {
+            if let Some(mark) = mark {
+                self.refund(id, rule, estimate, mark, now);
+            }
+            return Err(refused);
+        }
+        Ok(answer)
+    }
+
+    /// Counts a reservation the bucket denied (nothing kept).
+    fn count_denied(&self, answer: &CheckAnswer) {
+        if !answer.allowed {
+            self.reservations
+                .stats
+                .denied
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Settles reservation `nonce` of bucket `id` at its `actual` cost at `now` (see
+    /// [`reserve::settle`]): the bucket's answer afterwards (a read: in debt, it denies), or
+    /// `None` when no such reservation is live here.
+    ///
+    /// A cost above the estimate is taken whatever the bucket admits: what it could not
+    /// admit, it owes, in its own state.
+    pub fn settle(
+        &self,
+        id: u64,
+        rule: &Rule,
+        nonce: u128,
+        actual: u64,
+        now: u64,
+    ) -> Option<CheckAnswer> {
+        let Found::Live(r) = self.reservations.take(nonce, id, now) else {
+            return None;
+        };
+        let s = reserve::settle(&mut self.bucket(id, rule, now), &r, actual);
+        if s.owed > 0 {
+            self.debt.owed.fetch_add(s.owed, Ordering::Relaxed);
+            self.debt.forgiven.fetch_add(s.forgiven, Ordering::Relaxed);
+        }
+        Some(self.decide_at(id, rule, 0, now))
+    }
+
+    /// Drops the reservations expired at `now` (their estimates stay taken); returns how
+    /// many.
+    pub fn sweep_reservations(&self, now: u64) -> u64 {
+        self.reservations.sweep(now)
+    }
+
+    /// The live reservations of this node's buckets.
+    pub fn reservations(&self) -> &Table {
+        &self.reservations
+    }
+
+    /// Bucket `id` at `now`, as a settle decides on it.
+    fn bucket<'a>(&'a self, id: u64, rule: &'a Rule, now: u64) -> Owned<'a> {
+        Owned {
+            engine: self,
+            id,
+            rule,
+            now,
+        }
+    }
+}
+
+/// One of this node's buckets at one instant, for `ringlimit_core::reserve`.
+struct Owned<'a> {
+    engine: &'a Engine,
+    id: u64,
+    rule: &'a Rule,
+    now: u64,
+}
+
+impl reserve::Bucket for Owned<'_> {
+    fn decide(&mut self, cost: u64) -> Decision {
+        self.engine.check_now(self.id, self.rule, cost, || self.now)
+    }
+
+    fn refund(&mut self, cost: u64, mark: Mark) {
+        self.engine.refund(self.id, self.rule, cost, mark, self.now);
+    }
+
+    fn charge(&mut self, cost: u64) -> u64 {
+        let e = self.engine;
+        let seed = || e.copy_of(self.id);
+        e.store.charge_seeded(
+            ringlimit_core::store::Kind::Replicated,
+            self.id,
+            self.rule,
+            self.now,
+            cost,
+            seed,
+        )
+    }
+}
 
 /// How often expired reservations are swept (their estimates stay taken; their slots free).
 const SWEEP_EVERY: Duration = Duration::from_millis(100);

@@ -26,7 +26,7 @@
 //! does not hold from its copy (`Engine::decide`).
 
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Engine;
 
 /// What a promotion pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
