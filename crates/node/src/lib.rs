@@ -56,7 +56,6 @@ pub(crate) mod admin;
 pub mod cli;
 pub mod cluster;
 pub mod config;
-pub(crate) mod decide;
 pub mod forwarded;
 pub(crate) mod global;
 pub mod grpc;

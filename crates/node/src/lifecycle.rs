@@ -4,9 +4,8 @@
 //! `node::run` (which follows membership); the edges read readiness.
 
 use crate::cluster::View;
-use crate::decide::Here;
+use crate::local::Local;
 use crate::peers::Peers;
-use crate::replicas::ReplicaStats;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -36,33 +35,30 @@ impl prometheus_client::collector::Collector for ReadyCollector {
 
 /// Readiness, peers kept in step with membership, and handover.
 pub struct Lifecycle {
-    here: Here,
+    local: Arc<Local>,
     pool: Arc<Peers>,
     ready: AtomicBool,
     /// Buckets this node sent to their new owners after ring changes (exported by
     /// [`crate::peers::metrics::PeersCollector`], shown by the cluster view).
     handed_over: Arc<AtomicU64>,
-    /// `--replicas`, and what promotion counts.
+    /// `--replicas`.
     replicas: usize,
-    replica_stats: Arc<ReplicaStats>,
 }
 
 impl Lifecycle {
     /// Not ready until [`Lifecycle::set_ready`].
     pub fn new(
-        here: Here,
+        local: Arc<Local>,
         pool: Arc<Peers>,
         handed_over: Arc<AtomicU64>,
         replicas: usize,
-        replica_stats: Arc<ReplicaStats>,
     ) -> Self {
         Self {
-            here,
+            local,
             pool,
             ready: AtomicBool::new(false),
             handed_over,
             replicas,
-            replica_stats,
         }
     }
 
@@ -83,18 +79,10 @@ impl Lifecycle {
 
     /// Makes the replica copies this node owns under `view` its buckets, and drops those it no
     /// longer replicates (called when the ring changed, before [`Lifecycle::hand_over`]; see
-    /// [`crate::local::promote`]); returns how many were promoted.
+    /// [`Local::promote`]); returns how many were promoted.
     pub fn promote(&self, view: &View) -> usize {
-        let done = crate::local::promote::promote(
-            view,
-            self.here.engine(),
-            self.replicas,
-            self.here.now(),
-        );
-        self.replica_stats
-            .promoted
-            .fetch_add(done.promoted as u64, Ordering::Relaxed);
-        done.promoted
+        let now = self.local.now();
+        self.local.promote(view, self.replicas, now).promoted
     }
 
     /// Hands the buckets this node no longer owns under `view` to their new owners (called
@@ -103,10 +91,10 @@ impl Lifecycle {
     pub async fn hand_over(&self, view: &View, joined: &[Arc<str>]) -> usize {
         let moved = crate::peers::handover::hand_over(
             view,
-            self.here.engine(),
+            &self.local,
             &self.pool,
             self.replicas,
-            self.here.now(),
+            self.local.now(),
             joined,
         )
         .await;

@@ -8,13 +8,12 @@ use crate::cluster::membership::{GossipError, GossipSettings};
 use crate::cluster::transport::PeerTransport;
 use crate::cluster::{MemberState, Membership};
 use crate::config::{NodeConfig, PeerSecurity};
-use crate::decide::Here;
 use crate::global::{self, GlobalCounters, PublishSettings};
 use crate::http::{self, AppState};
 use crate::lifecycle::Lifecycle;
 use crate::listen::stream::Listener;
 use crate::listen::tls::ServerTls;
-use crate::local::Engine;
+use crate::local::Local;
 use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
 use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
 use crate::routing::Dispatcher;
@@ -252,17 +251,11 @@ pub async fn run(
     listeners: impl Into<Bound>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
-    let engine = Arc::new(
-        Engine::new(
-            config.rules.clone(),
-            config.max_keys,
-            config
-                .clock
-                .as_ref()
-                .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone()),
-        )
-        .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
-    );
+    let clock: Arc<dyn ringlimit_core::clock::Clock> = config
+        .clock
+        .as_ref()
+        .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone());
+    let in_force = Arc::new(crate::rules::InForce::new(config.rules.clone()));
     let security = config.peer_security()?;
     let secret = security.secret();
     // Certificates are loaded (again: `into_config` checked them) before anything is served.
@@ -314,7 +307,7 @@ pub async fn run(
     }
     // The file's rules and the admin API's (those kept under --data-dir go in force now).
     let book = Arc::new(
-        RuleBook::open(engine.clone(), &config.node_id, config.data_dir.clone())
+        RuleBook::open(in_force.clone(), &config.node_id, config.data_dir.clone())
             .map_err(|e| NodeError::DataDir(e.to_string()))?,
     );
     let admin_tokens = Arc::new(
@@ -368,7 +361,10 @@ pub async fn run(
         .with_clocks(clocks.clone()),
     );
     let mut metrics = Metrics::new();
-    let here = Here::new(engine.clone(), global.clone());
+    let local = Arc::new(
+        Local::new(in_force, clock, config.max_keys, global.clone())
+            .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
+    );
     let peer_settings = PeerSettings {
         dialer: listeners.dialer.clone(),
         node_id: config.node_id.clone(),
@@ -389,7 +385,7 @@ pub async fn run(
     .with_blocklist(config.gossip_blocklist.clone());
     let view = membership.view_cell();
     let probe = crate::peers::reach::probe(pool.clone(), view.clone(), membership.pauses().clone());
-    let recall = Recall::spawn(engine.clone(), view.clone(), pool.clone(), config.replicas);
+    let recall = Recall::spawn(local.clone(), view.clone(), pool.clone(), config.replicas);
     // The keys checks limited most, counted by the check service, asked by the admin API.
     let top = Arc::new(ringlimit_core::top::TopKeys::default());
     // Envoy RLQS streams served here, and the shares of the buckets this node owns.
@@ -399,11 +395,11 @@ pub async fn run(
     }
     let rlqs = Arc::new(crate::rlqs::Rlqs::new(
         Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
-        engine.clone(),
+        local.clone(),
     ));
     let server = Arc::new(
         PeerServer::new(
-            here.clone(),
+            local.clone(),
             ServerSettings {
                 node_id: config.node_id.clone(),
                 cluster_id: config.cluster_id.clone(),
@@ -437,7 +433,7 @@ pub async fn run(
     let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
     let dispatcher = Arc::new(
         Dispatcher::new(
-            here.clone(),
+            local.clone(),
             view.clone(),
             pool.shared(),
             metrics.peer_rpc(),
@@ -448,7 +444,10 @@ pub async fn run(
     let hot_keys = dispatcher.stats.hot.clone();
     let handed_over = Arc::new(AtomicU64::new(0));
     // Each subsystem's counters, read at scrape time.
-    metrics.register(crate::local::owned::EngineCollector(engine.clone()));
+    metrics.register(crate::local::owned::OwnedCollector(local.owned().clone()));
+    metrics.register(crate::local::copies::CopiesCollector(
+        local.copies().clone(),
+    ));
     metrics.register(crate::routing::metrics::RoutingCollector(
         dispatcher.clone(),
     ));
@@ -466,15 +465,15 @@ pub async fn run(
     let replica_stats = Arc::new(crate::replicas::ReplicaStats::default());
     metrics.register(crate::replicas::ReplicaCollector {
         stats: replica_stats.clone(),
-        engine: engine.clone(),
     });
     let lease_stats = Arc::new(ringlimit_core::lease::asking::LeaseStats::default());
     metrics.register(crate::local::leases::LeaseCollector {
-        engine: engine.clone(),
+        leases: local.leases().clone(),
+        clock: local.clock().clone(),
         stats: lease_stats.clone(),
     });
     metrics.register(crate::local::reservations::ReservationCollector(
-        engine.clone(),
+        local.reservations().clone(),
     ));
     metrics.register(crate::global::metrics::GlobalCollector(global.clone()));
     metrics.register(GossipCollector(gossip_stats));
@@ -513,25 +512,24 @@ pub async fn run(
     metrics.register(crate::cluster::clock::ClockCollector(clocks.clone()));
     metrics.register(crate::admin::top::TopCollector {
         top: top.clone(),
-        here: here.clone(),
+        local: local.clone(),
     });
     let lifecycle = Arc::new(Lifecycle::new(
-        here.clone(),
+        local.clone(),
         pool.clone(),
         handed_over.clone(),
         config.replicas,
-        replica_stats.clone(),
     ));
     metrics.register(crate::lifecycle::ReadyCollector(lifecycle.clone()));
     let metrics = Arc::new(metrics);
     let service = Arc::new(CheckService::new(
-        here.clone(),
+        local.clone(),
         dispatcher.clone(),
         metrics.clone(),
         top.clone(),
     ));
     let admin = Arc::new(Admin::new(admin::Parts {
-        here: here.clone(),
+        local: local.clone(),
         dispatcher,
         pool: pool.clone(),
         metrics,
@@ -548,15 +546,18 @@ pub async fn run(
             peers: pool.clone(),
             view: view.clone(),
             clocks: clocks.clone(),
-            clock: engine.clock().clone(),
+            clock: local.clock().clone(),
         },
     ));
-    tasks.spawn(hot_keys.run(engine.held().clone()));
+    tasks.spawn(hot_keys.run(local.leases().held().clone()));
     tasks.spawn(rlqs.clone().run(pool.clone(), view_cell.clone()));
-    tasks.spawn(crate::local::reservations::upkeep(engine.clone()));
+    tasks.spawn(crate::local::reservations::upkeep(
+        local.reservations().clone(),
+        local.clock().clone(),
+    ));
     tasks.spawn(
         crate::leases::Asking {
-            engine: engine.clone(),
+            local: local.clone(),
             peers: pool.clone(),
             view: view_cell.clone(),
             stats: lease_stats,
@@ -565,7 +566,7 @@ pub async fn run(
     );
     tasks.spawn(
         crate::replicas::handback::HandBack {
-            engine: engine.clone(),
+            copies: local.copies().clone(),
             peers: pool.clone(),
             view: view_cell.clone(),
         }
@@ -573,7 +574,7 @@ pub async fn run(
     );
     tasks.spawn(
         crate::replicas::sender::Sender {
-            engine: engine.clone(),
+            owned: local.owned().clone(),
             peers: pool,
             view: view_cell.clone(),
             replicas: config.replicas,
@@ -593,7 +594,7 @@ pub async fn run(
     publishing.spawn(global::publish::publish_loop(
         membership.view_cell(),
         global.clone(),
-        engine.clock().clone(),
+        local.clock().clone(),
         PublishSettings {
             interval: config.global_publish,
             max_published: config.global_max_published,

@@ -142,6 +142,34 @@ pub trait Here<I> {
     fn stand_in(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>);
 }
 
+/// A member's deciding, borrowed: what a [`Site`] hands out per route (`Route::Here(&local)`).
+impl<I, H: Here<I> + ?Sized> Here<I> for &H {
+    #[inline]
+    fn decide(&self, item: &I) -> CheckAnswer {
+        (**self).decide(item)
+    }
+    #[inline]
+    fn decide_at(&self, item: &I, now: u64) -> CheckAnswer {
+        (**self).decide_at(item, now)
+    }
+    #[inline]
+    fn hold_at(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>) {
+        (**self).hold_at(item, now)
+    }
+    fn refund(&self, item: &I, mark: Mark) {
+        (**self).refund(item, mark)
+    }
+    fn decide_all(&self, items: &[&I], now: u64) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
+        (**self).decide_all(items, now)
+    }
+    fn peek(&self, item: &I, now: u64) -> CheckAnswer {
+        (**self).peek(item, now)
+    }
+    fn stand_in(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>) {
+        (**self).stand_in(item, now)
+    }
+}
+
 /// A site that never decides here (the SDK): no value of it exists, so [`Route::Here`] never
 /// does either.
 #[derive(Debug, Clone, Copy)]

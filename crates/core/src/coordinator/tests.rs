@@ -220,7 +220,7 @@ impl Remaining for Nowhere {
     }
 }
 
-impl Here<Check> for &Buckets {
+impl Here<Check> for Buckets {
     fn decide(&self, c: &Check) -> CheckAnswer {
         self.decide_at(c, NOW)
     }

@@ -2,9 +2,9 @@
 
 use super::Admin;
 use crate::cluster::View;
-use crate::local::Prepared;
 use crate::peers::reset::{self, MemberReset, ResetStatus};
 use crate::routing::fallback_id;
+use crate::rules::Prepared;
 use crate::rules::RuleSpec;
 use ringlimit_core::check::CheckError;
 use ringlimit_core::rule::Mode;
@@ -84,7 +84,7 @@ impl Admin {
     /// The bucket of `key` under `rule`, its owner and its state, read with a cost-0 check
     /// routed like any check (degraded when the owner is away).
     pub async fn key_state(&self, key: &str, rule: RuleSpec<'_>) -> Result<KeyState, CheckError> {
-        let p = self.here.engine().prepare_check(key, rule, 0)?;
+        let p = self.local.rules().prepare_check(key, rule, 0)?;
         let state = self.dispatcher.check(&p).await?;
         Ok(KeyState {
             bucket: Bucket::of(&p, &self.dispatcher.view()),
@@ -95,7 +95,7 @@ impl Admin {
     /// Drops the bucket of `key` under `rule` and its fallback buckets on every member that is
     /// not dead; each member's result is in the report.
     pub async fn reset(&self, key: &str, rule: RuleSpec<'_>) -> Result<ResetReport, CheckError> {
-        let p = self.here.engine().prepare_check(key, rule, 0)?;
+        let p = self.local.rules().prepare_check(key, rule, 0)?;
         let view = self.dispatcher.view();
         let (members, global_reset) = match p.resolved.mode {
             // Global checks never touch a store: there is nothing a reset could drop.
@@ -105,8 +105,7 @@ impl Admin {
                 // still hold it), and the fail-open share each node may have used.
                 let ids = [p.id, fallback_id(p.id)];
                 let members =
-                    reset::everywhere(&view, &self.pool, self.here.engine(), &ids, RESET_WAIT)
-                        .await;
+                    reset::everywhere(&view, &self.pool, &self.local, &ids, RESET_WAIT).await;
                 (members, None)
             }
         };

@@ -1,7 +1,7 @@
 //! The admin side of a node, beside the check service (not inside it): rules written, deleted
 //! and listed through the admin API, a key's state and its reset across the cluster, the
 //! cluster and rules views, and the metrics text. What the edges call for anything but checks
-//! and readiness; no edge reaches past it into the routing, the peers or the engine.
+//! and readiness; no edge reaches past it into the routing, the peers or the local state.
 //!
 //! # Layout
 //! - this module — [`Admin`] and what it is made of ([`Parts`]).
@@ -18,7 +18,7 @@ pub mod tokens;
 pub mod top;
 pub mod views;
 
-use crate::decide::Here;
+use crate::local::Local;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::routing::Dispatcher;
@@ -30,7 +30,7 @@ use std::sync::atomic::AtomicU64;
 
 /// What the admin side is made of (see `node::run`).
 pub struct Parts {
-    pub here: Here,
+    pub local: Arc<Local>,
     /// The routing the check service uses too: a key's state is read where a check would be.
     pub dispatcher: Arc<Dispatcher>,
     pub pool: Arc<Peers>,
@@ -49,7 +49,7 @@ pub struct Parts {
 
 /// The node's admin API and views, for every edge.
 pub struct Admin {
-    here: Here,
+    local: Arc<Local>,
     dispatcher: Arc<Dispatcher>,
     pool: Arc<Peers>,
     metrics: Arc<Metrics>,
@@ -63,7 +63,7 @@ pub struct Admin {
 impl Admin {
     pub fn new(p: Parts) -> Self {
         Self {
-            here: p.here,
+            local: p.local,
             dispatcher: p.dispatcher,
             pool: p.pool,
             metrics: p.metrics,

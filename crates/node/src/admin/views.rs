@@ -133,7 +133,7 @@ impl Admin {
             load(&self.pool.stats().frames),
             load(&self.pool.stats().checks),
         );
-        let g = self.here.global();
+        let g = self.local.global();
         let mut ages = g.merge_ages();
         let mut peers: Vec<PeerMerge> = view
             .members
@@ -186,7 +186,7 @@ impl Admin {
     }
 
     fn clock_view(&self) -> ClockView {
-        let clocks = self.here.global().clocks();
+        let clocks = self.local.global().clocks();
         let ms = |ns: i64| ns as f64 / 1e6;
         ClockView {
             correction_ms: ms(clocks.correction_ns()),
@@ -206,7 +206,7 @@ impl Admin {
 
     /// Why this node's readiness should say more (its clock is off the cluster's), if so.
     pub fn readiness_note(&self) -> Option<String> {
-        let clocks = self.here.global().clocks();
+        let clocks = self.local.global().clocks();
         clocks.own_clock_off().then(|| {
             format!(
                 "clock: this node's clock is {:.0} ms off the cluster's (the median of its \
@@ -220,8 +220,8 @@ impl Admin {
 
     /// The rules in force here (what the SDK routes and falls back with), sorted by name.
     pub fn rules(&self) -> Vec<RuleInfo> {
-        self.here
-            .engine()
+        self.local
+            .rules()
             .rules()
             .iter()
             .map(|r| r.info())

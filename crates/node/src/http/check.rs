@@ -472,16 +472,17 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::local::Engine;
+    use crate::local::Local;
     use crate::rules::RuleSet;
     use ringlimit_core::clock::{Clock, ManualClock};
+    use ringlimit_core::coordinator::Here;
     use std::sync::Arc;
 
     /// The `RateLimit` field answering one inline check of `cost` on a fresh bucket, decided
     /// at an instant that is not a whole millisecond (as a real clock reads).
     fn ratelimit_field(limit: u64, period_ms: u64, cost: u64) -> String {
         let clock = ManualClock::new(1_700_000_000_123_456_789);
-        let engine = Engine::new(RuleSet::builtin(), 100, Arc::new(clock.clone()));
+        let local = Local::alone(RuleSet::builtin(), 100, Arc::new(clock.clone()));
         let inline = InlineRule {
             limit,
             period_ms,
@@ -489,9 +490,9 @@ mod tests {
             burst: None,
         };
         let spec = RuleSpec::Inline(inline);
-        let resolved = engine.resolve(spec).expect("a valid rule");
-        let answer = engine.check("k", spec, cost).expect("decided");
-        let outcome = Outcome::new(answer, &resolved, clock.now());
+        let p = local.rules().prepare_check("k", spec, cost).expect("valid");
+        let answer = local.decide(&p);
+        let outcome = Outcome::new(answer, &p.resolved, clock.now());
         let name = inline_policy_name(&inline);
         let headers = header_map(&outcome.answer, [policy(&outcome, &name)]);
         headers[RATELIMIT].to_str().expect("ASCII").to_owned()

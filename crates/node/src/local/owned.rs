@@ -1,18 +1,62 @@
-//! This node's own buckets: the store (with its change feed), and the one write path every
-//! decision, hold, refund, handover and reset of an owned bucket goes through.
+//! This node's own buckets: the store, with the change feed that the replica sender (and any
+//! other follower) reads, and what settles above their estimates made them owe (a debt is part
+//! of its bucket's state; see `ringlimit_core::limiter`).
+//!
+//! Every write of an owned bucket enters the feed (`Kind::Replicated`): decisions, holds and
+//! refunds, handover in and out, resets. The fail-open share's buckets live in the same store
+//! under salted ids (`Kind::Local`): this node's alone, never replicated.
 
-use super::{Engine, taken};
-use ringlimit_core::answer::answer;
+use crate::metrics::{Kind, encode_one, load};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use ringlimit_core::coordinator::share::Share;
-use ringlimit_core::lease::Release;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
-use ringlimit_core::store::{Change, Cursor, FeedError, Kind, Lagged, StoreStats};
-use ringlimit_proto::CheckAnswer;
+use ringlimit_core::reserve::Settlement;
+use ringlimit_core::store::{self, Change, Cursor, FeedError, Lagged, Store};
 use ringlimit_proto::peer::Mark;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-impl Engine {
+/// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
+/// most, allocated only while followed). A follower that falls further behind copies the store
+/// again.
+const FEED_ENTRIES: usize = 64 * 1024;
+
+/// This node's buckets and their change feed.
+#[derive(Debug)]
+pub struct OwnedBuckets {
+    store: Store,
+    /// Tokens settled above what their buckets admitted (owed by them), and of those, what was
+    /// beyond the most a bucket may owe (forgiven), since start.
+    pub debts: DebtStats,
+}
+
+/// What settles above their estimates did to this node's buckets, since start.
+#[derive(Debug, Default)]
+pub struct DebtStats {
+    pub owed: AtomicU64,
+    pub forgiven: AtomicU64,
+}
+
+impl DebtStats {
+    /// Counts what a settle left its bucket owing.
+    pub fn count(&self, s: &Settlement) {
+        if s.owed > 0 {
+            self.owed.fetch_add(s.owed, Ordering::Relaxed);
+            self.forgiven.fetch_add(s.forgiven, Ordering::Relaxed);
+        }
+    }
+}
+
+impl OwnedBuckets {
+    /// At most `max_keys` buckets (`--max-keys`), shares included.
+    pub fn new(max_keys: u64) -> Self {
+        Self {
+            store: Store::with_feed(max_keys, FEED_ENTRIES),
+            debts: DebtStats::default(),
+        }
+    }
+
     /// Whether bucket `id` is held here.
     pub fn holds(&self, id: u64) -> bool {
         self.store.contains(id)
@@ -24,68 +68,45 @@ impl Engine {
     }
 
     /// Buckets held here.
-    pub fn bucket_count(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.store.len()
     }
 
-    /// What the store evicted to stay within its bound.
-    pub fn store_stats(&self) -> &StoreStats {
-        self.store.stats()
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
     }
 
-    /// Decides a prepared check (see [`Engine::prepare`]) now.
-    ///
-    /// A bucket not held here starts from this node's copy of it when it has one: the ring
-    /// names this node the owner (checks come here) as soon as the view changes, and the
-    /// promotion pass that follows ([`Engine::promote`]) may not have run yet; a check in
-    /// between must not start the key from a full bucket. The copy is looked for only on a
-    /// miss (a bucket created), never on a hit.
-    pub fn decide(&self, id: u64, rule: &Rule, cost: u64) -> CheckAnswer {
-        answer(&self.check_now(id, rule, cost, || self.clock.now()), rule)
-    }
-
-    /// The store's check, the time read by `now` (see `Store::check_now`), a miss starting
-    /// from a copy (see [`Engine::decide`]).
+    /// The store's check of bucket `id`, the time read by `now` (see `Store::check_now`); a
+    /// bucket not held starts from `seed`'s state when it gives one.
     #[inline]
-    pub(super) fn check_now(
+    pub fn check(
         &self,
         id: u64,
         rule: &Rule,
         cost: u64,
         now: impl FnOnce() -> u64,
+        seed: impl FnOnce() -> Option<BucketState>,
     ) -> Decision {
-        let seed = || self.copy_of(id);
         self.store
-            .check_seeded(Kind::Replicated, id, rule, now, cost, seed)
+            .check_seeded(store::Kind::Replicated, id, rule, now, cost, seed)
     }
 
-    /// Decides a prepared check at `now`, a reading of this engine's clock. Batches read the
-    /// clock once for all their checks: on this VM a clock read (kvm-clock, serialising) nearly
-    /// doubles a store check (60 vs 33 ns in `cargo bench -p ringlimit-core --bench store`,
-    /// 100k keys), and one instant for a whole batch is what a batch means.
-    pub fn decide_at(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> CheckAnswer {
-        answer(&self.check_now(id, rule, cost, || now), rule)
+    /// Takes `cost` from bucket `id` at `now` whatever it admits (see `Store::charge_seeded`);
+    /// returns the tokens forgiven.
+    pub fn charge(
+        &self,
+        id: u64,
+        rule: &Rule,
+        cost: u64,
+        now: u64,
+        seed: impl FnOnce() -> Option<BucketState>,
+    ) -> u64 {
+        self.store
+            .charge_seeded(store::Kind::Replicated, id, rule, now, cost, seed)
     }
 
-    /// Decides at `now` a check that may have to give back its cost (all-or-nothing): the
-    /// answer, and the mark of what it took (`None` when nothing was taken), for
-    /// [`Engine::refund`].
-    pub fn hold(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> (CheckAnswer, Option<Mark>) {
-        let d = self.check_now(id, rule, cost, || now);
-        (answer(&d, rule), taken(&d, cost, now))
-    }
-
-    /// Gives back `cost` to bucket `id`, taken at the admission marked `mark` (see
-    /// [`Engine::hold`]), at `now`. A check decided on a copy (as its owner's replica) is
-    /// refunded on that copy.
+    /// Gives back `cost` to bucket `id`, taken at the admission marked `mark`, at `now`.
     pub fn refund(&self, id: u64, rule: &Rule, cost: u64, mark: Mark, now: u64) {
-        if self.standing_in.load(Ordering::Relaxed)
-            && !self.store.contains(id)
-            && self.stood_in.lock().contains_key(&id)
-        {
-            self.copies.refund(id, rule, cost, mark, now);
-            return;
-        }
         self.store.refund(id, rule, cost, mark, now);
     }
 
@@ -96,13 +117,8 @@ impl Engine {
         Share::salted(&self.store)
     }
 
-    /// Drops buckets `ids` (an admin reset, here or asked by a peer); returns how many were
-    /// held.
-    pub fn reset(&self, ids: &[u64]) -> u64 {
-        self.grants.forget(ids);
-        for &id in ids {
-            self.held.release(id, Release::Revoked);
-        }
+    /// Drops buckets `ids`; returns how many were held.
+    pub fn remove(&self, ids: &[u64]) -> u64 {
         ids.iter().filter(|&&id| self.store.remove(id)).count() as u64
     }
 
@@ -111,20 +127,16 @@ impl Engine {
         self.store.take_if(pick)
     }
 
-    /// Merges bucket `id` handed over by its previous owner (or put back after a failed
-    /// handover) at `now`.
-    ///
-    /// A handed bucket supersedes this node's copy of it (the copy is an older reading of the
-    /// same history), and overlaps a bucket promoted from that copy (see `promoted`).
-    pub fn take_in(&self, id: u64, state: BucketState, now: u64) {
-        if self.has_copies.load(Ordering::Relaxed) {
-            self.copies.take(id);
-            if self.promoted.lock().remove(&id) || self.recalled.lock().remove(&id) {
-                self.store.overlap(id, state, now);
-                return;
-            }
-        }
+    /// Merges `state` into bucket `id` as another history (consumptions add: see
+    /// `BucketState::absorb`).
+    pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
         self.store.absorb(id, state, now);
+    }
+
+    /// Merges `state` into bucket `id` as another reading of the same history (the larger
+    /// consumption wins: see `Store::overlap`).
+    pub fn overlap(&self, id: u64, state: BucketState, now: u64) {
+        self.store.overlap(id, state, now);
     }
 
     /// Starts following the change feed of the owner's buckets (see [`Store::follow`]).
@@ -144,33 +156,24 @@ impl Engine {
 
     /// Calls `f` on every owner bucket held (shares stay out): what a follower that lagged
     /// copies again.
-    pub fn for_each_bucket(&self, f: impl FnMut(u64, &BucketState)) {
+    pub fn for_each(&self, f: impl FnMut(u64, &BucketState)) {
         self.store.for_each(f);
     }
 }
 
-/// The store's counters as metrics, read at scrape time.
-pub struct EngineCollector(pub Arc<Engine>);
+/// The store's counters and the debts as metrics, read at scrape time.
+#[derive(Debug)]
+pub struct OwnedCollector(pub Arc<OwnedBuckets>);
 
-impl std::fmt::Debug for EngineCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EngineCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for EngineCollector {
-    fn encode(
-        &self,
-        mut e: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use crate::metrics::{Kind, encode_one, load};
-        let s = self.0.store_stats();
+impl Collector for OwnedCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.store.stats();
         encode_one(
             &mut e,
             Kind::Gauge,
             "buckets",
             "Buckets held in this node's store.",
-            self.0.bucket_count() as u64,
+            self.0.len() as u64,
         )?;
         encode_one(
             &mut e,
@@ -185,6 +188,28 @@ impl prometheus_client::collector::Collector for EngineCollector {
             "evictions_limiting",
             "Evicted buckets that were still limiting (each may admit more than the rule).",
             load(&s.evictions_limiting),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "reservation_debt_owed_tokens",
+            "Tokens settled above what their buckets admitted at this node as owner: owed by those buckets, in their state (they deny until time has repaid it; the debt goes to their replicas and next owners with them).",
+            load(&self.0.debts.owed),
+        )?;
+        encode_one(
+            &mut e,
+            Kind::Counter,
+            "reservation_debt_forgiven_tokens",
+            "Of the tokens owed, those beyond the most a bucket may owe (64 periods of its rule's limit), not kept (each may admit more than the rule).",
+            load(&self.0.debts.forgiven),
         )
     }
+}
+
+/// The mark of what an admission of `cost` at `now` took (`None`: it took nothing).
+pub fn taken(d: &Decision, cost: u64, now: u64) -> Option<Mark> {
+    (d.allowed && cost > 0).then_some(Mark {
+        reset_ns: d.reset_ns,
+        at_ns: now,
+    })
 }

@@ -5,12 +5,12 @@
 
 use super::Peers;
 use crate::cluster::View;
-use crate::local::Engine;
+use crate::local::Local;
 use ringlimit_core::limiter::BucketState;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Hands the live buckets of `engine` that this node no longer owns under `view`'s ring to their
+/// Hands the live buckets of `local` that this node no longer owns under `view`'s ring to their
 /// new owners (through `peers`), at `now`. A bucket whose new owner cannot be reached is put
 /// back, so nothing is lost. Returns how many buckets moved.
 ///
@@ -24,7 +24,7 @@ use std::sync::Arc;
 /// frame), so that it knows it has everything this node had for it.
 pub async fn hand_over(
     view: &View,
-    engine: &Engine,
+    local: &Local,
     peers: &Peers,
     replicas: usize,
     now: u64,
@@ -34,7 +34,7 @@ pub async fn hand_over(
     if ring.is_empty() {
         return 0;
     }
-    let moving = engine.hand_out(|id, st| {
+    let moving = local.owned().hand_out(|id, st| {
         st.idle_at() > now && ring.owner(id).is_some_and(|o| o != &*view.self_id)
     });
     let mut by_owner: HashMap<&str, Vec<(u64, BucketState)>> = HashMap::new();
@@ -55,7 +55,7 @@ pub async fn hand_over(
         let n = buckets.len();
         // Kept before the frame leaves: a recall that crosses it must find the copy.
         for (id, st) in buckets.iter().filter(|(id, _)| replicated(*id)) {
-            engine.keep_copy(*id, Some(st.clone()), now);
+            local.copies().keep(*id, Some(st.clone()), now);
         }
         match peers.hand_over(addr, &buckets).await {
             Ok(_) => moved += n,
@@ -63,7 +63,7 @@ pub async fn hand_over(
                 tracing::warn!(%owner, error = %e, buckets = n, "handover failed; keeping the buckets here");
                 // Back in the store (which drops the copy): this node's again.
                 for (id, st) in buckets {
-                    engine.take_in(id, st, now);
+                    local.take_in(id, st, now);
                 }
             }
         }

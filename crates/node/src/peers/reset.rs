@@ -5,7 +5,7 @@
 
 use super::Peers;
 use crate::cluster::{MemberState, View};
-use crate::local::Engine;
+use crate::local::Local;
 use futures::future::join_all;
 use serde::Serialize;
 use std::time::Duration;
@@ -56,7 +56,7 @@ impl MemberReset {
 pub async fn everywhere(
     view: &View,
     peers: &Peers,
-    local: &Engine,
+    local: &Local,
     ids: &[u64],
     within: Duration,
 ) -> Vec<MemberReset> {
@@ -141,7 +141,7 @@ mod tests {
             peer_addrs: BTreeMap::new(),
             quorum: crate::cluster::quorum::Quorum::solo(&Arc::from("me")),
         };
-        let engine = Engine::new(
+        let local = Local::alone(
             crate::rules::RuleSet::default(),
             100,
             Arc::new(ringlimit_core::clock::ManualClock::new(1)),
@@ -152,10 +152,10 @@ mod tests {
             period_ns: 1_000_000_000,
             burst: 5,
         };
-        assert!(engine.hold(7, &rule, 1, 1).0.allowed);
+        assert!(local.bucket(7, &rule, 1).hold(1).0.allowed);
         let within = Duration::from_millis(200);
         let started = std::time::Instant::now();
-        let report = everywhere(&view, &peers(), &engine, &[7, 8], within).await;
+        let report = everywhere(&view, &peers(), &local, &[7, 8], within).await;
         assert!(started.elapsed() < within * 5, "{:?}", started.elapsed());
         let status: Vec<(&str, ResetStatus, Option<u64>)> = report
             .iter()
@@ -169,7 +169,7 @@ mod tests {
                 ("silent", ResetStatus::Failed, None),
             ]
         );
-        assert_eq!(engine.bucket_count(), 0);
+        assert_eq!(local.owned().len(), 0);
         hold.abort();
     }
 }

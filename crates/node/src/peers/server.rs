@@ -43,7 +43,7 @@ mod top;
 use super::logins::{Login, Logins};
 use super::{PeersHandle, Recall};
 use crate::cluster::View;
-use crate::decide::Here;
+use crate::local::Local;
 use crate::log_gate::LogGate;
 use crate::rules::book::RuleBook;
 use arc_swap::ArcSwap;
@@ -248,7 +248,7 @@ fn members_only(frame: &Frame) -> bool {
 pub struct PeerServer {
     pub stats: Arc<ServerStats>,
     log_gate: LogGate,
-    here: Here,
+    local: Arc<Local>,
     settings: ServerSettings,
     /// `None`: never relay (decide everything here).
     relay: Option<Relay>,
@@ -278,11 +278,11 @@ pub trait QuotaShares: Send + Sync {
 }
 
 impl PeerServer {
-    pub fn new(here: Here, settings: ServerSettings, relay: Option<Relay>) -> Self {
+    pub fn new(local: Arc<Local>, settings: ServerSettings, relay: Option<Relay>) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
             log_gate: LogGate::new(LOG_EVERY),
-            here,
+            local,
             settings,
             relay,
             operators: None,
@@ -462,7 +462,7 @@ impl PeerServer {
                 Frame::Quota { asks } if version >= QUOTA_SINCE => Some(self.quota(&caller, &asks)),
                 Frame::Clock { sent_ns } if version >= OPERATORS_SINCE => Some(Frame::ClockIs {
                     sent_ns,
-                    now_ns: self.here.now(),
+                    now_ns: self.local.now(),
                 }),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
@@ -542,13 +542,11 @@ mod tests {
 
     /// A real peer server at "s" on `net`, deciding everything here.
     fn server(net: &MemNet) -> tokio::task::JoinHandle<()> {
-        server_with_engine(net).0
+        server_with_local(net).0
     }
 
-    /// [`server`], and its engine.
-    fn server_with_engine(
-        net: &MemNet,
-    ) -> (tokio::task::JoinHandle<()>, Arc<crate::local::Engine>) {
+    /// [`server`], and its local state.
+    fn server_with_local(net: &MemNet) -> (tokio::task::JoinHandle<()>, Arc<Local>) {
         server_with(net, ServerSettings::open("s", "c"))
     }
 
@@ -617,27 +615,20 @@ mod tests {
             .map_err(|e| e.to_string())
     }
 
-    /// A real peer server at "s" on `net` with `settings`, and its engine.
+    /// A real peer server at "s" on `net` with `settings`, and its local state.
     fn server_with(
         net: &MemNet,
         settings: ServerSettings,
-    ) -> (tokio::task::JoinHandle<()>, Arc<crate::local::Engine>) {
+    ) -> (tokio::task::JoinHandle<()>, Arc<Local>) {
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
-        let engine = Arc::new(crate::local::Engine::new(
-            crate::rules::RuleSet::builtin(),
-            100,
-            clock,
-        ));
         let counters = Arc::new(crate::global::GlobalCounters::new(
             crate::global::actor("s", 1),
             100,
         ));
-        let server = Arc::new(PeerServer::new(
-            Here::new(engine.clone(), counters),
-            settings,
-            None,
-        ));
-        (tokio::spawn(server.run(net.listen("s"))), engine)
+        let rules = Arc::new(crate::rules::InForce::new(crate::rules::RuleSet::builtin()));
+        let local = Arc::new(Local::new(rules, clock, 100, counters));
+        let server = Arc::new(PeerServer::new(local.clone(), settings, None));
+        (tokio::spawn(server.run(net.listen("s"))), local)
     }
 
     /// Logs in to "s" offering `version`.
@@ -713,7 +704,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_recall_reads_buckets_and_copies_and_one_way_copies_are_kept() {
         let net = MemNet::new();
-        let (_server, engine) = server_with_engine(&net);
+        let (_server, local) = server_with_local(&net);
         let mut conn = log_in(&net, PROTOCOL_VERSION).await;
         let within = Duration::from_secs(1);
         let owned = Frame::Checks(vec![CheckGroup {
@@ -727,10 +718,14 @@ mod tests {
         let id_of = |key: &str| {
             let c = check(key);
             let spec = crate::rules::RuleSpec::of(&c.rule);
-            engine.prepare(key, spec, 1).expect("a valid check").1
+            local
+                .rules()
+                .prepare(key, spec, 1)
+                .expect("a valid check")
+                .1
         };
         let (a, b, c) = (id_of("a"), id_of("b"), id_of("c"));
-        let state = engine.peek(a).expect("decided here");
+        let state = local.owned().peek(a).expect("decided here");
         let copy = Frame::ReplicateOneWay {
             buckets: vec![ringlimit_proto::peer::ReplicaBucket {
                 id: b,
@@ -747,7 +742,7 @@ mod tests {
         let ids: Vec<u64> = buckets.iter().map(|r| r.id).collect();
         assert_eq!(ids, [a, b]);
         assert!(
-            engine.holds(a) && engine.peek_copy(b).is_some(),
+            local.owned().holds(a) && local.copies().peek(b).is_some(),
             "read, not taken"
         );
     }

@@ -24,7 +24,7 @@ impl CheckService {
     /// Decides one request against all its checks, all-or-nothing, across the cluster. Each
     /// check is counted like a single check; the request is timed as one.
     pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<AllOutcome, AllError> {
-        let start = self.here.now();
+        let start = self.local.now();
         if checks.is_empty() || checks.len() > MAX_ALL {
             return Err(AllError::Count(checks.len()));
         }
@@ -46,7 +46,7 @@ impl CheckService {
             [single] => vec![self.dispatcher.check(single).await],
             _ => self.dispatcher.check_all(&prepared).await,
         };
-        let end = self.here.now();
+        let end = self.local.now();
         let mut results = Vec::with_capacity(decided.len());
         for (index, (d, p)) in decided.into_iter().zip(&prepared).enumerate() {
             match d {
@@ -94,7 +94,7 @@ impl CheckService {
         )>,
         KeyRuleError,
     > {
-        let rules = self.here.engine().rules();
+        let rules = self.local.rules().rules();
         match names {
             None => {
                 let mut all: Vec<_> = rules

@@ -1,6 +1,6 @@
 //! The check service: what every edge calls to decide checks. Checks, batches,
 //! all-or-nothing requests and reservations (reserve, settle), with the timing and counting that go
-//! with them. No edge reaches past it into the routing, the engine or the store; it knows
+//! with them. No edge reaches past it into the routing, the local state or the store; it knows
 //! nothing of HTTP (or of any other transport). The admin side ([`crate::admin`]) and the
 //! lifecycle hooks ([`crate::lifecycle`]) are beside it.
 //!
@@ -12,11 +12,10 @@
 pub mod all;
 pub mod reserve;
 
-use crate::decide::Here;
-use crate::local::Prepared;
+use crate::local::Local;
 use crate::metrics::{Metrics, seconds};
 use crate::routing::Dispatcher;
-use crate::rules::RuleSpec;
+use crate::rules::{Prepared, RuleSpec};
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::top::TopKeys;
@@ -70,7 +69,7 @@ impl Outcome {
 
 /// The node's checks, for every edge.
 pub struct CheckService {
-    here: Here,
+    local: Arc<Local>,
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
     /// The keys checked and denied most, per rule (for operators: `GET /v1/admin/top`).
@@ -81,13 +80,13 @@ impl CheckService {
     /// Checks decided through `dispatcher` (shared with the admin side), counted and timed in
     /// `metrics`.
     pub fn new(
-        here: Here,
+        local: Arc<Local>,
         dispatcher: Arc<Dispatcher>,
         metrics: Arc<Metrics>,
         top: Arc<TopKeys>,
     ) -> Self {
         Self {
-            here,
+            local,
             dispatcher,
             metrics,
             top,
@@ -98,7 +97,7 @@ impl CheckService {
     /// runtime's copies of the members' clients (see [`Dispatcher::for_runtime`]).
     pub fn for_runtime(&self) -> Self {
         Self {
-            here: self.here.clone(),
+            local: self.local.clone(),
             dispatcher: Arc::new(self.dispatcher.for_runtime()),
             metrics: self.metrics.clone(),
             top: self.top.clone(),
@@ -107,10 +106,10 @@ impl CheckService {
 
     /// Decides one check wherever it belongs; counted and timed when answered.
     pub async fn check(&self, c: &Check<'_>) -> Result<Outcome, CheckError> {
-        let start = self.here.now();
+        let start = self.local.now();
         let p = self.prepare(c, c.cost)?;
         let answer = self.dispatcher.check(&p).await?;
-        let end = self.here.now();
+        let end = self.local.now();
         let outcome = self.outcome(answer, &p, end);
         self.metrics.check_duration.observe(seconds(start, end));
         Ok(outcome)
@@ -144,7 +143,7 @@ impl CheckService {
     /// Decides many checks at once (each owner's as one group); answers in order, an invalid
     /// check's error in its place. Timed as one.
     pub async fn check_many(&self, checks: &[Check<'_>]) -> Vec<Result<Outcome, CheckError>> {
-        let start = self.here.now();
+        let start = self.local.now();
         let mut results: Vec<Option<Result<Outcome, CheckError>>> =
             Vec::with_capacity(checks.len());
         let mut prepared = Vec::with_capacity(checks.len());
@@ -163,7 +162,7 @@ impl CheckService {
             .await
             .into_iter()
             .zip(&prepared);
-        let end = self.here.now();
+        let end = self.local.now();
         let results = results
             .into_iter()
             .map(|slot| match slot {
@@ -181,7 +180,7 @@ impl CheckService {
 
     /// Validates a check at `cost` (nothing is consumed).
     fn prepare<'a>(&self, c: &Check<'a>, cost: u64) -> Result<Prepared<'a>, CheckError> {
-        let mut p = self.here.engine().prepare_check(c.key, c.rule, cost)?;
+        let mut p = self.local.rules().prepare_check(c.key, c.rule, cost)?;
         p.resolved.shadow |= c.shadow;
         Ok(p)
     }

@@ -42,12 +42,12 @@ impl CheckService {
         c: &Check<'_>,
         ttl_ms: Option<u64>,
     ) -> Result<Reservation, ReserveError> {
-        let ttl_ms = reserve::ttl_ms_within(ttl_ms, self.here.engine().max_reservation_ttl_ms())?;
+        let ttl_ms = reserve::ttl_ms_within(ttl_ms, self.local.reservations().max_ttl_ms())?;
         let p = self.prepare(c, c.cost)?;
         reserve::reservable(&p.resolved)?;
         let nonce: u128 = rand::random();
         let answer = self.dispatcher.reserve(&p, ttl_ms, nonce).await?;
-        let outcome = self.outcome(answer, &p, self.here.now());
+        let outcome = self.outcome(answer, &p, self.local.now());
         if !answer.allowed {
             return Ok(Reservation::Denied(outcome));
         }
@@ -77,7 +77,7 @@ impl CheckService {
         let p = self.prepare(&check, cost)?;
         reserve::reservable(&p.resolved)?;
         let answer = self.dispatcher.settle(&p, id.nonce).await?;
-        let outcome = Outcome::new(answer, &p.resolved, self.here.now());
+        let outcome = Outcome::new(answer, &p.resolved, self.local.now());
         Ok(Settled {
             outcome,
             rule: id.rule,

@@ -2,10 +2,11 @@
 //! this node handed over, decide all-or-nothing groups where they land.
 
 use super::PeerServer;
-use crate::decide::On;
+use crate::local::Placement;
 use crate::peers::Peer;
-use crate::rules::RuleSpec;
+use crate::rules::{Prepared, RuleSpec};
 use ringlimit_core::check::{CheckError, Resolved};
+use ringlimit_core::coordinator::Here;
 use ringlimit_core::link::fanout::OwnerGroups;
 use ringlimit_core::rule::Mode;
 use ringlimit_core::top::Counted;
@@ -31,7 +32,7 @@ impl PeerServer {
         let Some(top) = self.operators.as_ref().map(|o| &o.top) else {
             return;
         };
-        let now = self.here.now();
+        let now = self.local.now();
         for (g, answered) in groups.iter().zip(out) {
             for (c, answer) in g.checks.iter().zip(&answered.answers) {
                 let allowed = match answer {
@@ -42,21 +43,21 @@ impl PeerServer {
                 if counted.is_nothing() {
                     continue;
                 }
-                let Ok((_, id)) = self.prepare(c) else {
+                let Ok(p) = self.prepare(c) else {
                     continue;
                 };
-                let rule = RuleSpec::of(&c.rule).policy_name();
-                top.count(&rule, id, &c.key, counted, now);
+                let rule = p.spec.policy_name();
+                top.count(&rule, p.id, &c.key, counted, now);
             }
         }
     }
 
     async fn decide_groups(&self, groups: &[CheckGroup]) -> Vec<AnswerGroup> {
         self.recall_before(groups).await;
-        // One instant for the whole frame (see `Engine::decide_at`).
-        let now = self.here.now();
+        // One instant for the whole frame (see `Here::decide_at`).
+        let now = self.local.now();
         // Relayed checks: their place in `out`, and what deciding them here takes.
-        let mut relayed: Vec<(usize, usize, u64, Resolved)> = Vec::new();
+        let mut relayed: Vec<(usize, usize, Prepared<'_>)> = Vec::new();
         let mut by_owner = OwnerGroups::new();
         let mut out: Vec<AnswerGroup> = Vec::with_capacity(groups.len());
         for (gi, g) in groups.iter().enumerate() {
@@ -75,16 +76,16 @@ impl PeerServer {
             let mut answers = Vec::with_capacity(g.checks.len());
             for (ci, c) in g.checks.iter().enumerate() {
                 self.stats.checks.fetch_add(1, Ordering::Relaxed);
-                let (resolved, id) = match self.prepare(c) {
+                let p = match self.prepare(c) {
                     Ok(p) => p,
                     Err(e) => {
                         answers.push(error_answer(&e));
                         continue;
                     }
                 };
-                if may_relay && let Some(owner) = self.relay_target(&resolved, id) {
+                if may_relay && let Some(owner) = self.relay_target(&p.resolved, p.id) {
                     by_owner.add(owner.id, &owner.link, relayed.len());
-                    relayed.push((gi, ci, id, resolved));
+                    relayed.push((gi, ci, p));
                     // Replaced below by the owner's answer, or by a local decision.
                     answers.push(PeerAnswer::Error {
                         code: String::new(),
@@ -92,9 +93,7 @@ impl PeerServer {
                     });
                     continue;
                 }
-                answers.push(PeerAnswer::Answer(
-                    self.here.decide_at(id, &resolved, c.cost, now),
-                ));
+                answers.push(PeerAnswer::Answer(self.local.decide_at(&p, now)));
             }
             out.push(AnswerGroup { id: g.id, answers });
         }
@@ -107,24 +106,23 @@ impl PeerServer {
         let replies = by_owner
             .send(
                 |i| {
-                    let (g, c, ..) = relayed[i];
-                    groups[g].checks[c].clone()
+                    let (g, c, _) = &relayed[i];
+                    groups[*g].checks[*c].clone()
                 },
                 |client, checks| async move { client.send_relayed(checks).await },
             )
             .await;
         for (i, reply) in replies {
-            let (g, c, id, resolved) = relayed[i];
-            out[g].answers[c] = match reply {
+            let (g, c, p) = &relayed[i];
+            out[*g].answers[*c] = match reply {
                 Ok(a) => a,
                 // The owner did not answer: decide here, as before relaying existed; on this
                 // node's copy when it keeps one (a sender whose ring already dropped the owner
                 // sent the check here as the new owner while this ring still has it): one
                 // history, the one a stand-in decides on and hands back.
                 Err(_) => {
-                    let on = self.standing_in(id).unwrap_or(On::Bucket);
-                    let cost = groups[g].checks[c].cost;
-                    PeerAnswer::Answer(self.here.decide_on(on, id, &resolved, cost, now))
+                    let on = self.standing_in(p.id).unwrap_or(Placement::Bucket);
+                    PeerAnswer::Answer(self.local.hold_on(on, p, now).0)
                 }
             };
         }
@@ -143,8 +141,8 @@ impl PeerServer {
             .filter(|g| !matches!(g.kind, GroupKind::Replica | GroupKind::ReplicaAllOrNothing))
             .flat_map(|g| &g.checks)
             .filter_map(|c| self.prepare(c).ok())
-            .filter(|(resolved, _)| resolved.mode == Mode::Owner)
-            .map(|(_, id)| id)
+            .filter(|p| p.resolved.mode == Mode::Owner)
+            .map(|p| p.id)
             .collect();
         relay.recall.before(ids).await;
     }
@@ -157,31 +155,30 @@ impl PeerServer {
         self.stats
             .checks
             .fetch_add(g.checks.len() as u64, Ordering::Relaxed);
-        let prepared: Vec<Result<(Resolved, u64), CheckError>> =
+        let prepared: Vec<Result<Prepared<'_>, CheckError>> =
             g.checks.iter().map(|c| self.prepare(c)).collect();
         let replica = g.kind == GroupKind::ReplicaAllOrNothing;
         // Where each check is decided; as the owner's replica, a check this node cannot stand
         // in for is not decided (and so denies the group).
-        let places: Vec<Option<On>> = prepared
+        let places: Vec<Option<Placement>> = prepared
             .iter()
             .map(|p| match (p, replica) {
-                (Ok((r, id)), true) => self.place(r, *id),
-                (Ok(_), false) => Some(On::Bucket),
+                (Ok(p), true) => self.place(&p.resolved, p.id),
+                (Ok(_), false) => Some(Placement::Bucket),
                 (Err(_), _) => None,
             })
             .collect();
         let items: Vec<_> = prepared
             .iter()
-            .zip(&g.checks)
             .zip(&places)
-            .map(|((p, c), on)| match (p, on) {
-                (Ok((r, id)), Some(_)) => Some((*id, *r, c.cost)),
+            .map(|(p, on)| match (p, on) {
+                (Ok(p), Some(_)) => Some(p),
                 _ => None,
             })
             .collect();
         let decided = self
-            .here
-            .decide_all_on(&items, now, |i| places[i].unwrap_or(On::Bucket));
+            .local
+            .decide_all_on(&items, now, |i| places[i].unwrap_or(Placement::Bucket));
         let answers = decided
             .into_iter()
             .zip(&prepared)
@@ -212,10 +209,8 @@ impl PeerServer {
             .iter()
             .map(|c| match self.prepare(c) {
                 Err(e) => error_answer(&e),
-                Ok((resolved, id)) => match self.place(&resolved, id) {
-                    Some(on) => {
-                        PeerAnswer::Answer(self.here.decide_on(on, id, &resolved, c.cost, now))
-                    }
+                Ok(p) => match self.place(&p.resolved, p.id) {
+                    Some(on) => PeerAnswer::Answer(self.local.hold_on(on, &p, now).0),
                     None => not_replica(),
                 },
             })
@@ -225,9 +220,9 @@ impl PeerServer {
 
     /// Where this node decides a check sent here as the owner's replica: a global rule's where
     /// it lands, an owner rule's where [`PeerServer::standing_in`] says.
-    fn place(&self, resolved: &Resolved, id: u64) -> Option<On> {
+    fn place(&self, resolved: &Resolved, id: u64) -> Option<Placement> {
         match resolved.mode {
-            Mode::Global => Some(On::Bucket),
+            Mode::Global => Some(Placement::Bucket),
             Mode::Owner => self.standing_in(id),
         }
     }
@@ -235,22 +230,22 @@ impl PeerServer {
     /// Where this node decides bucket `id` for an owner that did not answer: on its bucket when
     /// its ring names it the owner now, on its copy when it keeps one or its ring names it a
     /// replica; `None`: neither (it cannot stand in).
-    fn standing_in(&self, id: u64) -> Option<On> {
+    fn standing_in(&self, id: u64) -> Option<Placement> {
         let relay = self.relay.as_ref()?;
         let view = relay.view.load();
         let me = &*view.self_id;
         if view.ring.owner(id) == Some(me) {
-            return Some(On::Bucket);
+            return Some(Placement::Bucket);
         }
-        let engine = self.here.engine();
-        (engine.peek_copy(id).is_some() || view.ring.replicates(id, relay.replicas, me))
-            .then_some(On::Copy)
+        let copies = self.local.copies();
+        (copies.peek(id).is_some() || view.ring.replicates(id, relay.replicas, me))
+            .then_some(Placement::Copy)
     }
 
-    pub(super) fn prepare(&self, c: &PeerCheck) -> Result<(Resolved, u64), CheckError> {
-        self.here
-            .engine()
-            .prepare(&c.key, RuleSpec::of(&c.rule), c.cost)
+    pub(super) fn prepare<'a>(&self, c: &'a PeerCheck) -> Result<Prepared<'a>, CheckError> {
+        self.local
+            .rules()
+            .prepare_check(&c.key, RuleSpec::of(&c.rule), c.cost)
     }
 
     /// Where to relay an owner-mode check that a peer sent here: the bucket's owner under this
@@ -263,7 +258,7 @@ impl PeerServer {
         }
         let relay = self.relay.as_ref()?;
         let target = relay.peers.owner(&relay.view.load(), id)?;
-        (!self.here.engine().holds(id)).then_some(target)
+        (!self.local.owned().holds(id)).then_some(target)
     }
 }
 

@@ -16,11 +16,10 @@ impl PeerServer {
         {
             relay.recall.handed_over(caller.peer);
         }
-        let now = self.here.now();
+        let now = self.local.now();
         let merged = buckets.len() as u64;
         for b in buckets {
-            self.here
-                .engine()
+            self.local
                 .take_in(b.id, BucketState::from_wire(b.state), now);
         }
         self.stats.handed_over.fetch_add(merged, Ordering::Relaxed);

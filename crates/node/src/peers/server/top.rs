@@ -9,7 +9,7 @@ impl PeerServer {
     /// The `n` keys of `rule` most counted `by` here (none on a server without operators).
     pub(super) fn top_keys(&self, rule: &str, by: TopBy, n: u32) -> Frame {
         let keys = match &self.operators {
-            Some(ops) => ops.top.top(rule, by, n as usize, self.here.now()),
+            Some(ops) => ops.top.top(rule, by, n as usize, self.local.now()),
             None => Vec::new(),
         };
         Frame::TopKeysAre { keys }
