@@ -15,7 +15,7 @@ use crate::listen::stream::Listener;
 use crate::listen::tls::ServerTls;
 use crate::local::Local;
 use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
-use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
+use crate::peers::{Cluster, PeerServer, Peers, Recall, ServerSettings};
 use crate::routing::Dispatcher;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::{ReloadCollector, Reloaded, RulesStatus};
@@ -397,32 +397,28 @@ pub async fn run(
         Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
         local.clone(),
     ));
-    let server = Arc::new(
-        PeerServer::new(
-            local.clone(),
-            ServerSettings {
-                node_id: config.node_id.clone(),
-                cluster_id: config.cluster_id.clone(),
-                secret,
-                // A certificate of the cluster CA makes a member, as the secret does.
-                accept_members: security.accepts_members() || peer_tls.is_some(),
-                handshake_timeout: Duration::from_secs(2),
-                tls: peer_tls.clone(),
-                clients: admin_tokens.clone(),
-            },
-            Some(Relay {
-                view: view.clone(),
-                peers: pool.shared(),
-                replicas: config.replicas,
-                recall: recall.clone(),
-            }),
-        )
-        .with_operators(crate::peers::server::Operators {
-            book: book.clone(),
-            top: top.clone(),
-            quota: Some(rlqs.owner.clone()),
+    let server = PeerServer::new(
+        local.clone(),
+        ServerSettings {
+            node_id: config.node_id.clone(),
+            cluster_id: config.cluster_id.clone(),
+            secret,
+            // A certificate of the cluster CA makes a member, as the secret does.
+            accept_members: security.accepts_members() || peer_tls.is_some(),
+            handshake_timeout: Duration::from_secs(2),
+            tls: peer_tls.clone(),
+            clients: admin_tokens.clone(),
+        },
+        Some(Cluster {
+            view: view.clone(),
+            recall: recall.clone(),
         }),
-    );
+    )
+    .with_operators(crate::peers::server::Operators {
+        book: book.clone(),
+        top: top.clone(),
+        quota: Some(rlqs.owner.clone()),
+    });
     let conns = Arc::new(crate::metrics::ConnStats::default());
     let grpc_conns = Arc::new(crate::metrics::ConnStats::default());
     let rules = Arc::new(RulesStatus::new(config.rules_path.clone()));
@@ -528,6 +524,8 @@ pub async fn run(
         metrics.clone(),
         top.clone(),
     ));
+    // Checks on the peer port go through the same front door as every edge's.
+    let server = Arc::new(server.with_checks(service.clone()));
     let admin = Arc::new(Admin::new(admin::Parts {
         local: local.clone(),
         dispatcher,

@@ -9,7 +9,7 @@ use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::rules::RuleSpec;
 use crate::service::all::AllOutcome;
-use crate::service::{Check, MAX_BATCH, Outcome};
+use crate::service::{Check, Edge, MAX_BATCH, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::HeaderName;
@@ -182,7 +182,7 @@ pub(super) async fn decide_with<R>(
     answer: impl FnOnce(&Outcome, &str) -> R,
 ) -> Result<R, ApiError> {
     let body: CheckBody<'_> = parse(bytes)?;
-    let outcome = state.service.check(&body.check()?).await?;
+    let outcome = state.service.check(Edge::Http, &body.check()?).await?;
     Ok(answer(&outcome, &body.policy_name()))
 }
 
@@ -371,7 +371,7 @@ pub(super) async fn batch_answer(state: &AppState, bytes: &[u8]) -> Response {
             Err(e) => results.push(Some(Item::Error(e.body))),
         }
     }
-    let decided = state.service.check_many(&checks).await;
+    let decided = state.service.check_many(Edge::Http, &checks).await;
     let mut decided = decided.iter();
     let results: Vec<Item> = results
         .into_iter()
@@ -440,7 +440,11 @@ async fn decide_all(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError
     for (index, body) in bodies.iter().enumerate() {
         checks.push(body.check().map_err(|e| item(index, e))?);
     }
-    let outcome = state.service.check_all(&checks).await.map_err(all_error)?;
+    let outcome = state
+        .service
+        .check_all(Edge::Http, &checks)
+        .await
+        .map_err(all_error)?;
     let names: Vec<Cow<'_, str>> = bodies.iter().map(CheckBody::policy_name).collect();
     Ok(all_response(&outcome, &names))
 }

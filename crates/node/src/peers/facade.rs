@@ -18,14 +18,13 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
 use ringlimit_core::link::reserve::{self as link_reserve, SESSIONS_PER_OWNER};
-use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
+use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
 use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
 use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    Frame, HandedBucket, OPERATORS_SINCE, PeerAnswer, PeerCheck, PeerRefund, PeerReserve,
-    PeerSettle, QUOTA_SINCE, QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange,
-    RuleChanged, TopBy, TopKey,
+    Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE, QuotaAnswer,
+    QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -251,41 +250,6 @@ pub struct Sent {
     pub frames: u64,
     /// On the wire, length prefixes included.
     pub bytes: u64,
-}
-
-/// One member's link for checks: what [`Peers::owner_client`] finds, with a typed method per
-/// message that rides on it.
-#[derive(Clone)]
-pub struct Peer {
-    pub id: Arc<str>,
-    pub link: Arc<PeerClient>,
-}
-
-impl Peer {
-    /// Checks for buckets the member owns (it may relay them once, see [`super::server`]).
-    pub async fn check(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.send(checks).await
-    }
-
-    /// One request's checks at this owner, decided there all-or-nothing.
-    pub async fn check_all(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.send_all(checks).await
-    }
-
-    /// Checks relayed to their new owner, decided where they land.
-    pub async fn relay(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.send_relayed(checks).await
-    }
-
-    /// Gives back what all-or-nothing checks held.
-    pub async fn refund(&self, refunds: Vec<PeerRefund>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.refund(refunds).await
-    }
-
-    /// Whether the member's link answers (an empty group).
-    pub async fn ping(&self) -> Result<(), ForwardError> {
-        self.link.ping().await
-    }
 }
 
 impl std::fmt::Debug for Peers {
@@ -579,12 +543,6 @@ impl PeersHandle {
             self.peers.sync(view);
             self.client(owner)
         })
-    }
-
-    /// [`PeersHandle::owner_client`] as a [`Peer`].
-    pub fn owner(&self, view: &View, id: u64) -> Option<Peer> {
-        self.owner_client(view, id)
-            .map(|(id, link)| Peer { id, link })
     }
 
     /// The client of member `owner`: this runtime's own copy, else the shared one.

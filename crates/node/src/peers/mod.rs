@@ -3,7 +3,7 @@
 //! node sends every member every message, and [`PeerServer`], which answers them.
 //!
 //! # Layout
-//! - [`facade`] — [`Peers`]: one client per alive member ([`Peer`]), per-runtime copies
+//! - [`facade`] — [`Peers`]: one client per alive member (core's `PeerClient`), per-runtime copies
 //!   ([`PeersHandle`], one per runtime, passed explicitly), and a typed method per message.
 //! - [`server`] — accepts peers, runs the handshake, checks what only members may send, and
 //!   dispatches each frame kind to its handler (`server/checks.rs`, `refunds.rs`,
@@ -22,9 +22,9 @@
 //! # Messages, and how to add one
 //! | message | sent by | handled in |
 //! |---|---|---|
-//! | check group (owned, relayed, all-or-nothing; to a replica) | [`Peer::check`], [`Peer::relay`], [`Peer::check_all`]; the coordinator's `Site::replica` | `server/checks.rs` |
-//! | refunds | [`Peer::refund`] | `server/refunds.rs` |
-//! | ping (an empty check group) | [`Peer::ping`], [`Peers::ping_all`] | `server/checks.rs` |
+//! | check group (owned, relayed, all-or-nothing; to a replica) | the member's `PeerClient` (`send`, `send_all`, `send_replica`: the coordinator's owner link, `routing/timed.rs`; `send_relayed`: `routing/arrived.rs`) | `server/checks.rs` (to the check service; routed in `routing/arrived.rs`) |
+//! | refunds | the member's `PeerClient::refund` | `server/refunds.rs` |
+//! | ping (an empty check group) | [`Peers::ping_all`] | `server/checks.rs` |
 //! | handover | [`Peers::hand_over`] | `server/handover.rs` |
 //! | replicate (copies of an owner's buckets) | [`Peers::replica_link`], [`ReplicaLink::replicate`] | `server/replicate.rs` |
 //! | hand back (a replica's decisions for an owner that did not answer) | [`ReplicaLink::hand_back`] | `server/replicate.rs` |
@@ -41,8 +41,7 @@
 //! 1. a frame variant (and its answer's) appended to `ringlimit_proto::peer::Frame` (appended:
 //!    the tags of older variants must not move), with a round-trip test there;
 //! 2. a typed method on [`Peers`] (a connection of its own, through
-//!    `ringlimit_core::link::Session`) or on [`Peer`] (pipelined with checks, through the
-//!    member's `PeerClient`);
+//!    `ringlimit_core::link::Session`) or on the member's `PeerClient` (pipelined with checks);
 //! 3. a handler file in `server/` (an `impl PeerServer` block with one `pub(super)` method),
 //!    one arm in `PeerServer`'s dispatch, and, when only members may send it, nothing more:
 //!    `members_only` refuses every frame it does not name.
@@ -57,6 +56,6 @@ pub mod recall;
 pub mod reset;
 pub mod server;
 
-pub use facade::{Peer, Peers, PeersHandle, RecallLink, ReplicaLink};
+pub use facade::{Peers, PeersHandle, RecallLink, ReplicaLink};
 pub use recall::Recall;
-pub use server::{PeerServer, Relay, ServerSettings};
+pub use server::{Cluster, PeerServer, ServerSettings};

@@ -1,13 +1,12 @@
-//! The peer server: accepts connections on the peer port, authenticates them, and decides the
-//! checks that arrive here. One exception: a check for a bucket this node no longer holds and no
-//! longer owns (it handed the bucket to its new owner, or it is leaving) is relayed once to that
-//! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
-//! at most two hops and rings that disagree for a moment cannot make it loop.
+//! The peer server: accepts connections on the peer port, authenticates them, and answers
+//! their frames. Checks go to the node's one front door ([`PeerChecks`]: the check service,
+//! which routes them as they arrived and counts a client's); every other frame is answered by
+//! its handler from the local state.
 //!
 //! This file keeps the connection: the accept loop, mutual TLS when the port has it, the
 //! handshake, the member check and the dispatch of each frame kind to its handler, one file
 //! each:
-//! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): decide, relay once, all-or-nothing.
+//! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): to the front door.
 //! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held (a client only what
 //!   its own connection's holds took: [`holds`]).
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
@@ -40,8 +39,8 @@ mod reset;
 mod rules;
 mod top;
 
+use super::Recall;
 use super::logins::{Login, Logins};
-use super::{PeersHandle, Recall};
 use crate::cluster::View;
 use crate::local::Local;
 use crate::log_gate::LogGate;
@@ -55,8 +54,10 @@ use ringlimit_core::top::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
-    CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
+    AnswerGroup, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE,
+    RESERVE_SINCE,
 };
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -161,21 +162,28 @@ pub struct ServerStats {
     pub frames: AtomicU64,
     /// Buckets received from their previous owner and merged.
     pub handed_over: AtomicU64,
-    /// Checks relayed to the owner of a bucket this node had handed over.
-    pub relayed: AtomicU64,
 }
 
-/// Where checks for buckets this node no longer holds nor owns are relayed: the owner under
-/// this node's current view, through its peers.
+/// The cluster this server answers in: the membership view (who owns a bucket, who is a
+/// member), and the buckets this node owns but does not hold yet, recalled before a lease or a
+/// reservation takes from them.
 #[derive(Clone)]
-pub struct Relay {
+pub struct Cluster {
     pub view: Arc<ArcSwap<View>>,
-    pub peers: PeersHandle,
-    /// `--replicas`: whether this node keeps a copy of a bucket, to decide on it when a peer
-    /// asks it as the owner's replica.
-    pub replicas: usize,
-    /// Buckets this node owns but does not hold yet, recalled before their first check.
     pub recall: Arc<Recall>,
+}
+
+/// The node's one front door for checks (`crate::service::CheckService`), as the peer port
+/// calls it: the checks that arrive here are decided, counted and timed where every edge's
+/// are. A trait here keeps the server below the service.
+pub trait PeerChecks: Send + Sync {
+    /// Decides one frame's groups, each answered under its id; `client`: a client's frame
+    /// (counted there), not a member's (counted where it arrived).
+    fn checks<'a>(
+        &'a self,
+        groups: &'a [CheckGroup],
+        client: bool,
+    ) -> Pin<Box<dyn Future<Output = Vec<AnswerGroup>> + Send + 'a>>;
 }
 
 /// Who is on the other end of a connection, for handlers' logs and counts.
@@ -194,7 +202,7 @@ impl PeerServer {
     /// without being on the ring (an SDK run as a member) is counted here too.
     fn is_client(&self, caller: &Caller<'_>) -> bool {
         !caller.member
-            || self.relay.as_ref().is_some_and(|r| {
+            || self.cluster.as_ref().is_some_and(|r| {
                 !r.view
                     .load()
                     .members
@@ -250,8 +258,10 @@ pub struct PeerServer {
     log_gate: LogGate,
     local: Arc<Local>,
     settings: ServerSettings,
-    /// `None`: never relay (decide everything here).
-    relay: Option<Relay>,
+    /// `None`: a server alone (tests), which owns every bucket sent to it.
+    cluster: Option<Cluster>,
+    /// Where checks go; `None`: nowhere (tests' servers that answer other frames only).
+    checks: Option<Arc<dyn PeerChecks>>,
     /// What operators ask of members; `None`: none kept here (tests' bare servers).
     operators: Option<Operators>,
 }
@@ -278,15 +288,22 @@ pub trait QuotaShares: Send + Sync {
 }
 
 impl PeerServer {
-    pub fn new(local: Arc<Local>, settings: ServerSettings, relay: Option<Relay>) -> Self {
+    pub fn new(local: Arc<Local>, settings: ServerSettings, cluster: Option<Cluster>) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
             log_gate: LogGate::new(LOG_EVERY),
             local,
             settings,
-            relay,
+            cluster,
+            checks: None,
             operators: None,
         }
+    }
+
+    /// This server, deciding checks through `checks` (the node's check service).
+    pub fn with_checks(mut self, checks: Arc<dyn PeerChecks>) -> Self {
+        self.checks = Some(checks);
+        self
     }
 
     /// This server, keeping what operators ask of members.
@@ -562,6 +579,14 @@ mod tests {
     /// A server at "s" that has `secret` (or none: then it takes no members) and accepts the
     /// client token `svc-token-0000001`, named "svc".
     fn guarded_server(net: &MemNet, secret: Option<&[u8]>) -> tokio::task::JoinHandle<()> {
+        guarded_server_counted(net, secret).0
+    }
+
+    /// [`guarded_server`], and the metrics its checks are counted in.
+    fn guarded_server_counted(
+        net: &MemNet,
+        secret: Option<&[u8]>,
+    ) -> (tokio::task::JoinHandle<()>, Arc<crate::metrics::Metrics>) {
         let settings = ServerSettings {
             secret: secret.map(Arc::from),
             accept_members: secret.is_some(),
@@ -571,7 +596,8 @@ mod tests {
             }])),
             ..ServerSettings::open("s", "c")
         };
-        server_with(net, settings).0
+        let (task, _, metrics) = server_counted(net, settings);
+        (task, metrics)
     }
 
     /// Logs in to "s" as a client proving `token`, or as a member proving `secret`; the
@@ -620,6 +646,19 @@ mod tests {
         net: &MemNet,
         settings: ServerSettings,
     ) -> (tokio::task::JoinHandle<()>, Arc<Local>) {
+        let (task, local, _) = server_counted(net, settings);
+        (task, local)
+    }
+
+    /// [`server_with`], checks decided by a check service counted in the metrics returned.
+    fn server_counted(
+        net: &MemNet,
+        settings: ServerSettings,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        Arc<Local>,
+        Arc<crate::metrics::Metrics>,
+    ) {
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
         let counters = Arc::new(crate::global::GlobalCounters::new(
             crate::global::actor("s", 1),
@@ -627,8 +666,11 @@ mod tests {
         ));
         let rules = Arc::new(crate::rules::InForce::new(crate::rules::RuleSet::builtin()));
         let local = Arc::new(Local::new(rules, clock, 100, counters));
-        let server = Arc::new(PeerServer::new(local.clone(), settings, None));
-        (tokio::spawn(server.run(net.listen("s"))), local)
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let service = crate::service::CheckService::alone(local.clone(), metrics.clone());
+        let server =
+            Arc::new(PeerServer::new(local.clone(), settings, None).with_checks(Arc::new(service)));
+        (tokio::spawn(server.run(net.listen("s"))), local, metrics)
     }
 
     /// Logs in to "s" offering `version`.
@@ -1041,5 +1083,62 @@ mod tests {
             "{:?}",
             token.err()
         );
+    }
+
+    /// Checks on the peer port go through the front door: a client's (an SDK's) are counted
+    /// and timed there like every edge's, in `ringlimit_checks_total`, the rule's and the
+    /// edge's counts and the duration histogram; a member's were counted where they arrived,
+    /// and are not counted again.
+    #[tokio::test(start_paused = true)]
+    async fn a_clients_checks_are_counted_at_the_front_door_and_a_members_are_not() {
+        let net = MemNet::new();
+        let (_server, metrics) = guarded_server_counted(&net, Some(b"cluster secret"));
+        let rule = daily(2);
+        let mut client = log_in_as(&net, Some(b"svc-token-0000001"), None)
+            .await
+            .expect("logged in");
+        for want in [true, true, false] {
+            let answer = ask(&mut client, owned("sdk", &rule, 1)).await;
+            assert_eq!(remaining(answer.expect("answer")).0, want);
+        }
+        let mut member = log_in_as(&net, None, Some(b"cluster secret"))
+            .await
+            .expect("logged in");
+        for _ in 0..2 {
+            let answer = ask(&mut member, owned("forwarded", &rule, 1)).await;
+            assert!(remaining(answer.expect("answer")).0);
+        }
+        let text = metrics.encode().expect("encoded");
+        let value = |series: &str| {
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(series)?
+                        .strip_prefix(' ')?
+                        .parse::<f64>()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        };
+        for (series, want) in [
+            (
+                "ringlimit_checks_total{result=\"allowed\",mode=\"owner\"}",
+                2.0,
+            ),
+            (
+                "ringlimit_checks_total{result=\"denied\",mode=\"owner\"}",
+                1.0,
+            ),
+            (
+                "ringlimit_rule_checks_total{rule=\"inline\",result=\"denied\"}",
+                1.0,
+            ),
+            ("ringlimit_edge_checks_total{edge=\"peer\"}", 3.0),
+            (
+                "ringlimit_check_duration_seconds_count{endpoint=\"peer\"}",
+                3.0,
+            ),
+        ] {
+            assert_eq!(value(series), want, "{series}");
+        }
     }
 }

@@ -53,6 +53,12 @@ impl Collector for RoutingCollector {
         )?;
         counter(
             &mut e,
+            "relayed",
+            "Checks from peers relayed to their owner because this node had handed their bucket over.",
+            load(&s.relayed),
+        )?;
+        counter(
+            &mut e,
             "refunded_requests",
             "All-or-nothing requests denied whose admitted checks gave their cost back.",
             load(&s.refunded_requests),

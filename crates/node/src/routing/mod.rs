@@ -4,11 +4,15 @@
 //! with the SDK); this is the node's side of it: its routing, its share buckets, its counters.
 //!
 //! # Layout
+//! - this module — [`Dispatcher`]: checks that arrive at an edge of this node, routed by the
+//!   coordinator; reservations at their owner.
+//! - [`arrived`] — checks that arrive from peers: decided here, relayed once, stood in for.
 //! - `gate` — the batch gate: long batches decide in slices, one at a time per thread.
 //! - `timed` — RPC timing around the owner's link.
 //! - [`hot`] — the buckets this node forwards most, promoted and demoted (for leases).
 //! - [`metrics`] — the routing's counters as metrics.
 
+pub mod arrived;
 mod gate;
 pub mod hot;
 pub mod metrics;
@@ -39,6 +43,9 @@ pub use ringlimit_core::coordinator::fallback_id;
 pub struct DispatchStats {
     /// Checks sent to their owner.
     pub forwarded: AtomicU64,
+    /// Checks from peers relayed to their owner because this node had handed their bucket
+    /// over (see [`arrived`]).
+    pub relayed: AtomicU64,
     /// All-or-nothing requests denied, whose admitted checks gave their cost back.
     pub refunded_requests: AtomicU64,
     /// Refunds that could not reach their owner (the cost stays taken: a false deny at worst).

@@ -3,7 +3,7 @@
 //! The routing does the deciding and the giving back ([`crate::routing::Dispatcher::check_all`]);
 //! this validates the request as a whole and picks the limit that binds.
 
-use super::{Check, CheckService, Outcome};
+use super::{Check, CheckService, Edge, Outcome};
 use crate::metrics::seconds;
 use ringlimit_core::all::{AllError, MAX_ALL, binding, duplicate};
 
@@ -21,9 +21,14 @@ pub struct AllOutcome {
 }
 
 impl CheckService {
-    /// Decides one request against all its checks, all-or-nothing, across the cluster. Each
-    /// check is counted like a single check; the request is timed as one.
-    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<AllOutcome, AllError> {
+    /// Decides one request that arrived at `edge` against all its checks, all-or-nothing,
+    /// across the cluster. Each check is counted like a single check; the request is timed as
+    /// one.
+    pub async fn check_all(
+        &self,
+        edge: Edge,
+        checks: &[Check<'_>],
+    ) -> Result<AllOutcome, AllError> {
         let start = self.local.now();
         if checks.is_empty() || checks.len() > MAX_ALL {
             return Err(AllError::Count(checks.len()));
@@ -55,6 +60,7 @@ impl CheckService {
                 Err(error) => return Err(AllError::Item { index, error }),
             }
         }
+        self.metrics.count_edge(edge, results.len() as u64);
         self.metrics.all_duration.observe(seconds(start, end));
         Ok(decide(results))
     }

@@ -3,7 +3,7 @@
 //! actual cost (see `crate::local::reservations`). The id a client gets back names the bucket and
 //! the owner's nonce, so any node can route its settle.
 
-use super::{Check, CheckService, Outcome};
+use super::{Check, CheckService, Edge, Outcome};
 use crate::rules::RuleSpec;
 use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_proto::RuleRef;
@@ -36,9 +36,10 @@ pub struct Settled {
 impl CheckService {
     /// Reserves `c.cost` (the estimate) for `ttl_ms` (`None`: 60 s; at most this node's bound,
     /// `--max-reservation-ttl-ms`, which the owner checks again against its own) at the
-    /// bucket's owner.
+    /// bucket's owner; counted as a check that arrived at `edge`.
     pub async fn reserve(
         &self,
+        edge: Edge,
         c: &Check<'_>,
         ttl_ms: Option<u64>,
     ) -> Result<Reservation, ReserveError> {
@@ -48,6 +49,7 @@ impl CheckService {
         let nonce: u128 = rand::random();
         let answer = self.dispatcher.reserve(&p, ttl_ms, nonce).await?;
         let outcome = self.outcome(answer, &p, self.local.now());
+        self.metrics.count_edge(edge, 1);
         if !answer.allowed {
             return Ok(Reservation::Denied(outcome));
         }

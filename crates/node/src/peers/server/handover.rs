@@ -12,9 +12,9 @@ impl PeerServer {
     /// [`crate::peers::recall`]).
     pub(super) fn handover(&self, caller: &Caller<'_>, buckets: Vec<HandedBucket>) -> Frame {
         if buckets.is_empty()
-            && let Some(relay) = &self.relay
+            && let Some(cluster) = &self.cluster
         {
-            relay.recall.handed_over(caller.peer);
+            cluster.recall.handed_over(caller.peer);
         }
         let now = self.local.now();
         let merged = buckets.len() as u64;

@@ -27,10 +27,10 @@ impl PeerServer {
             .collect();
         // A bucket this node owns but does not hold yet is recalled before any slice of it is
         // taken (see `crate::peers::recall`): a slice of a fresh bucket would over-admit.
-        if let Some(relay) = self.relay.as_ref().filter(|r| r.recall.active()) {
+        if let Some(cluster) = self.cluster.as_ref().filter(|r| r.recall.active()) {
             let ids = prepared.iter().flatten();
             let owned = ids.filter(|(r, _)| r.mode == Mode::Owner);
-            relay
+            cluster
                 .recall
                 .before(owned.map(|(_, id)| *id).collect())
                 .await;
@@ -76,10 +76,10 @@ impl PeerServer {
     /// Whether this node's ring names it the owner of bucket `id` (a node without a ring to
     /// follow, in tests, owns everything sent to it).
     pub(super) fn owns(&self, id: u64) -> bool {
-        let Some(relay) = self.relay.as_ref() else {
+        let Some(cluster) = self.cluster.as_ref() else {
             return true;
         };
-        let view = relay.view.load();
+        let view = cluster.view.load();
         view.ring.owner(id) == Some(&*view.self_id)
     }
 }

@@ -3,7 +3,6 @@
 //! its own holds took, once ([`super::holds`]).
 
 use super::PeerServer;
-use super::checks::error_answer;
 use super::holds::Holds;
 use crate::rules::RuleSpec;
 use ringlimit_core::coordinator::Here;
@@ -50,7 +49,7 @@ impl PeerServer {
                                 self.local.refund(&p, r.mark);
                                 PeerAnswer::Refunded
                             }
-                            Err(e) => error_answer(&e),
+                            Err(e) => e.to_peer_answer(),
                         }
                     })
                     .collect(),
@@ -63,9 +62,12 @@ impl PeerServer {
         for (g, answered) in groups.iter().zip(out) {
             for (c, answer) in g.checks.iter().zip(&answered.answers) {
                 if let PeerAnswer::Held { mark, .. } = answer
-                    && let Ok(p) = self.prepare(c)
+                    && let Ok((_, id)) =
+                        self.local
+                            .rules()
+                            .prepare(&c.key, RuleSpec::of(&c.rule), c.cost)
                 {
-                    holds.hold(p.id, *mark, c.cost);
+                    holds.hold(id, *mark, c.cost);
                 }
             }
         }

@@ -27,10 +27,10 @@ impl PeerServer {
     pub(super) fn hand_back(&self, buckets: Vec<ReplicaBucket>) -> Frame {
         let now = self.local.now();
         let owned = self.local.owned();
-        let Some(relay) = &self.relay else {
+        let Some(cluster) = &self.cluster else {
             return Frame::ReplicateAck { kept: 0 };
         };
-        let view = relay.view.load();
+        let view = cluster.view.load();
         let mut kept = 0;
         for b in buckets {
             if let Some(state) = b.state

@@ -24,9 +24,9 @@ impl PeerServer {
             .collect();
         // A bucket this node owns but does not hold yet is recalled first (see
         // `crate::peers::recall`): an estimate taken from a fresh bucket would over-admit.
-        if let Some(relay) = self.relay.as_ref().filter(|r| r.recall.active()) {
+        if let Some(cluster) = self.cluster.as_ref().filter(|r| r.recall.active()) {
             let ids = prepared.iter().flatten().map(|(_, id)| *id).collect();
-            relay.recall.before(ids).await;
+            cluster.recall.before(ids).await;
         }
         let now = self.local.now();
         let answers = asks
