@@ -16,7 +16,7 @@ use crate::listen::tls::ServerTls;
 use crate::local::Local;
 use crate::metrics::{ConnCollector, GossipCollector, Metrics, Server};
 use crate::peers::{Cluster, PeerServer, Peers, Recall, ServerSettings};
-use crate::routing::Dispatcher;
+use crate::routing::Router;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::{ReloadCollector, Reloaded, RulesStatus};
 use crate::rules::sync::Synced;
@@ -427,8 +427,8 @@ pub async fn run(
         envoy_status.generation.store(0, Ordering::Relaxed);
     }
     let envoy = Arc::new(arc_swap::ArcSwap::from_pointee(config.envoy_config.clone()));
-    let dispatcher = Arc::new(
-        Dispatcher::new(
+    let router = Arc::new(
+        Router::new(
             local.clone(),
             view.clone(),
             pool.shared(),
@@ -437,16 +437,14 @@ pub async fn run(
         .with_replicas(config.replicas)
         .with_recall(recall.clone()),
     );
-    let hot_keys = dispatcher.stats.hot.clone();
+    let hot_keys = router.stats.hot.clone();
     let handed_over = Arc::new(AtomicU64::new(0));
     // Each subsystem's counters, read at scrape time.
     metrics.register(crate::local::owned::OwnedCollector(local.owned().clone()));
     metrics.register(crate::local::copies::CopiesCollector(
         local.copies().clone(),
     ));
-    metrics.register(crate::routing::metrics::RoutingCollector(
-        dispatcher.clone(),
-    ));
+    metrics.register(crate::routing::metrics::RoutingCollector(router.clone()));
     metrics.register(crate::peers::metrics::PeersCollector {
         peers: pool.clone(),
         server: server.stats.clone(),
@@ -506,7 +504,7 @@ pub async fn run(
     });
     metrics.register(crate::rlqs::metrics::RlqsCollector(rlqs.clone()));
     metrics.register(crate::cluster::clock::ClockCollector(clocks.clone()));
-    metrics.register(crate::admin::top::TopCollector {
+    metrics.register(crate::admin::top_keys::TopCollector {
         top: top.clone(),
         local: local.clone(),
     });
@@ -520,7 +518,7 @@ pub async fn run(
     let metrics = Arc::new(metrics);
     let service = Arc::new(CheckService::new(
         local.clone(),
-        dispatcher.clone(),
+        router.clone(),
         metrics.clone(),
         top.clone(),
     ));
@@ -528,7 +526,7 @@ pub async fn run(
     let server = Arc::new(server.with_checks(service.clone()));
     let admin = Arc::new(Admin::new(admin::Parts {
         local: local.clone(),
-        dispatcher,
+        router,
         pool: pool.clone(),
         metrics,
         rules: rules.clone(),

@@ -129,7 +129,7 @@ impl Admin {
         self.at_owner(req, RuleOp::Delete).await.map(|_| ())
     }
 
-    /// This node's wall time in ms (the engine's clock): what rule versions are made of.
+    /// This node's wall time in ms (on this node's clock): what rule versions are made of.
     fn wall_ms(&self) -> u64 {
         self.local.now() / ringlimit_core::clock::NANOS_PER_MS
     }
@@ -147,7 +147,7 @@ impl Admin {
             if_match: req.if_match.map(str::to_owned),
             by: req.by.to_owned(),
         };
-        let view = self.dispatcher.view();
+        let view = self.router.view();
         let owner = view
             .ring
             .owner(change::place(req.name))

@@ -9,19 +9,19 @@
 //! - [`api_rules`] — rules written, deleted and listed through the admin API, decided at the
 //!   member that owns the rule's name.
 //! - [`tokens`] — the admin tokens: names, roles, the file they are reloaded from.
-//! - [`top`] — the most denied (or checked) keys of a rule, merged across members.
+//! - [`top_keys`] — the most denied (or checked) keys of a rule, merged across members.
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics text.
 
 pub mod api_rules;
 pub mod keys;
 pub mod tokens;
-pub mod top;
+pub mod top_keys;
 pub mod views;
 
 use crate::local::Local;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
-use crate::routing::Dispatcher;
+use crate::routing::Router;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::RulesStatus;
 use ringlimit_core::top::TopKeys;
@@ -32,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 pub struct Parts {
     pub local: Arc<Local>,
     /// The routing the check service uses too: a key's state is read where a check would be.
-    pub dispatcher: Arc<Dispatcher>,
+    pub router: Arc<Router>,
     pub pool: Arc<Peers>,
     pub metrics: Arc<Metrics>,
     /// The rules file's reloads.
@@ -50,7 +50,7 @@ pub struct Parts {
 /// The node's admin API and views, for every edge.
 pub struct Admin {
     local: Arc<Local>,
-    dispatcher: Arc<Dispatcher>,
+    router: Arc<Router>,
     pool: Arc<Peers>,
     metrics: Arc<Metrics>,
     rules: Arc<RulesStatus>,
@@ -64,7 +64,7 @@ impl Admin {
     pub fn new(p: Parts) -> Self {
         Self {
             local: p.local,
-            dispatcher: p.dispatcher,
+            router: p.router,
             pool: p.pool,
             metrics: p.metrics,
             rules: p.rules,

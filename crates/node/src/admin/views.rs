@@ -127,8 +127,8 @@ fn millis(d: Duration) -> u64 {
 impl Admin {
     /// This node's view of the cluster.
     pub fn cluster(&self) -> ClusterView {
-        let view = self.dispatcher.view();
-        let stats = &self.dispatcher.stats;
+        let view = self.router.view();
+        let stats = &self.router.stats;
         let (frames, checks) = (
             load(&self.pool.stats().frames),
             load(&self.pool.stats().checks),
@@ -153,7 +153,7 @@ impl Admin {
             cluster_id: self.cluster_id.to_string(),
             members: view.members.clone(),
             ring_members: view.ring.len(),
-            quorate: self.dispatcher.owns_keys(&view),
+            quorate: self.router.owns_keys(&view),
             known_members: view.quorum.known.len(),
             forwarding: Forwarding {
                 forwarded: load(&stats.forwarded),

@@ -4,8 +4,8 @@
 
 use super::{all_code, check_code};
 use crate::rules::RuleSpec;
-use crate::service::all::AllOutcome;
-use crate::service::reserve::Reservation;
+use crate::service::all_or_nothing::AllOutcome;
+use crate::service::reservations::Reservation;
 use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
 use ringlimit_core::all::AllError;
 use ringlimit_core::check::CheckError;

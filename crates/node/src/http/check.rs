@@ -8,7 +8,7 @@ use super::answer_json::{self, Item};
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::rules::RuleSpec;
-use crate::service::all::AllOutcome;
+use crate::service::all_or_nothing::AllOutcome;
 use crate::service::{Check, Edge, MAX_BATCH, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;

@@ -11,7 +11,7 @@ use super::serve::PeerAddr;
 use crate::forwarded::{self, TrustedProxies};
 use crate::rules::RuleSpec;
 use crate::rules::request_key::Field;
-use crate::service::all::KeyRuleError;
+use crate::service::all_or_nothing::KeyRuleError;
 use crate::service::{Check, Edge};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;

@@ -4,7 +4,7 @@
 //!
 //! Where each piece lives:
 //! - both sides' tables, `crate::local::leases` (the holder's: checks take from it in
-//!   `crate::routing` (`Route::Leased`), hot keys are wanted and released by `routing::hot`'s
+//!   `crate::routing` (`Route::Leased`), hot keys are wanted and released by `routing::hot_keys`'s
 //!   tick, a reset revokes; the owner's: `Local::lease`, asked through
 //!   `peers/server/lease.rs`, slices taken from the bucket at once, sized among its holders);
 //! - this module: the task that asks owners for slices and gives back what slices had left:

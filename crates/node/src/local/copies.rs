@@ -27,7 +27,7 @@
 //! the leaving owner's handover may arrive before or after. Both are readings of one history,
 //! so they are not added: a handover that arrives first supersedes the copy, one that arrives
 //! after overlaps the promoted bucket (the larger consumption wins; see
-//! [`ReplicaCopies::supersede`]). Recalled buckets (`crate::peers::recall`) are such readings
+//! [`ReplicaCopies::supersede`]). Recalled buckets (`crate::peers::recall_on_join`) are such readings
 //! too.
 
 use crate::metrics::{Kind, encode_one, load};
@@ -54,7 +54,7 @@ pub struct ReplicaCopies {
     /// the same history, and overlaps the promoted one instead of adding to it.
     promoted: Mutex<HashSet<u64>>,
     /// Buckets recalled from the member after this node on the ring (see
-    /// `crate::peers::recall`): that member may still hand them over, and the handed state is
+    /// `crate::peers::recall_on_join`): that member may still hand them over, and the handed state is
     /// then another reading of the history the recall read.
     recalled: Mutex<HashSet<u64>>,
     /// Copies decided on as their owner's replica (see [`ReplicaCopies::check`]), by how many

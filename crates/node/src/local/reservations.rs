@@ -4,7 +4,7 @@
 //! The owner's table, with the node's bound on a reservation's life, is [`Reservations`]; it
 //! reserves and settles on one bucket (a `reserve::Bucket`: `Local::reserve` and
 //! `Local::settle` hand it the owned bucket), the same for a request that arrived here
-//! (`crate::routing::Dispatcher::reserve`) and for one a peer sent (`peers/server/reserve.rs`).
+//! (`crate::routing::Router::reserve`) and for one a peer sent (`peers/server/reservations.rs`).
 //! A settle above the estimate takes the rest into the bucket's state (its debt: see
 //! `ringlimit_core::limiter`), so a bucket in debt denies wherever it is decided. Beside the
 //! table: the task that sweeps expired reservations ([`upkeep`]) and their metrics

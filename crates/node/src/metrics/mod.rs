@@ -620,7 +620,7 @@ impl Metrics {
     }
 }
 
-/// Nanoseconds (two readings of the engine's clock) as the seconds a histogram takes.
+/// Nanoseconds (two readings of this node's clock) as the seconds a histogram takes.
 pub fn seconds(from_ns: u64, to_ns: u64) -> f64 {
     to_ns.saturating_sub(from_ns) as f64 * 1e-9
 }

@@ -40,7 +40,7 @@ const HANDOVER_ACK_WITHIN: Duration = Duration::from_secs(2);
 const REPLICATE_ACK_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long a member may take to answer a recall: a check waits for it (see
-/// [`super::recall`]), so not long; without an answer the check decides on what is here.
+/// [`super::recall_on_join`]), so not long; without an answer the check decides on what is here.
 const RECALL_WITHIN: Duration = Duration::from_millis(200);
 
 /// A facade's clients as one runtime holds them.
@@ -303,7 +303,7 @@ impl Peers {
 
     /// Hands `buckets` to the member at `addr` (their new owner) on a connection of its own,
     /// then an empty frame that says this node has handed it everything (a member that just
-    /// joined stops recalling from this one: see [`super::recall`]); returns how many it
+    /// joined stops recalling from this one: see [`super::recall_on_join`]); returns how many it
     /// merged. Borrowed, so that the caller can keep them if it fails.
     pub async fn hand_over(
         &self,
@@ -509,7 +509,7 @@ impl Peers {
 
 /// How one runtime reaches the members for checks: the facade, and for a runtime of its own
 /// ([`Peers::for_runtime`]) its copies of the members' clients. Passed explicitly to what
-/// forwards checks (the routing's `Dispatcher`), one per runtime.
+/// forwards checks (the routing's `Router`), one per runtime.
 #[derive(Clone)]
 pub struct PeersHandle {
     peers: Arc<Peers>,

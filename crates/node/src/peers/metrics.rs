@@ -2,7 +2,7 @@
 //! facade's) and what its peer server did (refused, handed over).
 
 use super::Peers;
-use super::recall::RecallStats;
+use super::recall_on_join::RecallStats;
 use super::server::ServerStats;
 use crate::metrics::{Kind, encode_family, encode_one, load};
 use prometheus_client::collector::Collector;

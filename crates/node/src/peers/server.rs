@@ -10,12 +10,15 @@
 //! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held (a client only what
 //!   its own connection's holds took: [`holds`]).
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
+//! - [`replicate`] — `Replicate`, `ReplicateOneWay`: keep copies of an owner's buckets;
+//!   `HandBack`: merge what a replica decided for this node while it did not answer.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
 //! - [`lease`] — `Lease`: slices of hot buckets this node owns.
-//! - [`reserve`] — `Reserve`, `Settle`: costs estimated now and settled later.
+//! - [`reservations`] — `Reserve`, `Settle`: costs estimated now and settled later.
 //! - [`rules`] — `RuleChange`: admin API rule changes of names this node owns.
-//! - [`top`] — `TopKeys`: this node's most limited keys of a rule.
+//! - [`top_keys`] — `TopKeys`: this node's most limited keys of a rule.
+//! - [`quota`] — `Quota`: RLQS shares of the buckets this node owns.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
 //!
 //! # Members and clients
@@ -31,13 +34,14 @@ mod global_counts;
 mod handover;
 mod holds;
 mod lease;
+mod quota;
 mod recall;
 mod refunds;
 mod replicate;
-mod reserve;
+mod reservations;
 mod reset;
 mod rules;
-mod top;
+mod top_keys;
 
 use super::Recall;
 use super::logins::{Login, Logins};

@@ -12,7 +12,7 @@
 //! - a replica group (all-or-nothing or not): decided on this node's copies, as the replica of
 //!   an owner that did not answer.
 
-use super::Dispatcher;
+use super::Router;
 use crate::cluster::View;
 use crate::local::Placement;
 use crate::rules::Prepared;
@@ -33,7 +33,7 @@ pub struct Arrived<'a> {
     pub checks: Vec<Result<Prepared<'a>, CheckError>>,
 }
 
-impl Dispatcher {
+impl Router {
     /// Decides the groups of one frame as they arrived (see the module doc): each group's
     /// answers, in its checks' order. At one instant for the whole frame (see
     /// `Here::decide_at`).
@@ -111,7 +111,7 @@ impl Dispatcher {
     }
 
     /// For a few seconds after this node joined: recalls the buckets of `groups` that it owns
-    /// but does not hold from the member after it (see [`crate::peers::recall`]) before
+    /// but does not hold from the member after it (see [`crate::peers::recall_on_join`]) before
     /// deciding them. Copies a replica group decides on are not this node's to recall.
     async fn recall_arrived(&self, groups: &[Arrived<'_>]) {
         let Some(recall) = self.recall.as_ref().filter(|r| r.active()) else {
@@ -187,7 +187,7 @@ impl Dispatcher {
     }
 
     /// Where this node decides a check sent here as the owner's replica: a global rule's where
-    /// it lands, an owner rule's where [`Dispatcher::standing_in`] says.
+    /// it lands, an owner rule's where [`Router::standing_in`] says.
     fn place(&self, view: &View, p: &Prepared<'_>) -> Option<Placement> {
         match p.resolved.mode {
             Mode::Global => Some(Placement::Bucket),

@@ -4,17 +4,17 @@
 //! with the SDK); this is the node's side of it: its routing, its share buckets, its counters.
 //!
 //! # Layout
-//! - this module — [`Dispatcher`]: checks that arrive at an edge of this node, routed by the
+//! - this module — [`Router`]: checks that arrive at an edge of this node, routed by the
 //!   coordinator; reservations at their owner.
 //! - [`arrived`] — checks that arrive from peers: decided here, relayed once, stood in for.
 //! - `gate` — the batch gate: long batches decide in slices, one at a time per thread.
 //! - `timed` — RPC timing around the owner's link.
-//! - [`hot`] — the buckets this node forwards most, promoted and demoted (for leases).
+//! - [`hot_keys`] — the buckets this node forwards most, promoted and demoted (for leases).
 //! - [`metrics`] — the routing's counters as metrics.
 
 pub mod arrived;
 mod gate;
-pub mod hot;
+pub mod hot_keys;
 pub mod metrics;
 mod timed;
 
@@ -24,9 +24,11 @@ use crate::metrics::PeerRpcMetrics;
 use crate::peers::{PeersHandle, Recall};
 use crate::rules::Prepared;
 use arc_swap::ArcSwap;
-use gate::Turn;
+use gate::BatchTurn;
 use ringlimit_core::check::{CheckError, Resolved};
-use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
+use ringlimit_core::coordinator::{
+    self, Batch, Fallback, FallbackCause, Item, Route, Share, ShareTaken, Standby,
+};
 use ringlimit_core::lease::{self, Take};
 use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
@@ -40,7 +42,7 @@ pub use ringlimit_core::coordinator::fallback_id;
 
 /// Routing counters.
 #[derive(Debug, Default)]
-pub struct DispatchStats {
+pub struct RoutingStats {
     /// Checks sent to their owner.
     pub forwarded: AtomicU64,
     /// Checks from peers relayed to their owner because this node had handed their bucket
@@ -65,17 +67,17 @@ pub struct DispatchStats {
     /// bucket denies until then.
     pub leased_denied: AtomicU64,
     /// The buckets forwarded most.
-    pub hot: Arc<hot::Forwarded>,
+    pub hot: Arc<hot_keys::Forwarded>,
 }
 
 /// Sends each check where it is decided.
-pub struct Dispatcher {
+pub struct Router {
     local: Arc<Local>,
     view: Arc<ArcSwap<View>>,
     /// This runtime's way to the members (see [`crate::peers::Peers::for_runtime`]).
     pool: PeersHandle,
     /// Shared by every runtime's copy.
-    pub stats: Arc<DispatchStats>,
+    pub stats: Arc<RoutingStats>,
     rpc: PeerRpcMetrics,
     /// `--replicas`: who stands in for an owner that does not answer.
     replicas: usize,
@@ -83,7 +85,7 @@ pub struct Dispatcher {
     recall: Option<Arc<Recall>>,
 }
 
-impl Dispatcher {
+impl Router {
     pub fn new(
         local: Arc<Local>,
         view: Arc<ArcSwap<View>>,
@@ -109,7 +111,7 @@ impl Dispatcher {
     }
 
     /// Recalls buckets through `recall` before deciding their first checks here (see
-    /// [`crate::peers::recall`]).
+    /// [`crate::peers::recall_on_join`]).
     pub fn with_recall(mut self, recall: Arc<Recall>) -> Self {
         self.recall = Some(recall);
         self
@@ -124,7 +126,7 @@ impl Dispatcher {
         }
     }
 
-    /// This dispatcher for a runtime of its own (an HTTP thread's): the same view, stats and
+    /// This router for a runtime of its own (an HTTP thread's): the same view, stats and
     /// metrics, and that runtime's copies of the members' clients.
     pub fn for_runtime(&self) -> Self {
         Self {
@@ -156,9 +158,9 @@ impl Dispatcher {
         self.recall_before(items).await;
         let view = self.view.load_full();
         let site = self.site(&view);
-        let mut turn = Turn::take(items.len()).await;
-        // One instant for the whole batch (see `Engine::decide_at`), taken once it may decide.
-        let mut many = Many::new(items.len(), self.local.now());
+        let mut turn = BatchTurn::take(items.len()).await;
+        // One instant for the whole batch (see `Here::decide_at`), taken once it may decide.
+        let mut many = Batch::new(items.len(), self.local.now());
         for (i, p) in items.iter().enumerate() {
             turn.pace(i).await;
             many.add(&site, p);
@@ -263,7 +265,7 @@ impl Dispatcher {
 
 /// This node as the coordinator sees it, under one membership view.
 struct Site<'a> {
-    d: &'a Dispatcher,
+    d: &'a Router,
     view: &'a View,
 }
 
@@ -347,8 +349,8 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
     fn fall_back(
         &self,
         p: &Prepared<'_>,
-        why: Why,
-    ) -> Result<(CheckAnswer, Option<Taken>), CheckError> {
+        why: FallbackCause,
+    ) -> Result<(CheckAnswer, Option<ShareTaken>), CheckError> {
         let fallback = self.share().fall_back(
             p.id,
             Some(&p.resolved),
@@ -356,7 +358,7 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
             self.view.share_members(),
             self.d.local.now(),
         );
-        if let Why::Unreachable(e) = why {
+        if let FallbackCause::Unreachable(e) = why {
             tracing::debug!(error = %e, "owner unreachable; failing {}", match p.resolved.on_unreachable {
                 OnOwnerUnreachable::Open => "open",
                 OnOwnerUnreachable::Closed => "closed",
@@ -399,11 +401,11 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
         self.d.stats.replica.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn refund_share(&self, taken: &Taken) {
+    fn refund_share(&self, taken: &ShareTaken) {
         self.share().refund(taken, self.d.local.now());
     }
 
-    fn refund_lease(&self, taken: &lease::Taken) {
+    fn refund_lease(&self, taken: &lease::SliceTaken) {
         self.d.local.leases().held().give_back(taken);
     }
 

@@ -12,9 +12,9 @@
 //! - [`book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
 //! - [`change`] — one admin API change of a rule, decided where the rule's name is owned.
 //! - [`sync`] — the admin API's rules through gossip (publish, merge).
-//! - [`rules::reload`] — the rules file's (and the Envoy configuration's) hot reload.
-//! - [`rules::request_key`] — forward auth's key templates.
-//! - [`rules::envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
+//! - [`reload`] — the rules file's (and the Envoy configuration's) hot reload.
+//! - [`request_key`] — forward auth's key templates.
+//! - [`envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
 
 pub mod api;
 pub mod book;

@@ -10,19 +10,20 @@
 //!
 //! # Layout
 //! - this module — [`CheckService`]: checks and batches, and [`Outcome`], a decided check.
-//! - [`all`] — one request held to several limits, all-or-nothing; forward auth's rules.
-//! - [`reserve`] — reservations: a cost estimated now, settled later at the bucket's owner.
+//! - [`all_or_nothing`] — one request held to several limits, all-or-nothing; forward auth's
+//!   rules.
+//! - [`reservations`] — a cost estimated now, settled later at the bucket's owner.
 //! - [`peer`] — the checks of a frame that arrived on the peer port.
 
-pub mod all;
+pub mod all_or_nothing;
 pub mod peer;
-pub mod reserve;
+pub mod reservations;
 
 pub use crate::metrics::Edge;
 
 use crate::local::Local;
 use crate::metrics::{Metrics, seconds};
-use crate::routing::Dispatcher;
+use crate::routing::Router;
 use crate::rules::{Prepared, RuleSpec};
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
@@ -78,35 +79,35 @@ impl Outcome {
 /// The node's checks, for every edge.
 pub struct CheckService {
     local: Arc<Local>,
-    dispatcher: Arc<Dispatcher>,
+    router: Arc<Router>,
     metrics: Arc<Metrics>,
     /// The keys checked and denied most, per rule (for operators: `GET /v1/admin/top`).
     top: Arc<TopKeys>,
 }
 
 impl CheckService {
-    /// Checks decided through `dispatcher` (shared with the admin side), counted and timed in
+    /// Checks decided through `router` (shared with the admin side), counted and timed in
     /// `metrics`.
     pub fn new(
         local: Arc<Local>,
-        dispatcher: Arc<Dispatcher>,
+        router: Arc<Router>,
         metrics: Arc<Metrics>,
         top: Arc<TopKeys>,
     ) -> Self {
         Self {
             local,
-            dispatcher,
+            router,
             metrics,
             top,
         }
     }
 
     /// This service for a runtime of its own (an HTTP thread's): checks it forwards go on that
-    /// runtime's copies of the members' clients (see [`Dispatcher::for_runtime`]).
+    /// runtime's copies of the members' clients (see [`Router::for_runtime`]).
     pub fn for_runtime(&self) -> Self {
         Self {
             local: self.local.clone(),
-            dispatcher: Arc::new(self.dispatcher.for_runtime()),
+            router: Arc::new(self.router.for_runtime()),
             metrics: self.metrics.clone(),
             top: self.top.clone(),
         }
@@ -117,7 +118,7 @@ impl CheckService {
     pub async fn check(&self, edge: Edge, c: &Check<'_>) -> Result<Outcome, CheckError> {
         let start = self.local.now();
         let p = self.prepare(c, c.cost)?;
-        let answer = self.dispatcher.check(&p).await?;
+        let answer = self.router.check(&p).await?;
         let end = self.local.now();
         let outcome = self.outcome(answer, &p, end);
         self.metrics.count_edge(edge, 1);
@@ -171,7 +172,7 @@ impl CheckService {
             }
         }
         let mut decided = self
-            .dispatcher
+            .router
             .check_many(&prepared)
             .await
             .into_iter()
@@ -217,8 +218,8 @@ impl CheckService {
             },
         ));
         let view = Arc::new(arc_swap::ArcSwap::from_pointee(view));
-        let dispatcher = Dispatcher::new(local.clone(), view, peers.shared(), metrics.peer_rpc());
-        Self::new(local, Arc::new(dispatcher), metrics, Arc::default())
+        let router = Router::new(local.clone(), view, peers.shared(), metrics.peer_rpc());
+        Self::new(local, Arc::new(router), metrics, Arc::default())
     }
 
     /// Validates a check at `cost` (nothing is consumed).

@@ -30,7 +30,7 @@ impl CheckService {
                     .collect(),
             })
             .collect();
-        let answers = self.dispatcher.arrived(&arrived).await;
+        let answers = self.router.arrived(&arrived).await;
         if client {
             let end = self.local.now();
             let mut answered = 0;

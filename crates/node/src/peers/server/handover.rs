@@ -1,4 +1,4 @@
-//! `Handover`: merge the buckets a previous owner hands this node (see [`crate::peers::handover`]
+//! `Handover`: merge the buckets a previous owner hands this node (see `crate::lifecycle`
 //! for the sending side), so that a key that moves keeps its consumption.
 
 use super::{Caller, PeerServer};
@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 impl PeerServer {
     /// Merges `buckets` into the store at this node's now; answers how many. An empty frame
     /// ends a member's handover: this node recalls nothing more from it (see
-    /// [`crate::peers::recall`]).
+    /// [`crate::peers::recall_on_join`]).
     pub(super) fn handover(&self, caller: &Caller<'_>, buckets: Vec<HandedBucket>) -> Frame {
         if buckets.is_empty()
             && let Some(cluster) = &self.cluster

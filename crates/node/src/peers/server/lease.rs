@@ -26,7 +26,7 @@ impl PeerServer {
             .map(|a| self.local.rules().prepare(&a.key, RuleSpec::of(&a.rule), 1))
             .collect();
         // A bucket this node owns but does not hold yet is recalled before any slice of it is
-        // taken (see `crate::peers::recall`): a slice of a fresh bucket would over-admit.
+        // taken (see `crate::peers::recall_on_join`): a slice of a fresh bucket would over-admit.
         if let Some(cluster) = self.cluster.as_ref().filter(|r| r.recall.active()) {
             let ids = prepared.iter().flatten();
             let owned = ids.filter(|(r, _)| r.mode == Mode::Owner);

@@ -1,5 +1,5 @@
 //! `Recall`: a member that joined lately asks this node, the member after it on the ring, for
-//! buckets it owns but does not hold (see [`crate::peers::recall`] for the asking side).
+//! buckets it owns but does not hold (see [`crate::peers::recall_on_join`] for the asking side).
 
 use super::PeerServer;
 use ringlimit_core::limiter::BucketState;

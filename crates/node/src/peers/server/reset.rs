@@ -1,5 +1,5 @@
 //! `Reset`: drop the buckets an operator reset through another member's admin API (see
-//! [`crate::peers::reset`] for the sending side).
+//! `crate::admin::keys` for the sending side).
 
 use super::{Caller, PeerServer};
 use ringlimit_proto::peer::Frame;

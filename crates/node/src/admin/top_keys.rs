@@ -45,7 +45,7 @@ pub struct TopReport {
 impl Admin {
     /// The `n` keys of `rule` counted most `by` on every live member, merged.
     pub async fn top(&self, rule: &str, by: TopBy, n: usize) -> TopReport {
-        let view = self.dispatcher.view();
+        let view = self.router.view();
         let now = self.local.now();
         let self_id = view.self_id.clone();
         let asks = view

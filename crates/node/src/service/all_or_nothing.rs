@@ -1,6 +1,6 @@
 //! One request held to several limits at once (`POST /v1/check/all`): admitted only when every
 //! enforced check admits, and then each takes its cost; when any denies, none keeps its cost.
-//! The routing does the deciding and the giving back ([`crate::routing::Dispatcher::check_all`]);
+//! The routing does the deciding and the giving back ([`crate::routing::Router::check_all`]);
 //! this validates the request as a whole and picks the limit that binds.
 
 use super::{Check, CheckService, Edge, Outcome};
@@ -48,8 +48,8 @@ impl CheckService {
         // without a group's holds (measured through ShouldRateLimit: node CPU per call
         // 56 -> 45 us, bench/grpc.sh).
         let decided = match prepared.as_slice() {
-            [single] => vec![self.dispatcher.check(single).await],
-            _ => self.dispatcher.check_all(&prepared).await,
+            [single] => vec![self.router.check(single).await],
+            _ => self.router.check_all(&prepared).await,
         };
         let end = self.local.now();
         let mut results = Vec::with_capacity(decided.len());

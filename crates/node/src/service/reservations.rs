@@ -47,7 +47,7 @@ impl CheckService {
         let p = self.prepare(c, c.cost)?;
         reserve::reservable(&p.resolved)?;
         let nonce: u128 = rand::random();
-        let answer = self.dispatcher.reserve(&p, ttl_ms, nonce).await?;
+        let answer = self.router.reserve(&p, ttl_ms, nonce).await?;
         let outcome = self.outcome(answer, &p, self.local.now());
         self.metrics.count_edge(edge, 1);
         if !answer.allowed {
@@ -78,7 +78,7 @@ impl CheckService {
         };
         let p = self.prepare(&check, cost)?;
         reserve::reservable(&p.resolved)?;
-        let answer = self.dispatcher.settle(&p, id.nonce).await?;
+        let answer = self.router.settle(&p, id.nonce).await?;
         let outcome = Outcome::new(answer, &p.resolved, self.local.now());
         Ok(Settled {
             outcome,

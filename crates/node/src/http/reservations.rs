@@ -1,5 +1,5 @@
 //! `POST /v1/reserve` and `POST /v1/settle`: a check of an estimated cost kept at the bucket's
-//! owner, and its settle with the actual cost (see [`crate::service::reserve`]). Parsed like
+//! owner, and its settle with the actual cost (see [`crate::service::reservations`]). Parsed like
 //! checks (the same fields, validation and errors), answered with the same headers.
 
 use super::AppState;
@@ -7,7 +7,7 @@ use super::answer_json;
 use super::check::{CheckBody, answer_response, header_map, parse, policy, read_body};
 use super::error::{ApiError, sentence};
 use crate::service::Edge;
-use crate::service::reserve::Reservation;
+use crate::service::reservations::Reservation;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;

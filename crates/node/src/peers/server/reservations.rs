@@ -23,7 +23,7 @@ impl PeerServer {
             .map(|a| rules.prepare(&a.key, RuleSpec::of(&a.rule), a.cost))
             .collect();
         // A bucket this node owns but does not hold yet is recalled first (see
-        // `crate::peers::recall`): an estimate taken from a fresh bucket would over-admit.
+        // `crate::peers::recall_on_join`): an estimate taken from a fresh bucket would over-admit.
         if let Some(cluster) = self.cluster.as_ref().filter(|r| r.recall.active()) {
             let ids = prepared.iter().flatten().map(|(_, id)| *id).collect();
             cluster.recall.before(ids).await;
