@@ -13,8 +13,7 @@ pub mod statefulset;
 pub mod tls;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use ringlimit_core::clock::ManualClock;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::rules::InForce;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_node::{Listeners, NodeConfig, run};
@@ -92,9 +91,8 @@ where
 /// The member of a ring over `members` that owns `key` under the inline token-bucket rule
 /// `limit` per `period_ms` — computed exactly as nodes compute it.
 pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> Result<String> {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    let engine =
-        ENGINE.get_or_init(|| Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0))));
+    static ENGINE: OnceLock<InForce> = OnceLock::new();
+    let engine = ENGINE.get_or_init(|| InForce::new(RuleSet::builtin()));
     let rule = InlineRule {
         limit,
         period_ms,

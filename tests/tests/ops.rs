@@ -2,10 +2,9 @@
 //! admin API (token, key state, reset across the cluster) and one log line per event.
 
 use anyhow::{Context, Result, ensure};
-use ringlimit_core::clock::ManualClock;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::config::load_rules;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::rules::InForce;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
@@ -14,7 +13,6 @@ use ringlimit_tests::{
 };
 use serde_json::{Value, json};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const TOKEN: &str = "admin-test-token";
@@ -460,7 +458,7 @@ async fn admin_reset_readmits_an_exhausted_key_across_the_cluster() -> Result<()
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     // A key owned by node-2 under the named rule, exhausted through node-0 (forwarded).
     let rules = admin_rules()?;
-    let engine = Engine::new(rules, 1, Arc::new(ManualClock::new(0)));
+    let engine = InForce::new(rules);
     let key = (0..10_000)
         .map(|i| format!("reset:{i}"))
         .find(|k| {

@@ -39,8 +39,7 @@
 //!   from fresh buckets, keys that belong to the peer it has not seen yet.
 
 use anyhow::{Context, Result, anyhow, ensure};
-use ringlimit_core::clock::ManualClock;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::rules::InForce;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
@@ -814,11 +813,11 @@ fn wall(t0: SystemTime, at: Duration) -> String {
 
 /// The owner of a quota key on the full ring and on each ring without one pod.
 fn owners(key: &str) -> Result<String> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    static ENGINE: OnceLock<Result<InForce, String>> = OnceLock::new();
     let engine = ENGINE
         .get_or_init(|| {
             let rules = RuleSet::from_yaml(&rules_yaml()).map_err(|e| e.to_string())?;
-            Ok(Engine::new(rules, 1, Arc::new(ManualClock::new(0))))
+            Ok(InForce::new(rules))
         })
         .as_ref()
         .map_err(|e| anyhow!("{e}"))?;

@@ -7,7 +7,7 @@ use ringlimit_client::{Check, Client, ClientError, FailMode, InlineRule, RateLim
 use ringlimit_node::NodeConfig;
 use ringlimit_proto::Algorithm;
 use ringlimit_tests::{
-    Api, ProcessNode, TestCluster, TestNode, WAIT, exclusive, owner_of, wait_until,
+    Api, ProcessNode, TestCluster, TestNode, WAIT, exclusive, metric, owner_of, wait_until,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -358,6 +358,48 @@ async fn the_sdks_checks_are_counted_in_the_top_keys() -> Result<()> {
         })
         .collect();
     assert_eq!(keys, [("abuser".to_owned(), 5)], "{top}");
+    node.stop().await
+}
+
+/// The SDK's checks reach the owner's front door through its peer port, and are counted and
+/// timed there like every edge's: `ringlimit_checks_total`, the rule's, the edge's
+/// (`edge="peer"`) and the duration histogram (`endpoint="peer"`, a frame at a time).
+#[tokio::test]
+async fn the_sdks_checks_are_counted_and_timed_like_every_edges() -> Result<()> {
+    let node = TestNode::start(NodeConfig::local("counting-node")).await?;
+    let client = client_for(http_seeds([&node.http])).await?;
+    // 2 admitted, 1 denied.
+    for _ in 0..3 {
+        client.check(&Check::inline("counted", 2, MINUTE)).await?;
+    }
+    let text = node.get("/metrics").await?.text;
+    for (series, want) in [
+        (
+            "ringlimit_checks_total{result=\"allowed\",mode=\"owner\"} ",
+            2.0,
+        ),
+        (
+            "ringlimit_checks_total{result=\"denied\",mode=\"owner\"} ",
+            1.0,
+        ),
+        (
+            "ringlimit_rule_checks_total{rule=\"inline\",result=\"allowed\"} ",
+            2.0,
+        ),
+        ("ringlimit_edge_checks_total{edge=\"peer\"} ", 3.0),
+        ("ringlimit_edge_checks_total{edge=\"http\"} ", 0.0),
+    ] {
+        ensure!(
+            metric(&text, series) == want,
+            "{series}: {}",
+            metric(&text, series)
+        );
+    }
+    let frames = metric(
+        &text,
+        "ringlimit_check_duration_seconds_count{endpoint=\"peer\"} ",
+    );
+    ensure!((1.0..=3.0).contains(&frames), "SDK frames timed: {frames}");
     node.stop().await
 }
 

@@ -7,7 +7,7 @@ use crate::lease::Leasing;
 use crate::topology::{self, Topology};
 use arc_swap::ArcSwap;
 use ringlimit_core::check::Resolved;
-use ringlimit_core::coordinator::{self, Many, Site};
+use ringlimit_core::coordinator::{self, Batch, Site};
 use ringlimit_core::link::{PeerSettings, PeerStats, SessionPool, Sessions};
 use ringlimit_core::tls::PeerTls;
 use ringlimit_proto::{CheckAnswer, RuleRef};
@@ -215,7 +215,7 @@ impl Client {
             }
         }
         let site = self.inner.site(&topo);
-        let mut many = Many::new(checks.len(), site.now());
+        let mut many = Batch::new(checks.len(), site.now());
         let mut ready = Vec::with_capacity(checks.len());
         for p in prepared {
             match p {

@@ -7,7 +7,7 @@ use crate::check::ClientError;
 use crate::client::{Inner, Prepared};
 use crate::topology::Topology;
 use ringlimit_core::check::Resolved;
-use ringlimit_core::coordinator::{Item, Nowhere, Route, Site, Standby, Taken, Why};
+use ringlimit_core::coordinator::{FallbackCause, Item, Nowhere, Route, ShareTaken, Site, Standby};
 use ringlimit_core::lease::{self, Take};
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_core::rule::LeaseMode;
@@ -81,13 +81,13 @@ impl Site<Prepared<'_>> for Client<'_> {
     fn fall_back(
         &self,
         p: &Prepared<'_>,
-        why: Why,
-    ) -> Result<(CheckAnswer, Option<Taken>), ClientError> {
+        why: FallbackCause,
+    ) -> Result<(CheckAnswer, Option<ShareTaken>), ClientError> {
         let inner = self.inner;
         let reason = match why {
-            Why::NoOwner if p.known.is_none() => "no cluster member reached yet",
-            Why::NoOwner => "no cluster member alive",
-            Why::Unreachable(e) => {
+            FallbackCause::NoOwner if p.known.is_none() => "no cluster member reached yet",
+            FallbackCause::NoOwner => "no cluster member alive",
+            FallbackCause::Unreachable(e) => {
                 // A dead or slow owner: the topology may be stale.
                 inner.wake.notify_one();
                 match e {
@@ -128,13 +128,13 @@ impl Site<Prepared<'_>> for Client<'_> {
         self.inner.stats.replica.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn refund_lease(&self, taken: &lease::Taken) {
+    fn refund_lease(&self, taken: &lease::SliceTaken) {
         if let Some(l) = &self.inner.leasing {
             l.held.give_back(taken);
         }
     }
 
-    fn refund_share(&self, taken: &Taken) {
+    fn refund_share(&self, taken: &ShareTaken) {
         let fallback = &self.inner.fallback;
         fallback.share().refund(taken, fallback.now());
     }

@@ -107,6 +107,14 @@ impl CheckError {
             CheckError::Unavailable(_) => "unavailable",
         }
     }
+
+    /// This error as a peer's answer to the check: its code and its message.
+    pub fn to_peer_answer(&self) -> ringlimit_proto::peer::PeerAnswer {
+        ringlimit_proto::peer::PeerAnswer::Error {
+            code: self.code().to_owned(),
+            message: self.to_string(),
+        }
+    }
 }
 
 /// `code` if it is one of ours (a code from the network is not trusted), else `invalid_request`.

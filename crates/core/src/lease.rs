@@ -154,14 +154,14 @@ pub enum Take {
     /// No slice covers it: decide at the owner.
     Forward,
     /// Admitted on a slice: the answer, and what it took (to give back, all-or-nothing).
-    Leased(CheckAnswer, Taken),
+    Leased(CheckAnswer, SliceTaken),
     /// Denied here: the owner said its bucket denies until then.
     Denied(CheckAnswer),
 }
 
 /// What an admission took from a slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Taken {
+pub struct SliceTaken {
     pub id: u64,
     pub cost: u64,
     grant: u64,
@@ -431,7 +431,7 @@ impl Held {
                         replica: false,
                         leased: true,
                     },
-                    Taken { id, cost, grant },
+                    SliceTaken { id, cost, grant },
                 )
             }
             None => Take::Forward,
@@ -445,7 +445,7 @@ impl Held {
 
     /// Gives back to its slice what [`Held::take`] took (an all-or-nothing request that
     /// another limit denied). A slice already gone keeps it: under-admission only.
-    pub fn give_back(&self, taken: &Taken) {
+    pub fn give_back(&self, taken: &SliceTaken) {
         let mut shard = self.shard(taken.id).lock();
         if let Some(e) = shard.entries.get_mut(&taken.id)
             && let Some(g) = e.grants.iter_mut().find(|g| g.seq == taken.grant)

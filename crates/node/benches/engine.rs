@@ -1,4 +1,5 @@
-//! ns per check on the engine's path, side by side with governor's keyed limiter on the same
+//! ns per check on the local decision path (the "engine": a check made ready under the rules in
+//! force, then decided here by `Local`), side by side with governor's keyed limiter on the same
 //! string keys: key validation, rule resolution, the bucket's identity, the store, and
 //! phrasing the answer. The store alone is `ringlimit-core`'s `benches/store.rs`; both run on
 //! the same key streams and loops (its `benches/common`, included here), with the same group
@@ -10,10 +11,11 @@
 //! (asserted at setup), so both measure their admit path.
 //!
 //! Variants:
-//! - `ringlimit_engine/named` and `/inline`: `Engine::check(key, RuleSpec, 1)` on string keys:
-//!   key validation, rule resolution (an `ArcSwap` load and a map lookup, or inline validation
-//!   and seeding), xxh3 of the key, the store, and phrasing the answer; SystemClock. The
-//!   engine's store has a change feed, unfollowed: what a node runs without replicas;
+//! - `ringlimit_engine/named` and `/inline`: `InForce::prepare_check(key, RuleSpec, 1)` then
+//!   `Here::decide` on string keys: key validation, rule resolution (an `ArcSwap` load and a
+//!   map lookup, or inline validation and seeding), xxh3 of the key, the store, and phrasing
+//!   the answer; SystemClock. The owned store has a change feed, unfollowed: what a node runs
+//!   without replicas;
 //! - `ringlimit_engine/named_followed`: `named` with a follower of the change feed subscribed
 //!   (never reading), what a node streaming to a replica pays on the write side;
 //! - `governor_keyed/string`: governor keyed on the same strings (`DefaultKeyedRateLimiter<String>`),
@@ -29,8 +31,9 @@ use common::{KEYS, Limiter, MAX_KEYS, RATE, Workload, multi, single};
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ringlimit_core::clock::SystemClock;
+use ringlimit_core::coordinator::Here;
 use ringlimit_core::store::Cursor;
-use ringlimit_node::engine::Engine;
+use ringlimit_node::local::Local;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::{Algorithm, InlineRule};
@@ -46,12 +49,22 @@ fn inline_rule() -> InlineRule {
     }
 }
 
-fn new_engine() -> Engine {
+fn new_engine() -> Local {
     let rules = RuleSet::from_yaml(&format!(
         "rules:\n  - name: bench\n    limit: {RATE}\n    period: 1s\n"
     ))
     .expect("valid bench rules");
-    Engine::new(rules, MAX_KEYS, Arc::new(SystemClock::new()))
+    Local::alone(rules, MAX_KEYS, Arc::new(SystemClock::new()))
+}
+
+/// One check on the local path: made ready, then decided here.
+#[inline(always)]
+fn check(local: &Local, key: &str, spec: RuleSpec<'_>) -> bool {
+    local
+        .rules()
+        .prepare_check(key, spec, 1)
+        .map(|p| local.decide(&p).allowed)
+        .unwrap_or(false)
 }
 
 fn governor_string() -> DefaultKeyedRateLimiter<String> {
@@ -67,15 +80,12 @@ impl Limiter for GovernorString {
     }
 }
 
-struct EngineNamed(Engine);
+struct EngineNamed(Local);
 
 impl Limiter for EngineNamed {
     #[inline(always)]
     fn check(&self, w: &Workload, i: usize, _t: usize) -> bool {
-        self.0
-            .check(w.string(i), RuleSpec::Named("bench"), 1)
-            .map(|a| a.allowed)
-            .unwrap_or(false)
+        check(&self.0, w.string(i), RuleSpec::Named("bench"))
     }
 }
 
@@ -95,22 +105,19 @@ impl Limiter for EngineFollowed {
 
 fn engine_followed() -> EngineFollowed {
     let engine = new_engine();
-    let cursor = engine.follow().expect("the engine's store has a feed");
+    let cursor = engine.owned().follow().expect("the owned store has a feed");
     EngineFollowed {
         checks: EngineNamed(engine),
         _follower: cursor,
     }
 }
 
-struct EngineInline(Engine, InlineRule);
+struct EngineInline(Local, InlineRule);
 
 impl Limiter for EngineInline {
     #[inline(always)]
     fn check(&self, w: &Workload, i: usize, _t: usize) -> bool {
-        self.0
-            .check(w.string(i), RuleSpec::Inline(self.1), 1)
-            .map(|a| a.allowed)
-            .unwrap_or(false)
+        check(&self.0, w.string(i), RuleSpec::Inline(self.1))
     }
 }
 

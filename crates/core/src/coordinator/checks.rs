@@ -1,9 +1,9 @@
 //! The coordinator's three ways to decide: one check ([`check`]), many checks grouped by owner
-//! ([`Many`]: one group, one frame per owner, all owners at once, answers in order), and one
+//! ([`Batch`]: one group, one frame per owner, all owners at once, answers in order), and one
 //! request all-or-nothing ([`check_all`]).
 
 use super::hold::give_back;
-use super::{Here, Hold, Item, OwnerLink, Route, Site, Why, replica};
+use super::{FallbackCause, Here, Hold, Item, OwnerLink, Route, Site, replica};
 use crate::check::CheckError;
 use crate::link::ForwardError;
 use crate::link::fanout::{self, OwnerGroups};
@@ -34,18 +34,18 @@ pub async fn check<I: Item, S: Site<I>>(site: &S, item: &I) -> Answered {
     }
 }
 
-/// Many checks being decided: those decided here at one instant as they are added, each
-/// owner's as one group sent by [`Many::finish`].
-pub struct Many<L> {
+/// A batch: many checks being decided, those decided here at one instant as they are added, each
+/// owner's as one group sent by [`Batch::finish`].
+pub struct Batch<L> {
     now: u64,
-    /// By the index of the checks added with [`Many::add`].
+    /// By the index of the checks added with [`Batch::add`].
     results: Vec<Option<Answered>>,
     groups: OwnerGroups<Arc<str>, L>,
     /// Checks that could not be made ready: their place among all, and why.
     errors: Vec<(usize, CheckError)>,
 }
 
-impl<L: OwnerLink> Many<L> {
+impl<L: OwnerLink> Batch<L> {
     /// For up to `n` checks, those decided here at `now`.
     pub fn new(n: usize, now: u64) -> Self {
         Self {
@@ -74,14 +74,14 @@ impl<L: OwnerLink> Many<L> {
     }
 
     /// The next check has no answer but `error` (it could not be made ready; it is not one of
-    /// the `items` handed to [`Many::finish`]).
+    /// the `items` handed to [`Batch::finish`]).
     pub fn add_error(&mut self, error: CheckError) {
         self.errors
             .push((self.results.len() + self.errors.len(), error));
     }
 
     /// Sends each owner its group, all at once, and returns every answer in the order added
-    /// (`items`: the checks given to [`Many::add`], in order).
+    /// (`items`: the checks given to [`Batch::add`], in order).
     pub async fn finish<I: Item, S: Site<I, Link = L>>(
         self,
         site: &S,
@@ -210,7 +210,7 @@ where
         }
         let mut taken = None;
         results[i] = Some(fanout::settle(reply, |e| {
-            let (a, t) = site.fall_back(item, Why::Unreachable(e))?;
+            let (a, t) = site.fall_back(item, FallbackCause::Unreachable(e))?;
             taken = t;
             Ok(a)
         }));
@@ -250,7 +250,8 @@ fn settle<I: Item, S: Site<I>>(
     reply: Result<PeerAnswer, ForwardError>,
 ) -> Answered {
     fanout::settle(reply, |e| {
-        site.fall_back(item, Why::Unreachable(e)).map(|(a, _)| a)
+        site.fall_back(item, FallbackCause::Unreachable(e))
+            .map(|(a, _)| a)
     })
 }
 
@@ -264,7 +265,7 @@ fn minority<I: Item, S: Site<I>>(
     item: &I,
     own: Option<S::Here>,
 ) -> Result<(CheckAnswer, Option<Hold<S::Link, S::Here>>), CheckError> {
-    let (share, taken) = site.fall_back(item, Why::NoOwner)?;
+    let (share, taken) = site.fall_back(item, FallbackCause::NoOwner)?;
     let Some(here) = own.filter(|_| share.allowed) else {
         return Ok((share, taken.map(Hold::Share)));
     };

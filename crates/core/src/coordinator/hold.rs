@@ -2,7 +2,7 @@
 //! denied request gives it all back: here at once, at each other owner as one refund group,
 //! all owners at once.
 
-use super::{Here, Item, OwnerLink, Site, Taken};
+use super::{Here, Item, OwnerLink, ShareTaken, Site};
 use crate::answer::given_back;
 use crate::check::CheckError;
 use crate::lease;
@@ -18,11 +18,11 @@ pub enum Hold<L, H> {
     /// Taken at another owner, under this mark.
     Owner(L, Mark),
     /// Taken from this member's fallback share (owner unreachable).
-    Share(Taken),
+    Share(ShareTaken),
     /// Taken here and from the share (a key this node owned, without a majority).
-    Both(H, Mark, Taken),
+    Both(H, Mark, ShareTaken),
     /// Taken from a slice of a lease this member holds.
-    Lease(lease::Taken),
+    Lease(lease::SliceTaken),
 }
 
 /// Gives back every cost `holds` (by index of `items`) took, and makes each answer in

@@ -5,7 +5,8 @@
 //! never does: [`Nowhere`]).
 //!
 //! # Layout
-//! - [`share`] — the fallback share as one type ([`Share`], [`Taken`]), its salted bucket ids.
+//! - [`share`] — the fallback share as one type ([`Share`], [`ShareTaken`]), its salted bucket
+//!   ids.
 //! - [`owner`] — [`OwnerLink`]: how the coordinator reaches an owner (a [`crate::link::PeerClient`]).
 //! - [`checks`] — one check, many checks (grouped by owner), one request all-or-nothing.
 //! - [`hold`] — what an all-or-nothing check holds ([`Hold`]), and giving it all back.
@@ -20,11 +21,11 @@ pub mod share;
 #[cfg(test)]
 mod tests;
 
-pub use checks::{Many, check, check_all};
+pub use checks::{Batch, check, check_all};
 pub use hold::Hold;
 pub use owner::OwnerLink;
 pub use replica::Standby;
-pub use share::{Fallback, FallbackShare, Share, Taken, fallback_id};
+pub use share::{Fallback, FallbackShare, Share, ShareTaken, fallback_id};
 
 use crate::check::{CheckError, Resolved};
 use crate::lease;
@@ -64,12 +65,12 @@ pub enum Route<L, H> {
     /// Decided already, on a lease this member holds (see [`crate::lease`]): the answer, and
     /// what it took from the slice (`None`: denied, nothing taken), given back through
     /// [`Site::refund_lease`] when an all-or-nothing request is denied.
-    Leased(CheckAnswer, Option<lease::Taken>),
+    Leased(CheckAnswer, Option<lease::SliceTaken>),
 }
 
 /// Why a check falls back to the share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
+pub enum FallbackCause {
     /// No owner to ask (see [`Route::Share`]).
     NoOwner,
     /// The owner did not answer.
@@ -91,13 +92,17 @@ pub trait Site<I: Item> {
 
     /// The answer without an owner, and what it took of the share (see [`Share::fall_back`]);
     /// an error only where the caller fails closed itself (an SDK in `FailMode::Closed`).
-    fn fall_back(&self, item: &I, why: Why) -> Result<(CheckAnswer, Option<Taken>), CheckError>;
+    fn fall_back(
+        &self,
+        item: &I,
+        why: FallbackCause,
+    ) -> Result<(CheckAnswer, Option<ShareTaken>), CheckError>;
 
     /// Gives back what [`Site::fall_back`] took.
-    fn refund_share(&self, taken: &Taken);
+    fn refund_share(&self, taken: &ShareTaken);
 
     /// Gives back to its slice what a check decided on a lease took ([`Route::Leased`]).
-    fn refund_lease(&self, _taken: &lease::Taken) {}
+    fn refund_lease(&self, _taken: &lease::SliceTaken) {}
 
     /// Who stands in when `item`'s owner does not answer: the owner's first live replica
     /// (this member, or another and the link to it), which decides on its copy of the bucket.
@@ -140,6 +145,34 @@ pub trait Here<I> {
     /// that did not answer: the answer and the mark of what it took (given back through
     /// [`Here::refund`]).
     fn stand_in(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>);
+}
+
+/// A member's deciding, borrowed: what a [`Site`] hands out per route (`Route::Here(&local)`).
+impl<I, H: Here<I> + ?Sized> Here<I> for &H {
+    #[inline]
+    fn decide(&self, item: &I) -> CheckAnswer {
+        (**self).decide(item)
+    }
+    #[inline]
+    fn decide_at(&self, item: &I, now: u64) -> CheckAnswer {
+        (**self).decide_at(item, now)
+    }
+    #[inline]
+    fn hold_at(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>) {
+        (**self).hold_at(item, now)
+    }
+    fn refund(&self, item: &I, mark: Mark) {
+        (**self).refund(item, mark)
+    }
+    fn decide_all(&self, items: &[&I], now: u64) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
+        (**self).decide_all(items, now)
+    }
+    fn peek(&self, item: &I, now: u64) -> CheckAnswer {
+        (**self).peek(item, now)
+    }
+    fn stand_in(&self, item: &I, now: u64) -> (CheckAnswer, Option<Mark>) {
+        (**self).stand_in(item, now)
+    }
 }
 
 /// A site that never decides here (the SDK): no value of it exists, so [`Route::Here`] never

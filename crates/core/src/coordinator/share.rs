@@ -1,6 +1,6 @@
 //! The fallback share as one type: what a member (a node, or an SDK client) admits of a limit
 //! alone when the limit's owner cannot answer, over a bucket store handed to it, and what a
-//! share decision took ([`Taken`]), enough to give it back.
+//! share decision took ([`ShareTaken`]), enough to give it back.
 
 use crate::answer::{answer, closed_answer, unknown_rule_answer};
 use crate::check::Resolved;
@@ -52,7 +52,7 @@ fn fraction_of(rule: &Rule, f: f64) -> Rule {
 
 /// What a share decision took: enough to give it back ([`Share::refund`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Taken {
+pub struct ShareTaken {
     /// The share's bucket (salted on a node).
     id: u64,
     share: Rule,
@@ -60,7 +60,7 @@ pub struct Taken {
     mark: Mark,
 }
 
-impl Taken {
+impl ShareTaken {
     /// The cost taken (a cost above the share's capacity took the whole share).
     pub fn cost(&self) -> u64 {
         self.cost
@@ -71,7 +71,7 @@ impl Taken {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallback {
     /// Decided from the share (fail-open); what it took, if anything.
-    Open(CheckAnswer, Option<Taken>),
+    Open(CheckAnswer, Option<ShareTaken>),
     /// Denied: the rule fails closed.
     Closed(CheckAnswer),
     /// Admitted without a limit: the rule was never learnt (an SDK before any node answered).
@@ -80,7 +80,7 @@ pub enum Fallback {
 
 impl Fallback {
     /// The answer and what it took.
-    pub fn held(self) -> (CheckAnswer, Option<Taken>) {
+    pub fn held(self) -> (CheckAnswer, Option<ShareTaken>) {
         match self {
             Fallback::Open(a, taken) => (a, taken),
             Fallback::Closed(a) | Fallback::Unknown(a) => (a, None),
@@ -147,12 +147,12 @@ impl<'s> Share<'s> {
         cost: u64,
         alive: usize,
         now: u64,
-    ) -> (CheckAnswer, Option<Taken>) {
+    ) -> (CheckAnswer, Option<ShareTaken>) {
         let id = if self.salted { fallback_id(id) } else { id };
         let share = self.policy.of(rule, alive);
         let cost = cost.min(share.capacity());
         let d = self.store.check_local(id, &share, now, cost);
-        let taken = (d.allowed && cost > 0).then_some(Taken {
+        let taken = (d.allowed && cost > 0).then_some(ShareTaken {
             id,
             share,
             cost,
@@ -175,7 +175,7 @@ impl<'s> Share<'s> {
     }
 
     /// Gives back what [`Share::hold`] took.
-    pub fn refund(&self, t: &Taken, now: u64) {
+    pub fn refund(&self, t: &ShareTaken, now: u64) {
         self.store.refund(t.id, &t.share, t.cost, t.mark, now);
     }
 }

@@ -220,7 +220,7 @@ impl Remaining for Nowhere {
     }
 }
 
-impl Here<Check> for &Buckets {
+impl Here<Check> for Buckets {
     fn decide(&self, c: &Check) -> CheckAnswer {
         self.decide_at(c, NOW)
     }
@@ -346,10 +346,14 @@ impl<'h> Site<Check> for Caller<&'h Buckets> {
     fn now(&self) -> u64 {
         NOW
     }
-    fn fall_back(&self, c: &Check, _: Why) -> Result<(CheckAnswer, Option<Taken>), CheckError> {
+    fn fall_back(
+        &self,
+        c: &Check,
+        _: FallbackCause,
+    ) -> Result<(CheckAnswer, Option<ShareTaken>), CheckError> {
         fall_back(self, c)
     }
-    fn refund_share(&self, t: &Taken) {
+    fn refund_share(&self, t: &ShareTaken) {
         self.share().refund(t, NOW);
     }
     fn replica(&self, c: &Check) -> Option<Standby<Link, &'h Buckets>> {
@@ -376,10 +380,14 @@ impl Site<Check> for Caller<Nowhere> {
     fn now(&self) -> u64 {
         NOW
     }
-    fn fall_back(&self, c: &Check, _: Why) -> Result<(CheckAnswer, Option<Taken>), CheckError> {
+    fn fall_back(
+        &self,
+        c: &Check,
+        _: FallbackCause,
+    ) -> Result<(CheckAnswer, Option<ShareTaken>), CheckError> {
         fall_back(self, c)
     }
-    fn refund_share(&self, t: &Taken) {
+    fn refund_share(&self, t: &ShareTaken) {
         self.share().refund(t, NOW);
     }
     fn replica(&self, c: &Check) -> Option<Standby<Link, Nowhere>> {
@@ -411,7 +419,10 @@ fn route<H: Copy, X>(caller: &Caller<X>, c: &Check, here: Option<H>) -> Route<Li
     }
 }
 
-fn fall_back<X>(caller: &Caller<X>, c: &Check) -> Result<(CheckAnswer, Option<Taken>), CheckError> {
+fn fall_back<X>(
+    caller: &Caller<X>,
+    c: &Check,
+) -> Result<(CheckAnswer, Option<ShareTaken>), CheckError> {
     caller.fell_back.fetch_add(1, Ordering::Relaxed);
     let f = caller
         .share()
@@ -517,7 +528,7 @@ for_node_and_sdk!(
         assert_eq!(caller.rescued.load(Ordering::Relaxed), 5);
         // Many: the failed group goes to the replica in one group.
         let items = [item("a:m1", limit(10), 4), item("a:m2", limit(10), 3)];
-        let mut many = Many::new(2, NOW);
+        let mut many = Batch::new(2, NOW);
         many.add(&caller, &items[0]);
         many.add(&caller, &items[1]);
         let answers = many.finish(&caller, &items).await;
@@ -612,7 +623,7 @@ for_node_and_sdk!(check_many_keeps_order_and_groups_per_owner, |caller| {
         item("here:3", limit(10), 2),
         item("a:4", limit(10), 4),
     ];
-    let mut many = Many::new(items.len() + 1, NOW);
+    let mut many = Batch::new(items.len() + 1, NOW);
     many.add(&caller, &items[0]);
     many.add(&caller, &items[1]);
     many.add_error(CheckError::Unavailable("not ready"));

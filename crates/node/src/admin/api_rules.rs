@@ -72,8 +72,8 @@ impl Admin {
     /// Every rule in force with its source.
     pub fn admin_rule_list(&self) -> Vec<AdminRule> {
         let api = self.book.api_in_force();
-        self.here
-            .engine()
+        self.local
+            .rules()
             .rules()
             .iter()
             .map(|r| {
@@ -129,9 +129,9 @@ impl Admin {
         self.at_owner(req, RuleOp::Delete).await.map(|_| ())
     }
 
-    /// This node's wall time in ms (the engine's clock): what rule versions are made of.
+    /// This node's wall time in ms (on this node's clock): what rule versions are made of.
     fn wall_ms(&self) -> u64 {
-        self.here.now() / ringlimit_core::clock::NANOS_PER_MS
+        self.local.now() / ringlimit_core::clock::NANOS_PER_MS
     }
 
     /// Makes `op` at the member that owns `req.name` (here, or over the peer port) and merges
@@ -147,7 +147,7 @@ impl Admin {
             if_match: req.if_match.map(str::to_owned),
             by: req.by.to_owned(),
         };
-        let view = self.dispatcher.view();
+        let view = self.router.view();
         let owner = view
             .ring
             .owner(change::place(req.name))

@@ -1,7 +1,7 @@
 //! The admin side of a node, beside the check service (not inside it): rules written, deleted
 //! and listed through the admin API, a key's state and its reset across the cluster, the
 //! cluster and rules views, and the metrics text. What the edges call for anything but checks
-//! and readiness; no edge reaches past it into the routing, the peers or the engine.
+//! and readiness; no edge reaches past it into the routing, the peers or the local state.
 //!
 //! # Layout
 //! - this module — [`Admin`] and what it is made of ([`Parts`]).
@@ -9,19 +9,19 @@
 //! - [`api_rules`] — rules written, deleted and listed through the admin API, decided at the
 //!   member that owns the rule's name.
 //! - [`tokens`] — the admin tokens: names, roles, the file they are reloaded from.
-//! - [`top`] — the most denied (or checked) keys of a rule, merged across members.
+//! - [`top_keys`] — the most denied (or checked) keys of a rule, merged across members.
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics text.
 
 pub mod api_rules;
 pub mod keys;
 pub mod tokens;
-pub mod top;
+pub mod top_keys;
 pub mod views;
 
-use crate::decide::Here;
+use crate::local::Local;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
-use crate::routing::Dispatcher;
+use crate::routing::Router;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::RulesStatus;
 use ringlimit_core::top::TopKeys;
@@ -30,9 +30,9 @@ use std::sync::atomic::AtomicU64;
 
 /// What the admin side is made of (see `node::edges::front_door`).
 pub struct Parts {
-    pub here: Here,
+    pub local: Arc<Local>,
     /// The routing the check service uses too: a key's state is read where a check would be.
-    pub dispatcher: Arc<Dispatcher>,
+    pub router: Arc<Router>,
     pub pool: Arc<Peers>,
     pub metrics: Arc<Metrics>,
     /// The rules file's reloads.
@@ -49,8 +49,8 @@ pub struct Parts {
 
 /// The node's admin API and views, for every edge.
 pub struct Admin {
-    here: Here,
-    dispatcher: Arc<Dispatcher>,
+    local: Arc<Local>,
+    router: Arc<Router>,
     pool: Arc<Peers>,
     metrics: Arc<Metrics>,
     rules: Arc<RulesStatus>,
@@ -63,8 +63,8 @@ pub struct Admin {
 impl Admin {
     pub fn new(p: Parts) -> Self {
         Self {
-            here: p.here,
-            dispatcher: p.dispatcher,
+            local: p.local,
+            router: p.router,
             pool: p.pool,
             metrics: p.metrics,
             rules: p.rules,

@@ -127,13 +127,13 @@ fn millis(d: Duration) -> u64 {
 impl Admin {
     /// This node's view of the cluster.
     pub fn cluster(&self) -> ClusterView {
-        let view = self.dispatcher.view();
-        let stats = &self.dispatcher.stats;
+        let view = self.router.view();
+        let stats = &self.router.stats;
         let (frames, checks) = (
             load(&self.pool.stats().frames),
             load(&self.pool.stats().checks),
         );
-        let g = self.here.global();
+        let g = self.local.global();
         let mut ages = g.merge_ages();
         let mut peers: Vec<PeerMerge> = view
             .members
@@ -153,7 +153,7 @@ impl Admin {
             cluster_id: self.cluster_id.to_string(),
             members: view.members.clone(),
             ring_members: view.ring.len(),
-            quorate: self.dispatcher.owns_keys(&view),
+            quorate: self.router.owns_keys(&view),
             known_members: view.quorum.known.len(),
             forwarding: Forwarding {
                 forwarded: load(&stats.forwarded),
@@ -186,7 +186,7 @@ impl Admin {
     }
 
     fn clock_view(&self) -> ClockView {
-        let clocks = self.here.global().clocks();
+        let clocks = self.local.global().clocks();
         let ms = |ns: i64| ns as f64 / 1e6;
         ClockView {
             correction_ms: ms(clocks.correction_ns()),
@@ -206,7 +206,7 @@ impl Admin {
 
     /// Why this node's readiness should say more (its clock is off the cluster's), if so.
     pub fn readiness_note(&self) -> Option<String> {
-        let clocks = self.here.global().clocks();
+        let clocks = self.local.global().clocks();
         clocks.own_clock_off().then(|| {
             format!(
                 "clock: this node's clock is {:.0} ms off the cluster's (the median of its \
@@ -220,8 +220,8 @@ impl Admin {
 
     /// The rules in force here (what the SDK routes and falls back with), sorted by name.
     pub fn rules(&self) -> Vec<RuleInfo> {
-        self.here
-            .engine()
+        self.local
+            .rules()
             .rules()
             .iter()
             .map(|r| r.info())

@@ -24,7 +24,7 @@ pub fn effective_rule(rule: &Rule) -> Rule {
 /// window containing `now` (`current`) and of the window before it (`previous`). The caller
 /// adds `cost` to its own count when the answer is allowed and `cost > 0`; cost 0 only peeks.
 ///
-/// A cost over the limit can never be admitted (the engine refuses it before it gets here).
+/// A cost over the limit can never be admitted (its check is refused when it is made ready, before it gets here).
 pub fn decide(rule: &Rule, now: u64, cost: u64, current: u64, previous: u64) -> Decision {
     let rule = effective_rule(rule);
     let p = rule.period_ns;

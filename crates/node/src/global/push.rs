@@ -323,16 +323,9 @@ mod tests {
     ) -> tokio::task::JoinHandle<()> {
         use crate::peers::{PeerServer, ServerSettings};
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
-        let engine = Arc::new(crate::engine::Engine::new(
-            crate::rules::RuleSet::builtin(),
-            100,
-            clock,
-        ));
-        let server = Arc::new(PeerServer::new(
-            crate::decide::Here::new(engine, counters),
-            ServerSettings::open(id, "c"),
-            None,
-        ));
+        let rules = Arc::new(crate::rules::InForce::new(crate::rules::RuleSet::builtin()));
+        let local = Arc::new(crate::local::Local::new(rules, clock, 100, counters));
+        let server = Arc::new(PeerServer::new(local, ServerSettings::open(id, "c"), None));
         tokio::spawn(server.run(net.listen(id)))
     }
 

@@ -6,7 +6,7 @@
 
 use crate::rules::RuleSpec;
 use crate::rules::envoy_config::{EnvoyConfig, EnvoyLimit, Matched};
-use crate::service::{Check, CheckService, Outcome};
+use crate::service::{Check, CheckService, Edge, Outcome};
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -250,7 +250,7 @@ impl RateLimitService for EnvoyRls {
                 .collect();
             let outcome = self
                 .service
-                .check_all(&checks)
+                .check_all(Edge::Rls, &checks)
                 .await
                 .map_err(|e| tonic::Status::new(super::all_code(&e), e.to_string()))?;
             over = !outcome.allowed;

@@ -4,9 +4,9 @@
 
 use super::{all_code, check_code};
 use crate::rules::RuleSpec;
-use crate::service::all::AllOutcome;
-use crate::service::reserve::Reservation;
-use crate::service::{Check, CheckService, MAX_BATCH, Outcome};
+use crate::service::all_or_nothing::AllOutcome;
+use crate::service::reservations::Reservation;
+use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
 use ringlimit_core::all::AllError;
 use ringlimit_core::check::CheckError;
 use ringlimit_core::reserve::ReserveError;
@@ -153,7 +153,11 @@ impl RateLimiter for RingLimitV1 {
     ) -> Result<tonic::Response<pb::CheckResponse>, tonic::Status> {
         let r = request.into_inner();
         let c = check(&r).map_err(|e| e.status())?;
-        let outcome = self.service.check(&c).await.map_err(|e| check_status(&e))?;
+        let outcome = self
+            .service
+            .check(Edge::Grpc, &c)
+            .await
+            .map_err(|e| check_status(&e))?;
         Ok(tonic::Response::new(answer(&outcome)))
     }
 
@@ -178,7 +182,11 @@ impl RateLimiter for RingLimitV1 {
             .iter()
             .filter_map(|p| p.as_ref().ok().copied())
             .collect();
-        let mut decided = self.service.check_many(&valid).await.into_iter();
+        let mut decided = self
+            .service
+            .check_many(Edge::Grpc, &valid)
+            .await
+            .into_iter();
         let error = |code: &str, message: String| {
             pb::check_batch_result::Result::Error(pb::Error {
                 error: code.to_owned(),
@@ -209,7 +217,7 @@ impl RateLimiter for RingLimitV1 {
         let checks = checks(&r.checks)?;
         let outcome = self
             .service
-            .check_all(&checks)
+            .check_all(Edge::Grpc, &checks)
             .await
             .map_err(|e| all_status(&e))?;
         Ok(tonic::Response::new(all_answer(&outcome)))
@@ -230,7 +238,7 @@ impl RateLimiter for RingLimitV1 {
         let c = check(c).map_err(|e| e.status())?;
         let reserved = self
             .service
-            .reserve(&c, r.ttl_ms)
+            .reserve(Edge::Grpc, &c, r.ttl_ms)
             .await
             .map_err(|e| reserve_status(&e))?;
         Ok(tonic::Response::new(match reserved {

@@ -187,10 +187,10 @@ pub async fn top(
             }
         };
         let n = q.n.unwrap_or(10);
-        if !(1..=crate::admin::top::MAX_N).contains(&n) {
+        if !(1..=crate::admin::top_keys::MAX_N).contains(&n) {
             return Err(ApiError::bad_request(
                 "invalid_request",
-                format!("n must be 1 to {}.", crate::admin::top::MAX_N),
+                format!("n must be 1 to {}.", crate::admin::top_keys::MAX_N),
             ));
         }
         if q.rule.is_empty() || q.rule.len() > 512 {

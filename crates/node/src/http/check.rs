@@ -8,8 +8,8 @@ use super::answer_json::{self, Item};
 use super::error::{ApiError, ErrorBody, sentence};
 use super::{AppState, MAX_BODY_BYTES};
 use crate::rules::RuleSpec;
-use crate::service::all::AllOutcome;
-use crate::service::{Check, MAX_BATCH, Outcome};
+use crate::service::all_or_nothing::AllOutcome;
+use crate::service::{Check, Edge, MAX_BATCH, Outcome};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::HeaderName;
@@ -182,7 +182,7 @@ pub(super) async fn decide_with<R>(
     answer: impl FnOnce(&Outcome, &str) -> R,
 ) -> Result<R, ApiError> {
     let body: CheckBody<'_> = parse(bytes)?;
-    let outcome = state.service.check(&body.check()?).await?;
+    let outcome = state.service.check(Edge::Http, &body.check()?).await?;
     Ok(answer(&outcome, &body.policy_name()))
 }
 
@@ -371,7 +371,7 @@ pub(super) async fn batch_answer(state: &AppState, bytes: &[u8]) -> Response {
             Err(e) => results.push(Some(Item::Error(e.body))),
         }
     }
-    let decided = state.service.check_many(&checks).await;
+    let decided = state.service.check_many(Edge::Http, &checks).await;
     let mut decided = decided.iter();
     let results: Vec<Item> = results
         .into_iter()
@@ -440,7 +440,11 @@ async fn decide_all(state: &AppState, bytes: &[u8]) -> Result<Response, ApiError
     for (index, body) in bodies.iter().enumerate() {
         checks.push(body.check().map_err(|e| item(index, e))?);
     }
-    let outcome = state.service.check_all(&checks).await.map_err(all_error)?;
+    let outcome = state
+        .service
+        .check_all(Edge::Http, &checks)
+        .await
+        .map_err(all_error)?;
     let names: Vec<Cow<'_, str>> = bodies.iter().map(CheckBody::policy_name).collect();
     Ok(all_response(&outcome, &names))
 }
@@ -472,16 +476,17 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Engine;
+    use crate::local::Local;
     use crate::rules::RuleSet;
     use ringlimit_core::clock::{Clock, ManualClock};
+    use ringlimit_core::coordinator::Here;
     use std::sync::Arc;
 
     /// The `RateLimit` field answering one inline check of `cost` on a fresh bucket, decided
     /// at an instant that is not a whole millisecond (as a real clock reads).
     fn ratelimit_field(limit: u64, period_ms: u64, cost: u64) -> String {
         let clock = ManualClock::new(1_700_000_000_123_456_789);
-        let engine = Engine::new(RuleSet::builtin(), 100, Arc::new(clock.clone()));
+        let local = Local::alone(RuleSet::builtin(), 100, Arc::new(clock.clone()));
         let inline = InlineRule {
             limit,
             period_ms,
@@ -489,9 +494,9 @@ mod tests {
             burst: None,
         };
         let spec = RuleSpec::Inline(inline);
-        let resolved = engine.resolve(spec).expect("a valid rule");
-        let answer = engine.check("k", spec, cost).expect("decided");
-        let outcome = Outcome::new(answer, &resolved, clock.now());
+        let p = local.rules().prepare_check("k", spec, cost).expect("valid");
+        let answer = local.decide(&p);
+        let outcome = Outcome::new(answer, &p.resolved, clock.now());
         let name = inline_policy_name(&inline);
         let headers = header_map(&outcome.answer, [policy(&outcome, &name)]);
         headers[RATELIMIT].to_str().expect("ASCII").to_owned()

@@ -11,8 +11,8 @@ use super::serve::PeerAddr;
 use crate::forwarded::{self, TrustedProxies};
 use crate::rules::RuleSpec;
 use crate::rules::request_key::Field;
-use crate::service::Check;
-use crate::service::all::KeyRuleError;
+use crate::service::all_or_nothing::KeyRuleError;
+use crate::service::{Check, Edge};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -160,7 +160,7 @@ async fn decide(state: &AppState, req: &Parts) -> Result<Response, ApiError> {
         .collect();
     let outcome = state
         .service
-        .check_all(&checks)
+        .check_all(Edge::ForwardAuth, &checks)
         .await
         .map_err(super::check::all_error)?;
     let names: Vec<Cow<'_, str>> = keyed.iter().map(|(n, _)| Cow::Borrowed(*n)).collect();

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - [`check`] — `POST /v1/check`, `/v1/check/batch` and `/v1/check/all`.
-//! - [`reserve`] — `POST /v1/reserve` and `/v1/settle`: costs estimated now, settled later.
+//! - [`reservations`] — `POST /v1/reserve` and `/v1/settle`: costs estimated now, settled later.
 //! - [`forward_auth`] — `/v1/forward-auth`: gateways' forwarded requests, keyed by templates.
 //! - [`ops`] — health, readiness, cluster and rules views, metrics, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
@@ -21,7 +21,7 @@ pub mod fast;
 pub mod forward_auth;
 mod h1;
 pub mod ops;
-pub mod reserve;
+pub mod reservations;
 pub mod serve;
 
 use crate::admin::Admin;
@@ -105,8 +105,8 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/check", post(check::check))
         .route("/v1/check/batch", post(check::batch))
         .route("/v1/check/all", post(check::all))
-        .route("/v1/reserve", post(reserve::reserve))
-        .route("/v1/settle", post(reserve::settle))
+        .route("/v1/reserve", post(reservations::reserve))
+        .route("/v1/settle", post(reservations::settle))
         .route("/v1/forward-auth", any(forward_auth::forward_auth))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

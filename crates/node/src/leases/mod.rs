@@ -1,25 +1,22 @@
-//! Leases this node holds: slices of hot buckets that other members own, so that the checks of
-//! those buckets arriving here are decided here (see `ringlimit_core::lease` for what a slice
-//! is and why it never admits more than the bucket).
+//! Asking for leases: the task through which this node holds slices of hot buckets that other
+//! members own, so that the checks of those buckets arriving here are decided here (see
+//! `ringlimit_core::lease` for what a slice is and why it never admits more than the bucket).
 //!
 //! Where each piece lives:
-//! - the holder's table, `Engine::held` (core's `lease::Held`): checks take from it in
-//!   `crate::routing` (`Route::Leased`), hot keys are wanted and released by
-//!   `routing::hot`'s tick, a reset revokes (`Engine::reset`);
-//! - the owner's side, `Engine::lease` and `peers/server/lease.rs`: slices taken from the
-//!   bucket at once, sized among its holders;
-//! - the task that asks owners for slices and gives back what slices had left: core's
-//!   `lease::asking::Asker` (the SDK runs it too), run here over this node's view
-//!   ([`Asking`]); its counters as metrics in [`metrics`].
+//! - both sides' tables, `crate::local::leases` (the holder's: checks take from it in
+//!   `crate::routing` (`Route::Leased`), hot keys are wanted and released by `routing::hot_keys`'s
+//!   tick, a reset revokes; the owner's: `Local::lease`, asked through
+//!   `peers/server/lease.rs`, slices taken from the bucket at once, sized among its holders);
+//! - this module: the task that asks owners for slices and gives back what slices had left:
+//!   core's `lease::asking::Asker` (the SDK runs it too), run here over this node's view
+//!   ([`Asking`]); its counters are exported with the tables.
 //!
 //! A ring change releases every lease (their owners may have changed; what the slices had
 //! left goes back to the owners under the new ring, which hold the buckets by then), and the
 //! next checks of a bucket still hot ask its owner again.
 
-pub mod metrics;
-
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Local;
 use crate::peers::Peers;
 use crate::rules::RuleSpec;
 use arc_swap::ArcSwap;
@@ -30,7 +27,7 @@ use std::sync::Arc;
 
 /// What the asking task needs.
 pub struct Asking {
-    pub engine: Arc<Engine>,
+    pub local: Arc<Local>,
     pub peers: Arc<Peers>,
     pub view: Arc<ArcSwap<View>>,
     pub stats: Arc<LeaseStats>,
@@ -40,22 +37,22 @@ impl Asking {
     /// Runs until the task is dropped.
     pub async fn run(self) {
         let asker = Asker::new(
-            self.engine.held().clone(),
+            self.local.leases().held().clone(),
             self.peers.sessions(),
             self.stats.clone(),
         );
         let owners = || Snapshot {
             view: self.view.load_full(),
-            engine: &self.engine,
+            local: &self.local,
         };
-        asker.run(owners, || self.engine.clock().now()).await;
+        asker.run(owners, || self.local.now()).await;
     }
 }
 
 /// This node's view, as the asking task reads it.
 struct Snapshot<'a> {
     view: Arc<View>,
-    engine: &'a Engine,
+    local: &'a Local,
 }
 
 impl Owners for Snapshot<'_> {
@@ -72,11 +69,11 @@ impl Owners for Snapshot<'_> {
 
     /// A slice of a bucket this node owns now goes back into its bucket here.
     fn refund_here(&self, r: &PeerRefund) -> bool {
-        let engine = self.engine;
-        match engine.prepare(&r.key, RuleSpec::of(&r.rule), r.cost) {
+        let local = self.local;
+        match local.rules().prepare(&r.key, RuleSpec::of(&r.rule), r.cost) {
             Ok((resolved, id)) if resolved.mode == Mode::Owner => {
-                let now = engine.clock().now();
-                engine.refund(id, &resolved.rule, r.cost, r.mark, now);
+                let now = local.now();
+                local.bucket(id, &resolved.rule, now).refund(r.cost, r.mark);
                 true
             }
             _ => false,

@@ -70,6 +70,48 @@ struct CheckLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EdgeLabel {
+    edge: &'static str,
+}
+
+/// Where checks arrive at this node: its edges, each counted apart
+/// (`ringlimit_edge_checks_total{edge}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// `/v1/check`, `/v1/check/batch`, `/v1/check/all`, `/v1/reserve`.
+    Http,
+    /// `/v1/forward-auth`: a gateway's copy of a request.
+    ForwardAuth,
+    /// `ringlimit.v1.RateLimiter` over gRPC.
+    Grpc,
+    /// Envoy's `ShouldRateLimit` over gRPC.
+    Rls,
+    /// The peer port: an SDK's checks (a member's are counted where they arrived).
+    Peer,
+}
+
+impl Edge {
+    const ALL: [Edge; 5] = [
+        Edge::Http,
+        Edge::ForwardAuth,
+        Edge::Grpc,
+        Edge::Rls,
+        Edge::Peer,
+    ];
+
+    /// The `edge` label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Edge::Http => "http",
+            Edge::ForwardAuth => "forward_auth",
+            Edge::Grpc => "grpc",
+            Edge::Rls => "rls",
+            Edge::Peer => "peer",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleCheckLabels {
     rule: String,
     result: &'static str,
@@ -456,10 +498,13 @@ pub struct Metrics {
     pub shadow_denied: Counter,
     pub global_shadow_denied: Counter,
     /// Time to decide a check request, a whole batch and an all-or-nothing request (answered
-    /// ones).
+    /// ones), and a frame of an SDK's checks on the peer port.
     pub check_duration: Histogram,
     pub batch_duration: Histogram,
     pub all_duration: Histogram,
+    pub peer_duration: Histogram,
+    /// Checks by the edge they arrived at, in [`Edge::ALL`]'s order.
+    edge_checks: [Counter; Edge::ALL.len()],
     peer_rpc: PeerRpcMetrics,
     rule_checks: RuleChecks,
 }
@@ -487,6 +532,16 @@ impl Metrics {
             durations.clone(),
         );
         let duration = |endpoint| durations.get_or_create(&EndpointLabel { endpoint }).clone();
+        let edges = Family::<EdgeLabel, Counter>::default();
+        registry.register(
+            "edge_checks",
+            "Checks decided by this node, by the edge they arrived at (peer: an SDK's, on the peer port)",
+            edges.clone(),
+        );
+        let edge_checks = Edge::ALL.map(|e| {
+            let edge = e.label();
+            edges.get_or_create(&EdgeLabel { edge }).clone()
+        });
         let rule_checks = Family::<RuleCheckLabels, Counter>::default();
         registry.register(
             "rule_checks",
@@ -514,6 +569,8 @@ impl Metrics {
             check_duration: duration("check"),
             batch_duration: duration("batch"),
             all_duration: duration("all"),
+            peer_duration: duration("peer"),
+            edge_checks,
             peer_rpc,
             rule_checks: RuleChecks::new(rule_checks),
             registry,
@@ -539,6 +596,12 @@ impl Metrics {
         c.inc();
     }
 
+    /// Counts `n` decided checks that arrived at `edge`.
+    #[inline]
+    pub fn count_edge(&self, edge: Edge, n: u64) {
+        self.edge_checks[edge as usize].inc_by(n);
+    }
+
     /// The router's handles (see [`PeerRpcMetrics`]).
     pub fn peer_rpc(&self) -> PeerRpcMetrics {
         self.peer_rpc.clone()
@@ -557,7 +620,7 @@ impl Metrics {
     }
 }
 
-/// Nanoseconds (two readings of the engine's clock) as the seconds a histogram takes.
+/// Nanoseconds (two readings of this node's clock) as the seconds a histogram takes.
 pub fn seconds(from_ns: u64, to_ns: u64) -> f64 {
     to_ns.saturating_sub(from_ns) as f64 * 1e-9
 }

@@ -21,10 +21,11 @@ pub(super) fn register(
     edges: &Edges,
     lifecycle: &Arc<Lifecycle>,
 ) {
-    let engine = &local.engine;
-    metrics.register(crate::engine::EngineCollector(engine.clone()));
+    let here = &local.local;
+    metrics.register(crate::local::owned::OwnedCollector(here.owned().clone()));
+    metrics.register(crate::local::copies::CopiesCollector(here.copies().clone()));
     metrics.register(crate::routing::metrics::RoutingCollector(
-        peers.dispatcher.clone(),
+        peers.router.clone(),
     ));
     metrics.register(crate::peers::metrics::PeersCollector {
         peers: peers.pool.clone(),
@@ -40,13 +41,15 @@ pub(super) fn register(
     ));
     metrics.register(crate::replicas::ReplicaCollector {
         stats: peers.replica_stats.clone(),
-        engine: engine.clone(),
     });
-    metrics.register(crate::leases::metrics::LeaseCollector {
-        engine: engine.clone(),
+    metrics.register(crate::local::leases::LeaseCollector {
+        leases: here.leases().clone(),
+        clock: here.clock().clone(),
         stats: peers.lease_stats.clone(),
     });
-    metrics.register(crate::reservations::ReservationCollector(engine.clone()));
+    metrics.register(crate::local::reservations::ReservationCollector(
+        here.reservations().clone(),
+    ));
     metrics.register(crate::global::metrics::GlobalCollector(
         local.global.clone(),
     ));
@@ -80,9 +83,9 @@ pub(super) fn register(
     metrics.register(crate::cluster::clock::ClockCollector(
         members.clocks.clone(),
     ));
-    metrics.register(crate::admin::top::TopCollector {
+    metrics.register(crate::admin::top_keys::TopCollector {
         top: local.top.clone(),
-        here: local.here.clone(),
+        local: here.clone(),
     });
     metrics.register(crate::lifecycle::ReadyCollector(lifecycle.clone()));
 }

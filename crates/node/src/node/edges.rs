@@ -186,14 +186,16 @@ pub(super) fn front_door(
     metrics: Arc<Metrics>,
 ) -> AppState {
     let service = Arc::new(CheckService::new(
-        local.here.clone(),
-        peers.dispatcher.clone(),
+        local.local.clone(),
+        peers.router.clone(),
         metrics.clone(),
         local.top.clone(),
     ));
+    // Checks on the peer port go through the same front door as every edge's.
+    peers.server.send_checks_to(service.clone());
     let admin = Arc::new(Admin::new(admin::Parts {
-        here: local.here.clone(),
-        dispatcher: peers.dispatcher.clone(),
+        local: local.local.clone(),
+        router: peers.router.clone(),
         pool: peers.pool.clone(),
         metrics,
         rules: local.rules.clone(),

@@ -20,11 +20,10 @@ use tokio::task::JoinSet;
 /// Readiness, peers following membership, handover and promotion on ring changes.
 pub(super) fn new(config: &NodeConfig, local: &LocalState, peers: &Peering) -> Arc<Lifecycle> {
     Arc::new(Lifecycle::new(
-        local.here.clone(),
+        local.local.clone(),
         peers.pool.clone(),
         peers.handed_over.clone(),
         config.replicas,
-        peers.replica_stats.clone(),
     ))
 }
 

@@ -1,34 +1,36 @@
 //! The local-state stage: what this node holds and decides by itself. Opened before it joins
-//! ([`Opened`]: the engine with its store and the rules in force, the book kept under
-//! `--data-dir`), then completed once membership has given this incarnation its name
-//! ([`LocalState`]: global counters, deciding here, the top keys, the RLQS shares).
+//! ([`Opened`]: the rules in force and the book kept under `--data-dir`), then completed once
+//! membership has given this incarnation its name ([`LocalState`]: global counters, deciding
+//! here — owned buckets, replica copies, leases, reservations — the top keys, the RLQS
+//! shares).
 
 use super::NodeError;
 use super::membership::Members;
 use crate::config::NodeConfig;
-use crate::decide::Here;
-use crate::engine::Engine;
 use crate::global::{self, GlobalCounters};
+use crate::local::Local;
 use crate::rlqs::Rlqs;
+use crate::rules::InForce;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::RulesStatus;
-use ringlimit_core::clock::SystemClock;
+use ringlimit_core::clock::{Clock, SystemClock};
 use ringlimit_core::top::TopKeys;
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// What the node holds before it joins the cluster.
 pub(super) struct Opened {
-    engine: Arc<Engine>,
+    in_force: Arc<InForce>,
+    clock: Arc<dyn Clock>,
     book: Arc<RuleBook>,
     rules: Arc<RulesStatus>,
 }
 
 /// What the node holds and decides by itself.
 pub(super) struct LocalState {
-    /// Rules in force, the clock, and the buckets this node owns (and their copies, leases,
-    /// reservations).
-    pub(super) engine: Arc<Engine>,
+    /// Deciding here: the rules in force, the clock, the buckets this node owns, their
+    /// copies, leases and reservations, and the global counters.
+    pub(super) local: Arc<Local>,
     /// The file's rules and the admin API's.
     pub(super) book: Arc<RuleBook>,
     /// The rules file's reloads.
@@ -39,8 +41,6 @@ pub(super) struct LocalState {
     pub(super) rlqs: Arc<Rlqs>,
     /// `mode: global` rules: counters keyed by this incarnation, fed by what peers push.
     pub(super) global: Arc<GlobalCounters>,
-    /// Deciding here: owned buckets or global counters.
-    pub(super) here: Here,
 }
 
 impl Opened {
@@ -51,20 +51,18 @@ impl Opened {
             .clock
             .as_ref()
             .map_or_else(|| Arc::new(SystemClock::new()) as _, |c| c.0.clone());
-        let engine = Arc::new(
-            Engine::new(config.rules.clone(), config.max_keys, clock)
-                .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
-        );
+        let in_force = Arc::new(InForce::new(config.rules.clone()));
         if let Some(dir) = &config.data_dir {
             std::fs::create_dir_all(dir)
                 .map_err(|e| NodeError::DataDir(format!("cannot create {}: {e}", dir.display())))?;
         }
         let book = Arc::new(
-            RuleBook::open(engine.clone(), &config.node_id, config.data_dir.clone())
+            RuleBook::open(in_force.clone(), &config.node_id, config.data_dir.clone())
                 .map_err(|e| NodeError::DataDir(e.to_string()))?,
         );
         Ok(Self {
-            engine,
+            in_force,
+            clock,
             book,
             rules: Arc::new(RulesStatus::new(config.rules_path.clone())),
         })
@@ -82,19 +80,21 @@ impl Opened {
             )
             .with_clocks(members.clocks.clone()),
         );
-        let here = Here::new(self.engine.clone(), global.clone());
+        let local = Arc::new(
+            Local::new(self.in_force, self.clock, config.max_keys, global.clone())
+                .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
+        );
         let rlqs = Arc::new(Rlqs::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
-            self.engine.clone(),
+            local.clone(),
         ));
         LocalState {
-            engine: self.engine,
+            local,
             book: self.book,
             rules: self.rules,
             top: Arc::new(TopKeys::default()),
             rlqs,
             global,
-            here,
         }
     }
 }
@@ -102,7 +102,10 @@ impl Opened {
 impl LocalState {
     /// Sweeps expired reservations.
     pub(super) fn sweep(&self, tasks: &mut JoinSet<()>) {
-        tasks.spawn(crate::reservations::upkeep(self.engine.clone()));
+        tasks.spawn(crate::local::reservations::upkeep(
+            self.local.reservations().clone(),
+            self.local.clock().clone(),
+        ));
     }
 
     /// Reloads the rules file when it changes.

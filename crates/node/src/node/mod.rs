@@ -5,9 +5,10 @@
 //! [`run`] only sequences the stages, in this order; each is built by short functions of its
 //! own module, taking what the stages before it made.
 //! - `trust` — whom the node trusts: the peer port's security, the certificates, the tokens.
-//! - `local` — what the node holds and decides by itself: opened before it joins (the engine
-//!   with its store and the rules in force, the rule book under `--data-dir`), completed once
-//!   membership has named it (global counters, deciding here, top keys, RLQS shares).
+//! - `local` — what the node holds and decides by itself: opened before it joins (the rules in
+//!   force, the rule book under `--data-dir`), completed once membership has named it (global
+//!   counters, and [`crate::local::Local`] with its owned buckets, replica copies, leases and
+//!   reservations; top keys, RLQS shares).
 //! - `listeners` — where the node serves: [`Listeners`] or [`MemoryNet`], turned into the
 //!   same endpoints either way.
 //! - `membership` — gossip from the seeds, the view, pauses, clocks, the API rules' sync.

@@ -11,9 +11,9 @@ use super::trust::Trust;
 use crate::config::NodeConfig;
 use crate::global::{self, PublishSettings};
 use crate::metrics::PeerRpcMetrics;
-use crate::peers::{PeerServer, Peers, Recall, Relay, ServerSettings};
+use crate::peers::{Cluster, PeerServer, Peers, Recall, ServerSettings};
 use crate::replicas::ReplicaStats;
-use crate::routing::Dispatcher;
+use crate::routing::Router;
 use ringlimit_core::lease::asking::LeaseStats;
 use ringlimit_core::link::PeerSettings;
 use ringlimit_core::link::dial::Dial;
@@ -27,9 +27,10 @@ pub(super) struct Peering {
     pub(super) pool: Arc<Peers>,
     /// Buckets this node owns but does not hold yet, asked of their last holders.
     pub(super) recall: Arc<Recall>,
+    /// The peer server (its checks go to the front door once the edges stage has built it).
     pub(super) server: Arc<PeerServer>,
     /// Sends each check where it is decided: here, its owner, or a fallback share.
-    pub(super) dispatcher: Arc<Dispatcher>,
+    pub(super) router: Arc<Router>,
     /// Buckets handed over to new owners.
     pub(super) handed_over: Arc<AtomicU64>,
     pub(super) replica_stats: Arc<ReplicaStats>,
@@ -60,14 +61,14 @@ impl Peering {
         }));
         let view = &members.view;
         let recall = Recall::spawn(
-            local.engine.clone(),
+            local.local.clone(),
             view.clone(),
             pool.clone(),
             config.replicas,
         );
-        let server = Arc::new(peer_server(config, trust, local, members, &pool, &recall));
-        let dispatcher = Arc::new(
-            Dispatcher::new(local.here.clone(), view.clone(), pool.shared(), rpc)
+        let server = Arc::new(peer_server(config, trust, local, members, &recall));
+        let router = Arc::new(
+            Router::new(local.local.clone(), view.clone(), pool.shared(), rpc)
                 .with_replicas(config.replicas)
                 .with_recall(recall.clone()),
         );
@@ -75,7 +76,7 @@ impl Peering {
             pool,
             recall,
             server,
-            dispatcher,
+            router,
             handed_over: Arc::new(AtomicU64::new(0)),
             replica_stats: Arc::new(ReplicaStats::default()),
             lease_stats: Arc::new(LeaseStats::default()),
@@ -90,7 +91,7 @@ impl Peering {
         members: &Members,
         tasks: &mut JoinSet<()>,
     ) {
-        let (engine, pool, view) = (&local.engine, &self.pool, &members.view);
+        let (here, pool, view) = (&local.local, &self.pool, &members.view);
         let pauses = members.membership.pauses().clone();
         tasks.spawn(crate::peers::reach::probe(
             pool.clone(),
@@ -102,15 +103,15 @@ impl Peering {
                 peers: pool.clone(),
                 view: view.clone(),
                 clocks: members.clocks.clone(),
-                clock: engine.clock().clone(),
+                clock: here.clock().clone(),
             },
         ));
-        let hot_keys = self.dispatcher.stats.hot.clone();
-        tasks.spawn(hot_keys.run(engine.held().clone()));
+        let hot_keys = self.router.stats.hot.clone();
+        tasks.spawn(hot_keys.run(here.leases().held().clone()));
         tasks.spawn(local.rlqs.clone().run(pool.clone(), view.clone()));
         tasks.spawn(
             crate::leases::Asking {
-                engine: engine.clone(),
+                local: here.clone(),
                 peers: pool.clone(),
                 view: view.clone(),
                 stats: self.lease_stats.clone(),
@@ -119,7 +120,7 @@ impl Peering {
         );
         tasks.spawn(
             crate::replicas::handback::HandBack {
-                engine: engine.clone(),
+                copies: here.copies().clone(),
                 peers: pool.clone(),
                 view: view.clone(),
             }
@@ -127,7 +128,7 @@ impl Peering {
         );
         tasks.spawn(
             crate::replicas::sender::Sender {
-                engine: engine.clone(),
+                owned: here.owned().clone(),
                 peers: pool.clone(),
                 view: view.clone(),
                 replicas: config.replicas,
@@ -156,7 +157,7 @@ impl Peering {
         task.spawn(global::publish::publish_loop(
             members.membership.view_cell(),
             local.global.clone(),
-            local.engine.clock().clone(),
+            local.local.clock().clone(),
             PublishSettings {
                 interval: config.global_publish,
                 max_published: config.global_max_published,
@@ -178,11 +179,10 @@ fn peer_server(
     trust: &Trust,
     local: &LocalState,
     members: &Members,
-    pool: &Arc<Peers>,
     recall: &Arc<Recall>,
 ) -> PeerServer {
     PeerServer::new(
-        local.here.clone(),
+        local.local.clone(),
         ServerSettings {
             node_id: config.node_id.clone(),
             cluster_id: config.cluster_id.clone(),
@@ -193,10 +193,8 @@ fn peer_server(
             tls: trust.peer_tls.clone(),
             clients: trust.tokens.clone(),
         },
-        Some(Relay {
+        Some(Cluster {
             view: members.view.clone(),
-            peers: pool.shared(),
-            replicas: config.replicas,
             recall: recall.clone(),
         }),
     )

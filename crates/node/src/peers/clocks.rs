@@ -23,7 +23,7 @@ pub struct Measure {
     pub peers: Arc<Peers>,
     pub view: Arc<ArcSwap<View>>,
     pub clocks: Arc<Clocks>,
-    /// This node's wall clock (the engine's).
+    /// This node's wall clock (the one checks are decided on).
     pub clock: Arc<dyn Clock>,
 }
 

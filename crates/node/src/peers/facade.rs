@@ -18,14 +18,13 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
 use ringlimit_core::link::reserve::{self as link_reserve, SESSIONS_PER_OWNER};
-use ringlimit_core::link::{ForwardError, PeerClient, PeerSettings, PeerStats};
+use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
 use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
 use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    Frame, HandedBucket, OPERATORS_SINCE, PeerAnswer, PeerCheck, PeerRefund, PeerReserve,
-    PeerSettle, QUOTA_SINCE, QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange,
-    RuleChanged, TopBy, TopKey,
+    Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE, QuotaAnswer,
+    QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,7 +40,7 @@ const HANDOVER_ACK_WITHIN: Duration = Duration::from_secs(2);
 const REPLICATE_ACK_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long a member may take to answer a recall: a check waits for it (see
-/// [`super::recall`]), so not long; without an answer the check decides on what is here.
+/// [`super::recall_on_join`]), so not long; without an answer the check decides on what is here.
 const RECALL_WITHIN: Duration = Duration::from_millis(200);
 
 /// A facade's clients as one runtime holds them.
@@ -253,41 +252,6 @@ pub struct Sent {
     pub bytes: u64,
 }
 
-/// One member's link for checks: what [`Peers::owner_client`] finds, with a typed method per
-/// message that rides on it.
-#[derive(Clone)]
-pub struct Peer {
-    pub id: Arc<str>,
-    pub link: Arc<PeerClient>,
-}
-
-impl Peer {
-    /// Checks for buckets the member owns (it may relay them once, see [`super::server`]).
-    pub async fn check(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.send(checks).await
-    }
-
-    /// One request's checks at this owner, decided there all-or-nothing.
-    pub async fn check_all(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.send_all(checks).await
-    }
-
-    /// Checks relayed to their new owner, decided where they land.
-    pub async fn relay(&self, checks: Vec<PeerCheck>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.send_relayed(checks).await
-    }
-
-    /// Gives back what all-or-nothing checks held.
-    pub async fn refund(&self, refunds: Vec<PeerRefund>) -> Result<Vec<PeerAnswer>, ForwardError> {
-        self.link.refund(refunds).await
-    }
-
-    /// Whether the member's link answers (an empty group).
-    pub async fn ping(&self) -> Result<(), ForwardError> {
-        self.link.ping().await
-    }
-}
-
 impl std::fmt::Debug for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peers")
@@ -339,7 +303,7 @@ impl Peers {
 
     /// Hands `buckets` to the member at `addr` (their new owner) on a connection of its own,
     /// then an empty frame that says this node has handed it everything (a member that just
-    /// joined stops recalling from this one: see [`super::recall`]); returns how many it
+    /// joined stops recalling from this one: see [`super::recall_on_join`]); returns how many it
     /// merged. Borrowed, so that the caller can keep them if it fails.
     pub async fn hand_over(
         &self,
@@ -545,7 +509,7 @@ impl Peers {
 
 /// How one runtime reaches the members for checks: the facade, and for a runtime of its own
 /// ([`Peers::for_runtime`]) its copies of the members' clients. Passed explicitly to what
-/// forwards checks (the routing's `Dispatcher`), one per runtime.
+/// forwards checks (the routing's `Router`), one per runtime.
 #[derive(Clone)]
 pub struct PeersHandle {
     peers: Arc<Peers>,
@@ -579,12 +543,6 @@ impl PeersHandle {
             self.peers.sync(view);
             self.client(owner)
         })
-    }
-
-    /// [`PeersHandle::owner_client`] as a [`Peer`].
-    pub fn owner(&self, view: &View, id: u64) -> Option<Peer> {
-        self.owner_client(view, id)
-            .map(|(id, link)| Peer { id, link })
     }
 
     /// The client of member `owner`: this runtime's own copy, else the shared one.

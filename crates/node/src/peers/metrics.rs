@@ -1,8 +1,8 @@
 //! The peers' counters as metrics, read at scrape time: what this node sent to peers (the
-//! facade's) and what its peer server did (refused, relayed, handed over).
+//! facade's) and what its peer server did (refused, handed over).
 
 use super::Peers;
-use super::recall::RecallStats;
+use super::recall_on_join::RecallStats;
 use super::server::ServerStats;
 use crate::metrics::{Kind, encode_family, encode_one, load};
 use prometheus_client::collector::Collector;
@@ -50,13 +50,6 @@ impl Collector for PeersCollector {
             "peer_connections_refused",
             "Peer connections refused (bad handshake, wrong cluster or secret, malformed frames, too many).",
             load(&s.refused),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "relayed",
-            "Checks from peers relayed to their owner because this node had handed their bucket over.",
-            load(&s.relayed),
         )?;
         encode_family(
             &mut e,

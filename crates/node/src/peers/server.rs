@@ -1,22 +1,24 @@
-//! The peer server: accepts connections on the peer port, authenticates them, and decides the
-//! checks that arrive here. One exception: a check for a bucket this node no longer holds and no
-//! longer owns (it handed the bucket to its new owner, or it is leaving) is relayed once to that
-//! owner, marked so that it is decided there whatever that node's ring says; so a check crosses
-//! at most two hops and rings that disagree for a moment cannot make it loop.
+//! The peer server: accepts connections on the peer port, authenticates them, and answers
+//! their frames. Checks go to the node's one front door ([`PeerChecks`]: the check service,
+//! which routes them as they arrived and counts a client's); every other frame is answered by
+//! its handler from the local state.
 //!
 //! This file keeps the connection: the accept loop, mutual TLS when the port has it, the
 //! handshake, the member check and the dispatch of each frame kind to its handler, one file
 //! each:
-//! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): decide, relay once, all-or-nothing.
+//! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): to the front door.
 //! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held (a client only what
 //!   its own connection's holds took: [`holds`]).
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
+//! - [`replicate`] — `Replicate`, `ReplicateOneWay`: keep copies of an owner's buckets;
+//!   `HandBack`: merge what a replica decided for this node while it did not answer.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
 //! - [`lease`] — `Lease`: slices of hot buckets this node owns.
-//! - [`reserve`] — `Reserve`, `Settle`: costs estimated now and settled later.
+//! - [`reservations`] — `Reserve`, `Settle`: costs estimated now and settled later.
 //! - [`rules`] — `RuleChange`: admin API rule changes of names this node owns.
-//! - [`top`] — `TopKeys`: this node's most limited keys of a rule.
+//! - [`top_keys`] — `TopKeys`: this node's most limited keys of a rule.
+//! - [`quota`] — `Quota`: RLQS shares of the buckets this node owns.
 //! - [`global_counts`] — `GlobalCounts`, `GlobalCountsOf`: merge a member's global counts.
 //!
 //! # Members and clients
@@ -32,18 +34,19 @@ mod global_counts;
 mod handover;
 mod holds;
 mod lease;
+mod quota;
 mod recall;
 mod refunds;
 mod replicate;
-mod reserve;
+mod reservations;
 mod reset;
 mod rules;
-mod top;
+mod top_keys;
 
+use super::Recall;
 use super::logins::{Login, Logins};
-use super::{PeersHandle, Recall};
 use crate::cluster::View;
-use crate::decide::Here;
+use crate::local::Local;
 use crate::log_gate::LogGate;
 use crate::rules::book::RuleBook;
 use arc_swap::ArcSwap;
@@ -55,8 +58,10 @@ use ringlimit_core::top::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
-    CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
+    AnswerGroup, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE,
+    RESERVE_SINCE,
 };
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -161,21 +166,28 @@ pub struct ServerStats {
     pub frames: AtomicU64,
     /// Buckets received from their previous owner and merged.
     pub handed_over: AtomicU64,
-    /// Checks relayed to the owner of a bucket this node had handed over.
-    pub relayed: AtomicU64,
 }
 
-/// Where checks for buckets this node no longer holds nor owns are relayed: the owner under
-/// this node's current view, through its peers.
+/// The cluster this server answers in: the membership view (who owns a bucket, who is a
+/// member), and the buckets this node owns but does not hold yet, recalled before a lease or a
+/// reservation takes from them.
 #[derive(Clone)]
-pub struct Relay {
+pub struct Cluster {
     pub view: Arc<ArcSwap<View>>,
-    pub peers: PeersHandle,
-    /// `--replicas`: whether this node keeps a copy of a bucket, to decide on it when a peer
-    /// asks it as the owner's replica.
-    pub replicas: usize,
-    /// Buckets this node owns but does not hold yet, recalled before their first check.
     pub recall: Arc<Recall>,
+}
+
+/// The node's one front door for checks (`crate::service::CheckService`), as the peer port
+/// calls it: the checks that arrive here are decided, counted and timed where every edge's
+/// are. A trait here keeps the server below the service.
+pub trait PeerChecks: Send + Sync {
+    /// Decides one frame's groups, each answered under its id; `client`: a client's frame
+    /// (counted there), not a member's (counted where it arrived).
+    fn checks<'a>(
+        &'a self,
+        groups: &'a [CheckGroup],
+        client: bool,
+    ) -> Pin<Box<dyn Future<Output = Vec<AnswerGroup>> + Send + 'a>>;
 }
 
 /// Who is on the other end of a connection, for handlers' logs and counts.
@@ -194,7 +206,7 @@ impl PeerServer {
     /// without being on the ring (an SDK run as a member) is counted here too.
     fn is_client(&self, caller: &Caller<'_>) -> bool {
         !caller.member
-            || self.relay.as_ref().is_some_and(|r| {
+            || self.cluster.as_ref().is_some_and(|r| {
                 !r.view
                     .load()
                     .members
@@ -248,10 +260,13 @@ fn members_only(frame: &Frame) -> bool {
 pub struct PeerServer {
     pub stats: Arc<ServerStats>,
     log_gate: LogGate,
-    here: Here,
+    local: Arc<Local>,
     settings: ServerSettings,
-    /// `None`: never relay (decide everything here).
-    relay: Option<Relay>,
+    /// `None`: a server alone (tests), which owns every bucket sent to it.
+    cluster: Option<Cluster>,
+    /// Where checks go; unset: nowhere (tests' servers that answer other frames only). Set
+    /// once the front door is built, which is after this server (the wiring's edges stage).
+    checks: std::sync::OnceLock<Arc<dyn PeerChecks>>,
     /// What operators ask of members; `None`: none kept here (tests' bare servers).
     operators: Option<Operators>,
 }
@@ -278,15 +293,29 @@ pub trait QuotaShares: Send + Sync {
 }
 
 impl PeerServer {
-    pub fn new(here: Here, settings: ServerSettings, relay: Option<Relay>) -> Self {
+    pub fn new(local: Arc<Local>, settings: ServerSettings, cluster: Option<Cluster>) -> Self {
         Self {
             stats: Arc::new(ServerStats::default()),
             log_gate: LogGate::new(LOG_EVERY),
-            here,
+            local,
             settings,
-            relay,
+            cluster,
+            checks: std::sync::OnceLock::new(),
             operators: None,
         }
+    }
+
+    /// This server, deciding checks through `checks` (the node's check service).
+    #[cfg(test)]
+    pub fn with_checks(self, checks: Arc<dyn PeerChecks>) -> Self {
+        self.send_checks_to(checks);
+        self
+    }
+
+    /// Decides checks through `checks` from now on (the first call wins: there is one front
+    /// door).
+    pub fn send_checks_to(&self, checks: Arc<dyn PeerChecks>) {
+        let _ = self.checks.set(checks);
     }
 
     /// This server, keeping what operators ask of members.
@@ -462,7 +491,7 @@ impl PeerServer {
                 Frame::Quota { asks } if version >= QUOTA_SINCE => Some(self.quota(&caller, &asks)),
                 Frame::Clock { sent_ns } if version >= OPERATORS_SINCE => Some(Frame::ClockIs {
                     sent_ns,
-                    now_ns: self.here.now(),
+                    now_ns: self.local.now(),
                 }),
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
@@ -542,13 +571,11 @@ mod tests {
 
     /// A real peer server at "s" on `net`, deciding everything here.
     fn server(net: &MemNet) -> tokio::task::JoinHandle<()> {
-        server_with_engine(net).0
+        server_with_local(net).0
     }
 
-    /// [`server`], and its engine.
-    fn server_with_engine(
-        net: &MemNet,
-    ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
+    /// [`server`], and its local state.
+    fn server_with_local(net: &MemNet) -> (tokio::task::JoinHandle<()>, Arc<Local>) {
         server_with(net, ServerSettings::open("s", "c"))
     }
 
@@ -564,6 +591,14 @@ mod tests {
     /// A server at "s" that has `secret` (or none: then it takes no members) and accepts the
     /// client token `svc-token-0000001`, named "svc".
     fn guarded_server(net: &MemNet, secret: Option<&[u8]>) -> tokio::task::JoinHandle<()> {
+        guarded_server_counted(net, secret).0
+    }
+
+    /// [`guarded_server`], and the metrics its checks are counted in.
+    fn guarded_server_counted(
+        net: &MemNet,
+        secret: Option<&[u8]>,
+    ) -> (tokio::task::JoinHandle<()>, Arc<crate::metrics::Metrics>) {
         let settings = ServerSettings {
             secret: secret.map(Arc::from),
             accept_members: secret.is_some(),
@@ -573,7 +608,8 @@ mod tests {
             }])),
             ..ServerSettings::open("s", "c")
         };
-        server_with(net, settings).0
+        let (task, _, metrics) = server_counted(net, settings);
+        (task, metrics)
     }
 
     /// Logs in to "s" as a client proving `token`, or as a member proving `secret`; the
@@ -617,27 +653,36 @@ mod tests {
             .map_err(|e| e.to_string())
     }
 
-    /// A real peer server at "s" on `net` with `settings`, and its engine.
+    /// A real peer server at "s" on `net` with `settings`, and its local state.
     fn server_with(
         net: &MemNet,
         settings: ServerSettings,
-    ) -> (tokio::task::JoinHandle<()>, Arc<crate::engine::Engine>) {
+    ) -> (tokio::task::JoinHandle<()>, Arc<Local>) {
+        let (task, local, _) = server_counted(net, settings);
+        (task, local)
+    }
+
+    /// [`server_with`], checks decided by a check service counted in the metrics returned.
+    fn server_counted(
+        net: &MemNet,
+        settings: ServerSettings,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        Arc<Local>,
+        Arc<crate::metrics::Metrics>,
+    ) {
         let clock = Arc::new(ringlimit_core::clock::ManualClock::new(1_000_000_000));
-        let engine = Arc::new(crate::engine::Engine::new(
-            crate::rules::RuleSet::builtin(),
-            100,
-            clock,
-        ));
         let counters = Arc::new(crate::global::GlobalCounters::new(
             crate::global::actor("s", 1),
             100,
         ));
-        let server = Arc::new(PeerServer::new(
-            Here::new(engine.clone(), counters),
-            settings,
-            None,
-        ));
-        (tokio::spawn(server.run(net.listen("s"))), engine)
+        let rules = Arc::new(crate::rules::InForce::new(crate::rules::RuleSet::builtin()));
+        let local = Arc::new(Local::new(rules, clock, 100, counters));
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let service = crate::service::CheckService::alone(local.clone(), metrics.clone());
+        let server =
+            Arc::new(PeerServer::new(local.clone(), settings, None).with_checks(Arc::new(service)));
+        (tokio::spawn(server.run(net.listen("s"))), local, metrics)
     }
 
     /// Logs in to "s" offering `version`.
@@ -713,7 +758,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_recall_reads_buckets_and_copies_and_one_way_copies_are_kept() {
         let net = MemNet::new();
-        let (_server, engine) = server_with_engine(&net);
+        let (_server, local) = server_with_local(&net);
         let mut conn = log_in(&net, PROTOCOL_VERSION).await;
         let within = Duration::from_secs(1);
         let owned = Frame::Checks(vec![CheckGroup {
@@ -727,10 +772,14 @@ mod tests {
         let id_of = |key: &str| {
             let c = check(key);
             let spec = crate::rules::RuleSpec::of(&c.rule);
-            engine.prepare(key, spec, 1).expect("a valid check").1
+            local
+                .rules()
+                .prepare(key, spec, 1)
+                .expect("a valid check")
+                .1
         };
         let (a, b, c) = (id_of("a"), id_of("b"), id_of("c"));
-        let state = engine.peek(a).expect("decided here");
+        let state = local.owned().peek(a).expect("decided here");
         let copy = Frame::ReplicateOneWay {
             buckets: vec![ringlimit_proto::peer::ReplicaBucket {
                 id: b,
@@ -747,7 +796,7 @@ mod tests {
         let ids: Vec<u64> = buckets.iter().map(|r| r.id).collect();
         assert_eq!(ids, [a, b]);
         assert!(
-            engine.holds(a) && engine.peek_copy(b).is_some(),
+            local.owned().holds(a) && local.copies().peek(b).is_some(),
             "read, not taken"
         );
     }
@@ -1046,5 +1095,62 @@ mod tests {
             "{:?}",
             token.err()
         );
+    }
+
+    /// Checks on the peer port go through the front door: a client's (an SDK's) are counted
+    /// and timed there like every edge's, in `ringlimit_checks_total`, the rule's and the
+    /// edge's counts and the duration histogram; a member's were counted where they arrived,
+    /// and are not counted again.
+    #[tokio::test(start_paused = true)]
+    async fn a_clients_checks_are_counted_at_the_front_door_and_a_members_are_not() {
+        let net = MemNet::new();
+        let (_server, metrics) = guarded_server_counted(&net, Some(b"cluster secret"));
+        let rule = daily(2);
+        let mut client = log_in_as(&net, Some(b"svc-token-0000001"), None)
+            .await
+            .expect("logged in");
+        for want in [true, true, false] {
+            let answer = ask(&mut client, owned("sdk", &rule, 1)).await;
+            assert_eq!(remaining(answer.expect("answer")).0, want);
+        }
+        let mut member = log_in_as(&net, None, Some(b"cluster secret"))
+            .await
+            .expect("logged in");
+        for _ in 0..2 {
+            let answer = ask(&mut member, owned("forwarded", &rule, 1)).await;
+            assert!(remaining(answer.expect("answer")).0);
+        }
+        let text = metrics.encode().expect("encoded");
+        let value = |series: &str| {
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(series)?
+                        .strip_prefix(' ')?
+                        .parse::<f64>()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        };
+        for (series, want) in [
+            (
+                "ringlimit_checks_total{result=\"allowed\",mode=\"owner\"}",
+                2.0,
+            ),
+            (
+                "ringlimit_checks_total{result=\"denied\",mode=\"owner\"}",
+                1.0,
+            ),
+            (
+                "ringlimit_rule_checks_total{rule=\"inline\",result=\"denied\"}",
+                1.0,
+            ),
+            ("ringlimit_edge_checks_total{edge=\"peer\"}", 3.0),
+            (
+                "ringlimit_check_duration_seconds_count{endpoint=\"peer\"}",
+                3.0,
+            ),
+        ] {
+            assert_eq!(value(series), want, "{series}");
+        }
     }
 }

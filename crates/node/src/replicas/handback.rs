@@ -1,15 +1,15 @@
 //! Handing back: what this node decided on its copies as the replica of an owner that did not
-//! answer (see `Engine::decide_copy`) goes back to that owner once it answers again, so that
+//! answer (see `crate::local::copies`) goes back to that owner once it answers again, so that
 //! the owner does not admit those requests a second time.
 //!
 //! Every [`HAND_BACK_EVERY`] the copies decided on are grouped by their owner under the
 //! current view and sent to it as a `HandBack` frame: the owner merges each into its bucket
-//! as another reading of the same history (the larger consumption wins; `Engine::take_back`). A copy whose owner left the ring is not sent: this node owns
+//! as another reading of the same history (the larger consumption wins). A copy whose owner left the ring is not sent: this node owns
 //! it now, or will hand it to whoever does (promotion, handover). Until handed back, the
 //! owner's own copies merge into it the same way instead of replacing it.
 
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::ReplicaCopies;
 use crate::peers::{Peers, ReplicaLink};
 use arc_swap::ArcSwap;
 use ringlimit_proto::peer::ReplicaBucket;
@@ -26,7 +26,7 @@ type Back = (Vec<ReplicaBucket>, Vec<(u64, u64)>);
 
 /// What handing back needs.
 pub struct HandBack {
-    pub engine: Arc<Engine>,
+    pub copies: Arc<ReplicaCopies>,
     pub peers: Arc<Peers>,
     pub view: Arc<ArcSwap<View>>,
 }
@@ -39,7 +39,7 @@ impl HandBack {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let stood_in = self.engine.stood_in();
+            let stood_in = self.copies.stood_in();
             if stood_in.is_empty() {
                 continue;
             }
@@ -72,7 +72,7 @@ impl HandBack {
                 match result {
                     Ok(_) => {
                         for &(id, admissions) in &sent {
-                            self.engine.handed_back(id, admissions);
+                            self.copies.handed_back(id, admissions);
                         }
                         tracing::debug!(%owner, buckets = sent.len(), "handed decisions back to their owner");
                     }

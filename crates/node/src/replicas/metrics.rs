@@ -1,6 +1,6 @@
-//! The replicas' counters as metrics, read at scrape time.
+//! The replica sender's counters as metrics, read at scrape time (the copies kept here and
+//! their promotions are `crate::local::copies`').
 
-use crate::engine::Engine;
 use crate::metrics::sharded::ShardedHistogram;
 use crate::metrics::{Kind, encode_one, load};
 use prometheus_client::collector::Collector;
@@ -18,7 +18,7 @@ const LAG_BUCKETS: [f64; 16] = [
     500e-3, 1.0, 2.5,
 ];
 
-/// What the sender and promotion count.
+/// What the sender counts.
 #[derive(Debug)]
 pub struct ReplicaStats {
     /// Per frame, how long its oldest change waited at most: from the previous drain of the
@@ -30,8 +30,6 @@ pub struct ReplicaStats {
     pub frames: AtomicU64,
     /// Their bytes on the wire.
     pub bytes: AtomicU64,
-    /// Copies that became this node's buckets when it became their owner.
-    pub promoted: AtomicU64,
 }
 
 impl Default for ReplicaStats {
@@ -41,21 +39,14 @@ impl Default for ReplicaStats {
             replicated: AtomicU64::new(0),
             frames: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            promoted: AtomicU64::new(0),
         }
     }
 }
 
-/// The replicas' stats and the copies the engine holds.
+/// The sender's stats.
+#[derive(Debug)]
 pub struct ReplicaCollector {
     pub stats: Arc<ReplicaStats>,
-    pub engine: Arc<Engine>,
-}
-
-impl std::fmt::Debug for ReplicaCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReplicaCollector")
-    }
 }
 
 impl Collector for ReplicaCollector {
@@ -67,13 +58,6 @@ impl Collector for ReplicaCollector {
             None,
             MetricType::Histogram,
         )?)?;
-        encode_one(
-            &mut e,
-            Kind::Gauge,
-            "replica_buckets",
-            "Copies of other owners' buckets kept by this node as their replica.",
-            self.engine.copy_count() as u64,
-        )?;
         encode_one(
             &mut e,
             Kind::Counter,
@@ -94,13 +78,6 @@ impl Collector for ReplicaCollector {
             "replication_bytes",
             "Bytes of Replicate frames sent to replicas and acknowledged, length prefixes included.",
             load(&s.bytes),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "promoted_buckets",
-            "Copies that became this node's buckets when it became their owner.",
-            load(&s.promoted),
         )
     }
 }

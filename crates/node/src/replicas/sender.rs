@@ -1,4 +1,4 @@
-//! The replica sender: follows the engine's change feed and sends each replica member copies
+//! The replica sender: follows the owned buckets' change feed and sends each replica member copies
 //! of the changed buckets this node owns, off the check path (a check is answered before its
 //! change is read here).
 //!
@@ -26,7 +26,7 @@
 
 use super::ReplicaStats;
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::OwnedBuckets;
 use crate::peers::{Peers, ReplicaLink};
 use arc_swap::ArcSwap;
 use ringlimit_core::limiter::BucketState;
@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 /// The default flush interval (`--replica-flush-ms`): the longest a change waits before it is
 /// on the wire, so the window a dead owner's last admissions may be missing from its copies
-/// (see [`super::promote`]), and under 10 ms with its write (issue 31's lag target).
+/// (see `crate::local::copies`), and under 10 ms with its write (issue 31's lag target).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(8);
 /// How long a member whose exchange failed is left alone before it is tried again (with the
 /// whole store).
@@ -48,7 +48,7 @@ pub const RETRY_AFTER: Duration = Duration::from_millis(200);
 
 /// What the sender needs.
 pub struct Sender {
-    pub engine: Arc<Engine>,
+    pub owned: Arc<OwnedBuckets>,
     pub peers: Arc<Peers>,
     pub view: Arc<ArcSwap<View>>,
     /// `--replicas`: members after the owner that keep a copy.
@@ -74,7 +74,7 @@ impl Sender {
         if self.replicas == 0 {
             return;
         }
-        let Ok(mut cursor) = self.engine.follow() else {
+        let Ok(mut cursor) = self.owned.follow() else {
             return;
         };
         let mut targets: HashMap<Arc<str>, Target> = HashMap::new();
@@ -96,7 +96,7 @@ impl Sender {
             }
             let since = last_drain;
             last_drain = Instant::now();
-            if self.engine.changes(&mut cursor, &mut changes).is_err() {
+            if self.owned.changes(&mut cursor, &mut changes).is_err() {
                 tracing::debug!("replica sender fell behind the change feed; resending");
                 resend_all = true;
             }
@@ -199,8 +199,7 @@ impl Sender {
             add(ch.id, ch.state.as_ref(), false);
         }
         if due.contains(&Some(true)) {
-            self.engine
-                .for_each_bucket(|id, st| add(id, Some(st), true));
+            self.owned.for_each(|id, st| add(id, Some(st), true));
             // A member due a resend with nothing to resend is up to date now.
             for ((m, d), sent) in members.iter().zip(&due).zip(&out) {
                 if *d == Some(true)

@@ -49,7 +49,7 @@ pub mod reload;
 pub mod service;
 
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Local;
 use crate::peers::Peers;
 use crate::rules::RuleSpec;
 use arc_swap::ArcSwap;
@@ -256,7 +256,7 @@ pub struct Rlqs {
     pub config: Arc<ArcSwap<RlqsConfig>>,
     pub owner: Arc<QuotaOwner>,
     pub stats: Arc<RlqsStats>,
-    engine: Arc<Engine>,
+    local: Arc<Local>,
     state: Mutex<State>,
     next_id: AtomicU64,
     wake: Notify,
@@ -515,21 +515,21 @@ impl State {
 }
 
 impl Rlqs {
-    pub fn new(config: Arc<ArcSwap<RlqsConfig>>, engine: Arc<Engine>) -> Self {
-        Self::with_limits(config, engine, DEFAULT_LIMITS)
+    pub fn new(config: Arc<ArcSwap<RlqsConfig>>, local: Arc<Local>) -> Self {
+        Self::with_limits(config, local, DEFAULT_LIMITS)
     }
 
     /// [`Rlqs::new`] with other bounds than [`DEFAULT_LIMITS`].
     pub fn with_limits(
         config: Arc<ArcSwap<RlqsConfig>>,
-        engine: Arc<Engine>,
+        local: Arc<Local>,
         limits: Limits,
     ) -> Self {
         Self {
             config,
-            owner: Arc::new(QuotaOwner::new(engine.clone())),
+            owner: Arc::new(QuotaOwner::new(local.clone())),
             stats: Arc::new(RlqsStats::default()),
-            engine,
+            local,
             state: Mutex::new(State {
                 streams: HashMap::new(),
                 by_client: HashMap::new(),
@@ -572,7 +572,7 @@ impl Rlqs {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(OpenError::Stopping);
         }
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let cost = Use::bytes(STREAM_BYTES);
         let mut st = self.state.lock();
         if st.admit(client, None, cost, &self.stats, now).is_err() {
@@ -669,7 +669,7 @@ impl Rlqs {
         s.unread_since = if s.pending.is_empty() {
             None
         } else {
-            Some(self.engine.clock().now())
+            Some(self.local.now())
         };
         let client = s.client;
         st.budget.sub(client, Use::bytes(freed));
@@ -698,7 +698,7 @@ impl Rlqs {
             return Err(ReportError::Stopping);
         }
         check(&r)?;
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let config = self.config.load();
         let mut wake = false;
         let mut guard = self.state.lock();
@@ -972,7 +972,7 @@ impl Rlqs {
 
     /// One round: every rule bucket's streams asked of its owner, the answers pushed.
     async fn round(&self, peers: &Peers, view: &View) {
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let wanted = self.sweep(now);
         // Asks grouped by owner; this node's own answered here.
         let mut by_owner: HashMap<Option<Arc<str>>, Vec<(RuleBucket, QuotaAsk)>> = HashMap::new();
@@ -991,7 +991,7 @@ impl Rlqs {
         let nothing = Vec::new();
         let all = wanted.iter().chain(gone.iter().map(|b| (b, &nothing)));
         for ((rule, key), streams) in all {
-            let (resolved, id) = match self.engine.prepare(key, RuleSpec::Named(rule), 1) {
+            let (resolved, id) = match self.local.rules().prepare(key, RuleSpec::Named(rule), 1) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::debug!(%rule, %key, error = %e, "RLQS bucket's rule refused");
@@ -1054,7 +1054,7 @@ impl Rlqs {
             }
         }
         // Push what changed.
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let mut guard = self.state.lock();
         let streams = &mut guard.streams;
         for (name, answer) in answers {
@@ -1135,7 +1135,7 @@ impl Rlqs {
     /// closed once their Envoys read that, so that Envoys fall back and connect to another node.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let ids: Vec<u64> = st.streams.keys().copied().collect();

@@ -1,7 +1,7 @@
 //! The owner's side of RLQS: members ask the owner of a rule's bucket for their streams' shares
 //! of its rate (`Quota` frames, or a direct call when this node owns the bucket).
 
-use crate::engine::Engine;
+use crate::local::Local;
 use crate::rules::RuleSpec;
 use parking_lot::Mutex;
 use ringlimit_core::quota::{Allocation, QuotaBook};
@@ -16,7 +16,7 @@ const WARM_NS: u64 = 1_100_000_000;
 
 /// Shares of the buckets this node owns.
 pub struct QuotaOwner {
-    engine: Arc<Engine>,
+    local: Arc<Local>,
     book: Mutex<QuotaBook>,
 }
 
@@ -35,9 +35,9 @@ pub fn from_milli(milli: u64) -> f64 {
 }
 
 impl QuotaOwner {
-    pub fn new(engine: Arc<Engine>) -> Self {
+    pub fn new(local: Arc<Local>) -> Self {
         Self {
-            engine,
+            local,
             book: Mutex::new(QuotaBook::new(FORGET_NS, WARM_NS)),
         }
     }
@@ -49,21 +49,25 @@ impl QuotaOwner {
 
     /// The answers to `member`'s asks, in order.
     pub fn answer(&self, member: &str, asks: &[QuotaAsk]) -> Vec<QuotaAnswer> {
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let mut book = self.book.lock();
         book.expire(now);
         asks.iter()
             .map(|ask| {
-                let (resolved, id) = match self.engine.prepare(&ask.key, RuleSpec::of(&ask.rule), 1)
-                {
-                    Ok(p) => p,
-                    Err(e) => {
-                        return QuotaAnswer::Error {
-                            code: e.code().to_owned(),
-                            message: e.to_string(),
-                        };
-                    }
-                };
+                let (resolved, id) =
+                    match self
+                        .local
+                        .rules()
+                        .prepare(&ask.key, RuleSpec::of(&ask.rule), 1)
+                    {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return QuotaAnswer::Error {
+                                code: e.code().to_owned(),
+                                message: e.to_string(),
+                            };
+                        }
+                    };
                 let streams: Vec<(u64, f64)> = ask
                     .streams
                     .iter()

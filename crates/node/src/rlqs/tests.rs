@@ -26,12 +26,12 @@ fn rlqs() -> Rlqs {
 fn rlqs_with(limits: Limits) -> (Rlqs, Arc<ManualClock>) {
     let config = RlqsConfig::parse("t.yaml", CONFIG).expect("valid");
     let clock = Arc::new(ManualClock::new(1_000_000_000_000));
-    let engine = Arc::new(Engine::new(
+    let local = Arc::new(Local::alone(
         crate::rules::RuleSet::builtin(),
         100,
         clock.clone(),
     ));
-    let r = Rlqs::with_limits(Arc::new(ArcSwap::from_pointee(config)), engine, limits);
+    let r = Rlqs::with_limits(Arc::new(ArcSwap::from_pointee(config)), local, limits);
     (r, clock)
 }
 

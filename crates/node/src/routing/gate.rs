@@ -28,16 +28,16 @@ thread_local! {
     static BATCH_GATE: Arc<Semaphore> = Arc::new(Semaphore::new(1));
 }
 
-/// One batch's turn at deciding: held from [`Turn::take`] to [`Turn::release`] by a long
-/// batch, which yields before its first decision, between slices and after its last, so that
-/// parsing it and writing its answer are slices of their own.
-pub(super) struct Turn {
+/// One batch's turn at deciding: held from [`BatchTurn::take`] to [`BatchTurn::release`] by a
+/// long batch, which yields before its first decision, between slices and after its last, so
+/// that parsing it and writing its answer are slices of their own.
+pub(super) struct BatchTurn {
     sliced: bool,
     permit: Option<OwnedSemaphorePermit>,
     slice_start: Instant,
 }
 
-impl Turn {
+impl BatchTurn {
     /// Waits for this thread's gate when a batch of `len` checks is long.
     pub(super) async fn take(len: usize) -> Self {
         let sliced = len > SHORT_BATCH;

@@ -1,13 +1,13 @@
 //! The routing's counters as metrics, read at scrape time.
 
-use super::Dispatcher;
+use super::Router;
 use crate::metrics::{Kind, encode_family, encode_one, load};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use std::sync::Arc;
 
-/// [`super::DispatchStats`] and whether this node owns keys now.
-pub struct RoutingCollector(pub Arc<Dispatcher>);
+/// [`super::RoutingStats`] and whether this node owns keys now.
+pub struct RoutingCollector(pub Arc<Router>);
 
 impl std::fmt::Debug for RoutingCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,6 +50,12 @@ impl Collector for RoutingCollector {
             "replica_checks",
             "Checks whose owner did not answer, decided by the owner's replica on its copy.",
             load(&s.replica),
+        )?;
+        counter(
+            &mut e,
+            "relayed",
+            "Checks from peers relayed to their owner because this node had handed their bucket over.",
+            load(&s.relayed),
         )?;
         counter(
             &mut e,

@@ -4,27 +4,31 @@
 //! with the SDK); this is the node's side of it: its routing, its share buckets, its counters.
 //!
 //! # Layout
+//! - this module — [`Router`]: checks that arrive at an edge of this node, routed by the
+//!   coordinator; reservations at their owner.
+//! - [`arrived`] — checks that arrive from peers: decided here, relayed once, stood in for.
 //! - `gate` — the batch gate: long batches decide in slices, one at a time per thread.
 //! - `timed` — RPC timing around the owner's link.
-//! - [`hot`] — the buckets this node forwards most, promoted and demoted (for leases).
+//! - [`hot_keys`] — the buckets this node forwards most, promoted and demoted (for leases).
 //! - [`metrics`] — the routing's counters as metrics.
 
+pub mod arrived;
 mod gate;
-pub mod hot;
+pub mod hot_keys;
 pub mod metrics;
 mod timed;
 
 use crate::cluster::View;
-use crate::decide::{Here, On};
-use crate::engine::Prepared;
+use crate::local::Local;
 use crate::metrics::PeerRpcMetrics;
 use crate::peers::{PeersHandle, Recall};
-use crate::reservations;
+use crate::rules::Prepared;
 use arc_swap::ArcSwap;
-use gate::Turn;
-use ringlimit_core::answer::answer;
+use gate::BatchTurn;
 use ringlimit_core::check::{CheckError, Resolved};
-use ringlimit_core::coordinator::{self, Fallback, Item, Many, Route, Share, Standby, Taken, Why};
+use ringlimit_core::coordinator::{
+    self, Batch, Fallback, FallbackCause, Item, Route, Share, ShareTaken, Standby,
+};
 use ringlimit_core::lease::{self, Take};
 use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
@@ -38,9 +42,12 @@ pub use ringlimit_core::coordinator::fallback_id;
 
 /// Routing counters.
 #[derive(Debug, Default)]
-pub struct DispatchStats {
+pub struct RoutingStats {
     /// Checks sent to their owner.
     pub forwarded: AtomicU64,
+    /// Checks from peers relayed to their owner because this node had handed their bucket
+    /// over (see [`arrived`]).
+    pub relayed: AtomicU64,
     /// All-or-nothing requests denied, whose admitted checks gave their cost back.
     pub refunded_requests: AtomicU64,
     /// Refunds that could not reach their owner (the cost stays taken: a false deny at worst).
@@ -60,17 +67,17 @@ pub struct DispatchStats {
     /// bucket denies until then.
     pub leased_denied: AtomicU64,
     /// The buckets forwarded most.
-    pub hot: Arc<hot::Forwarded>,
+    pub hot: Arc<hot_keys::Forwarded>,
 }
 
 /// Sends each check where it is decided.
-pub struct Dispatcher {
-    here: Here,
+pub struct Router {
+    local: Arc<Local>,
     view: Arc<ArcSwap<View>>,
     /// This runtime's way to the members (see [`crate::peers::Peers::for_runtime`]).
     pool: PeersHandle,
     /// Shared by every runtime's copy.
-    pub stats: Arc<DispatchStats>,
+    pub stats: Arc<RoutingStats>,
     rpc: PeerRpcMetrics,
     /// `--replicas`: who stands in for an owner that does not answer.
     replicas: usize,
@@ -78,15 +85,15 @@ pub struct Dispatcher {
     recall: Option<Arc<Recall>>,
 }
 
-impl Dispatcher {
+impl Router {
     pub fn new(
-        here: Here,
+        local: Arc<Local>,
         view: Arc<ArcSwap<View>>,
         pool: PeersHandle,
         rpc: PeerRpcMetrics,
     ) -> Self {
         Self {
-            here,
+            local,
             view,
             pool,
             stats: Arc::default(),
@@ -104,7 +111,7 @@ impl Dispatcher {
     }
 
     /// Recalls buckets through `recall` before deciding their first checks here (see
-    /// [`crate::peers::recall`]).
+    /// [`crate::peers::recall_on_join`]).
     pub fn with_recall(mut self, recall: Arc<Recall>) -> Self {
         self.recall = Some(recall);
         self
@@ -119,11 +126,11 @@ impl Dispatcher {
         }
     }
 
-    /// This dispatcher for a runtime of its own (an HTTP thread's): the same view, stats and
+    /// This router for a runtime of its own (an HTTP thread's): the same view, stats and
     /// metrics, and that runtime's copies of the members' clients.
     pub fn for_runtime(&self) -> Self {
         Self {
-            here: self.here.clone(),
+            local: self.local.clone(),
             view: self.view.clone(),
             pool: self.pool.peers().for_runtime(),
             stats: self.stats.clone(),
@@ -151,9 +158,9 @@ impl Dispatcher {
         self.recall_before(items).await;
         let view = self.view.load_full();
         let site = self.site(&view);
-        let mut turn = Turn::take(items.len()).await;
-        // One instant for the whole batch (see `Engine::decide_at`), taken once it may decide.
-        let mut many = Many::new(items.len(), self.here.now());
+        let mut turn = BatchTurn::take(items.len()).await;
+        // One instant for the whole batch (see `Here::decide_at`), taken once it may decide.
+        let mut many = Batch::new(items.len(), self.local.now());
         for (i, p) in items.iter().enumerate() {
             turn.pace(i).await;
             many.add(&site, p);
@@ -186,15 +193,10 @@ impl Dispatcher {
         let view = self.view.load_full();
         let addr = match self.owner_addr(&view, p.id)? {
             None => {
-                let now = self.here.now();
-                let engine = self.here.engine();
-                return reservations::reserve_here(
-                    engine,
-                    &p.resolved,
-                    p.id,
-                    (p.cost, ttl_ms, nonce),
-                    now,
-                );
+                let now = self.local.now();
+                return self
+                    .local
+                    .reserve(&p.resolved, p.id, (p.cost, ttl_ms, nonce), now);
             }
             Some(addr) => addr,
         };
@@ -214,14 +216,8 @@ impl Dispatcher {
     pub async fn settle(&self, p: &Prepared<'_>, nonce: u128) -> Result<CheckAnswer, ReserveError> {
         let view = self.view.load_full();
         let Some(addr) = self.owner_addr(&view, p.id)? else {
-            let now = self.here.now();
-            return reservations::settle_here(
-                self.here.engine(),
-                &p.resolved,
-                p.id,
-                (nonce, p.cost),
-                now,
-            );
+            let now = self.local.now();
+            return self.local.settle(&p.resolved, p.id, (nonce, p.cost), now);
         };
         reserve::reservable(&p.resolved)?;
         let settle = PeerSettle {
@@ -269,14 +265,14 @@ impl Dispatcher {
 
 /// This node as the coordinator sees it, under one membership view.
 struct Site<'a> {
-    d: &'a Dispatcher,
+    d: &'a Router,
     view: &'a View,
 }
 
 impl Site<'_> {
     /// The fallback share: buckets beside the owner buckets, under salted ids.
     fn share(&self) -> Share<'_> {
-        self.d.here.engine().share()
+        self.d.local.owned().share()
     }
 }
 
@@ -287,10 +283,10 @@ impl Site<'_> {
         if p.resolved.lease == LeaseMode::Off || !lease::leasable(p.resolved.rule.algorithm) {
             return None;
         }
-        let held = self.d.here.engine().held();
+        let held = self.d.local.leases().held();
         let key = || (p.key.to_owned(), p.spec.to_ref());
         let stats = &self.d.stats;
-        match held.take_with(p.id, p.cost, || self.d.here.now(), key) {
+        match held.take_with(p.id, p.cost, || self.d.local.now(), key) {
             Take::Forward => None,
             Take::Leased(answer, taken) => {
                 stats.leased.fetch_add(1, Ordering::Relaxed);
@@ -306,21 +302,21 @@ impl Site<'_> {
 
 impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
     type Link = Timed<'a>;
-    type Here = &'a Here;
+    type Here = &'a Local;
 
     /// Here (this node owns the bucket, or the rule is global: decided where it lands), at
     /// its owner, or from the fallback share when this node sees fewer than a majority of the
     /// cluster (then it owns no keys: see `cluster::quorum`).
-    fn route(&self, p: &Prepared<'_>) -> Route<Timed<'a>, &'a Here> {
+    fn route(&self, p: &Prepared<'_>) -> Route<Timed<'a>, &'a Local> {
         let d = self.d;
         if p.resolved.mode == Mode::Global {
-            return Route::Here(&d.here);
+            return Route::Here(&d.local);
         }
         if !d.owns_keys(self.view) {
             d.stats.minority.fetch_add(1, Ordering::Relaxed);
             let own = self.view.ring.owner(p.id) == Some(&*self.view.self_id);
             return Route::Share {
-                own: own.then_some(&d.here),
+                own: own.then_some(&d.local),
             };
         }
         // A bucket leased here was forwarded a moment ago (and a ring change releases every
@@ -330,7 +326,7 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
             return leased;
         }
         match d.pool.owner_client(self.view, p.id) {
-            None => Route::Here(&d.here),
+            None => Route::Here(&d.local),
             Some((owner, client)) => {
                 d.stats.hot.record(p.id);
                 Route::Owner(
@@ -338,7 +334,7 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
                     Timed {
                         client,
                         rpc: &d.rpc,
-                        here: &d.here,
+                        clock: d.local.clock(),
                     },
                 )
             }
@@ -346,23 +342,23 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
     }
 
     fn now(&self) -> u64 {
-        self.d.here.now()
+        self.d.local.now()
     }
 
     /// A local share of the limit (of the last known cluster), or a denial.
     fn fall_back(
         &self,
         p: &Prepared<'_>,
-        why: Why,
-    ) -> Result<(CheckAnswer, Option<Taken>), CheckError> {
+        why: FallbackCause,
+    ) -> Result<(CheckAnswer, Option<ShareTaken>), CheckError> {
         let fallback = self.share().fall_back(
             p.id,
             Some(&p.resolved),
             p.cost,
             self.view.share_members(),
-            self.d.here.now(),
+            self.d.local.now(),
         );
-        if let Why::Unreachable(e) = why {
+        if let FallbackCause::Unreachable(e) = why {
             tracing::debug!(error = %e, "owner unreachable; failing {}", match p.resolved.on_unreachable {
                 OnOwnerUnreachable::Open => "open",
                 OnOwnerUnreachable::Closed => "closed",
@@ -378,14 +374,14 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
 
     /// The owner's first replica this node can reach: itself (it decides on its own copy), or
     /// a member whose link is up.
-    fn replica(&self, p: &Prepared<'_>) -> Option<Standby<Timed<'a>, &'a Here>> {
+    fn replica(&self, p: &Prepared<'_>) -> Option<Standby<Timed<'a>, &'a Local>> {
         let d = self.d;
         if d.replicas == 0 {
             return None;
         }
         for member in self.view.ring.replicas(p.id, d.replicas) {
             if member == &*self.view.self_id {
-                return Some(Standby::Here(&d.here));
+                return Some(Standby::Here(&d.local));
             }
             if let Some((id, client)) = d.pool.client(member)
                 && client.available()
@@ -393,7 +389,7 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
                 let link = Timed {
                     client,
                     rpc: &d.rpc,
-                    here: &d.here,
+                    clock: d.local.clock(),
                 };
                 return Some(Standby::Member(id, link));
             }
@@ -405,12 +401,12 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
         self.d.stats.replica.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn refund_share(&self, taken: &Taken) {
-        self.share().refund(taken, self.d.here.now());
+    fn refund_share(&self, taken: &ShareTaken) {
+        self.share().refund(taken, self.d.local.now());
     }
 
-    fn refund_lease(&self, taken: &lease::Taken) {
-        self.d.here.engine().held().give_back(taken);
+    fn refund_lease(&self, taken: &lease::SliceTaken) {
+        self.d.local.leases().held().give_back(taken);
     }
 
     fn forwarded(&self) {
@@ -427,51 +423,6 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
                 "refunds did not reach their owner; their costs stay taken"
             );
         }
-    }
-}
-
-impl coordinator::Here<Prepared<'_>> for &Here {
-    fn decide(&self, p: &Prepared<'_>) -> CheckAnswer {
-        let here: &Here = self;
-        here.decide(p)
-    }
-
-    fn decide_at(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
-        let here: &Here = self;
-        here.decide_at(p.id, &p.resolved, p.cost, now)
-    }
-
-    fn hold_at(&self, p: &Prepared<'_>, now: u64) -> (CheckAnswer, Option<Mark>) {
-        let here: &Here = self;
-        here.hold_at(p.id, &p.resolved, p.cost, now)
-    }
-
-    fn refund(&self, p: &Prepared<'_>, mark: Mark) {
-        let here: &Here = self;
-        here.refund(p.id, &p.resolved, p.cost, mark)
-    }
-
-    fn decide_all(
-        &self,
-        items: &[&Prepared<'_>],
-        now: u64,
-    ) -> Vec<Option<(CheckAnswer, Option<Mark>)>> {
-        let here: &Here = self;
-        let checks: Vec<_> = items
-            .iter()
-            .map(|p| Some((p.id, p.resolved, p.cost)))
-            .collect();
-        here.decide_all(&checks, now)
-    }
-
-    fn peek(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
-        let d = self.global().peek(p.id, &p.resolved.rule, now, p.cost);
-        answer(&d, &p.resolved.rule)
-    }
-
-    fn stand_in(&self, p: &Prepared<'_>, now: u64) -> (CheckAnswer, Option<Mark>) {
-        let here: &Here = self;
-        here.hold_on(On::Copy, p.id, &p.resolved, p.cost, now)
     }
 }
 

@@ -1,19 +1,19 @@
 //! RPC timing: an owner link that observes each group's size and, when answered, its time.
 
-use crate::decide::Here;
 use crate::metrics::{PeerRpcMetrics, seconds};
+use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator::OwnerLink;
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_proto::peer::{PeerAnswer, PeerCheck, PeerRefund};
 use std::future::Future;
 use std::sync::Arc;
 
-/// The link to one owner, timed on the engine's clock.
+/// The link to one owner, timed on this node's clock.
 #[derive(Clone)]
 pub(super) struct Timed<'a> {
     pub(super) client: Arc<PeerClient>,
     pub(super) rpc: &'a PeerRpcMetrics,
-    pub(super) here: &'a Here,
+    pub(super) clock: &'a Arc<dyn Clock>,
 }
 
 impl Timed<'_> {
@@ -23,10 +23,10 @@ impl Timed<'_> {
         F: Future<Output = Result<Vec<PeerAnswer>, ForwardError>>,
     {
         self.rpc.checks.observe(checks as f64);
-        let start = self.here.now();
+        let start = self.clock.now();
         let sent = send.await;
         if sent.is_ok() {
-            self.rpc.duration.observe(seconds(start, self.here.now()));
+            self.rpc.duration.observe(seconds(start, self.clock.now()));
         }
         sent
     }

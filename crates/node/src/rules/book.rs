@@ -1,7 +1,7 @@
 //! The rules in force: the rules file's (reloaded when it changes) and those written through the
-//! admin API (replicated by gossip, kept under `--data-dir`), put in force together in the
-//! engine. File rules win a name: the API cannot write one (409), and an API rule whose name the
-//! file comes to define is left out while the file defines it.
+//! admin API (replicated by gossip, kept under `--data-dir`), put in force together
+//! ([`super::InForce`]). File rules win a name: the API cannot write one (409), and an API rule
+//! whose name the file comes to define is left out while the file defines it.
 //!
 //! A rule changed while buckets exist keeps them: a bucket's identity is the rule's name and the
 //! key (file and API rules alike), so the next check of the key meets its consumption under the
@@ -126,9 +126,9 @@ struct Inner {
 /// What an entry written through this node's admin API is said to come from.
 const WRITTEN_HERE: &str = "written through this node's admin API";
 
-/// The file's rules and the API's, and the engine they are put in force in.
+/// The file's rules and the API's, and the rules in force they are put in.
 pub struct RuleBook {
-    engine: Arc<dyn InForce>,
+    in_force: Arc<InForce>,
     node_id: String,
     data_dir: Option<PathBuf>,
     inner: Mutex<Inner>,
@@ -138,10 +138,10 @@ pub struct RuleBook {
 }
 
 impl RuleBook {
-    /// A book over `engine`, whose rules are the file's; API rules are read from `data_dir`
+    /// A book over `in_force`, whose rules are the file's; API rules are read from `data_dir`
     /// (when set) and put in force at once.
     pub fn open(
-        engine: Arc<dyn InForce>,
+        in_force: Arc<InForce>,
         node_id: &str,
         data_dir: Option<PathBuf>,
     ) -> Result<Self, StoreError> {
@@ -161,9 +161,9 @@ impl RuleBook {
             }
             None => ApiRules::default(),
         };
-        let file = (*engine.rules()).clone();
+        let file = (*in_force.rules()).clone();
         let book = Self {
-            engine,
+            in_force,
             node_id: node_id.to_owned(),
             data_dir,
             inner: Mutex::new(Inner {
@@ -369,8 +369,8 @@ impl RuleBook {
         for name in shadowed {
             tracing::warn!(rule = %name, "the rules file defines this API rule's name; the file's rule is in force");
         }
-        if *self.engine.rules() != rules {
-            self.engine.set_rules(rules);
+        if *self.in_force.rules() != rules {
+            self.in_force.set_rules(rules);
         }
     }
 }
@@ -436,7 +436,7 @@ impl prometheus_client::collector::Collector for BookCollector {
             Kind::Gauge,
             "rules_hash",
             "A fingerprint of the rules in force (file and admin API), 53 bits: equal on nodes of one version with the same rules.",
-            self.0.engine.rules().fingerprint(),
+            self.0.in_force.rules().fingerprint(),
         )
     }
 }
@@ -444,18 +444,15 @@ impl prometheus_client::collector::Collector for BookCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Engine;
+    use crate::local::Local;
     use crate::rules::RuleSpec;
     use ringlimit_core::clock::ManualClock;
+    use ringlimit_core::coordinator::Here;
     use serde_json::json;
 
     fn book(dir: Option<PathBuf>) -> RuleBook {
-        let engine = Arc::new(Engine::new(
-            RuleSet::builtin(),
-            1000,
-            Arc::new(ManualClock::new(0)),
-        ));
-        RuleBook::open(engine, "n0", dir).expect("opened")
+        let in_force = Arc::new(InForce::new(RuleSet::builtin()));
+        RuleBook::open(in_force, "n0", dir).expect("opened")
     }
 
     #[test]
@@ -469,7 +466,10 @@ mod tests {
             None,
         )
         .expect("put");
-        assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(5));
+        assert_eq!(
+            b.in_force.rules().get("gold").map(|r| r.rule.limit),
+            Some(5)
+        );
         assert!(matches!(
             b.put(
                 "default",
@@ -484,9 +484,9 @@ mod tests {
             b.put("bad", json!({ "limit": 5 }), 3, "ops", None),
             Err(ChangeError::Invalid(_))
         ));
-        assert!(b.engine.rules().get("bad").is_none());
+        assert!(b.in_force.rules().get("bad").is_none());
         b.delete("gold", 4, "ops", None).expect("deleted");
-        assert!(b.engine.rules().get("gold").is_none());
+        assert!(b.in_force.rules().get("gold").is_none());
         assert!(matches!(
             b.delete("gold", 5, "ops", None),
             Err(ChangeError::NotFound(_))
@@ -548,7 +548,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(b.delete("gold", 4, "alice", Some(&read)).is_err());
-        assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(6));
+        assert_eq!(
+            b.in_force.rules().get("gold").map(|r| r.rule.limit),
+            Some(6)
+        );
         let list = IfMatch::parse(&format!("W/\"x\", \"{}\"", second.tag()));
         b.delete("gold", 5, "bob", Some(&list)).expect("deleted");
         assert_eq!(b.api_entry("gold").map(|e| e.by), Some(Some("bob".into())));
@@ -568,7 +571,10 @@ mod tests {
         let file = RuleSet::from_yaml("rules:\n  - { name: gold, limit: 9, period: 1s }\n")
             .expect("valid");
         assert!(b.set_file(file));
-        assert_eq!(b.engine.rules().get("gold").map(|r| r.rule.limit), Some(9));
+        assert_eq!(
+            b.in_force.rules().get("gold").map(|r| r.rule.limit),
+            Some(9)
+        );
     }
 
     /// Issue 29, items 2 and 3, through the reload path (the file, then the API): a changed
@@ -579,14 +585,13 @@ mod tests {
         // 50 minutes into a window of 2 hours (the old hourly windows end at its end).
         let start = 1_700_006_400 * SEC + 50 * 60 * SEC;
         let clock = ManualClock::new(start);
-        let engine = Arc::new(Engine::new(
-            RuleSet::builtin(),
-            1000,
-            Arc::new(clock.clone()),
-        ));
-        let b = RuleBook::open(engine.clone(), "n0", None).expect("opened");
+        let local = Local::alone(RuleSet::builtin(), 1000, Arc::new(clock.clone()));
+        let b = RuleBook::open(local.rules().clone(), "n0", None).expect("opened");
         let file = |text: &str| RuleSet::from_yaml(text).expect("valid");
-        let check = |rule: &str| engine.check("k", RuleSpec::Named(rule), 1).expect("valid");
+        let check = |rule: &str| {
+            let p = local.rules().prepare_check("k", RuleSpec::Named(rule), 1);
+            local.decide(&p.expect("valid"))
+        };
         b.set_file(file(concat!(
             "rules:\n",
             "  - { name: tb, limit: 3, period: 1h }\n",
@@ -656,9 +661,12 @@ mod tests {
         } });
         std::fs::write(dir.path().join(api::FILE), saved.to_string()).expect("written");
         let b = book(Some(dir.path().to_owned()));
-        assert!(b.engine.rules().get("rogue").is_none());
+        assert!(b.in_force.rules().get("rogue").is_none());
         assert!(b.api_entry("rogue").is_none());
-        assert_eq!(b.engine.rules().get("kept").map(|r| r.rule.limit), Some(7));
+        assert_eq!(
+            b.in_force.rules().get("kept").map(|r| r.rule.limit),
+            Some(7)
+        );
         let now = unix_ms();
         let first = b
             .put(
@@ -698,12 +706,12 @@ mod tests {
             ),
             0
         );
-        assert!(b.engine.rules().get("rogue").is_none());
+        assert!(b.in_force.rules().get("rogue").is_none());
         assert_eq!(
             b.merge_at([("soon".to_owned(), rogue(now + 3_600_000))], now),
             1
         );
-        assert!(b.engine.rules().get("soon").is_some());
+        assert!(b.in_force.rules().get("soon").is_some());
     }
 
     /// A stored rule that does not validate here is left out, and its origin is the data dir.
@@ -716,7 +724,7 @@ mod tests {
         } });
         std::fs::write(dir.path().join(api::FILE), saved.to_string()).expect("written");
         let b = book(Some(dir.path().to_owned()));
-        assert!(b.engine.rules().get("future").is_none());
+        assert!(b.in_force.rules().get("future").is_none());
         let inner = b.inner.lock();
         assert!(
             inner.origin["future"].starts_with("stored in ")
@@ -743,7 +751,7 @@ mod tests {
         drop(b);
         let again = book(Some(dir.clone()));
         assert_eq!(
-            again.engine.rules().get("gold").map(|r| r.rule.limit),
+            again.in_force.rules().get("gold").map(|r| r.rule.limit),
             Some(5)
         );
         std::fs::remove_dir_all(&dir).expect("cleanup");

@@ -6,33 +6,28 @@
 //! # Layout
 //! - this module — [`RuleSet`]: the rules file (YAML), built-in defaults, the rule set in force.
 //! - [`spec`] — [`RuleSpec`]: the rule a check names (by name, or inline).
+//! - [`in_force`] — [`InForce`]: the rule set checks are decided under, and a check made
+//!   ready under it ([`Prepared`]).
 //! - [`api`] — rules written through the admin API: validation, versions (hybrid clock).
 //! - [`book`] — the rules in force: the file's and the admin API's, kept under `--data-dir`.
 //! - [`change`] — one admin API change of a rule, decided where the rule's name is owned.
 //! - [`sync`] — the admin API's rules through gossip (publish, merge).
-//! - [`rules::reload`] — the rules file's (and the Envoy configuration's) hot reload.
-//! - [`rules::request_key`] — forward auth's key templates.
-//! - [`rules::envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
+//! - [`reload`] — the rules file's (and the Envoy configuration's) hot reload.
+//! - [`request_key`] — forward auth's key templates.
+//! - [`envoy_config`] — the envoyproxy/ratelimit configuration (`--envoy-config`).
 
 pub mod api;
 pub mod book;
 pub mod change;
 pub mod envoy_config;
+pub mod in_force;
 pub mod reload;
 pub mod request_key;
 pub mod spec;
 pub mod sync;
 
+pub use in_force::{InForce, Prepared};
 pub use spec::RuleSpec;
-
-/// Where rules are put in force (the engine): what the book reads and writes, so that the
-/// rules layer does not import the engine above it.
-pub trait InForce: Send + Sync {
-    /// The rules in force.
-    fn rules(&self) -> Arc<RuleSet>;
-    /// Puts new rules in force.
-    fn set_rules(&self, rules: RuleSet);
-}
 
 use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;

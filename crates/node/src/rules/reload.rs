@@ -158,7 +158,7 @@ pub(crate) async fn poll<S: Source>(source: S, status: Arc<RulesStatus>, every: 
     }
 }
 
-/// The rules file, put in force in the engine.
+/// The rules file, put in force ([`super::InForce`]).
 struct RulesFile(Arc<RuleBook>);
 
 impl Source for RulesFile {

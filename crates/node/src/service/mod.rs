@@ -1,22 +1,30 @@
-//! The check service: what every edge calls to decide checks. Checks, batches,
-//! all-or-nothing requests and reservations (reserve, settle), with the timing and counting that go
-//! with them. No edge reaches past it into the routing, the engine or the store; it knows
-//! nothing of HTTP (or of any other transport). The admin side ([`crate::admin`]) and the
-//! lifecycle hooks ([`crate::lifecycle`]) are beside it.
+//! The check service: the one front door every edge calls to decide checks — HTTP, forward
+//! auth, gRPC (ringlimit.v1 and Envoy's RLS) and the peer port (an SDK's checks, and members'
+//! forwarded ones). Checks, batches, all-or-nothing requests and reservations (reserve,
+//! settle), with the timing and counting that go with them, recorded here once for every edge
+//! ([`Edge`]): `ringlimit_checks_total`, `ringlimit_rule_checks_total`,
+//! `ringlimit_edge_checks_total`, the check duration histogram and the top keys. No edge
+//! reaches past it into the routing, the local state or the store; it knows nothing of HTTP
+//! (or of any other transport). The admin side ([`crate::admin`]) and the lifecycle hooks
+//! ([`crate::lifecycle`]) are beside it.
 //!
 //! # Layout
 //! - this module — [`CheckService`]: checks and batches, and [`Outcome`], a decided check.
-//! - [`all`] — one request held to several limits, all-or-nothing; forward auth's rules.
-//! - [`reserve`] — reservations: a cost estimated now, settled later at the bucket's owner.
+//! - [`all_or_nothing`] — one request held to several limits, all-or-nothing; forward auth's
+//!   rules.
+//! - [`reservations`] — a cost estimated now, settled later at the bucket's owner.
+//! - [`peer`] — the checks of a frame that arrived on the peer port.
 
-pub mod all;
-pub mod reserve;
+pub mod all_or_nothing;
+pub mod peer;
+pub mod reservations;
 
-use crate::decide::Here;
-use crate::engine::Prepared;
+pub use crate::metrics::Edge;
+
+use crate::local::Local;
 use crate::metrics::{Metrics, seconds};
-use crate::routing::Dispatcher;
-use crate::rules::RuleSpec;
+use crate::routing::Router;
+use crate::rules::{Prepared, RuleSpec};
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::top::TopKeys;
@@ -70,48 +78,50 @@ impl Outcome {
 
 /// The node's checks, for every edge.
 pub struct CheckService {
-    here: Here,
-    dispatcher: Arc<Dispatcher>,
+    local: Arc<Local>,
+    router: Arc<Router>,
     metrics: Arc<Metrics>,
     /// The keys checked and denied most, per rule (for operators: `GET /v1/admin/top`).
     top: Arc<TopKeys>,
 }
 
 impl CheckService {
-    /// Checks decided through `dispatcher` (shared with the admin side), counted and timed in
+    /// Checks decided through `router` (shared with the admin side), counted and timed in
     /// `metrics`.
     pub fn new(
-        here: Here,
-        dispatcher: Arc<Dispatcher>,
+        local: Arc<Local>,
+        router: Arc<Router>,
         metrics: Arc<Metrics>,
         top: Arc<TopKeys>,
     ) -> Self {
         Self {
-            here,
-            dispatcher,
+            local,
+            router,
             metrics,
             top,
         }
     }
 
     /// This service for a runtime of its own (an HTTP thread's): checks it forwards go on that
-    /// runtime's copies of the members' clients (see [`Dispatcher::for_runtime`]).
+    /// runtime's copies of the members' clients (see [`Router::for_runtime`]).
     pub fn for_runtime(&self) -> Self {
         Self {
-            here: self.here.clone(),
-            dispatcher: Arc::new(self.dispatcher.for_runtime()),
+            local: self.local.clone(),
+            router: Arc::new(self.router.for_runtime()),
             metrics: self.metrics.clone(),
             top: self.top.clone(),
         }
     }
 
-    /// Decides one check wherever it belongs; counted and timed when answered.
-    pub async fn check(&self, c: &Check<'_>) -> Result<Outcome, CheckError> {
-        let start = self.here.now();
+    /// Decides one check that arrived at `edge` wherever it belongs; counted and timed when
+    /// answered.
+    pub async fn check(&self, edge: Edge, c: &Check<'_>) -> Result<Outcome, CheckError> {
+        let start = self.local.now();
         let p = self.prepare(c, c.cost)?;
-        let answer = self.dispatcher.check(&p).await?;
-        let end = self.here.now();
+        let answer = self.router.check(&p).await?;
+        let end = self.local.now();
         let outcome = self.outcome(answer, &p, end);
+        self.metrics.count_edge(edge, 1);
         self.metrics.check_duration.observe(seconds(start, end));
         Ok(outcome)
     }
@@ -141,10 +151,14 @@ impl CheckService {
         self.top.count(&rule, p.id, p.key, counted, now);
     }
 
-    /// Decides many checks at once (each owner's as one group); answers in order, an invalid
-    /// check's error in its place. Timed as one.
-    pub async fn check_many(&self, checks: &[Check<'_>]) -> Vec<Result<Outcome, CheckError>> {
-        let start = self.here.now();
+    /// Decides many checks that arrived at `edge` at once (each owner's as one group); answers
+    /// in order, an invalid check's error in its place. Timed as one.
+    pub async fn check_many(
+        &self,
+        edge: Edge,
+        checks: &[Check<'_>],
+    ) -> Vec<Result<Outcome, CheckError>> {
+        let start = self.local.now();
         let mut results: Vec<Option<Result<Outcome, CheckError>>> =
             Vec::with_capacity(checks.len());
         let mut prepared = Vec::with_capacity(checks.len());
@@ -158,30 +172,59 @@ impl CheckService {
             }
         }
         let mut decided = self
-            .dispatcher
+            .router
             .check_many(&prepared)
             .await
             .into_iter()
             .zip(&prepared);
-        let end = self.here.now();
+        let end = self.local.now();
+        let mut answered = 0;
         let results = results
             .into_iter()
             .map(|slot| match slot {
                 Some(error) => error,
                 None => match decided.next() {
-                    Some((Ok(a), p)) => Ok(self.outcome(a, p, end)),
+                    Some((Ok(a), p)) => {
+                        answered += 1;
+                        Ok(self.outcome(a, p, end))
+                    }
                     Some((Err(e), _)) => Err(e),
                     None => Err(CheckError::Unavailable("no answer was produced")),
                 },
             })
             .collect();
+        self.metrics.count_edge(edge, answered);
         self.metrics.batch_duration.observe(seconds(start, end));
         results
     }
 
+    /// A service over `local` alone, counted in `metrics` (tests' bare peer servers): a view of
+    /// this node alone, so every check is decided here.
+    #[cfg(test)]
+    pub fn alone(local: Arc<Local>, metrics: Arc<Metrics>) -> Self {
+        use std::time::Duration;
+        let view = crate::cluster::View::solo("alone", "127.0.0.1:1", "127.0.0.1:2");
+        let peers = Arc::new(crate::peers::Peers::new(
+            ringlimit_core::link::PeerSettings {
+                dialer: ringlimit_core::link::dial::tcp(),
+                node_id: "alone".into(),
+                cluster_id: "c".into(),
+                secret: None,
+                client_token: None,
+                deadline: Duration::from_millis(25),
+                connect_timeout: Duration::from_millis(500),
+                open_for: Duration::from_secs(1),
+                queue: 16,
+            },
+        ));
+        let view = Arc::new(arc_swap::ArcSwap::from_pointee(view));
+        let router = Router::new(local.clone(), view, peers.shared(), metrics.peer_rpc());
+        Self::new(local, Arc::new(router), metrics, Arc::default())
+    }
+
     /// Validates a check at `cost` (nothing is consumed).
     fn prepare<'a>(&self, c: &Check<'a>, cost: u64) -> Result<Prepared<'a>, CheckError> {
-        let mut p = self.here.engine().prepare_check(c.key, c.rule, cost)?;
+        let mut p = self.local.rules().prepare_check(c.key, c.rule, cost)?;
         p.resolved.shadow |= c.shadow;
         Ok(p)
     }

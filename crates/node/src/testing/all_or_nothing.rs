@@ -5,13 +5,11 @@
 //! that fails closed.
 
 use super::Cluster;
-use crate::engine::Engine;
+use crate::rules::InForce;
 use crate::rules::RuleSet;
 use crate::rules::RuleSpec;
-use ringlimit_core::clock::ManualClock;
 use ringlimit_proto::Ring;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 const IDS: [&str; 3] = ["n0", "n1", "n2"];
 
@@ -58,11 +56,13 @@ async fn start(yaml: &str, replicas: usize) -> (Cluster, RuleSet) {
 
 /// A key `{prefix}:{i}` whose bucket under the named `rule` `owner` owns on the ring of [`IDS`].
 fn key_of(rules: &RuleSet, rule: &str, prefix: &str, owner: &str) -> String {
-    let engine = Engine::new(rules.clone(), 1, Arc::new(ManualClock::new(0)));
+    let in_force = InForce::new(rules.clone());
     (0..)
         .map(|i| format!("{prefix}:{i}"))
         .find(|k| {
-            let (_, id) = engine.prepare(k, RuleSpec::Named(rule), 1).expect("valid");
+            let (_, id) = in_force
+                .prepare(k, RuleSpec::Named(rule), 1)
+                .expect("valid");
             Ring::new(IDS).owner(id) == Some(owner)
         })
         .expect("a key with that owner")

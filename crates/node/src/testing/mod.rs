@@ -64,11 +64,11 @@ mod rolling;
 
 use crate::cluster::pause::Pauses;
 use crate::config::{EngineClock, NodeConfig};
-use crate::engine::Engine;
 use crate::node::{MemoryNet, NodeError};
+use crate::rules::InForce;
 use crate::rules::RuleSet;
 use crate::rules::RuleSpec;
-use ringlimit_core::clock::{Clock, ManualClock};
+use ringlimit_core::clock::Clock;
 use ringlimit_core::link::dial::Dial;
 use ringlimit_proto::{Algorithm, InlineRule, Ring};
 use std::collections::BTreeMap;
@@ -218,10 +218,9 @@ pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> Stri
 
 /// The member of `members` that owns `key` under the inline `rule`.
 pub fn owner_under(members: &[&str], key: &str, rule: InlineRule) -> String {
-    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
-    let engine =
-        ENGINE.get_or_init(|| Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0))));
-    let (_, id) = engine
+    static IN_FORCE: std::sync::OnceLock<InForce> = std::sync::OnceLock::new();
+    let in_force = IN_FORCE.get_or_init(|| InForce::new(RuleSet::builtin()));
+    let (_, id) = in_force
         .prepare(key, RuleSpec::Inline(rule), 1)
         .unwrap_or_else(|e| panic!("cannot prepare {key:?}: {e}"));
     Ring::new(members).owner(id).expect("members").to_owned()

@@ -8,12 +8,10 @@
 //! keys denied on the majority side; an all-or-nothing hold at a replica is given back there.
 
 use super::Cluster;
-use crate::engine::Engine;
+use crate::rules::InForce;
 use crate::rules::{RuleSet, RuleSpec};
-use ringlimit_core::clock::ManualClock;
 use ringlimit_proto::{Algorithm, InlineRule, Ring};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 
 const LIMIT: u64 = 5;
@@ -77,7 +75,7 @@ async fn kill_owner_of_used_up_keys(
 /// `KEYS` keys whose bucket (limit `LIMIT` per `PERIOD_MS` under `algorithm`) n2 owns on the
 /// ring of all three.
 fn owned_by_n2(algorithm: Algorithm) -> Vec<String> {
-    let engine = Engine::new(RuleSet::builtin(), 1, Arc::new(ManualClock::new(0)));
+    let in_force = InForce::new(RuleSet::builtin());
     let ring = Ring::new(IDS);
     let rule = InlineRule {
         limit: LIMIT,
@@ -88,7 +86,7 @@ fn owned_by_n2(algorithm: Algorithm) -> Vec<String> {
     (0..)
         .map(|i| format!("{algorithm}:{i}"))
         .filter(|k| {
-            let (_, id) = engine
+            let (_, id) = in_force
                 .prepare(k, RuleSpec::Inline(rule), 1)
                 .expect("a valid check");
             ring.owner(id) == Some("n2")

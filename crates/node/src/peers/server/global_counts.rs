@@ -29,9 +29,9 @@ impl PeerServer {
         counts: Vec<GlobalCount>,
         bytes: usize,
     ) {
-        let global = self.here.global();
+        let global = self.local.global();
         in_slices(&counts, |slice| {
-            global.receive(caller.peer, generation, slice, self.here.now());
+            global.receive(caller.peer, generation, slice, self.local.now());
         })
         .await;
         global
@@ -48,10 +48,13 @@ impl PeerServer {
         counts: Vec<ActorCounts>,
         bytes: usize,
     ) {
-        let global = self.here.global();
+        let global = self.local.global();
         let (valid, refused) = crate::global::wire::relayed(&counts);
         global.stats.malformed.fetch_add(refused, Ordering::Relaxed);
-        in_slices(&valid, |slice| global.merge_relayed(slice, self.here.now())).await;
+        in_slices(&valid, |slice| {
+            global.merge_relayed(slice, self.local.now())
+        })
+        .await;
         global.note_merge(caller.peer, std::time::Instant::now());
         global.note_full_set(caller.peer);
         global

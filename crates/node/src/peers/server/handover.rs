@@ -1,4 +1,4 @@
-//! `Handover`: merge the buckets a previous owner hands this node (see [`crate::peers::handover`]
+//! `Handover`: merge the buckets a previous owner hands this node (see `crate::lifecycle`
 //! for the sending side), so that a key that moves keeps its consumption.
 
 use super::{Caller, PeerServer};
@@ -9,18 +9,17 @@ use std::sync::atomic::Ordering;
 impl PeerServer {
     /// Merges `buckets` into the store at this node's now; answers how many. An empty frame
     /// ends a member's handover: this node recalls nothing more from it (see
-    /// [`crate::peers::recall`]).
+    /// [`crate::peers::recall_on_join`]).
     pub(super) fn handover(&self, caller: &Caller<'_>, buckets: Vec<HandedBucket>) -> Frame {
         if buckets.is_empty()
-            && let Some(relay) = &self.relay
+            && let Some(cluster) = &self.cluster
         {
-            relay.recall.handed_over(caller.peer);
+            cluster.recall.handed_over(caller.peer);
         }
-        let now = self.here.now();
+        let now = self.local.now();
         let merged = buckets.len() as u64;
         for b in buckets {
-            self.here
-                .engine()
+            self.local
                 .take_in(b.id, BucketState::from_wire(b.state), now);
         }
         self.stats.handed_over.fetch_add(merged, Ordering::Relaxed);

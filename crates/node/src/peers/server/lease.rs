@@ -23,20 +23,19 @@ impl PeerServer {
         let asks = &asks[..asks.len().min(MOST_ASKS)];
         let prepared: Vec<_> = asks
             .iter()
-            .map(|a| self.here.engine().prepare(&a.key, RuleSpec::of(&a.rule), 1))
+            .map(|a| self.local.rules().prepare(&a.key, RuleSpec::of(&a.rule), 1))
             .collect();
         // A bucket this node owns but does not hold yet is recalled before any slice of it is
-        // taken (see `crate::peers::recall`): a slice of a fresh bucket would over-admit.
-        if let Some(relay) = self.relay.as_ref().filter(|r| r.recall.active()) {
+        // taken (see `crate::peers::recall_on_join`): a slice of a fresh bucket would over-admit.
+        if let Some(cluster) = self.cluster.as_ref().filter(|r| r.recall.active()) {
             let ids = prepared.iter().flatten();
             let owned = ids.filter(|(r, _)| r.mode == Mode::Owner);
-            relay
+            cluster
                 .recall
                 .before(owned.map(|(_, id)| *id).collect())
                 .await;
         }
-        let now = self.here.now();
-        let engine = self.here.engine();
+        let now = self.local.now();
         let grants = asks
             .iter()
             .zip(prepared)
@@ -62,10 +61,10 @@ impl PeerServer {
                 }
                 if resolved.lease == LeaseMode::Off {
                     // The rule keeps every check at the owner.
-                    let peek = engine.decide_at(id, rule, 0, now);
+                    let peek = self.local.bucket(id, rule, now).decide(0);
                     return LeaseGrant::Refused { answer: peek };
                 }
-                engine.lease(id, rule, caller.peer, ask.want, now)
+                self.local.lease(id, rule, (caller.peer, ask.want), now)
             })
             .collect::<Vec<_>>();
         if let Some(holds) = holds {
@@ -77,10 +76,10 @@ impl PeerServer {
     /// Whether this node's ring names it the owner of bucket `id` (a node without a ring to
     /// follow, in tests, owns everything sent to it).
     pub(super) fn owns(&self, id: u64) -> bool {
-        let Some(relay) = self.relay.as_ref() else {
+        let Some(cluster) = self.cluster.as_ref() else {
             return true;
         };
-        let view = relay.view.load();
+        let view = cluster.view.load();
         view.ring.owner(id) == Some(&*view.self_id)
     }
 }

@@ -1,5 +1,5 @@
 //! `Recall`: a member that joined lately asks this node, the member after it on the ring, for
-//! buckets it owns but does not hold (see [`crate::peers::recall`] for the asking side).
+//! buckets it owns but does not hold (see [`crate::peers::recall_on_join`] for the asking side).
 
 use super::PeerServer;
 use ringlimit_core::limiter::BucketState;
@@ -13,13 +13,13 @@ impl PeerServer {
     /// while the asker was away, and may still) or else its copy (it is the asker's replica).
     /// Read, not taken: a handover may still move them, and the asker merges by overlap.
     pub(super) fn recall(&self, ids: &[u64]) -> Frame {
-        let engine = self.here.engine();
-        let now = self.here.now();
+        let (owned, copies) = (self.local.owned(), self.local.copies());
+        let now = self.local.now();
         let buckets = ids
             .iter()
             .take(MOST_IDS)
             .filter_map(|&id| {
-                let state = engine.peek(id).or_else(|| engine.peek_copy(id))?;
+                let state = owned.peek(id).or_else(|| copies.peek(id))?;
                 live(&state, now).then(|| HandedBucket {
                     id,
                     state: state.to_wire(),

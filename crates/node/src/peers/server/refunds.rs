@@ -3,15 +3,15 @@
 //! its own holds took, once ([`super::holds`]).
 
 use super::PeerServer;
-use super::checks::error_answer;
 use super::holds::Holds;
 use crate::rules::RuleSpec;
+use ringlimit_core::coordinator::Here;
 use ringlimit_proto::peer::{
     AnswerGroup, CheckGroup, LeaseAsk, LeaseGrant, PeerAnswer, RefundGroup,
 };
 
 impl PeerServer {
-    /// Gives back what held checks took (see [`crate::decide::Here::refund`]); with `holds`
+    /// Gives back what held checks took (see `coordinator::Here::refund`); with `holds`
     /// (a client's connection), at most what that ledger says each admission took.
     pub(super) fn refunds(
         &self,
@@ -34,22 +34,22 @@ impl PeerServer {
                             r.cost
                         };
                         match self
-                            .here
-                            .engine()
-                            .prepare(&r.key, RuleSpec::of(&r.rule), named)
+                            .local
+                            .rules()
+                            .prepare_check(&r.key, RuleSpec::of(&r.rule), named)
                         {
-                            Ok((resolved, id)) => {
-                                let cost = match holds.as_deref_mut() {
+                            Ok(mut p) => {
+                                p.cost = match holds.as_deref_mut() {
                                     None => r.cost,
-                                    Some(h) => h.take(id, r.mark, r.cost),
+                                    Some(h) => h.take(p.id, r.mark, r.cost),
                                 };
-                                if cost == 0 && r.cost > 0 {
+                                if p.cost == 0 && r.cost > 0 {
                                     return not_held();
                                 }
-                                self.here.refund(id, &resolved, cost, r.mark);
+                                self.local.refund(&p, r.mark);
                                 PeerAnswer::Refunded
                             }
-                            Err(e) => error_answer(&e),
+                            Err(e) => e.to_peer_answer(),
                         }
                     })
                     .collect(),
@@ -62,7 +62,10 @@ impl PeerServer {
         for (g, answered) in groups.iter().zip(out) {
             for (c, answer) in g.checks.iter().zip(&answered.answers) {
                 if let PeerAnswer::Held { mark, .. } = answer
-                    && let Ok((_, id)) = self.prepare(c)
+                    && let Ok((_, id)) =
+                        self.local
+                            .rules()
+                            .prepare(&c.key, RuleSpec::of(&c.rule), c.cost)
                 {
                     holds.hold(id, *mark, c.cost);
                 }
@@ -75,8 +78,8 @@ impl PeerServer {
         for (ask, grant) in asks.iter().zip(grants) {
             if let LeaseGrant::Granted { tokens, mark, .. } = grant
                 && let Ok((_, id)) =
-                    self.here
-                        .engine()
+                    self.local
+                        .rules()
                         .prepare(&ask.key, RuleSpec::of(&ask.rule), 1)
             {
                 holds.hold(id, *mark, *tokens);

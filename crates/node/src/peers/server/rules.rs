@@ -12,7 +12,7 @@ impl PeerServer {
             Some(ops) => crate::rules::change::decide(
                 &ops.book,
                 &change,
-                self.here.now() / NANOS_PER_MS,
+                self.local.now() / NANOS_PER_MS,
                 caller.peer,
             ),
             None => RuleChanged {

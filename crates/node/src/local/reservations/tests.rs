@@ -1,9 +1,10 @@
-//! Reservations at one owner's engine, on a manual clock: debts are part of their buckets
+//! Reservations at one owner's local state, on a manual clock: debts are part of their buckets
 //! (however many other buckets owe, a bucket's debt stays, and it travels with the bucket on
 //! every path a state takes), and the table holds nothing for a reservation of cost 0, bounds
 //! a reservation's life, and is shared fairly between rules.
 
 use super::*;
+use crate::local::Local;
 use crate::rules::{RuleSet, RuleSpec};
 use ringlimit_core::clock::ManualClock;
 use ringlimit_core::limiter::BucketState;
@@ -13,10 +14,10 @@ use ringlimit_proto::{Algorithm, InlineRule};
 const RULES: &str =
     "rules:\n  - { name: gold, limit: 1000, period: 1h, algorithm: fixed_window }\n";
 
-fn engine(max_keys: u64) -> (Engine, Arc<ManualClock>) {
+fn local(max_keys: u64) -> (Local, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(T0));
     let rules = RuleSet::from_yaml(RULES).expect("valid rules");
-    (Engine::new(rules, max_keys, clock.clone()), clock)
+    (Local::alone(rules, max_keys, clock.clone()), clock)
 }
 
 fn inline(limit: u64, period_ms: u64, algorithm: Algorithm) -> InlineRule {
@@ -28,43 +29,40 @@ fn inline(limit: u64, period_ms: u64, algorithm: Algorithm) -> InlineRule {
     }
 }
 
-/// One key under one rule at one engine: reserve, check and settle as the owner does.
+/// One key under one rule at one node: reserve, check and settle as the owner does.
 struct Key<'a> {
-    engine: &'a Engine,
+    local: &'a Local,
     resolved: Resolved,
     id: u64,
 }
 
 impl<'a> Key<'a> {
-    fn new(engine: &'a Engine, key: &str, spec: RuleSpec<'_>) -> Self {
-        let (resolved, id) = engine.prepare(key, spec, 0).expect("a valid check");
+    fn new(local: &'a Local, key: &str, spec: RuleSpec<'_>) -> Self {
+        let (resolved, id) = local.rules().prepare(key, spec, 0).expect("a valid check");
         Self {
-            engine,
+            local,
             resolved,
             id,
         }
     }
 
     fn reserve(&self, cost: u64, ttl_ms: u64, nonce: u128) -> Result<CheckAnswer, ReserveError> {
-        let now = self.engine.clock().now();
-        reserve_here(
-            self.engine,
-            &self.resolved,
-            self.id,
-            (cost, ttl_ms, nonce),
-            now,
-        )
+        let now = self.local.now();
+        self.local
+            .reserve(&self.resolved, self.id, (cost, ttl_ms, nonce), now)
     }
 
     fn settle(&self, nonce: u128, cost: u64) -> Result<CheckAnswer, ReserveError> {
-        let now = self.engine.clock().now();
-        settle_here(self.engine, &self.resolved, self.id, (nonce, cost), now)
+        let now = self.local.now();
+        self.local
+            .settle(&self.resolved, self.id, (nonce, cost), now)
     }
 
     fn check(&self, cost: u64) -> CheckAnswer {
-        let now = self.engine.clock().now();
-        self.engine
-            .decide_at(self.id, &self.resolved.rule, cost, now)
+        let now = self.local.now();
+        self.local
+            .bucket(self.id, &self.resolved.rule, now)
+            .decide(cost)
     }
 
     /// How many checks of cost 1 (of `tries`) are admitted now.
@@ -88,7 +86,7 @@ impl<'a> Key<'a> {
 /// that overspent by 99: its next window admits 1, not 100, however many buckets owe.
 #[test]
 fn a_debt_stays_with_its_bucket_however_many_others_owe() {
-    let (e, clock) = engine(300_000);
+    let (e, clock) = local(300_000);
     let throwaway = inline(2, 86_400_000, Algorithm::FixedWindow);
     for i in 0..100_001u128 {
         let k = Key::new(&e, &format!("junk:{i}"), RuleSpec::Inline(throwaway));
@@ -118,15 +116,15 @@ fn a_debt_stays_with_its_bucket_however_many_others_owe() {
 fn a_bucket_in_debt_keeps_it_when_it_moves() {
     for algorithm in [Algorithm::FixedWindow, Algorithm::TokenBucket] {
         let rule = inline(100, 5_000, algorithm);
-        let (first, clock) = engine(1_000);
+        let (first, clock) = local(1_000);
         let start = T0 - T0 % (5 * SEC) + 5 * SEC;
         clock.set(start);
         let k = Key::new(&first, "moving", RuleSpec::Inline(rule));
         k.overspend_by_99(1);
-        let out = first.hand_out(|id, _| id == k.id);
+        let out = first.owned().hand_out(|id, _| id == k.id);
         assert_eq!(out.len(), 1, "{algorithm}: a bucket in debt is not idle");
         for recalled in [false, true] {
-            let (next, clock) = engine(1_000);
+            let (next, clock) = local(1_000);
             clock.set(start + 100 * MS);
             for (id, state) in out.iter().cloned() {
                 let state = BucketState::from_wire(state.to_wire());
@@ -150,19 +148,23 @@ fn a_bucket_in_debt_keeps_it_when_it_moves() {
 #[test]
 fn a_replicas_copy_carries_the_debt() {
     let rule = inline(100, 5_000, Algorithm::FixedWindow);
-    let (owner, clock) = engine(1_000);
+    let (owner, clock) = local(1_000);
     let start = T0 - T0 % (5 * SEC) + 5 * SEC;
     clock.set(start);
     let k = Key::new(&owner, "copied", RuleSpec::Inline(rule));
     k.overspend_by_99(1);
-    let (replica, _) = engine(1_000);
+    let (replica, _) = local(1_000);
     let copy = owner
+        .owned()
         .peek(k.id)
         .map(|s| BucketState::from_wire(s.to_wire()));
-    replica.keep_copy(k.id, copy, start);
+    replica.copies().keep(k.id, copy, start);
     let next = start + 5 * SEC;
     let admitted: u64 = (0..200)
-        .map(|_| u64::from(replica.decide_copy(k.id, &k.resolved.rule, 1, next).allowed))
+        .map(|_| {
+            let bucket = replica.bucket(k.id, &k.resolved.rule, next);
+            u64::from(bucket.stand_in(1).allowed)
+        })
         .sum();
     assert_eq!(admitted, 1, "as the owner would");
 }
@@ -171,23 +173,23 @@ fn a_replicas_copy_carries_the_debt() {
 /// table empty, and a real reservation is kept after them.
 #[test]
 fn reservations_of_cost_0_hold_no_room() {
-    let (e, _) = engine(1_000);
+    let (e, _) = local(1_000);
     let rule = inline(10, 3_600_000, Algorithm::TokenBucket);
     for i in 0..100_001u128 {
         let k = Key::new(&e, &format!("free:{}", i % 1_000), RuleSpec::Inline(rule));
         let a = k.reserve(0, 60_000, i).expect("answered");
         assert!(a.allowed, "{a:?}");
     }
-    assert_eq!(e.reservations().len(), 0);
+    assert_eq!(e.reservations().table().len(), 0);
     let k = Key::new(&e, "real", RuleSpec::Inline(rule));
     assert!(k.reserve(1, 60_000, u128::MAX).expect("kept").allowed);
-    assert_eq!(e.reservations().len(), 1);
+    assert_eq!(e.reservations().table().len(), 1);
 }
 
 /// A reservation's time to live is bounded by the node: beyond it, a clear 400.
 #[test]
 fn a_ttl_beyond_the_nodes_bound_is_refused_naming_the_bound() {
-    let (e, _) = engine(1_000);
+    let (e, _) = local(1_000);
     let k = Key::new(&e, "k", RuleSpec::Named("gold"));
     let e = k.reserve(1, 600_001, 1).expect_err("over the bound");
     assert_eq!(e.code(), "invalid_request");
@@ -203,7 +205,7 @@ fn a_ttl_beyond_the_nodes_bound_is_refused_naming_the_bound() {
 /// share of the table: another rule's reservations are still kept, named or inline.
 #[test]
 fn one_rule_flooding_the_table_leaves_room_for_the_others() {
-    let (e, _) = engine(300_000);
+    let (e, _) = local(300_000);
     let flood = inline(1, 3_600_000, Algorithm::FixedWindow);
     let mut refused = None;
     for i in 0..100_001u128 {

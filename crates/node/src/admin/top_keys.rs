@@ -45,8 +45,8 @@ pub struct TopReport {
 impl Admin {
     /// The `n` keys of `rule` counted most `by` on every live member, merged.
     pub async fn top(&self, rule: &str, by: TopBy, n: usize) -> TopReport {
-        let view = self.dispatcher.view();
-        let now = self.here.now();
+        let view = self.router.view();
+        let now = self.local.now();
         let self_id = view.self_id.clone();
         let asks = view
             .members
@@ -120,7 +120,7 @@ pub const METRIC_SERIES: usize = 100;
 /// keys), the rules tracked, the checks not counted beyond the cap and the rules replaced.
 pub struct TopCollector {
     pub top: std::sync::Arc<ringlimit_core::top::TopKeys>,
-    pub here: crate::decide::Here,
+    pub local: std::sync::Arc<crate::local::Local>,
 }
 
 impl std::fmt::Debug for TopCollector {
@@ -137,7 +137,7 @@ impl prometheus_client::collector::Collector for TopCollector {
         use crate::metrics::{Kind, encode_one};
         use prometheus_client::encoding::EncodeMetric;
         use prometheus_client::metrics::gauge::ConstGauge;
-        let most = self.top.most_denied(METRIC_SERIES, self.here.now());
+        let most = self.top.most_denied(METRIC_SERIES, self.local.now());
         let mut metric = e.encode_descriptor(
             "top_denied",
             "Denied checks of this node's most denied keys (at most 100 series over every rule), \

@@ -14,7 +14,7 @@
 //! Until it is first ready, such a member holds its owner-mode checks back (see
 //! [`Recall::before`]).
 //!
-//! A recalled state is merged by overlap ([`Engine::recall_in`]): it is another reading of the
+//! A recalled state is merged by overlap ([`Local::recall_in`]): it is another reading of the
 //! history that a handover may still bring, so the two never add. What the member after it
 //! decides between the recall and its handover (other rings still route there) is the view
 //! change's own window, as before.
@@ -26,7 +26,7 @@
 
 use super::{Peers, RecallLink};
 use crate::cluster::View;
-use crate::engine::Engine;
+use crate::local::Local;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -66,14 +66,14 @@ pub struct RecallStats {
 
 /// This node's recalls (see the module doc).
 pub struct Recall {
-    engine: Arc<Engine>,
+    local: Arc<Local>,
     view: Arc<ArcSwap<View>>,
     /// Set once the recall window passed (or from the start, without replicas).
     over: AtomicBool,
     /// Set once this node was first ready (see [`Recall::ready`]).
     ready: AtomicBool,
     /// When the window opened: this node ready, or its ring first holding another member
-    /// (engine-clock ns; 0: not yet).
+    /// (ns on this node's clock; 0: not yet).
     since: AtomicU64,
     /// Buckets already recalled (or asked for, with nothing to give); shared with the task.
     asked: Arc<Mutex<HashSet<u64>>>,
@@ -86,11 +86,11 @@ pub struct Recall {
 }
 
 impl Recall {
-    /// Recalls through `peers` into `engine`, under the membership in `view`, when the cluster
+    /// Recalls through `peers` into `local`, under the membership in `view`, when the cluster
     /// keeps replicas (`replicas` > 0: only then does the member after this one hold its
     /// buckets); spawns the recalling task on the current runtime.
     pub fn spawn(
-        engine: Arc<Engine>,
+        local: Arc<Local>,
         view: Arc<ArcSwap<View>>,
         peers: Arc<Peers>,
         replicas: usize,
@@ -99,7 +99,7 @@ impl Recall {
         let stats = Arc::new(RecallStats::default());
         let asked = Arc::new(Mutex::new(HashSet::new()));
         let recall = Arc::new(Self {
-            engine: engine.clone(),
+            local: local.clone(),
             view,
             over: AtomicBool::new(replicas == 0),
             ready: AtomicBool::new(false),
@@ -111,7 +111,7 @@ impl Recall {
         });
         if replicas > 0 {
             let task = Task {
-                engine,
+                local,
                 peers,
                 stats,
                 asked,
@@ -132,7 +132,7 @@ impl Recall {
     /// checks stop waiting for it, and the recall window opens if it had not.
     pub fn ready(&self) {
         self.ready.store(true, Ordering::Release);
-        let now = self.engine.clock().now().max(1);
+        let now = self.local.now().max(1);
         let _ = self
             .since
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
@@ -177,7 +177,10 @@ impl Recall {
             let asked = self.asked.lock();
             let handed = self.handed.lock();
             for id in ids {
-                if view.ring.owner(id) != Some(me) || asked.contains(&id) || self.engine.holds(id) {
+                if view.ring.owner(id) != Some(me)
+                    || asked.contains(&id)
+                    || self.local.owned().holds(id)
+                {
                     continue;
                 }
                 let next = view.ring.replicas(id, 1);
@@ -208,7 +211,7 @@ impl Recall {
         if !self.active() {
             return false;
         }
-        let now = self.engine.clock().now();
+        let now = self.local.now();
         let since = self.since.load(Ordering::Relaxed);
         if since == 0 {
             if view.ring.len() > 1 {
@@ -230,14 +233,14 @@ impl Recall {
         self.over.store(true, Ordering::Relaxed);
         self.asked.lock().clear();
         self.handed.lock().clear();
-        self.engine.forget_recalled();
+        self.local.copies().forget_recalled();
         false
     }
 }
 
 /// The recalling task's side.
 struct Task {
-    engine: Arc<Engine>,
+    local: Arc<Local>,
     peers: Arc<Peers>,
     stats: Arc<RecallStats>,
     asked: Arc<Mutex<HashSet<u64>>>,
@@ -269,7 +272,7 @@ impl Task {
                 .filter_map(|(addr, link)| by_member.get(addr).map(|ids| (link, ids)))
                 .map(|(link, ids)| async move { (ids, link.recall(ids).await) });
             let answers = futures::future::join_all(asks).await;
-            let now = self.engine.clock().now();
+            let now = self.local.now();
             for (ids, answer) in answers {
                 self.stats
                     .asked
@@ -280,7 +283,7 @@ impl Task {
                             .recalled
                             .fetch_add(buckets.len() as u64, Ordering::Relaxed);
                         for (id, state) in buckets {
-                            self.engine.recall_in(id, state, now);
+                            self.local.recall_in(id, state, now);
                         }
                     }
                     Err(e) => {

@@ -1,9 +1,9 @@
 //! One request held to several limits at once (`POST /v1/check/all`): admitted only when every
 //! enforced check admits, and then each takes its cost; when any denies, none keeps its cost.
-//! The routing does the deciding and the giving back ([`crate::routing::Dispatcher::check_all`]);
+//! The routing does the deciding and the giving back ([`crate::routing::Router::check_all`]);
 //! this validates the request as a whole and picks the limit that binds.
 
-use super::{Check, CheckService, Outcome};
+use super::{Check, CheckService, Edge, Outcome};
 use crate::metrics::seconds;
 use ringlimit_core::all::{AllError, MAX_ALL, binding, duplicate};
 
@@ -21,10 +21,15 @@ pub struct AllOutcome {
 }
 
 impl CheckService {
-    /// Decides one request against all its checks, all-or-nothing, across the cluster. Each
-    /// check is counted like a single check; the request is timed as one.
-    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<AllOutcome, AllError> {
-        let start = self.here.now();
+    /// Decides one request that arrived at `edge` against all its checks, all-or-nothing,
+    /// across the cluster. Each check is counted like a single check; the request is timed as
+    /// one.
+    pub async fn check_all(
+        &self,
+        edge: Edge,
+        checks: &[Check<'_>],
+    ) -> Result<AllOutcome, AllError> {
+        let start = self.local.now();
         if checks.is_empty() || checks.len() > MAX_ALL {
             return Err(AllError::Count(checks.len()));
         }
@@ -43,10 +48,10 @@ impl CheckService {
         // without a group's holds (measured through ShouldRateLimit: node CPU per call
         // 56 -> 45 us, bench/grpc.sh).
         let decided = match prepared.as_slice() {
-            [single] => vec![self.dispatcher.check(single).await],
-            _ => self.dispatcher.check_all(&prepared).await,
+            [single] => vec![self.router.check(single).await],
+            _ => self.router.check_all(&prepared).await,
         };
-        let end = self.here.now();
+        let end = self.local.now();
         let mut results = Vec::with_capacity(decided.len());
         for (index, (d, p)) in decided.into_iter().zip(&prepared).enumerate() {
             match d {
@@ -55,6 +60,7 @@ impl CheckService {
                 Err(error) => return Err(AllError::Item { index, error }),
             }
         }
+        self.metrics.count_edge(edge, results.len() as u64);
         self.metrics.all_duration.observe(seconds(start, end));
         Ok(decide(results))
     }
@@ -94,7 +100,7 @@ impl CheckService {
         )>,
         KeyRuleError,
     > {
-        let rules = self.here.engine().rules();
+        let rules = self.local.rules().rules();
         match names {
             None => {
                 let mut all: Vec<_> = rules

@@ -1,9 +1,9 @@
 //! Reservations for costs known afterwards (`POST /v1/reserve`, `POST /v1/settle`): a check
 //! of an estimated cost that is remembered at the bucket's owner, and settled later with the
-//! actual cost (see `crate::reservations`). The id a client gets back names the bucket and
+//! actual cost (see `crate::local::reservations`). The id a client gets back names the bucket and
 //! the owner's nonce, so any node can route its settle.
 
-use super::{Check, CheckService, Outcome};
+use super::{Check, CheckService, Edge, Outcome};
 use crate::rules::RuleSpec;
 use ringlimit_core::reserve::{self, ReserveError};
 use ringlimit_proto::RuleRef;
@@ -36,18 +36,20 @@ pub struct Settled {
 impl CheckService {
     /// Reserves `c.cost` (the estimate) for `ttl_ms` (`None`: 60 s; at most this node's bound,
     /// `--max-reservation-ttl-ms`, which the owner checks again against its own) at the
-    /// bucket's owner.
+    /// bucket's owner; counted as a check that arrived at `edge`.
     pub async fn reserve(
         &self,
+        edge: Edge,
         c: &Check<'_>,
         ttl_ms: Option<u64>,
     ) -> Result<Reservation, ReserveError> {
-        let ttl_ms = reserve::ttl_ms_within(ttl_ms, self.here.engine().max_reservation_ttl_ms())?;
+        let ttl_ms = reserve::ttl_ms_within(ttl_ms, self.local.reservations().max_ttl_ms())?;
         let p = self.prepare(c, c.cost)?;
         reserve::reservable(&p.resolved)?;
         let nonce: u128 = rand::random();
-        let answer = self.dispatcher.reserve(&p, ttl_ms, nonce).await?;
-        let outcome = self.outcome(answer, &p, self.here.now());
+        let answer = self.router.reserve(&p, ttl_ms, nonce).await?;
+        let outcome = self.outcome(answer, &p, self.local.now());
+        self.metrics.count_edge(edge, 1);
         if !answer.allowed {
             return Ok(Reservation::Denied(outcome));
         }
@@ -76,8 +78,8 @@ impl CheckService {
         };
         let p = self.prepare(&check, cost)?;
         reserve::reservable(&p.resolved)?;
-        let answer = self.dispatcher.settle(&p, id.nonce).await?;
-        let outcome = Outcome::new(answer, &p.resolved, self.here.now());
+        let answer = self.router.settle(&p, id.nonce).await?;
+        let outcome = Outcome::new(answer, &p.resolved, self.local.now());
         Ok(Settled {
             outcome,
             rule: id.rule,

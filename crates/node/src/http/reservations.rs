@@ -1,12 +1,13 @@
 //! `POST /v1/reserve` and `POST /v1/settle`: a check of an estimated cost kept at the bucket's
-//! owner, and its settle with the actual cost (see [`crate::service::reserve`]). Parsed like
+//! owner, and its settle with the actual cost (see [`crate::service::reservations`]). Parsed like
 //! checks (the same fields, validation and errors), answered with the same headers.
 
 use super::AppState;
 use super::answer_json;
 use super::check::{CheckBody, answer_response, header_map, parse, policy, read_body};
 use super::error::{ApiError, sentence};
-use crate::service::reserve::Reservation;
+use crate::service::Edge;
+use crate::service::reservations::Reservation;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -94,7 +95,7 @@ async fn reserve_answer(state: &AppState, bytes: &[u8]) -> Result<Response, ApiE
     let (check, ttl_ms) = body.split();
     let c = check.check()?;
     let name = check.policy_name();
-    Ok(match state.service.reserve(&c, ttl_ms).await? {
+    Ok(match state.service.reserve(Edge::Http, &c, ttl_ms).await? {
         Reservation::Denied(o) => answer_response(&o, &name),
         Reservation::Reserved(r) => {
             let o = &r.outcome;

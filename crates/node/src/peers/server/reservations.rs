@@ -1,10 +1,9 @@
 //! `Reserve` and `Settle`: a member (or an SDK) reserves an estimated cost of buckets this
-//! node owns, and settles it later with the actual cost (see `crate::reservations`). A
+//! node owns, and settles it later with the actual cost (see `crate::local::reservations`). A
 //! reservation is kept where it was taken: a settle is answered from this node's table
 //! whatever its ring says now (unknown when not here).
 
 use super::PeerServer;
-use crate::reservations::{reserve_here, settle_here};
 use crate::rules::RuleSpec;
 use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::peer::{Frame, PeerAnswer, PeerReserve, PeerSettle, SettleAnswer};
@@ -18,18 +17,18 @@ impl PeerServer {
     /// and taking it here could admit more than the owner's bucket).
     pub(super) async fn reserve(&self, asks: Vec<PeerReserve>) -> Frame {
         let asks = &asks[..asks.len().min(MOST_PER_FRAME)];
-        let engine = self.here.engine();
+        let rules = self.local.rules();
         let prepared: Vec<_> = asks
             .iter()
-            .map(|a| engine.prepare(&a.key, RuleSpec::of(&a.rule), a.cost))
+            .map(|a| rules.prepare(&a.key, RuleSpec::of(&a.rule), a.cost))
             .collect();
         // A bucket this node owns but does not hold yet is recalled first (see
-        // `crate::peers::recall`): an estimate taken from a fresh bucket would over-admit.
-        if let Some(relay) = self.relay.as_ref().filter(|r| r.recall.active()) {
+        // `crate::peers::recall_on_join`): an estimate taken from a fresh bucket would over-admit.
+        if let Some(cluster) = self.cluster.as_ref().filter(|r| r.recall.active()) {
             let ids = prepared.iter().flatten().map(|(_, id)| *id).collect();
-            relay.recall.before(ids).await;
+            cluster.recall.before(ids).await;
         }
-        let now = self.here.now();
+        let now = self.local.now();
         let answers = asks
             .iter()
             .zip(prepared)
@@ -44,13 +43,10 @@ impl PeerServer {
                         message: "this node does not own the bucket".to_owned(),
                     };
                 }
-                match reserve_here(
-                    engine,
-                    &resolved,
-                    id,
-                    (ask.cost, ask.ttl_ms, ask.nonce),
-                    now,
-                ) {
+                match self
+                    .local
+                    .reserve(&resolved, id, (ask.cost, ask.ttl_ms, ask.nonce), now)
+                {
                     Ok(answer) => PeerAnswer::Answer(answer),
                     Err(e) => error(&e),
                 }
@@ -62,16 +58,17 @@ impl PeerServer {
     /// Settles each, in order.
     pub(super) fn settle(&self, settles: Vec<PeerSettle>) -> Frame {
         let settles = &settles[..settles.len().min(MOST_PER_FRAME)];
-        let engine = self.here.engine();
-        let now = self.here.now();
+        let now = self.local.now();
         let answers = settles
             .iter()
             .map(|s| {
-                let settled = engine
+                let settled = self
+                    .local
+                    .rules()
                     .prepare(&s.key, RuleSpec::of(&s.rule), s.cost)
                     .map_err(ReserveError::Check)
                     .and_then(|(resolved, id)| {
-                        settle_here(engine, &resolved, id, (s.nonce, s.cost), now)
+                        self.local.settle(&resolved, id, (s.nonce, s.cost), now)
                     });
                 match settled {
                     Ok(answer) => SettleAnswer::Answer(answer),
