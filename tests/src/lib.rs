@@ -18,7 +18,8 @@ pub mod tls;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_node::{Listeners, NodeConfig, run};
 pub use ringlimit_test_support::{
-    ClusterView, Member, inline, owner_of, series, wait_all_alive, wait_out_of_ring, wait_until,
+    ClusterView, Member, inline, owner_of, poll_every, series, wait_all_alive, wait_for,
+    wait_out_of_ring, wait_until,
 };
 use serde_json::{Value, json};
 use std::future::Future;
@@ -169,6 +170,65 @@ impl Api {
     /// Waits (at most [`WAIT`]) until `/readyz` answers 200.
     pub async fn wait_ready(&self) -> Result<()> {
         ringlimit_test_support::wait_ready(self, WAIT).await
+    }
+
+    /// The value of `name` (a series: its name and labels, see [`series`]) in the node's
+    /// `/metrics`; an error when the node does not export it.
+    pub async fn series(&self, name: &str) -> Result<f64> {
+        let r = self.get("/metrics").await?;
+        ensure!(r.status == 200, "/metrics answered {}", r.status);
+        series(&r.text, name).with_context(|| format!("{} exports no {name}", self.addr))
+    }
+
+    /// Gossip datagrams this node has taken in so far.
+    pub async fn gossip_received(&self) -> Result<f64> {
+        self.series(r#"ringlimit_gossip_datagrams_total{direction="received"}"#)
+            .await
+    }
+}
+
+/// Waits until each of `nodes` has taken in `datagrams` more gossip datagrams than when called:
+/// what a test waits for before it says that something did not spread (it had the chance).
+pub async fn wait_gossip<N: Deref<Target = Api>>(nodes: &[N], datagrams: f64) -> Result<()> {
+    let mut marks = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        marks.push(node.gossip_received().await?);
+    }
+    for (node, mark) in nodes.iter().zip(marks) {
+        wait_until(
+            &format!("{} takes in {datagrams} gossip datagrams", node.addr),
+            WAIT,
+            || async { Ok(node.gossip_received().await? >= mark + datagrams) },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// What a load loop has done so far, shared with the test that drives it: the test waits for
+/// an amount of load (before a kill, after a heal) rather than for an amount of time, which a
+/// busy machine stretches.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<std::sync::atomic::AtomicU64>);
+
+impl Progress {
+    /// One more done.
+    pub fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Done so far.
+    pub fn done(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits (at most `within`) until `n` more are done than when called.
+    pub async fn wait_more(&self, n: u64, within: Duration) -> Result<()> {
+        let want = self.done() + n;
+        wait_until(&format!("{n} more done by the load"), within, || async {
+            Ok(self.done() >= want)
+        })
+        .await
     }
 }
 

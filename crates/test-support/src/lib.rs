@@ -12,7 +12,7 @@
 //! dev-dependency, and anything that depended on the node would build the node twice there.
 //!
 //! # Layout
-//! - [`wait`] — [`wait_until`]: polls a condition until it holds, bounded.
+//! - [`wait`] — [`wait_until`], [`wait_for`]: poll a condition until it holds, bounded.
 //! - [`member`] — [`Member`], and the waits on members: [`wait_ready`], [`wait_all_alive`],
 //!   [`wait_out_of_ring`].
 //! - [`view`] — [`ClusterView`]: a node's `GET /v1/cluster` answer, read.
@@ -29,4 +29,4 @@ pub use keys::{inline, keys_owned_by, owner_of, owner_under};
 pub use member::{Member, wait_all_alive, wait_out_of_ring, wait_ready};
 pub use metrics::{series, series_sum};
 pub use view::ClusterView;
-pub use wait::wait_until;
+pub use wait::{poll_every, wait_for, wait_until};

@@ -1,7 +1,7 @@
 //! One node as a test reaches it ([`Member`]), and the waits on members both harnesses use.
 
 use crate::view::ClusterView;
-use crate::wait::wait_until;
+use crate::wait::{wait_for, wait_until};
 use anyhow::Result;
 use std::future::Future;
 use std::time::Duration;
@@ -72,21 +72,17 @@ pub async fn wait_out_of_ring(
     ring: u64,
     within: Duration,
 ) -> Result<Option<String>> {
-    // The state of the poll that met the condition (a mutex: the wait's future stays Send).
-    let shown = std::sync::Mutex::new(None);
-    wait_until(
+    wait_for(
         &format!("{} drops {node_id} from its ring of {ring}", member.name()),
         within,
         || async {
             let view = member.cluster_view().await?;
             let state = view.state_of(node_id);
             let out = state.as_deref() != Some("alive") && view.ring_members() == ring;
-            *shown.lock().map_err(|_| anyhow::anyhow!("poisoned"))? = state;
-            Ok(out)
+            Ok(out.then_some(state))
         },
     )
-    .await?;
-    Ok(shown.into_inner().unwrap_or_default())
+    .await
 }
 
 #[cfg(test)]

@@ -15,20 +15,48 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
+    poll_every(POLL, what, within, || {
+        let holds = condition();
+        async { Ok(holds.await?.then_some(())) }
+    })
+    .await
+}
+
+/// [`wait_until`] for a condition that holds with a value (`Some`): returns it.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, poll: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    poll_every(POLL, what, within, poll).await
+}
+
+/// [`wait_for`], polling every `every` (a test that times how soon something happens polls
+/// finer than [`POLL`]).
+pub async fn poll_every<T, F, Fut>(
+    every: Duration,
+    what: &str,
+    within: Duration,
+    mut poll: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
     let mut last_error = None;
     let polled = tokio::time::timeout(within, async {
         loop {
-            match condition().await {
-                Ok(true) => return,
-                Ok(false) => last_error = None,
+            match poll().await {
+                Ok(Some(value)) => return value,
+                Ok(None) => last_error = None,
                 Err(e) => last_error = Some(e),
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(every).await;
         }
     })
     .await;
     match (polled, last_error) {
-        (Ok(()), _) => Ok(()),
+        (Ok(value), _) => Ok(value),
         (Err(_), Some(e)) => Err(e.context(format!("{what}: not met within {within:?}"))),
         (Err(_), None) => Err(anyhow!("{what}: not met within {within:?}")),
     }
@@ -78,6 +106,27 @@ mod tests {
         .await
         .expect_err("never met");
         assert_eq!(format!("{e:#}"), "false: not met within 50ms");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_value_once_there_is_one_polled_as_often_as_asked() {
+        let polls = Cell::new(0u32);
+        let start = tokio::time::Instant::now();
+        let got = poll_every(
+            Duration::from_millis(5),
+            "the fourth poll",
+            Duration::from_secs(1),
+            || async {
+                polls.set(polls.get() + 1);
+                Ok((polls.get() == 4).then_some("four"))
+            },
+        )
+        .await
+        .expect("met");
+        assert_eq!(got, "four");
+        assert_eq!(start.elapsed(), Duration::from_millis(15));
+        let got = wait_for("at once", Duration::from_secs(1), || async { Ok(Some(7)) }).await;
+        assert_eq!(got.expect("met"), 7);
     }
 
     #[tokio::test(start_paused = true)]
