@@ -18,8 +18,8 @@ pub mod tls;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_node::{Listeners, NodeConfig, run};
 pub use ringlimit_test_support::{
-    ClusterView, Member, inline, owner_of, poll_every, series, wait_all_alive, wait_for,
-    wait_out_of_ring, wait_until,
+    ClusterView, Member, inline, keys_owned_by, owner_of, poll_every, series, wait_all_alive,
+    wait_for, wait_out_of_ring, wait_until,
 };
 use serde_json::{Value, json};
 use std::future::Future;
@@ -183,6 +183,12 @@ impl Api {
     /// Gossip datagrams this node has taken in so far.
     pub async fn gossip_received(&self) -> Result<f64> {
         self.series(r#"ringlimit_gossip_datagrams_total{direction="received"}"#)
+            .await
+    }
+
+    /// Gossip datagrams this node has sent so far (to seeds it has not joined: its attempts).
+    pub async fn gossip_sent(&self) -> Result<f64> {
+        self.series(r#"ringlimit_gossip_datagrams_total{direction="sent"}"#)
             .await
     }
 }
