@@ -15,8 +15,8 @@
 //! PrometheusRule the same as the plain file, every alert unit-tested both ways) need nothing.
 //! `deploy/prometheus/check.sh` runs promtool's checks and unit tests.
 
-use anyhow::{Context, Result, bail, ensure};
-use ringlimit_tests::{ProcessNode, TempDir, exclusive, wait_until};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use ringlimit_tests::{ProcessNode, TempDir, exclusive, wait_for, wait_until};
 use serde_json::{Value, json};
 use serde_yaml_ng::Value as Yaml;
 use std::collections::{BTreeMap, BTreeSet};
@@ -322,21 +322,24 @@ impl Prometheus {
                 .build()?,
             names: BTreeSet::new(),
         };
-        let deadline = tokio::time::Instant::now() + PROM_WAIT;
-        loop {
-            if let Ok(Some(status)) = prom.child.try_wait() {
-                bail!("prometheus exited ({status}); its log:\n{}", prom.log());
+        let (http, ready_url) = (prom.http.clone(), format!("{}/-/ready", prom.base));
+        let child = &mut prom.child;
+        // Ready, or exited (`Some(Err)`: no use waiting on).
+        let ready = wait_for("prometheus ready", PROM_WAIT, || {
+            let exited = child.try_wait().ok().flatten();
+            let ask = http.get(&ready_url).send();
+            async move {
+                if let Some(status) = exited {
+                    return Ok(Some(Err(anyhow!("prometheus exited ({status})"))));
+                }
+                let ok = ask.await.is_ok_and(|r| r.status().is_success());
+                Ok(ok.then_some(Ok(())))
             }
-            let r = prom.http.get(format!("{}/-/ready", prom.base)).send().await;
-            if r.is_ok_and(|r| r.status().is_success()) {
-                return Ok(prom);
-            }
-            ensure!(
-                tokio::time::Instant::now() < deadline,
-                "prometheus not ready within {PROM_WAIT:?}; its log:\n{}",
-                prom.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        match ready.and_then(|r| r) {
+            Ok(()) => Ok(prom),
+            Err(e) => bail!("{e:#}; its log:\n{}", prom.log()),
         }
     }
 
