@@ -18,8 +18,8 @@ pub mod tls;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use ringlimit_node::{Listeners, NodeConfig, run};
 pub use ringlimit_test_support::{
-    ClusterView, Member, inline, keys_owned_by, owner_of, poll_every, series, wait_all_alive,
-    wait_for, wait_out_of_ring, wait_until,
+    ClusterView, Member, inline, keys_owned_by, owner_of, poll_every, series, series_sum,
+    wait_all_alive, wait_for, wait_out_of_ring, wait_until,
 };
 use serde_json::{Value, json};
 use std::future::Future;
