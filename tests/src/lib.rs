@@ -836,20 +836,16 @@ impl ProcessNode {
 
     /// Waits at most `within` for the process to exit; returns its exit code.
     pub async fn wait_exit(&mut self, within: Duration) -> Result<i32> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return status
-                    .code()
-                    .with_context(|| format!("{} ended by a signal: {status}", self.node_id));
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "{} did not exit within {within:?}",
-                self.node_id
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("{} exits", self.node_id);
+        let child = &mut self.child;
+        let status = wait_for(&what, within, || {
+            let exited = child.try_wait();
+            async move { Ok(exited?) }
+        })
+        .await?;
+        status
+            .code()
+            .with_context(|| format!("{} ended by a signal: {status}", self.node_id))
     }
 
     /// SIGTERM, then waits (at most [`WAIT`]) for the exit; returns the exit code.
