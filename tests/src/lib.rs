@@ -7,17 +7,20 @@
 //! - [`Api`] — the HTTP client both kinds of node share (through `Deref`), over HTTP or HTTPS.
 //! - [`tls`] — a test CA, its certificates in files, TLS clients.
 //!
-//! Every wait is bounded and every address is on 127.0.0.1.
+//! Every wait is bounded and every address is on 127.0.0.1. The waits, the cluster view, the
+//! metrics reading and key placement are those of `ringlimit-test-support`, which the in-memory
+//! nodes' harness (the node crate's `testing`) uses too: [`Api`], [`TestNode`] and
+//! [`ProcessNode`] are its [`Member`]s.
 
 pub mod statefulset;
 pub mod tls;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use ringlimit_node::rules::InForce;
-use ringlimit_node::rules::RuleSet;
-use ringlimit_node::rules::RuleSpec;
 use ringlimit_node::{Listeners, NodeConfig, run};
-use ringlimit_proto::{Algorithm, InlineRule, Ring};
+pub use ringlimit_test_support::{
+    ClusterView, Member, inline, keys_owned_by, owner_of, poll_every, series, series_sum,
+    wait_all_alive, wait_for, wait_out_of_ring, wait_until,
+};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::io::BufRead;
@@ -45,7 +48,6 @@ pub fn init_logs() {
         .try_init();
 }
 
-/// An inline check body: `limit` requests per `period_ms` for `key`.
 /// A shared per-ip limit, a per-user limit and a shadow trial: the rules of the several-limits
 /// tests (HTTP `/v1/check/all` and gRPC `CheckAll`).
 pub const LIMIT_RULES: &str = "
@@ -58,54 +60,6 @@ rules:
 /// Puts [`LIMIT_RULES`] in force in `config`.
 pub fn with_limit_rules(config: &mut NodeConfig) {
     config.rules = ringlimit_node::rules::RuleSet::from_yaml(LIMIT_RULES).expect("valid rules");
-}
-
-pub fn inline(key: &str, limit: u64, period_ms: u64) -> Value {
-    json!({ "key": key, "limit": limit, "period_ms": period_ms })
-}
-
-/// Polls `condition` every 20 ms until it holds; fails after `within`, naming `what`.
-pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut condition: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match condition().await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(e.context(format!("{what}: not met within {within:?}")));
-            }
-            Err(_) => {}
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not met within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The member of a ring over `members` that owns `key` under the inline token-bucket rule
-/// `limit` per `period_ms` — computed exactly as nodes compute it.
-pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> Result<String> {
-    static ENGINE: OnceLock<InForce> = OnceLock::new();
-    let engine = ENGINE.get_or_init(|| InForce::new(RuleSet::builtin()));
-    let rule = InlineRule {
-        limit,
-        period_ms,
-        algorithm: Algorithm::TokenBucket,
-        burst: None,
-    };
-    let (_, id) = engine
-        .prepare(key, RuleSpec::Inline(rule), 1)
-        .map_err(|e| anyhow!("cannot prepare {key:?}: {e}"))?;
-    Ring::new(members)
-        .owner(id)
-        .map(str::to_owned)
-        .context("empty ring")
 }
 
 /// An HTTP client for one node.
@@ -215,77 +169,111 @@ impl Api {
 
     /// Waits (at most [`WAIT`]) until `/readyz` answers 200.
     pub async fn wait_ready(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Ok(r) = self.client.get(self.url("/readyz")).send().await
-                && r.status().is_success()
-            {
-                return Ok(());
+        ringlimit_test_support::wait_ready(self, WAIT).await
+    }
+
+    /// The value of `name` (a series: its name and labels, see [`series`]) in the node's
+    /// `/metrics`; an error when the node does not export it.
+    pub async fn series(&self, name: &str) -> Result<f64> {
+        let r = self.get("/metrics").await?;
+        ensure!(r.status == 200, "/metrics answered {}", r.status);
+        series(&r.text, name).with_context(|| format!("{} exports no {name}", self.addr))
+    }
+
+    /// Gossip datagrams this node has taken in so far.
+    pub async fn gossip_received(&self) -> Result<f64> {
+        self.series(r#"ringlimit_gossip_datagrams_total{direction="received"}"#)
+            .await
+    }
+
+    /// Gossip datagrams this node has sent so far (to seeds it has not joined: its attempts).
+    pub async fn gossip_sent(&self) -> Result<f64> {
+        self.series(r#"ringlimit_gossip_datagrams_total{direction="sent"}"#)
+            .await
+    }
+}
+
+/// Waits until each of `nodes` has taken in `datagrams` more gossip datagrams than when called:
+/// what a test waits for before it says that something did not spread (it had the chance).
+pub async fn wait_gossip<N: Deref<Target = Api>>(nodes: &[N], datagrams: f64) -> Result<()> {
+    let mut marks = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        marks.push(node.gossip_received().await?);
+    }
+    for (node, mark) in nodes.iter().zip(marks) {
+        wait_until(
+            &format!("{} takes in {datagrams} gossip datagrams", node.addr),
+            WAIT,
+            || async { Ok(node.gossip_received().await? >= mark + datagrams) },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// What a load loop has done so far, shared with the test that drives it: the test waits for
+/// an amount of load (before a kill, after a heal) rather than for an amount of time, which a
+/// busy machine stretches.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<std::sync::atomic::AtomicU64>);
+
+impl Progress {
+    /// One more done.
+    pub fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Done so far.
+    pub fn done(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits (at most `within`) until `n` more are done than when called.
+    pub async fn wait_more(&self, n: u64, within: Duration) -> Result<()> {
+        let want = self.done() + n;
+        wait_until(&format!("{n} more done by the load"), within, || async {
+            Ok(self.done() >= want)
+        })
+        .await
+    }
+}
+
+impl Member for Api {
+    fn name(&self) -> String {
+        self.addr.to_string()
+    }
+
+    async fn ready(&self) -> Result<bool> {
+        let r = self.client.get(self.url("/readyz")).send().await?;
+        Ok(r.status().is_success())
+    }
+
+    fn cluster_view(&self) -> impl Future<Output = Result<ClusterView>> + Send {
+        self.cluster()
+    }
+}
+
+/// A [`Member`] reached through its [`Api`], named by its node id.
+macro_rules! member_through_api {
+    ($node:ty) => {
+        impl Member for $node {
+            fn name(&self) -> String {
+                self.node_id.clone()
             }
-            if tokio::time::Instant::now() > deadline {
-                bail!("node at {} not ready within {:?}", self.addr, WAIT);
+
+            fn ready(&self) -> impl Future<Output = Result<bool>> + Send {
+                self.api.ready()
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+
+            fn cluster_view(&self) -> impl Future<Output = Result<ClusterView>> + Send {
+                self.api.cluster()
+            }
         }
-    }
+    };
 }
 
-/// A node's `/v1/cluster` answer.
-#[derive(Debug, Clone)]
-pub struct ClusterView(pub Value);
-
-impl ClusterView {
-    /// `(node_id, state)` of every member listed.
-    pub fn members(&self) -> Vec<(String, String)> {
-        self.0["members"]
-            .as_array()
-            .map(|ms| {
-                ms.iter()
-                    .map(|m| {
-                        (
-                            m["node_id"].as_str().unwrap_or("").to_owned(),
-                            m["state"].as_str().unwrap_or("").to_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// The ids of the members shown `alive`, sorted.
-    pub fn alive(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .members()
-            .into_iter()
-            .filter(|(_, s)| s == "alive")
-            .map(|(id, _)| id)
-            .collect();
-        ids.sort();
-        ids
-    }
-
-    /// The state shown for `node_id`, `None` when it is not listed.
-    pub fn state_of(&self, node_id: &str) -> Option<String> {
-        self.members()
-            .into_iter()
-            .find(|(id, _)| id == node_id)
-            .map(|(_, s)| s)
-    }
-
-    /// Whether `node_id` is listed at all, in any state.
-    pub fn lists(&self, node_id: &str) -> bool {
-        self.state_of(node_id).is_some()
-    }
-
-    pub fn ring_members(&self) -> u64 {
-        self.0["ring_members"].as_u64().unwrap_or(0)
-    }
-
-    /// A counter of `forwarding` (`forwarded`, `fail_open`, `peer_frames`, ...).
-    pub fn forwarding(&self, counter: &str) -> u64 {
-        self.0["forwarding"][counter].as_u64().unwrap_or(0)
-    }
-}
+member_through_api!(TestNode);
+member_through_api!(ProcessNode);
 
 /// A node running in this process.
 pub struct TestNode {
@@ -529,20 +517,13 @@ impl TestCluster {
         self.nodes.iter().map(|n| n.node_id.clone()).collect()
     }
 
-    /// Waits until every node shows exactly the cluster's nodes alive and all in its ring.
+    /// Waits until every node shows exactly the cluster's nodes alive and all in its ring,
+    /// and is ready.
     pub async fn wait_formed(&self, within: Duration) -> Result<()> {
-        let mut want = self.ids();
-        want.sort();
+        let ids = self.ids();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        wait_all_alive(&self.nodes, &ids, within).await?;
         for node in &self.nodes {
-            wait_until(
-                &format!("{} sees {} alive members", node.node_id, want.len()),
-                within,
-                || async {
-                    let view = node.cluster().await?;
-                    Ok(view.alive() == want && view.ring_members() == want.len() as u64)
-                },
-            )
-            .await?;
             node.wait_ready().await?;
         }
         Ok(())
@@ -855,20 +836,16 @@ impl ProcessNode {
 
     /// Waits at most `within` for the process to exit; returns its exit code.
     pub async fn wait_exit(&mut self, within: Duration) -> Result<i32> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return status
-                    .code()
-                    .with_context(|| format!("{} ended by a signal: {status}", self.node_id));
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "{} did not exit within {within:?}",
-                self.node_id
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("{} exits", self.node_id);
+        let child = &mut self.child;
+        let status = wait_for(&what, within, || {
+            let exited = child.try_wait();
+            async move { Ok(exited?) }
+        })
+        .await?;
+        status
+            .code()
+            .with_context(|| format!("{} ended by a signal: {status}", self.node_id))
     }
 
     /// SIGTERM, then waits (at most [`WAIT`]) for the exit; returns the exit code.
@@ -1007,28 +984,6 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
 }
 
-/// Waits until every node in `nodes` shows exactly `ids` alive and all of them in its ring.
-pub async fn wait_all_alive<N: Deref<Target = Api>>(
-    nodes: &[N],
-    ids: &[&str],
-    within: Duration,
-) -> Result<()> {
-    let mut want: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
-    want.sort();
-    for node in nodes {
-        wait_until(
-            &format!("{} sees {want:?} alive", node.addr),
-            within,
-            || async {
-                let view = node.cluster().await?;
-                Ok(view.alive() == want && view.ring_members() == want.len() as u64)
-            },
-        )
-        .await?;
-    }
-    Ok(())
-}
-
 /// One test at a time for the tests that call it: cluster tests measure latencies and failure
 /// detection on a small machine, and must not compete with each other for its cores.
 pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
@@ -1145,12 +1100,10 @@ pub async fn read_until_closed(s: &mut tokio::net::TcpStream) -> Result<Vec<u8>>
     Ok(got)
 }
 
-/// The value of one series in a `/metrics` text: `series` is its name and labels followed by
-/// a space (`ringlimit_http_connections `); -1 when absent.
-pub fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(-1.0)
+/// The value of one series in a `/metrics` text (its name and labels, see [`series`]); -1
+/// when absent.
+pub fn metric(text: &str, name: &str) -> f64 {
+    series(text, name).unwrap_or(-1.0)
 }
 
 #[cfg(test)]

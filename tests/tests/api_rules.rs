@@ -8,7 +8,7 @@ use reqwest::Method;
 use ringlimit_node::cluster::transport::GossipBlocklist;
 use ringlimit_node::rules::change::place;
 use ringlimit_proto::Ring;
-use ringlimit_tests::{Api, TestCluster, WAIT, wait_until};
+use ringlimit_tests::{Api, TestCluster, WAIT, poll_every, wait_gossip, wait_until};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -307,7 +307,11 @@ async fn a_node_partitioned_during_a_delete_does_not_bring_the_rule_back() -> Re
     }
     let r = delete(&c[0], doomed).await?;
     ensure!(r.status == 204, "{}", r.text);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The delete reached the side gossip still connects: node-2 had as long to hear of it.
+    wait_until("node-0 and node-1 forgot doomed", WAIT, || async {
+        Ok(!in_force_here(&c[0], doomed).await? && !in_force_here(&c[1], doomed).await?)
+    })
+    .await?;
     // What node-2 has in force itself (its admin GET would ask the name's owner, which knows).
     ensure!(in_force_here(&c[2], doomed).await?, "node-2 was cut off");
     // Healed: node-2 learns the delete; nobody brings the rule back.
@@ -318,7 +322,8 @@ async fn a_node_partitioned_during_a_delete_does_not_bring_the_rule_back() -> Re
         Ok(!in_force_here(&c[2], doomed).await?)
     })
     .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Gossip flows on (every node takes in a few rounds' worth), and brings nothing back.
+    wait_gossip(&c.nodes, 20.0).await?;
     for n in 0..3 {
         ensure!(
             !in_force_here(&c[n], doomed).await? && listed(&c[n], doomed).await?.is_none(),
@@ -396,7 +401,7 @@ async fn rules_survive_a_restart_of_every_node_with_its_data_dir() -> Result<()>
 }
 
 /// Propagation time over 100 changes, each written on one node and timed until both others
-/// list it (polled every 5 ms).
+/// list it (polled every 5 ms, within 5 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagation_time_over_100_changes() -> Result<()> {
     // The default gossip round (100 ms), not the test nodes' 50 ms.
@@ -412,25 +417,19 @@ async fn propagation_time_over_100_changes() -> Result<()> {
         let started = Instant::now();
         let r = put(&c[writer], &name, json!({ "limit": 1 + i, "period": "1m" })).await?;
         ensure!(r.status == 200, "{}", r.text);
-        loop {
-            let mut all = true;
+        let (every, within) = (Duration::from_millis(5), Duration::from_secs(5));
+        poll_every(every, &format!("change {i} everywhere"), within, || async {
             for n in (0..3).filter(|&n| n != writer) {
                 if !listed(&c[n], &name)
                     .await?
                     .is_some_and(|v| v["limit"] == 1 + i)
                 {
-                    all = false;
+                    return Ok(None);
                 }
             }
-            if all {
-                break;
-            }
-            ensure!(
-                started.elapsed() < Duration::from_secs(5),
-                "change {i} never arrived"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+            Ok(Some(()))
+        })
+        .await?;
         times.push(started.elapsed());
     }
     times.sort();

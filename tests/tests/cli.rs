@@ -7,12 +7,14 @@
 use anyhow::{Context, Result, bail, ensure};
 use ringlimit_node::NodeConfig;
 use ringlimit_tests::tls::{CertDir, TestCa};
-use ringlimit_tests::{Api, TestCluster, TestNode, WAIT, inline, ringlimit_binary, wait_until};
+use ringlimit_tests::{
+    Api, TestCluster, TestNode, WAIT, inline, ringlimit_binary, wait_for, wait_until,
+};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TOKEN: &str = "cli-test-admin-token";
 /// Longest one CLI run may take (its own request timeout is 5 s).
@@ -59,7 +61,8 @@ impl<'a> Cli<'a> {
         }
     }
 
-    /// Runs `ringlimit args...` in a blocking thread, killed if it outlives [`RUN_WITHIN`].
+    /// Runs `ringlimit args...` (waited for in a blocking thread), killed if it outlives
+    /// [`RUN_WITHIN`].
     async fn run(&self, args: &[&str]) -> Result<Run> {
         let mut cmd = Command::new(self.bin);
         cmd.args(args)
@@ -75,30 +78,28 @@ impl<'a> Cli<'a> {
         if let Some(ca) = self.cacert {
             cmd.env("RINGLIMIT_CACERT", ca);
         }
-        let stdin = self.stdin.unwrap_or("").to_owned();
         let what = format!("ringlimit {}", args.join(" "));
-        tokio::task::spawn_blocking(move || -> Result<Run> {
-            let mut child = cmd.spawn().with_context(|| format!("spawn {what}"))?;
-            if let Some(mut input) = child.stdin.take() {
-                input.write_all(stdin.as_bytes())?;
+        let mut child = cmd.spawn().with_context(|| format!("spawn {what}"))?;
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(self.stdin.unwrap_or("").as_bytes())?;
+        }
+        // Its pid stays its own until the blocking wait below reaps it.
+        let pid = child.id();
+        let ran = tokio::task::spawn_blocking(move || child.wait_with_output());
+        let out = match tokio::time::timeout(RUN_WITHIN, ran).await {
+            Ok(out) => out??,
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                bail!("{what} still running after {RUN_WITHIN:?}");
             }
-            let started = Instant::now();
-            while child.try_wait()?.is_none() {
-                if started.elapsed() > RUN_WITHIN {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    bail!("{what} still running after {RUN_WITHIN:?}");
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let out = child.wait_with_output()?;
-            Ok(Run {
-                code: out.status.code().unwrap_or(-1),
-                out: String::from_utf8_lossy(&out.stdout).into_owned(),
-                err: String::from_utf8_lossy(&out.stderr).into_owned(),
-            })
+        };
+        Ok(Run {
+            code: out.status.code().unwrap_or(-1),
+            out: String::from_utf8_lossy(&out.stdout).into_owned(),
+            err: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
-        .await?
     }
 }
 
@@ -122,13 +123,27 @@ fn bin() -> Result<PathBuf> {
     ringlimit_binary()
 }
 
+/// The CLI against one 3-node cluster, scenario by scenario (each leaves the rules as the next
+/// expects them: `cli-rule` at 3 an hour, its key denied, until it is deleted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_cli_drives_a_cluster() -> Result<()> {
     let bin = tokio::task::spawn_blocking(bin).await??;
     let c = TestCluster::start_with(3, |c| c.admin_token = Some(TOKEN.into())).await?;
-    let [n0, n1, n2] = [0, 1, 2].map(|i| Cli::at(&bin, c.nodes[i].http));
+    let nodes: [Cli<'_>; 3] = [0, 1, 2].map(|i| Cli::at(&bin, c.nodes[i].http));
+    rules_are_written_read_and_guarded_by_their_version(&nodes).await?;
+    a_rule_from_yaml_on_stdin_is_listed(&bin, &c, &nodes).await?;
+    top_lists_the_denied_key(&c, &nodes).await?;
+    the_cluster_shows_three_alive_without_a_token(&bin, &c).await?;
+    a_keys_state_and_its_reset_on_every_member(&nodes).await?;
+    deleted_rules_are_unknown(&nodes).await?;
+    c.stop().await
+}
 
-    // Written through node 0 (a table of the rule), read through node 2 (JSON, its version).
+/// Written through node 0 (a table of the rule), read through node 2 (JSON, its version); a
+/// stale If-Match refused with nothing changed, the right one accepted.
+async fn rules_are_written_read_and_guarded_by_their_version(
+    [n0, n1, n2]: &[Cli<'_>; 3],
+) -> Result<()> {
     let put = n0
         .run(&[
             "rules",
@@ -197,9 +212,16 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
     ])
     .await?
     .ok()?;
+    Ok(())
+}
 
-    // A rule from YAML on standard input.
-    let mut from_stdin = Cli::at(&bin, c.nodes[2].http);
+/// A rule from YAML on standard input; the list, in JSON and as a table, once node 1 has it.
+async fn a_rule_from_yaml_on_stdin_is_listed(
+    bin: &Path,
+    c: &TestCluster,
+    [_, n1, _]: &[Cli<'_>; 3],
+) -> Result<()> {
+    let mut from_stdin = Cli::at(bin, c.nodes[2].http);
     from_stdin.stdin = Some("limit: 50\nperiod: 10s\nalgorithm: sliding_window\n");
     let r = from_stdin
         .run(&["rules", "put", "cli-yaml", "--file", "-", "-o", "json"])
@@ -207,10 +229,9 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         .ok()?;
     ensure!(r.json()?["algorithm"] == "sliding_window", "{}", r.out);
 
-    // The list: JSON that parses, with both rules once node 1 has learnt cli-yaml (a listing is
-    // what the node asked knows: gossip brings it within about a second).
-    let deadline = Instant::now() + WAIT;
-    loop {
+    // JSON that parses, with both rules once node 1 has learnt cli-yaml (a listing is what the
+    // node asked knows: gossip brings it within about a second).
+    wait_until("node 1 lists cli-rule and cli-yaml", WAIT, || async {
         let list = n1.run(&["rules", "list", "--output", "json"]).await?.ok()?;
         let names: Vec<String> = list.json()?["rules"]
             .as_array()
@@ -218,12 +239,9 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
             .iter()
             .filter_map(|r| r["name"].as_str().map(str::to_owned))
             .collect();
-        if names.iter().any(|n| n == "cli-rule") && names.iter().any(|n| n == "cli-yaml") {
-            break;
-        }
-        ensure!(Instant::now() < deadline, "rules list: {names:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Ok(names.iter().any(|n| n == "cli-rule") && names.iter().any(|n| n == "cli-yaml"))
+    })
+    .await?;
     let table = n1.run(&["rules", "list"]).await?.ok()?;
     ensure!(
         table.out.starts_with("NAME ")
@@ -235,10 +253,14 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         table.out
     );
     eprintln!("ringlimit rules list:\n{}", table.out);
+    Ok(())
+}
 
-    // Denials through node 0 once every node has the rule: the key tops the rule's list.
+/// Denials through node 0 once every node has the rule: the key tops the rule's list, as a
+/// table and by denials in JSON.
+async fn top_lists_the_denied_key(c: &TestCluster, [_, _, n2]: &[Cli<'_>; 3]) -> Result<()> {
     wait_until("every node has cli-rule", WAIT, || {
-        everywhere(&c, "cli-rule")
+        everywhere(c, "cli-rule")
     })
     .await?;
     let mut denied = 0;
@@ -249,22 +271,17 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         denied += u32::from(r.status == 429);
     }
     ensure!(denied == 3, "{denied} denied of 6 at 3 an hour");
-    let deadline = Instant::now() + WAIT;
-    let top = loop {
+    let top = wait_for("top lists user:cli", WAIT, || async {
         let r = n2
             .run(&["top", "--rule", "cli-rule", "-n", "5"])
             .await?
             .ok()?;
-        if r.out.lines().any(|l| l.starts_with("user:cli ")) {
-            break r;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "top never listed user:cli:\n{}",
-            r.out
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        Ok(r.out
+            .lines()
+            .any(|l| l.starts_with("user:cli "))
+            .then_some(r))
+    })
+    .await?;
     ensure!(
         top.out.starts_with("KEY ") && top.out.contains("complete: 3 of 3 members answered"),
         "{}",
@@ -280,9 +297,12 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         top["keys"][0]["key"] == "user:cli" && top["keys"][0]["count"].as_u64() >= Some(3),
         "{top}"
     );
+    Ok(())
+}
 
-    // The cluster: three members alive, in a table and in JSON; no token needed.
-    let mut anonymous = Cli::at(&bin, c.nodes[1].http);
+/// The cluster: three members alive, in a table and in JSON; no token needed.
+async fn the_cluster_shows_three_alive_without_a_token(bin: &Path, c: &TestCluster) -> Result<()> {
+    let mut anonymous = Cli::at(bin, c.nodes[1].http);
     anonymous.token = None;
     let cluster = anonymous.run(&["cluster"]).await?.ok()?;
     ensure!(
@@ -306,8 +326,12 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         view["members"].as_array().map(Vec::len) == Some(3),
         "{view}"
     );
+    Ok(())
+}
 
-    // A key's state (nothing consumed), its reset on every member, its state again.
+/// A key's state (nothing consumed), its reset on every member, its state again; a key of any
+/// characters, and an inline rule by its parameters.
+async fn a_keys_state_and_its_reset_on_every_member([n0, n1, n2]: &[Cli<'_>; 3]) -> Result<()> {
     let state = n1
         .run(&[
             "keys", "get", "user:cli", "--rule", "cli-rule", "-o", "json",
@@ -375,8 +399,12 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         state["key"] == odd && state["state"]["limit"] == 5,
         "{state}"
     );
+    Ok(())
+}
 
-    // Deleted through node 1, right after; then gone: exit 1 with unknown_rule (404).
+/// Deleted through node 1, right after; then gone: exit 1 with unknown_rule (404). A delete
+/// with a stale If-Match is refused.
+async fn deleted_rules_are_unknown([n0, n1, n2]: &[Cli<'_>; 3]) -> Result<()> {
     let deleted = n1.run(&["rules", "delete", "cli-rule"]).await?.ok()?;
     ensure!(deleted.out.trim() == "rule cli-rule deleted", "{deleted:?}");
     let gone = n0.run(&["rules", "get", "cli-rule"]).await?;
@@ -395,16 +423,25 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         "{again:?}"
     );
     n2.run(&["rules", "delete", "cli-yaml"]).await?.ok()?;
+    Ok(())
+}
 
-    // A wrong token, and none: exit 1, unauthorized (with a hint when none was given).
-    let mut wrong = Cli::at(&bin, c.nodes[0].http);
+/// A wrong token, and none: exit 1, unauthorized (with a hint when none was given); the token
+/// given as a flag works too (though the environment is preferred).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_or_none_is_unauthorized() -> Result<()> {
+    let bin = tokio::task::spawn_blocking(bin).await??;
+    let mut config = NodeConfig::local("cli-tokens");
+    config.admin_token = Some(TOKEN.into());
+    let node = TestNode::start(config).await?;
+    let mut wrong = Cli::at(&bin, node.http);
     wrong.token = Some("not-the-admin-token");
     let r = wrong.run(&["rules", "list"]).await?;
     ensure!(
         r.code == 1 && r.err.starts_with("error: unauthorized") && r.err.contains("HTTP 401"),
         "{r:?}"
     );
-    let mut none = Cli::at(&bin, c.nodes[0].http);
+    let mut none = Cli::at(&bin, node.http);
     none.token = None;
     let r = none
         .run(&["keys", "reset", "k", "--rule", "default"])
@@ -413,26 +450,33 @@ async fn the_admin_cli_drives_a_cluster() -> Result<()> {
         r.code == 1 && r.err.contains("unauthorized") && r.err.contains("RINGLIMIT_ADMIN_TOKEN"),
         "{r:?}"
     );
-    // The token given as a flag works too (though the environment is preferred).
     none.run(&["rules", "get", "default", "--token", TOKEN])
         .await?
         .ok()?;
+    node.stop().await
+}
 
-    // Bad usage: exit 2, one line.
+/// Bad usage: exit 2, one line, before any request (the address is one nothing listens on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_usage_exits_2_with_one_line() -> Result<()> {
+    let bin = tokio::task::spawn_blocking(bin).await??;
+    let nowhere = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let cli = Cli::at(&bin, nowhere);
     for args in [
         &["rules", "put", "x", "--limit", "5"][..],
         &["top"],
         &["keys", "get", "k"],
         &["cluster", "--addr", "ftp://127.0.0.1:1"],
     ] {
-        let r = n0.run(args).await?;
+        let r = cli.run(args).await?;
         ensure!(
             r.code == 2 && r.err.trim_end().lines().count() == 1,
             "{args:?}: {r:?}"
         );
     }
-
-    c.stop().await?;
     Ok(())
 }
 

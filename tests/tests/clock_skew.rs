@@ -101,6 +101,7 @@ async fn a_node_under_faketime_is_measured_and_global_windows_stay_on_the_cluste
     // counted into windows of its own: up to twice the limit).
     let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let into = Duration::from_millis(2_000 - (epoch.as_millis() % 2_000) as u64 + 200);
+    // A sleep is the thing: the load starts just past a boundary of the wall clock's windows.
     tokio::time::sleep(into).await;
     let first = (epoch + into).as_millis() / 2_000;
     let mut admitted = [0u32; 3];
@@ -120,6 +121,7 @@ async fn a_node_under_faketime_is_measured_and_global_windows_stay_on_the_cluste
             admitted[w] += 1;
         }
         i += 1;
+        // A sleep is the thing: it paces the load at ~90 checks/s, the rate under test.
         tokio::time::sleep(Duration::from_millis(11)).await;
     }
     ensure!(

@@ -25,7 +25,8 @@ use ringlimit_proto::peer::{
 };
 use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 use ringlimit_tests::{
-    Api, ProcessNode, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, wait_all_alive,
+    Api, ProcessNode, Progress, TestCluster, TestNode, WAIT, exclusive, inline, owner_of,
+    poll_every, wait_all_alive, wait_out_of_ring, wait_until,
 };
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -99,6 +100,8 @@ async fn check(api: &Api, body: &Value) -> Result<Seen> {
 struct Load {
     /// When the load started; samples are timed from it.
     t0: Instant,
+    /// Checks made so far.
+    progress: Progress,
     stop: Arc<AtomicBool>,
     loops: tokio::task::JoinSet<Vec<Sample>>,
 }
@@ -107,18 +110,24 @@ impl Load {
     fn start(apis: &[Api], keys: Arc<Vec<String>>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let t0 = Instant::now();
+        let progress = Progress::default();
         let mut loops = tokio::task::JoinSet::new();
         for l in 0..4 {
             loops.spawn(load_loop(
                 apis[l % apis.len()].clone(),
                 keys.clone(),
                 l * 75,
-                t0,
+                (t0, progress.clone()),
                 stop.clone(),
                 Duration::from_millis(4),
             ));
         }
-        Self { t0, stop, loops }
+        Self {
+            t0,
+            progress,
+            stop,
+            loops,
+        }
     }
 
     /// Stops the loops and returns every check they made.
@@ -142,12 +151,12 @@ struct Sample {
 }
 
 /// Sends checks for `keys` (one after another, cycling from `offset`, one every `every`) until
-/// `stop` is set.
+/// `stop` is set; each is timed from `t0` and counted in `progress`.
 async fn load_loop(
     api: Api,
     keys: Arc<Vec<String>>,
     offset: usize,
-    t0: Instant,
+    (t0, progress): (Instant, Progress),
     stop: Arc<AtomicBool>,
     every: Duration,
 ) -> Vec<Sample> {
@@ -166,6 +175,7 @@ async fn load_loop(
             latency: started.elapsed(),
             result: result.map_err(|e| format!("{e:#}")),
         });
+        progress.add();
     }
     samples
 }
@@ -182,31 +192,6 @@ fn report_slow(samples: &[Sample], origin: Duration, what: &str) {
             s.latency,
             s.result
         );
-    }
-}
-
-/// Waits until `api` shows `node_id` as not alive (dead, leaving or gone) and `ring` members in
-/// its ring; returns the state it shows.
-async fn wait_out_of_ring(
-    api: &Api,
-    node_id: &str,
-    ring: u64,
-    within: Duration,
-) -> Result<Option<String>> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Ok(view) = api.cluster().await {
-            let state = view.state_of(node_id);
-            if state.as_deref() != Some("alive") && view.ring_members() == ring {
-                return Ok(state);
-            }
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{} did not drop {node_id} from its ring within {within:?}",
-            api.addr
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -228,11 +213,11 @@ async fn owner_killed_survivors_answer_from_replicas() -> Result<()> {
         victim_keys += usize::from(owner_of(&ids, k, 100_000, PERIOD_MS)? == victim.node_id);
     }
 
-    // Four loops, two per survivor, for about a second before the kill and on until the ring
-    // has healed and a second more.
+    // Four loops, two per survivor: 500 checks before the kill (half a second at their pace),
+    // on until the ring has healed, and 500 more.
     let load = Load::start(&survivors, keys.clone());
     let t0 = load.t0;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    load.progress.wait_more(500, WAIT).await?;
     let killed_at = t0.elapsed();
     let kill_instant = Instant::now();
     victim.kill()?;
@@ -244,7 +229,7 @@ async fn owner_killed_survivors_answer_from_replicas() -> Result<()> {
         states.push(state);
     }
     let healed_at = killed_at + healed_after;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    load.progress.wait_more(500, WAIT).await?;
     let samples = load.finish().await?;
     let states: Vec<Option<String>> = states.into_iter().collect::<Result<_>>()?;
 
@@ -335,16 +320,7 @@ async fn owner_killed_survivors_answer_from_replicas() -> Result<()> {
 
 /// `n` keys named `{prefix}:{i}` that `owner` owns on a ring over `members` (limit 5 per minute).
 fn keys_owned_by(members: &[&str], owner: &str, prefix: &str, n: usize) -> Result<Vec<String>> {
-    let mut keys = Vec::with_capacity(n);
-    let mut i = 0;
-    while keys.len() < n {
-        let k = format!("{prefix}:{i}");
-        if owner_of(members, &k, 5, PERIOD_MS)? == owner {
-            keys.push(k);
-        }
-        i += 1;
-    }
-    Ok(keys)
+    ringlimit_tests::keys_owned_by(members, owner, prefix, n, (5, PERIOD_MS))
 }
 
 /// Starts a node that is not part of a cluster but is seeded with its addresses.
@@ -360,18 +336,21 @@ async fn intruder(
     TestNode::spawn(config, listeners)
 }
 
-/// For `during`, checks that no node of `cluster` lists any of `outsiders` and that each
-/// outsider sees only itself.
+/// Until each of `outsiders` has sent `attempts` more gossip datagrams (its seeds are the
+/// cluster's nodes: each is an attempt to join), checks that no node of `cluster` lists any of
+/// them and that each outsider sees only itself.
 async fn assert_never_joined(
     cluster: &TestCluster,
     outsiders: &[TestNode],
-    during: Duration,
+    attempts: f64,
 ) -> Result<()> {
     let mut members = cluster.ids();
     members.sort();
-    let until = Instant::now() + during;
-    let mut polls = 0;
-    while Instant::now() < until {
+    let mut marks = Vec::with_capacity(outsiders.len());
+    for o in outsiders {
+        marks.push(o.gossip_sent().await?);
+    }
+    let apart = async || -> Result<()> {
         for n in cluster.iter() {
             let view = n.cluster().await?;
             for o in outsiders {
@@ -394,11 +373,32 @@ async fn assert_never_joined(
                 view.0
             );
         }
-        polls += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    ensure!(polls > 5, "too few polls");
-    Ok(())
+        Ok(())
+    };
+    let started = Instant::now();
+    // A view that shows an outsider ends the wait at once (`Some(Err)`), as a failure.
+    let outcome = poll_every(
+        Duration::from_millis(100),
+        "the outsiders' attempts to join",
+        WAIT,
+        || async {
+            if let Err(e) = apart().await {
+                return Ok(Some(Err(e)));
+            }
+            for (o, mark) in outsiders.iter().zip(&marks) {
+                if o.gossip_sent().await? < mark + attempts {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(Ok(())))
+        },
+    )
+    .await?;
+    eprintln!(
+        "{attempts} gossip datagrams from each outsider in {:?}, none joined",
+        started.elapsed()
+    );
+    outcome
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,7 +410,7 @@ async fn other_cluster_id_never_joins() -> Result<()> {
     })
     .await?;
     let outsiders = [other];
-    assert_never_joined(&cluster, &outsiders, Duration::from_secs(3)).await?;
+    assert_never_joined(&cluster, &outsiders, 20.0).await?;
     // It formed a cluster of its own after its grace period, and says which.
     outsiders[0].wait_ready().await?;
     assert_eq!(
@@ -453,7 +453,7 @@ async fn node_without_the_secret_never_joins() -> Result<()> {
         })
         .await?,
     ];
-    assert_never_joined(&cluster, &outsiders, Duration::from_secs(3)).await?;
+    assert_never_joined(&cluster, &outsiders, 20.0).await?;
 
     // The TCP handshake: without the secret the proof is refused; with a wrong one the client
     // sees the server cannot prove the secret it expects.
@@ -686,8 +686,9 @@ async fn peer_port_survives_garbage() -> Result<()> {
         };
         udp.send_to(&noise.bytes(n), target).await?;
     }
-    // Membership holds across more than a failure-detection time.
-    let until = Instant::now() + Duration::from_millis(1500);
+    // Membership holds across more than a failure-detection time (~0.65 s at the test nodes'
+    // 50 ms rounds). A duration is the thing: the failure detector is timed.
+    let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
         for n in cluster.iter() {
             let view = n.cluster().await?;
@@ -721,12 +722,13 @@ async fn peer_port_survives_garbage() -> Result<()> {
     Ok(())
 }
 
-/// Sends one datagram of garbage from each of `sources` distinct local addresses to `target`,
-/// tagged with `tag_with` when given (as if from a peer that knew the secret); returns how many
-/// more files the in-process nodes hold afterwards, and the sockets (keep them open, or a node
-/// started next may get one of their addresses — and with it a relay that already exists).
+/// Sends one datagram of garbage from each of `sources` distinct local addresses to the gossip
+/// port of `target`, tagged with `tag_with` when given (as if from a peer that knew the secret);
+/// returns how many more files the in-process nodes hold once it has read them all, and the
+/// sockets (keep them open, or a node started next may get one of their addresses — and with it
+/// a relay that already exists).
 async fn garbage_from_many_sources(
-    target: SocketAddr,
+    target: &TestNode,
     sources: usize,
     tag_with: Option<&str>,
 ) -> Result<(usize, Vec<tokio::net::UdpSocket>)> {
@@ -736,6 +738,15 @@ async fn garbage_from_many_sources(
             .unwrap_or(0)
     };
     let fds_before = fds();
+    let read_before = target.gossip_received().await?;
+    // Every datagram sent so far read by the node (with some of its peer's, which only
+    // loosens this a little).
+    let all_read = |sent: usize| async move {
+        wait_until(&format!("{sent} datagrams read"), WAIT, || async {
+            Ok(target.gossip_received().await? >= read_before + sent as f64)
+        })
+        .await
+    };
     let mut noise = Noise(42);
     let mut sockets = Vec::with_capacity(sources);
     while sockets.len() < sources {
@@ -749,14 +760,15 @@ async fn garbage_from_many_sources(
             datagram.resize(n + 24, 0);
             ringlimit_node::cluster::transport::seal(secret.as_bytes(), &mut datagram, n, now_ms);
         }
-        udp.send_to(&datagram, target).await?;
+        udp.send_to(&datagram, target.peer).await?;
         sockets.push(udp);
-        if sockets.len() % 20 == 0 {
-            // Paced, so that the node's socket buffer never overflows: every datagram arrives.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if sockets.len() % 50 == 0 {
+            // Paced by what the node has read, so that its socket buffer never overflows: every
+            // datagram arrives.
+            all_read(sockets.len()).await?;
         }
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    all_read(sockets.len()).await?;
     // The nodes' new files: all of them less the sockets just made here.
     Ok((fds().saturating_sub(fds_before + sockets.len()), sockets))
 }
@@ -768,7 +780,7 @@ async fn join_after_garbage(secret: Option<&str>, tagged: bool) -> Result<()> {
     let cluster = TestCluster::start_with(2, set_secret).await?;
     let target = cluster[0].peer;
     let (more_files, _sources) =
-        garbage_from_many_sources(target, 1100, if tagged { secret } else { None }).await?;
+        garbage_from_many_sources(&cluster[0], 1100, if tagged { secret } else { None }).await?;
     eprintln!(
         "after garbage from 1100 sources (secret: {}, tagged: {tagged}): {more_files} more open \
          files in the nodes' process",
@@ -856,12 +868,21 @@ async fn a_node_without_a_secret_accepts_no_members() -> Result<()> {
     let _one = exclusive().await;
     let lone = intruder("lone", &[], |c| c.allow_unauthenticated_peers = false).await?;
     let rogue = intruder("rogue", &[lone.peer.to_string()], |_| {}).await?;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        let view = lone.api().cluster().await?;
-        ensure!(!view.lists("rogue"), "the rogue joined the lone node");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The rogue's seed is the lone node: 20 of its gossip datagrams are 20 attempts to join.
+    let mark = rogue.gossip_sent().await?;
+    let joined = poll_every(
+        Duration::from_millis(100),
+        "the rogue's attempts to join",
+        WAIT,
+        || async {
+            if lone.api().cluster().await?.lists("rogue") {
+                return Ok(Some(true));
+            }
+            Ok((rogue.gossip_sent().await? >= mark + 20.0).then_some(false))
+        },
+    )
+    .await?;
+    ensure!(!joined, "the rogue joined the lone node");
     drop(rogue);
 
     // Checks are answered, as the HTTP port would.

@@ -23,6 +23,7 @@ fn unix_ms() -> u64 {
 async fn next_window(period_ms: u64, margin_ms: u64) {
     let now = unix_ms();
     let start = now - now % period_ms + period_ms;
+    // A sleep is the thing: windows are on the wall clock, and a test starts at a boundary.
     tokio::time::sleep(Duration::from_millis(start + margin_ms - now)).await;
 }
 

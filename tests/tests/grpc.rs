@@ -311,28 +311,31 @@ async fn envoy_config_directory_is_hot_reloaded() -> Result<()> {
     config.rules_poll = Duration::from_millis(20);
     let node = TestNode::start(config).await?;
     let addr = node.grpc.context("a gRPC address")?;
-    let mut client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
-    let mut limit_of = async |user: &str| -> Result<Option<u32>> {
-        let r = client
-            .should_rate_limit(request(vec![envoy_descriptor(&[("user", user)])]))
-            .await?
-            .into_inner();
-        Ok(r.statuses[0]
-            .current_limit
-            .as_ref()
-            .map(|l| l.requests_per_unit))
+    let client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
+    // Each call on a clone of the client (they share its channel), so that waits can poll it.
+    let limit_of = |user: &str| {
+        let mut client = client.clone();
+        let descriptor = envoy_descriptor(&[("user", user)]);
+        async move {
+            let r = client
+                .should_rate_limit(request(vec![descriptor]))
+                .await?
+                .into_inner();
+            anyhow::Ok(
+                r.statuses[0]
+                    .current_limit
+                    .as_ref()
+                    .map(|l| l.requests_per_unit),
+            )
+        }
     };
     assert_eq!(limit_of("a").await?, Some(2));
 
     std::fs::write(&file, limit(5))?;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while limit_of("b").await? != Some(5) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the new limit never came in force"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the new limit in force", WAIT, || async {
+        Ok(limit_of("b").await? == Some(5))
+    })
+    .await?;
     let metrics = node.get("/metrics").await?.text;
     assert!(
         metrics.contains("ringlimit_envoy_config_reload_total{result=\"ok\"} 1\n"),
@@ -354,13 +357,9 @@ async fn envoy_config_directory_is_hot_reloaded() -> Result<()> {
 
     // The file removed: its domain is gone, every descriptor OK and unlimited.
     std::fs::remove_file(&file)?;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while limit_of("d").await?.is_some() {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the removed domain stayed"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the removed domain gone", WAIT, || async {
+        Ok(limit_of("d").await?.is_none())
+    })
+    .await?;
     node.stop().await
 }

@@ -106,6 +106,7 @@ async fn an_idle_grpc_connection_is_sent_goaway_and_pings_do_not_keep_it() -> Re
         let mut pongs = 0u32;
         while ping.ping(h2::Ping::opaque()).await.is_ok() {
             pongs += 1;
+            // A sleep is the thing: pings at a steady pace, which must not keep it open.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         pongs

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use ringlimit_node::NodeConfig;
 use ringlimit_node::rules::RuleSet;
-use ringlimit_tests::{TestNode, WAIT};
+use ringlimit_tests::{TestNode, WAIT, wait_until};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -404,7 +404,7 @@ async fn rules_file_reload_applies_valid_and_refuses_invalid() -> Result<()> {
         &path,
         "rules:\n  - name: a\n    limit: 1\n    period: 1m\n  - name: b\n    limit: 2\n    period: 1m\n",
     )?;
-    wait_for(|| async {
+    wait_until("rule b in force", WAIT, || async {
         Ok(node
             .check(&json!({ "key": "k", "rule": "b", "cost": 0 }))
             .await?
@@ -415,28 +415,18 @@ async fn rules_file_reload_applies_valid_and_refuses_invalid() -> Result<()> {
 
     // An invalid file is refused: rule b stays.
     std::fs::write(&path, "rules:\n  - name: b\n    limit: 0\n    period: 1m\n")?;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until("the invalid file refused", WAIT, || async {
+        Ok(node
+            .series(r#"ringlimit_rules_reload_total{result="error"}"#)
+            .await?
+            >= 1.0)
+    })
+    .await?;
     let r = node.check(&json!({ "key": "k", "rule": "b" })).await?;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()?["limit"], 2);
     node.stop().await?;
     std::fs::remove_dir_all(&dir)?;
-    Ok(())
-}
-
-async fn wait_for<F, Fut>(mut f: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f().await? {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met within {WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     Ok(())
 }
 

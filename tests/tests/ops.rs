@@ -9,7 +9,8 @@ use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
 use ringlimit_tests::{
-    ProcessNode, TempDir, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, wait_until,
+    ProcessNode, TempDir, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, series,
+    wait_until,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -57,14 +58,6 @@ async fn admin(node: &TestNode, post: bool, path: &str, token: Option<&str>) -> 
         status,
         www_authenticate,
         text: r.text().await?,
-    })
-}
-
-/// The value of one series (`name{labels}` exactly as rendered) in a `/metrics` text.
-fn series(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        let (n, v) = l.rsplit_once(' ')?;
-        (n == name).then(|| v.parse().ok()).flatten()
     })
 }
 
@@ -253,7 +246,8 @@ async fn rules_reload_follows_a_configmap_symlink_swap() -> Result<()> {
     let why = a["last_reload"]["error"].as_str().unwrap_or_default();
     assert!(why.contains("\"two\"") && why.contains("`limit`"), "{why}");
     assert_eq!(rule_names(&a), ["two"]);
-    // Polling the same invalid file again is not another refusal.
+    // Polling the same invalid file again is not another refusal. A sleep is the thing: a poll
+    // of an unchanged file leaves no trace to wait for; this is five of them.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let text = scrape(&node).await?;
     assert_eq!(

@@ -15,8 +15,8 @@
 //! PrometheusRule the same as the plain file, every alert unit-tested both ways) need nothing.
 //! `deploy/prometheus/check.sh` runs promtool's checks and unit tests.
 
-use anyhow::{Context, Result, bail, ensure};
-use ringlimit_tests::{ProcessNode, TempDir, exclusive, wait_until};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use ringlimit_tests::{ProcessNode, TempDir, exclusive, wait_for, wait_until};
 use serde_json::{Value, json};
 use serde_yaml_ng::Value as Yaml;
 use std::collections::{BTreeMap, BTreeSet};
@@ -322,21 +322,24 @@ impl Prometheus {
                 .build()?,
             names: BTreeSet::new(),
         };
-        let deadline = tokio::time::Instant::now() + PROM_WAIT;
-        loop {
-            if let Ok(Some(status)) = prom.child.try_wait() {
-                bail!("prometheus exited ({status}); its log:\n{}", prom.log());
+        let (http, ready_url) = (prom.http.clone(), format!("{}/-/ready", prom.base));
+        let child = &mut prom.child;
+        // Ready, or exited (`Some(Err)`: no use waiting on).
+        let ready = wait_for("prometheus ready", PROM_WAIT, || {
+            let exited = child.try_wait().ok().flatten();
+            let ask = http.get(&ready_url).send();
+            async move {
+                if let Some(status) = exited {
+                    return Ok(Some(Err(anyhow!("prometheus exited ({status})"))));
+                }
+                let ok = ask.await.is_ok_and(|r| r.status().is_success());
+                Ok(ok.then_some(Ok(())))
             }
-            let r = prom.http.get(format!("{}/-/ready", prom.base)).send().await;
-            if r.is_ok_and(|r| r.status().is_success()) {
-                return Ok(prom);
-            }
-            ensure!(
-                tokio::time::Instant::now() < deadline,
-                "prometheus not ready within {PROM_WAIT:?}; its log:\n{}",
-                prom.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        match ready.and_then(|r| r) {
+            Ok(()) => Ok(prom),
+            Err(e) => bail!("{e:#}; its log:\n{}", prom.log()),
         }
     }
 
@@ -428,70 +431,19 @@ const INLINE_CHECKS: usize = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_real_cluster()
 -> Result<()> {
-    let Some(bin) = prometheus_binary() else {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty());
-        ensure!(
-            !ci,
-            "prometheus is not installed and CI is set: .ci/run installs Debian's prometheus package"
-        );
-        println!(
-            "SKIPPED prometheus::every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_real_cluster: \
-             no `prometheus` on PATH (apt-get install prometheus); under CI=true this fails"
-        );
+    let Some(bin) = prometheus_or_skip()? else {
         return Ok(());
     };
     let _one = exclusive().await;
     let files = TempDir::new("prometheus-rules")?;
-    let rules: Vec<PathBuf> = (0..3)
-        .map(|i| files.0.join(format!("rules-{i}.yaml")))
-        .collect();
-    for (i, path) in rules.iter().enumerate() {
-        std::fs::write(path, if i == 2 { RULES_NODE_2 } else { RULES })?;
-    }
-    let nodes = ProcessNode::cluster(3, |i, spec| {
-        spec.secret = Some("prometheus-test-secret".into());
-        spec.args = vec![
-            "--config".into(),
-            rules[i].display().to_string(),
-            "--config-poll-ms".into(),
-            "100".into(),
-            // A debug build on a busy CI machine can miss the 25 ms default: a forwarded check
-            // answered fail-open would set off the fail-open alerts this test expects quiet.
-            "--forward-timeout-ms".into(),
-            "2000".into(),
-        ];
-    })
-    .await?;
-    for n in &nodes {
-        n.wait_ready().await?;
-    }
+    let (nodes, rules) = three_nodes_with_rules_files(&files).await?;
     let targets: Vec<String> = nodes.iter().map(|n| n.http.to_string()).collect();
     let mut prom = Prometheus::start(&bin, &targets).await?;
     wait_until("prometheus scraped the 3 nodes", PROM_WAIT, || async {
         Ok(prom.value(r#"count(up{job="ringlimit"} == 1)"#).await.ok() == Some(3.0))
     })
     .await?;
-
-    // Traffic through every node: a named rule (5 of 7 allowed per key) and inline rules (2 of
-    // 3), keys spread over the owners (forwarded checks, peer RPC).
-    let mut checks = 0usize;
-    for k in 0..KEYS {
-        let node = &nodes[k % nodes.len()];
-        for _ in 0..API_CHECKS {
-            let r = node
-                .check(&json!({ "key": format!("user:{k}"), "rule": "api" }))
-                .await?;
-            ensure!(r.status == 200 || r.status == 429, "{}", r.text);
-            checks += 1;
-        }
-        for _ in 0..INLINE_CHECKS {
-            let r = node
-                .check(&json!({ "key": format!("ip:{k}"), "limit": 2, "period_ms": 3_600_000 }))
-                .await?;
-            ensure!(r.status == 200 || r.status == 429, "{}", r.text);
-            checks += 1;
-        }
-    }
+    let checks = traffic_through_every_node(&nodes).await?;
     // node-0's rules file turns invalid: refused, the previous rules stay.
     std::fs::write(
         &rules[0],
@@ -515,7 +467,93 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
     .await?;
     prom.learn_names().await?;
 
-    // The checker itself: a metric no node exports, and a query Prometheus refuses, fail it.
+    the_checker_fails_unknown_metrics_and_bad_queries(&prom).await?;
+    per_rule_counts_are_exact(&prom).await?;
+    let (exprs, variables) = expressions()?;
+    every_expression_runs(&prom, &exprs, &variables).await?;
+    let alerts = exprs
+        .iter()
+        .filter(|e| e.origin.starts_with("alert"))
+        .count();
+    prometheus_evaluates_every_rule(&prom, alerts).await?;
+    drop(prom);
+    drop(nodes);
+    Ok(())
+}
+
+/// The `prometheus` binary; `None` (the test skipped, said on stdout) without one, unless `CI`
+/// is set.
+fn prometheus_or_skip() -> Result<Option<PathBuf>> {
+    let bin = prometheus_binary();
+    if bin.is_none() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty());
+        ensure!(
+            !ci,
+            "prometheus is not installed and CI is set: .ci/run installs Debian's prometheus package"
+        );
+        println!(
+            "SKIPPED prometheus::every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_real_cluster: \
+             no `prometheus` on PATH (apt-get install prometheus); under CI=true this fails"
+        );
+    }
+    Ok(bin)
+}
+
+/// Three processes with a secret, each with its rules file in `files` (node-2's has one rule
+/// more), ready; the nodes and their rules files.
+async fn three_nodes_with_rules_files(files: &TempDir) -> Result<(Vec<ProcessNode>, Vec<PathBuf>)> {
+    let rules: Vec<PathBuf> = (0..3)
+        .map(|i| files.0.join(format!("rules-{i}.yaml")))
+        .collect();
+    for (i, path) in rules.iter().enumerate() {
+        std::fs::write(path, if i == 2 { RULES_NODE_2 } else { RULES })?;
+    }
+    let nodes = ProcessNode::cluster(3, |i, spec| {
+        spec.secret = Some("prometheus-test-secret".into());
+        spec.args = vec![
+            "--config".into(),
+            rules[i].display().to_string(),
+            "--config-poll-ms".into(),
+            "100".into(),
+            // A debug build on a busy CI machine can miss the 25 ms default: a forwarded check
+            // answered fail-open would set off the fail-open alerts this test expects quiet.
+            "--forward-timeout-ms".into(),
+            "2000".into(),
+        ];
+    })
+    .await?;
+    for n in &nodes {
+        n.wait_ready().await?;
+    }
+    Ok((nodes, rules))
+}
+
+/// Traffic through every node: a named rule (5 of 7 allowed per key) and inline rules (2 of
+/// 3), keys spread over the owners (forwarded checks, peer RPC). Returns the checks made.
+async fn traffic_through_every_node(nodes: &[ProcessNode]) -> Result<usize> {
+    let mut checks = 0usize;
+    for k in 0..KEYS {
+        let node = &nodes[k % nodes.len()];
+        for _ in 0..API_CHECKS {
+            let r = node
+                .check(&json!({ "key": format!("user:{k}"), "rule": "api" }))
+                .await?;
+            ensure!(r.status == 200 || r.status == 429, "{}", r.text);
+            checks += 1;
+        }
+        for _ in 0..INLINE_CHECKS {
+            let r = node
+                .check(&json!({ "key": format!("ip:{k}"), "limit": 2, "period_ms": 3_600_000 }))
+                .await?;
+            ensure!(r.status == 200 || r.status == 429, "{}", r.text);
+            checks += 1;
+        }
+    }
+    Ok(checks)
+}
+
+/// The checker itself: a metric no node exports, and a query Prometheus refuses, fail it.
+async fn the_checker_fails_unknown_metrics_and_bad_queries(prom: &Prometheus) -> Result<()> {
     let bogus = prom.check("rate(ringlimit_no_such_metric_total[1m])").await;
     ensure!(
         bogus
@@ -527,8 +565,11 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
         prom.check("rate(ringlimit_checks_total[1m]").await.is_err(),
         "the checker let a malformed query through"
     );
+    Ok(())
+}
 
-    // Per rule, across the nodes: exactly what was checked.
+/// Per rule, across the nodes: exactly what was checked.
+async fn per_rule_counts_are_exact(prom: &Prometheus) -> Result<()> {
     let by_rule = prom
         .query(r#"sum by (rule, result) (ringlimit_rule_checks_total{job="ringlimit"})"#)
         .await?;
@@ -543,8 +584,12 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
     assert_eq!(count("api", "denied"), (KEYS * 2) as f64, "{by_rule:?}");
     assert_eq!(count("inline", "allowed"), (KEYS * 2) as f64, "{by_rule:?}");
     assert_eq!(count("inline", "denied"), KEYS as f64, "{by_rule:?}");
+    Ok(())
+}
 
-    // Every expression.
+/// Every alert's and dashboard target's expression with what this scenario should make of it,
+/// and the dashboard's template variables' queries.
+fn expressions() -> Result<(Vec<Expr>, Vec<String>)> {
     let mut exprs = Vec::new();
     for (name, promql) in alerts()? {
         // What this scenario sets off; check latency depends on the machine (a debug build).
@@ -572,9 +617,19 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
             want,
         });
     }
+    Ok((exprs, variables))
+}
+
+/// Every expression runs and returns what it should; the template variables' queries
+/// (label_values(...), not PromQL) name metrics that exist.
+async fn every_expression_runs(
+    prom: &Prometheus,
+    exprs: &[Expr],
+    variables: &[String],
+) -> Result<()> {
     let mut failures = Vec::new();
     let mut report = Vec::new();
-    for e in &exprs {
+    for e in exprs {
         match prom.check(&e.promql).await {
             Err(err) => failures.push(format!("{}: {err:#}\n    {}", e.origin, e.promql)),
             Ok(n) => {
@@ -593,8 +648,7 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
             }
         }
     }
-    // The template variables' queries (label_values(...), not PromQL): their metrics exist.
-    for v in &variables {
+    for v in variables {
         let unknown: Vec<_> = metric_names(v)
             .into_iter()
             .filter(|n| !prom.names.contains(n))
@@ -620,8 +674,11 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
         report.join("\n")
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
 
-    // Prometheus evaluates the rules file itself: every rule healthy.
+/// Prometheus evaluates the rules file itself: all `alerts` rules healthy.
+async fn prometheus_evaluates_every_rule(prom: &Prometheus, alerts: usize) -> Result<()> {
     wait_until("prometheus evaluated every rule", PROM_WAIT, || async {
         let data = prom.get("/api/v1/rules", &[]).await?;
         let rules: Vec<&Value> = data["groups"]
@@ -636,15 +693,7 @@ async fn every_alert_and_dashboard_query_runs_on_a_real_prometheus_scraping_a_re
             .map(|r| format!("{}: {}", r["name"], r["lastError"]))
             .collect();
         ensure!(bad.is_empty(), "rules failing in Prometheus: {bad:?}");
-        Ok(rules.len()
-            == exprs
-                .iter()
-                .filter(|e| e.origin.starts_with("alert"))
-                .count()
-            && rules.iter().all(|r| r["health"] == "ok"))
+        Ok(rules.len() == alerts && rules.iter().all(|r| r["health"] == "ok"))
     })
-    .await?;
-    drop(prom);
-    drop(nodes);
-    Ok(())
+    .await
 }

@@ -10,14 +10,18 @@
 //! bench (a minute, ±5%) is bench/rlqs.sh. [`bounds`]: what one client can make a node hold
 //! (one in-process node, Rust clients on loopback addresses of their own; no Python needed).
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use ringlimit_tests::{
-    ProcessNode, TempDir, WAIT, exclusive, free_peer_port, python_with, wait_until,
+    ProcessNode, TempDir, WAIT, exclusive, free_peer_port, python_with, series_sum, wait_for,
+    wait_until,
 };
 use serde_json::{Value, json};
 use std::fmt;
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The rule the Envoys share: 100 requests a second.
@@ -128,13 +132,8 @@ impl Cluster {
         let mut sum = 0.0;
         for node in &self.nodes {
             let text = node.api().get("/metrics").await?.text;
-            let values: Vec<f64> = text
-                .lines()
-                .filter(|l| l.split([' ', '{']).next() == Some(name))
-                .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-                .collect();
-            ensure!(!values.is_empty(), "{} has no {name}", node.node_id);
-            sum += values.iter().sum::<f64>();
+            sum += series_sum(&text, name)
+                .with_context(|| format!("{} has no {name}", node.node_id))?;
         }
         Ok(sum)
     }
@@ -202,10 +201,39 @@ impl fmt::Display for Run {
     }
 }
 
-/// Runs the simulator with `args` (its addresses first), bounded to `--duration` + 30 s.
-async fn simulate(python: &str, what: &str, args: Vec<String>, duration_s: u64) -> Result<Run> {
+/// How far a simulator run has got, in its own seconds (every line it prints carries `t`),
+/// while it runs.
+#[derive(Debug, Clone, Default)]
+struct RunClock(Arc<AtomicU64>);
+
+impl RunClock {
+    /// Takes in one printed line.
+    fn saw(&self, line: &str) {
+        let t = serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|l| l["t"].as_f64());
+        if let Some(t) = t {
+            self.0.fetch_max((t * 1_000.0) as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Seconds into the run, as far as its lines have told.
+    fn seconds(&self) -> f64 {
+        self.0.load(Ordering::Relaxed) as f64 / 1_000.0
+    }
+}
+
+/// Runs the simulator with `args` (its addresses first), bounded to `--duration` + 30 s; its
+/// lines are read as it prints them, and tell `clock` how far it has got.
+async fn simulate(
+    python: &str,
+    what: &str,
+    args: Vec<String>,
+    duration_s: u64,
+    clock: RunClock,
+) -> Result<Run> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/rlqs_envoys.py");
-    let child = Command::new(python)
+    let mut child = Command::new(python)
         .arg(script)
         .args(&args)
         .stdin(Stdio::null())
@@ -214,9 +242,26 @@ async fn simulate(python: &str, what: &str, args: Vec<String>, duration_s: u64) 
         .spawn()
         .context("cannot start the simulator")?;
     let pid = child.id();
-    let wait = tokio::task::spawn_blocking(move || child.wait_with_output());
-    let out = match tokio::time::timeout(Duration::from_secs(duration_s + 30), wait).await {
-        Ok(out) => out??,
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut stderr = child.stderr.take().context("no stderr")?;
+    // Both pipes read to their end while it runs (a full pipe would stop it).
+    let out_reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            clock.saw(&line);
+            lines.push(line);
+        }
+        lines
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let wait = tokio::task::spawn_blocking(move || child.wait());
+    let status = match tokio::time::timeout(Duration::from_secs(duration_s + 30), wait).await {
+        Ok(status) => status??,
         Err(_) => {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
@@ -224,21 +269,26 @@ async fn simulate(python: &str, what: &str, args: Vec<String>, duration_s: u64) 
             anyhow::bail!("{what}: the simulator ran over {} s", duration_s + 30);
         }
     };
+    let (out, stderr) =
+        tokio::task::spawn_blocking(move || (out_reader.join(), err_reader.join())).await?;
+    let out = out.map_err(|_| anyhow!("{what}: the reader of its output panicked"))?;
+    let stderr = stderr.unwrap_or_default();
     // Every line, for a look after a failure (the last run of each kind).
     let saved =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rlqs-{what}.jsonl"));
-    std::fs::write(&saved, &out.stdout)
-        .with_context(|| format!("cannot write {}", saved.display()))?;
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(serde_json::from_str)
+    let mut text = out.join("\n");
+    text.push('\n');
+    std::fs::write(&saved, text).with_context(|| format!("cannot write {}", saved.display()))?;
+    let lines = out
+        .iter()
+        .map(|l| serde_json::from_str(l))
         .collect::<Result<Vec<Value>, _>>()
         .with_context(|| format!("{what}: a line that is not JSON (in {})", saved.display()))?;
     Ok(Run {
         what: what.to_owned(),
         lines,
-        code: out.status.code(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: status.code(),
+        stderr,
         saved: saved.display().to_string(),
     })
 }
@@ -321,24 +371,30 @@ async fn ten_envoys_share_the_rule_and_blanket_and_unmatched_buckets_are_answere
     ]
     .map(str::to_owned)
     .to_vec();
+    let (blanket_over, blanket_ended) = tokio::sync::oneshot::channel();
+    let blanket = async {
+        let run = simulate(&py, "blanket", blanket_args, 4, RunClock::default()).await;
+        let _ = blanket_over.send(());
+        run
+    };
     let streams = async {
         // Once the blanket run is over, the ten skewed Envoys' streams are all there are.
-        tokio::time::sleep(Duration::from_secs(8)).await;
-        let mut seen = Vec::new();
-        for _ in 0..30 {
-            let n = c.metric_sum("ringlimit_rlqs_streams").await;
-            let done = matches!(n, Ok(n) if n == 10.0);
-            seen.push(n.map_err(|e| e.to_string()));
-            if done {
-                break;
+        let _ = blanket_ended.await;
+        let last = std::sync::Mutex::new(None);
+        let ten = wait_until("ten streams", Duration::from_secs(3), || async {
+            let n = c.metric_sum("ringlimit_rlqs_streams").await?;
+            if let Ok(mut last) = last.lock() {
+                *last = Some(n);
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        seen
+            Ok(n == 10.0)
+        })
+        .await;
+        let last = last.into_inner().ok().flatten();
+        ten.map_err(|e| format!("{e:#} (last seen: {last:?})"))
     };
     let (skew, blanket, streams) = tokio::join!(
-        simulate(&py, "skewed", skewed(&addrs), RUN_S),
-        simulate(&py, "blanket", blanket_args, 4),
+        simulate(&py, "skewed", skewed(&addrs), RUN_S, RunClock::default()),
+        blanket,
         streams,
     );
     let (skew, blanket) = (skew?, blanket?);
@@ -378,8 +434,8 @@ async fn ten_envoys_share_the_rule_and_blanket_and_unmatched_buckets_are_answere
     f.check(rate_sum <= LIMIT * 1.1, || {
         format!("the assigned rates summed to {rate_sum}/s at a second's end")
     });
-    f.check(matches!(streams.last(), Some(Ok(n)) if *n == 10.0), || {
-        format!("ringlimit_rlqs_streams summed over the nodes 8 s into the run: {streams:?}")
+    f.check(streams.is_ok(), || {
+        format!("ringlimit_rlqs_streams summed over the nodes after the blanket run: {streams:?}")
     });
 
     // Blanket buckets: denied (allowed) by their assignment, the unmatched one abandoned.
@@ -436,22 +492,34 @@ async fn ten_envoys_share_the_rule_and_blanket_and_unmatched_buckets_are_answere
     f.done(&[&skew, &blanket])
 }
 
-/// Runs the skewed simulation and, `after` into it, does `hit` to node `victim`; returns the
-/// run and when the hit came, in seconds of the run.
+/// Runs the skewed simulation and, `at_s` seconds into it by its own lines, does `hit` to node
+/// `victim`; returns the run and when the hit came, in seconds of the run.
 async fn run_and_hit(
     c: &mut Cluster,
     py: &str,
     what: &'static str,
     victim: usize,
-    after: Duration,
+    at_s: f64,
     hit: impl FnOnce(&mut ProcessNode) -> Result<()>,
 ) -> Result<(Run, f64)> {
     let addrs = c.addrs();
+    let clock = RunClock::default();
     let run = tokio::spawn({
-        let py = py.to_owned();
-        async move { simulate(&py, what, skewed(&addrs), RUN_S).await }
+        let (py, clock) = (py.to_owned(), clock.clone());
+        async move { simulate(&py, what, skewed(&addrs), RUN_S, clock).await }
     });
-    tokio::time::sleep(after).await;
+    // A run that ended (`Some(Err)`) is not waited on.
+    wait_for(
+        &format!("the {what} run {at_s} s in"),
+        Duration::from_secs(RUN_S),
+        || async {
+            if run.is_finished() {
+                return Ok(Some(Err(anyhow!("the {what} run ended first"))));
+            }
+            Ok((clock.seconds() >= at_s).then_some(Ok(())))
+        },
+    )
+    .await??;
     let hit_at = now_s();
     hit(&mut c.nodes[victim])?;
     let run = run.await??;
@@ -482,16 +550,9 @@ async fn the_owner_of_the_rules_bucket_sigkilled_mid_run() -> Result<()> {
     let _one_at_a_time = exclusive().await;
     let mut c = Cluster::start().await?;
     let victim = c.owner_of(API_KEY).await?;
-    // About 5 s into the run (the simulator starts in well under a second).
-    let (run, t_kill) = run_and_hit(
-        &mut c,
-        &py,
-        "owner-killed",
-        victim,
-        Duration::from_millis(5_500),
-        ProcessNode::kill,
-    )
-    .await?;
+    let (run, t_kill) =
+        run_and_hit(&mut c, &py, "owner-killed", victim, 5.0, ProcessNode::kill).await?;
+    eprintln!("the owner killed {t_kill:.2} s into the run");
     let mut f = Failures::default();
     f.check(run.ok(), || format!("the run exited {:?}", run.code));
     ensure!(
@@ -542,10 +603,11 @@ async fn a_stopping_node_ends_its_assignments_and_its_envoys_move() -> Result<()
         &py,
         "node-stopped",
         victim,
-        Duration::from_millis(4_000),
+        3.5,
         ProcessNode::terminate,
     )
     .await?;
+    eprintln!("a node stopped {t_stop:.2} s into the run");
     let mut f = Failures::default();
     f.check(run.ok(), || format!("the run exited {:?}", run.code));
     for envoy in (0..10).filter(|i| i % 3 == victim) {

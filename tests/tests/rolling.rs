@@ -44,7 +44,7 @@ use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
 use ringlimit_tests::statefulset::{Naming, SetSpec, StatefulSet};
-use ringlimit_tests::{Api, exclusive, inline, wait_until};
+use ringlimit_tests::{Api, ProcessNode, Progress, WAIT, exclusive, inline, wait_until};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -68,8 +68,9 @@ const LOOPS: usize = 4;
 const EVERY: Duration = Duration::from_millis(4);
 /// A check without an answer within this is a failed check.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-/// Steady load before the first SIGTERM and after the last pod is back.
-const STEADY: Duration = Duration::from_secs(1);
+/// Steady load before the first SIGTERM and after the last pod is back: checks (about a
+/// second of the loops).
+const STEADY_CHECKS: u64 = 1_000;
 
 fn rules_yaml() -> String {
     format!(
@@ -145,7 +146,8 @@ impl Endpoints {
     }
 }
 
-/// Puts pods out of the rotation back in once their `/readyz` answers 200; every 50 ms.
+/// Puts pods out of the rotation back in once their `/readyz` answers 200; every 50 ms (a
+/// sleep is the thing: a Service's readiness probe has a period).
 async fn readiness_prober(endpoints: Arc<Endpoints>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         let out: Vec<(usize, u32, SocketAddr)> = endpoints
@@ -238,7 +240,7 @@ fn mix(mut x: u64) -> u64 {
 async fn load_loop(
     endpoints: Arc<Endpoints>,
     offset: usize,
-    t0: Instant,
+    (t0, progress): (Instant, Progress),
     stop: Arc<AtomicBool>,
 ) -> Vec<Sample> {
     let mut samples = Vec::new();
@@ -283,6 +285,7 @@ async fn load_loop(
             quota_key: quota,
             outcome,
         });
+        progress.add();
     }
     samples
 }
@@ -352,11 +355,136 @@ struct Step {
     in_rotation_at: Duration,
 }
 
+/// The load, as it runs: the loops, the readiness prober, and the client's view of the pods.
+struct Load {
+    endpoints: Arc<Endpoints>,
+    /// When the load started; samples and events are timed from it.
+    t0: Instant,
+    t0_wall: SystemTime,
+    /// Checks sent so far.
+    progress: Progress,
+    stop: Arc<AtomicBool>,
+    loops: tokio::task::JoinSet<Vec<Sample>>,
+    prober: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    /// [`LOOPS`] load loops round-robin over `apis`, all in the rotation, and the prober.
+    fn start(apis: &[Api]) -> Self {
+        let endpoints = Arc::new(Endpoints(Mutex::new(
+            apis.iter()
+                .map(|api| Endpoint {
+                    api: api.clone(),
+                    generation: 0,
+                    in_rotation: true,
+                    rolling: false,
+                })
+                .collect(),
+        )));
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Progress::default();
+        let t0 = Instant::now();
+        let t0_wall = SystemTime::now();
+        let mut loops = tokio::task::JoinSet::new();
+        for l in 0..LOOPS {
+            loops.spawn(load_loop(
+                endpoints.clone(),
+                l * 1_000_003,
+                (t0, progress.clone()),
+                stop.clone(),
+            ));
+        }
+        let prober = tokio::spawn(readiness_prober(endpoints.clone(), stop.clone()));
+        Self {
+            endpoints,
+            t0,
+            t0_wall,
+            progress,
+            stop,
+            loops,
+            prober,
+        }
+    }
+
+    /// Stops the loops and the prober; every check made, in the order sent.
+    async fn finish(mut self) -> Result<Vec<Sample>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut samples = Vec::new();
+        while let Some(done) = self.loops.join_next().await {
+            samples.extend(done?);
+        }
+        let _ = self.prober.await;
+        samples.sort_by_key(|s| s.at);
+        Ok(samples)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_under_load() -> Result<()> {
     let _one = exclusive().await;
+    let mut set = start_the_set().await?;
+    let apis: Vec<Api> = set
+        .pods
+        .iter()
+        .map(|p| Api::with_timeout(p.http(), CHECK_TIMEOUT))
+        .collect::<Result<_>>()?;
+    exhaust_the_quota_keys(&apis).await?;
+
+    let load = Load::start(&apis);
+    load.progress.wait_more(STEADY_CHECKS, WAIT).await?;
+    let mut roll = Roll::default();
+    let rolled = roll.every_pod(&mut set, &load).await;
+    if rolled.is_ok() {
+        load.progress.wait_more(STEADY_CHECKS, WAIT).await?;
+    }
+    let (t0, t0_wall) = (load.t0, load.t0_wall);
+    let took = t0.elapsed();
+    let samples = load.finish().await?;
+    if let Err(e) = rolled {
+        for p in set.pods.iter().filter_map(|p| p.process.as_ref()) {
+            eprintln!("--- log of {} ---\n{}", p.node_id, p.log());
+        }
+        let events = &roll.events;
+        return Err(e.context(format!("the roll failed; events so far: {events:#?}")));
+    }
+
+    let figures = Figures::of(&samples, &roll.steps);
+    roll.report(t0_wall);
+    figures.report(&roll, t0_wall, took, &set.naming);
+    let left = quota_left(&set).await?;
+    if figures.failed() > 0
+        || !figures.over.is_empty()
+        || std::env::var_os("ROLLING_LOGS").is_some()
+    {
+        print_membership_logs(&roll, &set);
+    }
+    assert_eq!(figures.failed(), 0, "failed checks from pods that were up");
+    assert_eq!(figures.open_denied, 0, "open keys denied");
+    assert_eq!(left, 0, "quota keys with tokens left after the roll");
+    assert!(figures.total > 5_000, "only {} checks", figures.total);
+    assert!(figures.from_leaving > 0, "no answer from a leaving pod");
+    assert!(
+        figures.quota_answers > 1_000,
+        "only {} answers on quota keys",
+        figures.quota_answers
+    );
+    assert!(
+        figures.over_outside.is_empty(),
+        "exact answers over-admitted while no ownership moved: {:?}",
+        figures.over_outside
+    );
+    assert!(
+        figures.over.len() <= OVER_ADMISSION_BOUND,
+        "over-admission {} beyond the bound {OVER_ADMISSION_BOUND}",
+        figures.over.len()
+    );
+    Ok(())
+}
+
+/// Three pods of the StatefulSet, formed; says how their names resolve.
+async fn start_the_set() -> Result<StatefulSet> {
     let started = Instant::now();
-    let mut set = StatefulSet::start(SetSpec {
+    let set = StatefulSet::start(SetSpec {
         replicas: 3,
         rules_yaml: rules_yaml(),
         env: vec![("LEAVE_DELAY_MS".into(), LEAVE_DELAY_MS.to_string())],
@@ -380,17 +508,16 @@ async fn rolling_restart_under_load() -> Result<()> {
         started.elapsed(),
         set.pods.iter().map(|p| p.peer()).collect::<Vec<_>>()
     );
+    Ok(set)
+}
 
-    let apis: Vec<Api> = set
-        .pods
-        .iter()
-        .map(|p| Api::with_timeout(p.http(), CHECK_TIMEOUT))
-        .collect::<Result<_>>()?;
-    let (admitted, degraded) = match exhaust(&apis).await {
+/// [`exhaust`], with what each node said of the cluster when it fails.
+async fn exhaust_the_quota_keys(apis: &[Api]) -> Result<()> {
+    let (admitted, degraded) = match exhaust(apis).await {
         Ok(r) => r,
         Err(e) => {
             // Which node answered without an owner, and why (quorate, members, links).
-            for a in &apis {
+            for a in apis {
                 eprintln!("{}: {:?}", a.addr, a.cluster().await.map(|v| v.0));
             }
             return Err(e);
@@ -400,323 +527,320 @@ async fn rolling_restart_under_load() -> Result<()> {
         "{QUOTA_KEYS} quota keys exhausted (each denied by its owner): {admitted} admitted, \
          {degraded} degraded answers on the way"
     );
+    Ok(())
+}
 
-    let endpoints = Arc::new(Endpoints(Mutex::new(
-        apis.iter()
-            .map(|api| Endpoint {
-                api: api.clone(),
-                generation: 0,
-                in_rotation: true,
-                rolling: false,
-            })
-            .collect(),
-    )));
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let t0_wall = SystemTime::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for l in 0..LOOPS {
-        loops.spawn(load_loop(
-            endpoints.clone(),
-            l * 1_000_003,
-            t0,
-            stop.clone(),
-        ));
-    }
-    let prober = tokio::spawn(readiness_prober(endpoints.clone(), stop.clone()));
-    tokio::time::sleep(STEADY).await;
+/// The roll as it went: its moments, each pod's step, and the processes of earlier
+/// generations (their logs).
+#[derive(Default)]
+struct Roll {
+    events: Vec<Event>,
+    steps: Vec<Step>,
+    previous: Vec<ProcessNode>,
+    started: Duration,
+    ended: Duration,
+}
 
-    let mut events: Vec<Event> = Vec::new();
-    let mut steps: Vec<Step> = Vec::new();
-    let mut previous = Vec::new();
-    let roll_started = t0.elapsed();
-    let result: Result<()> = async {
+impl Roll {
+    /// Rolls every pod in turn under `load`.
+    async fn every_pod(&mut self, set: &mut StatefulSet, load: &Load) -> Result<()> {
+        self.started = load.t0.elapsed();
         for i in 0..set.pods.len() {
-            let name = set.pods[i].name.clone();
-            endpoints.set_rolling(i, true);
-            set.terminate(i)?;
-            let sigterm_at = t0.elapsed();
-            events.push(Event {
-                at: sigterm_at,
-                what: format!("SIGTERM {name}"),
-            });
-            for (j, other) in set.pods.iter().enumerate().filter(|(j, _)| *j != i) {
-                let api = other.process()?.api();
-                wait_until(
-                    &format!("ringlimit-{j} takes {name} out of its ring"),
-                    Duration::from_secs(5),
-                    || async {
-                        let view = api.cluster().await?;
-                        Ok(view.state_of(&name).as_deref() != Some("alive")
-                            && view.ring_members() == 2)
-                    },
-                )
-                .await?;
-            }
-            let left_at = t0.elapsed();
-            events.push(Event {
-                at: left_at,
-                what: format!("{name} out of every other pod's ring"),
-            });
-            let code = set
-                .wait_exit(
-                    i,
-                    Duration::from_millis(LEAVE_DELAY_MS) + Duration::from_secs(10),
-                )
-                .await?;
-            let exited_at = t0.elapsed();
-            events.push(Event {
-                at: exited_at,
-                what: format!("{name} exited with {code}"),
-            });
-            let log = set.pods[i].process()?.log();
-            ensure!(code == 0, "{name} exited with {code}; its log:\n{log}");
-            ensure!(
-                log.contains("ringlimit node stopped"),
-                "{name}'s log:\n{log}"
-            );
-            previous.extend(set.restart(i).await?);
-            let serving_at = t0.elapsed();
-            endpoints.publish(i, set.pods[i].http())?;
-            events.push(Event {
-                at: serving_at,
-                what: format!(
-                    "{name} generation {} serving at {}",
-                    set.pods[i].generation,
-                    set.pods[i].http()
-                ),
-            });
-            set.wait_all_alive(Duration::from_secs(20)).await?;
-            let all_alive_at = t0.elapsed();
-            events.push(Event {
-                at: all_alive_at,
-                what: "all three alive everywhere".into(),
-            });
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !endpoints.in_rotation(i) {
-                ensure!(
-                    Instant::now() < deadline,
-                    "{name} never back in the rotation"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let in_rotation_at = t0.elapsed();
-            endpoints.set_rolling(i, false);
-            events.push(Event {
-                at: in_rotation_at,
-                what: format!("{name} back in the rotation"),
-            });
-            steps.push(Step {
-                pod: i,
-                sigterm_at,
-                left_at,
-                exited_at,
-                serving_at,
-                all_alive_at,
-                in_rotation_at,
-            });
+            let step = self.one_pod(set, i, load).await;
+            self.ended = load.t0.elapsed();
+            self.steps.push(step?);
         }
         Ok(())
     }
-    .await;
-    let roll_ended = t0.elapsed();
-    if result.is_ok() {
-        tokio::time::sleep(STEADY).await;
+
+    fn event(&mut self, at: Duration, what: String) {
+        self.events.push(Event { at, what });
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
-    while let Some(done) = loops.join_next().await {
-        samples.extend(done?);
-    }
-    let _ = prober.await;
-    if let Err(e) = result {
-        for p in set.pods.iter().filter_map(|p| p.process.as_ref()) {
-            eprintln!("--- log of {} ---\n{}", p.node_id, p.log());
+
+    /// SIGTERM to pod `i`; out of every other pod's ring; exit 0; started again at a new
+    /// address; every pod shows all three alive; back in the client's rotation.
+    async fn one_pod(&mut self, set: &mut StatefulSet, i: usize, load: &Load) -> Result<Step> {
+        let (t0, endpoints) = (load.t0, &load.endpoints);
+        let name = set.pods[i].name.clone();
+        endpoints.set_rolling(i, true);
+        set.terminate(i)?;
+        let sigterm_at = t0.elapsed();
+        self.event(sigterm_at, format!("SIGTERM {name}"));
+        for (j, other) in set.pods.iter().enumerate().filter(|(j, _)| *j != i) {
+            let api = other.process()?.api();
+            wait_until(
+                &format!("ringlimit-{j} takes {name} out of its ring"),
+                Duration::from_secs(5),
+                || async {
+                    let view = api.cluster().await?;
+                    Ok(
+                        view.state_of(&name).as_deref() != Some("alive")
+                            && view.ring_members() == 2,
+                    )
+                },
+            )
+            .await?;
         }
-        return Err(e.context(format!("the roll failed; events so far: {events:#?}")));
+        let left_at = t0.elapsed();
+        self.event(left_at, format!("{name} out of every other pod's ring"));
+        let code = set
+            .wait_exit(
+                i,
+                Duration::from_millis(LEAVE_DELAY_MS) + Duration::from_secs(10),
+            )
+            .await?;
+        let exited_at = t0.elapsed();
+        self.event(exited_at, format!("{name} exited with {code}"));
+        let log = set.pods[i].process()?.log();
+        ensure!(code == 0, "{name} exited with {code}; its log:\n{log}");
+        ensure!(
+            log.contains("ringlimit node stopped"),
+            "{name}'s log:\n{log}"
+        );
+        self.previous.extend(set.restart(i).await?);
+        let serving_at = t0.elapsed();
+        endpoints.publish(i, set.pods[i].http())?;
+        self.event(
+            serving_at,
+            format!(
+                "{name} generation {} serving at {}",
+                set.pods[i].generation,
+                set.pods[i].http()
+            ),
+        );
+        set.wait_all_alive(Duration::from_secs(20)).await?;
+        let all_alive_at = t0.elapsed();
+        self.event(all_alive_at, "all three alive everywhere".into());
+        wait_until(
+            &format!("{name} back in the rotation"),
+            Duration::from_secs(10),
+            || async { Ok(endpoints.in_rotation(i)) },
+        )
+        .await?;
+        let in_rotation_at = t0.elapsed();
+        endpoints.set_rolling(i, false);
+        self.event(in_rotation_at, format!("{name} back in the rotation"));
+        Ok(Step {
+            pod: i,
+            sigterm_at,
+            left_at,
+            exited_at,
+            serving_at,
+            all_alive_at,
+            in_rotation_at,
+        })
     }
-    samples.sort_by_key(|s| s.at);
 
-    // Figures.
-    let total = samples.len();
-    let answered = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Answer { .. }))
-        .count();
-    let bad: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Bad(_)))
-        .collect();
-    let timed_out: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::TimedOut(_)))
-        .collect();
-    let conn_rolling: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Connection { rolling: true, .. }))
-        .collect();
-    let conn_up: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Connection { rolling: false, .. }))
-        .collect();
-    let failed = bad.len() + timed_out.len() + conn_up.len();
-    let degraded = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Answer { degraded: true, .. }))
-        .count();
-    let open_denied = samples
-        .iter()
-        .filter(|s| s.quota_key.is_none())
-        .filter(|s| matches!(s.outcome, Outcome::Answer { allowed: false, .. }))
-        .count();
-    let quota_answers = samples
-        .iter()
-        .filter(|s| s.quota_key.is_some())
-        .filter(|s| matches!(s.outcome, Outcome::Answer { .. }))
-        .count();
-    let over: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| s.quota_key.is_some())
-        .filter(|s| matches!(s.outcome, Outcome::Answer { allowed: true, .. }))
-        .collect();
-    let over_degraded = over
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Answer { degraded: true, .. }))
-        .count();
-    let mut per_key: BTreeMap<usize, u64> = BTreeMap::new();
-    for s in &over {
-        *per_key
-            .entry(s.quota_key.unwrap_or(usize::MAX))
-            .or_default() += 1;
+    /// Each step's timings.
+    fn report(&self, t0_wall: SystemTime) {
+        for st in &self.steps {
+            eprintln!(
+                "roll ringlimit-{}: SIGTERM at {}, out of the others' rings {:.3} s later, exit \
+                 {:.2} s after SIGTERM, serving again {:.2} s after that, all alive everywhere \
+                 {:.2} s after that, back in the client's rotation at +{:.2} s",
+                st.pod,
+                wall(t0_wall, st.sigterm_at),
+                (st.left_at - st.sigterm_at).as_secs_f64(),
+                (st.exited_at - st.sigterm_at).as_secs_f64(),
+                (st.serving_at - st.exited_at).as_secs_f64(),
+                (st.all_alive_at - st.serving_at).as_secs_f64(),
+                (st.in_rotation_at - st.sigterm_at).as_secs_f64(),
+            );
+        }
     }
-    let max_per_key = per_key.values().copied().max().unwrap_or(0);
-    // Ownership moves only while a pod leaves (from its SIGTERM until every other pod has it
-    // out of its ring) and while a restarted pod joins (from its start until every pod shows
-    // all three alive), and the buckets follow within a handover's round trip.
-    let moving = |s: &Sample| {
-        steps.iter().any(|st| {
-            (s.at >= st.sigterm_at && s.at <= st.left_at + MOVE_MARGIN)
-                || (s.at >= st.serving_at && s.at <= st.all_alive_at + MOVE_MARGIN)
+
+    /// Whether a check sent at `at` went while ownership moved. Ownership moves only while a
+    /// pod leaves (from its SIGTERM until every other pod has it out of its ring) and while a
+    /// restarted pod joins (from its start until every pod shows all three alive), and the
+    /// buckets follow within a handover's round trip.
+    fn moving(&self, at: Duration) -> bool {
+        self.steps.iter().any(|st| {
+            (at >= st.sigterm_at && at <= st.left_at + MOVE_MARGIN)
+                || (at >= st.serving_at && at <= st.all_alive_at + MOVE_MARGIN)
         })
-    };
-    // Degraded answers come from a local fallback share when an owner misses the forward
-    // deadline (fail-open, by design); the exact ones must all fall inside ownership moves.
-    let over_outside: Vec<&Sample> = over
-        .iter()
-        .copied()
-        .filter(|s| {
-            !moving(s)
-                && matches!(
-                    s.outcome,
-                    Outcome::Answer {
-                        degraded: false,
-                        ..
-                    }
-                )
-        })
-        .collect();
-    let quota_in_moves = samples
-        .iter()
-        .filter(|s| s.quota_key.is_some() && moving(s))
-        .count();
-    // Answers from a pod between its SIGTERM and its exit: the leaving pod kept serving.
-    let from_leaving = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Answer { .. }))
-        .filter(|s| {
-            steps
+    }
+}
+
+/// What the load's checks came to.
+struct Figures<'a> {
+    total: usize,
+    answered: usize,
+    bad: Vec<&'a Sample>,
+    timed_out: Vec<&'a Sample>,
+    /// Connection failures to a pod being rolled, and to pods that were up.
+    conn_rolling: Vec<&'a Sample>,
+    conn_up: Vec<&'a Sample>,
+    degraded: usize,
+    open_denied: usize,
+    quota_answers: usize,
+    /// Admissions on exhausted keys (over-admission), and those of them degraded.
+    over: Vec<&'a Sample>,
+    over_degraded: usize,
+    /// Over-admissions per key.
+    per_key: BTreeMap<usize, u64>,
+    /// Exact over-admissions while no ownership moved (degraded answers come from a local
+    /// fallback share when an owner misses the forward deadline: fail-open, by design).
+    over_outside: Vec<&'a Sample>,
+    quota_in_moves: usize,
+    /// Answers from a pod between its SIGTERM and its exit: the leaving pod kept serving.
+    from_leaving: usize,
+    max_latency: Duration,
+}
+
+impl<'a> Figures<'a> {
+    fn of(samples: &'a [Sample], steps: &[Step]) -> Self {
+        let with = |f: &dyn Fn(&Sample) -> bool| -> Vec<&'a Sample> {
+            samples.iter().filter(|s| f(s)).collect()
+        };
+        let answer = |s: &Sample| matches!(s.outcome, Outcome::Answer { .. });
+        let over = with(&|s| {
+            s.quota_key.is_some() && matches!(s.outcome, Outcome::Answer { allowed: true, .. })
+        });
+        let degraded = |s: &Sample| matches!(s.outcome, Outcome::Answer { degraded: true, .. });
+        let mut per_key: BTreeMap<usize, u64> = BTreeMap::new();
+        for s in &over {
+            *per_key
+                .entry(s.quota_key.unwrap_or(usize::MAX))
+                .or_default() += 1;
+        }
+        let roll = Roll {
+            steps: steps.to_vec(),
+            ..Roll::default()
+        };
+        Self {
+            total: samples.len(),
+            answered: with(&answer).len(),
+            bad: with(&|s| matches!(s.outcome, Outcome::Bad(_))),
+            timed_out: with(&|s| matches!(s.outcome, Outcome::TimedOut(_))),
+            conn_rolling: with(&|s| matches!(s.outcome, Outcome::Connection { rolling: true, .. })),
+            conn_up: with(&|s| matches!(s.outcome, Outcome::Connection { rolling: false, .. })),
+            degraded: with(&degraded).len(),
+            open_denied: with(&|s| {
+                s.quota_key.is_none() && matches!(s.outcome, Outcome::Answer { allowed: false, .. })
+            })
+            .len(),
+            quota_answers: with(&|s| s.quota_key.is_some() && answer(s)).len(),
+            over_degraded: over.iter().filter(|s| degraded(s)).count(),
+            over_outside: over
                 .iter()
-                .any(|st| st.pod == s.pod && s.at >= st.sigterm_at && s.at < st.exited_at)
-        })
-        .count();
-    let max_latency = samples
-        .iter()
-        .filter(|s| matches!(s.outcome, Outcome::Answer { .. }))
-        .map(|s| s.latency)
-        .max()
-        .unwrap_or_default();
-    let roll = roll_ended - roll_started;
-
-    for st in &steps {
-        eprintln!(
-            "roll ringlimit-{}: SIGTERM at {}, out of the others' rings {:.3} s later, exit \
-             {:.2} s after SIGTERM, serving again {:.2} s after that, all alive everywhere {:.2} \
-             s after that, back in the client's rotation at +{:.2} s",
-            st.pod,
-            wall(t0_wall, st.sigterm_at),
-            (st.left_at - st.sigterm_at).as_secs_f64(),
-            (st.exited_at - st.sigterm_at).as_secs_f64(),
-            (st.serving_at - st.exited_at).as_secs_f64(),
-            (st.all_alive_at - st.serving_at).as_secs_f64(),
-            (st.in_rotation_at - st.sigterm_at).as_secs_f64(),
-        );
-    }
-    for s in over.iter().take(200) {
-        let key = quota_key(s.quota_key.unwrap_or(usize::MAX));
-        eprintln!(
-            "over-admission{}: {key} sent at {} through {} ({}), after {:?}; owner {}",
-            if moving(s) { "" } else { " outside moves" },
-            wall(t0_wall, s.at),
-            StatefulSet::pod_name(s.pod),
-            s.outcome.describe(),
-            events
+                .copied()
+                .filter(|s| !roll.moving(s.at) && !degraded(s))
+                .collect(),
+            over,
+            per_key,
+            quota_in_moves: with(&|s| s.quota_key.is_some() && roll.moving(s.at)).len(),
+            from_leaving: with(&|s| {
+                answer(s)
+                    && steps
+                        .iter()
+                        .any(|st| st.pod == s.pod && s.at >= st.sigterm_at && s.at < st.exited_at)
+            })
+            .len(),
+            max_latency: samples
                 .iter()
-                .rev()
-                .find(|e| e.at <= s.at)
-                .map(|e| e.what.as_str())
-                .unwrap_or("the start"),
-            owners(&key).unwrap_or_else(|e| format!("unknown: {e:#}")),
-        );
+                .filter(|s| answer(s))
+                .map(|s| s.latency)
+                .max()
+                .unwrap_or_default(),
+        }
     }
-    for s in bad.iter().chain(&timed_out).chain(&conn_up).take(30) {
-        eprintln!(
-            "failed check sent at {} through {}: {}",
-            wall(t0_wall, s.at),
-            StatefulSet::pod_name(s.pod),
-            s.outcome.describe()
-        );
-    }
-    for s in conn_rolling.iter().take(5) {
-        eprintln!(
-            "connection failure to a restarting pod, sent at {} to {}: {}",
-            wall(t0_wall, s.at),
-            StatefulSet::pod_name(s.pod),
-            s.outcome.describe()
-        );
-    }
-    eprintln!(
-        "ROLL REPORT ({}): {total} checks in {:.1} s ({answered} answered, {from_leaving} of \
-         them by a pod between its SIGTERM and its exit); failed checks {failed} ({} bad \
-         answers, {} timeouts, {} connection failures to pods not being rolled); connection \
-         failures to a restarting pod {}; degraded answers {degraded}; open keys denied \
-         {open_denied}; over-admission {} of {quota_answers} answers on exhausted keys \
-         ({quota_in_moves} of them sent while ownership moved; {} keys, max {max_per_key} per \
-         key, {over_degraded} degraded, {} exact ones outside ownership moves; {} if moved \
-         buckets restarted full); roll {:.1} s; slowest answer {max_latency:?}; load average \
-         {}",
-        match set.naming {
-            Naming::HostsFile => "hosts file in mount namespaces",
-            Naming::Localhost { .. } => "localhost",
-        },
-        t0.elapsed().as_secs_f64(),
-        bad.len(),
-        timed_out.len(),
-        conn_up.len(),
-        conn_rolling.len(),
-        over.len(),
-        per_key.len(),
-        over_outside.len(),
-        NO_HANDOVER,
-        roll.as_secs_f64(),
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
 
-    // Final state: every quota key still exhausted, read (cost 0) through every pod.
+    /// Bad answers, timeouts and connection failures to pods that were up.
+    fn failed(&self) -> usize {
+        self.bad.len() + self.timed_out.len() + self.conn_up.len()
+    }
+
+    /// Every over-admission and failure, then the report's figures.
+    fn report(&self, roll: &Roll, t0_wall: SystemTime, took: Duration, naming: &Naming) {
+        for s in self.over.iter().take(200) {
+            let key = quota_key(s.quota_key.unwrap_or(usize::MAX));
+            eprintln!(
+                "over-admission{}: {key} sent at {} through {} ({}), after {:?}; owner {}",
+                if roll.moving(s.at) {
+                    ""
+                } else {
+                    " outside moves"
+                },
+                wall(t0_wall, s.at),
+                StatefulSet::pod_name(s.pod),
+                s.outcome.describe(),
+                roll.events
+                    .iter()
+                    .rev()
+                    .find(|e| e.at <= s.at)
+                    .map(|e| e.what.as_str())
+                    .unwrap_or("the start"),
+                owners(&key).unwrap_or_else(|e| format!("unknown: {e:#}")),
+            );
+        }
+        for s in self
+            .bad
+            .iter()
+            .chain(&self.timed_out)
+            .chain(&self.conn_up)
+            .take(30)
+        {
+            eprintln!(
+                "failed check sent at {} through {}: {}",
+                wall(t0_wall, s.at),
+                StatefulSet::pod_name(s.pod),
+                s.outcome.describe()
+            );
+        }
+        for s in self.conn_rolling.iter().take(5) {
+            eprintln!(
+                "connection failure to a restarting pod, sent at {} to {}: {}",
+                wall(t0_wall, s.at),
+                StatefulSet::pod_name(s.pod),
+                s.outcome.describe()
+            );
+        }
+        eprintln!(
+            "ROLL REPORT ({}): {} checks in {:.1} s ({} answered, {} of them by a pod between \
+             its SIGTERM and its exit); failed checks {} ({} bad answers, {} timeouts, {} \
+             connection failures to pods not being rolled); connection failures to a restarting \
+             pod {}; degraded answers {}; open keys denied {}; over-admission {} of {} answers \
+             on exhausted keys ({} of them sent while ownership moved; {} keys, max {} per key, \
+             {} degraded, {} exact ones outside ownership moves; {} if moved buckets restarted \
+             full); roll {:.1} s; slowest answer {:?}; load average {}",
+            match naming {
+                Naming::HostsFile => "hosts file in mount namespaces",
+                Naming::Localhost { .. } => "localhost",
+            },
+            self.total,
+            took.as_secs_f64(),
+            self.answered,
+            self.from_leaving,
+            self.failed(),
+            self.bad.len(),
+            self.timed_out.len(),
+            self.conn_up.len(),
+            self.conn_rolling.len(),
+            self.degraded,
+            self.open_denied,
+            self.over.len(),
+            self.quota_answers,
+            self.quota_in_moves,
+            self.per_key.len(),
+            self.per_key.values().copied().max().unwrap_or(0),
+            self.over_degraded,
+            self.over_outside.len(),
+            NO_HANDOVER,
+            (roll.ended - roll.started).as_secs_f64(),
+            self.max_latency,
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+}
+
+/// Every quota key read (cost 0) through every pod after the roll: those with tokens left, or
+/// answered degraded (each printed).
+async fn quota_left(set: &StatefulSet) -> Result<usize> {
     let mut left = 0;
     for api in set
         .pods
@@ -735,49 +859,33 @@ async fn rolling_restart_under_load() -> Result<()> {
             }
         }
     }
+    Ok(left)
+}
 
-    if failed > 0 || !over.is_empty() || std::env::var_os("ROLLING_LOGS").is_some() {
-        for p in previous
-            .iter()
-            .chain(set.pods.iter().filter_map(|p| p.process.as_ref()))
-        {
-            let log = p.log();
-            let interesting: Vec<&str> = log
-                .lines()
-                .filter(|l| {
-                    !l.contains(" INFO ")
-                        || ["member", "hand", "leaving", "ready"]
-                            .iter()
-                            .any(|w| l.contains(w))
-                })
-                .collect();
-            eprintln!(
-                "--- {} (pid {}): warnings, membership and handover ---\n{}",
-                p.node_id,
-                p.pid(),
-                interesting.join("\n")
-            );
-        }
+/// Every pod's warnings, membership and handover lines, every generation.
+fn print_membership_logs(roll: &Roll, set: &StatefulSet) {
+    for p in roll
+        .previous
+        .iter()
+        .chain(set.pods.iter().filter_map(|p| p.process.as_ref()))
+    {
+        let log = p.log();
+        let interesting: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                !l.contains(" INFO ")
+                    || ["member", "hand", "leaving", "ready"]
+                        .iter()
+                        .any(|w| l.contains(w))
+            })
+            .collect();
+        eprintln!(
+            "--- {} (pid {}): warnings, membership and handover ---\n{}",
+            p.node_id,
+            p.pid(),
+            interesting.join("\n")
+        );
     }
-    assert_eq!(failed, 0, "failed checks from pods that were up");
-    assert_eq!(open_denied, 0, "open keys denied");
-    assert_eq!(left, 0, "quota keys with tokens left after the roll");
-    assert!(total > 5_000, "only {total} checks");
-    assert!(from_leaving > 0, "no answer from a leaving pod");
-    assert!(
-        quota_answers > 1_000,
-        "only {quota_answers} answers on quota keys"
-    );
-    assert!(
-        over_outside.is_empty(),
-        "exact answers over-admitted while no ownership moved: {over_outside:?}"
-    );
-    assert!(
-        over.len() <= OVER_ADMISSION_BOUND,
-        "over-admission {} beyond the bound {OVER_ADMISSION_BOUND}",
-        over.len()
-    );
-    Ok(())
 }
 
 /// How long after a move is seen complete a check still counts as sent during it: the

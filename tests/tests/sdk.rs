@@ -7,7 +7,8 @@ use ringlimit_client::{Check, Client, ClientError, FailMode, InlineRule, RateLim
 use ringlimit_node::NodeConfig;
 use ringlimit_proto::Algorithm;
 use ringlimit_tests::{
-    Api, ProcessNode, TestCluster, TestNode, WAIT, exclusive, metric, owner_of, wait_until,
+    Api, ProcessNode, Progress, TestCluster, TestNode, WAIT, exclusive, metric, owner_of,
+    wait_until,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -431,9 +432,10 @@ async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Resul
 
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
+    let progress = Progress::default();
     let mut loops = tokio::task::JoinSet::new();
     for l in 0..4 {
-        let (client, stop) = (client.clone(), stop.clone());
+        let (client, stop, progress) = (client.clone(), stop.clone(), progress.clone());
         loops.spawn(async move {
             let mut calls = Vec::new();
             let mut i = l * 1000;
@@ -447,13 +449,16 @@ async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Resul
                     latency: started.elapsed(),
                     result,
                 });
+                progress.add();
                 i += 1;
+                // A sleep is the thing: it paces the load (four loops, a check every 2 ms).
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             calls
         });
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // 1000 calls before the kill and after the heal (under a second at the loops' pace).
+    progress.wait_more(1_000, WAIT).await?;
     let killed_at = t0.elapsed();
     victim.kill()?;
     wait_until(
@@ -463,7 +468,7 @@ async fn killed_owner_fails_no_call_and_delays_none_past_the_deadline() -> Resul
     )
     .await?;
     let healed_at = t0.elapsed();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    progress.wait_more(1_000, WAIT).await?;
     stop.store(true, Ordering::Relaxed);
     let mut calls = Vec::new();
     while let Some(done) = loops.join_next().await {
@@ -797,14 +802,20 @@ async fn a_frozen_owners_keys_are_decided_by_its_replica() -> Result<()> {
         .take(3)
         .collect();
     let check = |k: &str| Check::inline(k.to_owned(), limit, MINUTE);
-    for k in &keys {
-        for _ in 0..2 {
+    // Two rounds of a check per key, each copied to the replicas before the next: with one
+    // replica and no other traffic, as many copies acknowledged as keys are this round's.
+    const COPIES: &str = "ringlimit_replicated_buckets_total";
+    for round in 0..2 {
+        let copied = nodes[2].series(COPIES).await?;
+        for k in &keys {
             let a = client.check(&check(k)).await?;
             ensure!(a.allowed && !a.degraded && !a.replica, "{k}: {a:?}");
         }
+        wait_until(&format!("round {round} copied"), WAIT, || async {
+            Ok(nodes[2].series(COPIES).await? >= copied + keys.len() as f64)
+        })
+        .await?;
     }
-    // The copies reach the replica within a few drains.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     nodes[2].pause()?;
     let mut admitted = 0;
     for k in &keys {

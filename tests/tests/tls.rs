@@ -17,8 +17,8 @@ use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClie
 use ringlimit_proto::Algorithm;
 use ringlimit_tests::tls::{CertDir, Leaf, TestCa, client_config, connect, presented};
 use ringlimit_tests::{
-    Api, ProcessNode, ProcessSpec, TestCluster, TestNode, WAIT, free_peer_port, inline, metric,
-    wait_until,
+    Api, ProcessNode, ProcessSpec, Progress, TestCluster, TestNode, WAIT, free_peer_port, inline,
+    metric, series, wait_until,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -274,6 +274,8 @@ async fn a_handshake_never_finished_is_closed_at_the_header_timeout_and_gives_wa
     for _ in 0..2 {
         silent.push(tokio::net::TcpStream::connect(node.http).await?);
     }
+    // A sleep for the accept loop to take both: nothing can be asked meanwhile, since any
+    // request (a scrape) would be the connection that makes one of them give way.
     tokio::time::sleep(Duration::from_millis(50)).await;
     // A real client still gets in: one still in its handshake is closed to make room.
     let mut tls = connect(node.http, client_config(&pki.ca.pem, &[b"http/1.1"])?).await?;
@@ -333,10 +335,12 @@ async fn a_replaced_certificate_is_served_within_a_bounded_wait_and_no_check_fai
     assert_eq!(presented(&kept)?, first.der()?);
     assert_eq!(h1_check(&mut kept, CHECK).await?.0, 200);
 
-    // Load: one check per new connection, until told to stop.
+    // Load: one check per new connection, until told to stop; 20 before the rotation.
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::default();
     let load = {
         let (stop, client, addr) = (stop.clone(), client.clone(), node.http);
+        let progress = progress.clone();
         tokio::spawn(async move {
             let (mut served, mut failed) = (Vec::new(), Vec::new());
             while !stop.load(Ordering::Relaxed) {
@@ -344,11 +348,12 @@ async fn a_replaced_certificate_is_served_within_a_bounded_wait_and_no_check_fai
                     Ok(der) => served.push(der),
                     Err(e) => failed.push(e.to_string()),
                 }
+                progress.add();
             }
             (served, failed)
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    progress.wait_more(20, WAIT).await?;
 
     // The certificate rewritten first, its key not yet: refused, the first one stays.
     std::fs::write(&files.cert, &second.cert)?;
@@ -373,7 +378,8 @@ async fn a_replaced_certificate_is_served_within_a_bounded_wait_and_no_check_fai
     .await?;
     let took = since.elapsed();
     eprintln!("new certificate served {took:?} after its key was written (polled every 50 ms)");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // 20 more checks, on connections made after the new pair was served.
+    progress.wait_more(20, WAIT).await?;
     stop.store(true, Ordering::Relaxed);
     let (served, failed) = load.await?;
     assert!(
@@ -651,17 +657,6 @@ fn unix_now() -> Result<u64> {
         .as_secs())
 }
 
-/// The value of `series` (name and labels as rendered) in a `/metrics` text, if it is there.
-fn series(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 const EXPIRY: &str = "ringlimit_tls_cert_expiry_seconds{cert=\"http\"}";
 const DAY: u64 = 86_400;
 
@@ -709,8 +704,9 @@ async fn an_expired_or_early_certificate_is_refused_on_reload_and_its_expiry_exp
             Ok(metric(&text, "ringlimit_tls_reload_total{result=\"error\"} ") > errors)
         })
         .await?;
-        // Polled a few more times: still refused.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Polled a few more times (every 50 ms): still refused. A sleep is the thing: a poll
+        // of unchanged files leaves no trace to wait for.
+        tokio::time::sleep(Duration::from_millis(150)).await;
         let tls = connect(node.http, client.clone()).await?;
         ensure!(
             presented(&tls)? == first.der()?,

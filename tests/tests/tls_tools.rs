@@ -5,11 +5,11 @@
 //! are replaced while curl and grpcio keep checking: the new one is served within a bounded
 //! wait and no check fails. And a node whose certificate cannot be read does not start.
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use ringlimit_tests::tls::{CertDir, TestCa};
 use ringlimit_tests::{
-    Api, ProcessNode, ProcessSpec, exclusive, free_peer_port, python_with, ringlimit_binary,
-    run_client_script,
+    Api, ProcessNode, ProcessSpec, Progress, WAIT, exclusive, free_peer_port, poll_every,
+    python_with, ringlimit_binary, run_client_script, series_sum, wait_until,
 };
 use std::net::SocketAddr;
 use std::path::Path;
@@ -164,9 +164,11 @@ async fn curl_openssl_and_grpcio_over_tls_while_the_certificate_rotates() -> Res
     if grpcio.is_none() {
         eprintln!("no Python with grpcio and grpc_tools (made by .ci/run): grpcio part skipped");
     }
+    let checks_before = checks_decided(&node).await?;
     let stop = Arc::new(AtomicBool::new(false));
+    let curled = Progress::default();
     let curls = {
-        let (stop, p) = (stop.clone(), ca_path.clone());
+        let (stop, p, curled) = (stop.clone(), ca_path.clone(), curled.clone());
         tokio::task::spawn_blocking(move || {
             let (mut ok, mut failed) = (0, Vec::new());
             while !stop.load(Ordering::Relaxed) {
@@ -174,29 +176,38 @@ async fn curl_openssl_and_grpcio_over_tls_while_the_certificate_rotates() -> Res
                     Ok((200, _)) => ok += 1,
                     other => failed.push(format!("{other:?}")),
                 }
+                curled.add();
             }
             (ok, failed)
         })
     };
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Both loads under way before the rotation: 20 curl checks, and (with grpcio) checks the
+    // node decided beyond curl's. One curl check at a time is in flight, so two more than
+    // curl has counted are another client's.
+    wait_until("curl and grpcio under way", WAIT, || async {
+        let beyond_curl = checks_decided(&node).await? - checks_before - curled.done() as f64;
+        Ok(curled.done() >= 20 && (grpcio.is_none() || beyond_curl >= 2.0))
+    })
+    .await?;
     dir.leaf("node", &second)?;
     let since = Instant::now();
-    let rotated = loop {
+    // Every 50 ms: each look is an openssl process.
+    let (every, within) = (Duration::from_millis(50), Duration::from_secs(5));
+    poll_every(every, "s_client sees serial 1002", within, || {
         let p = ca_path.clone();
-        let (_, serial) = tokio::task::spawn_blocking(move || s_client(http, &p)).await??;
-        if serial == "1002" {
-            break since.elapsed();
+        async move {
+            let (_, serial) = tokio::task::spawn_blocking(move || s_client(http, &p)).await??;
+            Ok((serial == "1002").then_some(()))
         }
-        if since.elapsed() > Duration::from_secs(5) {
-            bail!("still serving serial {serial} 5 s after the rotation");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await?;
+    let rotated = since.elapsed();
     eprintln!("s_client saw the new certificate {rotated:?} after the files were replaced");
     let p = ca_path.clone();
     let (_, grpc_serial) = tokio::task::spawn_blocking(move || s_client(grpc, &p)).await??;
     assert_eq!(grpc_serial, "1002", "the gRPC port rotated too");
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // 20 more curl checks, each on a connection made after the rotation.
+    curled.wait_more(20, WAIT).await?;
     stop.store(true, Ordering::Relaxed);
     let (ok, failed) = curls.await?;
     assert!(failed.is_empty(), "curl checks failed: {failed:?}");
@@ -228,6 +239,12 @@ async fn curl_openssl_and_grpcio_over_tls_while_the_certificate_rotates() -> Res
     );
     ensure!(node.stop().await? == 0, "exit code");
     Ok(())
+}
+
+/// Checks `node` has decided so far, whatever their result.
+async fn checks_decided(node: &ProcessNode) -> Result<f64> {
+    let text = node.get("/metrics").await?.text;
+    series_sum(&text, "ringlimit_checks_total").context("no ringlimit_checks_total")
 }
 
 /// Runs the binary's `serve` with `args` and the environment `env`, expecting it to exit at

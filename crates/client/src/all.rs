@@ -82,3 +82,77 @@ impl Client {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::unreachable;
+    use ringlimit_core::check::CheckError;
+    use std::time::Duration;
+
+    const HOUR: Duration = Duration::from_secs(3_600);
+
+    async fn remaining(client: &Client, check: &Check) -> u64 {
+        let peek = check.clone().cost(0);
+        client.check(&peek).await.expect("answered").remaining
+    }
+
+    #[tokio::test]
+    async fn a_request_names_one_to_32_distinct_valid_limits() {
+        let client = unreachable(Client::builder()).await;
+        assert_eq!(client.check_all(&[]).await, Err(AllError::Count(0)));
+        let many: Vec<Check> = (0..=MAX_ALL)
+            .map(|i| Check::inline(format!("k{i}"), 5, HOUR))
+            .collect();
+        assert_eq!(
+            client.check_all(&many).await,
+            Err(AllError::Count(MAX_ALL + 1))
+        );
+        let twice = [Check::inline("k", 5, HOUR), Check::inline("k", 5, HOUR)];
+        assert_eq!(
+            client.check_all(&twice).await,
+            Err(AllError::Duplicate {
+                first: 0,
+                second: 1
+            })
+        );
+        let bad = [Check::inline("k", 5, HOUR), Check::inline("", 5, HOUR)];
+        assert_eq!(
+            client.check_all(&bad).await,
+            Err(AllError::Item {
+                index: 1,
+                error: CheckError::InvalidKey(0)
+            })
+        );
+        // Refused before anything was decided: no bucket holds a cost.
+        assert_eq!(client.stats().fallback_buckets, 0);
+    }
+
+    /// On the fallback alone (no member answers), as at the owners: admitted only when every
+    /// limit admits, and a denial gives back what the other limits took.
+    #[tokio::test]
+    async fn a_denial_takes_nothing_from_the_other_limits() {
+        let client = unreachable(Client::builder()).await;
+        let ip = Check::inline("ip:1", 10, HOUR);
+        let user = Check::inline("user:1", 1, HOUR);
+        let both = [ip.clone(), user.clone()];
+
+        let first = client.check_all(&both).await.expect("decided");
+        assert!(first.allowed, "{first:?}");
+        assert!(first.results.iter().all(|a| a.allowed && a.degraded));
+        assert_eq!(first.shadow_denied, [None, None]);
+        // Admitted: the binding limit is the one with the least left (user: 0 of 1).
+        assert_eq!(first.binding, 1);
+        assert_eq!(first.binding_answer(), &first.results[1]);
+        assert_eq!(remaining(&client, &ip).await, 9);
+
+        let second = client.check_all(&both).await.expect("decided");
+        assert!(!second.allowed, "{second:?}");
+        assert_eq!(second.binding, 1, "the limit that denied");
+        assert!(!second.results[1].allowed);
+        // The ip limit admitted, then was given its cost back: it reads as before the request.
+        assert!(second.results[0].allowed, "{second:?}");
+        assert_eq!(second.results[0].remaining, 9);
+        assert_eq!(remaining(&client, &ip).await, 9, "given back");
+    }
+}

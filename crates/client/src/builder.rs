@@ -297,7 +297,7 @@ pub(crate) fn http_base(s: &str, https: bool) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::http_base;
+    use super::*;
 
     #[test]
     fn seeds_become_http_bases() {
@@ -329,6 +329,184 @@ mod tests {
             "h:1/x",
         ] {
             assert_eq!(http(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn seeds_are_trimmed_and_lose_a_trailing_slash() {
+        assert_eq!(
+            http_base("  http://h:80/ ", false).as_deref(),
+            Some("http://h:80")
+        );
+        assert_eq!(http_base("h:80//", false).as_deref(), Some("http://h:80"));
+        // A path, a port out of range or none: not a seed.
+        for bad in [
+            "http://h:80/v1",
+            "http://h:0x50",
+            "http://h:-1",
+            "http://:1",
+        ] {
+            assert_eq!(http_base(bad, false), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let s = Settings::default();
+        assert!(s.seeds.is_empty());
+        assert_eq!(s.cluster_id, "ringlimit");
+        assert_eq!(s.name, "ringlimit-client");
+        assert_eq!(s.deadline, Duration::from_millis(5));
+        assert_eq!(s.connect_timeout, Duration::from_millis(500));
+        assert_eq!(s.refresh_interval, Duration::from_secs(1));
+        assert_eq!(s.discovery_timeout, Duration::from_millis(500));
+        assert_eq!(s.fail_mode, FailMode::Open);
+        assert_eq!(s.fallback_share, FallbackShare::PerMember);
+        assert_eq!(s.fallback_max_keys, 100_000);
+        assert!(!s.leases && s.secret.is_none() && s.client_token.is_none());
+        assert!(s.peer_tls.is_none() && s.http_tls_ca.is_none());
+    }
+
+    #[test]
+    fn the_builder_keeps_what_it_is_given_and_empty_credentials_are_none() {
+        let b = ClientBuilder::default()
+            .seeds(["h:1", "http://h:2"])
+            .cluster_id("c")
+            .client_token("")
+            .cluster_secret("s3cret")
+            .name("svc")
+            .deadline(Duration::from_millis(7))
+            .connect_timeout(Duration::from_millis(8))
+            .refresh_interval(Duration::from_millis(9))
+            .discovery_timeout(Duration::from_millis(10))
+            .fail_mode(FailMode::Closed)
+            .fallback_share(FallbackShare::Fraction(0.25))
+            .fallback_max_keys(11)
+            .leases(true)
+            .peer_tls("ca.pem", "cert.pem", "key.pem")
+            .http_tls_ca("http-ca.pem");
+        let s = &b.settings;
+        assert_eq!(s.seeds, ["h:1", "http://h:2"]);
+        assert_eq!(s.cluster_id, "c");
+        assert!(s.client_token.is_none(), "an empty token is none");
+        assert_eq!(s.secret.as_deref(), Some(&b"s3cret"[..]));
+        assert_eq!(s.name, "svc");
+        assert_eq!(
+            (
+                s.deadline,
+                s.connect_timeout,
+                s.refresh_interval,
+                s.discovery_timeout
+            ),
+            (
+                Duration::from_millis(7),
+                Duration::from_millis(8),
+                Duration::from_millis(9),
+                Duration::from_millis(10)
+            )
+        );
+        assert_eq!(s.fail_mode, FailMode::Closed);
+        assert_eq!(s.fallback_share, FallbackShare::Fraction(0.25));
+        assert_eq!(s.fallback_max_keys, 11);
+        assert!(s.leases);
+        let tls = s.peer_tls.as_ref().expect("peer TLS");
+        assert_eq!(
+            (tls.ca.as_path(), tls.cert.as_path(), tls.key.as_path()),
+            (
+                std::path::Path::new("ca.pem"),
+                std::path::Path::new("cert.pem"),
+                std::path::Path::new("key.pem")
+            )
+        );
+        assert_eq!(
+            s.http_tls_ca.as_deref(),
+            Some(std::path::Path::new("http-ca.pem"))
+        );
+        let b = b.cluster_secret("").client_token("t");
+        assert!(b.settings.secret.is_none(), "an empty secret is none");
+        assert_eq!(b.settings.client_token.as_deref(), Some(&b"t"[..]));
+    }
+
+    #[test]
+    fn a_client_is_built_inside_a_runtime() {
+        let built = futures::executor::block_on(ClientBuilder::default().seeds(["h:1"]).build());
+        assert!(matches!(built, Err(BuildError::NoRuntime)), "{built:?}");
+    }
+
+    /// Whether an error is the one a case expects.
+    type Refused = fn(&BuildError) -> bool;
+
+    /// Every setting that cannot work is refused before any request is made (the seeds here
+    /// would answer nothing anyway).
+    #[tokio::test]
+    async fn settings_that_cannot_work_are_refused_before_any_request() {
+        let seeded = || ClientBuilder::default().seeds(["127.0.0.1:9"]);
+        let cases: Vec<(&str, ClientBuilder, Refused)> = vec![
+            ("no seeds", ClientBuilder::default(), |e| {
+                matches!(e, BuildError::NoSeeds)
+            }),
+            (
+                "a secret and a token",
+                seeded().cluster_secret("s").client_token("t"),
+                |e| matches!(e, BuildError::SecretAndToken),
+            ),
+            (
+                "a seed without a port",
+                ClientBuilder::default().seeds(["127.0.0.1:9", "host"]),
+                |e| matches!(e, BuildError::BadSeed(s) if s == "host"),
+            ),
+            (
+                "an https seed without a CA",
+                ClientBuilder::default().seeds(["https://h:1"]),
+                |e| matches!(e, BuildError::HttpsWithoutCa(s) if s == "https://h:1"),
+            ),
+            (
+                "an http seed with a CA",
+                ClientBuilder::default()
+                    .seeds(["http://h:1"])
+                    .http_tls_ca("ca.pem"),
+                |e| matches!(e, BuildError::BadSeed(_)),
+            ),
+            (
+                "no share",
+                seeded().fallback_share(FallbackShare::Fraction(0.0)),
+                |e| matches!(e, BuildError::BadShare(f) if *f == 0.0),
+            ),
+            (
+                "more than the limit",
+                seeded().fallback_share(FallbackShare::Fraction(1.5)),
+                |e| matches!(e, BuildError::BadShare(_)),
+            ),
+            (
+                "not a number",
+                seeded().fallback_share(FallbackShare::Fraction(f64::NAN)),
+                |e| matches!(e, BuildError::BadShare(_)),
+            ),
+            ("no deadline", seeded().deadline(Duration::ZERO), |e| {
+                matches!(e, BuildError::ZeroDeadline)
+            }),
+            (
+                "a CA file that is not there",
+                ClientBuilder::default()
+                    .seeds(["https://h:1"])
+                    .http_tls_ca("/nonexistent/ringlimit-ca.pem"),
+                |e| matches!(e, BuildError::HttpTls(_)),
+            ),
+            (
+                "peer TLS files that are not there",
+                seeded().peer_tls(
+                    "/nonexistent/ca.pem",
+                    "/nonexistent/cert.pem",
+                    "/nonexistent/key.pem",
+                ),
+                |e| matches!(e, BuildError::PeerTls(_)),
+            ),
+        ];
+        for (what, builder, expected) in cases {
+            match builder.build().await {
+                Err(e) => assert!(expected(&e), "{what}: {e}"),
+                Ok(c) => panic!("{what}: built {c:?}"),
+            }
         }
     }
 }

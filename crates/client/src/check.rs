@@ -67,3 +67,43 @@ impl Check {
 /// degraded answer, never an error, unless the client was built with
 /// [`crate::FailMode::Closed`].
 pub use ringlimit_core::check::CheckError as ClientError;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_check_costs_one_and_keeps_its_rule_whatever_inline_options_say() {
+        let c = Check::named("free-tier", "user:1");
+        assert_eq!(c.rule, RuleRef::Named("free-tier".into()));
+        assert_eq!((c.key.as_str(), c.cost), ("user:1", 1));
+        // Algorithm and burst are an inline rule's: a named rule is the cluster's.
+        let same = c.clone().algorithm(Algorithm::FixedWindow).burst(9).cost(0);
+        assert_eq!(same.rule, c.rule);
+        assert_eq!(same.cost, 0, "a cost of 0 reads without consuming");
+    }
+
+    #[test]
+    fn an_inline_check_is_a_token_bucket_in_whole_milliseconds() {
+        let c = Check::inline("ip:1", 5, Duration::from_micros(10_999_999));
+        let RuleRef::Inline(r) = &c.rule else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            (r.limit, r.period_ms, r.algorithm, r.burst),
+            (5, 10_999, Algorithm::TokenBucket, None),
+            "finer parts of the period are dropped"
+        );
+        let c = c.algorithm(Algorithm::LeakyBucket).burst(7).cost(3);
+        let RuleRef::Inline(r) = &c.rule else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            (r.algorithm, r.burst, c.cost),
+            (Algorithm::LeakyBucket, Some(7), 3)
+        );
+        // A period beyond u64 milliseconds saturates rather than wrapping.
+        let far = Check::inline("k", 1, Duration::MAX);
+        assert!(matches!(far.rule, RuleRef::Inline(r) if r.period_ms == u64::MAX));
+    }
+}

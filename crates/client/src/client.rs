@@ -401,3 +401,156 @@ async fn refresh_loop(inner: Weak<Inner>, wake: Arc<Notify>) {
         last = Instant::now();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::FailMode;
+    use crate::testing::unreachable;
+    use ringlimit_proto::{Algorithm, InlineRule};
+
+    fn inline(key: &str, limit: u64) -> Check {
+        Check::inline(key, limit, Duration::from_secs(3_600))
+    }
+
+    #[test]
+    fn a_check_is_identified_key_first_then_rule_then_cost() {
+        let topo = Topology::empty();
+        let check = inline("k", 5).cost(2);
+        let (id, known) = identify(&topo, &check).expect("valid");
+        let RuleRef::Inline(rule) = &check.rule else {
+            unreachable!()
+        };
+        let resolved = Resolved::inline(rule).expect("valid");
+        assert_eq!(known, Some(resolved));
+        assert_eq!(Ok(id), resolved.bucket("k", 2));
+        // A named rule before any node answered: no identity, no rule, yet no error.
+        assert_eq!(identify(&topo, &Check::named("api", "k")), Ok((0, None)));
+        // The key is checked first, as a node checks it.
+        assert_eq!(
+            identify(&topo, &Check::named("api", "")),
+            Err(ClientError::InvalidKey(0))
+        );
+        let long = "k".repeat(513);
+        assert_eq!(
+            identify(&topo, &inline(&long, 0)),
+            Err(ClientError::InvalidKey(513))
+        );
+        assert!(matches!(
+            identify(&topo, &inline("k", 0)),
+            Err(ClientError::InvalidRule(_))
+        ));
+        assert!(matches!(
+            identify(&topo, &inline("k", 5).cost(6)),
+            Err(ClientError::CostTooLarge {
+                cost: 6,
+                capacity: 5
+            })
+        ));
+        // A named rule the rules fetched do not have.
+        let fetched = Topology {
+            rules: Some(std::collections::HashMap::new()),
+            ..Topology::empty()
+        };
+        assert_eq!(
+            identify(&fetched, &Check::named("api", "k")),
+            Err(ClientError::UnknownRule("api".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_member_inline_limits_hold_on_the_fallback() {
+        let client = unreachable(Client::builder()).await;
+        assert!(client.members().is_empty());
+        assert_eq!(client.owner_of(&inline("k", 3)), None);
+        let allowed: Vec<bool> = futures::future::join_all((0..4).map(|_| {
+            let (client, check) = (client.clone(), inline("k", 3));
+            async move {
+                let a = client.check(&check).await.expect("answered");
+                assert!(a.degraded && !a.replica && !a.leased, "{a:?}");
+                assert_eq!(a.limit, 3);
+                a.allowed
+            }
+        }))
+        .await;
+        assert_eq!(allowed.iter().filter(|a| **a).count(), 3, "{allowed:?}");
+        let stats = client.stats();
+        assert_eq!((stats.degraded, stats.direct, stats.frames), (4, 0, 0));
+        assert_eq!(stats.fallback_buckets, 1);
+        assert!(
+            stats.refresh_failures >= 1 && stats.refreshes == 0,
+            "{stats:?}"
+        );
+        assert!(!client.refresh().await, "nobody answers");
+    }
+
+    #[tokio::test]
+    async fn a_named_rule_never_learnt_is_admitted_without_a_limit() {
+        let client = unreachable(Client::builder()).await;
+        let a = client
+            .check(&Check::named("api", "k"))
+            .await
+            .expect("answered");
+        assert!(a.allowed && a.degraded && a.limit == 0, "{a:?}");
+        assert_eq!(client.stats().fallback_buckets, 0, "nothing to count it in");
+        assert_eq!(client.period_ms(&RuleRef::Named("api".into())), None);
+        let check = inline("k", 1);
+        assert_eq!(client.period_ms(&check.rule), Some(3_600_000));
+    }
+
+    #[tokio::test]
+    async fn fail_closed_without_a_member_is_unavailable_and_says_why() {
+        let client = unreachable(Client::builder().fail_mode(FailMode::Closed)).await;
+        assert_eq!(
+            client.check(&Check::named("api", "k")).await,
+            Err(ClientError::Unavailable("no cluster member reached yet"))
+        );
+        assert_eq!(
+            client.check(&inline("k", 3)).await,
+            Err(ClientError::Unavailable("no cluster member alive"))
+        );
+        assert_eq!(client.stats().degraded, 0);
+    }
+
+    #[tokio::test]
+    async fn a_bad_check_is_an_error_that_takes_nothing_and_a_batch_keeps_its_order() {
+        let client = unreachable(Client::builder()).await;
+        let leaky =
+            Check::inline("k", 2, Duration::from_secs(60)).algorithm(Algorithm::LeakyBucket);
+        let answers = client
+            .check_many(&[
+                inline("a", 2),
+                inline("", 2),
+                Check {
+                    key: "b".into(),
+                    rule: RuleRef::Inline(InlineRule {
+                        limit: 0,
+                        period_ms: 1_000,
+                        algorithm: Algorithm::TokenBucket,
+                        burst: None,
+                    }),
+                    cost: 1,
+                },
+                inline("c", 2).cost(3),
+                leaky,
+            ])
+            .await;
+        assert_eq!(answers.len(), 5);
+        assert!(matches!(&answers[0], Ok(a) if a.allowed && a.degraded));
+        assert_eq!(answers[1], Err(ClientError::InvalidKey(0)));
+        assert!(matches!(answers[2], Err(ClientError::InvalidRule(_))));
+        assert!(matches!(
+            answers[3],
+            Err(ClientError::CostTooLarge {
+                cost: 3,
+                capacity: 2
+            })
+        ));
+        assert!(matches!(&answers[4], Ok(a) if a.allowed));
+        assert_eq!(
+            client.stats().fallback_buckets,
+            2,
+            "only the valid checks hold"
+        );
+    }
+}

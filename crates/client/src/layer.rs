@@ -333,3 +333,198 @@ pub mod key {
         |req| Some(req.uri().path().to_owned())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FailMode;
+    use crate::testing::unreachable;
+    use http::HeaderName;
+    use std::time::Duration;
+
+    /// The service behind the layer: says "served".
+    #[derive(Clone)]
+    struct Served;
+
+    impl Service<Request<String>> for Served {
+        type Response = Response<String>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Response<String>, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<String>) -> Self::Future {
+            std::future::ready(Ok(Response::new("served".into())))
+        }
+    }
+
+    fn rule(limit: u64) -> InlineRule {
+        InlineRule {
+            limit,
+            period_ms: 3_600_000,
+            algorithm: ringlimit_proto::Algorithm::TokenBucket,
+            burst: None,
+        }
+    }
+
+    fn request(headers: &[(&'static str, &[u8])]) -> Request<String> {
+        let mut req = Request::new(String::new());
+        *req.uri_mut() = "/v1/things?x=1".parse().expect("a uri");
+        for (name, value) in headers {
+            req.headers_mut().insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_bytes(value).expect("a header value"),
+            );
+        }
+        req
+    }
+
+    async fn send<S>(service: &mut S, req: Request<String>) -> Response<String>
+    where
+        S: Service<Request<String>, Response = Response<String>>,
+        S::Error: std::fmt::Debug,
+    {
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .expect("ready");
+        service.call(req).await.expect("a response")
+    }
+
+    fn header<'a>(res: &'a Response<String>, name: &str) -> Option<&'a str> {
+        res.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn keys_come_from_a_header_or_the_path() {
+        let user = key::header::<String>("x-user");
+        assert_eq!(user(&request(&[("x-user", b"42")])).as_deref(), Some("42"));
+        assert_eq!(user(&request(&[])), None, "absent: not limited");
+        assert_eq!(
+            user(&request(&[("x-user", b"")])),
+            None,
+            "empty: not limited"
+        );
+        assert_eq!(
+            user(&request(&[("x-user", b"\xff")])),
+            None,
+            "not UTF-8: not limited"
+        );
+        assert_eq!(
+            key::path::<String>()(&request(&[])).as_deref(),
+            Some("/v1/things"),
+            "the path, without the query"
+        );
+        // Chained, the keys come in the order the limits were added.
+        let both = And {
+            first: key::header::<String>("x-user"),
+            then: key::path::<String>(),
+        };
+        let mut out = Vec::new();
+        both.keys(&request(&[("x-user", b"7")]), &mut out);
+        assert_eq!(out, [Some("7".to_owned()), Some("/v1/things".to_owned())]);
+    }
+
+    #[test]
+    fn an_unknown_limit_sends_no_ratelimit_headers_and_errors_are_json() {
+        let mut headers = HeaderMap::new();
+        let unknown = CheckAnswer {
+            allowed: true,
+            limit: 0,
+            remaining: 0,
+            reset_at_ms: 0,
+            retry_after_ms: 0,
+            degraded: true,
+            replica: false,
+            leased: false,
+        };
+        rate_headers(&mut headers, &unknown);
+        assert!(headers.is_empty(), "{headers:?}");
+        let res: Response<String> =
+            error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "a \"why\"");
+        let body: serde_json::Value = serde_json::from_str(res.body()).expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({ "error": "unavailable", "message": "a \"why\"" })
+        );
+        assert_eq!(header(&res, "retry-after"), Some("1"));
+        assert_eq!(header(&res, "content-type"), Some("application/json"));
+    }
+
+    /// On the client's fallback (no member answers): requests within the limit reach the
+    /// service with their headers, the next one gets a 429, and one without a key passes.
+    #[tokio::test]
+    async fn requests_over_the_limit_get_429_and_never_reach_the_service() {
+        let client = unreachable(Client::builder()).await;
+        let layer = RateLimitLayer::inline(client, rule(2), key::header::<String>("x-user"));
+        let mut service = layer.layer(Served);
+        let user = [("x-user", &b"1"[..])];
+        for left in ["1", "0"] {
+            let res = send(&mut service, request(&user)).await;
+            assert_eq!(res.status(), StatusCode::OK);
+            assert_eq!(res.body(), "served");
+            assert_eq!(header(&res, "x-ratelimit-limit"), Some("2"));
+            assert_eq!(header(&res, "x-ratelimit-remaining"), Some(left));
+            assert!(header(&res, "ratelimit-policy").is_some(), "{res:?}");
+        }
+        let res = send(&mut service, request(&user)).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_ne!(res.body(), "served");
+        assert!(res.body().contains("\"rate_limited\""), "{}", res.body());
+        assert!(header(&res, "retry-after").is_some(), "{res:?}");
+        let res = send(&mut service, request(&[])).await;
+        assert_eq!(res.status(), StatusCode::OK, "no key, no limit");
+        assert!(header(&res, "x-ratelimit-limit").is_none());
+    }
+
+    #[tokio::test]
+    async fn fail_closed_is_503_and_a_broken_rule_is_500() {
+        let closed = unreachable(Client::builder().fail_mode(FailMode::Closed)).await;
+        let mut service =
+            RateLimitLayer::inline(closed, rule(2), key::path::<String>()).layer(Served);
+        let res = send(&mut service, request(&[])).await;
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(res.body().contains("\"unavailable\""), "{}", res.body());
+        assert_eq!(header(&res, "retry-after"), Some("1"));
+
+        let open = unreachable(Client::builder()).await;
+        let broken = RateLimitLayer::inline(open.clone(), rule(0), key::path::<String>());
+        let res = send(&mut broken.layer(Served), request(&[])).await;
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            res.body().contains("rate_limit_misconfigured"),
+            "{}",
+            res.body()
+        );
+        // Two limits naming one bucket: the service's mistake too.
+        let twice = RateLimitLayer::inline(open, rule(5), key::path::<String>())
+            .and(RuleRef::Inline(rule(5)), key::path::<String>());
+        let res = send(&mut twice.layer(Served), request(&[])).await;
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    /// Two limits, all-or-nothing: a request the second denies takes nothing from the first.
+    #[tokio::test]
+    async fn a_request_under_two_limits_is_held_all_or_nothing() {
+        let client = unreachable(Client::builder()).await;
+        let layer = RateLimitLayer::inline(client.clone(), rule(10), key::path::<String>())
+            .and(RuleRef::Inline(rule(1)), key::header::<String>("x-user"));
+        let mut service = layer.layer(Served);
+        let user = [("x-user", &b"1"[..])];
+        assert_eq!(
+            send(&mut service, request(&user)).await.status(),
+            StatusCode::OK
+        );
+        let res = send(&mut service, request(&user)).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let path = Check::inline("/v1/things", 10, Duration::from_secs(3_600)).cost(0);
+        let left = client.check(&path).await.expect("answered").remaining;
+        assert_eq!(left, 9, "the denied request's path cost was given back");
+        // The cost of a limit is what each request takes.
+        let costly =
+            RateLimitLayer::inline(client.clone(), rule(10), key::header::<String>("x-k")).cost(4);
+        let res = send(&mut costly.layer(Served), request(&[("x-k", b"a")])).await;
+        assert_eq!(header(&res, "x-ratelimit-remaining"), Some("6"));
+    }
+}

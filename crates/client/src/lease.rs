@@ -122,3 +122,59 @@ impl Owners for TopologyOwners {
         self.0.ring.members().to_vec()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::tests::{cluster, nowhere, rules};
+    use ringlimit_proto::Ring;
+
+    /// Whether bucket 7, checked `checks` times in one tick on a fresh thread, is promoted.
+    fn promoted_after(checks: u32) -> bool {
+        std::thread::spawn(move || {
+            let l = Leasing::new();
+            for _ in 0..checks {
+                l.record(7);
+            }
+            l.hot.lock().tick().promoted == [7]
+        })
+        .join()
+        .expect("the counting thread")
+    }
+
+    /// One check in [`SAMPLE`] is counted, with weight [`SAMPLE`]: a tick of 250 ms promotes a
+    /// bucket whose counted rate reaches 1000/s, a count of 500. 504 checks count 63 times
+    /// (504: promoted), 503 count 62 times (496: not).
+    #[test]
+    fn one_check_in_eight_is_counted_eight_times() {
+        assert_eq!(SAMPLE, 8);
+        assert!(promoted_after(504));
+        assert!(!promoted_after(503));
+    }
+
+    #[tokio::test]
+    async fn the_asking_task_reads_owners_and_the_ring_from_the_topology() {
+        let (link, stats) = nowhere();
+        let view = cluster(&[
+            ("n0", "10.0.0.1:7000", "10.0.0.1:8080", "alive"),
+            ("n1", "10.0.0.2:7000", "10.0.0.2:8080", "alive"),
+            ("n2", "10.0.0.3:7000", "10.0.0.3:8080", "dead"),
+        ]);
+        let topology = Topology::empty().next(&view, &rules(), &link, &stats, false);
+        let owners = TopologyOwners(Arc::new(topology));
+        let ring = Ring::new(["n0", "n1"]);
+        assert_eq!(owners.ring(), ring.members().to_vec());
+        for id in 0..200u64 {
+            let (member, addr) = owners.owner(id).expect("an owner");
+            assert_eq!(Some(&*member), ring.owner(id));
+            let want = if &*member == "n0" {
+                "10.0.0.1:7000"
+            } else {
+                "10.0.0.2:7000"
+            };
+            assert_eq!(addr, want, "leases are asked of the owner's peer port");
+        }
+        let none = TopologyOwners(Arc::new(Topology::empty()));
+        assert!(none.owner(1).is_none() && none.ring().is_empty());
+    }
+}

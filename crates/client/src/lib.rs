@@ -54,3 +54,27 @@ pub use client::{Client, ClientStats};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use reserve::{Reservation, Reserve, ReserveError};
 pub use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule, RuleRef};
+
+/// What the crate's own tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::{Client, ClientBuilder};
+    use std::time::Duration;
+
+    /// A client of a cluster nobody answers for: its one seed is a loopback port just closed,
+    /// so that discovery is refused at once and every check is the client's alone (its
+    /// fallback, its fail mode, its validation).
+    pub(crate) async fn unreachable(builder: ClientBuilder) -> Client {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a loopback port");
+        builder
+            .seeds([format!("127.0.0.1:{port}")])
+            .discovery_timeout(Duration::from_millis(200))
+            .refresh_interval(Duration::from_secs(60))
+            .build()
+            .await
+            .expect("an unreachable cluster is no error")
+    }
+}

@@ -156,3 +156,73 @@ impl Client {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::unreachable;
+    use ringlimit_core::check::CheckError;
+    use ringlimit_proto::{Algorithm, InlineRule};
+
+    fn inline(limit: u64) -> RuleRef {
+        RuleRef::Inline(InlineRule {
+            limit,
+            period_ms: 60_000,
+            algorithm: Algorithm::TokenBucket,
+            burst: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn without_an_owner_nothing_is_reserved_and_the_reason_is_given() {
+        let client = unreachable(Client::builder()).await;
+        let minute = Duration::from_secs(60);
+        let named = client
+            .reserve("k", RuleRef::Named("llm".into()), 10, minute)
+            .await;
+        assert!(
+            matches!(&named, Err(ReserveError::Unavailable(why)) if why == "no cluster member reached yet"),
+            "{named:?}"
+        );
+        let inline_rule = client.reserve("k", inline(100), 10, minute).await;
+        assert!(
+            matches!(&inline_rule, Err(ReserveError::Unavailable(why)) if why == "no cluster member alive"),
+            "{inline_rule:?}"
+        );
+        // Reservations never fall back: the fallback holds nothing.
+        assert_eq!(client.stats().fallback_buckets, 0);
+    }
+
+    #[tokio::test]
+    async fn what_cannot_be_reserved_is_refused_before_any_owner_is_asked() {
+        let client = unreachable(Client::builder()).await;
+        for ttl in [Duration::ZERO, Duration::from_secs(3_601)] {
+            let r = client.reserve("k", inline(100), 10, ttl).await;
+            assert!(matches!(r, Err(ReserveError::Ttl { .. })), "{ttl:?}: {r:?}");
+        }
+        let minute = Duration::from_secs(60);
+        let r = client.reserve("", inline(100), 10, minute).await;
+        assert!(
+            matches!(r, Err(ReserveError::Check(CheckError::InvalidKey(0)))),
+            "{r:?}"
+        );
+        let r = client.reserve("k", inline(100), 101, minute).await;
+        assert!(
+            matches!(
+                r,
+                Err(ReserveError::Check(CheckError::CostTooLarge {
+                    cost: 101,
+                    ..
+                }))
+            ),
+            "{r:?}"
+        );
+        // A string that is not an id is unknown, like an expired one.
+        for id in ["", "not-an-id", "%%%"] {
+            assert!(
+                matches!(client.settle(id, 1).await, Err(ReserveError::Unknown)),
+                "{id:?}"
+            );
+        }
+    }
+}

@@ -121,18 +121,6 @@ fn degraded(s: &&Sample) -> bool {
     matches!(s.seen, Some(Seen { degraded: true, .. }))
 }
 
-/// Waits until node `id` shows `member` not alive and `ring` members in its ring; returns the
-/// state it shows.
-async fn wait_out_of_ring(c: &Cluster, id: &str, member: &str, ring: u64) -> Option<String> {
-    c.wait(&format!("{id} drops {member} from its ring"), || async {
-        let view = c.view(id).await;
-        let state = c.state_of(id, member).await;
-        state.as_deref() != Some("alive") && view["ring_members"] == ring
-    })
-    .await;
-    c.state_of(id, member).await
-}
-
 /// Replaces `three_nodes_admit_exactly_the_limit_per_key` (process test): three nodes form a
 /// cluster; whichever node a check lands on, each key admits exactly its limit, every node
 /// forwards exactly the checks of keys it does not own (its ring agrees with [`owner_of`]),
@@ -215,7 +203,7 @@ async fn owner_killed_survivors_fail_open() {
     c.kill("n2").await;
     let mut states = Vec::new();
     for id in ["n0", "n1"] {
-        states.push(wait_out_of_ring(&c, id, "n2", 2).await);
+        states.push(c.wait_out_of_ring(id, "n2", 2).await);
     }
     let healed_at = load.t0.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -277,7 +265,7 @@ async fn graceful_leave_and_rejoin() {
     let sent = Instant::now();
     c.terminate("n2");
     for id in ["n0", "n1"] {
-        let state = wait_out_of_ring(&c, id, "n2", 2).await;
+        let state = c.wait_out_of_ring(id, "n2", 2).await;
         assert_eq!(state.as_deref(), Some("leaving"), "n2 seen by {id}");
     }
     assert!(
@@ -372,7 +360,7 @@ async fn paused_owner_is_bypassed_then_returns() {
     let paused_at = load.t0.elapsed();
     c.pause("n2").await;
     for id in ["n0", "n1"] {
-        wait_out_of_ring(&c, id, "n2", 2).await;
+        c.wait_out_of_ring(id, "n2", 2).await;
     }
     c.resume("n2").await;
     c.wait_all_alive(&IDS).await;

@@ -4,17 +4,23 @@
 //! memnet, kills a node (aborts its task: SIGKILL), stops one gracefully (its shutdown future:
 //! SIGTERM), restarts one with the same id, and cuts or heals links.
 //!
-//! Waits are bounded with `tokio::time::timeout`: the paused clock advances by itself when every
-//! task waits, so a bound costs no real time.
+//! The waits, the cluster view, the metrics reading and key placement are
+//! `ringlimit-test-support`'s, which the process tests (`tests/`, real nodes in wall time) use
+//! too: a [`NodeClient`] is its `Member`, as a process test's HTTP client is. Every wait is
+//! bounded on tokio's clock: the paused clock advances by itself when every task waits, so a
+//! bound costs no real time.
+//!
+//! Protocol behaviour is tested here; the process tests keep what needs real processes and
+//! sockets (signals, latencies in wall time, the binary's flags, TLS, Envoy and Python clients),
+//! with a smoke test of each cluster scenario (`cluster.rs`, `rolling.rs`, `global.rs` there).
 //!
 //! # Layout
-//! - this file: [`Cluster`] (start, join, kill, stop, pause, cut) and [`NodeClient`] (HTTP over
-//!   memnet), plus [`owner_of`] to know which node owns a key.
+//! - this file: [`Cluster`] (start, join, kill, stop, pause, cut, waits) and [`NodeClient`]
+//!   (HTTP over memnet), plus [`owner_of`] to know which node owns a key.
 //! - `cluster`: forming, forwarding and batching, kill, leave and rejoin, join, handover,
-//!   pause, partition (the twins of `tests/tests/cluster.rs`).
-//! - `rolling`: a rolling restart under load keeps exhausted keys exhausted (`rolling.rs`).
-//! - `global`: global rules across nodes, a kill, a partition, a join and a rolling restart
-//!   (`global.rs`).
+//!   pause, partition.
+//! - `rolling`: a rolling restart under load keeps exhausted keys exhausted.
+//! - `global`: global rules across nodes, a kill, a partition, a join and a rolling restart.
 //! - `forwarding`: a check decided by its owner, failing open when the owner stalls or its link
 //!   is lost (and the circuit that stops the waiting), a check relayed by a former owner, a node
 //!   without a majority.
@@ -65,13 +71,12 @@ mod rolling;
 use crate::cluster::pause::Pauses;
 use crate::config::{EngineClock, NodeConfig};
 use crate::node::{MemoryNet, NodeError};
-use crate::rules::InForce;
-use crate::rules::RuleSet;
-use crate::rules::RuleSpec;
 use ringlimit_core::clock::Clock;
 use ringlimit_core::link::dial::Dial;
-use ringlimit_proto::{Algorithm, InlineRule, Ring};
+use ringlimit_proto::InlineRule;
+use ringlimit_test_support::{ClusterView, Member};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,6 +133,8 @@ impl Reply {
 #[derive(Clone)]
 pub struct NodeClient {
     dialer: Arc<dyn Dial>,
+    /// The node's id, for messages.
+    id: String,
     addr: String,
 }
 
@@ -174,6 +181,29 @@ impl NodeClient {
     pub async fn check(&self, body: &serde_json::Value) -> Reply {
         self.http("POST", "/v1/check", &body.to_string()).await
     }
+
+    /// A request that must be answered, or an error naming the node.
+    async fn answered(&self, method: &str, path: &str) -> anyhow::Result<Reply> {
+        self.try_http(method, path, "")
+            .await
+            .ok_or_else(|| anyhow::anyhow!("{} did not answer {method} {path}", self.id))
+    }
+}
+
+impl Member for NodeClient {
+    fn name(&self) -> String {
+        self.id.clone()
+    }
+
+    async fn ready(&self) -> anyhow::Result<bool> {
+        Ok(self.answered("GET", "/readyz").await?.status == 200)
+    }
+
+    async fn cluster_view(&self) -> anyhow::Result<ClusterView> {
+        let r = self.answered("GET", "/v1/cluster").await?;
+        anyhow::ensure!(r.status == 200, "/v1/cluster answered {}", r.status);
+        Ok(ClusterView(serde_json::from_str(&r.body)?))
+    }
 }
 
 /// What one answer to a check said (a 200 or 429 with a well-formed body).
@@ -199,31 +229,17 @@ impl Seen {
     }
 }
 
-/// An inline check of `key`: `limit` per `period_ms`, token bucket.
-pub fn inline(key: &str, limit: u64, period_ms: u64) -> serde_json::Value {
-    serde_json::json!({ "key": key, "limit": limit, "period_ms": period_ms })
-}
+pub use ringlimit_test_support::inline;
 
 /// The member of `members` that owns `key` under an inline rule of `limit` per `period_ms`
 /// (token bucket), as every node's ring places it.
 pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> String {
-    let rule = InlineRule {
-        limit,
-        period_ms,
-        algorithm: Algorithm::TokenBucket,
-        burst: None,
-    };
-    owner_under(members, key, rule)
+    ringlimit_test_support::owner_of(members, key, limit, period_ms).unwrap_or_else(fail)
 }
 
 /// The member of `members` that owns `key` under the inline `rule`.
 pub fn owner_under(members: &[&str], key: &str, rule: InlineRule) -> String {
-    static IN_FORCE: std::sync::OnceLock<InForce> = std::sync::OnceLock::new();
-    let in_force = IN_FORCE.get_or_init(|| InForce::new(RuleSet::builtin()));
-    let (_, id) = in_force
-        .prepare(key, RuleSpec::Inline(rule), 1)
-        .unwrap_or_else(|e| panic!("cannot prepare {key:?}: {e}"));
-    Ring::new(members).owner(id).expect("members").to_owned()
+    ringlimit_test_support::owner_under(members, key, &rule).unwrap_or_else(fail)
 }
 
 /// `n` keys named `{prefix}:{i}` that `owner` owns on a ring over `members`.
@@ -232,13 +248,15 @@ pub fn keys_owned_by(
     owner: &str,
     prefix: &str,
     n: usize,
-    (limit, period_ms): (u64, u64),
+    rule: (u64, u64),
 ) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}:{i}"))
-        .filter(|k| owner_of(members, k, limit, period_ms) == owner)
-        .take(n)
-        .collect()
+    ringlimit_test_support::keys_owned_by(members, owner, prefix, n, rule).unwrap_or_else(fail)
+}
+
+/// The in-memory tests panic where the shared helpers return an error.
+#[track_caller]
+fn fail<T>(e: anyhow::Error) -> T {
+    panic!("{e:#}")
 }
 
 fn ip(i: usize) -> [u8; 4] {
@@ -473,6 +491,7 @@ impl Cluster {
     pub fn client(&self, id: &str) -> NodeClient {
         NodeClient {
             dialer: self.net.links.dialer("10.0.0.250:1"),
+            id: id.to_owned(),
             addr: self.configs[id].http_addr.to_string(),
         }
     }
@@ -535,13 +554,17 @@ impl Cluster {
         self.metric(id, "ringlimit_buckets").await
     }
 
-    /// The value of node `id`'s unlabelled series `name` (e.g. `ringlimit_relayed_total`).
+    /// The value of node `id`'s series `name` (e.g. `ringlimit_relayed_total`, with labels if
+    /// it has any), a whole number.
     pub async fn metric(&self, id: &str, name: &str) -> u64 {
         let text = self.metrics(id).await;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {id}'s metrics"))
+        let value = ringlimit_test_support::series(&text, name)
+            .unwrap_or_else(|| panic!("no {name} in {id}'s metrics"));
+        assert!(
+            value >= 0.0 && value.fract() == 0.0,
+            "{id}'s {name} is {value}, not a whole number"
+        );
+        value as u64
     }
 
     /// `GET /v1/cluster` on node `id`.
@@ -549,11 +572,14 @@ impl Cluster {
         self.http(id, "GET", "/v1/cluster", "").await.json()
     }
 
+    /// `GET /v1/cluster` on node `id`, read.
+    pub async fn cluster_view(&self, id: &str) -> ClusterView {
+        ClusterView(self.view(id).await)
+    }
+
     /// One counter of node `id`'s `forwarding` section (`forwarded`, `fail_open`, ...).
     pub async fn forwarding(&self, id: &str, counter: &str) -> u64 {
-        self.view(id).await["forwarding"][counter]
-            .as_u64()
-            .unwrap_or(0)
+        self.cluster_view(id).await.forwarding(counter)
     }
 
     /// A `forwarding` counter summed over `ids`.
@@ -572,60 +598,49 @@ impl Cluster {
 
     /// The state node `id` shows `member` in (`alive`, `dead`, `leaving`), if it lists it.
     pub async fn state_of(&self, id: &str, member: &str) -> Option<String> {
-        let view = self.view(id).await;
-        view["members"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|m| m["node_id"] == member)
-            .and_then(|m| m["state"].as_str().map(str::to_owned))
+        self.cluster_view(id).await.state_of(member)
     }
 
-    /// Waits until every node of `ids` shows exactly `ids` alive.
+    /// Waits until every node of `ids` shows exactly `ids` alive, and as many in its ring.
     pub async fn wait_all_alive(&self, ids: &[&str]) {
-        for id in ids {
-            self.wait(&format!("{id} sees {ids:?} alive"), || async {
-                self.alive(id).await == ids
-            })
-            .await;
-        }
+        let clients: Vec<NodeClient> = ids.iter().map(|id| self.client(id)).collect();
+        ringlimit_test_support::wait_all_alive(&clients, ids, WAIT)
+            .await
+            .unwrap_or_else(fail);
     }
 
     /// Waits until node `id` answers `/readyz` with 200.
     pub async fn wait_ready(&self, id: &str) {
-        self.wait(&format!("{id} ready"), || async {
-            self.try_http(id, "GET", "/readyz", "")
-                .await
-                .is_some_and(|r| r.status == 200)
-        })
-        .await;
+        ringlimit_test_support::wait_ready(&self.client(id), WAIT)
+            .await
+            .unwrap_or_else(fail);
     }
 
-    /// Polls `condition` every 10 ms (virtual) until it holds; panics after [`WAIT`].
+    /// Waits until node `id` shows `member` other than alive and `ring` members in its ring;
+    /// returns the state it shows then (`None`: no longer listed).
+    pub async fn wait_out_of_ring(&self, id: &str, member: &str, ring: u64) -> Option<String> {
+        ringlimit_test_support::wait_out_of_ring(&self.client(id), member, ring, WAIT)
+            .await
+            .unwrap_or_else(fail)
+    }
+
+    /// Polls `condition` until it holds; panics after [`WAIT`] (virtual).
     pub async fn wait<F, Fut>(&self, what: &str, mut condition: F)
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
+        Fut: Future<Output = bool>,
     {
-        let waited = tokio::time::timeout(WAIT, async {
-            while !condition().await {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        ringlimit_test_support::wait_until(what, WAIT, || {
+            let holds = condition();
+            async { Ok(holds.await) }
         })
-        .await;
-        assert!(waited.is_ok(), "not within {WAIT:?}: {what}");
+        .await
+        .unwrap_or_else(fail);
     }
 
-    /// The ids node `id` shows alive in `/v1/cluster`.
+    /// The ids node `id` shows alive in `/v1/cluster`, sorted.
     pub async fn alive(&self, id: &str) -> Vec<String> {
-        let view = self.view(id).await;
-        view["members"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|m| m["state"] == "alive")
-            .filter_map(|m| m["node_id"].as_str().map(str::to_owned))
-            .collect()
+        self.cluster_view(id).await.alive()
     }
 }
 
@@ -685,4 +700,35 @@ async fn read_response(io: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<R
         status,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
+}
+
+/// The harness places keys with the shared helper (core's bucket identity, proto's ring): it
+/// must agree with the rules in force, or every test that picks a key by its owner tests
+/// nothing.
+#[test]
+fn owner_of_places_keys_as_the_node_does() {
+    use crate::rules::{InForce, RuleSet, RuleSpec};
+    use ringlimit_proto::{Algorithm, Ring};
+    let in_force = InForce::new(RuleSet::builtin());
+    let members = ["n0", "n1", "n2"];
+    let ring = Ring::new(members);
+    for (i, algorithm) in [Algorithm::TokenBucket, Algorithm::FixedWindow]
+        .into_iter()
+        .enumerate()
+    {
+        let rule = InlineRule {
+            limit: 5 + i as u64,
+            period_ms: 60_000,
+            algorithm,
+            burst: None,
+        };
+        for k in 0..50 {
+            let key = format!("k:{k}");
+            let (_, id) = in_force
+                .prepare(&key, RuleSpec::Inline(rule), 1)
+                .expect("valid");
+            let by_node = ring.owner(id).expect("members");
+            assert_eq!(owner_under(&members, &key, rule), by_node, "{key}");
+        }
+    }
 }
