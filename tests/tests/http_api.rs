@@ -1,4 +1,4 @@
-//! The HTTP API of one node, against the contract (`shared/contract.md`).
+//! The HTTP API of one node, against its reference (`docs/src/reference/http-api.md`).
 
 use anyhow::Result;
 use ringlimit_node::NodeConfig;

@@ -9,6 +9,7 @@ mod check_all_http;
 mod cli;
 mod clock_skew;
 mod cluster;
+mod docs;
 mod envoy_compat;
 mod fuzz;
 mod gateways;
