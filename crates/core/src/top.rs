@@ -6,7 +6,7 @@
 //! count is an estimate with an error bound (its estimate minus the error is a lower bound of
 //! the true count), over the current epoch and the one before it: with the default epoch of 5
 //! minutes, the last 5 to 10 minutes. Memory is bounded: at most `max_rules` rules are tracked,
-//! each with four sketches of `k` counters and the text of at most `4·k` keys.
+//! each with four sketches of `k` counters and the text of at most `8·k` keys.
 //!
 //! The rules tracked are themselves a Space-Saving table, so that no one can fill it for good
 //! (any client can name inline rules): once it is full, a rule not tracked is counted in a small
@@ -110,7 +110,9 @@ impl RuleTop {
         let sketch = &mut self.current[slot(by)];
         sketch.insert(id, weight);
         if !self.names.contains_key(&id) && sketch.get(&id).is_some() {
-            if self.names.len() >= 4 * k {
+            // Pruned at twice what the sketches can hold, so that a prune (a pass over every
+            // name) comes at most once every 4·k new names, not on every one when keys churn.
+            if self.names.len() >= 8 * k {
                 self.prune();
             }
             self.names.insert(id, key.into());
@@ -140,37 +142,72 @@ impl RuleTop {
 }
 
 /// One decided check in this many is counted into the top keys' checks (with this weight);
-/// every denied one is counted into their denials. Measured: see `bench/README.md`, "Top keys".
-pub const CHECKS_SAMPLE: u32 = 8;
+/// every denied one is counted into their denials. Each count takes the rule's lock and a
+/// Space-Saving update, so the sample is sparse enough to stay off the check's cost: the keys
+/// checked most are the ones checked thousands of times, which a 1-in-64 sample finds as well
+/// (see the docs' benchmarks page, "Top keys").
+pub const CHECKS_SAMPLE: u32 = 64;
+
+/// Denials one thread counts one by one in each [`DENIALS_WINDOW_NS`]; beyond them (a flood:
+/// more than 10,000 a second on one thread) one in [`DENIALS_SAMPLE`] is counted, with that
+/// weight. Denials at the rates people read them at are counted exactly; a flood costs the
+/// sketches a sixteenth of what it would, and its keys still stand out by as much.
+pub const DENIALS_EXACT: u32 = 1_000;
+/// See [`DENIALS_EXACT`].
+pub const DENIALS_WINDOW_NS: u64 = 100_000_000;
+/// See [`DENIALS_EXACT`].
+pub const DENIALS_SAMPLE: u32 = 16;
 
 thread_local! {
     static TURN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// This thread's denials: the window they fall in, and how many fell in it.
+    static DENIALS: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// What of one decided check the top keys count (see [`CHECKS_SAMPLE`]), chosen before the
-/// caller names the rule and the key (which costs it a string for an inline rule).
+/// What of one decided check the top keys count (see [`CHECKS_SAMPLE`], [`DENIALS_EXACT`]),
+/// chosen before the caller names the rule and the key (which costs it a string for an inline
+/// rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counted {
     /// Counted into the checks, with weight [`CHECKS_SAMPLE`].
     pub sampled: bool,
-    /// Counted into the denials.
-    pub denied: bool,
+    /// Counted into the denials with this weight (0: not counted).
+    pub denied: u64,
 }
 
 impl Counted {
-    /// This thread's next check, `denied` or not.
-    pub fn of(denied: bool) -> Self {
-        let sampled = TURN.with(|t| {
+    /// This thread's next check at `now_ns`, `denied` or not.
+    pub fn of(denied: bool, now_ns: u64) -> Self {
+        let turn = TURN.with(|t| {
             let turn = t.get().wrapping_add(1);
             t.set(turn);
-            turn % CHECKS_SAMPLE == 0
+            turn
         });
+        let sampled = turn % CHECKS_SAMPLE == 0;
+        let denied = match denied {
+            false => 0,
+            true => DENIALS.with(|d| {
+                let (window, n) = d.get();
+                let now = now_ns / DENIALS_WINDOW_NS;
+                let n = if window == now {
+                    n.saturating_add(1)
+                } else {
+                    1
+                };
+                d.set((now, n));
+                match n <= DENIALS_EXACT {
+                    true => 1,
+                    false if turn % DENIALS_SAMPLE == 0 => u64::from(DENIALS_SAMPLE),
+                    false => 0,
+                }
+            }),
+        };
         Self { sampled, denied }
     }
 
     /// Nothing to count.
     pub fn is_nothing(self) -> bool {
-        !self.sampled && !self.denied
+        !self.sampled && self.denied == 0
     }
 }
 
@@ -285,10 +322,29 @@ fn rule_hash(rule: &str) -> u64 {
     h.finish()
 }
 
+/// Tables made in this process, for [`TopKeys::id`].
+static NEXT_TABLE: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's last rule counted: which table, at which generation of its rules.
+struct LastRule {
+    table: u64,
+    generation: u64,
+    name: Box<str>,
+    tracked: Arc<Tracked>,
+}
+
+thread_local! {
+    static LAST_RULE: std::cell::RefCell<Option<LastRule>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Every tracked rule's top keys (see the module doc). Shared: each rule behind its own lock.
 pub struct TopKeys {
     settings: TopSettings,
     rules: RwLock<HashMap<Box<str>, Arc<Tracked>>>,
+    /// This table among every one in the process, and how many times its rules changed: a
+    /// thread's [`LastRule`] is good while both are the same.
+    id: u64,
+    generation: AtomicU64,
     candidates: Mutex<Candidates>,
     untracked: AtomicU64,
     replaced: AtomicU64,
@@ -318,6 +374,8 @@ impl TopKeys {
                 ..settings
             },
             rules: RwLock::new(HashMap::new()),
+            id: NEXT_TABLE.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
             candidates: Mutex::new(Candidates::new(settings.max_rules.max(1))),
             untracked: AtomicU64::new(0),
             replaced: AtomicU64::new(0),
@@ -347,6 +405,7 @@ impl TopKeys {
             if rules.len() < max {
                 let r = self.tracked(epoch, 0);
                 rules.insert(rule.into(), r.clone());
+                self.generation.fetch_add(1, Ordering::Release);
                 return Some(r);
             }
         }
@@ -373,6 +432,7 @@ impl TopKeys {
             return None;
         }
         rules.remove(&name);
+        self.generation.fetch_add(1, Ordering::Release);
         self.replaced.fetch_add(1, Ordering::Relaxed);
         // The weight being counted is added by the caller.
         let r = self.tracked(epoch, earned.saturating_sub(weight));
@@ -387,8 +447,8 @@ impl TopKeys {
             let weight = u64::from(CHECKS_SAMPLE);
             self.record(rule, id, key, TopBy::Checks, weight, now_ns);
         }
-        if counted.denied {
-            self.record(rule, id, key, TopBy::Denied, 1, now_ns);
+        if counted.denied > 0 {
+            self.record(rule, id, key, TopBy::Denied, counted.denied, now_ns);
         }
     }
 
@@ -396,15 +456,39 @@ impl TopKeys {
     /// under `rule` at `now_ns` (a caller that samples records one in `weight`).
     pub fn record(&self, rule: &str, id: u64, key: &str, by: TopBy, weight: u64, now_ns: u64) {
         let epoch = self.epoch(now_ns);
+        let count = |r: &Tracked| {
+            let mut top = r.top.lock();
+            top.rotate(epoch, self.settings.k);
+            r.activity.add(epoch, weight);
+            top.record(id, key, by, weight, self.settings.k);
+        };
+        // The rule this thread counted last, most of the time (a batch is mostly one rule):
+        // neither the table's lock nor a hash of the name, and no reference count touched.
+        let generation = self.generation.load(Ordering::Acquire);
+        let counted = LAST_RULE.with(|last| match &*last.borrow() {
+            Some(l) if l.table == self.id && l.generation == generation && *l.name == *rule => {
+                count(&l.tracked);
+                true
+            }
+            _ => false,
+        });
+        if counted {
+            return;
+        }
         let found = self.rules.read().get(rule).cloned();
         let Some(r) = found.or_else(|| self.admit(rule, weight, epoch)) else {
             self.untracked.fetch_add(weight, Ordering::Relaxed);
             return;
         };
-        let mut top = r.top.lock();
-        top.rotate(epoch, self.settings.k);
-        r.activity.add(epoch, weight);
-        top.record(id, key, by, weight, self.settings.k);
+        count(&r);
+        LAST_RULE.with(|last| {
+            *last.borrow_mut() = Some(LastRule {
+                table: self.id,
+                generation,
+                name: rule.into(),
+                tracked: r,
+            });
+        });
     }
 
     /// The `n` keys of `rule` counted most `by`, most first (ties by key).
@@ -563,7 +647,7 @@ mod tests {
         assert_eq!(t.rules(), 3);
         assert!(t.untracked() > 0);
         for r in t.rules.read().values() {
-            assert!(r.top.lock().names.len() <= 4 * 8);
+            assert!(r.top.lock().names.len() <= 8 * 8);
         }
         assert!(t.candidates.lock().current.iter().count() <= 3);
     }
@@ -654,5 +738,26 @@ mod tests {
             2,
         );
         assert_eq!(merged, [k("b", 7, 1), k("a", 5, 1)]);
+    }
+
+    /// Denials are counted one by one up to a thread's budget per window, then one in 16 with
+    /// weight 16: the total weight stays the number of denials (to a sample's grain), and a
+    /// new window counts one by one again.
+    #[test]
+    fn a_flood_of_denials_is_sampled_with_its_weight() {
+        let weights = |n: u32, now: u64| -> Vec<u64> {
+            (0..n).map(|_| Counted::of(true, now).denied).collect()
+        };
+        let first = weights(DENIALS_EXACT, 5);
+        assert!(first.iter().all(|w| *w == 1));
+        let flood = weights(16 * 1_000, 5);
+        assert!(
+            flood
+                .iter()
+                .all(|w| *w == 0 || *w == u64::from(DENIALS_SAMPLE))
+        );
+        assert_eq!(flood.iter().sum::<u64>(), 16 * 1_000);
+        assert!(weights(10, DENIALS_WINDOW_NS + 5).iter().all(|w| *w == 1));
+        assert_eq!(Counted::of(false, 5).denied, 0);
     }
 }

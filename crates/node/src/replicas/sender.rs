@@ -30,7 +30,7 @@ use crate::local::OwnedBuckets;
 use crate::peers::{Peers, ReplicaLink};
 use arc_swap::ArcSwap;
 use ringlimit_core::limiter::BucketState;
-use ringlimit_core::store::Change;
+use ringlimit_core::store::{Change, Cursor};
 use ringlimit_proto::peer::ReplicaBucket;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,9 +74,9 @@ impl Sender {
         if self.replicas == 0 {
             return;
         }
-        let Ok(mut cursor) = self.owned.follow() else {
-            return;
-        };
+        // Followed only while some member may keep copies: a lone node's checks then write
+        // nothing to the feed (a follower makes every write of a bucket append its id).
+        let mut cursor: Option<Cursor> = None;
         let mut targets: HashMap<Arc<str>, Target> = HashMap::new();
         let mut members: Vec<Arc<str>> = Vec::new();
         let mut changes: Vec<Change> = Vec::new();
@@ -94,9 +94,25 @@ impl Sender {
                 members = view.ring.members().to_vec();
                 resend_all = true;
             }
+            let alone = view.ring.members().iter().all(|m| **m == *view.self_id);
+            match (alone, cursor.take()) {
+                (true, Some(c)) => self.owned.unfollow(c),
+                (true, None) => {}
+                (false, Some(c)) => cursor = Some(c),
+                (false, None) => match self.owned.follow() {
+                    Ok(c) => {
+                        cursor = Some(c);
+                        // Whatever changed while nobody followed goes whole.
+                        resend_all = true;
+                    }
+                    Err(_) => return,
+                },
+            }
             let since = last_drain;
             last_drain = Instant::now();
-            if self.owned.changes(&mut cursor, &mut changes).is_err() {
+            if let Some(c) = cursor.as_mut()
+                && self.owned.changes(c, &mut changes).is_err()
+            {
                 tracing::debug!("replica sender fell behind the change feed; resending");
                 resend_all = true;
             }

@@ -143,7 +143,7 @@ impl CheckService {
     /// Counts a decided check into the top keys (a shadow rule's would-be denials as denials:
     /// who a new limit would stop).
     fn count_top(&self, p: &Prepared<'_>, denied: bool, now: u64) {
-        let counted = ringlimit_core::top::Counted::of(denied);
+        let counted = ringlimit_core::top::Counted::of(denied, now);
         if counted.is_nothing() {
             return;
         }
