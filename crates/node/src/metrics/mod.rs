@@ -18,7 +18,7 @@ pub use scrape::{Family, Series};
 use sharded::{ShardedCounter as Counter, ShardedHistogram as Histogram};
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family as Labelled;
+use prometheus_client::metrics::family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use ringlimit_core::rule::Mode;
@@ -130,7 +130,7 @@ type RuleCounters = Arc<[Counter; 3]>;
 /// then one hash of the name); the counters are sharded like the others.
 #[derive(Debug)]
 struct RuleChecks {
-    family: Labelled<RuleCheckLabels, Counter>,
+    family: family::Family<RuleCheckLabels, Counter>,
     by_name: arc_swap::ArcSwap<HashMap<Box<str>, RuleCounters>>,
     inline: RuleCounters,
     other: std::sync::OnceLock<RuleCounters>,
@@ -138,7 +138,7 @@ struct RuleChecks {
 }
 
 impl RuleChecks {
-    fn new(family: Labelled<RuleCheckLabels, Counter>) -> Self {
+    fn new(family: family::Family<RuleCheckLabels, Counter>) -> Self {
         let inline = Self::counters(&family, "inline");
         Self {
             family,
@@ -149,7 +149,7 @@ impl RuleChecks {
         }
     }
 
-    fn counters(family: &Labelled<RuleCheckLabels, Counter>, rule: &str) -> RuleCounters {
+    fn counters(family: &family::Family<RuleCheckLabels, Counter>, rule: &str) -> RuleCounters {
         let one = |result| {
             family
                 .get_or_create(&RuleCheckLabels {
@@ -402,13 +402,13 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ringlimit");
-        let checks = Labelled::<CheckLabels, Counter>::default();
+        let checks = family::Family::<CheckLabels, Counter>::default();
         registry.register("checks", "Checks decided by this node", checks.clone());
         let child = |result, mode| -> Counter {
             checks.get_or_create(&CheckLabels { result, mode }).clone()
         };
         let durations =
-            Labelled::<EndpointLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            family::Family::<EndpointLabel, Histogram, fn() -> Histogram>::new_with_constructor(
                 latency_histogram,
             );
         registry.register(
@@ -417,7 +417,7 @@ impl Metrics {
             durations.clone(),
         );
         let duration = |endpoint| durations.get_or_create(&EndpointLabel { endpoint }).clone();
-        let edges = Labelled::<EdgeLabel, Counter>::default();
+        let edges = family::Family::<EdgeLabel, Counter>::default();
         registry.register(
             "edge_checks",
             "Checks decided by this node, by the edge they arrived at (peer: an SDK's, on the peer port)",
@@ -427,7 +427,7 @@ impl Metrics {
             let edge = e.label();
             edges.get_or_create(&EdgeLabel { edge }).clone()
         });
-        let rule_checks = Labelled::<RuleCheckLabels, Counter>::default();
+        let rule_checks = family::Family::<RuleCheckLabels, Counter>::default();
         registry.register(
             "rule_checks",
             "Checks decided by this node by rule (inline rules as one, inline; past 256 names, other)",

@@ -55,14 +55,14 @@ pub struct Family<T: 'static> {
 }
 
 /// Series told apart by one label: `(the label's value, how to read the series)` each.
-pub type Labelled<T> = &'static [(&'static str, fn(&T) -> u64)];
+pub type ByLabel<T> = &'static [(&'static str, fn(&T) -> u64)];
 
 /// What a family's series are and how each is read.
 enum Shape<T: 'static> {
     /// One series without labels.
     One(Kind, ReadOne<T>),
     /// A fixed set of series told apart by one label: `(label value, reader)` each.
-    By(Kind, &'static str, Labelled<T>),
+    By(Kind, &'static str, ByLabel<T>),
     /// Series found at scrape time (by rule, by peer, ...), labelled by these names.
     Each(Kind, &'static [&'static str], fn(&T) -> Vec<Series>),
     /// A histogram the subsystem observes itself.
@@ -149,7 +149,7 @@ impl<T: 'static> Family<T> {
         name: &'static str,
         help: &'static str,
         label: &'static str,
-        series: Labelled<T>,
+        series: ByLabel<T>,
     ) -> Self {
         Self::new(name, help, Shape::By(Kind::Counter, label, series))
     }
@@ -159,7 +159,7 @@ impl<T: 'static> Family<T> {
         name: &'static str,
         help: &'static str,
         label: &'static str,
-        series: Labelled<T>,
+        series: ByLabel<T>,
     ) -> Self {
         Self::new(name, help, Shape::By(Kind::Gauge, label, series))
     }

@@ -6,10 +6,10 @@ use super::local::LocalState;
 use super::membership::Members;
 use super::peers::Peering;
 use super::trust::Trust;
-use crate::lifecycle::{self, Lifecycle};
+use crate::lifecycle::Lifecycle;
 use crate::metrics::{self, Metrics};
 use crate::rules::reload;
-use crate::{admin, cluster, global, local, peers, replicas, rlqs, routing, rules};
+use crate::{admin, cluster, global, peers, replicas, rlqs, routing, rules};
 use std::sync::Arc;
 
 /// Registers every stage's metrics, each a table read from its source at scrape time (before
@@ -24,8 +24,8 @@ pub(super) fn register(
     lifecycle: &Arc<Lifecycle>,
 ) {
     let here = &local.local;
-    m.scrape(local::owned::METRICS, here.owned().clone());
-    m.scrape(local::copies::METRICS, here.copies().clone());
+    m.scrape(crate::local::owned::METRICS, here.owned().clone());
+    m.scrape(crate::local::copies::METRICS, here.copies().clone());
     m.scrape(routing::metrics::METRICS, peering.router.clone());
     let peer_counts = peers::metrics::PeerCounts {
         peers: peering.pool.clone(),
@@ -40,13 +40,16 @@ pub(super) fn register(
         members.membership.pauses().clone(),
     );
     m.scrape(replicas::metrics::METRICS, peering.replica_stats.clone());
-    let lease_counts = local::leases::LeaseCounts {
+    let lease_counts = crate::local::leases::LeaseCounts {
         leases: here.leases().clone(),
         clock: here.clock().clone(),
         stats: peering.lease_stats.clone(),
     };
-    m.scrape(local::leases::METRICS, Arc::new(lease_counts));
-    m.scrape(local::reservations::METRICS, here.reservations().clone());
+    m.scrape(crate::local::leases::METRICS, Arc::new(lease_counts));
+    m.scrape(
+        crate::local::reservations::METRICS,
+        here.reservations().clone(),
+    );
     m.scrape(global::metrics::METRICS, local.global.clone());
     m.scrape(metrics::GOSSIP, members.gossip_stats.clone());
     m.scrape(metrics::HTTP_CONNECTIONS, edges.conns.clone());
@@ -68,5 +71,5 @@ pub(super) fn register(
         local: here.clone(),
     };
     m.scrape(admin::top_keys::METRICS, Arc::new(top_counts));
-    m.scrape(lifecycle::METRICS, lifecycle.clone());
+    m.scrape(crate::lifecycle::METRICS, lifecycle.clone());
 }
