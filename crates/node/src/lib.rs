@@ -44,7 +44,8 @@
 //!   the book in force (kept under `--data-dir`), their sync through gossip, hot reload,
 //!   forward auth's key templates and the envoyproxy/ratelimit configuration.
 //! - [`metrics`], [`forwarded`], [`log_gate`] — the ground: the Prometheus registry (hot-path
-//!   metrics, and each subsystem's collector, registered by [`node`] and read at scrape time);
+//!   metrics, and each subsystem's table of families, registered by [`node`] and read at
+//!   scrape time);
 //!   what a gateway's copy of a request says about its client; log lines a flood could repeat,
 //!   at most one per interval.
 //! - [`cli`] — apart from the layers: the admin CLI (`ringlimit rules|top|cluster|keys`), an

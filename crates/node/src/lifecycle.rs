@@ -11,35 +11,19 @@
 
 use crate::cluster::View;
 use crate::local::Local;
+use crate::metrics::Family;
 use crate::peers::Peers;
 use ringlimit_core::limiter::BucketState;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Readiness as a metric (`ringlimit_ready`), read at scrape time: what `/readyz` answers.
-pub struct ReadyCollector(pub Arc<Lifecycle>);
-
-impl std::fmt::Debug for ReadyCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReadyCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for ReadyCollector {
-    fn encode(
-        &self,
-        mut e: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        crate::metrics::encode_one(
-            &mut e,
-            crate::metrics::Kind::Gauge,
-            "ready",
-            "1 while this node answers checks (what /readyz answers 200 to), else 0.",
-            u64::from(self.0.is_ready()),
-        )
-    }
-}
+/// Readiness as a metric, read at scrape time: what `/readyz` answers.
+pub const METRICS: &[Family<Lifecycle>] = &[Family::gauge(
+    "ready",
+    "1 while this node answers checks (what /readyz answers 200 to), else 0.",
+    |l| u64::from(l.is_ready()),
+)];
 
 /// Readiness, peers kept in step with membership, and handover.
 pub struct Lifecycle {
@@ -47,7 +31,7 @@ pub struct Lifecycle {
     pool: Arc<Peers>,
     ready: AtomicBool,
     /// Buckets this node sent to their new owners after ring changes (exported by
-    /// [`crate::peers::metrics::PeersCollector`], shown by the cluster view).
+    /// [`crate::peers::metrics::METRICS`], shown by the cluster view).
     handed_over: Arc<AtomicU64>,
     /// `--replicas`.
     replicas: usize,

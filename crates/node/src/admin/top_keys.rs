@@ -5,6 +5,7 @@
 
 use super::Admin;
 use crate::cluster::MemberState;
+use crate::metrics::{Family, Series};
 use futures::future::join_all;
 use ringlimit_proto::peer::{TopBy, TopKey};
 use serde::Serialize;
@@ -115,64 +116,43 @@ impl Admin {
 /// Series of `ringlimit_top_denied` at most: one per (rule, key) among the most denied.
 pub const METRIC_SERIES: usize = 100;
 
-/// This node's top keys as metrics, read at scrape time: `ringlimit_top_denied{rule,key}` (the
-/// [`METRIC_SERIES`] most denied keys over every rule, so the series stay few whatever the
-/// keys), the rules tracked, the checks not counted beyond the cap and the rules replaced.
-pub struct TopCollector {
+/// What the top keys' metrics read: the counts, and the clock they are read on.
+pub struct TopCounts {
     pub top: std::sync::Arc<ringlimit_core::top::TopKeys>,
     pub local: std::sync::Arc<crate::local::Local>,
 }
 
-impl std::fmt::Debug for TopCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TopCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for TopCollector {
-    fn encode(
-        &self,
-        mut e: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use crate::metrics::{Kind, encode_one};
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::gauge::ConstGauge;
-        let most = self.top.most_denied(METRIC_SERIES, self.local.now());
-        let mut metric = e.encode_descriptor(
-            "top_denied",
-            "Denied checks of this node's most denied keys (at most 100 series over every rule), \
-             counted over the last 5 to 10 minutes (an estimate: Space-Saving).",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        for (rule, k) in &most {
-            let value = i64::try_from(k.count).unwrap_or(i64::MAX);
-            ConstGauge::new(value).encode(
-                metric.encode_family(&[("rule", rule.as_str()), ("key", k.key.as_str())])?,
-            )?;
-        }
-        encode_one(
-            &mut e,
-            Kind::Gauge,
-            "top_rules",
-            "Rules whose top keys this node counts (at most 128).",
-            self.top.rules() as u64,
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "top_untracked",
-            "Checks not counted in top keys because 128 rules were counted already.",
-            self.top.untracked(),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "top_rules_replaced",
-            "Rules whose top keys this node stopped counting to count another rule's: the rule \
-             counted least over the last 5 to 10 minutes (or not at all), once the other was \
-             counted more.",
-            self.top.replaced(),
-        )
-    }
-}
+/// This node's top keys as metrics, read at scrape time: `ringlimit_top_denied{rule,key}` (the
+/// [`METRIC_SERIES`] most denied keys over every rule, so the series stay few whatever the
+/// keys), the rules tracked, the checks not counted beyond the cap and the rules replaced.
+pub const METRICS: &[Family<TopCounts>] = &[
+    Family::gauge_each(
+        "top_denied",
+        "Denied checks of this node's most denied keys (at most 100 series over every rule), \
+         counted over the last 5 to 10 minutes (an estimate: Space-Saving).",
+        &["rule", "key"],
+        |t| {
+            let most = t.top.most_denied(METRIC_SERIES, t.local.now());
+            most.into_iter()
+                .map(|(rule, k)| Series::new([rule, k.key], k.count))
+                .collect()
+        },
+    ),
+    Family::gauge(
+        "top_rules",
+        "Rules whose top keys this node counts (at most 128).",
+        |t| t.top.rules() as u64,
+    ),
+    Family::counter(
+        "top_untracked",
+        "Checks not counted in top keys because 128 rules were counted already.",
+        |t| t.top.untracked(),
+    ),
+    Family::counter(
+        "top_rules_replaced",
+        "Rules whose top keys this node stopped counting to count another rule's: the rule \
+         counted least over the last 5 to 10 minutes (or not at all), once the other was \
+         counted more.",
+        |t| t.top.replaced(),
+    ),
+];

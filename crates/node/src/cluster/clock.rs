@@ -15,6 +15,7 @@
 //! more clocks than that and no majority on one, nodes may pick different ones: windows are
 //! then shifted between them by up to the skew, as before this module, never worse.
 
+use crate::metrics::{Family, Series};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -152,55 +153,46 @@ impl Clocks {
     }
 }
 
+/// Nanoseconds as the seconds a metric shows.
+fn seconds(ns: i64) -> f64 {
+    ns as f64 / 1e9
+}
+
 /// Every member's clock as metrics, read at scrape time.
-pub struct ClockCollector(pub Arc<Clocks>);
-
-impl std::fmt::Debug for ClockCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClockCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for ClockCollector {
-    fn encode(
-        &self,
-        mut e: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::MetricType;
-        use prometheus_client::metrics::gauge::ConstGauge;
-        let seconds = |ns: i64| ns as f64 / 1e9;
-        let offsets = self.0.offsets();
-        let mut m = e.encode_descriptor(
-            "clock_offset_seconds",
-            "Each member's wall clock minus this node's, measured over the peer link every second \
-             (the best of the last 8 samples; half its round trip is the error).",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (peer, o) in &offsets {
-            ConstGauge::new(seconds(o.offset_ns)).encode(m.encode_family(&[("peer", &**peer)])?)?;
-        }
-        let mut m = e.encode_descriptor(
-            "clock_offset_error_seconds",
-            "The error bound of each member's clock offset: half the round trip of its sample.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (peer, o) in &offsets {
-            let error = i64::try_from(o.error_ns).unwrap_or(i64::MAX);
-            ConstGauge::new(seconds(error)).encode(m.encode_family(&[("peer", &**peer)])?)?;
-        }
-        let m = e.encode_descriptor(
-            "clock_correction_seconds",
-            "The cluster clock (the median of every member's) minus this node's wall clock: \
-             what global windows are numbered on.",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(seconds(self.0.correction_ns())).encode(m)
-    }
-}
+pub const METRICS: &[Family<Clocks>] = &[
+    Family::gauge_each(
+        "clock_offset_seconds",
+        "Each member's wall clock minus this node's, measured over the peer link every second \
+         (the best of the last 8 samples; half its round trip is the error).",
+        &["peer"],
+        |c| {
+            c.offsets()
+                .iter()
+                .map(|(peer, o)| Series::new([&**peer], seconds(o.offset_ns)))
+                .collect()
+        },
+    ),
+    Family::gauge_each(
+        "clock_offset_error_seconds",
+        "The error bound of each member's clock offset: half the round trip of its sample.",
+        &["peer"],
+        |c| {
+            c.offsets()
+                .iter()
+                .map(|(peer, o)| {
+                    let error = i64::try_from(o.error_ns).unwrap_or(i64::MAX);
+                    Series::new([&**peer], seconds(error))
+                })
+                .collect()
+        },
+    ),
+    Family::gauge_f64(
+        "clock_correction_seconds",
+        "The cluster clock (the median of every member's) minus this node's wall clock: \
+         what global windows are numbered on.",
+        |c| seconds(c.correction_ns()),
+    ),
+];
 
 /// The sample with the smallest round trip.
 fn best(samples: &VecDeque<Offset>) -> Option<Offset> {

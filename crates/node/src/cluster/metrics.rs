@@ -3,50 +3,39 @@
 
 use super::pause::Pauses;
 use super::{MemberState, View};
-use crate::metrics::{Kind, encode_family, encode_one};
+use crate::metrics::{Family, Series};
 use arc_swap::ArcSwap;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-use std::sync::Arc;
 
-/// The current view's members by state.
-#[derive(Debug)]
-pub struct MembersCollector(pub Arc<ArcSwap<View>>);
+/// The states members are counted by, and their `state` label.
+const STATES: [(&str, MemberState); 4] = [
+    ("joining", MemberState::Joining),
+    ("alive", MemberState::Alive),
+    ("leaving", MemberState::Leaving),
+    ("dead", MemberState::Dead),
+];
 
-impl Collector for MembersCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let view = self.0.load();
-        let count = |st| view.members.iter().filter(|m| m.state == st).count() as u64;
-        encode_family(
-            &mut e,
-            Kind::Gauge,
-            "members",
-            "Cluster members by state.",
-            "state",
-            &[
-                ("joining", count(MemberState::Joining)),
-                ("alive", count(MemberState::Alive)),
-                ("leaving", count(MemberState::Leaving)),
-                ("dead", count(MemberState::Dead)),
-            ],
-        )
-    }
-}
+/// The current view's members by state (counted on one view, so that they add up).
+pub const MEMBERS: &[Family<ArcSwap<View>>] = &[Family::gauge_each(
+    "members",
+    "Cluster members by state.",
+    &["state"],
+    |view| {
+        let view = view.load();
+        STATES
+            .iter()
+            .map(|&(label, state)| {
+                let n = view.members.iter().filter(|m| m.state == state).count();
+                Series::new([label], n as u64)
+            })
+            .collect()
+    },
+)];
 
 /// This node's own pauses noticed (see [`super::pause`]).
-#[derive(Debug)]
-pub struct PausesCollector(pub Arc<Pauses>);
-
-impl Collector for PausesCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "pauses",
-            "Pauses of this node noticed (it did not run for two gossip rounds: stopped, frozen \
-             or starved); for ten rounds (at least 2 s) after each, members gossip declares dead \
-             are still asked.",
-            self.0.noticed(),
-        )
-    }
-}
+pub const PAUSES: &[Family<Pauses>] = &[Family::counter(
+    "pauses",
+    "Pauses of this node noticed (it did not run for two gossip rounds: stopped, frozen \
+     or starved); for ten rounds (at least 2 s) after each, members gossip declares dead \
+     are still asked.",
+    |p| p.noticed(),
+)];

@@ -30,15 +30,12 @@
 //! [`ReplicaCopies::supersede`]). Recalled buckets (`crate::peers::recall_on_join`) are such readings
 //! too.
 
-use crate::metrics::{Kind, encode_one, load};
+use crate::metrics::{Family, load};
 use parking_lot::Mutex;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::store::Store;
 use ringlimit_proto::peer::Mark;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Other owners' buckets kept here as their replica.
@@ -264,24 +261,15 @@ impl ReplicaCopies {
 }
 
 /// The copies and their promotions as metrics, read at scrape time.
-#[derive(Debug)]
-pub struct CopiesCollector(pub Arc<ReplicaCopies>);
-
-impl Collector for CopiesCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_one(
-            &mut e,
-            Kind::Gauge,
-            "replica_buckets",
-            "Copies of other owners' buckets kept by this node as their replica.",
-            self.0.len() as u64,
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "promoted_buckets",
-            "Copies that became this node's buckets when it became their owner.",
-            load(&self.0.promotions),
-        )
-    }
-}
+pub const METRICS: &[Family<ReplicaCopies>] = &[
+    Family::gauge(
+        "replica_buckets",
+        "Copies of other owners' buckets kept by this node as their replica.",
+        |c| c.len() as u64,
+    ),
+    Family::counter(
+        "promoted_buckets",
+        "Copies that became this node's buckets when it became their owner.",
+        |c| load(&c.promotions),
+    ),
+];

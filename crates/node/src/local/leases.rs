@@ -3,9 +3,7 @@
 //! buckets held here (the holder's side: `crate::leases` asks owners for them); both tables,
 //! and as metrics with the asking task's counters.
 
-use crate::metrics::{Kind, encode_family, load};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use crate::metrics::{Family, load};
 use ringlimit_core::answer::answer;
 use ringlimit_core::clock::Clock;
 use ringlimit_core::lease::asking::LeaseStats;
@@ -79,76 +77,69 @@ impl Leases {
     }
 }
 
-/// The leases' tables and the asking task's counters.
-pub struct LeaseCollector {
+/// What the leases' metrics read: both tables, and the asking task's counters.
+pub struct LeaseCounts {
     pub leases: Arc<Leases>,
     /// What "not yet expired" is read on.
     pub clock: Arc<dyn Clock>,
     pub stats: Arc<LeaseStats>,
 }
 
-impl std::fmt::Debug for LeaseCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LeaseCollector")
+impl LeaseCounts {
+    /// Slices granted by this node and not yet expired, and their tokens as granted.
+    fn granted(&self) -> (usize, u64) {
+        self.leases.out(self.clock.now())
     }
 }
 
-impl Collector for LeaseCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let held = self.leases.held();
-        let (granted, granted_tokens) = self.leases.out(self.clock.now());
-        let s = &self.stats;
-        encode_family(
-            &mut e,
-            Kind::Gauge,
-            "leases",
-            "Leases of hot buckets: held here (buckets other members own whose checks this node decides on slices), and slices of this node's buckets granted to others and not yet expired.",
-            "side",
-            &[("held", held.count() as u64), ("granted", granted as u64)],
-        )?;
-        encode_family(
-            &mut e,
-            Kind::Gauge,
-            "leased_tokens",
-            "Tokens out on lease: unspent in the slices held here, and granted by this node in slices not yet expired (as granted: holders may have spent them).",
-            "side",
-            &[("held", held.tokens()), ("granted", granted_tokens)],
-        )?;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "lease_revocations",
-            "Leases held here dropped before they cooled: the bucket was reset (its unspent tokens are gone with it), or the ring changed (its owner may have; the unspent tokens go back).",
-            "reason",
-            &[
-                ("reset", held.released(Release::Revoked)),
-                ("ring", held.released(Release::Ring)),
-            ],
-        )?;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "lease_asks",
-            "This node's asks for slices, by the owner's answer: granted, refused because the bucket denies (checks are denied here until then), refused otherwise (kept by the owner, not leasable, too many holders), or unanswered.",
-            "result",
-            &[
-                ("granted", load(&s.granted)),
-                ("denied", load(&s.denied)),
-                ("refused", load(&s.refused)),
-                ("unanswered", load(&s.unanswered)),
-            ],
-        )?;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "lease_tokens",
-            "Tokens in slices granted to this node, given back unspent to their owners, and lost on the way back (they stay taken: under-admission only).",
-            "what",
-            &[
-                ("granted", load(&s.tokens_granted)),
-                ("returned", load(&s.tokens_returned)),
-                ("lost", load(&s.tokens_lost)),
-            ],
-        )
-    }
-}
+/// Both tables and the asking task's counters as metrics, read at scrape time.
+pub const METRICS: &[Family<LeaseCounts>] = &[
+    Family::gauge_by(
+        "leases",
+        "Leases of hot buckets: held here (buckets other members own whose checks this node decides on slices), and slices of this node's buckets granted to others and not yet expired.",
+        "side",
+        &[
+            ("held", |l| l.leases.held().count() as u64),
+            ("granted", |l| l.granted().0 as u64),
+        ],
+    ),
+    Family::gauge_by(
+        "leased_tokens",
+        "Tokens out on lease: unspent in the slices held here, and granted by this node in slices not yet expired (as granted: holders may have spent them).",
+        "side",
+        &[
+            ("held", |l| l.leases.held().tokens()),
+            ("granted", |l| l.granted().1),
+        ],
+    ),
+    Family::counter_by(
+        "lease_revocations",
+        "Leases held here dropped before they cooled: the bucket was reset (its unspent tokens are gone with it), or the ring changed (its owner may have; the unspent tokens go back).",
+        "reason",
+        &[
+            ("reset", |l| l.leases.held().released(Release::Revoked)),
+            ("ring", |l| l.leases.held().released(Release::Ring)),
+        ],
+    ),
+    Family::counter_by(
+        "lease_asks",
+        "This node's asks for slices, by the owner's answer: granted, refused because the bucket denies (checks are denied here until then), refused otherwise (kept by the owner, not leasable, too many holders), or unanswered.",
+        "result",
+        &[
+            ("granted", |l| load(&l.stats.granted)),
+            ("denied", |l| load(&l.stats.denied)),
+            ("refused", |l| load(&l.stats.refused)),
+            ("unanswered", |l| load(&l.stats.unanswered)),
+        ],
+    ),
+    Family::counter_by(
+        "lease_tokens",
+        "Tokens in slices granted to this node, given back unspent to their owners, and lost on the way back (they stay taken: under-admission only).",
+        "what",
+        &[
+            ("granted", |l| load(&l.stats.tokens_granted)),
+            ("returned", |l| load(&l.stats.tokens_returned)),
+            ("lost", |l| load(&l.stats.tokens_lost)),
+        ],
+    ),
+];

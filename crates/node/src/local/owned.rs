@@ -6,15 +6,12 @@
 //! refunds, handover in and out, resets. The fail-open share's buckets live in the same store
 //! under salted ids (`Kind::Local`): this node's alone, never replicated.
 
-use crate::metrics::{Kind, encode_one, load};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use crate::metrics::{Family, load};
 use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::reserve::Settlement;
 use ringlimit_core::store::{self, Change, Cursor, FeedError, Lagged, Store};
 use ringlimit_proto::peer::Mark;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
@@ -162,49 +159,31 @@ impl OwnedBuckets {
 }
 
 /// The store's counters and the debts as metrics, read at scrape time.
-#[derive(Debug)]
-pub struct OwnedCollector(pub Arc<OwnedBuckets>);
-
-impl Collector for OwnedCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = self.0.store.stats();
-        encode_one(
-            &mut e,
-            Kind::Gauge,
-            "buckets",
-            "Buckets held in this node's store.",
-            self.0.len() as u64,
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "evictions",
-            "Buckets evicted to stay within --max-keys.",
-            load(&s.evictions),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "evictions_limiting",
-            "Evicted buckets that were still limiting (each may admit more than the rule).",
-            load(&s.evictions_limiting),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "reservation_debt_owed_tokens",
-            "Tokens settled above what their buckets admitted at this node as owner: owed by those buckets, in their state (they deny until time has repaid it; the debt goes to their replicas and next owners with them).",
-            load(&self.0.debts.owed),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "reservation_debt_forgiven_tokens",
-            "Of the tokens owed, those beyond the most a bucket may owe (64 periods of its rule's limit), not kept (each may admit more than the rule).",
-            load(&self.0.debts.forgiven),
-        )
-    }
-}
+pub const METRICS: &[Family<OwnedBuckets>] = &[
+    Family::gauge("buckets", "Buckets held in this node's store.", |o| {
+        o.len() as u64
+    }),
+    Family::counter(
+        "evictions",
+        "Buckets evicted to stay within --max-keys.",
+        |o| load(&o.store.stats().evictions),
+    ),
+    Family::counter(
+        "evictions_limiting",
+        "Evicted buckets that were still limiting (each may admit more than the rule).",
+        |o| load(&o.store.stats().evictions_limiting),
+    ),
+    Family::counter(
+        "reservation_debt_owed_tokens",
+        "Tokens settled above what their buckets admitted at this node as owner: owed by those buckets, in their state (they deny until time has repaid it; the debt goes to their replicas and next owners with them).",
+        |o| load(&o.debts.owed),
+    ),
+    Family::counter(
+        "reservation_debt_forgiven_tokens",
+        "Of the tokens owed, those beyond the most a bucket may owe (64 periods of its rule's limit), not kept (each may admit more than the rule).",
+        |o| load(&o.debts.forgiven),
+    ),
+];
 
 /// The mark of what an admission of `cost` at `now` took (`None`: it took nothing).
 pub fn taken(d: &Decision, cost: u64, now: u64) -> Option<Mark> {

@@ -8,7 +8,7 @@
 //! A settle above the estimate takes the rest into the bucket's state (its debt: see
 //! `ringlimit_core::limiter`), so a bucket in debt denies wherever it is decided. Beside the
 //! table: the task that sweeps expired reservations ([`upkeep`]) and their metrics
-//! ([`ReservationCollector`]).
+//! ([`METRICS`]).
 //!
 //! A reservation lives where it was taken, never copied: an owner that dies loses its table,
 //! and settles of its reservations are unknown (their estimates stay taken: never an
@@ -16,9 +16,7 @@
 //! owners with the bucket's state.
 
 use super::owned::taken;
-use crate::metrics::{Kind, encode_family, encode_one, load};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use crate::metrics::{Family, load};
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::{Clock, NANOS_PER_MS};
@@ -178,36 +176,25 @@ pub async fn upkeep(reservations: Arc<Reservations>, clock: Arc<dyn Clock>) {
 }
 
 /// Reservations as metrics, read at scrape time.
-#[derive(Debug)]
-pub struct ReservationCollector(pub Arc<Reservations>);
-
-impl Collector for ReservationCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let table = &self.0.table;
-        let s = &table.stats;
-        encode_one(
-            &mut e,
-            Kind::Gauge,
-            "reservations",
-            "Reservations of this node's buckets kept now (reserved, neither settled nor swept after expiring).",
-            table.len() as u64,
-        )?;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "reservation_results",
-            "What became of reservations at this node as owner: reserved, denied (the bucket denied the estimate: nothing kept), settled, expired (its estimate stays taken), and settles answered unknown (expired, settled already, or never issued).",
-            "result",
-            &[
-                ("reserved", load(&s.reserved)),
-                ("denied", load(&s.denied)),
-                ("settled", load(&s.settled)),
-                ("expired", load(&s.expired)),
-                ("unknown", load(&s.unknown)),
-            ],
-        )
-    }
-}
+pub const METRICS: &[Family<Reservations>] = &[
+    Family::gauge(
+        "reservations",
+        "Reservations of this node's buckets kept now (reserved, neither settled nor swept after expiring).",
+        |r| r.table.len() as u64,
+    ),
+    Family::counter_by(
+        "reservation_results",
+        "What became of reservations at this node as owner: reserved, denied (the bucket denied the estimate: nothing kept), settled, expired (its estimate stays taken), and settles answered unknown (expired, settled already, or never issued).",
+        "result",
+        &[
+            ("reserved", |r| load(&r.table.stats.reserved)),
+            ("denied", |r| load(&r.table.stats.denied)),
+            ("settled", |r| load(&r.table.stats.settled)),
+            ("expired", |r| load(&r.table.stats.expired)),
+            ("unknown", |r| load(&r.table.stats.unknown)),
+        ],
+    ),
+];
 
 #[cfg(test)]
 mod tests;

@@ -4,22 +4,21 @@
 //! - what every check updates (checks, durations, forwarded groups) is recorded here, sharded
 //!   per thread ([`sharded`]);
 //! - everything else is counted where it happens (store, routing, peers, gossip, reloads) and
-//!   read at scrape time by that subsystem's [`Collector`], registered by `node::collectors`
-//!   with [`Metrics::register`]; [`encode_one`] and [`encode_family`] write their series.
+//!   read at scrape time: each subsystem declares its families once, as a table of
+//!   [`Family`] (name, help, type, labels, how to read each value; see [`scrape`]), which
+//!   `node::collectors` registers with what it reads ([`Metrics::scrape`]).
 //!
 //! What `/metrics` shows (names, types, help, labels) is the contract's: `names.txt` lists it,
-//! and a test in `node.rs` compares a working node's `/metrics` with it.
+//! and a test in `node` compares a working node's `/metrics` with it.
 
+pub mod scrape;
 pub mod sharded;
 
+pub use scrape::{Family, Series};
 use sharded::{ShardedCounter as Counter, ShardedHistogram as Histogram};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use ringlimit_core::rule::Mode;
@@ -131,7 +130,7 @@ type RuleCounters = Arc<[Counter; 3]>;
 /// then one hash of the name); the counters are sharded like the others.
 #[derive(Debug)]
 struct RuleChecks {
-    family: Family<RuleCheckLabels, Counter>,
+    family: family::Family<RuleCheckLabels, Counter>,
     by_name: arc_swap::ArcSwap<HashMap<Box<str>, RuleCounters>>,
     inline: RuleCounters,
     other: std::sync::OnceLock<RuleCounters>,
@@ -139,7 +138,7 @@ struct RuleChecks {
 }
 
 impl RuleChecks {
-    fn new(family: Family<RuleCheckLabels, Counter>) -> Self {
+    fn new(family: family::Family<RuleCheckLabels, Counter>) -> Self {
         let inline = Self::counters(&family, "inline");
         Self {
             family,
@@ -150,7 +149,7 @@ impl RuleChecks {
         }
     }
 
-    fn counters(family: &Family<RuleCheckLabels, Counter>, rule: &str) -> RuleCounters {
+    fn counters(family: &family::Family<RuleCheckLabels, Counter>, rule: &str) -> RuleCounters {
         let one = |result| {
             family
                 .get_or_create(&RuleCheckLabels {
@@ -196,8 +195,8 @@ impl RuleChecks {
 }
 
 /// A server's connections (`listen::conns`; one set for the HTTP port, one for gRPC), counted
-/// where they happen and read at scrape time by a [`ConnCollector`]: here, below the edges, so
-/// that neither the listener nor the metrics know the edges.
+/// where they happen and read at scrape time ([`HTTP_CONNECTIONS`], [`GRPC_CONNECTIONS`]):
+/// here, below the edges, so that neither the listener nor the metrics know the edges.
 #[derive(Debug, Default)]
 pub struct ConnStats {
     /// Open now.
@@ -208,7 +207,7 @@ pub struct ConnStats {
     pub closed_header_timeout: std::sync::atomic::AtomicU64,
     pub evicted: std::sync::atomic::AtomicU64,
     /// Closed in their TLS handshake: failed, too slow (`ConnLimits::handshake_timeout`), or
-    /// evicted meanwhile (`crate::listen::tls`; a metric of [`TlsCollector`]).
+    /// evicted meanwhile (`crate::listen::tls`; a metric of [`TLS`]).
     pub closed_tls: std::sync::atomic::AtomicU64,
     /// Refused at the cap with every connection busy.
     pub refused: std::sync::atomic::AtomicU64,
@@ -231,157 +230,59 @@ pub struct GossipStats {
     pub dropped: std::sync::atomic::AtomicU64,
 }
 
-/// A metric's kind, for collectors that read counters at scrape time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Counter,
-    Gauge,
-}
+/// A server's connections as metrics: `HTTP_CONNECTIONS` for the HTTP port's [`ConnStats`],
+/// `GRPC_CONNECTIONS` for the gRPC port's.
+pub const HTTP_CONNECTIONS: &[Family<ConnStats>] = &[
+    Family::gauge("http_connections", "Open HTTP connections.", |s| {
+        load(&s.open)
+    }),
+    Family::counter_by(
+        "http_connections_closed",
+        "HTTP connections the server closed.",
+        "reason",
+        &[
+            ("idle", |s| load(&s.closed_idle)),
+            ("header_timeout", |s| load(&s.closed_header_timeout)),
+            ("evicted", |s| load(&s.evicted)),
+        ],
+    ),
+    Family::counter(
+        "http_connections_refused",
+        "HTTP connections refused at --http-max-connections with every connection busy.",
+        |s| load(&s.refused),
+    ),
+];
 
-/// Encodes one series without labels, `value` read now (names get the registry's
-/// `ringlimit_` prefix, counters `_total`).
-pub fn encode_one(
-    e: &mut DescriptorEncoder,
-    kind: Kind,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    encode_value(
-        kind,
-        value,
-        e.encode_descriptor(name, help, None, kind.into())?,
-    )
-}
+/// See [`HTTP_CONNECTIONS`].
+pub const GRPC_CONNECTIONS: &[Family<ConnStats>] = &[
+    Family::gauge("grpc_connections", "Open gRPC connections.", |s| {
+        load(&s.open)
+    }),
+    Family::counter_by(
+        "grpc_connections_closed",
+        "gRPC connections the server closed (GOAWAY).",
+        "reason",
+        &[
+            ("idle", |s| load(&s.closed_idle)),
+            ("evicted", |s| load(&s.evicted)),
+        ],
+    ),
+    Family::counter(
+        "grpc_connections_refused",
+        "gRPC connections refused at --grpc-max-connections with every connection busy.",
+        |s| load(&s.refused),
+    ),
+    Family::counter(
+        "grpc_requests_timed_out",
+        "gRPC calls answered DEADLINE_EXCEEDED at --grpc-request-timeout-ms.",
+        |s| load(&s.timed_out),
+    ),
+];
 
-/// Encodes a family of series told apart by one label: `(label value, value)` each.
-pub fn encode_family(
-    e: &mut DescriptorEncoder,
-    kind: Kind,
-    name: &str,
-    help: &str,
-    label: &str,
-    series: &[(&str, u64)],
-) -> Result<(), std::fmt::Error> {
-    let mut metric = e.encode_descriptor(name, help, None, kind.into())?;
-    for &(value_label, value) in series {
-        encode_value(kind, value, metric.encode_family(&[(label, value_label)])?)?;
-    }
-    Ok(())
-}
-
-impl From<Kind> for MetricType {
-    fn from(k: Kind) -> Self {
-        match k {
-            Kind::Counter => MetricType::Counter,
-            Kind::Gauge => MetricType::Gauge,
-        }
-    }
-}
-
-fn encode_value(
-    kind: Kind,
-    v: u64,
-    e: prometheus_client::encoding::MetricEncoder<'_>,
-) -> Result<(), std::fmt::Error> {
-    match kind {
-        Kind::Counter => ConstCounter::new(v).encode(e),
-        Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(e),
-    }
-}
-
-/// Reads an atomic counter for a scrape.
-pub fn load(a: &AtomicU64) -> u64 {
-    a.load(Ordering::Relaxed)
-}
-
-/// Which server's connections a [`ConnCollector`] exports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Server {
-    Http,
-    Grpc,
-}
-
-/// A server's [`ConnStats`] as metrics.
-#[derive(Debug)]
-pub struct ConnCollector {
-    pub stats: Arc<ConnStats>,
-    pub server: Server,
-}
-
-impl Collector for ConnCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.stats;
-        match self.server {
-            Server::Http => {
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "http_connections",
-                    "Open HTTP connections.",
-                    load(&s.open),
-                )?;
-                encode_family(
-                    &mut e,
-                    Kind::Counter,
-                    "http_connections_closed",
-                    "HTTP connections the server closed.",
-                    "reason",
-                    &[
-                        ("idle", load(&s.closed_idle)),
-                        ("header_timeout", load(&s.closed_header_timeout)),
-                        ("evicted", load(&s.evicted)),
-                    ],
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Counter,
-                    "http_connections_refused",
-                    "HTTP connections refused at --http-max-connections with every connection busy.",
-                    load(&s.refused),
-                )
-            }
-            Server::Grpc => {
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "grpc_connections",
-                    "Open gRPC connections.",
-                    load(&s.open),
-                )?;
-                encode_family(
-                    &mut e,
-                    Kind::Counter,
-                    "grpc_connections_closed",
-                    "gRPC connections the server closed (GOAWAY).",
-                    "reason",
-                    &[
-                        ("idle", load(&s.closed_idle)),
-                        ("evicted", load(&s.evicted)),
-                    ],
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Counter,
-                    "grpc_connections_refused",
-                    "gRPC connections refused at --grpc-max-connections with every connection busy.",
-                    load(&s.refused),
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Counter,
-                    "grpc_requests_timed_out",
-                    "gRPC calls answered DEADLINE_EXCEEDED at --grpc-request-timeout-ms.",
-                    load(&s.timed_out),
-                )
-            }
-        }
-    }
-}
-
-/// TLS: handshakes that failed on the HTTP and gRPC ports (`ConnStats::closed_tls`), and
-/// reloads and expiry of every certificate the node watches (`--tls-cert`, `--peer-tls-cert`).
-pub struct TlsCollector {
+/// What TLS's metrics read: handshakes that failed on the HTTP and gRPC ports
+/// (`ConnStats::closed_tls`), and every certificate the node watches (`--tls-cert`,
+/// `--peer-tls-cert`).
+pub struct TlsCounts {
     pub http: Arc<ConnStats>,
     pub grpc: Arc<ConnStats>,
     /// Each watched certificate, by the `cert` label of its expiry: `http` (`--tls-cert`, the
@@ -389,99 +290,82 @@ pub struct TlsCollector {
     pub certs: Vec<(&'static str, Arc<ringlimit_core::tls::ReloadingCert>)>,
 }
 
-impl std::fmt::Debug for TlsCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TlsCollector")
+impl TlsCounts {
+    /// One of each certificate's counters, summed over the certificates.
+    fn sum(&self, counter: fn(&ringlimit_core::tls::ReloadingCert) -> &AtomicU64) -> u64 {
+        self.certs.iter().map(|(_, c)| load(counter(c))).sum()
     }
 }
 
-impl Collector for TlsCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "tls_handshake_failures",
-            "Connections closed in their TLS handshake on the HTTP or gRPC port (failed, not done within the header timeout, or evicted at the cap meanwhile).",
-            "server",
-            &[
-                ("http", load(&self.http.closed_tls)),
-                ("grpc", load(&self.grpc.closed_tls)),
-            ],
-        )?;
-        let sum = |f: fn(&ringlimit_core::tls::ReloadingCert) -> u64| -> u64 {
-            self.certs.iter().map(|(_, c)| f(c)).sum()
-        };
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "tls_reload",
-            "TLS certificate reloads (--tls-cert, --peer-tls-cert): ok (new handshakes use it) or error (refused; the previous stays).",
-            "result",
-            &[
-                ("ok", sum(|c| load(&c.reloads_ok))),
-                ("error", sum(|c| load(&c.reloads_failed))),
-            ],
-        )?;
-        use prometheus_client::encoding::EncodeMetric;
-        let mut expiry = e.encode_descriptor(
-            "tls_cert_expiry_seconds",
-            "Seconds until the TLS certificate chain in force expires, negative once it has (clients then refuse it): cert=http for --tls-cert (the HTTP and gRPC ports), cert=peer for --peer-tls-cert.",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        let now = i64::try_from(ringlimit_core::clock::unix_ms() / 1_000).unwrap_or(i64::MAX);
-        for (label, cert) in &self.certs {
-            prometheus_client::metrics::gauge::ConstGauge::new(cert.expires_in(now))
-                .encode(expiry.encode_family(&[("cert", *label)])?)?;
-        }
-        Ok(())
-    }
-}
+/// TLS: failed handshakes, and reloads and expiry of every certificate the node watches.
+pub const TLS: &[Family<TlsCounts>] = &[
+    Family::counter_by(
+        "tls_handshake_failures",
+        "Connections closed in their TLS handshake on the HTTP or gRPC port (failed, not done within the header timeout, or evicted at the cap meanwhile).",
+        "server",
+        &[
+            ("http", |t| load(&t.http.closed_tls)),
+            ("grpc", |t| load(&t.grpc.closed_tls)),
+        ],
+    ),
+    Family::counter_by(
+        "tls_reload",
+        "TLS certificate reloads (--tls-cert, --peer-tls-cert): ok (new handshakes use it) or error (refused; the previous stays).",
+        "result",
+        &[
+            ("ok", |t| t.sum(|c| &c.reloads_ok)),
+            ("error", |t| t.sum(|c| &c.reloads_failed)),
+        ],
+    ),
+    Family::gauge_each(
+        "tls_cert_expiry_seconds",
+        "Seconds until the TLS certificate chain in force expires, negative once it has (clients then refuse it): cert=http for --tls-cert (the HTTP and gRPC ports), cert=peer for --peer-tls-cert.",
+        &["cert"],
+        |t| {
+            let now = i64::try_from(ringlimit_core::clock::unix_ms() / 1_000).unwrap_or(i64::MAX);
+            t.certs
+                .iter()
+                .map(|(label, cert)| Series::new([*label], cert.expires_in(now)))
+                .collect()
+        },
+    ),
+];
 
 /// [`GossipStats`] as metrics.
-#[derive(Debug)]
-pub struct GossipCollector(pub Arc<GossipStats>);
+pub const GOSSIP: &[Family<GossipStats>] = &[
+    Family::counter_by(
+        "gossip_bytes",
+        "Gossip bytes on the peer UDP port (with the MAC tag).",
+        "direction",
+        &[
+            ("sent", |s| load(&s.sent_bytes)),
+            ("received", |s| load(&s.received_bytes)),
+        ],
+    ),
+    Family::counter_by(
+        "gossip_datagrams",
+        "Gossip datagrams on the peer UDP port.",
+        "direction",
+        &[
+            ("sent", |s| load(&s.sent_datagrams)),
+            ("received", |s| load(&s.received_datagrams)),
+        ],
+    ),
+    Family::counter(
+        "gossip_rejected",
+        "Gossip datagrams dropped for a missing or wrong cluster-secret tag.",
+        |s| load(&s.rejected),
+    ),
+    Family::counter(
+        "gossip_dropped",
+        "Gossip datagrams dropped because chitchat fell behind (receive queue full).",
+        |s| load(&s.dropped),
+    ),
+];
 
-impl Collector for GossipCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "gossip_bytes",
-            "Gossip bytes on the peer UDP port (with the MAC tag).",
-            "direction",
-            &[
-                ("sent", load(&s.sent_bytes)),
-                ("received", load(&s.received_bytes)),
-            ],
-        )?;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "gossip_datagrams",
-            "Gossip datagrams on the peer UDP port.",
-            "direction",
-            &[
-                ("sent", load(&s.sent_datagrams)),
-                ("received", load(&s.received_datagrams)),
-            ],
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "gossip_rejected",
-            "Gossip datagrams dropped for a missing or wrong cluster-secret tag.",
-            load(&s.rejected),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "gossip_dropped",
-            "Gossip datagrams dropped because chitchat fell behind (receive queue full).",
-            load(&s.dropped),
-        )
-    }
+/// Reads an atomic counter for a scrape.
+pub fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
 }
 
 /// The node's metrics. Hot-path handles are resolved once, at start.
@@ -518,21 +402,22 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ringlimit");
-        let checks = Family::<CheckLabels, Counter>::default();
+        let checks = family::Family::<CheckLabels, Counter>::default();
         registry.register("checks", "Checks decided by this node", checks.clone());
         let child = |result, mode| -> Counter {
             checks.get_or_create(&CheckLabels { result, mode }).clone()
         };
-        let durations = Family::<EndpointLabel, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram,
-        );
+        let durations =
+            family::Family::<EndpointLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
         registry.register(
             "check_duration_seconds",
             "Time to handle a check request (a batch counts once), answered ones",
             durations.clone(),
         );
         let duration = |endpoint| durations.get_or_create(&EndpointLabel { endpoint }).clone();
-        let edges = Family::<EdgeLabel, Counter>::default();
+        let edges = family::Family::<EdgeLabel, Counter>::default();
         registry.register(
             "edge_checks",
             "Checks decided by this node, by the edge they arrived at (peer: an SDK's, on the peer port)",
@@ -542,7 +427,7 @@ impl Metrics {
             let edge = e.label();
             edges.get_or_create(&EdgeLabel { edge }).clone()
         });
-        let rule_checks = Family::<RuleCheckLabels, Counter>::default();
+        let rule_checks = family::Family::<RuleCheckLabels, Counter>::default();
         registry.register(
             "rule_checks",
             "Checks decided by this node by rule (inline rules as one, inline; past 256 names, other)",
@@ -607,9 +492,15 @@ impl Metrics {
         self.peer_rpc.clone()
     }
 
-    /// Adds a subsystem's metrics, read at scrape time (before the node serves).
-    pub fn register(&mut self, collector: impl Collector) {
-        self.registry.register_collector(Box::new(collector));
+    /// Adds a subsystem's metrics, `families` read from `source` at each scrape (before the
+    /// node serves: the registry is then shared).
+    pub fn scrape<T: Send + Sync + 'static>(
+        &mut self,
+        families: &'static [Family<T>],
+        source: Arc<T>,
+    ) {
+        self.registry
+            .register_collector(Box::new(scrape::Scrape { families, source }));
     }
 
     /// The OpenMetrics text of every metric.

@@ -2,11 +2,7 @@
 //! their promotions are `crate::local::copies`').
 
 use crate::metrics::sharded::ShardedHistogram;
-use crate::metrics::{Kind, encode_one, load};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use std::sync::Arc;
+use crate::metrics::{Family, load};
 use std::sync::atomic::AtomicU64;
 
 /// Lag bounds, in seconds. The sender writes each member one frame per flush interval (8 ms by
@@ -43,41 +39,26 @@ impl Default for ReplicaStats {
     }
 }
 
-/// The sender's stats.
-#[derive(Debug)]
-pub struct ReplicaCollector {
-    pub stats: Arc<ReplicaStats>,
-}
-
-impl Collector for ReplicaCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.stats;
-        s.lag.encode(e.encode_descriptor(
-            "replication_lag_seconds",
-            "How long the oldest change in a frame of copies waited, at most: from the previous drain of the change feed (every change the frame carries was made after it) to the frame written to the replica's connection (acknowledged, for a replica older than protocol 5).",
-            None,
-            MetricType::Histogram,
-        )?)?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "replicated_buckets",
-            "Bucket copies sent to replicas and acknowledged.",
-            load(&s.replicated),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "replication_frames",
-            "Replicate frames sent to replicas and acknowledged.",
-            load(&s.frames),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "replication_bytes",
-            "Bytes of Replicate frames sent to replicas and acknowledged, length prefixes included.",
-            load(&s.bytes),
-        )
-    }
-}
+/// The sender's stats as metrics.
+pub const METRICS: &[Family<ReplicaStats>] = &[
+    Family::histogram(
+        "replication_lag_seconds",
+        "How long the oldest change in a frame of copies waited, at most: from the previous drain of the change feed (every change the frame carries was made after it) to the frame written to the replica's connection (acknowledged, for a replica older than protocol 5).",
+        |s| &s.lag,
+    ),
+    Family::counter(
+        "replicated_buckets",
+        "Bucket copies sent to replicas and acknowledged.",
+        |s| load(&s.replicated),
+    ),
+    Family::counter(
+        "replication_frames",
+        "Replicate frames sent to replicas and acknowledged.",
+        |s| load(&s.frames),
+    ),
+    Family::counter(
+        "replication_bytes",
+        "Bytes of Replicate frames sent to replicas and acknowledged, length prefixes included.",
+        |s| load(&s.bytes),
+    ),
+];

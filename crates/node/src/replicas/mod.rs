@@ -21,4 +21,4 @@ pub mod handback;
 pub mod metrics;
 pub mod sender;
 
-pub use metrics::{ReplicaCollector, ReplicaStats};
+pub use metrics::ReplicaStats;

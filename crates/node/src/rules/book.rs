@@ -19,6 +19,7 @@
 //! (stored by a newer version, or a file edited by hand), once per entry.
 
 use super::InForce;
+use crate::metrics::{Family, load};
 use crate::rules::api::{self, ApiRules, Entry, StoreError, TooFarAhead, Version};
 use crate::rules::{RuleSet, RulesError};
 use parking_lot::Mutex;
@@ -397,49 +398,28 @@ fn describe(e: &Entry) -> &'static str {
 }
 
 /// The admin API's rule changes as metrics, read at scrape time.
-pub struct BookCollector(pub Arc<RuleBook>);
-
-impl std::fmt::Debug for BookCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BookCollector")
-    }
-}
-
-impl prometheus_client::collector::Collector for BookCollector {
-    fn encode(
-        &self,
-        mut e: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use crate::metrics::{Kind, encode_family, encode_one, load};
-        let s = &self.0.stats;
-        encode_family(
-            &mut e,
-            Kind::Counter,
-            "rules_api_changes",
-            "Rules changed through this node's admin API, and changes learnt from peers.",
-            "op",
-            &[
-                ("put", load(&s.puts)),
-                ("delete", load(&s.deletes)),
-                ("merged", load(&s.merged)),
-            ],
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Counter,
-            "rules_api_save_failed",
-            "API rule changes in force but not saved under --data-dir.",
-            load(&s.save_failed),
-        )?;
-        encode_one(
-            &mut e,
-            Kind::Gauge,
-            "rules_hash",
-            "A fingerprint of the rules in force (file and admin API), 53 bits: equal on nodes of one version with the same rules.",
-            self.0.in_force.rules().fingerprint(),
-        )
-    }
-}
+pub const METRICS: &[Family<RuleBook>] = &[
+    Family::counter_by(
+        "rules_api_changes",
+        "Rules changed through this node's admin API, and changes learnt from peers.",
+        "op",
+        &[
+            ("put", |b| load(&b.stats.puts)),
+            ("delete", |b| load(&b.stats.deletes)),
+            ("merged", |b| load(&b.stats.merged)),
+        ],
+    ),
+    Family::counter(
+        "rules_api_save_failed",
+        "API rule changes in force but not saved under --data-dir.",
+        |b| load(&b.stats.save_failed),
+    ),
+    Family::gauge(
+        "rules_hash",
+        "A fingerprint of the rules in force (file and admin API), 53 bits: equal on nodes of one version with the same rules.",
+        |b| b.in_force.rules().fingerprint(),
+    ),
+];
 
 #[cfg(test)]
 mod tests {

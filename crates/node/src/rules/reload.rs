@@ -6,6 +6,7 @@
 //! A change is a change of the bytes read through the path (symlinks followed). An invalid file
 //! is refused with one log line naming the rule and field, and the previous rules stay in force.
 
+use crate::metrics::{Family, load};
 use crate::rules::book::RuleBook;
 use crate::rules::envoy_config::EnvoyConfig;
 use crate::rules::{RuleSet, RulesError};
@@ -217,126 +218,81 @@ pub async fn watch_envoy(
     poll(EnvoyFiles(config), status, every).await;
 }
 
-/// Which configuration a [`ReloadCollector`] exports the reloads of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reloaded {
-    /// The rules file.
-    Rules,
-    /// The envoyproxy/ratelimit configuration (`--envoy-config`).
-    Envoy,
-    /// The RLQS configuration (`--rlqs-config`).
-    Rlqs,
+/// Whether the configuration as last read is in force: 1, or 0 while it is refused.
+fn successful(s: &RulesStatus) -> u64 {
+    u64::from(!s.failing.load(Ordering::Relaxed))
 }
 
-/// A configuration's [`RulesStatus`] as metrics, read at scrape time.
-#[derive(Debug)]
-pub struct ReloadCollector {
-    pub status: Arc<RulesStatus>,
-    pub of: Reloaded,
-}
-
-impl prometheus_client::collector::Collector for ReloadCollector {
-    fn encode(
-        &self,
-        mut e: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use crate::metrics::{Kind, encode_family, encode_one, load};
-        let s = &self.status;
-        let results = [
-            ("ok", load(&s.reloads_ok)),
-            ("error", load(&s.reloads_failed)),
-        ];
-        let successful = u64::from(!s.failing.load(Ordering::Relaxed));
-        match self.of {
-            Reloaded::Rules => {
-                encode_family(
-                    &mut e,
-                    Kind::Counter,
-                    "rules_reload",
-                    "Rules file reloads: ok (new rules in force) or error (refused; the previous rules stay).",
-                    "result",
-                    &results,
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "rules_generation",
-                    "Rule sets put in force since start (1: the rules loaded at start).",
-                    load(&s.generation),
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "rules_last_reload_timestamp_seconds",
-                    "Unix time at which the rules in force were loaded.",
-                    load(&s.loaded_at_ms) / 1000,
-                )?;
-                encode_one(
-                    &mut e,
-                    Kind::Gauge,
-                    "rules_last_reload_successful",
-                    "0 while the rules file as last read is refused (the previous rules stay in force), else 1.",
-                    successful,
-                )
-            }
-            // The same three families, named after the configuration (help texts as they were).
-            Reloaded::Envoy => encode_config(
-                &mut e,
-                "envoy_config",
-                "envoyproxy/ratelimit configuration",
-                "--envoy-config",
-                &results,
-                load(&s.generation),
-                successful,
-            ),
-            Reloaded::Rlqs => encode_config(
-                &mut e,
-                "rlqs_config",
-                "RLQS configuration",
-                "--rlqs-config",
-                &results,
-                load(&s.generation),
-                successful,
-            ),
-        }
-    }
-}
-
-/// A configuration file's reload metrics (`{prefix}_reload_total{result}`,
-/// `{prefix}_generation`, `{prefix}_last_reload_successful`), `what` and `flag` naming it.
-#[allow(clippy::too_many_arguments)]
-fn encode_config(
-    e: &mut prometheus_client::encoding::DescriptorEncoder,
-    prefix: &str,
-    what: &str,
-    flag: &str,
-    results: &[(&str, u64)],
-    generation: u64,
-    successful: u64,
-) -> Result<(), std::fmt::Error> {
-    use crate::metrics::{Kind, encode_family, encode_one};
-    encode_family(
-        e,
-        Kind::Counter,
-        &format!("{prefix}_reload"),
-        &format!("{what} reloads ({flag}): ok or error (refused; the previous stays)."),
+/// The rules file's reloads as metrics, read at scrape time.
+pub const RULES_RELOADS: &[Family<RulesStatus>] = &[
+    Family::counter_by(
+        "rules_reload",
+        "Rules file reloads: ok (new rules in force) or error (refused; the previous rules stay).",
         "result",
-        results,
-    )?;
-    encode_one(
-        e,
-        Kind::Gauge,
-        &format!("{prefix}_generation"),
-        &format!("{what}s put in force since start (1: loaded at start; 0: none)."),
-        generation,
-    )?;
-    encode_one(
-        e,
-        Kind::Gauge,
-        &format!("{prefix}_last_reload_successful"),
-        &format!(
-            "0 while the {what} as last read is refused (the previous stays in force), else 1."
-        ),
+        &[
+            ("ok", |s| load(&s.reloads_ok)),
+            ("error", |s| load(&s.reloads_failed)),
+        ],
+    ),
+    Family::gauge(
+        "rules_generation",
+        "Rule sets put in force since start (1: the rules loaded at start).",
+        |s| load(&s.generation),
+    ),
+    Family::gauge(
+        "rules_last_reload_timestamp_seconds",
+        "Unix time at which the rules in force were loaded.",
+        |s| load(&s.loaded_at_ms) / 1000,
+    ),
+    Family::gauge(
+        "rules_last_reload_successful",
+        "0 while the rules file as last read is refused (the previous rules stay in force), else 1.",
         successful,
-    )
-}
+    ),
+];
+
+/// The envoyproxy/ratelimit configuration's reloads (`--envoy-config`) as metrics.
+pub const ENVOY_CONFIG_RELOADS: &[Family<RulesStatus>] = &[
+    Family::counter_by(
+        "envoy_config_reload",
+        "envoyproxy/ratelimit configuration reloads (--envoy-config): ok or error (refused; the previous stays).",
+        "result",
+        &[
+            ("ok", |s| load(&s.reloads_ok)),
+            ("error", |s| load(&s.reloads_failed)),
+        ],
+    ),
+    Family::gauge(
+        "envoy_config_generation",
+        "envoyproxy/ratelimit configurations put in force since start (1: loaded at start; 0: none).",
+        |s| load(&s.generation),
+    ),
+    Family::gauge(
+        "envoy_config_last_reload_successful",
+        "0 while the envoyproxy/ratelimit configuration as last read is refused (the previous stays in force), else 1.",
+        successful,
+    ),
+];
+
+/// The RLQS configuration's reloads (`--rlqs-config`) as metrics.
+pub const RLQS_CONFIG_RELOADS: &[Family<RulesStatus>] = &[
+    Family::counter_by(
+        "rlqs_config_reload",
+        "RLQS configuration reloads (--rlqs-config): ok or error (refused; the previous stays).",
+        "result",
+        &[
+            ("ok", |s| load(&s.reloads_ok)),
+            ("error", |s| load(&s.reloads_failed)),
+        ],
+    ),
+    Family::gauge(
+        "rlqs_config_generation",
+        "RLQS configurations put in force since start (1: loaded at start; 0: none).",
+        |s| load(&s.generation),
+    ),
+    Family::gauge(
+        "rlqs_config_last_reload_successful",
+        "0 while the RLQS configuration as last read is refused (the previous stays in force), else 1.",
+        successful,
+    ),
+];
