@@ -183,7 +183,7 @@ impl Counted {
             t.set(turn);
             turn
         });
-        let sampled = turn % CHECKS_SAMPLE == 0;
+        let sampled = turn.is_multiple_of(CHECKS_SAMPLE);
         let denied = match denied {
             false => 0,
             true => DENIALS.with(|d| {
@@ -197,7 +197,7 @@ impl Counted {
                 d.set((now, n));
                 match n <= DENIALS_EXACT {
                     true => 1,
-                    false if turn % DENIALS_SAMPLE == 0 => u64::from(DENIALS_SAMPLE),
+                    false if turn.is_multiple_of(DENIALS_SAMPLE) => u64::from(DENIALS_SAMPLE),
                     false => 0,
                 }
             }),
