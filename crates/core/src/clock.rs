@@ -36,10 +36,10 @@ pub trait Clock: Send + Sync + 'static {
 ///
 /// The offset comes from `quanta` (the calibrated TSC where the CPU has an invariant one, the
 /// OS monotonic clock otherwise): one read per check, and `Instant::now` cost more than the
-/// whole store lookup (28 ns vs ~14 ns, `cargo bench -p ringlimit-core --bench store`).
+/// whole store lookup (measured: the docs' benchmarks page, "The store path against governor").
 ///
-/// A calibrated counter runs a little fast or slow (measured here 0.45 µs a second behind the OS
-/// clock, about 39 ms a day: a node up for a week would drift past `--max-clock-offset-ms`), and
+/// A calibrated counter runs a little fast or slow (enough that a node up for a week would
+/// drift past `--max-clock-offset-ms`; measured: `bench/notes/clock-skew.md`), and
 /// the OS clock itself may be set after the node started (NTP's first sync, a VM resumed). So a
 /// thread of the process re-anchors it every second on the OS wall clock ([`steer_once`]):
 ///
@@ -100,7 +100,8 @@ struct Fix {
 }
 
 /// Parts per billion as parts of 2³²: a reading then multiplies and shifts (a division per
-/// check, in i128, made `SystemClock::now` 21 ns instead of 12).
+/// check, in i128, made `SystemClock::now` much slower; the docs' benchmarks page,
+/// "The store path against governor").
 fn rate_of(ppb: i64) -> i64 {
     ((i128::from(ppb) << 32) / 1_000_000_000) as i64
 }
@@ -257,7 +258,7 @@ fn process_clock() -> &'static (quanta::Clock, Anchor) {
     CLOCK.get_or_init(|| {
         // Calibrate first: `quanta` calibrates against the OS clock on the first `Clock::new`
         // of a process, for up to 200 ms under load. Reading the wall clock before it put a
-        // node's clock behind by that long (13 ms seen in CI).
+        // node's clock behind by that long (seen in CI, in the clock-skew process test).
         let clock = quanta::Clock::new();
         // Then the wall clock, read between two counter reads, the origin their midpoint; the
         // tightest of a few tries, since a thread preempted in the middle of one pairs readings

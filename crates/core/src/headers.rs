@@ -8,8 +8,8 @@ use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use std::fmt::Write;
 
-// Constants, not `&str` names: a string name is parsed again on every insert (measured on the
-// check path).
+// Constants, not `&str` names: a string name is parsed and checked again on every insert, and
+// every answer of the check path inserts these.
 pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");

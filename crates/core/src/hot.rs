@@ -1,5 +1,5 @@
 //! Hot keys: which buckets a node (or an SDK client) sends most checks for, with bounded memory,
-//! and which of them are hot enough to lease (issue 32).
+//! and which of them are hot enough to lease (a slice of the bucket, decided where checks arrive).
 //!
 //! Counting is Filtered Space-Saving (the `topk` crate): `k` counters hold every bucket whose
 //! share of the checks exceeds 1/k, each with an error bound (its estimate minus the error is a

@@ -159,8 +159,9 @@ pub fn validate_key(key: &str) -> Result<(), usize> {
 
 /// One decider's share of a rule when it must decide alone: limit and burst divided by the
 /// `members` that share the load, rounded down so that the shares never add up to more than the
-/// rule (10 among 3 rounded up gave 4 each: 12, 20% over the limit from rounding alone, measured
-/// in the partition bench), but never below 1 (a share of 0 would deny everything).
+/// rule (10 among 3 rounded up gives 4 each: 12, over the limit from rounding alone; the docs'
+/// benchmarks page, "Hardening findings"), but never below 1 (a share of 0 would deny
+/// everything).
 pub fn share_of(rule: &Rule, members: usize) -> Rule {
     let n = members.max(1) as u64;
     Rule {

@@ -1,5 +1,6 @@
 //! Log lines that a flood could repeat, let through at most once per interval with how many
-//! were held back since: a line per refused socket once wrote 27 MB of log in 7 s.
+//! were held back since: a line per refused socket once wrote tens of MB of log in seconds (the
+//! docs' benchmarks page, "Hardening findings").
 
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};

@@ -144,11 +144,11 @@ pub enum Frame {
     /// its copies), read, not taken: a handover may still move them, and the sender merges
     /// both as readings of one history.
     Recalled { buckets: Vec<HandedBucket> },
-    /// Client → server, version 5: copies as in `Replicate`, not answered. An owner streams
-    /// them on its replica connection without waiting for each acknowledgement: a frame and
-    /// its ack cost each side a few syscalls and wake-ups whatever they carry (bench/README.md,
-    /// "What `--replicas 1` costs"). A broken connection is the sender's error, after which it
-    /// sends the whole store again.
+    /// Client → server, version 5: copies as in `Replicate`, not answered. An owner streams them on
+    /// its replica connection without waiting for each acknowledgement: a frame and its ack cost
+    /// each side a few syscalls and wake-ups whatever they carry (the docs' benchmarks page, "What
+    /// `--replicas 1` costs"). A broken connection is the sender's error, after which it sends the
+    /// whole store again.
     ReplicateOneWay { buckets: Vec<ReplicaBucket> },
     /// Client → server, version 6: slices of buckets the server owns, asked by a member (or an
     /// SDK) that decides their checks itself from then on (hot keys). Answered by `Leased`,

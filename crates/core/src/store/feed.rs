@@ -19,9 +19,9 @@
 //! Hot: when the only follower has read a shard's ring to its end, the ring starts again at its
 //! front, so a shard's writes and the next drain touch the few cache lines the last drain read.
 //! Left to run round, the rings (512 KiB together) were walked once every few seconds, and every
-//! write was a cache miss held under the shard lock, every read at the drain another: a sixth
-//! of what `--replicas 1` cost the SDK path in `perf` (bench/README.md, "What `--replicas 1`
-//! costs").
+//! write was a cache miss held under the shard lock, every read at the drain another: a visible
+//! share of what `--replicas 1` cost the SDK path in `perf` (measured: the docs' benchmarks
+//! page, "What `--replicas 1` costs", and `bench/notes/replica-cost.md`).
 
 use crate::limiter::BucketState;
 use std::collections::HashSet;

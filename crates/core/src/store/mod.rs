@@ -213,9 +213,9 @@ impl Store {
 
     /// Like [`Store::check`], reading the time with `now` after the bucket's slot has been asked
     /// for: a clock read serialises the CPU (`lfence; rdtsc` where the TSC is not invariant,
-    /// as in most VMs), and the lookup's cache miss then overlaps it instead of following it.
-    /// Measured with `cargo bench -p ringlimit-core --bench store`, 100k keys, one thread:
-    /// 77 ns per check reading the clock first, 61 ns this way.
+    /// as in most VMs), and the lookup's cache miss then overlaps it instead of following it
+    /// (measured with `cargo bench -p ringlimit-core --bench store`: the docs' benchmarks page,
+    /// "The store path against governor").
     #[inline]
     pub fn check_now(
         &self,
@@ -546,8 +546,8 @@ impl Store {
         let mut lagged = 0;
         // Two passes: the changed ids of every shard first, each one's slot prefetched, then
         // their states. Read in one pass, each state was a cache miss of its own (a drain finds
-        // a change or two per shard, in tables of 100,000s): half of the replica sender's CPU
-        // in `perf` (bench/README.md, "What `--replicas 1` costs"); this way they overlap.
+        // a change or two per shard, in tables of 100,000s), the largest share of the replica
+        // sender's own CPU in `perf` (`bench/notes/replica-cost.md`); this way they overlap.
         let mut read = Vec::new();
         for (k, (shard, next)) in self.shards.iter().zip(cursor.next.iter_mut()).enumerate() {
             let mut locked = shard.locked.lock();

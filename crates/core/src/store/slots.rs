@@ -1,11 +1,12 @@
 //! The memory of a table's slots: an anonymous memory map of its own, not the allocator's heap.
 //!
 //! Written by hand for a measured reason: a table doubles as buckets arrive, and the allocator
-//! (mimalloc) kept the outgrown tables' pages resident — a release node holding a million
-//! buckets had 93 bytes of RSS per bucket for 43 bytes of tables (66 with mimalloc purging at
-//! once; `bench/bucket_bytes.sh`). A map of its own goes back to the OS (`munmap`) the moment
-//! the table has moved to its larger one, so a node's RSS is the tables in use, and the peak
-//! while filling exceeds it by one shard's outgrown table at most.
+//! (mimalloc) kept the outgrown tables' pages resident — a node holding a million buckets had
+//! far more RSS than its tables needed, and still well over it with mimalloc purging at once
+//! (measured: the docs' benchmarks page, "Resident bytes per bucket"). A map of its own goes
+//! back to the OS (`munmap`) the moment the table has moved to its larger one, so a node's RSS
+//! is the tables in use, and the peak while filling exceeds it by one shard's outgrown table at
+//! most.
 
 use memmap2::MmapMut;
 use std::ops::{Deref, DerefMut};

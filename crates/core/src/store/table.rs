@@ -5,12 +5,12 @@
 //! one update of a 24-byte state, and what it costs is the number of *dependent* cache misses
 //! on the way there. `quick_cache` (used before) costs three (hashbrown control bytes → an
 //! index → a slab entry), and with a clock read per check — whose `lfence` stops one check's
-//! misses from overlapping the next one's — the store measured 146 ns per check against
-//! governor's 66 ns (`cargo bench -p ringlimit-core --bench store`). Here a hit is one miss:
-//! the home slot holds the id and the state together (32 bytes, two per cache line), and
-//! `Store::check_now` prefetches it before reading the clock: 60 ns in the same benchmark.
-//! A CLOCK hand needs positional access to the table, which hashbrown's `HashTable` does not
-//! offer.
+//! misses from overlapping the next one's — the store fell far behind governor's keyed
+//! limiter. Here a hit is one miss: the home slot holds the id and the state together
+//! (32 bytes, two per cache line), and `Store::check_now` prefetches it before reading the
+//! clock, which brought the store level with governor (measured: the docs' benchmarks page,
+//! "The store path against governor"). A CLOCK hand needs positional access to the table,
+//! which hashbrown's `HashTable` does not offer.
 //!
 //! Tables start small and double as buckets arrive, up to the size that holds the shard's
 //! bound at most 3/4 full, so that a store sized for a million keys but holding a hundred
@@ -106,7 +106,8 @@ pub(super) struct Layout {
 /// word of its flags, for a caller with other work to do before the lookup. The flags too:
 /// every hit sets its referenced bit and every replacement clears it, and where buckets are
 /// touched rarely (a replica's copies, one frame per flush interval) that word was a cache
-/// miss of its own, most of `Engine::keep_copy` in `perf` (bench/README.md).
+/// miss of its own, most of what keeping a replica's copy cost in `perf`
+/// (`bench/notes/replica-cost.md`).
 #[inline]
 pub(super) fn prefetch(at: Layout, id: u64) {
     let i = key(id) as usize & at.mask;
@@ -344,14 +345,15 @@ impl Table {
     /// A bucket that is full again is dropped whatever its bit: it equals a fresh one, so
     /// dropping it loses nothing. Otherwise, of the first [`VICTIM_SAMPLE`] unreferenced
     /// buckets the hand meets, the one soonest full again goes: the eviction that may admit the
-    /// least over its rule (a flood of 5M new keys into a full million-key store, `bytes_per_key`:
-    /// of 4M evictions, 1.18M still limiting taking the first candidate, 0.10M this way).
+    /// least over its rule: in a flood of new keys into a full store, taking the first candidate
+    /// dropped a bucket still limiting far more often (measured: the docs' benchmarks
+    /// page, "Key flood").
     /// Must not be called on an empty table.
     ///
     /// The hand visits the slots in a scattered order (an odd stride near 0.618 of the table
     /// covers every slot once per turn). Swept in address order, the slots just ahead of the
-    /// hand would be the ones longest unswept and fill up into one long probe run: measured, a
-    /// flood of 5M new keys into a full million-key store took 16 µs per check that way.
+    /// hand would be the ones longest unswept and fill up into one long probe run, which made
+    /// every check of a key flood walk it (measured: the docs' benchmarks page, "Key flood").
     fn evict_one(&mut self, now: u64) -> (u64, Removed) {
         let mask = self.mask();
         let stride = self.stride();

@@ -1,19 +1,19 @@
 //! Clock skew: every peer's clock offset, measured over the peer link, and the cluster clock
 //! global windows are numbered on.
 //!
-//! Global rules number their windows by wall time, and every node counts into "its" window: a
-//! node whose clock is off opens its next window early (or late), and each time traffic starts
-//! the rule admitted up to twice its limit (issue 34: +3 s → 480 of 300, +10 s → 600). So each
-//! node measures each peer's offset like NTP does: it sends its wall time, the peer answers with
-//! its own, and the offset is the peer's time minus the middle of the round trip, with half the
-//! round trip as the error bound (the best of the last [`SAMPLES`] samples: queueing only ever
-//! adds to a round trip). The **cluster clock** is then this node's wall time corrected by the
-//! median of the offsets of every member, itself included at 0: one wrong clock among three
-//! moves nobody else's median, and its own median puts it back on the others' time. With half
-//! the members wrong (2 of 4), the median is the lower middle one: with two clocks, every node
-//! picks the earlier, so all still agree (on the wrong one if the wrong half is behind). With
-//! more clocks than that and no majority on one, nodes may pick different ones: windows are
-//! then shifted between them by up to the skew, as before this module, never worse.
+//! Global rules number their windows by wall time, and every node counts into "its" window: a node
+//! whose clock is off opens its next window early (or late), and each time traffic starts the rule
+//! admitted up to twice its limit (measured: the docs' benchmarks page, "Clock skew"). So each node
+//! measures each peer's offset like NTP does: it sends its wall time, the peer answers with its
+//! own, and the offset is the peer's time minus the middle of the round trip, with half the round
+//! trip as the error bound (the best of the last [`SAMPLES`] samples: queueing only ever adds to a
+//! round trip). The **cluster clock** is then this node's wall time corrected by the median of the
+//! offsets of every member, itself included at 0: one wrong clock among three moves nobody else's
+//! median, and its own median puts it back on the others' time. With half the members wrong (2 of
+//! 4), the median is the lower middle one: with two clocks, every node picks the earlier, so all
+//! still agree (on the wrong one if the wrong half is behind). With more clocks than that and no
+//! majority on one, nodes may pick different ones: windows are then shifted between them by up to
+//! the skew, as before this module, never worse.
 
 use crate::metrics::{Family, Series};
 use parking_lot::Mutex;

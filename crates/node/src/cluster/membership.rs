@@ -134,9 +134,10 @@ impl Membership {
             listen_addr: settings.advertise,
             seed_nodes: settings.seeds.clone(),
             failure_detector_config: FailureDetectorConfig {
-                // ~1.3 s to declare a killed node dead at 100 ms rounds in a small cluster. 8.0
-                // gave ~0.5 s and 16.0 ~0.95 s, and both now and then declared a live node dead
-                // when a busy 2-core host delayed its gossip for a second.
+                // A killed node declared dead in about a second at 100 ms rounds in a small
+                // cluster; lower thresholds declared it sooner, but now and then declared a live
+                // node dead when a busy host delayed its gossip for a second (measured: the docs'
+                // benchmarks page, "Measured by the process tests").
                 phi_threshold: 20.0,
                 sampling_window_size: 1_000,
                 // Heartbeats further apart than this are not samples of the interval.

@@ -1,16 +1,16 @@
-//! The majority rule. A node that sees fewer than a majority of the members it last knew may be
-//! on the small side of a partition: if it took ownership of the keys of the members it no
-//! longer sees, each side would grant those keys their whole limit (measured: 100–122% over the
-//! limits in a 2 | 1 split). Such a node owns nothing; it answers every owner-mode check from its
-//! fallback share of the last known cluster, degraded, until it sees a majority again.
+//! The majority rule. A node that sees fewer than a majority of the members it last knew may be on
+//! the small side of a partition: if it took ownership of the keys of the members it no longer
+//! sees, each side would grant those keys their whole limit (measured in a 2 | 1 split: the docs'
+//! benchmarks page, "Network faults"). Such a node owns nothing; it answers every owner-mode check
+//! from its fallback share of the last known cluster, degraded, until it sees a majority again.
 //!
-//! "Last known" follows the cluster while it has a majority: a member that leaves drops out of
-//! it at once, one declared dead after [`DEAD_GRACE`] (the ring heals at once as before; the
-//! grace only keeps the count). Without the grace, a node cut off from two peers that it declares
-//! dead a moment apart would count the second as a majority of two (measured: the lone node's
-//! share went from a third to a half of each limit). On the small side it stays as it was, except
-//! that members that left or that gossip forgot (chitchat drops dead members after its grace
-//! period) leave it: a node alone for longer than that owns its keys again.
+//! "Last known" follows the cluster while it has a majority: a member that leaves drops out of it
+//! at once, one declared dead after [`DEAD_GRACE`] (the ring heals at once as before; the grace
+//! only keeps the count). Without the grace, a node cut off from two peers that it declares dead a
+//! moment apart would count the second as a majority of two, and its share of each limit would grow
+//! with it (measured: the docs' benchmarks page, "Network faults"). On the small side it stays as
+//! it was, except that members that left or that gossip forgot (chitchat drops dead members after
+//! its grace period) leave it: a node alone for longer than that owns its keys again.
 
 use super::member::{Member, MemberState};
 use std::collections::BTreeMap;

@@ -8,17 +8,17 @@
 //! ```text
 //! chitchat ⇄ inner socket (127.0.0.1:x) ⇄ relay socket per peer R ⇄ public port ⇄ peer R
 //! ```
-//! Outgoing datagrams gain the sender's wall time (8 bytes, Unix ms) and a 16-byte HMAC-SHA256
-//! tag over both on their way out; incoming ones are verified and stripped, and dropped before
-//! chitchat sees them when the tag is wrong, so a node without the secret can neither join nor
-//! inject state. A captured datagram cannot be replayed either: one whose time is more than
-//! [`REPLAY_WINDOW`] from the receiver's clock is dropped, and so is one whose tag was already
-//! seen within that window ([`Replays`]; 37 of 40 replayed datagrams used to be answered, some
-//! with replies 10x larger). A relay socket exists only for peers that have sent a valid
-//! datagram or that chitchat gossips to, so its number stays the size of the cluster. Without a
-//! secret the same path runs with no tag; a lone node (no secret, unauthenticated peers not
-//! allowed) drops every datagram from others. (anyhow appears here only because chitchat's
-//! `Transport` trait uses it.)
+//! Outgoing datagrams gain the sender's wall time (8 bytes, Unix ms) and a 16-byte HMAC-SHA256 tag
+//! over both on their way out; incoming ones are verified and stripped, and dropped before chitchat
+//! sees them when the tag is wrong, so a node without the secret can neither join nor inject state.
+//! A captured datagram cannot be replayed either: one whose time is more than [`REPLAY_WINDOW`]
+//! from the receiver's clock is dropped, and so is one whose tag was already seen within that
+//! window ([`Replays`]; before, most replayed datagrams were answered, some with much larger
+//! replies: the docs' benchmarks page, "Hardening findings"). A relay socket exists only for peers
+//! that have sent a valid datagram or that chitchat gossips to, so its number stays the size of the
+//! cluster. Without a secret the same path runs with no tag; a lone node (no secret,
+//! unauthenticated peers not allowed) drops every datagram from others. (anyhow appears here only
+//! because chitchat's `Transport` trait uses it.)
 
 use crate::log_gate::LogGate;
 use crate::metrics::GossipStats;
@@ -52,8 +52,9 @@ const MAX_SEEN: usize = 1 << 18;
 /// Bytes of received datagrams waiting for chitchat at most. chitchat reads its socket from
 /// the loop that also applies what it read, under its lock, so a burst of large deltas from
 /// several peers at once overflowed the kernel's receive buffer (212 KB by default), and the
-/// datagrams lost included heartbeats: live nodes were declared dead (`bench/scale.sh`, 9 nodes
-/// with 10,000 hot global keys). A task of its own now drains the port into this queue.
+/// datagrams lost included heartbeats: live nodes were declared dead (`bench/scale.sh` with hot
+/// global keys: `bench/notes/efficiency-and-scale.md`). A task of its own now drains the port
+/// into this queue.
 const MAX_QUEUED_BYTES: usize = 16 << 20;
 /// Receive buffer asked of the kernel for the peer port (it grants at most `net.core.rmem_max`).
 const RECV_BUFFER: usize = 4 << 20;

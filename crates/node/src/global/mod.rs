@@ -75,11 +75,11 @@ use ringlimit_proto::CheckAnswer;
 pub const DEFAULT_MAX_WINDOWS: usize = 100_000;
 /// Default cap on the buckets one node publishes at once.
 pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
-/// Default budget: global-counter updates a node receives per second from all its peers
-/// together (about 25 bytes each over TCP: 500 KB/s, and ~1% of a core to merge), split among
-/// the publishing nodes. It was 2,000 while counts travelled in gossip datagrams; over the peer
-/// link 2,000 left 10,000 hot keys waiting up to 8 s on 3 nodes, and 20,000 waits for none at
-/// 3, 9 or 25 nodes for +0.7% of a core at most (`bench/scale.sh`, bench/README).
+/// Default budget: global-counter updates a node receives per second from all its peers together
+/// (about 25 bytes each over TCP: 500 KB/s, and little CPU to merge), split among the publishing
+/// nodes. It was 2,000 while counts travelled in gossip datagrams; over the peer link that left hot
+/// keys' counts waiting seconds, where 20,000 keeps none waiting at any cluster size measured
+/// (`bench/scale.sh`: `bench/notes/efficiency-and-scale.md`, "The budget's default").
 pub const DEFAULT_GOSSIP_BUDGET: u64 = 20_000;
 
 impl GlobalCounters {

@@ -1,11 +1,11 @@
 //! Pushing this node's global counts to every other live member, over the peer protocol.
 //!
-//! Counts used to travel in chitchat's replicated key-values. That costs every node a copy of
-//! every other node's hot keys, and chitchat's live-node watcher clones that whole state on
-//! every change: with 10,000 hot keys on 9 nodes it took about 65% of a node's CPU, and live
-//! members were declared dead (`bench/scale.sh`). Gossip now carries membership only; counts go
-//! straight to each live member on a peer connection of their own, authenticated like every
-//! peer connection, one `GlobalCounts` frame per publish round.
+//! Counts used to travel in chitchat's replicated key-values. That costs every node a copy of every
+//! other node's hot keys, and chitchat's live-node watcher clones that whole state on every change:
+//! with many hot keys on 9 nodes it took most of a node's CPU, and live members were declared dead
+//! (measured with `bench/scale.sh`: the docs' benchmarks page, "Cost as the cluster grows"). Gossip
+//! now carries membership only; counts go straight to each live member on a peer connection of
+//! their own, authenticated like every peer connection, one `GlobalCounts` frame per publish round.
 //!
 //! # Never lost for good, never blocking
 //! Counts are absolute and merged by maximum, so a frame may be repeated or arrive late; only a

@@ -25,11 +25,10 @@ use std::sync::Arc;
 /// [`MAX_ALL`] may be limited: they are decided as one all-or-nothing check).
 pub const MAX_DESCRIPTORS: usize = 1000;
 /// Largest `ShouldRateLimit` request message, bytes: tonic refuses a larger one from its length
-/// prefix (OUT_OF_RANGE), before decoding it. Decoding is what an oversized request costs
-/// (measured, release: 64,000 descriptors in 2 MB took 16 ms of CPU to decode and refuse, a full
-/// 4 MB message 33 ms), so the bound on descriptors alone could not keep it cheap. 64 KiB holds
-/// [`MAX_DESCRIPTORS`] descriptors of an address each (33 bytes) with room to spare; Envoy's
-/// requests carry a handful.
+/// prefix (OUT_OF_RANGE), before decoding it. Decoding is what an oversized request costs, so the
+/// bound on descriptors alone could not keep it cheap (measured: the docs' benchmarks page,
+/// "Oversized Envoy requests"). 64 KiB holds [`MAX_DESCRIPTORS`] descriptors of an address each (33
+/// bytes) with room to spare; Envoy's requests carry a handful.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// The Envoy rate limit service over the node's check service.

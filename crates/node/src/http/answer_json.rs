@@ -1,9 +1,9 @@
 //! A check answer's JSON, written by hand for a measured reason: serde_json serializes a struct
-//! through its map path, escaping each field name as it goes, and that was a quarter of a
-//! `POST /v1/check/batch`'s server CPU time (`perf` under `bench/cpu.sh`'s load: 27% with 100
-//! checks a request). The fields are six fixed names and numbers, so the bytes are known but
-//! for the numbers; the tests hold the output to serde's, byte for byte. Every answer body of
-//! the check endpoints (single, batch, all-or-nothing) is written here.
+//! through its map path, escaping each field name as it goes, and that was a large share of a
+//! `POST /v1/check/batch`'s server CPU time (`perf` under `bench/cpu.sh`'s load; the docs'
+//! benchmarks page, "Server CPU per check, by path"). The fields are six fixed names and numbers,
+//! so the bytes are known but for the numbers; the tests hold the output to serde's, byte for byte.
+//! Every answer body of the check endpoints (single, batch, all-or-nothing) is written here.
 
 use super::error::ErrorBody;
 use ringlimit_proto::CheckAnswer;

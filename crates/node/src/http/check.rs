@@ -313,7 +313,8 @@ struct BatchBody<'a> {
 
 /// A batch whose every item parses, in one pass: the common case. When one does not, the batch
 /// is parsed again as [`BatchBody`], item by item, so that each bad item gets its own error
-/// (measured: the two passes were a fifth of a batch's CPU time; `perf`, bench/cpu.sh).
+/// (the two passes were a large share of a batch's CPU time in `perf` under `bench/cpu.sh`'s
+/// load: the docs' benchmarks page, "Server CPU per check, by path").
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TypedBatch<'a> {
@@ -502,8 +503,8 @@ mod tests {
         headers[RATELIMIT].to_str().expect("ASCII").to_owned()
     }
 
-    /// Issue 29, item 4: `t` was one second high (`reset_at_ms` rounded up, the answer's time
-    /// rounded down, then the difference rounded up again).
+    /// Regression: `t` was one second high (`reset_at_ms` rounded up, the answer's time rounded
+    /// down, then the difference rounded up again).
     #[test]
     fn ietf_t_is_the_seconds_until_reset_rounded_up_once() {
         assert_eq!(ratelimit_field(1, 1000, 1), r#""1-per-1000ms";r=0;t=1"#);

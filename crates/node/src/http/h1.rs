@@ -2,19 +2,19 @@
 //! read and answered straight off the connection; the first request of any other shape hands
 //! the connection, with the bytes already read, to hyper for the rest of its life.
 //!
-//! Why by hand (measured before writing it: `bench/cpu.sh`, `perf`): a single check cost
-//! 17.8 µs of server CPU against 12.9 µs for nginx answering the same exchange. The kernel's
-//! share was the same in both (~9.4 µs: one `recvfrom`, one `writev`); ringlimit's own was
-//! 8.4 µs against nginx's 3, spread over hyper's dispatcher, header maps built and hashed for
-//! every request, a boxed body, a request future, and ~20 allocations. A check is the narrowest
-//! HTTP/1.1 there is — one small body of known length, answered at once — so this loop takes
-//! only that shape: `POST` to a check endpoint, HTTP/1.1, one `Content-Length` of at most
-//! [`MAX_BODY`], no `Transfer-Encoding`, `Expect`, `Upgrade` or `Connection` other than
-//! keep-alive, a head that `httparse` (hyper's parser) reads whole with at most
-//! [`MAX_HEADERS`] headers. Everything else (other routes and methods, HTTP/1.0, HTTP/2's
+//! Why by hand: a single check cost well more server CPU than nginx answering the same exchange
+//! with a fixed body. The kernel's share was the same in both (one `recvfrom`, one `writev`);
+//! ringlimit's own was several times nginx's, spread over hyper's dispatcher, header maps built and
+//! hashed for every request, a boxed body, a request future, and some twenty allocations (measured
+//! before writing it, `bench/cpu.sh` and `perf`: the docs' benchmarks page, "Server CPU per check,
+//! by path"). A check is the narrowest HTTP/1.1 there is — one small body of known length, answered
+//! at once — so this loop takes only that shape: `POST` to a check endpoint, HTTP/1.1, one
+//! `Content-Length` of at most [`MAX_BODY`], no `Transfer-Encoding`, `Expect`, `Upgrade` or
+//! `Connection` other than keep-alive, a head that `httparse` (hyper's parser) reads whole with at
+//! most [`MAX_HEADERS`] headers. Everything else (other routes and methods, HTTP/1.0, HTTP/2's
 //! preface, chunked bodies, malformed heads and their 400s) is hyper's, unchanged. The answer is
-//! the route's own (a single check's written straight from its outcome), written as hyper writes
-//! it (same status line, headers in the same order, `content-length`, `date`):
+//! the route's own (a single check's written straight from its outcome), written as hyper writes it
+//! (same status line, headers in the same order, `content-length`, `date`):
 //! `tests/tests/http_wire.rs` holds the two paths to the same bytes.
 
 use super::answer_json;
@@ -98,8 +98,8 @@ fn parse(buf: &[u8]) -> Head {
         Ok(httparse::Status::Complete(n)) => n,
         // Any head is read whole here before it goes to hyper, even one whose request line
         // already says it is not a check: a slowloris client then costs a few bytes parsed
-        // per drip, never hyper's connection state (measured: thousands of slow connections
-        // handed to hyper at the same drip held a runtime for 17 ms; `bench/slowconns.sh`).
+        // per drip, never hyper's connection state (thousands of slow connections handed to
+        // hyper at the same drip held a runtime for many ms: `bench/notes/slow-connections.md`).
         // A real client's head comes whole in one read, so it waits for nothing.
         Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => return Head::Partial,
         Ok(httparse::Status::Partial) => return Head::Other,

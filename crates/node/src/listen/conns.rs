@@ -109,9 +109,9 @@ impl ConnTable {
         let mut open = self.open.lock();
         if open.len() >= self.limits.max_connections {
             // O(open) at the cap only, and once per batch: a flood that reconnects every
-            // connection it loses keeps the table at the cap, and a scan of 10,000 entries for
-            // each new connection (the lock held meanwhile) cost ~30% of a core at ~3,000
-            // reconnects a second (`bench/slowconns.sh`, round 2).
+            // connection it loses keeps the table at the cap, and a scan of every entry for
+            // each new connection (the lock held meanwhile) cost a large share of a core
+            // (`bench/slowconns.sh`; the docs' benchmarks page, "Slow and idle connections").
             let batch = (self.limits.max_connections / EVICT_SHARE).max(1);
             let mut idle: Vec<(u64, u64)> = open
                 .values()
@@ -233,9 +233,9 @@ fn millis(d: Duration) -> u64 {
 /// Why: connections opened together (a slowloris flood opens thousands at once, and reopens
 /// each one it loses) would otherwise time out in the same millisecond, and closing thousands
 /// of connections at once — then accepting their replacements — holds every other connection
-/// of the runtime for tens of ms (measured: `bench/slowconns.sh` with `OPEN_RATE`, real
-/// clients' p99.9 29.5 ms, max 37 ms, against 1.4 ms without the timeouts firing). Spread over
-/// an eighth of the timeout, the closes come a few per ms.
+/// of the runtime for tens of ms (measured: `bench/slowconns.sh` with `OPEN_RATE`, in
+/// `bench/notes/slow-connections.md`). Spread over an eighth of the timeout, the closes come a
+/// few per ms.
 fn spread(id: u64, timeout: Duration) -> u64 {
     let ms = millis(timeout);
     // Fibonacci hashing: consecutive ids land far apart in [0, ms / 8].

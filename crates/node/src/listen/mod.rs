@@ -9,8 +9,8 @@
 //! top), not in ringlimit or hyper. Here one acceptor hands each new connection, round-robin,
 //! to one of N current-thread runtimes, which keeps it: a request never changes thread.
 //! Round-robin matters: N runtimes accepting from one socket themselves let whichever woke
-//! first take most connections (measured: bimodal 84k or 157k checks/s); handing them out
-//! evenly is what makes the gain steady. The rest of the node (peer RPC, gossip) stays on the
+//! first take most connections (throughput then bimodal from run to run; the docs' benchmarks
+//! page, "HTTP against Redis + Lua"); handing them out evenly is what makes the gain steady. The rest of the node (peer RPC, gossip) stays on the
 //! main runtime; channels and the shared state work across runtimes.
 
 pub mod conns;
@@ -247,8 +247,9 @@ pub enum OnExpiry {
 
 /// How long a connection sent GOAWAY for idleness or to make room has to close before it is
 /// dropped: a client answers the GOAWAY's PING within a round trip, and one that never does
-/// must not hold its descriptor for long, since the table no longer counts it (measured: a
-/// flood of 10,000 connections at the cap, each evicted one held 10 s, outgrew the cap).
+/// must not hold its descriptor for long, since the table no longer counts it (found by
+/// `bench/slowconns.sh`: with each evicted connection held up to the request timeout, a
+/// reconnecting flood at the cap outgrew it; `bench/notes/slow-connections.md`).
 const IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Drives hyper's side of `conn` until it ends: it closes itself, or expires or is evicted

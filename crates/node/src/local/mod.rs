@@ -363,9 +363,9 @@ impl coordinator::Here<Prepared<'_>> for Local {
     }
 
     /// Decides a prepared check at `now`, a reading of this node's clock. Batches read the
-    /// clock once for all their checks: on this VM a clock read (kvm-clock, serialising) nearly
-    /// doubles a store check (60 vs 33 ns in `cargo bench -p ringlimit-core --bench store`,
-    /// 100k keys), and one instant for a whole batch is what a batch means.
+    /// clock once for all their checks: on a VM a clock read (kvm-clock, serialising) nearly
+    /// doubles a store check (measured: the docs' benchmarks page, "The store path against
+    /// governor"), and one instant for a whole batch is what a batch means.
     #[inline]
     fn decide_at(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
         let rule = &p.resolved.rule;

@@ -6,11 +6,11 @@
 //! ([`ringlimit_core::link::session`]), and so do global counts, whose pusher (a layer below)
 //! gets its sessions from here ([`Peers::sessions`]).
 //!
-//! Why per-runtime copies: the HTTP API runs on dedicated single-threaded runtimes. With the
-//! node's shared clients, on the main runtime, every forwarded check cost two cross-thread
-//! wake-ups, and forwarding through one node of three lost 8% of its throughput when HTTP moved
-//! to its own runtimes. With a copy per runtime, a forwarded check, its frame and its answer
-//! never cross threads.
+//! Why per-runtime copies: the HTTP API runs on dedicated single-threaded runtimes. With the node's
+//! shared clients, on the main runtime, every forwarded check cost two cross-thread wake-ups, and
+//! forwarding through one node of three lost throughput when HTTP moved to its own runtimes
+//! (measured: the docs' benchmarks page, "Forwarding through one node of three"). With a copy per
+//! runtime, a forwarded check, its frame and its answer never cross threads.
 
 use crate::cluster::View;
 use crate::cluster::clock::Sample;

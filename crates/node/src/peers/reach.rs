@@ -1,11 +1,11 @@
-//! Whether this node reaches a majority of the cluster over the peer link, not only through
-//! gossip. Gossip can be fooled by a one-way partition: a node whose packets to its peers are
-//! lost still hears their gossip and keeps them alive, and so kept owning its keys for as long as
-//! the partition lasted (measured: 6 s of two owners in an 8 s cut) while its peers had declared
-//! it dead and owned them too. Every member's link is pinged (an empty group) each round; a
-//! member whose pings failed [`FAILED_ROUNDS`] rounds in a row is not counted, and a node that
-//! then counts fewer than a majority of the members it knows owns nothing, as the majority rule
-//! says (`cluster::quorum`).
+//! Whether this node reaches a majority of the cluster over the peer link, not only through gossip.
+//! Gossip can be fooled by a one-way partition: a node whose packets to its peers are lost still
+//! hears their gossip and keeps them alive, and so kept owning its keys for as long as the
+//! partition lasted while its peers had declared it dead and owned them too (measured: the docs'
+//! benchmarks page, "Network faults"). Every member's link is pinged (an empty group) each round; a
+//! member whose pings failed [`FAILED_ROUNDS`] rounds in a row is not counted, and a node that then
+//! counts fewer than a majority of the members it knows owns nothing, as the majority rule says
+//! (`cluster::quorum`).
 //!
 //! Failed rounds, not time since the last answer: a node whose own runtime stalled (a starved
 //! test host) found every link "silent" when it woke and gave up its keys for a round (seen in

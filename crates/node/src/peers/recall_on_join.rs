@@ -3,13 +3,13 @@
 //! bucket's first check.
 //!
 //! Why: the buckets of a member that comes back are with the member after it on the ring, its
-//! interim owner (it promoted its copies when the ring dropped the member, and hands them back
-//! when it sees the member in its ring again, keeping each as a copy: see
-//! [`super::handover`]). Other members route to the member as soon as their rings hold it
-//! again, which may be before that handover arrives: without a recall, the member decided those
-//! checks on full buckets (the accuracy contract's kill row: up to 3% over). The member after
-//! it holds the bucket either way (its own, or the copy it kept), so one round trip before the
-//! first check finds it.
+//! interim owner (it promoted its copies when the ring dropped the member, and hands them back when
+//! it sees the member in its ring again, keeping each as a copy: see [`super::handover`]). Other
+//! members route to the member as soon as their rings hold it again, which may be before that
+//! handover arrives: without a recall, the member decided those checks on full buckets (over the
+//! limit in the accuracy contract's kill row: the docs' benchmarks page, "Hardening findings"). The
+//! member after it holds the bucket either way (its own, or the copy it kept), so one round trip
+//! before the first check finds it.
 //!
 //! Until it is first ready, such a member holds its owner-mode checks back (see
 //! [`Recall::before`]).
@@ -150,13 +150,13 @@ impl Recall {
     /// ring, does not hold and has not recalled yet; returns once they are merged, or after
     /// [`RECALL_WAIT`].
     ///
-    /// Why wait for readiness: a node joins `joining` and members route to it only once it is
-    /// ready (see `cluster::membership`), but a peer of an older version routes to it as soon
-    /// as gossip shows it, which is before the node itself knows them all: its ring then holds
-    /// itself alone (or some of the members), and it would decide their checks on buckets it
-    /// owns under that ring and does not hold (seen before `joining`: a restarted owner
-    /// admitting used-up keys 100 ms after its start, before it saw anyone). A sender whose
-    /// deadline passes meanwhile has its check decided by the owner's replica.
+    /// Why wait for readiness: a node joins `joining` and members route to it only once it is ready
+    /// (see `cluster::membership`), but a peer of an older version routes to it as soon as gossip
+    /// shows it, which is before the node itself knows them all: its ring then holds itself alone
+    /// (or some of the members), and it would decide their checks on buckets it owns under that
+    /// ring and does not hold (seen before `joining`: a restarted owner admitting used-up keys just
+    /// after its start, before it saw anyone; `bench/notes/accuracy.md`). A sender whose deadline
+    /// passes meanwhile has its check decided by the owner's replica.
     pub async fn before(&self, ids: Vec<u64>) {
         if !self.active() || ids.is_empty() {
             return;

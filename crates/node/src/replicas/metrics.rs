@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU64;
 
 /// Lag bounds, in seconds. The sender writes each member one frame per flush interval (8 ms by
 /// default) and the lag runs from the previous drain, so at the default nearly every frame lands
-/// between 5 and 10 ms: the bounds around 10 ms (issue 31's target) tell an interval's own wait
+/// between 5 and 10 ms: the bounds around 10 ms (the lag's p99 target) tell an interval's own wait
 /// from a late tick; the long tail is a slow or failing replica.
 const LAG_BUCKETS: [f64; 16] = [
     0.5e-3, 1e-3, 2.5e-3, 5e-3, 7.5e-3, 10e-3, 12.5e-3, 15e-3, 20e-3, 25e-3, 50e-3, 100e-3, 250e-3,

@@ -16,13 +16,12 @@
 //! The interval is the one trade-off of replication: a change waits at most one interval (plus
 //! its write) before it is on the wire, which bounds what a SIGKILLed owner's copies can miss;
 //! and each member gets at most one frame (a few syscalls and wake-ups on each side, and a
-//! pass over cold caches) per interval, whatever the load. Measured on 3 nodes at 30,000 SDK
-//! checks/s over 100,000 keys (every check a change of its own), server CPU per check against
-//! `--replicas 0`: 1.27x at 5 ms, about 1.12-1.21x at 8 ms, 1.06-1.13x at 10 ms, 1.08x at 20 ms; at
-//! 5,000 checks/s 1.52x at 8 ms and 1.19x at 20 ms; at 1,000 ms 0.97-1.0x, the same buckets
-//! sent in rarer frames (bench/replica_cost.sh, bench/README.md "What `--replicas 1` costs"):
-//! what replication costs is its frames (80-180 us of CPU each, both ends; a bare tokio writer
-//! and reader pay 85-120 us for the same frames here: `bench/frame_floor.sh`), not its buckets.
+//! pass over cold caches) per interval, whatever the load. What replication costs is its
+//! frames, not its buckets: the same buckets sent in rarer frames cost less, down to nothing
+//! measurable at a second, and a bare tokio writer and reader pay about what the sender does
+//! for the same frames. The default is the longest interval that keeps the replication lag's
+//! p99 under 10 ms (measured: the docs' benchmarks page, "What `--replicas 1` costs", and
+//! `bench/notes/replica-cost.md`).
 
 use super::ReplicaStats;
 use crate::cluster::View;
@@ -40,7 +39,7 @@ use tokio::time::Instant;
 
 /// The default flush interval (`--replica-flush-ms`): the longest a change waits before it is
 /// on the wire, so the window a dead owner's last admissions may be missing from its copies
-/// (see `crate::local::copies`), and under 10 ms with its write (issue 31's lag target).
+/// (see `crate::local::copies`), and under 10 ms with its write (the replication lag's target).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(8);
 /// How long a member whose exchange failed is left alone before it is tried again (with the
 /// whole store).

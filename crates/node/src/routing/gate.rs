@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// A batch gives its thread back to the other connections after deciding for this long (a
-/// time, not a count: a new key, with an eviction, costs ~2 µs; a known one ~0.5). Measured
-/// with the gate below (bench/keyflood.sh `PIN=1 OPEN_RATE=5000`, 4 runs each, alternating):
-/// other keys' p99 under the flood 0.88-1.73 ms with 10 µs, 0.48-0.99 ms with 5 µs, the flood's
-/// rate the same; batch CPU per check within noise (`bench/cpu.sh`, 0.66-0.72 µs both).
+/// A batch gives its thread back to the other connections after deciding for this long (a time, not
+/// a count: a new key, with an eviction, costs several times a known one). Shorter than the slice
+/// that came first, it lowered other keys' p99 under a key flood, for the same flood rate and batch
+/// CPU per check (measured with the gate below: the docs' benchmarks page, "Key flood", and
+/// `bench/notes/key-flood.md`).
 const SLICE: Duration = Duration::from_micros(5);
-/// How often a batch looks at the clock: every 4 decisions (~5 ns a decision).
+/// How often a batch looks at the clock: every 4 decisions, so that reading it stays a small
+/// part of each decision.
 const CLOCK_EVERY: usize = 4;
 /// Batches of at most this many checks are decided in one go.
 const SHORT_BATCH: usize = 16;
@@ -20,11 +21,10 @@ thread_local! {
     /// One large batch decides at a time on each thread; the others wait their turn (FIFO)
     /// without being polled.
     ///
-    /// Why: a single check waits for one round of every runnable task on its thread, and under
-    /// a flood of batches that was a slice of every flooding connection's batch. Measured
-    /// (bench/keyflood.sh `PIN=1`: the node alone on one core, saturated by 16 connections of
-    /// 100 new keys): other keys' p99 3.5-271 ms, p90 0.37-161 ms, with yields every 16
-    /// decisions; with this gate and 10 µs slices p99 1.15-1.20 ms, p90 < 0.1 ms.
+    /// Why: a single check waits for one round of every runnable task on its thread; under a
+    /// flood of batches that round was a slice of every flooding connection's batch, and other
+    /// keys' tail latency grew with the flood (measured with `bench/keyflood.sh`'s `PIN=1`, the
+    /// node alone on a core: `bench/notes/key-flood.md`).
     static BATCH_GATE: Arc<Semaphore> = Arc::new(Semaphore::new(1));
 }
 

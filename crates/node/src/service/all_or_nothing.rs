@@ -45,8 +45,8 @@ impl CheckService {
             return Err(e);
         }
         // One check is its own all-or-nothing: the single-check path decides it the same way
-        // without a group's holds (measured through ShouldRateLimit: node CPU per call
-        // 56 -> 45 us, bench/grpc.sh).
+        // without a group's holds, for less CPU (measured through ShouldRateLimit: the docs'
+        // benchmarks page, "gRPC").
         let decided = match prepared.as_slice() {
             [single] => vec![self.router.check(single).await],
             _ => self.router.check_all(&prepared).await,
