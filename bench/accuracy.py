@@ -33,19 +33,19 @@ from faults import Conn, paced, stop_processes  # noqa: E402  (shared with the f
 # The contract: the most admitted ÷ limit each scenario may reach on the buckets it touches
 # (a row per algorithm; both must keep it), and which buckets those are ("victim": n2's, as the
 # ring placed them before the fault; "all": every bucket; "pairs": n2's, each checked in a
-# /v1/check/all with a bucket of another owner). kill and split are issue 31's targets. The
+# /v1/check/all with a bucket of another owner). kill and split are the replicas' targets. The
 # others were set on 2026-11-24 from two runs with failover to the replica (bench/README.md
 # "Accuracy contract"; before it, kill, stop and all-or-nothing measured ~1.6), with a margin:
 # what stays over is a cut-off node's own fallback share (a third of the limit at most: split,
 # one way) and, after a SIGKILL, what the owner admitted in its last drain interval (~5 ms).
 BOUNDS = {
-    "kill": (1.05, "victim"),  # issue 31's target; measured 1.01-1.02
+    "kill": (1.05, "victim"),  # the replicas' target; measured 1.01-1.02
     "stop": (1.10, "victim"),  # measured 1.01-1.03
-    # Issue 43: traffic through the stopped node. n2 SIGSTOPped 3-5 s, batches of every bucket
+    # Traffic through the stopped node. n2 SIGSTOPped 3-5 s, batches of every bucket
     # queued in its socket, SIGCONT: before the pause detector, those batches were answered
     # from fresh fallback shares in about one pause in two (gossip had marked the peers dead).
     "through-stopped": (1.05, "all"),
-    "split": (1.40, "all"),  # issue 31's target; measured 1.18-1.25 (n2's share: <= 1.33)
+    "split": (1.40, "all"),  # the replicas' target; measured 1.18-1.25 (n2's share: <= 1.33)
     "oneway-out": (1.35, "all"),  # measured 1.19-1.20
     "oneway-in": (1.35, "all"),  # measured 1.21-1.22
     # Exact by handover; a slow owner (a debug build on a busy host) that misses the forward
@@ -53,7 +53,7 @@ BOUNDS = {
     "rolling": (1.10, "all"),  # measured 1.00
     "join-leave": (1.10, "all"),  # measured 1.00
     "all-or-nothing": (1.15, "pairs"),  # measured 1.01-1.08 (the owner SIGKILLed as in kill)
-    # Issue 34: n2's wall clock 10 s ahead (libfaketime) from its start, killed and restarted as
+    # Clock skew: n2's wall clock 10 s ahead (libfaketime) from its start, killed and restarted as
     # in kill: owner-mode decisions, replicas, promotion and recall must not read wall clocks.
     "skew": (1.05, "victim"),
     # Not in CI (it needs an older build): a rolling upgrade, nodes started from OLD_BIN and

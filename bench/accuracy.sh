@@ -23,7 +23,7 @@
 #   all-or-nothing  /v1/check/all of two buckets on different owners (one of them n2's) while n2
 #                   is killed and restarted as in kill
 #   skew            n2's wall clock 10 s ahead (libfaketime, monotonic clock left alone), killed
-#                   and restarted as in kill (issue 34's row of the contract)
+#                   and restarted as in kill
 #   upgrade         not run by default: the cluster starts from OLD_BIN (an older build) and is
 #                   rolled to BIN as in rolling (mixed versions in between), e.g.
 #                   SCENARIOS=upgrade OLD_BIN=/tmp/old/ringlimit BIN=target/release/ringlimit

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Resident bytes per live bucket, measured as a user would (issue 17): RSS of a release node
-# after KEYS distinct keys through POST /v1/check/batch, minus its RSS when empty, divided by
-# the buckets it holds (`ringlimit_buckets`). Reports the figure right after filling, after
-# SETTLE seconds, and the peak (VmHWM) while filling, for each binary given, side by side:
+# Resident bytes per live bucket, measured as a user would: RSS of a release node after KEYS
+# distinct keys through POST /v1/check/batch, minus its RSS when empty, divided by the buckets it
+# holds (`ringlimit_buckets`). Reports the figure right after filling, after SETTLE seconds, and the
+# peak (VmHWM) while filling, for each binary given, side by side:
 #
 #   bench/bucket_bytes.sh                       # this checkout's release build
 #   BINS="/tmp/rl-before target/release/ringlimit" bench/bucket_bytes.sh

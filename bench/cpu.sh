@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Server CPU time per answered check, by path, against an nginx floor (issue 17):
+# Server CPU time per answered check, by path, against an nginx floor:
 #
 #   bench/cpu.sh                                   # one round, 10 s per load, this checkout
 #   DURATION=5 RUNS=3 BATCH_SIZES="10 100 1000" BINS="/tmp/a /tmp/b" bench/cpu.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The floor under what `--replicas 1` costs (issue 31): the CPU of the replica frames alone, as
-# a bare tokio writer and reader pay it on this machine (crates/node/examples/frame_floor.rs:
-# BYTES every EVERY_US over loopback TCP, none of ringlimit's code), set beside the measured
-# difference between a --replicas 1 and a --replicas 0 cluster under the same SDK load.
+# The floor under what `--replicas 1` costs: the CPU of the replica frames alone, as a bare tokio
+# writer and reader pay it on this machine (crates/node/examples/frame_floor.rs: BYTES every
+# EVERY_US over loopback TCP, none of ringlimit's code), set beside the measured difference between
+# a --replicas 1 and a --replicas 0 cluster under the same SDK load.
 #
 #   bench/frame_floor.sh                      # RUNS=3 rounds; 8 s per load
 #   RUNS=5 RATE=30000 bench/frame_floor.sh

@@ -7,7 +7,8 @@
 # 2. Accuracy: over-admission as a function of --global-publish-ms. For each interval, three
 #    fresh nodes; a steady LOAD_RATE checks/s on one hot key, round-robin over the three, for one
 #    aligned window of a fixed-window global rule of ACC_LIMIT per ACC_PERIOD_MS; admitted vs
-#    the limit. The load is paced (not closed-loop), like the issue's "250 checks/s".
+#    the limit. The load is paced (not closed-loop): 250 checks/s by default, the rate the
+#    global rules' accuracy target is stated at.
 #
 #   bench/global.sh                                  # defaults below
 #   DURATION=5 RUNS=3 ACC_RUNS=3 bench/global.sh     # medians over 3 rounds

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One hot key through every node (issue 32): server CPU per check of one key checked through all
-# three nodes at once, against the same load on keys each receiving node owns, and against the
-# hot key with leases off (every check forwarded to its owner); then, with a limit that denies,
-# what one window admits through every node (never over the limit; false denies under 2%).
+# One hot key through every node: server CPU per check of one key checked through all three nodes at
+# once, against the same load on keys each receiving node owns, and against the hot key with leases
+# off (every check forwarded to its owner); then, with a limit that denies, what one window admits
+# through every node (never over the limit; false denies under 2%).
 #
 #   bench/hot_key.sh                       # 10 s per load, one round
 #   DURATION=5 RUNS=3 bench/hot_key.sh     # medians over 3 rounds

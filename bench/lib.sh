@@ -19,7 +19,7 @@ log() { printf '[%s %s] %s\n' "$SCRIPT" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-# Nodes form clusters only with a secret (issue 29); the benchmarks run the secure path
+# Nodes form clusters only with a secret; the benchmarks run the secure path
 # (RINGLIMIT_CLUSTER_SECRET= with RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS=true runs without it).
 export RINGLIMIT_CLUSTER_SECRET="${RINGLIMIT_CLUSTER_SECRET-ringlimit-bench-$$-$RANDOM}"
 OUT_DIR="${OUT_DIR:-$BENCH_DIR/out/${SCRIPT%.sh}-$(date +%Y%m%d-%H%M%S)}"

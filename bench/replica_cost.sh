@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What `--replicas 1` costs against `--replicas 0` (issue 31's cost target: server CPU per check
-# at most 1.15x), on the issue's three paths, interleaved in one run on the same 3-node cluster
-# layout, and the replication lag under that load:
+# What `--replicas 1` costs against `--replicas 0` (the cost target: server CPU per check at most
+# 1.15x), on three paths, interleaved in one run on the same 3-node cluster layout, and the
+# replication lag under that load:
 #   - sdk:    the client SDK straight to each key's owner, at a fixed RATE checks/s;
 #   - single: POST /v1/check through node 0 (wrk -t2 -c8, bench/wrk/check.lua);
 #   - batch:  POST /v1/check/batch of 100 through node 0 (bench/wrk/batch.lua).

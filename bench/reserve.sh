@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Reservations for LLM tokens (issue 32, item 3) on a 3-node release cluster: PAIRS reserve /
-# settle pairs with random actual costs (some above, some below the estimate) against a
-# tokens-per-minute rule, each reserved through one node and settled through the next; then
-# EXPIRING reservations with a short ttl_ms never settled.
+# Reservations for LLM tokens on a 3-node release cluster: PAIRS reserve / settle pairs with random
+# actual costs (some above, some below the estimate) against a tokens-per-minute rule, each reserved
+# through one node and settled through the next; then EXPIRING reservations with a short ttl_ms
+# never settled.
 #
 #   bench/reserve.sh                      # 10,000 pairs over 20 keys, 200 expiring
 #   PAIRS=2000 bench/reserve.sh           # a shorter run

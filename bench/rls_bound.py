@@ -1,5 +1,5 @@
-"""How long a node takes to refuse an oversized Envoy ShouldRateLimit request (issue 29 item 7:
-64,000 descriptors used to take 3.15 s of CPU in a release build before being refused).
+"""How long a node takes to refuse an oversized Envoy ShouldRateLimit request (64,000
+descriptors used to take 3.15 s of CPU in a release build before being refused).
 
     python bench/rls_bound.py GRPC_ADDR NODE_PID [N ...]
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 29 item 7: an oversized Envoy ShouldRateLimit request must be refused before any
-# per-descriptor work. Starts one release node with --grpc and deploy/k8s's envoyproxy/ratelimit
-# file, then bench/rls_bound.py sends requests of 64,000 descriptors and of as many as fit in
-# 4 MB (RUNS each, default 20) and prints the round trip and the node's CPU per request.
+# An oversized Envoy ShouldRateLimit request must be refused before any per-descriptor work. Starts
+# one release node with --grpc and deploy/k8s's envoyproxy/ratelimit file, then bench/rls_bound.py
+# sends requests of 64,000 descriptors and of as many as fit in 4 MB (RUNS each, default 20) and
+# prints the round trip and the node's CPU per request.
 #
 #   bench/rls_bound.sh                 # builds the release binary first
 #   BIN=target/release/ringlimit bench/rls_bound.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What gossip and global counts cost as the cluster grows (issue 17): SIZES clusters of node processes on
+# What gossip and global counts cost as the cluster grows: SIZES clusters of node processes on
 # 127.0.0.1, each node seeded with n0, one tokio worker and one HTTP thread per node:
 #
 #   bench/scale.sh

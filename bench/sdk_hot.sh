@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One hot key through the SDK (issue 32): one client thread checking one key as fast as it can,
-# with leases (decided in-process on a slice of the owner's bucket) and without (every check to
-# its owner), against a 3-node release cluster, side by side in one run.
+# One hot key through the SDK: one client thread checking one key as fast as it can, with leases
+# (decided in-process on a slice of the owner's bucket) and without (every check to its owner),
+# against a 3-node release cluster, side by side in one run.
 #
 #   bench/sdk_hot.sh                        # 5 s per phase, one round
 #   SECONDS_PER=3 RUNS=3 bench/sdk_hot.sh   # medians over 3 rounds

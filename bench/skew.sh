@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Clock skew (issue 34): 3 nodes, node 2's wall clock moved with libfaketime (Debian's faketime;
-# its monotonic clock left alone, as when NTP fails on one host), a `mode: global` rule of 300
-# per 10 s fixed window, 180 checks/s spread over the nodes (bench/skew.py) for 40 s. Prints,
-# per offset, the offset node 0 measured for node 2 and what each 10 s window admitted.
+# Clock skew: 3 nodes, node 2's wall clock moved with libfaketime (Debian's faketime; its monotonic
+# clock left alone, as when NTP fails on one host), a `mode: global` rule of 300 per 10 s fixed
+# window, 180 checks/s spread over the nodes (bench/skew.py) for 40 s. Prints, per offset, the
+# offset node 0 measured for node 2 and what each 10 s window admitted.
 #
 #   bench/skew.sh                              # OFFSETS="0 +3 +10 -7 +60" (seconds)
 #   OFFSETS="+10" SECONDS_PER=30 BIN=target/debug/ringlimit bench/skew.sh

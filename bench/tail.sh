@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# p99 of POST /v1/check at half of capacity, open loop, when the node's HTTP threads lose the CPU
-# (issue 17, part 4):
+# p99 of POST /v1/check at half of capacity, open loop, when the node's HTTP threads lose the CPU:
 #
 #   bench/tail.sh                                   # this checkout's release build, 10 s per condition
 #   BINS="/tmp/rl-a /tmp/rl-b" RUNS=3 bench/tail.sh # A/B, medians of 3 rounds

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# What TLS costs the server (issue 33): CPU per check with and without `--tls-cert`, on
-# keep-alive connections and with a new connection (so a new handshake) per check, and the
-# handshake alone:
+# What TLS costs the server: CPU per check with and without `--tls-cert`, on keep-alive connections
+# and with a new connection (so a new handshake) per check, and the handshake alone:
 #
 #   bench/tls.sh                          # one round, 10 s per load, this checkout's release build
 #   DURATION=5 RUNS=3 KEY_TYPE=rsa bench/tls.sh

@@ -1,7 +1,7 @@
-//! Rules through the admin API (issue 16) on real in-process nodes: written on one node and in
-//! force on the others within a second, concurrent writes converging, a delete surviving a
-//! partition, rules kept across a restart of the whole cluster with its data dirs, bad rules
-//! refused with nothing changed, and the propagation time over 100 changes.
+//! Rules through the admin API on real in-process nodes: written on one node and in force on the
+//! others within a second, concurrent writes converging, a delete surviving a partition, rules kept
+//! across a restart of the whole cluster with its data dirs, bad rules refused with nothing
+//! changed, and the propagation time over 100 changes.
 
 use anyhow::{Context, Result, ensure};
 use reqwest::Method;
@@ -333,10 +333,10 @@ async fn a_node_partitioned_during_a_delete_does_not_bring_the_rule_back() -> Re
     c.stop().await
 }
 
-/// Issue 33's operator sequence, as through a load-balanced Service: PUT through one node,
-/// then at once DELETE through another (no pause), 20 times round the nodes: every DELETE is
-/// 204, a GET through the third node right after is 404, and no rule is in force anywhere,
-/// also after every node restarts with its data directory.
+/// An operator's sequence, as through a load-balanced Service: PUT through one node, then at once
+/// DELETE through another (no pause), 20 times round the nodes: every DELETE is 204, a GET through
+/// the third node right after is 404, and no rule is in force anywhere, also after every node
+/// restarts with its data directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_on_one_node_then_delete_on_another_at_once_deletes_it_everywhere() -> Result<()> {
     let dirs = DataDirs::new("rotating", 3);
@@ -524,7 +524,8 @@ async fn a_node_that_joins_has_every_rule_when_it_turns_ready() -> Result<()> {
 
 /// Many rules at once: 500 written on node-0 in a burst. Each node republishes every entry, so
 /// gossip carries 3 x 500 keys; chitchat sends them in MTU-sized deltas over several rounds. The
-/// time until the last node has every rule is reported (bench/README "Rules through the API").
+/// time until the last node has every rule is reported (the docs' benchmarks page, "Measured by
+/// the process tests").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_rules_written_at_once_reach_every_node() -> Result<()> {
     const RULES: usize = 500;

@@ -1,8 +1,7 @@
-//! The admin CLI (issue 33): the real `ringlimit` binary run as `ringlimit rules|top|cluster|keys`
-//! against a 3-node in-process cluster with an admin token — rules written through one node and
-//! deleted through another, top keys after denials, the cluster, a key's state and reset, and the
-//! errors (unknown rule, bad token, stale If-Match, unreachable address, bad usage) with their
-//! exit codes.
+//! The admin CLI: the real `ringlimit` binary run as `ringlimit rules|top|cluster|keys` against a
+//! 3-node in-process cluster with an admin token — rules written through one node and deleted
+//! through another, top keys after denials, the cluster, a key's state and reset, and the errors
+//! (unknown rule, bad token, stale If-Match, unreachable address, bad usage) with their exit codes.
 
 use anyhow::{Context, Result, bail, ensure};
 use ringlimit_node::NodeConfig;

@@ -1,7 +1,7 @@
-//! Clock skew with real processes (issue 34): one node started under libfaketime (Debian's
-//! `faketime` package; its wall clock moved, its monotonic clock left alone), as an operator
-//! whose NTP failed on one host would see it. Its offset is measured within 10 ms by the others,
-//! it says its clock is off, and a global rule's windows stay on the cluster's clock.
+//! Clock skew with real processes: one node started under libfaketime (Debian's `faketime` package;
+//! its wall clock moved, its monotonic clock left alone), as an operator whose NTP failed on one
+//! host would see it. Its offset is measured within 10 ms by the others, it says its clock is off,
+//! and a global rule's windows stay on the cluster's clock.
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_tests::{ProcessNode, WAIT, wait_until};

@@ -859,10 +859,10 @@ fn rand_nonce() -> [u8; 16] {
     n
 }
 
-/// The safe default (issue 29): a node without a secret that was not told to allow
-/// unauthenticated peers is a lone node. Another node seeded with it never becomes a member
-/// (it used to join within 1.5 s, own a share of the keys and rewrite API rules), and a raw peer
-/// connection may send checks (the SDK's frames) but not resets, handovers or global counts.
+/// The safe default: a node without a secret that was not told to allow unauthenticated peers is a
+/// lone node. Another node seeded with it never becomes a member (it used to join within 1.5 s, own
+/// a share of the keys and rewrite API rules), and a raw peer connection may send checks (the SDK's
+/// frames) but not resets, handovers or global counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_without_a_secret_accepts_no_members() -> Result<()> {
     let _one = exclusive().await;

@@ -1,8 +1,8 @@
-//! Fuzz targets (issue 15), driven by proptest: cargo-fuzz needs a nightly toolchain these
-//! machines cannot install. Each target takes arbitrary bytes and bytes mutated from valid
-//! inputs (flips, inserts, deletes, truncations, splices of the seeds below), and asserts what
-//! the node relies on: no panic, every rejection a typed error with a message, and no allocation
-//! out of proportion to the input (a per-thread allocation counter wraps the global allocator).
+//! Fuzz targets, driven by proptest: cargo-fuzz needs a nightly toolchain these machines cannot
+//! install. Each target takes arbitrary bytes and bytes mutated from valid inputs (flips, inserts,
+//! deletes, truncations, splices of the seeds below), and asserts what the node relies on: no
+//! panic, every rejection a typed error with a message, and no allocation out of proportion to the
+//! input (a per-thread allocation counter wraps the global allocator).
 //!
 //! Bounded in `cargo test` (256 cases a target by default); longer runs by `fuzz/run.sh`
 //! (`CASES=200000 fuzz/run.sh`). The HTTP check bodies are fuzzed against a running node.
@@ -466,10 +466,10 @@ fn yaml_seeds() -> Vec<Vec<u8>> {
     .collect()
 }
 
-/// The most a configuration file of `n` bytes may take in memory while it is read. Aliases
-/// make a small file expand: found by this fuzzer, a 367-byte alias bomb held 12 MB before the
-/// YAML library refused it ("repetition limit exceeded", a fixed count of expanded events). That
-/// limit is the bound: 32 MiB whatever the file, plus what its own size takes.
+/// The most a configuration file of `n` bytes may take in memory while it is read. Aliases make a
+/// small file expand: found by this fuzzer, an alias bomb of a few hundred bytes held megabytes
+/// before the YAML library refused it ("repetition limit exceeded", a fixed count of expanded
+/// events). That limit is the bound: 32 MiB whatever the file, plus what its own size takes.
 fn yaml_bound(n: usize) -> usize {
     (32 << 20) + 512 * n
 }

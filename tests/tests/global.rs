@@ -60,11 +60,10 @@ async fn daily_remaining(api: &Api, key: &str) -> Result<u64> {
     r.json()?["remaining"].as_u64().context("no remaining")
 }
 
-/// Issue 29, item 1: three real nodes, a global rule of 100 a day, 30 admitted through each;
-/// then a rolling restart — each node in turn stopped (SIGTERM, SIGKILL for node-1), started
-/// again as a new incarnation, and waited for until ready, as a deploy does. Every node must
-/// then still count all 90 (the day admitted 190 of 100 when restarted nodes forgot them), and
-/// the cluster admit at most 10 more.
+/// Three real nodes, a global rule of 100 a day, 30 admitted through each; then a rolling restart —
+/// each node in turn stopped (SIGTERM, SIGKILL for node-1), started again as a new incarnation, and
+/// waited for until ready, as a deploy does. Every node must then still count all 90 (the day
+/// admitted 190 of 100 when restarted nodes forgot them), and the cluster admit at most 10 more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_keeps_the_global_counts() -> Result<()> {
     let _one = exclusive().await;

@@ -769,7 +769,8 @@ domains:
         let node = node().await?;
         let grpc = node.grpc.context("a gRPC address")?;
 
-        // The probe of item 5: 200 reports, each a new bucket with 1 MiB of junk in its id.
+        // The junk probe (`bench/rlqs_probe.py junk`): 200 reports, each a new bucket with 1 MiB of
+        // junk in its id.
         let mut probe = Envoy::connect(grpc, ip(2)).await?;
         for i in 0..200 {
             let junk = format!("{i:04}{}", "x".repeat(1 << 20));
@@ -810,7 +811,8 @@ domains:
             "the node holds {bytes} bytes of RLQS state after 200 MiB of ids"
         );
 
-        // The probe of item 6: one client's ten streams of 10,000 buckets fill the node.
+        // The fill probe (`bench/rlqs_probe.py fill`): one client's ten streams of 10,000 buckets
+        // fill the node.
         let mut hog = Vec::new();
         for s in 0..10 {
             let e = Envoy::connect(grpc, ip(3)).await?;

@@ -1,8 +1,7 @@
-//! One hot key through the SDK with leases, for `bench/sdk_hot.sh` (issue 32): one client
-//! thread (a current-thread runtime) checks one key as fast as it can. After a warm-up (the key
-//! becomes hot and is leased), it measures checks per second, then each check's latency, and,
-//! given the nodes' pids, the nodes' CPU time over the measured phases per check. Prints one
-//! JSON line.
+//! One hot key through the SDK with leases, for `bench/sdk_hot.sh`: one client thread (a
+//! current-thread runtime) checks one key as fast as it can. After a warm-up (the key becomes hot
+//! and is leased), it measures checks per second, then each check's latency, and, given the nodes'
+//! pids, the nodes' CPU time over the measured phases per check. Prints one JSON line.
 //!
 //! ```text
 //! cargo run --release -p ringlimit-client --example sdk_hot -- \

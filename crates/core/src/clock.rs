@@ -395,8 +395,8 @@ mod tests {
     #[test]
     fn a_clock_steered_against_a_drifting_counter_settles_under_a_microsecond_and_never_steps_back()
     {
-        // A counter 450 ppb slow (as measured here) and an anchor 2 ms behind its target at
-        // the start: steered each second, the clock comes within a µs and stays there, and no
+        // A counter 450 ppb slow (a drift seen on a real host) and an anchor 2 ms behind its target
+        // at the start: steered each second, the clock comes within a µs and stays there, and no
         // re-anchoring moves a reading backwards.
         let second = 1_000_000_000u64;
         let mut fix = Fix {

@@ -1,6 +1,6 @@
 //! What one small one-way frame costs on this machine, with none of ringlimit's code on its way:
-//! the floor under the replica sender's cost (issue 31), which writes each replica member one
-//! frame per `--replica-flush-ms`.
+//! the floor under the replica sender's cost, which writes each replica member one frame per
+//! `--replica-flush-ms`.
 //!
 //! ```text
 //! cargo run --release -p ringlimit-node --example frame_floor -- [EVERY_US] [BYTES] [SECS]

@@ -8,8 +8,8 @@
 //! this node's entry; a count from a peer is applied as the dot `{actor, count}`, which keeps
 //! the larger of what is known (element-wise max merge): late, repeated, reordered or relayed
 //! updates never double-count. The estimate is the sum over every actor ever heard of in that
-//! window, dead members and previous incarnations included: their hits still count until the
-//! window ends, as the issue asks, and full sets relay them to nodes that join or restart.
+//! window, dead members and previous incarnations included: their hits still count until the window
+//! ends, and full sets relay them to nodes that join or restart.
 //!
 //! Memory is bounded twice: a window is dropped once it cannot matter any more (the end of the
 //! window after it, which a sliding estimate still reads), and the number of windows held is

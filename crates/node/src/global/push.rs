@@ -670,9 +670,9 @@ mod restart_tests {
         nodes.iter().map(|n| n.total()).collect()
     }
 
-    /// The rolling restart on two nodes: a restarted node hears from its peer's full set
-    /// every actor's counts, its own previous life's included; the peer, restarted next, hears
-    /// them all back, and the day's quota holds across both restarts.
+    /// A rolling restart on two nodes: a restarted node hears from its peer's full set every
+    /// actor's counts, its own previous life's included; the peer, restarted next, hears them all
+    /// back, and the day's quota holds across both restarts.
     #[tokio::test(start_paused = true)]
     async fn a_restarted_node_learns_every_actors_counts_from_a_full_set() {
         let net = MemNet::new();

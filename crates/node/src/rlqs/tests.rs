@@ -492,8 +492,8 @@ fn one_client_at_its_share_cannot_crowd_out_another() {
     assert!(actions(&r, s3).is_empty());
 }
 
-/// The probe of the issue at the node's own bounds: ten streams of 10,000 buckets from one
-/// client, then a well-behaved Envoy's new bucket.
+/// The hostile client's probe (`bench/rlqs_probe.py`) at the node's own bounds: ten streams of
+/// 10,000 buckets from one client, then a well-behaved Envoy's new bucket.
 #[test]
 fn a_full_node_still_admits_a_new_clients_bucket() {
     let r = rlqs();

@@ -557,8 +557,8 @@ mod tests {
         );
     }
 
-    /// Issue 29, items 2 and 3, through the reload path (the file, then the API): a changed
-    /// rule keeps a used-up key used up, but never for the old rule's time.
+    /// Through the reload path (the file, then the API): a changed rule keeps a used-up key used
+    /// up, but never for the old rule's time.
     #[test]
     fn a_changed_rule_keeps_a_used_up_key_used_up_for_the_new_rule_only() {
         const SEC: u64 = 1_000_000_000;

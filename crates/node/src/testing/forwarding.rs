@@ -2,7 +2,7 @@
 //! whose views were set by hand): a check decided exactly by its owner, a stalled owner failing
 //! open at the deadline and then at once (the circuit), a lost link failing open at once, a check
 //! sent to a former owner relayed to the owner, and a node without a majority answering from its
-//! share (issue 15).
+//! share.
 
 use super::{Cluster, Seen, keys_owned_by, owner_of};
 use crate::rules::RuleSet;
@@ -198,10 +198,11 @@ rules:
   - { name: per-user, limit: 3, period: 1h }
 ";
 
-/// Regression (issue 15): in a 2 | 1 partition the lone node took ownership of every key and
-/// both sides granted each key its whole limit (100–122% over). Without a majority a node owns
-/// nothing: the others' keys get a third of the limit, degraded; its own keys the same, and no
-/// more than their exact buckets still hold (what was spent before the partition stays spent).
+/// Regression: in a 2 | 1 partition the lone node took ownership of every key and both sides
+/// granted each key its whole limit (the docs' benchmarks page, "Network faults"). Without a
+/// majority a node owns nothing: the others' keys get a third of the limit, degraded; its own keys
+/// the same, and no more than their exact buckets still hold (what was spent before the partition
+/// stays spent).
 #[tokio::test(start_paused = true)]
 async fn a_node_without_a_majority_answers_every_key_from_its_share() {
     let rules = RuleSet::from_yaml(LIMITS).expect("valid rules");

@@ -1,9 +1,8 @@
-//! Leases between nodes on whole nodes in memory, under tokio's paused clock (issue 32): a hot
-//! key leased and decided where it arrives; a limit that denies held exactly across holders and
-//! the owner, with few false denies; a holder that dies loses only its unspent slice; an owner
-//! that dies hands its buckets (and with them what its slices took) to the member that
-//! promotes its copies; a reset revokes; a ring change releases; `lease: off` keeps a rule at
-//! its owner.
+//! Leases between nodes on whole nodes in memory, under tokio's paused clock: a hot key leased and
+//! decided where it arrives; a limit that denies held exactly across holders and the owner, with
+//! few false denies; a holder that dies loses only its unspent slice; an owner that dies hands its
+//! buckets (and with them what its slices took) to the member that promotes its copies; a reset
+//! revokes; a ring change releases; `lease: off` keeps a rule at its owner.
 
 use super::{ADMIN_TOKEN, Cluster, owner_under};
 use ringlimit_proto::{Algorithm, InlineRule};

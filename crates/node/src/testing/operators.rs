@@ -1,6 +1,6 @@
-//! Operating a cluster through any node (issue 33): admin rule changes are read-your-writes
-//! through every node and conditional on `If-Match`; named tokens with roles; the most denied
-//! keys of a rule merged across members.
+//! Operating a cluster through any node: admin rule changes are read-your-writes through every node
+//! and conditional on `If-Match`; named tokens with roles; the most denied keys of a rule merged
+//! across members.
 
 use super::{ADMIN_TOKEN, Cluster, Reply};
 use crate::rules::RuleSet;

@@ -59,12 +59,13 @@ fn count(results: &[Value]) -> (usize, usize) {
     )
 }
 
-/// Issue 43 (item 2): 200 used-up keys, one node SIGSTOPped for 3-5 s with a batch waiting in
-/// its socket: resumed, it answered the batch from fresh fallback shares (130-150 admitted,
-/// degraded) while gossip had marked its peers dead. Here the node stays paused until its
-/// peers have dropped it and its own gossip has heard nothing from them for seconds; the
-/// batch queued meanwhile (keys of every owner, itself included) is answered by the owners:
-/// nothing admitted, nothing degraded. Then it is a member like the others again.
+/// The accuracy contract's `through-stopped` row (`bench/accuracy.sh`): 200 used-up keys, one node
+/// SIGSTOPped for seconds with a batch waiting in its socket: resumed, it answered the batch from
+/// fresh fallback shares (admitted, degraded) while gossip had marked its peers dead
+/// (`bench/notes/accuracy.md`). Here the node stays paused until its peers have dropped it and its
+/// own gossip has heard nothing from them for seconds; the batch queued meanwhile (keys of every
+/// owner, itself included) is answered by the owners: nothing admitted, nothing degraded. Then it
+/// is a member like the others again.
 #[tokio::test(start_paused = true)]
 async fn a_resumed_node_asks_the_owners_of_what_waited_in_its_socket() {
     let c = Cluster::start(3, |_| {}).await;

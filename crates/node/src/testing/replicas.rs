@@ -375,9 +375,9 @@ async fn an_all_or_nothing_hold_at_a_replica_is_given_back_there() {
     assert!((LIMIT - 2..=LIMIT - 1).contains(&left), "{at_owner}");
 }
 
-/// The case: a key owing 99 on a 100-per-10-s window, its owner stalled across the
-/// window boundary: the replica standing in (not degraded) admits 1 in the next window, as the
-/// owner would, not 100. The debt is part of the bucket, so it is in the copy.
+/// A key owing 99 on a 100-per-10-s window, its owner stalled across the window boundary: the
+/// replica standing in (not degraded) admits 1 in the next window, as the owner would, not 100. The
+/// debt is part of the bucket, so it is in the copy.
 #[tokio::test(start_paused = true)]
 async fn a_replica_standing_in_denies_what_the_owner_owes() {
     let c = Cluster::start(3, |_| {}).await;

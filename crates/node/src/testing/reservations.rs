@@ -1,8 +1,8 @@
-//! Reservations on whole nodes in memory, under tokio's paused clock (issue 32, item 3): a
-//! reservation taken through a node that does not own the key and settled through a third,
-//! giving back and taking into debt (which denies, then time repays it); settled once; expiry keeps
-//! the estimate; garbage ids and bad bodies are 4xx and change nothing; an owner killed loses
-//! its reservations (settles are unknown, the estimates stay taken).
+//! Reservations on whole nodes in memory, under tokio's paused clock: a reservation taken through a
+//! node that does not own the key and settled through a third, giving back and taking into debt
+//! (which denies, then time repays it); settled once; expiry keeps the estimate; garbage ids and
+//! bad bodies are 4xx and change nothing; an owner killed loses its reservations (settles are
+//! unknown, the estimates stay taken).
 
 use super::{Cluster, Reply, owner_under};
 use ringlimit_proto::{Algorithm, InlineRule};

@@ -27,8 +27,8 @@ fn denied_then_retry(s: &mut BucketState, new: &Rule, now: u64) -> u64 {
     d.retry_after_ns
 }
 
-/// The case: 3 per hour used up, the rule changed to 3 per minute. The bucket was
-/// empty and stays empty, but empty under the new rule: one token in 20 s, not 59 minutes.
+/// 3 per hour used up, the rule changed to 3 per minute. The bucket was empty and stays empty, but
+/// empty under the new rule: one token in 20 s, not 59 minutes.
 #[test]
 fn a_faster_rate_waits_for_its_own_refill_not_the_old_one() {
     for alg in [Algorithm::TokenBucket, Algorithm::LeakyBucket] {
@@ -47,8 +47,8 @@ fn a_faster_rate_waits_for_its_own_refill_not_the_old_one() {
     }
 }
 
-/// The admin API case: burst 100 -> 10 at 1 per second, 100 spent: one second to the
-/// next token of the smaller bucket, not 91.
+/// A rule changed through the admin API: burst 100 -> 10 at 1 per second, 100 spent: one second to
+/// the next token of the smaller bucket, not 91.
 #[test]
 fn a_smaller_burst_waits_at_most_its_own_refill() {
     for alg in [Algorithm::TokenBucket, Algorithm::LeakyBucket] {

@@ -11,7 +11,7 @@ fn aligned(p: u64) -> u64 {
     window_start(T0, p) + p
 }
 
-/// Uses up `r`'s capacity at `now` and charges 99 more: what the victim did.
+/// Uses up `r`'s capacity at `now` and charges 99 more: a key that settled 99 over what it had.
 fn overspent_by_99(r: &Rule, now: u64) -> BucketState {
     let mut s = BucketState::fresh(r);
     admit_n(&mut s, r, now, 1, r.capacity());
@@ -27,11 +27,11 @@ fn admits(s: &mut BucketState, r: &Rule, now: u64, tries: u64) -> u64 {
         .sum()
 }
 
-/// The case for every algorithm: 100 per 5 s used up, then 99 owed. A fixed window
-/// admits what is left of its next window's limit, 1; a bucket its refill of a period less the
-/// debt, 1; a log the room its entries leave less the debt, 1. A sliding window's next window
-/// is full (the debt counts in it, and the previous window's weight on top): it admits once
-/// that has slid away, from the window after. Then the rule as before.
+/// For every algorithm: 100 per 5 s used up, then 99 owed. A fixed window admits what is left of
+/// its next window's limit, 1; a bucket its refill of a period less the debt, 1; a log the room its
+/// entries leave less the debt, 1. A sliding window's next window is full (the debt counts in it,
+/// and the previous window's weight on top): it admits once that has slid away, from the window
+/// after. Then the rule as before.
 #[test]
 fn every_algorithm_owes_what_it_could_not_admit_and_repays_it_with_time() {
     for algorithm in ALL {

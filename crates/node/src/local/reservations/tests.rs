@@ -82,8 +82,8 @@ impl<'a> Key<'a> {
     }
 }
 
-/// The case: 100,001 throwaway keys each owing a token, then a victim (100 per 5 s)
-/// that overspent by 99: its next window admits 1, not 100, however many buckets owe.
+/// 100,001 throwaway keys each owing a token, then a victim (100 per 5 s) that overspent by 99: its
+/// next window admits 1, not 100, however many buckets owe.
 #[test]
 fn a_debt_stays_with_its_bucket_however_many_others_owe() {
     let (e, clock) = local(300_000);
