@@ -4,7 +4,7 @@
 //!
 //! Why: the buckets of a member that comes back are with the member after it on the ring, its
 //! interim owner (it promoted its copies when the ring dropped the member, and hands them back when
-//! it sees the member in its ring again, keeping each as a copy: see [`super::handover`]). Other
+//! it sees the member in its ring again, keeping each as a copy: see [`crate::lifecycle`]). Other
 //! members route to the member as soon as their rings hold it again, which may be before that
 //! handover arrives: without a recall, the member decided those checks on full buckets (over the
 //! limit in the accuracy contract's kill row: the docs' benchmarks page, "Hardening findings"). The
