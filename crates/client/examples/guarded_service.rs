@@ -6,7 +6,8 @@
 //!     --listen 127.0.0.1:3000 --seeds http://127.0.0.1:8080
 //! curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/hello
 //! ```
-//! The cluster secret, if the cluster has one, comes from `RINGLIMIT_CLUSTER_SECRET`.
+//! The client credential, if the nodes ask for one, comes from `RINGLIMIT_CLIENT_TOKEN` (the
+//! nodes' own variable of that name): a service proves a client token, never the cluster secret.
 
 use anyhow::Context;
 use axum::Router;
@@ -59,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::builder()
         .seeds(args.seeds)
         .cluster_id(args.cluster_id)
-        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
+        .client_token(std::env::var("RINGLIMIT_CLIENT_TOKEN").unwrap_or_default())
         .name("guarded_service")
         .build()
         .await

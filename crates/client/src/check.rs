@@ -62,7 +62,7 @@ impl Check {
     }
 }
 
-/// Why a check has no answer: the nodes' own [`CheckError`]. Every variant but
+/// Why a check has no answer: the nodes' own [`CheckError`](ringlimit_core::check::CheckError). Every variant but
 /// [`ClientError::Unavailable`] is a mistake in the check itself; transport trouble becomes a
 /// degraded answer, never an error, unless the client was built with
 /// [`crate::FailMode::Closed`].

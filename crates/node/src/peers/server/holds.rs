@@ -4,8 +4,8 @@
 //! told: a token bucket takes any mark, and a window's mark is its reset time, which every
 //! answer shows. So a client (an SDK, or anyone on a node without a secret) could refill any
 //! bucket with refunds it made up. Each client connection therefore keeps a ledger of what
-//! was taken on it — all-or-nothing holds ([`PeerAnswer::Held`]) and lease slices
-//! ([`LeaseGrant::Granted`]) — and a refund gives back at most what the ledger says that
+//! was taken on it — all-or-nothing holds ([`PeerAnswer::Held`](ringlimit_proto::peer::PeerAnswer::Held)) and lease slices
+//! ([`LeaseGrant::Granted`](ringlimit_proto::peer::LeaseGrant::Granted)) — and a refund gives back at most what the ledger says that
 //! admission took, once. Members (who prove the cluster secret) are trusted with their
 //! refunds as with every other frame.
 //!
