@@ -702,7 +702,7 @@ async fn check_all_through_the_sdk_is_all_or_nothing_across_owners() -> Result<(
     let dup = client.check_all(&[ip.clone(), ip.clone()]).await;
     assert!(matches!(
         dup,
-        Err(ringlimit_core::all::AllError::Duplicate {
+        Err(ringlimit_core::all_or_nothing::AllError::Duplicate {
             first: 0,
             second: 1
         })

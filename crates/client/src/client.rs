@@ -160,7 +160,7 @@ impl Client {
         let leases = settings.leases;
         let reservations = SessionPool::new(
             Sessions::new(link.clone()),
-            ringlimit_core::link::reserve::SESSIONS_PER_OWNER,
+            ringlimit_core::link::reservations::SESSIONS_PER_OWNER,
         );
         let inner = Arc::new(Inner {
             fallback: Fallback::new(settings.fallback_max_keys, settings.fallback_share),

@@ -14,7 +14,7 @@
 use crate::{AllAnswer, Check, Client, ClientError};
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
-use ringlimit_core::all::AllError;
+use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::headers::{Policy, ietf_fields, inline_policy_name};
 use ringlimit_proto::{CheckAnswer, InlineRule, RuleRef};
 use std::future::Future;

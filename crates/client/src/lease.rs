@@ -7,7 +7,7 @@
 
 use crate::topology::Topology;
 use parking_lot::Mutex;
-use ringlimit_core::hot::{HotKeys, HotSettings};
+use ringlimit_core::hot_keys::{HotKeys, HotSettings};
 use ringlimit_core::lease::asking::{Asker, LeaseStats, Owners};
 use ringlimit_core::lease::{Held, LeaseSettings, Release};
 use ringlimit_core::link::Sessions;

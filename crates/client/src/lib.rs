@@ -36,23 +36,23 @@
 //!   tokens), reserved at the bucket's owner and settled later.
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
-pub mod all;
+pub mod all_or_nothing;
 pub mod builder;
 pub mod check;
 pub mod client;
 mod fallback;
 pub mod layer;
 mod lease;
-pub mod reserve;
+pub mod reservations;
 mod site;
 mod topology;
 
-pub use all::AllAnswer;
+pub use all_or_nothing::AllAnswer;
 pub use builder::{BuildError, ClientBuilder, FailMode, FallbackShare, Settings};
 pub use check::{Check, ClientError};
 pub use client::{Client, ClientStats};
 pub use layer::{RateLimit, RateLimitLayer};
-pub use reserve::{Reservation, Reserve, ReserveError};
+pub use reservations::{Reservation, Reserve, ReserveError};
 pub use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule, RuleRef};
 
 /// What the crate's own tests share.

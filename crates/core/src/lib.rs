@@ -28,19 +28,19 @@
 //! - [`coordinator`] — where a check is decided (here, owner, fallback share), check-many
 //!   grouping, all-or-nothing holds and refunds: one code for the node and the SDK.
 
-pub mod all;
+pub mod all_or_nothing;
 pub mod answer;
 pub mod check;
 pub mod clock;
 pub mod coordinator;
 pub mod headers;
-pub mod hot;
+pub mod hot_keys;
 pub mod lease;
 pub mod limiter;
 pub mod link;
 pub mod quota;
-pub mod reserve;
+pub mod reservations;
 pub mod rule;
 pub mod store;
 pub mod tls;
-pub mod top;
+pub mod top_keys;

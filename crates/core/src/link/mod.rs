@@ -21,7 +21,7 @@ pub mod dial;
 pub mod fanout;
 pub mod framing;
 pub mod memnet;
-pub mod reserve;
+pub mod reservations;
 pub mod session;
 
 #[cfg(test)]

@@ -508,9 +508,9 @@ mod memnet {
 /// settle is unknown (the older owner never took the reservation).
 #[tokio::test(start_paused = true)]
 async fn reservations_go_only_to_owners_that_keep_them() {
-    use super::reserve::{reserve, settle};
+    use super::reservations::{reserve, settle};
     use super::session::{SessionPool, Sessions};
-    use crate::reserve::ReserveError;
+    use crate::reservations::ReserveError;
     use ringlimit_proto::peer::{PeerReserve, PeerSettle};
     let net = MemNet::new();
     let old = Owner::default();

@@ -24,7 +24,7 @@ use crate::peers::Peers;
 use crate::routing::Router;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::RulesStatus;
-use ringlimit_core::top::TopKeys;
+use ringlimit_core::top_keys::TopKeys;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 

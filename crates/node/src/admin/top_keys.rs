@@ -1,5 +1,5 @@
 //! The most denied (or most checked) keys of a rule across the cluster: each live member's
-//! bounded top-K (counted where checks arrive, see [`ringlimit_core::top`]), asked at once over
+//! bounded top-K (counted where checks arrive, see [`ringlimit_core::top_keys`]), asked at once over
 //! the peer port and merged here. A member that does not answer in time is reported, never
 //! waited on longer.
 
@@ -107,7 +107,7 @@ impl Admin {
             n,
             window: "the last 5 to 10 minutes",
             complete: members.iter().all(|m| m.status == "ok"),
-            keys: ringlimit_core::top::merge(lists, n),
+            keys: ringlimit_core::top_keys::merge(lists, n),
             members,
         }
     }
@@ -118,7 +118,7 @@ pub const METRIC_SERIES: usize = 100;
 
 /// What the top keys' metrics read: the counts, and the clock they are read on.
 pub struct TopCounts {
-    pub top: std::sync::Arc<ringlimit_core::top::TopKeys>,
+    pub top: std::sync::Arc<ringlimit_core::top_keys::TopKeys>,
     pub local: std::sync::Arc<crate::local::Local>,
 }
 

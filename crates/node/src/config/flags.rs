@@ -264,8 +264,8 @@ pub struct ServeArgs {
     /// a reservation of cost 0 holds none), so this bounds how long a client can hold slots it
     /// never settles. At most an hour.
     #[arg(long, env = "RINGLIMIT_MAX_RESERVATION_TTL_MS", value_name = "MS",
-          default_value_t = ringlimit_core::reserve::DEFAULT_MAX_TTL_MS,
-          value_parser = clap::value_parser!(u64).range(1..=ringlimit_core::reserve::MAX_TTL_MS))]
+          default_value_t = ringlimit_core::reservations::DEFAULT_MAX_TTL_MS,
+          value_parser = clap::value_parser!(u64).range(1..=ringlimit_core::reservations::MAX_TTL_MS))]
     pub max_reservation_ttl_ms: u64,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -254,7 +254,7 @@ impl NodeConfig {
             global_max_published: crate::global::DEFAULT_MAX_PUBLISHED,
             global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
-            max_reservation_ttl_ms: ringlimit_core::reserve::DEFAULT_MAX_TTL_MS,
+            max_reservation_ttl_ms: ringlimit_core::reservations::DEFAULT_MAX_TTL_MS,
             gossip_blocklist: None,
             http_limits: ConnLimits::default(),
             grpc_limits: ConnLimits::grpc(Duration::from_secs(60), Duration::from_secs(10), 10_000),

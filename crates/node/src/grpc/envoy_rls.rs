@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use ringlimit_core::all::MAX_ALL;
+use ringlimit_core::all_or_nothing::MAX_ALL;
 use ringlimit_core::headers::{Policy, RATELIMIT, RATELIMIT_POLICY, ietf_fields};
 use ringlimit_proto::InlineRule;
 use std::sync::Arc;

@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use http_body_util::BodyExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use ringlimit_core::all::AllError;
+use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::check::CheckError;
 use ringlimit_v1::RingLimitV1;
 use ringlimit_v1::pb::rate_limiter_server::RateLimiterServer;

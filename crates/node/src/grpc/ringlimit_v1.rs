@@ -7,9 +7,9 @@ use crate::rules::RuleSpec;
 use crate::service::all_or_nothing::AllOutcome;
 use crate::service::reservations::Reservation;
 use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
-use ringlimit_core::all::AllError;
+use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::check::CheckError;
-use ringlimit_core::reserve::ReserveError;
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::sync::Arc;
 

@@ -16,7 +16,7 @@ use axum::http::HeaderName;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
-use ringlimit_core::all::{AllError, MAX_ALL};
+use ringlimit_core::all_or_nothing::{AllError, MAX_ALL};
 use ringlimit_core::headers::{
     Policy, RATELIMIT, RATELIMIT_POLICY, ietf_values, inline_policy_name, rate_values,
     retry_after_secs,

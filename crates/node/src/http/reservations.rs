@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ringlimit_core::headers::inline_policy_name;
-use ringlimit_core::reserve::ReserveError;
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::RuleRef;
 use serde::Deserialize;
 use std::borrow::Cow;

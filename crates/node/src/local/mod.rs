@@ -43,7 +43,7 @@ use ringlimit_core::check::Resolved;
 use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
-use ringlimit_core::reserve::{self, ReserveError};
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_core::rule::Mode;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
@@ -442,7 +442,7 @@ impl OwnedBucket<'_> {
     }
 }
 
-impl reserve::Bucket for OwnedBucket<'_> {
+impl ringlimit_core::reservations::Bucket for OwnedBucket<'_> {
     fn decide(&mut self, cost: u64) -> Decision {
         self.local
             .check_owned(self.id, self.rule, cost, || self.now)

@@ -9,7 +9,7 @@
 use crate::metrics::{Family, load};
 use ringlimit_core::coordinator::share::Share;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
-use ringlimit_core::reserve::Settlement;
+use ringlimit_core::reservations::Settlement;
 use ringlimit_core::store::{self, Change, Cursor, FeedError, Lagged, Store};
 use ringlimit_proto::peer::Mark;
 use std::sync::atomic::{AtomicU64, Ordering};

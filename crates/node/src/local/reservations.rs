@@ -1,8 +1,8 @@
-//! Reservations at the bucket's owner (see `ringlimit_core::reserve`): a cost estimated now
+//! Reservations at the bucket's owner (see `ringlimit_core::reservations`): a cost estimated now
 //! (an LLM call's tokens) taken at once, settled later with the actual cost.
 //!
 //! The owner's table, with the node's bound on a reservation's life, is [`Reservations`]; it
-//! reserves and settles on one bucket (a `reserve::Bucket`: `Local::reserve` and
+//! reserves and settles on one bucket (a `ringlimit_core::reservations::Bucket`: `Local::reserve` and
 //! `Local::settle` hand it the owned bucket), the same for a request that arrived here
 //! (`crate::routing::Router::reserve`) and for one a peer sent (`peers/server/reservations.rs`).
 //! A settle above the estimate takes the rest into the bucket's state (its debt: see
@@ -20,8 +20,8 @@ use crate::metrics::{Family, load};
 use ringlimit_core::answer::answer;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::{Clock, NANOS_PER_MS};
-use ringlimit_core::reserve::{
-    self, Bucket, Found, Refused, Reservation, ReserveError, Settlement, Table, Tenant,
+use ringlimit_core::reservations::{
+    Bucket, Found, Refused, Reservation, ReserveError, Settlement, Table, Tenant,
 };
 use ringlimit_proto::CheckAnswer;
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub struct Reservations {
 
 impl Default for Reservations {
     fn default() -> Self {
-        Self::new(reserve::DEFAULT_MAX_TTL_MS)
+        Self::new(ringlimit_core::reservations::DEFAULT_MAX_TTL_MS)
     }
 }
 
@@ -49,7 +49,7 @@ impl Reservations {
     /// A table letting reservations live at most `max_ttl_ms` (`--max-reservation-ttl-ms`).
     pub fn new(max_ttl_ms: u64) -> Self {
         Self {
-            table: Table::new(reserve::MOST_RESERVATIONS),
+            table: Table::new(ringlimit_core::reservations::MOST_RESERVATIONS),
             max_ttl_ms,
         }
     }
@@ -67,7 +67,7 @@ impl Reservations {
     /// Reserves `cost` of `bucket` (bucket `id` under `resolved`, which this node owns) at
     /// `now` for `ttl_ms` (at most the node's bound) under `nonce`: the check's answer
     /// (denied: nothing kept), or why it was not kept (nothing taken then either). The
-    /// reservation takes a slot of the rule's share of the table (see `reserve::Table::insert`);
+    /// reservation takes a slot of the rule's share of the table (see `ringlimit_core::reservations::Table::insert`);
     /// one of cost 0 takes nothing and none: it is answered as a check of cost 0 (and its
     /// settle is unknown).
     pub fn reserve(
@@ -77,8 +77,8 @@ impl Reservations {
         (cost, ttl_ms, nonce): (u64, u64, u128),
         now: u64,
     ) -> Result<CheckAnswer, ReserveError> {
-        reserve::reservable(resolved)?;
-        let ttl_ms = reserve::ttl_ms_within(Some(ttl_ms), self.max_ttl_ms)?;
+        ringlimit_core::reservations::reservable(resolved)?;
+        let ttl_ms = ringlimit_core::reservations::ttl_ms_within(Some(ttl_ms), self.max_ttl_ms)?;
         let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
         let (rule, tenant) = (&resolved.rule, Tenant::of(resolved));
         if cost == 0 {
@@ -120,7 +120,7 @@ impl Reservations {
     }
 
     /// Settles reservation `nonce` of `bucket` (bucket `id` under `resolved`) at its `actual`
-    /// cost at `now` (see [`reserve::settle`]): the bucket's answer afterwards (a read: in
+    /// cost at `now` (see [`ringlimit_core::reservations::settle`]): the bucket's answer afterwards (a read: in
     /// debt, it denies) and what the settle did, or [`ReserveError::Unknown`] when no such
     /// reservation is live here.
     ///
@@ -133,11 +133,11 @@ impl Reservations {
         (nonce, actual): (u128, u64),
         now: u64,
     ) -> Result<(CheckAnswer, Settlement), ReserveError> {
-        reserve::reservable(resolved)?;
+        ringlimit_core::reservations::reservable(resolved)?;
         let Found::Live(r) = self.table.take(nonce, id, now) else {
             return Err(ReserveError::Unknown);
         };
-        let s = reserve::settle(bucket, &r, actual);
+        let s = ringlimit_core::reservations::settle(bucket, &r, actual);
         Ok((answer(&bucket.decide(0), &resolved.rule), s))
     }
 

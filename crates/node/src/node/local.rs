@@ -14,7 +14,7 @@ use crate::rules::InForce;
 use crate::rules::book::RuleBook;
 use crate::rules::reload::RulesStatus;
 use ringlimit_core::clock::{Clock, SystemClock};
-use ringlimit_core::top::TopKeys;
+use ringlimit_core::top_keys::TopKeys;
 use std::sync::Arc;
 use tokio::task::JoinSet;
 

@@ -17,10 +17,10 @@ use crate::cluster::clock::Sample;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
-use ringlimit_core::link::reserve::{self as link_reserve, SESSIONS_PER_OWNER};
+use ringlimit_core::link::reservations::{self as link_reserve, SESSIONS_PER_OWNER};
 use ringlimit_core::link::{PeerClient, PeerSettings, PeerStats};
 use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
-use ringlimit_core::reserve::ReserveError;
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
     Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE, QuotaAnswer,
@@ -345,13 +345,13 @@ impl Peers {
     }
 
     /// Asks the member at `addr`, the bucket's owner, to reserve `ask` on a connection kept
-    /// for reservations (see [`ringlimit_core::link::reserve::reserve`]).
+    /// for reservations (see [`ringlimit_core::link::reservations::reserve`]).
     pub async fn reserve(&self, addr: &str, ask: PeerReserve) -> Result<CheckAnswer, ReserveError> {
         link_reserve::reserve(&self.reservations, addr, ask).await
     }
 
     /// Asks the member at `addr` to settle `settle` (see
-    /// [`ringlimit_core::link::reserve::settle`]).
+    /// [`ringlimit_core::link::reservations::settle`]).
     pub async fn settle(
         &self,
         addr: &str,

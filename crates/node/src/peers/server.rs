@@ -54,7 +54,7 @@ use futures::StreamExt;
 use holds::Holds;
 use ringlimit_core::link::framing::{self, BoxedIo, FramedPeer, LinkError};
 use ringlimit_core::tls::PeerTls;
-use ringlimit_core::top::TopKeys;
+use ringlimit_core::top_keys::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{

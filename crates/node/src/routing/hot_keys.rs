@@ -1,11 +1,11 @@
-//! The buckets this node forwards most (see [`ringlimit_core::hot`]): every check of a bucket
+//! The buckets this node forwards most (see [`ringlimit_core::hot_keys`]): every check of a bucket
 //! another member owns is counted (one in [`SAMPLE`], with that weight), forwarded or decided
 //! on a lease, and a task ticks the counts every 250 ms. Promoted buckets are leased (this
 //! node asks their owners for slices: see `crate::leases`), demoted ones released; both are
 //! counted (`ringlimit_hot_keys`, promotions and demotions).
 
 use parking_lot::Mutex;
-use ringlimit_core::hot::{HotKeys, HotSettings};
+use ringlimit_core::hot_keys::{HotKeys, HotSettings};
 use ringlimit_core::lease::{Held, Release};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};

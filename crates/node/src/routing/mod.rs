@@ -30,7 +30,7 @@ use ringlimit_core::coordinator::{
     self, Batch, Fallback, FallbackCause, Item, Route, Share, ShareTaken, Standby,
 };
 use ringlimit_core::lease::{self, Take};
-use ringlimit_core::reserve::{self, ReserveError};
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund, PeerReserve, PeerSettle};
@@ -200,7 +200,7 @@ impl Router {
             }
             Some(addr) => addr,
         };
-        reserve::reservable(&p.resolved)?;
+        ringlimit_core::reservations::reservable(&p.resolved)?;
         let ask = PeerReserve {
             key: p.key.to_owned(),
             rule: p.spec.to_ref(),
@@ -219,7 +219,7 @@ impl Router {
             let now = self.local.now();
             return self.local.settle(&p.resolved, p.id, (nonce, p.cost), now);
         };
-        reserve::reservable(&p.resolved)?;
+        ringlimit_core::reservations::reservable(&p.resolved)?;
         let settle = PeerSettle {
             key: p.key.to_owned(),
             rule: p.spec.to_ref(),

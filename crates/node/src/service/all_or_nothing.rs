@@ -5,14 +5,14 @@
 
 use super::{Check, CheckService, Edge, Outcome};
 use crate::metrics::seconds;
-use ringlimit_core::all::{AllError, MAX_ALL, binding, duplicate};
+use ringlimit_core::all_or_nothing::{AllError, MAX_ALL, binding, duplicate};
 
 /// A request decided against all its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllOutcome {
     /// Every enforced check admitted (and took its cost).
     pub allowed: bool,
-    /// The index in `results` of the limit that binds (see [`ringlimit_core::all::binding`]).
+    /// The index in `results` of the limit that binds (see [`ringlimit_core::all_or_nothing::binding`]).
     pub binding: usize,
     /// Any result was made without its owner.
     pub degraded: bool,

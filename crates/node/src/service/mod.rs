@@ -27,7 +27,7 @@ use crate::routing::Router;
 use crate::rules::{Prepared, RuleSpec};
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::clock::NANOS_PER_MS;
-use ringlimit_core::top::TopKeys;
+use ringlimit_core::top_keys::TopKeys;
 use ringlimit_proto::CheckAnswer;
 use std::sync::Arc;
 
@@ -64,7 +64,7 @@ impl Outcome {
     pub fn new(mut answer: CheckAnswer, resolved: &Resolved, now: u64) -> Self {
         let mut shadow_denied = None;
         if resolved.shadow {
-            let (a, denied) = ringlimit_core::all::shadowed(answer);
+            let (a, denied) = ringlimit_core::all_or_nothing::shadowed(answer);
             (answer, shadow_denied) = (a, Some(denied));
         }
         Self {
@@ -143,7 +143,7 @@ impl CheckService {
     /// Counts a decided check into the top keys (a shadow rule's would-be denials as denials:
     /// who a new limit would stop).
     fn count_top(&self, p: &Prepared<'_>, denied: bool, now: u64) {
-        let counted = ringlimit_core::top::Counted::of(denied, now);
+        let counted = ringlimit_core::top_keys::Counted::of(denied, now);
         if counted.is_nothing() {
             return;
         }

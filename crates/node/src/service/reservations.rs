@@ -5,7 +5,7 @@
 
 use super::{Check, CheckService, Edge, Outcome};
 use crate::rules::RuleSpec;
-use ringlimit_core::reserve::{self, ReserveError};
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::reservation::ReservationId;
 
@@ -43,9 +43,12 @@ impl CheckService {
         c: &Check<'_>,
         ttl_ms: Option<u64>,
     ) -> Result<Reservation, ReserveError> {
-        let ttl_ms = reserve::ttl_ms_within(ttl_ms, self.local.reservations().max_ttl_ms())?;
+        let ttl_ms = ringlimit_core::reservations::ttl_ms_within(
+            ttl_ms,
+            self.local.reservations().max_ttl_ms(),
+        )?;
         let p = self.prepare(c, c.cost)?;
-        reserve::reservable(&p.resolved)?;
+        ringlimit_core::reservations::reservable(&p.resolved)?;
         let nonce: u128 = rand::random();
         let answer = self.router.reserve(&p, ttl_ms, nonce).await?;
         let outcome = self.outcome(answer, &p, self.local.now());
@@ -77,7 +80,7 @@ impl CheckService {
             shadow: false,
         };
         let p = self.prepare(&check, cost)?;
-        reserve::reservable(&p.resolved)?;
+        ringlimit_core::reservations::reservable(&p.resolved)?;
         let answer = self.router.settle(&p, id.nonce).await?;
         let outcome = Outcome::new(answer, &p.resolved, self.local.now());
         Ok(Settled {

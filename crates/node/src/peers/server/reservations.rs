@@ -5,7 +5,7 @@
 
 use super::PeerServer;
 use crate::rules::RuleSpec;
-use ringlimit_core::reserve::ReserveError;
+use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::peer::{Frame, PeerAnswer, PeerReserve, PeerSettle, SettleAnswer};
 
 /// Most asks (or settles) answered from one frame.

@@ -3,7 +3,7 @@
 //! (for a request that arrived elsewhere than at the owner) and the SDK both send them so.
 
 use super::session::{Pooled, SessionError, SessionPool};
-use crate::reserve::ReserveError;
+use crate::reservations::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
     Frame, PeerAnswer, PeerReserve, PeerSettle, RESERVE_SINCE, SettleAnswer,

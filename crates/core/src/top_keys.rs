@@ -1,7 +1,7 @@
 //! Top keys: which keys of each rule are denied (and checked) most, in bounded memory, for
 //! operators asking "who is being limited?" without a metric series per key.
 //!
-//! Per rule, Filtered Space-Saving sketches (the `topk` crate, as [`crate::hot`]) count denied
+//! Per rule, Filtered Space-Saving sketches (the `topk` crate, as [`crate::hot_keys`]) count denied
 //! checks and all checks by bucket id; the key text is kept only for ids the sketches hold. A
 //! count is an estimate with an error bound (its estimate minus the error is a lower bound of
 //! the true count), over the current epoch and the one before it: with the default epoch of 5

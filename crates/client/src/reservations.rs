@@ -26,14 +26,14 @@
 
 use crate::check::Check;
 use crate::client::Client;
-use ringlimit_core::link::reserve as link;
-use ringlimit_core::reserve::{self, ttl_ms};
+use ringlimit_core::link::reservations as link;
+use ringlimit_core::reservations::{reservable, ttl_ms};
 use ringlimit_proto::peer::{PeerReserve, PeerSettle};
 use ringlimit_proto::reservation::ReservationId;
 use ringlimit_proto::{CheckAnswer, RuleRef};
 use std::time::Duration;
 
-pub use ringlimit_core::reserve::ReserveError;
+pub use ringlimit_core::reservations::ReserveError;
 
 /// What a reserve came to.
 #[derive(Debug)]
@@ -145,7 +145,7 @@ impl Client {
                 "no cluster member reached yet".into(),
             ));
         };
-        reserve::reservable(&resolved)?;
+        reservable(&resolved)?;
         topo.ring
             .owner(p.id)
             .and_then(|owner| topo.peers.get(owner))

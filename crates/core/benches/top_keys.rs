@@ -1,4 +1,4 @@
-//! ns per counted check of `ringlimit_core::top::TopKeys::record` (what the check service pays
+//! ns per counted check of `ringlimit_core::top_keys::TopKeys::record` (what the check service pays
 //! for every denied check, and for one check in 8: `service/mod.rs`), its memory, and a query.
 //!
 //! Streams (precomputed): `uniform_100k` — 100,000 keys drawn uniformly (nearly every record
@@ -7,7 +7,7 @@
 //! (`top_keys_memory`), from the allocator's own count.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ringlimit_core::top::{TopKeys, TopSettings};
+use ringlimit_core::top_keys::{TopKeys, TopSettings};
 use ringlimit_proto::peer::TopBy;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;

@@ -1,12 +1,12 @@
-//! ns per counted check of `ringlimit_core::hot::HotKeys::record` (what the node pays, behind
-//! its lock, for one forwarded check in 8: `routing/hot.rs`), and per tick.
+//! ns per counted check of `ringlimit_core::hot_keys::HotKeys::record` (what the node pays, behind
+//! its lock, for one forwarded check in 8: `routing/hot_keys.rs`), and per tick.
 //!
 //! Streams (precomputed, splitmix64 ids): `uniform_100k` — 100,000 keys drawn uniformly (nearly
 //! every counted check misses the 256 counters and goes through the alpha filter);
 //! `hot_skewed` — 90% of checks on 90 hot keys, 10% uniform over 100,000 (mostly hits).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ringlimit_core::hot::{HotKeys, HotSettings};
+use ringlimit_core::hot_keys::{HotKeys, HotSettings};
 use std::hint::black_box;
 
 fn splitmix64(mut x: u64) -> u64 {

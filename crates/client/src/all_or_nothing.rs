@@ -5,7 +5,7 @@
 
 use crate::Check;
 use crate::client::{Client, Prepared};
-use ringlimit_core::all::{AllError, MAX_ALL, binding, duplicate, shadowed};
+use ringlimit_core::all_or_nothing::{AllError, MAX_ALL, binding, duplicate, shadowed};
 use ringlimit_core::coordinator;
 use ringlimit_proto::CheckAnswer;
 
@@ -14,7 +14,7 @@ use ringlimit_proto::CheckAnswer;
 pub struct AllAnswer {
     /// Every enforced limit admitted, and each took its cost.
     pub allowed: bool,
-    /// The index of the limit that binds (see [`ringlimit_core::all::binding`]).
+    /// The index of the limit that binds (see [`ringlimit_core::all_or_nothing::binding`]).
     pub binding: usize,
     /// One answer per check, in order (a shadow rule's always allowed); after a denial they
     /// read as if the request had never come.
