@@ -1000,7 +1000,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    async fn read(r: reqwest::Response) -> Result<Self> {
+    /// Reads a response whole.
+    pub async fn read(r: reqwest::Response) -> Result<Self> {
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let text = r.text().await?;

@@ -9,7 +9,7 @@ use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::RuleSpec;
 use ringlimit_proto::Ring;
 use ringlimit_tests::{
-    ProcessNode, TempDir, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, series,
+    ProcessNode, Reply, TempDir, TestCluster, TestNode, WAIT, exclusive, inline, owner_of, series,
     wait_until,
 };
 use serde_json::{Value, json};
@@ -17,19 +17,6 @@ use std::path::Path;
 use std::time::Duration;
 
 const TOKEN: &str = "admin-test-token";
-
-/// A reply read whole.
-struct Reply {
-    status: u16,
-    www_authenticate: String,
-    text: String,
-}
-
-impl Reply {
-    fn json(&self) -> Result<Value> {
-        serde_json::from_str(&self.text).with_context(|| format!("not JSON: {:?}", self.text))
-    }
-}
 
 /// An admin request to `node` with `token` as bearer (none when `None`).
 async fn admin(node: &TestNode, post: bool, path: &str, token: Option<&str>) -> Result<Reply> {
@@ -46,19 +33,7 @@ async fn admin(node: &TestNode, post: bool, path: &str, token: Option<&str>) -> 
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
-    let r = req.send().await?;
-    let status = r.status().as_u16();
-    let www_authenticate = r
-        .headers()
-        .get("www-authenticate")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    Ok(Reply {
-        status,
-        www_authenticate,
-        text: r.text().await?,
-    })
+    Reply::read(req.send().await?).await
 }
 
 async fn scrape(node: &TestNode) -> Result<String> {
@@ -305,7 +280,7 @@ async fn admin_api_needs_the_bearer_token() -> Result<()> {
             let body = r.json()?;
             assert_eq!(body["error"], "unauthorized");
             assert!(body["message"].as_str().is_some_and(|m| m.ends_with('.')));
-            assert!(r.www_authenticate.starts_with("Bearer"));
+            assert!(r.header("www-authenticate").starts_with("Bearer"));
         }
         let r = admin(&node, post, path, Some(TOKEN)).await?;
         assert_eq!(r.status, 200, "{path}: {}", r.text);
