@@ -34,6 +34,7 @@ impl Check {
                 period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
                 algorithm: Algorithm::TokenBucket,
                 burst: None,
+                calendar: None,
             }),
             cost: 1,
         }

@@ -147,6 +147,7 @@ mod tests {
             period_ms: 1000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
         .expect("valid");
         assert_eq!(r.bucket("", 1), Err(CheckError::InvalidKey(0)));
@@ -168,6 +169,7 @@ mod tests {
             period_ms: 1000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
         .expect("valid");
         assert_eq!(inline.lease, LeaseMode::Auto);

@@ -173,6 +173,7 @@ mod tests {
             period_ms: 1000,
             algorithm: Algorithm::SlidingLog,
             burst: None,
+            calendar: None,
         };
         assert_eq!(inline_policy_name(&inline), "10-per-1000ms-sliding_log");
         let default = InlineRule {

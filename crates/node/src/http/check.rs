@@ -60,6 +60,7 @@ impl CheckBody<'_> {
                     .and_then(|a| a.parse().ok())
                     .unwrap_or_default(),
                 burst: self.burst,
+                calendar: None,
             })),
             _ => Cow::Borrowed(""),
         }
@@ -129,6 +130,7 @@ impl<'a> RuleFields<'a> {
                     period_ms,
                     algorithm,
                     burst,
+                    calendar: None,
                 }))
             }
         }
@@ -493,6 +495,7 @@ mod tests {
             period_ms,
             algorithm: Algorithm::default(),
             burst: None,
+            calendar: None,
         };
         let spec = RuleSpec::Inline(inline);
         let p = local.rules().prepare_check("k", spec, cost).expect("valid");

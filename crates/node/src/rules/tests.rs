@@ -98,6 +98,7 @@ fn a_full_valid_file_parses() {
             limit: 100,
             period_ns: 60 * SEC,
             burst: 150,
+            calendar: None,
         }
     );
     assert_eq!(r.mode, Mode::Owner);
@@ -112,6 +113,7 @@ fn a_full_valid_file_parses() {
             limit: 5,
             period_ns: 250 * MS,
             burst: 2,
+            calendar: None,
         }
     );
     assert_eq!(r.mode, Mode::Global);
@@ -144,6 +146,7 @@ fn a_full_valid_file_parses() {
             limit: 7,
             period_ns: 10 * SEC,
             burst: 7,
+            calendar: None,
         }
     );
     assert_eq!(r.mode, Mode::Owner);
@@ -689,6 +692,7 @@ fn bucket_ids_are_stable() {
         limit: 5,
         period_ns: 5 * SEC,
         burst: 5,
+        calendar: None,
     });
     assert_eq!(inline, 0x68fb_ded8_121a_3805, "inline_seed changed");
     // The published XXH3-64 of empty input with seed 0.
@@ -712,6 +716,7 @@ fn bucket_ids_differ_across_rules_and_keys() {
         limit: 5,
         period_ns: 5 * SEC,
         burst: 5,
+        calendar: None,
     };
     let variants = [
         base,
@@ -753,6 +758,7 @@ fn inline(limit: u64, period_ms: u64, algorithm: Algorithm, burst: Option<u64>) 
         period_ms,
         algorithm,
         burst,
+        calendar: None,
     }
 }
 
@@ -766,6 +772,7 @@ fn validate_inline_accepts_and_converts() {
             limit: 5,
             period_ns: 5 * SEC,
             burst: 5,
+            calendar: None,
         }
     );
     let r = validate_inline(&inline(5, 250, Algorithm::LeakyBucket, Some(9))).expect("valid");

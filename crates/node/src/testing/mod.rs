@@ -721,6 +721,7 @@ fn owner_of_places_keys_as_the_node_does() {
             period_ms: 60_000,
             algorithm,
             burst: None,
+            calendar: None,
         };
         for k in 0..50 {
             let key = format!("k:{k}");
