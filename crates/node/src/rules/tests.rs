@@ -2,7 +2,7 @@
 
 use super::*;
 use ringlimit_core::limiter::{MAX_LIMIT, MAX_PERIOD_NS, MAX_SLIDING_LOG_LIMIT};
-use ringlimit_core::rule::{bucket_id, inline_seed, validate_inline};
+use ringlimit_core::rule::{bucket_id, inline_seed, validate, validate_inline};
 use ringlimit_proto::InlineRule;
 
 const MS: u64 = 1_000_000;
@@ -896,4 +896,84 @@ fn the_fingerprint_follows_every_field_and_ignores_load_order() {
         assert_ne!(a.fingerprint(), other.fingerprint(), "{other:?}");
     }
     assert_ne!(RuleSet::default().fingerprint(), a.fingerprint());
+}
+
+#[test]
+fn calendar_rules_parse_and_list_their_zone() {
+    let set = RuleSet::from_yaml(&one(&[
+        "limit: 10000",
+        "period: 1mo",
+        "algorithm: fixed_window",
+        "calendar: true",
+        "timezone: Europe/Berlin",
+    ]))
+    .expect("valid");
+    let r = set.get("r").expect("rule");
+    let c = r.rule.calendar.expect("calendar");
+    assert_eq!(c.unit, ringlimit_core::calendar::Unit::Month);
+    assert_eq!(c.zone.name(), "Europe/Berlin");
+    let info = r.info();
+    assert_eq!(info.period, "1mo");
+    assert!(info.calendar);
+    assert_eq!(info.timezone.as_deref(), Some("Europe/Berlin"));
+    // The SDK reads it back the same.
+    let back = ringlimit_core::check::Resolved::from_info(&info).expect("resolves");
+    assert_eq!(back.rule, r.rule);
+    // Default zone UTC; a week without a calendar is seven plain days.
+    let set = RuleSet::from_yaml(&one(&[
+        "limit: 5",
+        "period: 1w",
+        "algorithm: fixed_window",
+        "calendar: true",
+    ]))
+    .expect("valid");
+    let c = set.get("r").and_then(|r| r.rule.calendar).expect("calendar");
+    assert_eq!(c.zone.name(), "UTC");
+    let set = RuleSet::from_yaml(&one(&["limit: 5", "period: 1w"])).expect("valid");
+    let r = &set.get("r").expect("rule").rule;
+    assert_eq!((r.period_ns, r.calendar), (7 * 86_400 * SEC, None));
+    assert_eq!(set.get("r").expect("rule").info().period, "7d");
+}
+
+#[test]
+fn calendar_rules_that_make_no_sense_are_refused_with_their_field() {
+    let cases: [(&[&str], &str, &str); 6] = [
+        (&["limit: 5", "period: 1mo"], "period", "calendar: true"),
+        (
+            &["limit: 5", "period: 1d", "calendar: true"],
+            "calendar",
+            "token_bucket",
+        ),
+        (
+            &["limit: 5", "period: 1h", "algorithm: fixed_window", "calendar: true"],
+            "calendar",
+            "1d, 1w or 1mo",
+        ),
+        (
+            &[
+                "limit: 5",
+                "period: 1d",
+                "algorithm: fixed_window",
+                "calendar: true",
+                "timezone: Europe/Nowhere",
+            ],
+            "timezone",
+            "Europe/Nowhere",
+        ),
+        (
+            &["limit: 5", "period: 1d", "timezone: UTC"],
+            "timezone",
+            "calendar: true",
+        ),
+        (
+            &["limit: 5", "period: 2mo", "algorithm: fixed_window", "calendar: true"],
+            "period",
+            "1mo",
+        ),
+    ];
+    for (lines, field, words) in cases {
+        let (rule, f, reason) = rule_err(&one(lines));
+        assert_eq!((rule.as_str(), f), ("r", field), "{lines:?}: {reason}");
+        assert!(reason.contains(words), "{lines:?}: {reason}");
+    }
 }
