@@ -17,12 +17,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
 use ringlimit_core::all::{AllError, MAX_ALL};
+use ringlimit_core::calendar::Calendar;
+use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::headers::{
     Policy, RATELIMIT, RATELIMIT_POLICY, ietf_values, inline_policy_name, rate_values,
     retry_after_secs,
 };
-use ringlimit_core::calendar::Calendar;
-use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::rule::{FieldError, calendar_of, field_err};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::Deserialize;
@@ -193,8 +193,7 @@ fn calendar_period(
     let field = |e: FieldError| ApiError::bad_request(e.code(), sentence(e.to_string()));
     let (period_ns, month) = match (period_ms, period) {
         (_, Some(p)) => (
-            crate::rules::parse_period(p)
-                .map_err(|reason| field(field_err("period", reason)))?,
+            crate::rules::parse_period(p).map_err(|reason| field(field_err("period", reason)))?,
             crate::rules::is_month(p),
         ),
         (Some(ms), None) => (ms.saturating_mul(NANOS_PER_MS), false),

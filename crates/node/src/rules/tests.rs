@@ -927,7 +927,10 @@ fn calendar_rules_parse_and_list_their_zone() {
         "calendar: true",
     ]))
     .expect("valid");
-    let c = set.get("r").and_then(|r| r.rule.calendar).expect("calendar");
+    let c = set
+        .get("r")
+        .and_then(|r| r.rule.calendar)
+        .expect("calendar");
     assert_eq!(c.zone.name(), "UTC");
     let set = RuleSet::from_yaml(&one(&["limit: 5", "period: 1w"])).expect("valid");
     let r = &set.get("r").expect("rule").rule;
@@ -937,7 +940,18 @@ fn calendar_rules_parse_and_list_their_zone() {
 
 #[test]
 fn calendar_rules_that_make_no_sense_are_refused_with_their_field() {
-    let cases: [(&[&str], &str, &str); 6] = [
+    let cases: [(&[&str], &str, &str); 7] = [
+        (
+            &[
+                "limit: 5",
+                "period: 1d",
+                "algorithm: fixed_window",
+                "calendar: true",
+                "mode: global",
+            ],
+            "mode",
+            "calendar",
+        ),
         (&["limit: 5", "period: 1mo"], "period", "calendar: true"),
         (
             &["limit: 5", "period: 1d", "calendar: true"],
@@ -945,7 +959,12 @@ fn calendar_rules_that_make_no_sense_are_refused_with_their_field() {
             "token_bucket",
         ),
         (
-            &["limit: 5", "period: 1h", "algorithm: fixed_window", "calendar: true"],
+            &[
+                "limit: 5",
+                "period: 1h",
+                "algorithm: fixed_window",
+                "calendar: true",
+            ],
             "calendar",
             "1d, 1w or 1mo",
         ),
@@ -966,7 +985,12 @@ fn calendar_rules_that_make_no_sense_are_refused_with_their_field() {
             "calendar: true",
         ),
         (
-            &["limit: 5", "period: 2mo", "algorithm: fixed_window", "calendar: true"],
+            &[
+                "limit: 5",
+                "period: 2mo",
+                "algorithm: fixed_window",
+                "calendar: true",
+            ],
             "period",
             "1mo",
         ),
