@@ -833,6 +833,7 @@ fn one_check(key: &str) -> Frame {
                 period_ms: PERIOD_MS,
                 algorithm: Algorithm::TokenBucket,
                 burst: None,
+                calendar: None,
             }),
             cost: 1,
         }],

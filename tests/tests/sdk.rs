@@ -547,6 +547,7 @@ async fn layer_limits_an_axum_service_per_header() -> Result<()> {
         period_ms: 10_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     };
     let app = axum::Router::new()
         .route("/hello", axum::routing::get(|| async { "hello\n" }))
@@ -719,12 +720,14 @@ async fn layer_holds_a_request_to_several_limits_all_or_nothing() -> Result<()> 
         period_ms: 60_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     };
     let per_path = InlineRule {
         limit: 4,
         period_ms: 60_000,
         algorithm: Algorithm::FixedWindow,
         burst: None,
+        calendar: None,
     };
     let layer = RateLimitLayer::inline(client.clone(), per_key, key::header("x-api-key"))
         .and(ringlimit_client::RuleRef::Inline(per_path), key::path());
@@ -856,6 +859,7 @@ async fn reservations_through_the_sdk_are_kept_at_the_owner_and_settled_once() -
         period_ms: 86_400_000,
         algorithm: Algorithm::FixedWindow,
         burst: None,
+        calendar: None,
     };
     let rule = RuleRef::Inline(inline);
     let key = "llm:team-1";

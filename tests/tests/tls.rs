@@ -589,6 +589,7 @@ async fn the_sdk_discovers_over_https_and_checks_owners_over_mutual_tls() -> Res
         period_ms: 60_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     };
     let app = axum::Router::new()
         .route("/hello", axum::routing::get(|| async { "hello\n" }))

@@ -37,6 +37,7 @@ const HELLO_LIMIT: InlineRule = InlineRule {
     period_ms: 10_000,
     algorithm: Algorithm::TokenBucket,
     burst: None,
+    calendar: None,
 };
 
 async fn hello(headers: HeaderMap) -> (StatusCode, String) {

@@ -1,5 +1,6 @@
 //! What a service asks ([`Check`]) and the only ways that can go wrong for it ([`ClientError`]).
 
+use ringlimit_proto::calendar::{Calendar, Unit, UnknownZone, Zone};
 use ringlimit_proto::{Algorithm, InlineRule, RuleRef};
 use std::time::Duration;
 
@@ -34,9 +35,32 @@ impl Check {
                 period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
                 algorithm: Algorithm::TokenBucket,
                 burst: None,
+                calendar: None,
             }),
             cost: 1,
         }
+    }
+
+    /// A check under an inline fixed window of `limit` per calendar `unit` (a local day, a
+    /// week from Monday, a month from the first) in the IANA time zone `timezone`.
+    pub fn calendar(
+        key: impl Into<String>,
+        limit: u64,
+        unit: Unit,
+        timezone: &str,
+    ) -> Result<Self, UnknownZone> {
+        let zone = Zone::parse(timezone)?;
+        Ok(Self {
+            key: key.into(),
+            rule: RuleRef::Inline(InlineRule {
+                limit,
+                period_ms: unit.nominal_ns() / 1_000_000,
+                algorithm: Algorithm::FixedWindow,
+                burst: None,
+                calendar: Some(Calendar { unit, zone }),
+            }),
+            cost: 1,
+        })
     }
 
     /// Tokens this check takes.
@@ -105,5 +129,12 @@ mod tests {
         // A period beyond u64 milliseconds saturates rather than wrapping.
         let far = Check::inline("k", 1, Duration::MAX);
         assert!(matches!(far.rule, RuleRef::Inline(r) if r.period_ms == u64::MAX));
+        let month = Check::calendar("acct", 10_000, Unit::Month, "Europe/Berlin").expect("zone");
+        let RuleRef::Inline(r) = month.rule else {
+            panic!("inline")
+        };
+        let resolved = ringlimit_core::check::Resolved::inline(&r).expect("valid");
+        assert_eq!(resolved.rule.calendar, r.calendar);
+        assert!(Check::calendar("acct", 1, Unit::Day, "Nowhere/Town").is_err());
     }
 }

@@ -528,6 +528,7 @@ mod tests {
                         period_ms: 1_000,
                         algorithm: Algorithm::TokenBucket,
                         burst: None,
+                        calendar: None,
                     }),
                     cost: 1,
                 },

@@ -50,6 +50,7 @@ mod tests {
             period_ms: 3_600_000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
         .expect("valid")
     }

@@ -366,6 +366,7 @@ mod tests {
             period_ms: 3_600_000,
             algorithm: ringlimit_proto::Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         }
     }
 

@@ -170,6 +170,7 @@ mod tests {
             period_ms: 60_000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
     }
 

@@ -53,7 +53,16 @@ impl Resolved {
     pub fn from_info(info: &RuleInfo) -> Option<Self> {
         let period_ns = info.period_ms.checked_mul(crate::clock::NANOS_PER_MS)?;
         let burst = info.burst.filter(|_| info.algorithm.has_burst());
-        let rule = rule::validate(info.algorithm, info.limit, period_ns, burst).ok()?;
+        let calendar = rule::calendar_of(
+            info.algorithm,
+            period_ns,
+            info.period == crate::calendar::Unit::Month.period(),
+            info.calendar,
+            info.timezone.as_deref(),
+        )
+        .ok()?;
+        let rule =
+            rule::validate_calendar(info.algorithm, info.limit, period_ns, burst, calendar).ok()?;
         Some(Self {
             shadow: info.shadow,
             lease: info.lease,
@@ -147,6 +156,7 @@ mod tests {
             period_ms: 1000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
         .expect("valid");
         assert_eq!(r.bucket("", 1), Err(CheckError::InvalidKey(0)));
@@ -168,6 +178,7 @@ mod tests {
             period_ms: 1000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
         .expect("valid");
         assert_eq!(inline.lease, LeaseMode::Auto);
@@ -183,6 +194,8 @@ mod tests {
             shadow: false,
             lease: LeaseMode::Off,
             request_key: None,
+            calendar: false,
+            timezone: None,
         };
         assert_eq!(
             Resolved::from_info(&info).map(|r| r.lease),

@@ -33,7 +33,11 @@ pub struct Policy<'a> {
 /// The name an inline rule goes by in the IETF fields: its parameters, e.g. `100-per-60000ms`
 /// or `10-per-1000ms-sliding_log` (the algorithm when not the default, the burst when given).
 pub fn inline_policy_name(r: &InlineRule) -> String {
-    let mut name = format!("{}-per-{}ms", r.limit, r.period_ms);
+    // A calendar rule by its unit and zone: `10000-per-1mo-Europe/Berlin-fixed_window`.
+    let mut name = match r.calendar {
+        None => format!("{}-per-{}ms", r.limit, r.period_ms),
+        Some(c) => format!("{}-per-{}-{}", r.limit, c.unit.period(), c.zone.name()),
+    };
     if r.algorithm != Algorithm::default() {
         let _ = write!(name, "-{}", r.algorithm);
     }
@@ -45,7 +49,9 @@ pub fn inline_policy_name(r: &InlineRule) -> String {
 
 /// `RateLimit-Policy` and `RateLimit`, one list item per limit in order:
 /// `"name";q=<limit>;w=<period, s>` and `"name";r=<remaining>;t=<s until full or reset>`
-/// (seconds rounded up; a window shorter than a second is `w=1`).
+/// (seconds rounded up; a window shorter than a second is `w=1`). A calendar rule's `w` is its
+/// unit's nominal length (a day 86400, a week 604800, a month 2678400: 31 days, the longest),
+/// whatever the current window's; `t` counts to its actual end.
 pub fn ietf_fields<'a>(headers: &mut HeaderMap, limits: impl IntoIterator<Item = Policy<'a>>) {
     // Built in place and handed over without a copy: this runs on every check answer.
     let (mut policy, mut state) = (String::with_capacity(64), String::with_capacity(64));
@@ -173,6 +179,7 @@ mod tests {
             period_ms: 1000,
             algorithm: Algorithm::SlidingLog,
             burst: None,
+            calendar: None,
         };
         assert_eq!(inline_policy_name(&inline), "10-per-1000ms-sliding_log");
         let default = InlineRule {

@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //! - [`clock`] — the `Clock` trait; system and manual clocks.
+//! - [`calendar`] — calendar windows' boundaries (a day, week or month in a time zone).
 //! - [`limiter`] — the algorithms, one module each, pure `decide(state, rule, now, cost)`.
 //! - [`store`] — sharded, bounded (CLOCK) bucket store keyed by 64-bit identities.
 //! - [`rule`] — rule validation, bucket identities, fallback shares.
@@ -30,6 +31,7 @@
 
 pub mod all_or_nothing;
 pub mod answer;
+pub mod calendar;
 pub mod check;
 pub mod clock;
 pub mod coordinator;

@@ -4,6 +4,7 @@
 //! One validation serves every way a rule arrives (a node's rules file, a request's inline rule,
 //! the SDK), so a rule one of them refuses is refused by all with the same words.
 
+use crate::calendar::{Calendar, Unit, Zone};
 use crate::clock::NANOS_PER_MS;
 use crate::limiter::{self, Rule};
 use ringlimit_proto::identity;
@@ -102,7 +103,82 @@ pub fn validate(
         limit,
         period_ns,
         burst,
+        calendar: None,
     })
+}
+
+/// The calendar of a rule whose period is `period_ns` (`month`: written `1mo`), from its
+/// `calendar` and `timezone` fields; `None` for windows counted from the epoch. Only a fixed
+/// window has calendar windows, and only of a day, a week or a month (a calendar hour would be
+/// the plain `1h` but in zones with half-hour offsets); a month has no fixed length, so `1mo`
+/// needs `calendar: true`.
+pub fn calendar_of(
+    algorithm: Algorithm,
+    period_ns: u64,
+    month: bool,
+    calendar: bool,
+    timezone: Option<&str>,
+) -> Result<Option<Calendar>, FieldError> {
+    if !calendar {
+        if month {
+            return Err(field_err(
+                "period",
+                "1mo has no fixed length: add `calendar: true` (and a `timezone`, default UTC) \
+                 for windows of calendar months",
+            ));
+        }
+        if timezone.is_some() {
+            return Err(field_err(
+                "timezone",
+                "applies only to calendar windows: add `calendar: true`",
+            ));
+        }
+        return Ok(None);
+    }
+    if algorithm != Algorithm::FixedWindow {
+        return Err(field_err(
+            "calendar",
+            format!("applies only to fixed_window, not {algorithm}"),
+        ));
+    }
+    let unit = if month {
+        Unit::Month
+    } else if period_ns == Unit::Day.nominal_ns() {
+        Unit::Day
+    } else if period_ns == Unit::Week.nominal_ns() {
+        Unit::Week
+    } else {
+        return Err(field_err(
+            "calendar",
+            "needs a period of 1d, 1w or 1mo (a local day, a week from Monday, a month from the first)",
+        ));
+    };
+    let zone = match timezone {
+        None => Zone::UTC,
+        Some(name) => Zone::parse(name).map_err(|e| field_err("timezone", e.to_string()))?,
+    };
+    Ok(Some(Calendar { unit, zone }))
+}
+
+/// Validates rule parameters with calendar windows ([`validate`], then [`calendar_of`]'s
+/// calendar).
+pub fn validate_calendar(
+    algorithm: Algorithm,
+    limit: u64,
+    period_ns: u64,
+    burst: Option<u64>,
+    calendar: Option<Calendar>,
+) -> Result<Rule, FieldError> {
+    let period_ns = calendar.map_or(period_ns, |c| c.unit.nominal_ns());
+    let mut rule = validate(algorithm, limit, period_ns, burst)?;
+    if calendar.is_some() && algorithm != Algorithm::FixedWindow {
+        return Err(field_err(
+            "calendar",
+            format!("applies only to fixed_window, not {algorithm}"),
+        ));
+    }
+    rule.calendar = calendar;
+    Ok(rule)
 }
 
 /// Validates an inline rule from a request.
@@ -111,7 +187,19 @@ pub fn validate_inline(r: &InlineRule) -> Result<Rule, FieldError> {
         return Err(field_err("period_ms", "must be greater than 0"));
     }
     let period_ns = r.period_ms.saturating_mul(NANOS_PER_MS);
-    validate(r.algorithm, r.limit, period_ns, r.burst).map_err(|mut e| {
+    if let Some(c) = r.calendar
+        && period_ns != c.unit.nominal_ns()
+    {
+        return Err(field_err(
+            "period_ms",
+            format!(
+                "must be {} for a calendar {}",
+                c.unit.nominal_ns() / NANOS_PER_MS,
+                c.unit.period()
+            ),
+        ));
+    }
+    validate_calendar(r.algorithm, r.limit, period_ns, r.burst, r.calendar).map_err(|mut e| {
         if e.field == "period" {
             e.field = "period_ms";
             e.reason = "must be between 1 and 31622400000 (366 days)".into();
@@ -122,12 +210,16 @@ pub fn validate_inline(r: &InlineRule) -> Result<Rule, FieldError> {
 
 /// The seed of an inline rule's bucket identities: its parameters, hashed.
 pub fn inline_seed(rule: &Rule) -> u64 {
-    identity::inline_seed(
+    let seed = identity::inline_seed(
         rule.algorithm.code(),
         rule.limit,
         rule.period_ns,
         rule.burst,
-    )
+    );
+    match rule.calendar {
+        None => seed,
+        Some(c) => identity::calendar_seed(seed, c.unit.code(), c.zone.name()),
+    }
 }
 
 /// The seed of a named rule's bucket identities: its name and algorithm (a reload that changes
@@ -182,6 +274,7 @@ mod share_tests {
             limit,
             period_ns: 1_000_000_000,
             burst: limit,
+            calendar: None,
         }
     }
 

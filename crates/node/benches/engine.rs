@@ -46,6 +46,7 @@ fn inline_rule() -> InlineRule {
         period_ms: 1_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     }
 }
 

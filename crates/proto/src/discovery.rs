@@ -91,6 +91,13 @@ pub struct RuleInfo {
     /// The key template gateways' requests are limited by (`/v1/forward-auth`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_key: Option<String>,
+    /// Calendar windows (a fixed window's local day, week or month): `period` is then `1d`,
+    /// `1w` or `1mo` and `period_ms` that unit's nominal length.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub calendar: bool,
+    /// The calendar's IANA time zone (calendar rules only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
 }
 
 /// `GET /v1/rules`.

@@ -22,6 +22,15 @@ pub fn inline_seed(algorithm_code: u8, limit: u64, period_ns: u64, burst: u64) -
     xxhash_rust::xxh3::xxh3_64_with_seed(&buf, 0x696e_6c69_6e65) // "inline"
 }
 
+/// The seed of an inline rule with calendar windows: its [`inline_seed`] with the calendar's
+/// unit and zone name hashed in (a plain rule's seed is unchanged).
+pub fn calendar_seed(inline_seed: u64, unit_code: u8, zone: &str) -> u64 {
+    let mut buf = Vec::with_capacity(zone.len() + 1);
+    buf.push(unit_code);
+    buf.extend_from_slice(zone.as_bytes());
+    xxhash_rust::xxh3::xxh3_64_with_seed(&buf, inline_seed ^ 0x6361_6c65_6e64) // "calend"
+}
+
 /// A bucket's identity: the key hashed with its rule's seed.
 pub fn bucket_id(seed: u64, key: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), seed)

@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`check`]: a check request (key, rule, cost) and its answer.
 //! - [`algorithm`]: the closed set of limiting algorithms and their wire names.
+//! - [`calendar`]: calendar windows (a day, week or month in a time zone) and their zones.
 //! - [`identity`]: bucket identities (the 64-bit hash of rule and key).
 //! - [`ring`]: the consistent-hash ring naming each bucket's owner.
 //! - [`peer`]: frames of the peer protocol and their bounded codec.
@@ -18,6 +19,7 @@
 
 pub mod algorithm;
 pub mod auth;
+pub mod calendar;
 pub mod check;
 pub mod discovery;
 pub mod handshake;

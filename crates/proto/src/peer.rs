@@ -38,7 +38,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   wall clock ([`Frame::Clock`]).
 /// - 9: Envoy RLQS: a member serving quota streams asks a bucket's owner for its streams'
 ///   shares of the rule's rate ([`Frame::Quota`]).
-pub const PROTOCOL_VERSION: u16 = 9;
+/// - 10: inline rules with calendar windows ([`crate::RuleRef`]'s calendar variant); the
+///   frames are those of version 9 (a version-9 connection just never carries such a rule).
+pub const PROTOCOL_VERSION: u16 = 10;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -61,6 +63,9 @@ pub const OPERATORS_SINCE: u16 = 8;
 /// The first version whose peers split a bucket's rate among quota streams ([`Frame::Quota`];
 /// a node never asks an older one, and keeps its streams' assignments as they are).
 pub const QUOTA_SINCE: u16 = 9;
+/// The first version whose peers know inline rules with calendar windows (a node never sends
+/// one to an older peer, which could not decode it: it answers that the owner cannot take it).
+pub const CALENDAR_SINCE: u16 = 10;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -679,6 +684,7 @@ mod tests {
                     period_ms: 1000,
                     algorithm: Algorithm::SlidingWindow,
                     burst: None,
+                    calendar: None,
                 }),
                 cost: 1,
             }],

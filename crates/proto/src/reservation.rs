@@ -60,6 +60,7 @@ mod tests {
                 period_ms: 60_000,
                 algorithm: Algorithm::SlidingWindow,
                 burst: None,
+                calendar: None,
             }),
         ] {
             let id = ReservationId {

@@ -22,6 +22,7 @@ pub fn owner_of(members: &[&str], key: &str, limit: u64, period_ms: u64) -> Resu
         period_ms,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     };
     owner_under(members, key, &rule)
 }
@@ -95,6 +96,7 @@ mod tests {
             period_ms: 1_000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         };
         assert_eq!(
             owner_under(&MEMBERS, "k:1", &rule).expect("owner"),

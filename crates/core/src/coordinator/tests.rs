@@ -28,6 +28,7 @@ fn limit(n: u64) -> InlineRule {
         period_ms: 60_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     }
 }
 

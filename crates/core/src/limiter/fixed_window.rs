@@ -1,5 +1,8 @@
 //! Fixed window: at most `limit` per window of `period`, windows aligned to multiples of the
-//! period since the Unix epoch (so every node numbers them alike).
+//! period since the Unix epoch (so every node numbers them alike), or, for a rule with a
+//! calendar, to its days, weeks or months in its time zone ([`crate::calendar`]: windows of
+//! unequal lengths). Everything below speaks of windows, never of their length, so it holds
+//! for both; the ordinary path does no calendar work.
 //!
 //! # Debt
 //! A settle above what the window has left ([`charge`]) fills it and carries the rest into the
@@ -20,15 +23,73 @@
 //! this rule's): the state's [`super::period_tag`] tells the two apart.
 
 use super::{Decision, MAX_DEBT_PERIODS, Rule, period_tag};
+use crate::calendar;
 
 /// End of the window of `rule` that contains `now`.
-fn window_end(rule: &Rule, now: u64) -> u64 {
-    now - now % rule.period_ns + rule.period_ns
+pub(crate) fn window_end(rule: &Rule, now: u64) -> u64 {
+    match rule.calendar {
+        None => now - now % rule.period_ns + rule.period_ns,
+        Some(c) => calendar::end_containing(c, now),
+    }
+}
+
+/// Start of the window of `rule` that ends at `end`.
+fn window_start(rule: &Rule, end: u64) -> u64 {
+    match rule.calendar {
+        None => end - rule.period_ns,
+        Some(c) => calendar::start_of(c, end),
+    }
+}
+
+/// The end of the window `n` windows after the one ending at `end`.
+fn advance(rule: &Rule, end: u64, n: u64) -> u64 {
+    match rule.calendar {
+        None => end.saturating_add(rule.period_ns.saturating_mul(n)),
+        Some(c) => (0..n).fold(end, |e, _| calendar::end_containing(c, e)),
+    }
+}
+
+/// Whether the window ending at `later` is a whole number of windows after the one ending at
+/// `end` (`later > end`).
+fn aligned(rule: &Rule, end: u64, later: u64) -> bool {
+    match rule.calendar {
+        None => (later - end).is_multiple_of(rule.period_ns),
+        Some(c) => calendar::is_boundary(c, later),
+    }
+}
+
+/// How many windows after the one ending at `end` the one ending at `later` is (`later >=
+/// end`, both window ends, at most [`MAX_DEBT_PERIODS`] + 1 apart for a calendar).
+pub(crate) fn windows_between(rule: &Rule, end: u64, later: u64) -> u64 {
+    match rule.calendar {
+        None => (later - end) / rule.period_ns,
+        Some(c) => {
+            let mut e = end;
+            let mut n = 0;
+            while e < later && n <= MAX_DEBT_PERIODS + 1 {
+                e = calendar::end_containing(c, e);
+                n += 1;
+            }
+            n
+        }
+    }
 }
 
 /// The end of the furthest window a debt may reach from the window ending at `window_end`.
 fn furthest(rule: &Rule, window_end: u64) -> u64 {
-    window_end.saturating_add(rule.period_ns.saturating_mul(MAX_DEBT_PERIODS))
+    advance(rule, window_end, MAX_DEBT_PERIODS)
+}
+
+/// `end` (a later window of this rule), at most as far as a debt may reach.
+fn bound_debt(rule: &Rule, window_end: u64, end: u64) -> u64 {
+    // A calendar's windows are each longer than half their nominal length: a debt nearer than
+    // that many of them is within bounds without walking the calendar.
+    if let Some(c) = rule.calendar
+        && end - window_end <= MAX_DEBT_PERIODS * (c.unit.nominal_ns() / 2)
+    {
+        return end;
+    }
+    end.min(furthest(rule, window_end))
 }
 
 /// Makes the state (its window's `end`; the count stays as it is) valid under `rule` at `now`
@@ -46,8 +107,8 @@ fn carry(end: &mut u64, tag: &mut u32, rule: &Rule, now: u64, window_end: u64) {
     // peer's whose clock is ahead, or a hostile state far in the future).
     if *end > now && *end != window_end {
         let this_rule = *tag == ours || *tag == 0;
-        if this_rule && *end > window_end && (*end - window_end).is_multiple_of(rule.period_ns) {
-            *end = (*end).min(furthest(rule, window_end));
+        if this_rule && *end > window_end && aligned(rule, window_end, *end) {
+            *end = bound_debt(rule, window_end, *end);
         } else {
             *end = window_end;
         }
@@ -79,7 +140,7 @@ pub fn decide_tagged(
     if *end > window_end {
         // In debt: full until the state's window, which has admitted `count`.
         let at = if u64::from(*count) + cost.max(1) <= rule.limit {
-            *end - rule.period_ns
+            window_start(rule, *end)
         } else {
             *end
         };
@@ -142,13 +203,13 @@ pub fn charge(
     let total = used.saturating_add(cost);
     // Windows from `at` that `total` reaches into, and as far as a debt may.
     let reach = total.saturating_sub(1) / limit;
-    let most = (furthest(rule, window_end) - at) / rule.period_ns;
+    let most = windows_between(rule, at, furthest(rule, window_end));
     let (windows, left, forgiven) = if reach <= most {
         (reach, total - reach * limit, 0)
     } else {
         (most, limit, total - (most + 1) * limit)
     };
-    *end = at + windows * rule.period_ns;
+    *end = advance(rule, at, windows);
     *count = u32::try_from(left).unwrap_or(u32::MAX);
     forgiven
 }

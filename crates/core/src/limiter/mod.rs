@@ -75,6 +75,12 @@ pub const MAX_DEBT_PERIODS: u64 = 64;
 /// nor a debt of this rule (a later window of its own) from another period's window. Never 0,
 /// which stands for a state whose period is unknown (received over the wire).
 pub fn period_tag(rule: &Rule) -> u32 {
+    if let Some(c) = rule.calendar {
+        // The zone's and unit's fingerprint: the same in every process (a state may be kept on
+        // disk), apart from the plain periods' in the top bit.
+        let t = c.zone.tag().rotate_left(u32::from(c.unit.code()) * 8) | 1 << 31;
+        return t;
+    }
     let p = rule.period_ns;
     // The high bits folded in: periods 2^32 ns (4.3 s) apart differ too.
     let folded = (p ^ (p >> 32)) & u64::from(u32::MAX);
@@ -91,6 +97,9 @@ pub struct Rule {
     pub period_ns: u64,
     /// Bucket capacity; equals `limit` for the window algorithms.
     pub burst: u64,
+    /// A fixed window's calendar (its day, week or month in a time zone; `period_ns` is then
+    /// the unit's nominal length); `None` for windows counted from the epoch.
+    pub calendar: Option<crate::calendar::Calendar>,
 }
 
 impl Rule {
@@ -507,7 +516,7 @@ impl BucketState {
         let mut s = self.clone();
         s.fit_to_rule(rule, now);
         let p = rule.period_ns;
-        let end = now - now % p + p;
+        let end = fixed_window::window_end(rule, now);
         match s {
             BucketState::Gcra { tat, .. } => {
                 let t = token_bucket::emission_ns(rule);
@@ -516,7 +525,7 @@ impl BucketState {
             }
             // Windows after the current one up to the state's, full but the last.
             BucketState::Fixed { end: at, count, .. } if at > end => {
-                ((at - end) / p - 1) * rule.limit + u64::from(count)
+                (fixed_window::windows_between(rule, end, at) - 1) * rule.limit + u64::from(count)
             }
             BucketState::Sliding { until, current, .. } if until > end + p => {
                 ((until - end - p) / p - 1) * rule.limit + u64::from(current)
@@ -573,6 +582,7 @@ pub mod test_support {
             limit,
             period_ns: period_ms * MS,
             burst,
+            calendar: None,
         }
     }
 }

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
 use ringlimit_proto::peer::{
-    CheckGroup, FlaggedGroup, Frame, GROUP_FLAGS, GROUP_KIND_SINCE, GroupKind, PeerAnswer,
-    PeerCheck, PeerRefund, RefundGroup,
+    CALENDAR_SINCE, CheckGroup, FlaggedGroup, Frame, GROUP_FLAGS, GROUP_KIND_SINCE, GroupKind,
+    PeerAnswer, PeerCheck, PeerRefund, RefundGroup,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -103,6 +103,16 @@ impl Body {
             Body::Checks(c) => c.len(),
             Body::Refunds(r) => r.len(),
         }
+    }
+
+    /// The oldest protocol version that can decode this body (an inline rule with calendar
+    /// windows needs [`CALENDAR_SINCE`]).
+    fn since(&self) -> u16 {
+        let calendar = match self {
+            Body::Checks(c) => c.iter().any(|c| c.rule.has_calendar()),
+            Body::Refunds(r) => r.iter().any(|r| r.rule.has_calendar()),
+        };
+        if calendar { CALENDAR_SINCE } else { 0 }
     }
 }
 
@@ -443,8 +453,9 @@ async fn serve(conn: Connection, rx: &mut mpsc::Receiver<Outgoing>, stats: &Peer
                     if o.reply.is_closed() {
                         return 0;
                     }
-                    // A kind this peer does not know would fail its whole frame.
-                    if version < o.kind.since() {
+                    // A kind (or a calendar rule) this peer does not know would fail its
+                    // whole frame; a calendar rule is never sent as a plain one either.
+                    if version < o.kind.since().max(o.body.since()) {
                         let unsupported = PeerAnswer::Error {
                             code: "unsupported".into(),
                             message: format!("the peer speaks protocol version {version}"),

@@ -286,6 +286,7 @@ mod tests {
             limit: 5,
             period_ns: 1_000_000_000,
             burst: 5,
+            calendar: None,
         };
         assert!(local.bucket(7, &rule, 1).hold(1).0.allowed);
         let within = Duration::from_millis(200);

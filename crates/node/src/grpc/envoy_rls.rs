@@ -230,6 +230,7 @@ impl RateLimitService for EnvoyRls {
                     period_ms: limit.unit_ms,
                     algorithm: limit.algorithm,
                     burst: None,
+                    calendar: None,
                 },
                 cost,
                 shadow: limit.shadow || quota,

@@ -71,6 +71,7 @@ fn check(r: &pb::CheckRequest) -> Result<Check<'_>, Invalid> {
             period_ms: i.period_ms,
             algorithm: algorithm(i.algorithm)?,
             burst: i.burst,
+            calendar: None,
         }),
         None => {
             return Err(Invalid {

@@ -111,6 +111,9 @@ pub struct RuleQuery {
     period_ms: Option<u64>,
     algorithm: Option<String>,
     burst: Option<u64>,
+    period: Option<String>,
+    calendar: Option<bool>,
+    timezone: Option<String>,
 }
 
 impl RuleQuery {
@@ -121,6 +124,9 @@ impl RuleQuery {
             period_ms: self.period_ms,
             algorithm: self.algorithm.as_deref(),
             burst: self.burst,
+            period: self.period.as_deref(),
+            calendar: self.calendar,
+            timezone: self.timezone.as_deref(),
         }
         .spec()
     }

@@ -17,10 +17,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
 use ringlimit_core::all_or_nothing::{AllError, MAX_ALL};
+use ringlimit_core::calendar::Calendar;
+use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::headers::{
     Policy, RATELIMIT, RATELIMIT_POLICY, ietf_values, inline_policy_name, rate_values,
     retry_after_secs,
 };
+use ringlimit_core::rule::{FieldError, calendar_of, field_err};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -42,6 +45,13 @@ pub(super) struct CheckBody<'a> {
     pub algorithm: Option<Cow<'a, str>>,
     #[serde(default)]
     pub burst: Option<u64>,
+    /// A period as the rules file writes it (`1d`, `1w`, `1mo`), instead of `period_ms`.
+    #[serde(borrow, default)]
+    pub period: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub calendar: Option<bool>,
+    #[serde(borrow, default)]
+    pub timezone: Option<Cow<'a, str>>,
     #[serde(default)]
     pub cost: Option<u64>,
 }
@@ -60,20 +70,33 @@ impl CheckBody<'_> {
                     .and_then(|a| a.parse().ok())
                     .unwrap_or_default(),
                 burst: self.burst,
+                calendar: None,
             })),
+            // A period in the rules file's words (a calendar rule's): what the check resolves.
+            (None, Some(_), None) => match self.fields().spec() {
+                Ok(RuleSpec::Inline(r)) => Cow::Owned(inline_policy_name(&r)),
+                _ => Cow::Borrowed(""),
+            },
             _ => Cow::Borrowed(""),
         }
     }
 
-    /// The check this body asks for.
-    pub(super) fn check(&self) -> Result<Check<'_>, ApiError> {
-        let fields = RuleFields {
+    fn fields(&self) -> RuleFields<'_> {
+        RuleFields {
             rule: self.rule.as_deref(),
             limit: self.limit,
             period_ms: self.period_ms,
             algorithm: self.algorithm.as_deref(),
             burst: self.burst,
-        };
+            period: self.period.as_deref(),
+            calendar: self.calendar,
+            timezone: self.timezone.as_deref(),
+        }
+    }
+
+    /// The check this body asks for.
+    pub(super) fn check(&self) -> Result<Check<'_>, ApiError> {
+        let fields = self.fields();
         Ok(Check {
             key: &self.key,
             rule: fields.spec()?,
@@ -91,6 +114,10 @@ pub(super) struct RuleFields<'a> {
     pub period_ms: Option<u64>,
     pub algorithm: Option<&'a str>,
     pub burst: Option<u64>,
+    /// `period` (`1d`, `1w`, `1mo`), `calendar` and `timezone`: a calendar rule's fields.
+    pub period: Option<&'a str>,
+    pub calendar: Option<bool>,
+    pub timezone: Option<&'a str>,
 }
 
 impl<'a> RuleFields<'a> {
@@ -102,9 +129,17 @@ impl<'a> RuleFields<'a> {
             period_ms,
             algorithm,
             burst,
+            period,
+            calendar,
+            timezone,
         } = *self;
-        let inline_fields =
-            limit.is_some() || period_ms.is_some() || algorithm.is_some() || burst.is_some();
+        let inline_fields = limit.is_some()
+            || period_ms.is_some()
+            || algorithm.is_some()
+            || burst.is_some()
+            || period.is_some()
+            || calendar.is_some()
+            || timezone.is_some();
         match (rule, inline_fields) {
             (Some(_), true) => Err(ApiError::bad_request(
                 "invalid_request",
@@ -112,10 +147,10 @@ impl<'a> RuleFields<'a> {
             )),
             (Some(name), false) => Ok(RuleSpec::Named(name)),
             (None, _) => {
-                let (Some(limit), Some(period_ms)) = (limit, period_ms) else {
+                let (Some(limit), Some(_)) = (limit, period_ms.or(period.map(|_| 0))) else {
                     return Err(ApiError::bad_request(
                         "invalid_request",
-                        "A check needs either `rule` or both `limit` and `period_ms`.",
+                        "A check needs either `rule` or both `limit` and `period_ms` (or `period`).",
                     ));
                 };
                 let algorithm = match algorithm {
@@ -124,15 +159,56 @@ impl<'a> RuleFields<'a> {
                         ApiError::bad_request("unknown_algorithm", sentence(e.to_string()))
                     })?,
                 };
+                let (period_ms, calendar) = match (period_ms, period) {
+                    (Some(ms), None) if calendar.is_none() && timezone.is_none() => (ms, None),
+                    (Some(_), Some(_)) => {
+                        return Err(ApiError::bad_request(
+                            "invalid_request",
+                            "Give either `period_ms` or `period`, not both.",
+                        ));
+                    }
+                    _ => calendar_period(algorithm, period_ms, period, calendar, timezone)?,
+                };
                 Ok(RuleSpec::Inline(InlineRule {
                     limit,
                     period_ms,
                     algorithm,
                     burst,
+                    calendar,
                 }))
             }
         }
     }
+}
+
+/// An inline rule's period given as `period` (the rules file's words) or with a calendar:
+/// its length in ms and its calendar, refused as the rules file refuses it.
+fn calendar_period(
+    algorithm: Algorithm,
+    period_ms: Option<u64>,
+    period: Option<&str>,
+    calendar: Option<bool>,
+    timezone: Option<&str>,
+) -> Result<(u64, Option<Calendar>), ApiError> {
+    let field = |e: FieldError| ApiError::bad_request(e.code(), sentence(e.to_string()));
+    let (period_ns, month) = match (period_ms, period) {
+        (_, Some(p)) => (
+            crate::rules::parse_period(p).map_err(|reason| field(field_err("period", reason)))?,
+            crate::rules::is_month(p),
+        ),
+        (Some(ms), None) => (ms.saturating_mul(NANOS_PER_MS), false),
+        (None, None) => (0, false),
+    };
+    let cal = calendar_of(
+        algorithm,
+        period_ns,
+        month,
+        calendar.unwrap_or(false),
+        timezone,
+    )
+    .map_err(field)?;
+    let period_ns = cal.map_or(period_ns, |c| c.unit.nominal_ns());
+    Ok((period_ns.div_ceil(NANOS_PER_MS), cal))
 }
 
 /// Parses a JSON body. The fast path is plain `serde_json`; only a body that fails is parsed
@@ -493,6 +569,7 @@ mod tests {
             period_ms,
             algorithm: Algorithm::default(),
             burst: None,
+            calendar: None,
         };
         let spec = RuleSpec::Inline(inline);
         let p = local.rules().prepare_check("k", spec, cost).expect("valid");

@@ -34,6 +34,12 @@ struct ReserveBody<'a> {
     algorithm: Option<Cow<'a, str>>,
     #[serde(default)]
     burst: Option<u64>,
+    #[serde(borrow, default)]
+    period: Option<Cow<'a, str>>,
+    #[serde(default)]
+    calendar: Option<bool>,
+    #[serde(borrow, default)]
+    timezone: Option<Cow<'a, str>>,
     #[serde(default)]
     cost: Option<u64>,
     #[serde(default)]
@@ -50,6 +56,9 @@ impl<'a> ReserveBody<'a> {
             period_ms: self.period_ms,
             algorithm: self.algorithm,
             burst: self.burst,
+            period: self.period,
+            calendar: self.calendar,
+            timezone: self.timezone,
             cost: self.cost,
         };
         (check, self.ttl_ms)

@@ -709,6 +709,7 @@ mod tests {
                 period_ms: 1_000,
                 algorithm: Algorithm::TokenBucket,
                 burst: None,
+                calendar: None,
             }),
             cost: 1,
         }
@@ -863,6 +864,7 @@ mod tests {
             period_ms: 86_400_000,
             algorithm: Algorithm::TokenBucket,
             burst: None,
+            calendar: None,
         })
     }
 

@@ -33,7 +33,8 @@ use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
 use ringlimit_core::rule::{
-    FieldError, LeaseMode, Mode, OnOwnerUnreachable, field_err, named_seed, validate,
+    FieldError, LeaseMode, Mode, OnOwnerUnreachable, calendar_of, field_err, named_seed,
+    validate_calendar,
 };
 use ringlimit_proto::Algorithm;
 use ringlimit_proto::discovery::RuleInfo;
@@ -81,7 +82,10 @@ impl NamedRule {
             name: self.name.clone(),
             limit: r.limit,
             period_ms: r.period_ns.div_ceil(ringlimit_core::clock::NANOS_PER_MS),
-            period: format_period(r.period_ns),
+            period: match r.calendar {
+                Some(c) => c.unit.period().to_owned(),
+                None => format_period(r.period_ns),
+            },
             algorithm: r.algorithm,
             burst: r.algorithm.has_burst().then_some(r.burst),
             mode: self.mode,
@@ -89,6 +93,8 @@ impl NamedRule {
             shadow: self.shadow,
             lease: self.lease,
             request_key: self.request_key.as_ref().map(|t| t.to_string()),
+            calendar: r.calendar.is_some(),
+            timezone: r.calendar.map(|c| c.zone.name().to_owned()),
         }
     }
 }
@@ -236,7 +242,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 10] = [
+const RULE_FIELDS: [&str; 12] = [
     "name",
     "limit",
     "period",
@@ -247,6 +253,8 @@ const RULE_FIELDS: [&str; 10] = [
     "shadow",
     "lease",
     "request_key",
+    "calendar",
+    "timezone",
 ];
 
 fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
@@ -316,7 +324,7 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
             return Err(fail(field_err(
                 "period",
                 format!(
-                    "must be a duration such as 250ms, 10s, 1m, 1h or 1d, got {}",
+                    "must be a duration such as 250ms, 10s, 1m, 1h, 1d, 1w or 1mo, got {}",
                     describe(v)
                 ),
             )));
@@ -402,7 +410,40 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
             )));
         }
     };
-    let rule = validate(algorithm, limit, period_ns, burst).map_err(&fail)?;
+    let calendar = match m.get("calendar") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(fail(field_err(
+                "calendar",
+                format!("must be true or false, got {}", describe(v)),
+            )));
+        }
+    };
+    let timezone = match m.get("timezone") {
+        None => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) => {
+            return Err(fail(field_err(
+                "timezone",
+                format!(
+                    "must be an IANA time zone name such as \"Europe/Berlin\", got {}",
+                    describe(v)
+                ),
+            )));
+        }
+    };
+    let month = matches!(m.get("period"), Some(Value::String(s)) if is_month(s));
+    let calendar = calendar_of(algorithm, period_ns, month, calendar, timezone).map_err(&fail)?;
+    if calendar.is_some() && mode == Mode::Global {
+        // Global counts are numbered `now / period` on every node and in the gossip between
+        // them; calendar windows would need their own numbering there.
+        return Err(fail(field_err(
+            "mode",
+            "global does not take calendar windows; use mode: owner (the default)",
+        )));
+    }
+    let rule = validate_calendar(algorithm, limit, period_ns, burst, calendar).map_err(&fail)?;
     Ok(NamedRule {
         seed: named_seed(&name, algorithm),
         name,
@@ -421,24 +462,33 @@ fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-/// Parses `250ms`, `10s`, `1m`, `1h`, `1d` (a whole number and a unit) into nanoseconds.
+/// Whether a period is written as a month (`1mo`), which has no fixed length.
+pub fn is_month(s: &str) -> bool {
+    s.trim().ends_with("mo")
+}
+
+/// Parses `250ms`, `10s`, `1m`, `1h`, `1d`, `1w` (a whole number and a unit) into nanoseconds;
+/// `1mo` into a calendar month's nominal length (see [`is_month`]: only calendar rules take it).
 pub fn parse_period(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 250ms, 10s, 1m, 1h or 1d"))?;
+    let n: u64 = num.parse().map_err(|_| {
+        format!("{s:?} is not a duration such as 250ms, 10s, 1m, 1h, 1d, 1w or 1mo")
+    })?;
     let unit_ns: u64 = match unit {
         "ms" => 1_000_000,
         "s" => 1_000_000_000,
         "m" => 60 * 1_000_000_000,
         "h" => 3_600 * 1_000_000_000,
         "d" => 86_400 * 1_000_000_000,
+        "w" => 7 * 86_400 * 1_000_000_000,
+        "mo" if n == 1 => return Ok(ringlimit_core::calendar::Unit::Month.nominal_ns()),
+        "mo" => return Err(format!("{s:?}: a calendar period is one month, 1mo")),
         "" => return Err(format!("{s:?} has no unit; write e.g. {n}ms or {n}s")),
         _ => {
             return Err(format!(
-                "{s:?} has unknown unit {unit:?}; use ms, s, m, h or d"
+                "{s:?} has unknown unit {unit:?}; use ms, s, m, h, d, w or mo"
             ));
         }
     };

@@ -2,7 +2,7 @@
 
 use super::*;
 use ringlimit_core::limiter::{MAX_LIMIT, MAX_PERIOD_NS, MAX_SLIDING_LOG_LIMIT};
-use ringlimit_core::rule::{bucket_id, inline_seed, validate_inline};
+use ringlimit_core::rule::{bucket_id, inline_seed, validate, validate_inline};
 use ringlimit_proto::InlineRule;
 
 const MS: u64 = 1_000_000;
@@ -98,6 +98,7 @@ fn a_full_valid_file_parses() {
             limit: 100,
             period_ns: 60 * SEC,
             burst: 150,
+            calendar: None,
         }
     );
     assert_eq!(r.mode, Mode::Owner);
@@ -112,6 +113,7 @@ fn a_full_valid_file_parses() {
             limit: 5,
             period_ns: 250 * MS,
             burst: 2,
+            calendar: None,
         }
     );
     assert_eq!(r.mode, Mode::Global);
@@ -144,6 +146,7 @@ fn a_full_valid_file_parses() {
             limit: 7,
             period_ns: 10 * SEC,
             burst: 7,
+            calendar: None,
         }
     );
     assert_eq!(r.mode, Mode::Owner);
@@ -689,6 +692,7 @@ fn bucket_ids_are_stable() {
         limit: 5,
         period_ns: 5 * SEC,
         burst: 5,
+        calendar: None,
     });
     assert_eq!(inline, 0x68fb_ded8_121a_3805, "inline_seed changed");
     // The published XXH3-64 of empty input with seed 0.
@@ -712,6 +716,7 @@ fn bucket_ids_differ_across_rules_and_keys() {
         limit: 5,
         period_ns: 5 * SEC,
         burst: 5,
+        calendar: None,
     };
     let variants = [
         base,
@@ -753,6 +758,7 @@ fn inline(limit: u64, period_ms: u64, algorithm: Algorithm, burst: Option<u64>) 
         period_ms,
         algorithm,
         burst,
+        calendar: None,
     }
 }
 
@@ -766,6 +772,7 @@ fn validate_inline_accepts_and_converts() {
             limit: 5,
             period_ns: 5 * SEC,
             burst: 5,
+            calendar: None,
         }
     );
     let r = validate_inline(&inline(5, 250, Algorithm::LeakyBucket, Some(9))).expect("valid");
@@ -889,4 +896,108 @@ fn the_fingerprint_follows_every_field_and_ignores_load_order() {
         assert_ne!(a.fingerprint(), other.fingerprint(), "{other:?}");
     }
     assert_ne!(RuleSet::default().fingerprint(), a.fingerprint());
+}
+
+#[test]
+fn calendar_rules_parse_and_list_their_zone() {
+    let set = RuleSet::from_yaml(&one(&[
+        "limit: 10000",
+        "period: 1mo",
+        "algorithm: fixed_window",
+        "calendar: true",
+        "timezone: Europe/Berlin",
+    ]))
+    .expect("valid");
+    let r = set.get("r").expect("rule");
+    let c = r.rule.calendar.expect("calendar");
+    assert_eq!(c.unit, ringlimit_core::calendar::Unit::Month);
+    assert_eq!(c.zone.name(), "Europe/Berlin");
+    let info = r.info();
+    assert_eq!(info.period, "1mo");
+    assert!(info.calendar);
+    assert_eq!(info.timezone.as_deref(), Some("Europe/Berlin"));
+    // The SDK reads it back the same.
+    let back = ringlimit_core::check::Resolved::from_info(&info).expect("resolves");
+    assert_eq!(back.rule, r.rule);
+    // Default zone UTC; a week without a calendar is seven plain days.
+    let set = RuleSet::from_yaml(&one(&[
+        "limit: 5",
+        "period: 1w",
+        "algorithm: fixed_window",
+        "calendar: true",
+    ]))
+    .expect("valid");
+    let c = set
+        .get("r")
+        .and_then(|r| r.rule.calendar)
+        .expect("calendar");
+    assert_eq!(c.zone.name(), "UTC");
+    let set = RuleSet::from_yaml(&one(&["limit: 5", "period: 1w"])).expect("valid");
+    let r = &set.get("r").expect("rule").rule;
+    assert_eq!((r.period_ns, r.calendar), (7 * 86_400 * SEC, None));
+    assert_eq!(set.get("r").expect("rule").info().period, "7d");
+}
+
+#[test]
+fn calendar_rules_that_make_no_sense_are_refused_with_their_field() {
+    let cases: [(&[&str], &str, &str); 7] = [
+        (
+            &[
+                "limit: 5",
+                "period: 1d",
+                "algorithm: fixed_window",
+                "calendar: true",
+                "mode: global",
+            ],
+            "mode",
+            "calendar",
+        ),
+        (&["limit: 5", "period: 1mo"], "period", "calendar: true"),
+        (
+            &["limit: 5", "period: 1d", "calendar: true"],
+            "calendar",
+            "token_bucket",
+        ),
+        (
+            &[
+                "limit: 5",
+                "period: 1h",
+                "algorithm: fixed_window",
+                "calendar: true",
+            ],
+            "calendar",
+            "1d, 1w or 1mo",
+        ),
+        (
+            &[
+                "limit: 5",
+                "period: 1d",
+                "algorithm: fixed_window",
+                "calendar: true",
+                "timezone: Europe/Nowhere",
+            ],
+            "timezone",
+            "Europe/Nowhere",
+        ),
+        (
+            &["limit: 5", "period: 1d", "timezone: UTC"],
+            "timezone",
+            "calendar: true",
+        ),
+        (
+            &[
+                "limit: 5",
+                "period: 2mo",
+                "algorithm: fixed_window",
+                "calendar: true",
+            ],
+            "period",
+            "1mo",
+        ),
+    ];
+    for (lines, field, words) in cases {
+        let (rule, f, reason) = rule_err(&one(lines));
+        assert_eq!((rule.as_str(), f), ("r", field), "{lines:?}: {reason}");
+        assert!(reason.contains(words), "{lines:?}: {reason}");
+    }
 }

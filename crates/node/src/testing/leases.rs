@@ -24,6 +24,7 @@ fn fixed_of(limit: u64) -> InlineRule {
         period_ms: PERIOD_MS,
         algorithm: Algorithm::FixedWindow,
         burst: None,
+        calendar: None,
     }
 }
 
@@ -101,6 +102,7 @@ async fn a_hot_key_is_leased_and_decided_where_it_arrives() {
         period_ms: 1_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     };
     let key = key_of("n1", rule);
     let body = check(&key, rule);
@@ -264,6 +266,7 @@ async fn a_ring_change_releases_leases_and_hot_keys_lease_again() {
         period_ms: 1_000,
         algorithm: Algorithm::TokenBucket,
         burst: None,
+        calendar: None,
     };
     let key = key_of("n1", rule);
     let body = check(&key, rule);

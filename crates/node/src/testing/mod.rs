@@ -26,6 +26,7 @@
 //!   without a majority.
 //! - `batches`: concurrent checks for one owner in one frame; large local batches that let single
 //!   checks through and decide in turn.
+//! - `calendar`: a monthly quota on calendar windows (Europe/Berlin) through three nodes.
 //! - `buckets`: a bucket handed to its new owner on a ring change; a reset on every member.
 //! - `replicas`: an owner killed after its keys' limits are used up: the new owner promotes
 //!   its copies and keeps denying (token bucket, fixed window); a restarted owner gets them
@@ -47,6 +48,8 @@ mod all_or_nothing;
 mod batches;
 #[cfg(test)]
 mod buckets;
+#[cfg(test)]
+mod calendar;
 #[cfg(test)]
 mod clocks;
 #[cfg(test)]
@@ -721,6 +724,7 @@ fn owner_of_places_keys_as_the_node_does() {
             period_ms: 60_000,
             algorithm,
             burst: None,
+            calendar: None,
         };
         for k in 0..50 {
             let key = format!("k:{k}");

@@ -82,6 +82,7 @@ fn owned_by_n2(algorithm: Algorithm) -> Vec<String> {
         period_ms: PERIOD_MS,
         algorithm,
         burst: None,
+        calendar: None,
     };
     (0..)
         .map(|i| format!("{algorithm}:{i}"))
@@ -387,6 +388,7 @@ async fn a_replica_standing_in_denies_what_the_owner_owes() {
         period_ms: 10_000,
         algorithm: Algorithm::FixedWindow,
         burst: None,
+        calendar: None,
     };
     let key = (0..)
         .map(|i| format!("owing:{i}"))

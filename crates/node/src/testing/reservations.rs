@@ -18,6 +18,7 @@ fn per_minute(limit: u64, algorithm: Algorithm) -> InlineRule {
         period_ms: 60_000,
         algorithm,
         burst: None,
+        calendar: None,
     }
 }
 

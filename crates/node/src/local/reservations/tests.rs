@@ -26,6 +26,7 @@ fn inline(limit: u64, period_ms: u64, algorithm: Algorithm) -> InlineRule {
         period_ms,
         algorithm,
         burst: None,
+        calendar: None,
     }
 }
 
