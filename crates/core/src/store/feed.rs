@@ -26,11 +26,16 @@
 use crate::limiter::BucketState;
 use std::collections::HashSet;
 
-/// Whether a bucket's changes enter the feed; chosen when the bucket is created, and kept.
+/// Whether a bucket's changes enter the feed, and whether a disk follower keeps it. Local or
+/// not is chosen when the bucket is created, and kept; durable or not is said again by every
+/// write under a rule (a rule's `persist` may change), and read by a follower with the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A bucket a replica should copy (an owner's bucket): its changes enter the feed.
     Replicated,
+    /// A [`Kind::Replicated`] bucket that a disk follower also keeps (its rule's period is
+    /// long enough to matter after a restart): [`Change::durable`].
+    Durable,
     /// A bucket of this node alone (a fail-open share, salted id): never in the feed.
     Local,
 }
@@ -42,6 +47,8 @@ pub struct Change {
     pub seq: u64,
     pub id: u64,
     pub state: Option<BucketState>,
+    /// Whether the bucket is [`Kind::Durable`] (read with its state; false when gone).
+    pub durable: bool,
 }
 
 /// Where a follower is in the feed: the next sequence it has not read, per shard.
@@ -148,6 +155,7 @@ impl Ring {
                     seq,
                     id,
                     state: None,
+                    durable: false,
                 });
             }
         }
@@ -432,6 +440,36 @@ mod tests {
         }
         assert_eq!(drain(&s, &mut c).len(), 40);
         assert_eq!(s.feed_len(), 0, "alone again: rewound");
+    }
+
+    #[test]
+    fn a_change_says_whether_its_bucket_is_durable_as_its_last_write_under_a_rule_said() {
+        let s = one_shard(100, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        s.check_as(Kind::Durable, id(1), &r, || T0, 1);
+        s.check_as(Kind::Replicated, id(2), &r, || T0, 1);
+        let durable = |changes: Vec<Change>| -> Vec<(u64, bool)> {
+            changes.iter().map(|ch| (ch.id, ch.durable)).collect()
+        };
+        assert_eq!(
+            durable(drain(&s, &mut c)),
+            vec![(id(1), true), (id(2), false)]
+        );
+        // A rule's `persist` changed: the next write says so.
+        s.check_as(Kind::Replicated, id(1), &r, || T0, 1);
+        s.check_as(Kind::Durable, id(2), &r, || T0, 1);
+        assert_eq!(
+            durable(drain(&s, &mut c)),
+            vec![(id(1), false), (id(2), true)]
+        );
+        // What comes without a rule is of the kind its caller says; a gone bucket is not.
+        s.absorb_as(Kind::Durable, id(3), BucketState::Gcra { tat: T0, tag: 0 }, T0);
+        assert!(s.remove(id(2)));
+        assert_eq!(
+            durable(drain(&s, &mut c)),
+            vec![(id(3), true), (id(2), false)]
+        );
     }
 
     #[test]

@@ -85,11 +85,11 @@ impl Shard {
         table: &mut Table,
         id: u64,
         state: BucketState,
-        local: bool,
+        kind: Kind,
         now: u64,
         gone: impl FnMut(u64),
     ) -> Evicted {
-        let evicted = table.insert(id, state, local, now, gone);
+        let evicted = table.insert(id, state, kind, now, gone);
         let at = table.layout();
         self.slots_at.store(at.slots, Ordering::Relaxed);
         self.mask.store(at.mask, Ordering::Relaxed);
@@ -235,7 +235,7 @@ impl Store {
     }
 
     /// [`Store::check_now`] creating, if it must, a bucket of `kind` (a bucket held already
-    /// keeps the kind it was created with).
+    /// stays local or not as it was created, and becomes durable or not as `kind` says).
     ///
     /// An admission (the only decision that changes what a bucket has spent) enters the feed;
     /// a denial does not, though it may fit the state to `now` or to a reloaded rule: that is
@@ -316,7 +316,13 @@ impl Store {
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
-        let (out, evicted) = match table.update(id, now, |s| op(s, now), |gone| rec.changed(gone)) {
+        let (out, evicted) = match table.update_as(
+            id,
+            now,
+            Some(kind),
+            |s| op(s, now),
+            |gone| rec.changed(gone),
+        ) {
             Some(((out, spent), local, evicted)) => {
                 if spent && !local {
                     rec.changed(id);
@@ -331,7 +337,7 @@ impl Store {
                 let evicted = if kept || spent {
                     let local = kind == Kind::Local;
                     let evicted =
-                        shard.insert(table, id, state, local, now, |gone| rec.changed(gone));
+                        shard.insert(table, id, state, kind, now, |gone| rec.changed(gone));
                     if !local {
                         rec.changed(id);
                     }
@@ -399,23 +405,40 @@ impl Store {
     /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]); a
     /// bucket new here is [`Kind::Replicated`].
     pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
-        self.merge(id, state, now, |mine, theirs| mine.absorb(theirs, now));
+        self.absorb_as(Kind::Replicated, id, state, now);
+    }
+
+    /// [`Store::absorb`], a bucket new here of `kind` (not [`Kind::Local`]).
+    pub fn absorb_as(&self, kind: Kind, id: u64, state: BucketState, now: u64) {
+        self.merge(kind, id, state, now, |mine, theirs| mine.absorb(theirs, now));
     }
 
     /// Merges another reading of bucket `id`'s history (see [`BucketState::overlap`]); a bucket
     /// new here is [`Kind::Replicated`].
     pub fn overlap(&self, id: u64, state: BucketState, now: u64) {
-        self.merge(id, state, now, |mine, theirs| mine.overlap(theirs));
+        self.overlap_as(Kind::Replicated, id, state, now);
     }
 
-    /// Merges `state` into bucket `id` with `merge`, or inserts it.
+    /// [`Store::overlap`], a bucket new here of `kind` (not [`Kind::Local`]).
+    pub fn overlap_as(&self, kind: Kind, id: u64, state: BucketState, now: u64) {
+        self.merge(kind, id, state, now, |mine, theirs| mine.overlap(theirs));
+    }
+
+    /// Merges `state` into bucket `id` with `merge`, or inserts it as `kind`.
     fn merge(
         &self,
+        kind: Kind,
         id: u64,
         state: BucketState,
         now: u64,
         merge: impl FnOnce(&mut BucketState, BucketState),
     ) {
+        // What comes without a rule never makes a bucket local.
+        let kind = if kind == Kind::Local {
+            Kind::Replicated
+        } else {
+            kind
+        };
         let shard = self.shard(id);
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
@@ -435,7 +458,7 @@ impl Store {
             (Some((_, local, evicted)), _) => (local, evicted),
             (None, Some(state)) => (
                 false,
-                shard.insert(table, id, state, false, now, |gone| rec.changed(gone)),
+                shard.insert(table, id, state, kind, now, |gone| rec.changed(gone)),
             ),
             // Not reached: the state is taken only by a merge.
             (None, None) => (true, Evicted::default()),
@@ -455,7 +478,9 @@ impl Store {
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
-        let evicted = shard.insert(table, id, state, false, now, |gone| rec.changed(gone));
+        let evicted = shard.insert(table, id, state, Kind::Replicated, now, |gone| {
+            rec.changed(gone)
+        });
         rec.changed(id);
         drop(locked);
         self.record(evicted);
@@ -572,7 +597,10 @@ impl Store {
         for (k, range) in read {
             let locked = self.shards[k].locked.lock();
             for c in &mut out[range] {
-                c.state = locked.table.peek(c.id).cloned();
+                if let Some((state, kind)) = locked.table.peek_kind(c.id) {
+                    c.state = Some(state.clone());
+                    c.durable = kind == Kind::Durable;
+                }
             }
         }
         match lagged {
