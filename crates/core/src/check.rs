@@ -187,6 +187,7 @@ mod tests {
             on_owner_unreachable: OnOwnerUnreachable::Open,
             shadow: false,
             lease: LeaseMode::Off,
+            persist: PersistMode::Auto,
             request_key: None,
         };
         assert_eq!(

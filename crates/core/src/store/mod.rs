@@ -379,6 +379,14 @@ impl Store {
         }
     }
 
+    /// Calls `f` on every [`Kind::Durable`] bucket held, one shard at a time: what a disk
+    /// follower that [`Lagged`] writes again.
+    pub fn for_each_durable(&self, mut f: impl FnMut(u64, &BucketState)) {
+        for shard in self.shards.iter() {
+            shard.locked.lock().table.for_each_durable(&mut f);
+        }
+    }
+
     /// Removes and returns every bucket for which `take` says yes, one shard at a time (checks
     /// on other shards go on meanwhile).
     pub fn take_if(

@@ -534,6 +534,15 @@ impl Table {
         longest
     }
 
+    /// Calls `f` on every durable bucket.
+    pub fn for_each_durable(&self, mut f: impl FnMut(u64, &BucketState)) {
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.id != EMPTY && kind_in(&self.flags, i) == Kind::Durable {
+                f(s.id, &s.state);
+            }
+        }
+    }
+
     /// Calls `f` on every bucket that is not local.
     pub fn for_each_replicated(&self, mut f: impl FnMut(u64, &BucketState)) {
         for (i, s) in self.slots.iter().enumerate() {
