@@ -390,6 +390,14 @@ impl Local {
         self.owned.overlap_as(self.kind_unknown(), id, state, now);
     }
 
+    /// Merges bucket `id` as restored from this node's disk at start (see `crate::durable`):
+    /// another reading of its history, like a recalled one, so that a peer's handover or
+    /// recall of it overlaps instead of adding; durable, as it was when written.
+    pub fn restore_in(&self, id: u64, state: BucketState, now: u64) {
+        self.copies.recalled(id);
+        self.owned.overlap_as(Kind::Durable, id, state, now);
+    }
+
     /// On a ring change: the copies of buckets this node owns under `view` become its buckets
     /// at `now` (merged with a bucket held there already: consumptions add, so the result
     /// spends at least as much as either), and copies it neither owns nor replicates (with
