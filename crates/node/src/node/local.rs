@@ -7,6 +7,8 @@
 use super::NodeError;
 use super::membership::Members;
 use crate::config::NodeConfig;
+use crate::durable::disk::Disk;
+use crate::durable::{Durable, DurableStats};
 use crate::global::{self, GlobalCounters};
 use crate::local::Local;
 use crate::rlqs::Rlqs;
@@ -24,6 +26,8 @@ pub(super) struct Opened {
     clock: Arc<dyn Clock>,
     book: Arc<RuleBook>,
     rules: Arc<RulesStatus>,
+    /// The bucket file under `--data-dir`, stamped for this node (checked before joining).
+    disk: Option<Disk>,
 }
 
 /// What the node holds and decides by itself.
@@ -41,6 +45,10 @@ pub(super) struct LocalState {
     pub(super) rlqs: Arc<Rlqs>,
     /// `mode: global` rules: counters keyed by this incarnation, fed by what peers push.
     pub(super) global: Arc<GlobalCounters>,
+    /// The disk follower of the owned buckets (`--data-dir`), restored already.
+    pub(super) durable: Option<Arc<Durable>>,
+    /// Its counters (zero without `--data-dir`).
+    pub(super) durable_stats: Arc<DurableStats>,
 }
 
 impl Opened {
@@ -60,18 +68,32 @@ impl Opened {
             RuleBook::open(in_force.clone(), &config.node_id, config.data_dir.clone())
                 .map_err(|e| NodeError::DataDir(e.to_string()))?,
         );
+        // A corrupt or foreign bucket file stops the node here, before it joins.
+        let disk = match &config.data_dir {
+            Some(dir) => Some(
+                Disk::open(dir, &config.cluster_id, &config.node_id)
+                    .map_err(|e| NodeError::DataDir(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             in_force,
             clock,
             book,
             rules: Arc::new(RulesStatus::new(config.rules_path.clone())),
+            disk,
         })
     }
 
     /// Deciding here, once membership has named this incarnation (global counts are kept
     /// under it) and measures the cluster clock (global windows are numbered on it); the
-    /// top keys and the RLQS shares beside it.
-    pub(super) fn decide_here(self, config: &NodeConfig, members: &Members) -> LocalState {
+    /// top keys and the RLQS shares beside it. With `--data-dir`, the buckets kept on disk
+    /// are restored here, before anything is served.
+    pub(super) fn decide_here(
+        self,
+        config: &NodeConfig,
+        members: &Members,
+    ) -> Result<LocalState, NodeError> {
         let id = members.membership.chitchat_id();
         let global = Arc::new(
             GlobalCounters::new(
@@ -80,26 +102,48 @@ impl Opened {
             )
             .with_clocks(members.clocks.clone()),
         );
-        let local = Arc::new(
-            Local::new(self.in_force, self.clock, config.max_keys, global.clone())
-                .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
-        );
+        let mut local = Local::new(self.in_force, self.clock, config.max_keys, global.clone())
+            .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms);
+        if self.disk.is_some() {
+            local = local.with_persistence(config.persist_min_period_ns);
+        }
+        let local = Arc::new(local);
+        let durable_stats = Arc::new(DurableStats::default());
+        let durable = match self.disk {
+            Some(disk) => {
+                let durable = Durable::new(disk, local.clone(), durable_stats.clone());
+                durable
+                    .restore()
+                    .map_err(|e| NodeError::DataDir(e.to_string()))?;
+                Some(Arc::new(durable))
+            }
+            None => None,
+        };
         let rlqs = Arc::new(Rlqs::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
             local.clone(),
         ));
-        LocalState {
+        Ok(LocalState {
             local,
             book: self.book,
             rules: self.rules,
             top: Arc::new(TopKeys::default()),
             rlqs,
             global,
-        }
+            durable,
+            durable_stats,
+        })
     }
 }
 
 impl LocalState {
+    /// Writes the durable buckets' changes to disk every `--persist-interval-ms`.
+    pub(super) fn persist(&self, config: &NodeConfig, tasks: &mut JoinSet<()>) {
+        if let Some(durable) = &self.durable {
+            tasks.spawn(durable.clone().run(config.persist_interval));
+        }
+    }
+
     /// Sweeps expired reservations.
     pub(super) fn sweep(&self, tasks: &mut JoinSet<()>) {
         tasks.spawn(crate::local::reservations::upkeep(
