@@ -54,7 +54,12 @@ fn daily(key: &str) -> Value {
 /// Whether a check of `body` through `node` is admitted.
 async fn admitted(node: &ProcessNode, body: &Value) -> Result<bool> {
     let r = node.check(body).await?;
-    ensure!(r.status == 200 || r.status == 429, "{} {}", r.status, r.text);
+    ensure!(
+        r.status == 200 || r.status == 429,
+        "{} {}",
+        r.status,
+        r.text
+    );
     Ok(r.status == 200)
 }
 
@@ -120,8 +125,8 @@ async fn a_single_node_keeps_used_up_daily_quotas_across_a_sigterm_restart() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_single_node_keeps_used_up_daily_quotas_across_a_sigkill_after_one_interval()
--> Result<()> {
+async fn a_single_node_keeps_used_up_daily_quotas_across_a_sigkill_after_one_interval() -> Result<()>
+{
     single_node_restart(true).await
 }
 
@@ -130,7 +135,10 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
     let _one = exclusive().await;
     let dirs = Dirs::new("cluster", 3);
     let mut nodes = ProcessNode::cluster(3, |i, s| {
-        s.args = vec!["--data-dir".into(), dirs.0[i].to_string_lossy().into_owned()];
+        s.args = vec![
+            "--data-dir".into(),
+            dirs.0[i].to_string_lossy().into_owned(),
+        ];
     })
     .await?;
     for n in &nodes {
@@ -142,7 +150,10 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
         .map(|(i, n)| {
             let mut s = ProcessSpec::new(&n.node_id, n.peer.port());
             s.seeds = nodes.iter().map(|m| m.peer.to_string()).collect();
-            s.args = vec!["--data-dir".into(), dirs.0[i].to_string_lossy().into_owned()];
+            s.args = vec![
+                "--data-dir".into(),
+                dirs.0[i].to_string_lossy().into_owned(),
+            ];
             s
         })
         .collect();
@@ -182,7 +193,10 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_one_clear_line() -> Resul
     let dirs = Dirs::new("refused", 2);
     let corrupt = &dirs.0[0];
     std::fs::create_dir_all(corrupt)?;
-    std::fs::write(corrupt.join("buckets.redb"), b"not a bucket file".repeat(500))?;
+    std::fs::write(
+        corrupt.join("buckets.redb"),
+        b"not a bucket file".repeat(500),
+    )?;
     let e = match ProcessNode::start(&spec("c", free_peer_port()?, corrupt)).await {
         Ok(_) => anyhow::bail!("a node started on a corrupt bucket file"),
         Err(e) => format!("{e:#}"),

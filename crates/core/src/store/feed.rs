@@ -464,7 +464,12 @@ mod tests {
             vec![(id(1), false), (id(2), true)]
         );
         // What comes without a rule is of the kind its caller says; a gone bucket is not.
-        s.absorb_as(Kind::Durable, id(3), BucketState::Gcra { tat: T0, tag: 0 }, T0);
+        s.absorb_as(
+            Kind::Durable,
+            id(3),
+            BucketState::Gcra { tat: T0, tag: 0 },
+            T0,
+        );
         assert!(s.remove(id(2)));
         assert_eq!(
             durable(drain(&s, &mut c)),

@@ -418,7 +418,9 @@ impl Store {
 
     /// [`Store::absorb`], a bucket new here of `kind` (not [`Kind::Local`]).
     pub fn absorb_as(&self, kind: Kind, id: u64, state: BucketState, now: u64) {
-        self.merge(kind, id, state, now, |mine, theirs| mine.absorb(theirs, now));
+        self.merge(kind, id, state, now, |mine, theirs| {
+            mine.absorb(theirs, now)
+        });
     }
 
     /// Merges another reading of bucket `id`'s history (see [`BucketState::overlap`]); a bucket

@@ -16,8 +16,8 @@
 //! bound at most 3/4 full, so that a store sized for a million keys but holding a hundred
 //! thousand touches a table sized for those.
 
-use super::slots::Slots;
 use super::feed::Kind;
+use super::slots::Slots;
 use crate::limiter::BucketState;
 
 /// The id of an empty slot. A real id 0 is kept as 1: one more colliding pair among 2⁶⁴ ids.

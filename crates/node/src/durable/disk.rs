@@ -285,8 +285,11 @@ mod tests {
     #[test]
     fn a_file_that_is_not_a_bucket_file_is_refused() {
         let d = dir();
-        std::fs::write(d.path().join(FILE), b"not a database, just some bytes".repeat(200))
-            .expect("written");
+        std::fs::write(
+            d.path().join(FILE),
+            b"not a database, just some bytes".repeat(200),
+        )
+        .expect("written");
         let e = Disk::open(d.path(), "c", "n1").expect_err("corrupt");
         assert!(e.to_string().contains("not a readable bucket file"), "{e}");
     }

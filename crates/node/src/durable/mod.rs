@@ -140,7 +140,9 @@ impl Durable {
                 values = bad,
                 "stored bucket states that do not decode were left out"
             );
-            self.stats.restore_failures.fetch_add(bad, Ordering::Relaxed);
+            self.stats
+                .restore_failures
+                .fetch_add(bad, Ordering::Relaxed);
         }
         let n = buckets.len() as u64;
         let mut f = self.following.lock();
@@ -211,7 +213,9 @@ impl Durable {
             }
         }
         let sweep_ns = SWEEP_EVERY.as_nanos() as u64;
-        if f.last_sweep.is_none_or(|at| now.saturating_sub(at) >= sweep_ns) {
+        if f.last_sweep
+            .is_none_or(|at| now.saturating_sub(at) >= sweep_ns)
+        {
             f.last_sweep = Some(now);
             if let Ok(idle) = self.disk.idle(now) {
                 batch.delete.extend(idle);

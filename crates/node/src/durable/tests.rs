@@ -23,8 +23,7 @@ struct Node {
 
 fn node(dir: &std::path::Path, clock: &ManualClock) -> Node {
     let local = Arc::new(
-        Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone()))
-            .with_persistence(60 * SEC),
+        Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone())).with_persistence(60 * SEC),
     );
     let disk = Disk::open(dir, "c", "n1").expect("opens");
     let durable = Durable::new(disk, local.clone(), Arc::default());
@@ -39,7 +38,9 @@ fn fixed(limit: u64, period_s: u64) -> Rule {
 fn check(n: &Node, i: u64, rule: &Rule, persist: PersistMode) -> Decision {
     let id = bucket(i);
     let kind = n.local.kind(rule, persist);
-    n.local.owned().check(kind, id, rule, 1, || n.local.now(), || None)
+    n.local
+        .owned()
+        .check(kind, id, rule, 1, || n.local.now(), || None)
 }
 
 #[test]
@@ -59,17 +60,31 @@ fn a_flush_writes_changed_durable_buckets_once_and_a_restart_restores_them() {
     assert!(check(&n, 200, &short, PersistMode::Always).allowed);
     assert!(check(&n, 300, &daily, PersistMode::Never).allowed);
     let f = n.durable.flush().expect("written");
-    assert_eq!((f.written, f.deleted), (11, 0), "10 daily buckets and one always");
+    assert_eq!(
+        (f.written, f.deleted),
+        (11, 0),
+        "10 daily buckets and one always"
+    );
     assert_eq!(n.durable.flush().expect("nothing new"), Flushed::default());
     drop(n);
 
     clock.advance(3600 * SEC);
     let n = node(d.path(), &clock);
-    assert_eq!(n.durable.restore().expect("restored"), 10, "the 1 s bucket is over");
+    assert_eq!(
+        n.durable.restore().expect("restored"),
+        10,
+        "the 1 s bucket is over"
+    );
     for id in 0..10 {
-        assert!(!check(&n, id, &daily, PersistMode::Auto).allowed, "{id} still used up");
+        assert!(
+            !check(&n, id, &daily, PersistMode::Auto).allowed,
+            "{id} still used up"
+        );
     }
-    assert!(check(&n, 300, &daily, PersistMode::Never).allowed, "never kept");
+    assert!(
+        check(&n, 300, &daily, PersistMode::Never).allowed,
+        "never kept"
+    );
 }
 
 #[test]
@@ -93,7 +108,11 @@ fn gone_reset_and_no_longer_durable_buckets_are_deleted_but_not_while_leaving() 
     n.durable.flush_at_exit();
     drop(n);
     let n = node(d.path(), &clock);
-    assert_eq!(n.durable.restore().expect("restored"), 2, "2 (handed over) and 3");
+    assert_eq!(
+        n.durable.restore().expect("restored"),
+        2,
+        "2 (handed over) and 3"
+    );
     assert_eq!(check(&n, 3, &daily, PersistMode::Auto).remaining, 7);
 }
 
@@ -131,5 +150,9 @@ fn a_restored_bucket_overlaps_what_a_peer_hands_back_never_adds() {
     n.durable.restore().expect("restored");
     // The peer that held it meanwhile hands the same history back.
     n.local.take_in(bucket(1), handed, n.local.now());
-    assert_eq!(check(&n, 1, &daily, PersistMode::Auto).remaining, 3, "6 + 1, not 13");
+    assert_eq!(
+        check(&n, 1, &daily, PersistMode::Auto).remaining,
+        3,
+        "6 + 1, not 13"
+    );
 }

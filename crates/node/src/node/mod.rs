@@ -182,7 +182,13 @@ impl Node {
             config.leave_delay,
         );
         let result = edges.serve_http(&config, state, leave).await;
-        lifecycle::stop(publishing, tasks, &members.membership, local.durable.as_deref()).await;
+        lifecycle::stop(
+            publishing,
+            tasks,
+            &members.membership,
+            local.durable.as_deref(),
+        )
+        .await;
         result
     }
 }
