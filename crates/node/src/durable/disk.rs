@@ -9,6 +9,7 @@
 //! The stamp (cluster id and node id) is written when the file is made and checked on every
 //! open: a directory of another node or another cluster is refused, never merged.
 
+use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use ringlimit_core::limiter::BucketState;
 use ringlimit_proto::peer::WireState;
@@ -58,9 +59,16 @@ impl Batch {
     }
 }
 
+/// Opens the database again (its file, or a test's backend).
+type Reopen = Box<dyn Fn() -> Result<Database, redb::DatabaseError> + Send + Sync>;
+
 /// The open bucket file.
 pub struct Disk {
-    db: Database,
+    /// `None` after a failed write: redb refuses every later operation of a database whose
+    /// I/O failed, so the next one opens the file again (a disk that takes writes again then
+    /// works again).
+    db: Mutex<Option<Database>>,
+    reopen: Reopen,
     path: PathBuf,
 }
 
@@ -101,16 +109,28 @@ impl Disk {
     /// file that does not read or that another node or cluster stamped.
     pub fn open(dir: &Path, cluster: &str, node: &str) -> Result<Self, DiskError> {
         let path = dir.join(FILE);
+        let file = path.clone();
+        Self::open_with(
+            path,
+            Box::new(move || Database::create(&file)),
+            cluster,
+            node,
+        )
+    }
+
+    /// [`Disk::open`] through `reopen` (a file, or a test's storage), named `path`.
+    fn open_with(
+        path: PathBuf,
+        reopen: Reopen,
+        cluster: &str,
+        node: &str,
+    ) -> Result<Self, DiskError> {
         let unreadable = |e: &dyn std::fmt::Display| DiskError::Unreadable {
             path: path.clone(),
             reason: e.to_string(),
         };
-        let db = Database::create(&path).map_err(|e| unreadable(&e))?;
-        let disk = Self {
-            db,
-            path: path.clone(),
-        };
-        let tx = disk.db.begin_write().map_err(|e| unreadable(&e))?;
+        let db = reopen().map_err(|e| unreadable(&e))?;
+        let tx = db.begin_write().map_err(|e| unreadable(&e))?;
         {
             let mut stamp = tx.open_table(STAMP).map_err(|e| unreadable(&e))?;
             let get = |t: &redb::Table<&str, &str>, k: &str| -> Result<Option<String>, DiskError> {
@@ -143,7 +163,28 @@ impl Disk {
             tx.open_table(BUCKETS).map_err(|e| unreadable(&e))?;
         }
         tx.commit().map_err(|e| unreadable(&e))?;
-        Ok(disk)
+        Ok(Self {
+            db: Mutex::new(Some(db)),
+            reopen,
+            path,
+        })
+    }
+
+    /// Runs `f` on the database, opened again first if a write failed before; a failure of
+    /// `f` drops it (see [`Disk::db`]).
+    fn with_db<T>(&self, f: impl FnOnce(&Database) -> Result<T, String>) -> Result<T, String> {
+        let mut db = self.db.lock();
+        if db.is_none() {
+            *db = Some((self.reopen)().map_err(|e| e.to_string())?);
+        }
+        let Some(open) = db.as_ref() else {
+            return Err("not open".into());
+        };
+        let out = f(open);
+        if out.is_err() {
+            *db = None;
+        }
+        out
     }
 
     pub fn path(&self) -> &Path {
@@ -153,72 +194,82 @@ impl Disk {
     /// Every stored bucket still mattering at `now`, and how many values did not decode
     /// (left out).
     pub fn load(&self, now: u64) -> Result<(Vec<(u64, BucketState)>, u64), DiskError> {
-        let unreadable = |e: &dyn std::fmt::Display| DiskError::Unreadable {
+        self.with_db(|db| {
+            let e = |e: &dyn std::fmt::Display| e.to_string();
+            let tx = db.begin_read().map_err(|x| e(&x))?;
+            let table = tx.open_table(BUCKETS).map_err(|x| e(&x))?;
+            let n = usize::try_from(table.len().unwrap_or(0)).unwrap_or(0);
+            let mut out = Vec::with_capacity(n);
+            let mut bad = 0;
+            for entry in table.iter().map_err(|x| e(&x))? {
+                let (k, v) = entry.map_err(|x| e(&x))?;
+                let v = v.value();
+                if idle_at(v).is_some_and(|at| at <= now) {
+                    continue;
+                }
+                match decode(v) {
+                    Some(state) => out.push((k.value(), state)),
+                    None => bad += 1,
+                }
+            }
+            Ok((out, bad))
+        })
+        .map_err(|reason| DiskError::Unreadable {
             path: self.path.clone(),
-            reason: e.to_string(),
-        };
-        let tx = self.db.begin_read().map_err(|e| unreadable(&e))?;
-        let table = tx.open_table(BUCKETS).map_err(|e| unreadable(&e))?;
-        let mut out = Vec::with_capacity(usize::try_from(table.len().unwrap_or(0)).unwrap_or(0));
-        let mut bad = 0;
-        for entry in table.iter().map_err(|e| unreadable(&e))? {
-            let (k, v) = entry.map_err(|e| unreadable(&e))?;
-            let v = v.value();
-            if idle_at(v).is_some_and(|at| at <= now) {
-                continue;
-            }
-            match decode(v) {
-                Some(state) => out.push((k.value(), state)),
-                None => bad += 1,
-            }
-        }
-        Ok((out, bad))
+            reason,
+        })
     }
 
     /// Writes `batch` in one transaction, flushed to the disk before it returns.
     pub fn commit(&self, batch: &Batch) -> Result<(), DiskError> {
-        let failed = |e: &dyn std::fmt::Display| DiskError::Write {
+        self.with_db(|db| {
+            let e = |e: &dyn std::fmt::Display| e.to_string();
+            let tx = db.begin_write().map_err(|x| e(&x))?;
+            {
+                let mut table = tx.open_table(BUCKETS).map_err(|x| e(&x))?;
+                for (id, state) in &batch.put {
+                    table
+                        .insert(*id, encode(state).as_slice())
+                        .map_err(|x| e(&x))?;
+                }
+                for id in &batch.delete {
+                    table.remove(*id).map_err(|x| e(&x))?;
+                }
+            }
+            tx.commit().map_err(|x| e(&x))
+        })
+        .map_err(|reason| DiskError::Write {
             path: self.path.clone(),
-            reason: e.to_string(),
-        };
-        let tx = self.db.begin_write().map_err(|e| failed(&e))?;
-        {
-            let mut table = tx.open_table(BUCKETS).map_err(|e| failed(&e))?;
-            for (id, state) in &batch.put {
-                table
-                    .insert(*id, encode(state).as_slice())
-                    .map_err(|e| failed(&e))?;
-            }
-            for id in &batch.delete {
-                table.remove(*id).map_err(|e| failed(&e))?;
-            }
-        }
-        tx.commit().map_err(|e| failed(&e))
+            reason,
+        })
     }
 
     /// Ids of stored buckets that no longer matter at `now` (the sweep deletes them).
     pub fn idle(&self, now: u64) -> Result<Vec<u64>, DiskError> {
-        let unreadable = |e: &dyn std::fmt::Display| DiskError::Unreadable {
-            path: self.path.clone(),
-            reason: e.to_string(),
-        };
-        let tx = self.db.begin_read().map_err(|e| unreadable(&e))?;
-        let table = tx.open_table(BUCKETS).map_err(|e| unreadable(&e))?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| unreadable(&e))? {
-            let (k, v) = entry.map_err(|e| unreadable(&e))?;
-            if idle_at(v.value()).is_none_or(|at| at <= now) {
-                out.push(k.value());
+        self.with_db(|db| {
+            let e = |e: &dyn std::fmt::Display| e.to_string();
+            let tx = db.begin_read().map_err(|x| e(&x))?;
+            let table = tx.open_table(BUCKETS).map_err(|x| e(&x))?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(|x| e(&x))? {
+                let (k, v) = entry.map_err(|x| e(&x))?;
+                if idle_at(v.value()).is_none_or(|at| at <= now) {
+                    out.push(k.value());
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+        .map_err(|reason| DiskError::Unreadable {
+            path: self.path.clone(),
+            reason,
+        })
     }
 
     /// Buckets stored.
     pub fn len(&self) -> u64 {
-        self.db
-            .begin_read()
-            .ok()
+        let db = self.db.lock();
+        db.as_ref()
+            .and_then(|db| db.begin_read().ok())
             .and_then(|tx| tx.open_table(BUCKETS).ok())
             .and_then(|t| t.len().ok())
             .unwrap_or(0)
@@ -231,6 +282,59 @@ impl Disk {
     /// The file's size in bytes.
     pub fn bytes(&self) -> u64 {
         std::fs::metadata(&self.path).map_or(0, |m| m.len())
+    }
+}
+
+/// Storage for tests that fails every write and sync while told to (a full disk).
+#[cfg(test)]
+#[derive(Debug, Clone, Default)]
+pub struct FailingStorage {
+    inner: std::sync::Arc<redb::backends::InMemoryBackend>,
+    pub full: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[cfg(test)]
+impl FailingStorage {
+    fn refuse(&self) -> Result<(), std::io::Error> {
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("no space left on device (test)"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl redb::StorageBackend for FailingStorage {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, std::io::Error> {
+        self.inner.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.refuse()?;
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self, eventual: bool) -> Result<(), std::io::Error> {
+        self.refuse()?;
+        self.inner.sync_data(eventual)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.refuse()?;
+        self.inner.write(offset, data)
+    }
+}
+
+#[cfg(test)]
+impl Disk {
+    /// A bucket file on `storage` (see [`FailingStorage`]).
+    pub fn on_storage(storage: FailingStorage) -> Self {
+        let reopen: Reopen =
+            Box::new(move || Database::builder().create_with_backend(storage.clone()));
+        match Self::open_with(PathBuf::from("test-storage"), reopen, "c", "n1") {
+            Ok(disk) => disk,
+            Err(e) => panic!("test storage: {e}"),
+        }
     }
 }
 

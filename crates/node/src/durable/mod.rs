@@ -68,6 +68,10 @@ pub struct DurableStats {
     pub restore_failures: AtomicU64,
     pub disk_bytes: AtomicU64,
     pub stored: AtomicU64,
+    /// Whether buckets are kept at all (`--data-dir`).
+    pub enabled: AtomicBool,
+    /// The last write error while writes fail (the cluster view shows it).
+    pub error: Mutex<Option<String>>,
 }
 
 /// What the follower holds between flushes.
@@ -80,8 +84,6 @@ struct Following {
     resync: bool,
     changes: Vec<Change>,
     last_sweep: Option<u64>,
-    /// The last write error, for the log and the cluster view.
-    error: Option<String>,
 }
 
 /// The disk follower of the owned buckets.
@@ -113,6 +115,7 @@ impl Durable {
     /// The follower of `local`'s owned buckets onto `disk`.
     pub fn new(disk: Disk, local: Arc<Local>, stats: Arc<DurableStats>) -> Self {
         stats.disk_bytes.store(disk.bytes(), Ordering::Relaxed);
+        stats.enabled.store(true, Ordering::Relaxed);
         Self {
             disk,
             local,
@@ -244,7 +247,7 @@ impl Durable {
                 if s.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(path = %self.disk.path().display(), "writing buckets to disk works again");
                 }
-                f.error = None;
+                *s.error.lock() = None;
                 Ok(Flushed {
                     written: batch.put.len(),
                     deleted: batch.delete.len(),
@@ -257,7 +260,7 @@ impl Durable {
                 if !self.stats.failing.swap(true, Ordering::Relaxed) {
                     tracing::error!(error = %e, "cannot write buckets to disk; answering from memory, retrying");
                 }
-                f.error = Some(e.to_string());
+                *self.stats.error.lock() = Some(e.to_string());
                 Err(e)
             }
         }
@@ -265,7 +268,7 @@ impl Durable {
 
     /// The last write error while writes fail (`None`: the disk takes them).
     pub fn error(&self) -> Option<String> {
-        self.following.lock().error.clone()
+        self.stats.error.lock().clone()
     }
 
     /// Flushes every `interval` until the task is dropped (each flush off the runtime's

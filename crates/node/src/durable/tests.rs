@@ -156,3 +156,52 @@ fn a_restored_bucket_overlaps_what_a_peer_hands_back_never_adds() {
         "6 + 1, not 13"
     );
 }
+
+#[test]
+fn a_full_disk_is_reported_the_node_answers_from_memory_and_everything_is_written_once_it_frees() {
+    let clock = ManualClock::new(T0);
+    let daily = fixed(10, 86_400);
+    let storage = super::disk::FailingStorage::default();
+    let local = Arc::new(
+        Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone())).with_persistence(60 * SEC),
+    );
+    let stats = Arc::new(DurableStats::default());
+    let durable = Durable::new(
+        Disk::on_storage(storage.clone()),
+        local.clone(),
+        stats.clone(),
+    );
+    let n = Node { local, durable };
+    n.durable.restore().expect("empty");
+    check(&n, 1, &daily, PersistMode::Auto);
+    assert_eq!(n.durable.flush().expect("written").written, 1);
+
+    storage.full.store(true, Ordering::Relaxed);
+    for i in 2..5 {
+        assert!(
+            check(&n, i, &daily, PersistMode::Auto).allowed,
+            "answered from memory"
+        );
+    }
+    let e = n.durable.flush().expect_err("the disk is full");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    assert!(stats.failing.load(Ordering::Relaxed));
+    assert_eq!(load(&stats.failures), 1);
+    assert!(
+        n.durable
+            .error()
+            .is_some_and(|e| e.contains("no space left"))
+    );
+    assert!(n.durable.flush().is_err(), "still full");
+
+    storage.full.store(false, Ordering::Relaxed);
+    check(&n, 5, &daily, PersistMode::Auto);
+    let f = n.durable.flush().expect("the disk takes writes again");
+    assert_eq!(
+        f.written, 5,
+        "every durable bucket again, the failed batch's included"
+    );
+    assert!(!stats.failing.load(Ordering::Relaxed));
+    assert_eq!(n.durable.error(), None);
+    assert_eq!(n.durable.disk.load(T0).expect("reads").0.len(), 5);
+}
