@@ -15,8 +15,28 @@ use ringlimit_core::limiter::BucketState;
 use ringlimit_proto::peer::WireState;
 use std::path::{Path, PathBuf};
 
-/// Bucket states by id.
+/// Bucket states by id: this node's own buckets.
 const BUCKETS: TableDefinition<u64, &[u8]> = TableDefinition::new("buckets");
+/// The replica copies this node keeps of other owners' buckets.
+const COPIES: TableDefinition<u64, &[u8]> = TableDefinition::new("copies");
+
+/// Which of the two kinds of bucket a table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// This node's own buckets.
+    Owned,
+    /// Replica copies of other owners' buckets.
+    Copies,
+}
+
+impl Held {
+    fn table(self) -> TableDefinition<'static, u64, &'static [u8]> {
+        match self {
+            Held::Owned => BUCKETS,
+            Held::Copies => COPIES,
+        }
+    }
+}
 /// Whose the buckets are: `cluster`, `node`, `format`.
 const STAMP: TableDefinition<&str, &str> = TableDefinition::new("stamp");
 /// The value layout this build writes and reads.
@@ -46,7 +66,7 @@ pub enum DiskError {
     Write { path: PathBuf, reason: String },
 }
 
-/// One batch of writes: states to keep and ids to forget, committed together.
+/// One table's writes: states to keep and ids to forget.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub put: Vec<(u64, BucketState)>,
@@ -161,6 +181,7 @@ impl Disk {
                 }
             }
             tx.open_table(BUCKETS).map_err(|e| unreadable(&e))?;
+            tx.open_table(COPIES).map_err(|e| unreadable(&e))?;
         }
         tx.commit().map_err(|e| unreadable(&e))?;
         Ok(Self {
@@ -193,11 +214,11 @@ impl Disk {
 
     /// Every stored bucket still mattering at `now`, and how many values did not decode
     /// (left out).
-    pub fn load(&self, now: u64) -> Result<(Vec<(u64, BucketState)>, u64), DiskError> {
+    pub fn load(&self, held: Held, now: u64) -> Result<(Vec<(u64, BucketState)>, u64), DiskError> {
         self.with_db(|db| {
             let e = |e: &dyn std::fmt::Display| e.to_string();
             let tx = db.begin_read().map_err(|x| e(&x))?;
-            let table = tx.open_table(BUCKETS).map_err(|x| e(&x))?;
+            let table = tx.open_table(held.table()).map_err(|x| e(&x))?;
             let n = usize::try_from(table.len().unwrap_or(0)).unwrap_or(0);
             let mut out = Vec::with_capacity(n);
             let mut bad = 0;
@@ -220,13 +241,13 @@ impl Disk {
         })
     }
 
-    /// Writes `batch` in one transaction, flushed to the disk before it returns.
-    pub fn commit(&self, batch: &Batch) -> Result<(), DiskError> {
+    /// Writes each table's batch in one transaction, flushed to the disk before it returns.
+    pub fn commit(&self, batches: &[(Held, &Batch)]) -> Result<(), DiskError> {
         self.with_db(|db| {
             let e = |e: &dyn std::fmt::Display| e.to_string();
             let tx = db.begin_write().map_err(|x| e(&x))?;
-            {
-                let mut table = tx.open_table(BUCKETS).map_err(|x| e(&x))?;
+            for (held, batch) in batches {
+                let mut table = tx.open_table(held.table()).map_err(|x| e(&x))?;
                 for (id, state) in &batch.put {
                     table
                         .insert(*id, encode(state).as_slice())
@@ -245,11 +266,11 @@ impl Disk {
     }
 
     /// Ids of stored buckets that no longer matter at `now` (the sweep deletes them).
-    pub fn idle(&self, now: u64) -> Result<Vec<u64>, DiskError> {
+    pub fn idle(&self, held: Held, now: u64) -> Result<Vec<u64>, DiskError> {
         self.with_db(|db| {
             let e = |e: &dyn std::fmt::Display| e.to_string();
             let tx = db.begin_read().map_err(|x| e(&x))?;
-            let table = tx.open_table(BUCKETS).map_err(|x| e(&x))?;
+            let table = tx.open_table(held.table()).map_err(|x| e(&x))?;
             let mut out = Vec::new();
             for entry in table.iter().map_err(|x| e(&x))? {
                 let (k, v) = entry.map_err(|x| e(&x))?;
@@ -265,18 +286,14 @@ impl Disk {
         })
     }
 
-    /// Buckets stored.
-    pub fn len(&self) -> u64 {
+    /// Buckets stored in `held`'s table.
+    pub fn len(&self, held: Held) -> u64 {
         let db = self.db.lock();
         db.as_ref()
             .and_then(|db| db.begin_read().ok())
-            .and_then(|tx| tx.open_table(BUCKETS).ok())
+            .and_then(|tx| tx.open_table(held.table()).ok())
             .and_then(|t| t.len().ok())
             .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The file's size in bytes.
@@ -362,17 +379,18 @@ mod tests {
             put: vec![(1, used.clone()), (2, idle), (3, used.clone())],
             delete: vec![],
         };
-        disk.commit(&batch).expect("written");
-        disk.commit(&Batch {
+        disk.commit(&[(Held::Owned, &batch)]).expect("written");
+        let delete = Batch {
             put: vec![],
             delete: vec![3],
-        })
-        .expect("deleted");
+        };
+        disk.commit(&[(Held::Owned, &delete)]).expect("deleted");
         drop(disk);
         let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
-        let (loaded, bad) = disk.load(T0).expect("reads");
+        let (loaded, bad) = disk.load(Held::Owned, T0).expect("reads");
         assert_eq!((loaded, bad), (vec![(1, used)], 0));
-        assert_eq!(disk.idle(T0).expect("reads"), vec![2]);
+        assert_eq!(disk.idle(Held::Owned, T0).expect("reads"), vec![2]);
+        assert_eq!(disk.load(Held::Copies, T0).expect("reads").0, vec![]);
         assert!(disk.bytes() > 0);
     }
 

@@ -38,8 +38,9 @@ mod tests;
 
 use crate::local::Local;
 use crate::metrics::{Family, load};
-use disk::{Batch, Disk, DiskError};
+use disk::{Batch, Disk, DiskError, Held};
 use parking_lot::Mutex;
+use ringlimit_core::limiter::BucketState;
 use ringlimit_core::store::{Change, Cursor};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -74,19 +75,26 @@ pub struct DurableStats {
     pub error: Mutex<Option<String>>,
 }
 
+/// What the follower holds of one kind of bucket between flushes.
+#[derive(Default)]
+struct Source {
+    cursor: Option<Cursor>,
+    /// Ids stored: a change of a bucket that is not (no longer) kept deletes only these.
+    stored: HashSet<u64>,
+    /// Write every kept bucket again (the feed overran, or a write failed).
+    resync: bool,
+    changes: Vec<Change>,
+}
+
 /// What the follower holds between flushes.
 #[derive(Default)]
 struct Following {
-    cursor: Option<Cursor>,
-    /// Ids stored: a change of a bucket that is not (no longer) durable deletes only these.
-    stored: HashSet<u64>,
-    /// Write every durable bucket again (the feed overran, or a write failed).
-    resync: bool,
-    changes: Vec<Change>,
+    owned: Source,
+    copies: Source,
     last_sweep: Option<u64>,
 }
 
-/// The disk follower of the owned buckets.
+/// The disk follower of the owned buckets and of the replica copies.
 pub struct Durable {
     disk: Disk,
     local: Arc<Local>,
@@ -125,44 +133,57 @@ impl Durable {
         }
     }
 
-    /// Loads every stored bucket still mattering into the owned buckets (before the node
-    /// serves), then follows the feed from there. Returns how many were restored.
+    /// Loads every stored bucket still mattering into the owned buckets, and every stored
+    /// copy into the replica copies (before the node serves), then follows both feeds from
+    /// there. Returns how many buckets and copies were restored.
     pub fn restore(&self) -> Result<u64, DiskError> {
         let started = Instant::now();
         let now = self.local.now();
-        let (buckets, bad) = match self.disk.load(now) {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                self.stats.restore_failures.fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        if bad > 0 {
-            tracing::warn!(
-                path = %self.disk.path().display(),
-                values = bad,
-                "stored bucket states that do not decode were left out"
-            );
-            self.stats
-                .restore_failures
-                .fetch_add(bad, Ordering::Relaxed);
-        }
-        let n = buckets.len() as u64;
         let mut f = self.following.lock();
-        f.stored.reserve(buckets.len());
-        for (id, state) in buckets {
-            self.local.restore_in(id, state, now);
-            f.stored.insert(id);
+        let mut n = 0;
+        for held in [Held::Owned, Held::Copies] {
+            let (buckets, bad) = match self.disk.load(held, now) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    self.stats.restore_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
+            if bad > 0 {
+                tracing::warn!(
+                    path = %self.disk.path().display(),
+                    values = bad,
+                    "stored bucket states that do not decode were left out"
+                );
+                self.stats
+                    .restore_failures
+                    .fetch_add(bad, Ordering::Relaxed);
+            }
+            n += buckets.len() as u64;
+            let source = match held {
+                Held::Owned => &mut f.owned,
+                Held::Copies => &mut f.copies,
+            };
+            source.stored.reserve(buckets.len());
+            for (id, state) in buckets {
+                match held {
+                    Held::Owned => self.local.restore_in(id, state, now),
+                    Held::Copies => self.local.copies().keep(id, Some(state), now),
+                }
+                source.stored.insert(id);
+            }
         }
         // Followed from here on: what was restored is stored already.
-        f.cursor = self.local.owned().follow().ok();
+        f.owned.cursor = self.local.owned().follow().ok();
+        f.copies.cursor = self.local.copies().follow().ok();
+        let stored = (f.owned.stored.len() + f.copies.stored.len()) as u64;
         drop(f);
         let ms = started.elapsed().as_millis();
         self.stats
             .restore_ms
             .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.stats.restored.store(n, Ordering::Relaxed);
-        self.stats.stored.store(self.disk.len(), Ordering::Relaxed);
+        self.stats.stored.store(stored, Ordering::Relaxed);
         tracing::info!(buckets = n, ms = %ms, path = %self.disk.path().display(), "buckets restored from disk");
         Ok(n)
     }
@@ -172,90 +193,102 @@ impl Durable {
         self.leaving.store(true, Ordering::Relaxed);
     }
 
-    /// Drains the feed and commits the changed durable buckets in one batch (the follower's
-    /// tick, and the last flush at shutdown); sweeps stored states that stopped mattering
-    /// every [`SWEEP_EVERY`].
+    /// Drains both feeds and commits the changed buckets worth keeping in one transaction
+    /// (the follower's tick, and the last flush at shutdown); sweeps stored states that
+    /// stopped mattering every [`SWEEP_EVERY`].
+    ///
+    /// Owned buckets are kept when durable (their rule said so on their last write). A copy
+    /// comes without its rule: it is kept while its state matters for at least
+    /// `--persist-min-period` from now (a short rule's bucket never does; a long one's does
+    /// until it has nearly refilled or its window nearly ended).
     pub fn flush(&self) -> Result<Flushed, DiskError> {
         let mut guard = self.following.lock();
         let f = &mut *guard;
-        let owned = self.local.owned();
-        if f.cursor.is_none() {
-            f.cursor = owned.follow().ok();
-            f.resync = true;
-        }
         let now = self.local.now();
-        f.changes.clear();
-        if let Some(c) = f.cursor.as_mut()
-            && owned.changes(c, &mut f.changes).is_err()
-        {
-            f.resync = true;
-        }
         let leaving = self.leaving.load(Ordering::Relaxed);
-        let mut batch = Batch::default();
-        if f.resync {
-            let mut keep = HashSet::new();
-            owned.for_each_durable(|id, st| {
-                if st.idle_at() > now {
-                    keep.insert(id);
-                    batch.put.push((id, st.clone()));
-                }
-            });
-            if !leaving {
-                batch
-                    .delete
-                    .extend(f.stored.iter().filter(|id| !keep.contains(id)));
-            }
-        } else {
-            for ch in f.changes.drain(..) {
-                match ch.state {
-                    Some(st) if ch.durable && st.idle_at() > now => batch.put.push((ch.id, st)),
-                    None if leaving => {}
-                    _ if f.stored.contains(&ch.id) => batch.delete.push(ch.id),
-                    _ => {}
-                }
-            }
-        }
+        let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
+        let owned = self.local.owned();
+        let copies = self.local.copies();
+        let mut b_owned = Batch::default();
+        let mut b_copies = Batch::default();
+        drain(
+            &mut f.owned,
+            &mut b_owned,
+            leaving,
+            || owned.follow().ok(),
+            |c, out| owned.changes(c, out).is_ok(),
+            |keep| {
+                owned.for_each_durable(|id, st| {
+                    if st.idle_at() > now {
+                        keep(id, st);
+                    }
+                })
+            },
+            |ch| ch.durable && ch.state.as_ref().is_some_and(|st| st.idle_at() > now),
+        );
+        drain(
+            &mut f.copies,
+            &mut b_copies,
+            leaving,
+            || copies.follow().ok(),
+            |c, out| copies.changes(c, out).is_ok(),
+            |keep| {
+                copies.for_each(|id, st| {
+                    if st.idle_at() >= horizon {
+                        keep(id, st);
+                    }
+                })
+            },
+            |ch| ch.state.as_ref().is_some_and(|st| st.idle_at() >= horizon),
+        );
         let sweep_ns = SWEEP_EVERY.as_nanos() as u64;
         if f.last_sweep
             .is_none_or(|at| now.saturating_sub(at) >= sweep_ns)
         {
             f.last_sweep = Some(now);
-            if let Ok(idle) = self.disk.idle(now) {
-                batch.delete.extend(idle);
+            for (held, batch) in [(Held::Owned, &mut b_owned), (Held::Copies, &mut b_copies)] {
+                if let Ok(idle) = self.disk.idle(held, now) {
+                    batch.delete.extend(idle);
+                }
             }
         }
-        if batch.is_empty() {
+        if b_owned.is_empty() && b_copies.is_empty() {
             return Ok(Flushed::default());
         }
-        match self.disk.commit(&batch) {
+        match self
+            .disk
+            .commit(&[(Held::Owned, &b_owned), (Held::Copies, &b_copies)])
+        {
             Ok(()) => {
-                for (id, _) in &batch.put {
-                    f.stored.insert(*id);
+                let mut done = Flushed::default();
+                for (source, batch) in [(&mut f.owned, &b_owned), (&mut f.copies, &b_copies)] {
+                    for (id, _) in &batch.put {
+                        source.stored.insert(*id);
+                    }
+                    for id in &batch.delete {
+                        source.stored.remove(id);
+                    }
+                    source.resync = false;
+                    done.written += batch.put.len();
+                    done.deleted += batch.delete.len();
                 }
-                for id in &batch.delete {
-                    f.stored.remove(id);
-                }
-                f.resync = false;
                 let s = &self.stats;
-                s.written
-                    .fetch_add(batch.put.len() as u64, Ordering::Relaxed);
-                s.deleted
-                    .fetch_add(batch.delete.len() as u64, Ordering::Relaxed);
+                s.written.fetch_add(done.written as u64, Ordering::Relaxed);
+                s.deleted.fetch_add(done.deleted as u64, Ordering::Relaxed);
                 s.batches.fetch_add(1, Ordering::Relaxed);
-                s.stored.store(f.stored.len() as u64, Ordering::Relaxed);
+                let stored = f.owned.stored.len() + f.copies.stored.len();
+                s.stored.store(stored as u64, Ordering::Relaxed);
                 s.disk_bytes.store(self.disk.bytes(), Ordering::Relaxed);
                 if s.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(path = %self.disk.path().display(), "writing buckets to disk works again");
                 }
                 *s.error.lock() = None;
-                Ok(Flushed {
-                    written: batch.put.len(),
-                    deleted: batch.delete.len(),
-                })
+                Ok(done)
             }
             Err(e) => {
-                // What this batch held is not on disk: everything again next time.
-                f.resync = true;
+                // What these batches held is not on disk: everything again next time.
+                f.owned.resync = true;
+                f.copies.resync = true;
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
                 if !self.stats.failing.swap(true, Ordering::Relaxed) {
                     tracing::error!(error = %e, "cannot write buckets to disk; answering from memory, retrying");
@@ -293,6 +326,53 @@ impl Durable {
                 "buckets flushed to disk before exit"
             ),
             Err(e) => tracing::error!(error = %e, "the last flush of buckets to disk failed"),
+        }
+    }
+}
+
+/// One source's part of a flush: its changes drained (or, after a lag or a failed write, every
+/// bucket it keeps) into `batch`. `follow` starts following, `read` drains (false: lagged),
+/// `each` visits every bucket worth keeping, `keep` says whether a change is. While the node
+/// leaves, buckets that go stay on disk.
+fn drain(
+    source: &mut Source,
+    batch: &mut Batch,
+    leaving: bool,
+    follow: impl FnOnce() -> Option<Cursor>,
+    read: impl FnOnce(&mut Cursor, &mut Vec<Change>) -> bool,
+    each: impl FnOnce(&mut dyn FnMut(u64, &BucketState)),
+    keep: impl Fn(&Change) -> bool,
+) {
+    if source.cursor.is_none() {
+        source.cursor = follow();
+        source.resync = true;
+    }
+    source.changes.clear();
+    if let Some(c) = source.cursor.as_mut()
+        && !read(c, &mut source.changes)
+    {
+        source.resync = true;
+    }
+    if source.resync {
+        let mut kept = HashSet::new();
+        each(&mut |id, st| {
+            kept.insert(id);
+            batch.put.push((id, st.clone()));
+        });
+        if !leaving {
+            batch
+                .delete
+                .extend(source.stored.iter().filter(|id| !kept.contains(id)));
+        }
+        return;
+    }
+    for ch in source.changes.drain(..) {
+        if keep(&ch) {
+            if let Some(st) = ch.state {
+                batch.put.push((ch.id, st));
+            }
+        } else if (ch.state.is_some() || !leaving) && source.stored.contains(&ch.id) {
+            batch.delete.push(ch.id);
         }
     }
 }

@@ -1,11 +1,11 @@
 //! The disk follower on a manual clock: what a flush writes and deletes, and what a restart
 //! restores.
 
-use super::disk::Disk;
+use super::disk::{Disk, Held};
 use super::*;
 use crate::rules::RuleSet;
 use ringlimit_core::clock::ManualClock;
-use ringlimit_core::limiter::{Decision, Rule};
+use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::rule::{PersistMode, validate};
 use ringlimit_proto::Algorithm;
 
@@ -125,12 +125,12 @@ fn states_that_stopped_mattering_are_swept() {
     n.durable.restore().expect("empty");
     check(&n, 1, &minute, PersistMode::Auto);
     n.durable.flush().expect("written");
-    assert_eq!(n.durable.disk.len(), 1);
+    assert_eq!(n.durable.disk.len(Held::Owned), 1);
     clock.advance(2 * SWEEP_EVERY.as_nanos() as u64);
     check(&n, 2, &minute, PersistMode::Auto);
     let f = n.durable.flush().expect("swept");
     assert_eq!((f.written, f.deleted), (1, 1));
-    assert_eq!(n.durable.disk.len(), 1);
+    assert_eq!(n.durable.disk.len(Held::Owned), 1);
 }
 
 #[test]
@@ -203,5 +203,40 @@ fn a_full_disk_is_reported_the_node_answers_from_memory_and_everything_is_writte
     );
     assert!(!stats.failing.load(Ordering::Relaxed));
     assert_eq!(n.durable.error(), None);
-    assert_eq!(n.durable.disk.load(T0).expect("reads").0.len(), 5);
+    assert_eq!(
+        n.durable.disk.load(Held::Owned, T0).expect("reads").0.len(),
+        5
+    );
+}
+
+#[test]
+fn replica_copies_that_matter_past_the_min_period_are_kept_and_restored() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    let daily = BucketState::Fixed {
+        end: T0 + 3600 * SEC,
+        count: 9,
+        period_tag: 0,
+    };
+    let short = BucketState::Gcra {
+        tat: T0 + 5 * SEC,
+        tag: 0,
+    };
+    n.local.copies().keep(bucket(1), Some(daily.clone()), T0);
+    n.local.copies().keep(bucket(2), Some(short), T0);
+    let f = n.durable.flush().expect("written");
+    assert_eq!(f.written, 1, "only the copy that matters past a minute");
+    assert_eq!(n.durable.disk.len(Held::Copies), 1);
+    assert_eq!(n.durable.disk.len(Held::Owned), 0);
+    // The owner says the bucket is gone: so is the stored copy.
+    n.local.copies().keep(bucket(1), None, T0);
+    assert_eq!(n.durable.flush().expect("deleted").deleted, 1);
+    n.local.copies().keep(bucket(1), Some(daily.clone()), T0);
+    n.durable.flush_at_exit();
+    drop(n);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("restored"), 1);
+    assert_eq!(n.local.copies().peek(bucket(1)), Some(daily));
 }

@@ -139,6 +139,11 @@ impl Local {
         self
     }
 
+    /// `--persist-min-period` in ns while buckets are kept on disk.
+    pub fn persist_min_ns(&self) -> Option<u64> {
+        self.persist_min_ns
+    }
+
     /// Whether buckets are kept on disk at all.
     pub fn persists(&self) -> bool {
         self.persist_min_ns.is_some()
