@@ -1,6 +1,7 @@
 //! Durable buckets: the owned buckets worth keeping, written to `--data-dir` by a second
 //! follower of the store's change feed (beside the replica sender), and read back before the
-//! node is ready.
+//! node is ready; the replica copies too (their store's feed has this one follower), kept while
+//! their state matters past `--persist-min-period` (a copy comes without its rule).
 //!
 //! Which buckets: a rule says `persist: auto | always | never`; `auto` keeps those whose
 //! period is at least `--persist-min-period`. The store does not know a bucket's rule, so
