@@ -89,12 +89,13 @@ pub(super) async fn stop(
     publishing: Publishing,
     mut tasks: JoinSet<()>,
     membership: &Membership,
-    durable: Option<&Durable>,
+    durable: Option<Arc<Durable>>,
 ) {
     publishing.finish().await;
     tasks.abort_all();
     if let Some(d) = durable {
-        d.flush_at_exit();
+        // Off the runtime's threads: the commit waits for the disk.
+        let _ = tokio::task::spawn_blocking(move || d.flush_at_exit()).await;
     }
     membership.shutdown();
     tracing::info!(target: LOG, "ringlimit node stopped");

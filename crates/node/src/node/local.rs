@@ -68,32 +68,34 @@ impl Opened {
             RuleBook::open(in_force.clone(), &config.node_id, config.data_dir.clone())
                 .map_err(|e| NodeError::DataDir(e.to_string()))?,
         );
-        // A corrupt or foreign bucket file stops the node here, before it joins.
-        let disk = match &config.data_dir {
-            Some(dir) => Some(
-                Disk::open(dir, &config.cluster_id, &config.node_id)
-                    .map_err(|e| NodeError::DataDir(e.to_string()))?,
-            ),
-            None => None,
-        };
         Ok(Self {
             in_force,
             clock,
             book,
             rules: Arc::new(RulesStatus::new(config.rules_path.clone())),
-            disk,
+            disk: None,
         })
+    }
+
+    /// Opens the bucket file under `--data-dir` (off the runtime's threads: opening it waits
+    /// for the disk). A corrupt or foreign bucket file stops the node here, before it joins.
+    pub(super) async fn open_disk(mut self, config: &NodeConfig) -> Result<Self, NodeError> {
+        let Some(dir) = config.data_dir.clone() else {
+            return Ok(self);
+        };
+        let (cluster, node) = (config.cluster_id.clone(), config.node_id.clone());
+        let opened = tokio::task::spawn_blocking(move || Disk::open(&dir, &cluster, &node))
+            .await
+            .map_err(|e| NodeError::DataDir(format!("opening the bucket file: {e}")))?;
+        self.disk = Some(opened.map_err(|e| NodeError::DataDir(e.to_string()))?);
+        Ok(self)
     }
 
     /// Deciding here, once membership has named this incarnation (global counts are kept
     /// under it) and measures the cluster clock (global windows are numbered on it); the
-    /// top keys and the RLQS shares beside it. With `--data-dir`, the buckets kept on disk
-    /// are restored here, before anything is served.
-    pub(super) fn decide_here(
-        self,
-        config: &NodeConfig,
-        members: &Members,
-    ) -> Result<LocalState, NodeError> {
+    /// top keys and the RLQS shares beside it. With `--data-dir`, the disk follower (see
+    /// [`LocalState::restore`]).
+    pub(super) fn decide_here(self, config: &NodeConfig, members: &Members) -> LocalState {
         let id = members.membership.chitchat_id();
         let global = Arc::new(
             GlobalCounters::new(
@@ -109,21 +111,14 @@ impl Opened {
         }
         let local = Arc::new(local);
         let durable_stats = Arc::new(DurableStats::default());
-        let durable = match self.disk {
-            Some(disk) => {
-                let durable = Durable::new(disk, local.clone(), durable_stats.clone());
-                durable
-                    .restore()
-                    .map_err(|e| NodeError::DataDir(e.to_string()))?;
-                Some(Arc::new(durable))
-            }
-            None => None,
-        };
+        let durable = self
+            .disk
+            .map(|disk| Arc::new(Durable::new(disk, local.clone(), durable_stats.clone())));
         let rlqs = Arc::new(Rlqs::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
             local.clone(),
         ));
-        Ok(LocalState {
+        LocalState {
             local,
             book: self.book,
             rules: self.rules,
@@ -132,11 +127,24 @@ impl Opened {
             global,
             durable,
             durable_stats,
-        })
+        }
     }
 }
 
 impl LocalState {
+    /// Restores the buckets and copies kept on disk (off the runtime's threads), before
+    /// anything is served: the peer port and HTTP start after this.
+    pub(super) async fn restore(&self) -> Result<(), NodeError> {
+        let Some(durable) = self.durable.clone() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || durable.restore())
+            .await
+            .map_err(|e| NodeError::DataDir(format!("restoring buckets: {e}")))?
+            .map(|_| ())
+            .map_err(|e| NodeError::DataDir(e.to_string()))
+    }
+
     /// Writes the durable buckets' changes to disk every `--persist-interval-ms`.
     pub(super) fn persist(&self, config: &NodeConfig, tasks: &mut JoinSet<()>) {
         if let Some(durable) = &self.durable {

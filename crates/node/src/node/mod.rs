@@ -107,11 +107,12 @@ impl Node {
         // Every file is read, and the rules put in force, before anything is served.
         let trust = Trust::load(&config)?;
         edges::raise_open_files(&config);
-        let opened = Opened::open(&config)?;
+        let opened = Opened::open(&config)?.open_disk(&config).await?;
         let endpoints = Endpoints::new(bound, &config, trust.peer_tls.as_ref())?;
         // From here on other nodes learn of this one.
         let members = Members::join(&config, &endpoints).await?;
-        let local = opened.decide_here(&config, &members)?;
+        let local = opened.decide_here(&config, &members);
+        local.restore().await?;
         let mut metrics = Metrics::new();
         let (dialer, rpc) = (endpoints.dialer.clone(), metrics.peer_rpc());
         let peers = Peering::build(&config, &trust, &local, &members, dialer, rpc);
@@ -186,7 +187,7 @@ impl Node {
             publishing,
             tasks,
             &members.membership,
-            local.durable.as_deref(),
+            local.durable.clone(),
         )
         .await;
         result
