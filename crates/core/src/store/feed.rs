@@ -16,12 +16,15 @@
 //! follower whose next entry was overwritten is told it [`Lagged`] and resyncs from the store
 //! itself (`Store::for_each`). A follower never makes the store grow.
 //!
-//! Hot: when the only follower has read a shard's ring to its end, the ring starts again at its
+//! Hot: when every follower has read a shard's ring to its end, the ring starts again at its
 //! front, so a shard's writes and the next drain touch the few cache lines the last drain read.
 //! Left to run round, the rings (512 KiB together) were walked once every few seconds, and every
 //! write was a cache miss held under the shard lock, every read at the drain another: a visible
 //! share of what `--replicas 1` cost the SDK path in `perf` (measured: the docs' benchmarks
 //! page, "What `--replicas 1` costs", and `bench/notes/replica-cost.md`).
+//! Each follower has a bit ([`Cursor`]), and a ring remembers which have read it to its end
+//! since its last change, so two followers (the replica sender and the disk follower) keep it
+//! hot too: it starts again once the slower of them has read it.
 
 use crate::limiter::BucketState;
 use std::collections::HashSet;
@@ -55,6 +58,8 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     pub(super) next: Box<[u64]>,
+    /// This follower's bit among the store's followers.
+    pub(super) bit: u64,
 }
 
 /// A follower read the feed too late: changes it had not read were overwritten. Its cursor has
@@ -81,6 +86,8 @@ pub(super) struct Ring {
     base: u64,
     /// The sequence the next change gets.
     next: u64,
+    /// Followers (their bits) that have read every change the ring holds.
+    caught_up: u64,
 }
 
 impl Ring {
@@ -93,6 +100,13 @@ impl Ring {
             self.ids[Self::index(self.next - self.base, cap)] = id;
         }
         self.next += 1;
+        self.caught_up = 0;
+    }
+
+    /// Follower `bit` has read every change the ring holds; returns the followers that have.
+    pub fn caught_up(&mut self, bit: u64) -> u64 {
+        self.caught_up |= bit;
+        self.caught_up
     }
 
     /// Where sequence `base + offset` is: a division only once the ring has wrapped (rewound
@@ -433,7 +447,22 @@ mod tests {
         }
         assert_eq!(drain(&s, &mut c).len(), 40);
         assert_eq!(s.feed_len(), 40, "the second follower has not read them");
+        assert_eq!(drain(&s, &mut c).len(), 0);
+        assert_eq!(
+            s.feed_len(),
+            40,
+            "read twice by one follower is not read by both"
+        );
         assert_eq!(drain(&s, &mut c2).len(), 40);
+        assert_eq!(s.feed_len(), 0, "read by both: rewound");
+        for round in 0..5 {
+            for i in 0..40 {
+                s.check(id(round * 40 + i), &r, T0, 1);
+            }
+            assert_eq!(drain(&s, &mut c2).len(), 40);
+            assert_eq!(drain(&s, &mut c).len(), 40, "round {round}: never lagged");
+            assert_eq!(s.feed_len(), 0);
+        }
         s.unfollow(c2);
         for i in 0..40 {
             s.check(id(i), &r, T0, 1);

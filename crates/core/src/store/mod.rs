@@ -104,6 +104,9 @@ pub struct Store {
     /// Followers of the change feed: changes are recorded only while there is one. Read on
     /// every write, written only when a follower comes or goes.
     followers: AtomicUsize,
+    /// One bit per follower (its [`Cursor`]'s): a shard's ring starts again at its front once
+    /// every follower has read it to its end.
+    follower_bits: AtomicU64,
     /// Changes each shard's feed holds at most; 0: the store has no feed.
     feed_per_shard: usize,
     stats: StoreStats,
@@ -179,6 +182,7 @@ impl Store {
         Self {
             shards: shards.into_boxed_slice(),
             followers: AtomicUsize::new(0),
+            follower_bits: AtomicU64::new(0),
             feed_per_shard,
             stats: StoreStats::default(),
         }
@@ -550,16 +554,28 @@ impl Store {
         }
         // Counted before the heads are read, so that every write after a head is recorded.
         self.followers.fetch_add(1, Ordering::Relaxed);
+        // The lowest free bit (none past 64 followers: such a follower is never waited for,
+        // and may be told it lagged).
+        let bit =
+            match self
+                .follower_bits
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |bits| {
+                    (bits != u64::MAX).then(|| bits | (!bits & bits.wrapping_add(1)))
+                }) {
+                Ok(before) => !before & before.wrapping_add(1),
+                Err(_) => 0,
+            };
         let next = self
             .shards
             .iter()
             .map(|s| s.locked.lock().feed.head())
             .collect();
-        Ok(Cursor { next })
+        Ok(Cursor { next, bit })
     }
 
     /// Stops following; the last follower to leave frees the feed's memory.
     pub fn unfollow(&self, cursor: Cursor) {
+        self.follower_bits.fetch_and(!cursor.bit, Ordering::AcqRel);
         drop(cursor);
         if self.followers.fetch_sub(1, Ordering::Relaxed) != 1 {
             return;
@@ -591,9 +607,10 @@ impl Store {
                 lagged += 1;
             }
             *next = locked.feed.head();
-            // Read to its end by its only follower: nothing in it is needed any more (see
-            // `feed`, "Hot"). Under the lock, a follower that came meanwhile is counted.
-            if self.followers.load(Ordering::Relaxed) == 1 {
+            // Read to its end by every follower: nothing in it is needed any more (see `feed`,
+            // "Hot"). Under the lock, a follower that came meanwhile has its bit already.
+            let all = self.follower_bits.load(Ordering::Acquire);
+            if locked.feed.caught_up(cursor.bit) == all {
                 locked.feed.rewind();
             }
             if out.len() > from {
