@@ -24,6 +24,9 @@
 #                   is killed and restarted as in kill
 #   skew            n2's wall clock 10 s ahead (libfaketime, monotonic clock left alone), killed
 #                   and restarted as in kill
+#   restart-all-term  durable buckets (--data-dir): all three SIGTERMed together, started again
+#   restart-all-kill  the same with SIGKILL (at once, without waiting for a commit)
+#   restart-single  one node alone with --data-dir, SIGTERMed and started again
 #   upgrade         not run by default: the cluster starts from OLD_BIN (an older build) and is
 #                   rolled to BIN as in rolling (mixed versions in between), e.g.
 #                   SCENARIOS=upgrade OLD_BIN=/tmp/old/ringlimit BIN=target/release/ringlimit
@@ -41,7 +44,7 @@ set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-SCENARIOS="${SCENARIOS:-kill stop through-stopped split oneway-out oneway-in rolling join-leave all-or-nothing skew}"
+SCENARIOS="${SCENARIOS:-kill stop through-stopped split oneway-out oneway-in rolling join-leave all-or-nothing skew restart-all-term restart-all-kill restart-single}"
 NS="${NS_PREFIX:-rla}"
 NET=10.78.0
 

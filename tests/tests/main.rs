@@ -11,6 +11,7 @@ mod cli;
 mod clock_skew;
 mod cluster;
 mod docs;
+mod durable;
 mod envoy_compat;
 mod fuzz;
 mod gateways;

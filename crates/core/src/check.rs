@@ -2,7 +2,7 @@
 //! node deciding a check and the SDK routing or falling back with it.
 
 use crate::limiter::Rule;
-use crate::rule::{self, FieldError, LeaseMode, Mode, OnOwnerUnreachable};
+use crate::rule::{self, FieldError, LeaseMode, Mode, OnOwnerUnreachable, PersistMode};
 use ringlimit_proto::InlineRule;
 use ringlimit_proto::discovery::RuleInfo;
 
@@ -20,6 +20,8 @@ pub struct Resolved {
     /// Whether this rule's hot buckets may be leased (`lease: off` keeps every check at the
     /// owner).
     pub lease: LeaseMode,
+    /// Whether this rule's buckets are kept on disk (where the node keeps buckets at all).
+    pub persist: PersistMode,
 }
 
 impl Resolved {
@@ -33,6 +35,7 @@ impl Resolved {
             on_unreachable: OnOwnerUnreachable::Open,
             shadow: false,
             lease: LeaseMode::Auto,
+            persist: PersistMode::Auto,
         })
     }
 
@@ -46,6 +49,7 @@ impl Resolved {
             on_unreachable,
             shadow: false,
             lease: LeaseMode::Auto,
+            persist: PersistMode::Auto,
         }
     }
 
@@ -66,6 +70,7 @@ impl Resolved {
         Some(Self {
             shadow: info.shadow,
             lease: info.lease,
+            persist: info.persist,
             ..Self::named(&info.name, rule, info.mode, info.on_owner_unreachable)
         })
     }
@@ -193,6 +198,7 @@ mod tests {
             on_owner_unreachable: OnOwnerUnreachable::Open,
             shadow: false,
             lease: LeaseMode::Off,
+            persist: PersistMode::Auto,
             request_key: None,
             calendar: false,
             timezone: None,

@@ -29,6 +29,8 @@
 //! - [`routing`] — the router: the node's side of core's coordinator (here, owner, replica,
 //!   fallback share) for checks that arrive at an edge, and the routing of checks that arrive
 //!   from peers (decide here, relay once, stand in); the batch gate, hot keys, RPC timing.
+//! - [`durable`] — beside the replicas, the second follower of the owned buckets' change feed:
+//!   buckets worth keeping written to `--data-dir` and restored before the node is ready.
 //! - [`replicas`], [`leases`] — beside the routing, the tasks that talk to other members
 //!   about local state: the replica sender (a follower of the owned buckets' change feed) and
 //!   handing back what this node decided as a replica; asking owners for slices of hot buckets.
@@ -58,6 +60,7 @@ pub(crate) mod admin;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod durable;
 pub mod forwarded;
 pub(crate) mod global;
 pub mod grpc;

@@ -68,6 +68,30 @@ impl LeaseMode {
     }
 }
 
+/// Whether a rule's buckets are kept on disk under `--data-dir` (durable buckets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersistMode {
+    /// Kept when the rule's period is at least `--persist-min-period`.
+    #[default]
+    Auto,
+    /// Kept whatever the period.
+    Always,
+    /// Never kept.
+    Never,
+}
+
+impl PersistMode {
+    /// The rules file's word for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PersistMode::Auto => "auto",
+            PersistMode::Always => "always",
+            PersistMode::Never => "never",
+        }
+    }
+}
+
 /// One configured rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleInfo {
@@ -88,6 +112,10 @@ pub struct RuleInfo {
     /// Whether hot buckets may be leased (nodes that predate leases omit it: `auto`).
     #[serde(default)]
     pub lease: LeaseMode,
+    /// Whether its buckets are kept on disk (nodes that predate durable buckets omit it:
+    /// `auto`).
+    #[serde(default)]
+    pub persist: PersistMode,
     /// The key template gateways' requests are limited by (`/v1/forward-auth`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_key: Option<String>,

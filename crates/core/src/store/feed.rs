@@ -16,21 +16,29 @@
 //! follower whose next entry was overwritten is told it [`Lagged`] and resyncs from the store
 //! itself (`Store::for_each`). A follower never makes the store grow.
 //!
-//! Hot: when the only follower has read a shard's ring to its end, the ring starts again at its
+//! Hot: when every follower has read a shard's ring to its end, the ring starts again at its
 //! front, so a shard's writes and the next drain touch the few cache lines the last drain read.
 //! Left to run round, the rings (512 KiB together) were walked once every few seconds, and every
 //! write was a cache miss held under the shard lock, every read at the drain another: a visible
 //! share of what `--replicas 1` cost the SDK path in `perf` (measured: the docs' benchmarks
 //! page, "What `--replicas 1` costs", and `bench/notes/replica-cost.md`).
+//! Each follower has a bit ([`Cursor`]), and a ring remembers which have read it to its end
+//! since its last change, so two followers (the replica sender and the disk follower) keep it
+//! hot too: it starts again once the slower of them has read it.
 
 use crate::limiter::BucketState;
 use std::collections::HashSet;
 
-/// Whether a bucket's changes enter the feed; chosen when the bucket is created, and kept.
+/// Whether a bucket's changes enter the feed, and whether a disk follower keeps it. Local or
+/// not is chosen when the bucket is created, and kept; durable or not is said again by every
+/// write under a rule (a rule's `persist` may change), and read by a follower with the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A bucket a replica should copy (an owner's bucket): its changes enter the feed.
     Replicated,
+    /// A [`Kind::Replicated`] bucket that a disk follower also keeps (its rule's period is
+    /// long enough to matter after a restart): [`Change::durable`].
+    Durable,
     /// A bucket of this node alone (a fail-open share, salted id): never in the feed.
     Local,
 }
@@ -42,12 +50,16 @@ pub struct Change {
     pub seq: u64,
     pub id: u64,
     pub state: Option<BucketState>,
+    /// Whether the bucket is [`Kind::Durable`] (read with its state; false when gone).
+    pub durable: bool,
 }
 
 /// Where a follower is in the feed: the next sequence it has not read, per shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     pub(super) next: Box<[u64]>,
+    /// This follower's bit among the store's followers.
+    pub(super) bit: u64,
 }
 
 /// A follower read the feed too late: changes it had not read were overwritten. Its cursor has
@@ -74,6 +86,8 @@ pub(super) struct Ring {
     base: u64,
     /// The sequence the next change gets.
     next: u64,
+    /// Followers (their bits) that have read every change the ring holds.
+    caught_up: u64,
 }
 
 impl Ring {
@@ -86,6 +100,13 @@ impl Ring {
             self.ids[Self::index(self.next - self.base, cap)] = id;
         }
         self.next += 1;
+        self.caught_up = 0;
+    }
+
+    /// Follower `bit` has read every change the ring holds; returns the followers that have.
+    pub fn caught_up(&mut self, bit: u64) -> u64 {
+        self.caught_up |= bit;
+        self.caught_up
     }
 
     /// Where sequence `base + offset` is: a division only once the ring has wrapped (rewound
@@ -148,6 +169,7 @@ impl Ring {
                     seq,
                     id,
                     state: None,
+                    durable: false,
                 });
             }
         }
@@ -425,13 +447,63 @@ mod tests {
         }
         assert_eq!(drain(&s, &mut c).len(), 40);
         assert_eq!(s.feed_len(), 40, "the second follower has not read them");
+        assert_eq!(drain(&s, &mut c).len(), 0);
+        assert_eq!(
+            s.feed_len(),
+            40,
+            "read twice by one follower is not read by both"
+        );
         assert_eq!(drain(&s, &mut c2).len(), 40);
+        assert_eq!(s.feed_len(), 0, "read by both: rewound");
+        for round in 0..5 {
+            for i in 0..40 {
+                s.check(id(round * 40 + i), &r, T0, 1);
+            }
+            assert_eq!(drain(&s, &mut c2).len(), 40);
+            assert_eq!(drain(&s, &mut c).len(), 40, "round {round}: never lagged");
+            assert_eq!(s.feed_len(), 0);
+        }
         s.unfollow(c2);
         for i in 0..40 {
             s.check(id(i), &r, T0, 1);
         }
         assert_eq!(drain(&s, &mut c).len(), 40);
         assert_eq!(s.feed_len(), 0, "alone again: rewound");
+    }
+
+    #[test]
+    fn a_change_says_whether_its_bucket_is_durable_as_its_last_write_under_a_rule_said() {
+        let s = one_shard(100, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        s.check_as(Kind::Durable, id(1), &r, || T0, 1);
+        s.check_as(Kind::Replicated, id(2), &r, || T0, 1);
+        let durable = |changes: Vec<Change>| -> Vec<(u64, bool)> {
+            changes.iter().map(|ch| (ch.id, ch.durable)).collect()
+        };
+        assert_eq!(
+            durable(drain(&s, &mut c)),
+            vec![(id(1), true), (id(2), false)]
+        );
+        // A rule's `persist` changed: the next write says so.
+        s.check_as(Kind::Replicated, id(1), &r, || T0, 1);
+        s.check_as(Kind::Durable, id(2), &r, || T0, 1);
+        assert_eq!(
+            durable(drain(&s, &mut c)),
+            vec![(id(1), false), (id(2), true)]
+        );
+        // What comes without a rule is of the kind its caller says; a gone bucket is not.
+        s.absorb_as(
+            Kind::Durable,
+            id(3),
+            BucketState::Gcra { tat: T0, tag: 0 },
+            T0,
+        );
+        assert!(s.remove(id(2)));
+        assert_eq!(
+            durable(drain(&s, &mut c)),
+            vec![(id(3), true), (id(2), false)]
+        );
     }
 
     #[test]

@@ -85,11 +85,11 @@ impl Shard {
         table: &mut Table,
         id: u64,
         state: BucketState,
-        local: bool,
+        kind: Kind,
         now: u64,
         gone: impl FnMut(u64),
     ) -> Evicted {
-        let evicted = table.insert(id, state, local, now, gone);
+        let evicted = table.insert(id, state, kind, now, gone);
         let at = table.layout();
         self.slots_at.store(at.slots, Ordering::Relaxed);
         self.mask.store(at.mask, Ordering::Relaxed);
@@ -104,6 +104,9 @@ pub struct Store {
     /// Followers of the change feed: changes are recorded only while there is one. Read on
     /// every write, written only when a follower comes or goes.
     followers: AtomicUsize,
+    /// One bit per follower (its [`Cursor`]'s): a shard's ring starts again at its front once
+    /// every follower has read it to its end.
+    follower_bits: AtomicU64,
     /// Changes each shard's feed holds at most; 0: the store has no feed.
     feed_per_shard: usize,
     stats: StoreStats,
@@ -179,6 +182,7 @@ impl Store {
         Self {
             shards: shards.into_boxed_slice(),
             followers: AtomicUsize::new(0),
+            follower_bits: AtomicU64::new(0),
             feed_per_shard,
             stats: StoreStats::default(),
         }
@@ -235,7 +239,7 @@ impl Store {
     }
 
     /// [`Store::check_now`] creating, if it must, a bucket of `kind` (a bucket held already
-    /// keeps the kind it was created with).
+    /// stays local or not as it was created, and becomes durable or not as `kind` says).
     ///
     /// An admission (the only decision that changes what a bucket has spent) enters the feed;
     /// a denial does not, though it may fit the state to `now` or to a reloaded rule: that is
@@ -316,7 +320,13 @@ impl Store {
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
-        let (out, evicted) = match table.update(id, now, |s| op(s, now), |gone| rec.changed(gone)) {
+        let (out, evicted) = match table.update_as(
+            id,
+            now,
+            Some(kind),
+            |s| op(s, now),
+            |gone| rec.changed(gone),
+        ) {
             Some(((out, spent), local, evicted)) => {
                 if spent && !local {
                     rec.changed(id);
@@ -331,7 +341,7 @@ impl Store {
                 let evicted = if kept || spent {
                     let local = kind == Kind::Local;
                     let evicted =
-                        shard.insert(table, id, state, local, now, |gone| rec.changed(gone));
+                        shard.insert(table, id, state, kind, now, |gone| rec.changed(gone));
                     if !local {
                         rec.changed(id);
                     }
@@ -373,6 +383,14 @@ impl Store {
         }
     }
 
+    /// Calls `f` on every [`Kind::Durable`] bucket held, one shard at a time: what a disk
+    /// follower that [`Lagged`] writes again.
+    pub fn for_each_durable(&self, mut f: impl FnMut(u64, &BucketState)) {
+        for shard in self.shards.iter() {
+            shard.locked.lock().table.for_each_durable(&mut f);
+        }
+    }
+
     /// Removes and returns every bucket for which `take` says yes, one shard at a time (checks
     /// on other shards go on meanwhile).
     pub fn take_if(
@@ -399,23 +417,42 @@ impl Store {
     /// Merges a bucket handed over by its previous owner (see [`BucketState::absorb`]); a
     /// bucket new here is [`Kind::Replicated`].
     pub fn absorb(&self, id: u64, state: BucketState, now: u64) {
-        self.merge(id, state, now, |mine, theirs| mine.absorb(theirs, now));
+        self.absorb_as(Kind::Replicated, id, state, now);
+    }
+
+    /// [`Store::absorb`], a bucket new here of `kind` (not [`Kind::Local`]).
+    pub fn absorb_as(&self, kind: Kind, id: u64, state: BucketState, now: u64) {
+        self.merge(kind, id, state, now, |mine, theirs| {
+            mine.absorb(theirs, now)
+        });
     }
 
     /// Merges another reading of bucket `id`'s history (see [`BucketState::overlap`]); a bucket
     /// new here is [`Kind::Replicated`].
     pub fn overlap(&self, id: u64, state: BucketState, now: u64) {
-        self.merge(id, state, now, |mine, theirs| mine.overlap(theirs));
+        self.overlap_as(Kind::Replicated, id, state, now);
     }
 
-    /// Merges `state` into bucket `id` with `merge`, or inserts it.
+    /// [`Store::overlap`], a bucket new here of `kind` (not [`Kind::Local`]).
+    pub fn overlap_as(&self, kind: Kind, id: u64, state: BucketState, now: u64) {
+        self.merge(kind, id, state, now, |mine, theirs| mine.overlap(theirs));
+    }
+
+    /// Merges `state` into bucket `id` with `merge`, or inserts it as `kind`.
     fn merge(
         &self,
+        kind: Kind,
         id: u64,
         state: BucketState,
         now: u64,
         merge: impl FnOnce(&mut BucketState, BucketState),
     ) {
+        // What comes without a rule never makes a bucket local.
+        let kind = if kind == Kind::Local {
+            Kind::Replicated
+        } else {
+            kind
+        };
         let shard = self.shard(id);
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
@@ -435,7 +472,7 @@ impl Store {
             (Some((_, local, evicted)), _) => (local, evicted),
             (None, Some(state)) => (
                 false,
-                shard.insert(table, id, state, false, now, |gone| rec.changed(gone)),
+                shard.insert(table, id, state, kind, now, |gone| rec.changed(gone)),
             ),
             // Not reached: the state is taken only by a merge.
             (None, None) => (true, Evicted::default()),
@@ -455,7 +492,9 @@ impl Store {
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
-        let evicted = shard.insert(table, id, state, false, now, |gone| rec.changed(gone));
+        let evicted = shard.insert(table, id, state, Kind::Replicated, now, |gone| {
+            rec.changed(gone)
+        });
         rec.changed(id);
         drop(locked);
         self.record(evicted);
@@ -515,16 +554,28 @@ impl Store {
         }
         // Counted before the heads are read, so that every write after a head is recorded.
         self.followers.fetch_add(1, Ordering::Relaxed);
+        // The lowest free bit (none past 64 followers: such a follower is never waited for,
+        // and may be told it lagged).
+        let bit =
+            match self
+                .follower_bits
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |bits| {
+                    (bits != u64::MAX).then(|| bits | (!bits & bits.wrapping_add(1)))
+                }) {
+                Ok(before) => !before & before.wrapping_add(1),
+                Err(_) => 0,
+            };
         let next = self
             .shards
             .iter()
             .map(|s| s.locked.lock().feed.head())
             .collect();
-        Ok(Cursor { next })
+        Ok(Cursor { next, bit })
     }
 
     /// Stops following; the last follower to leave frees the feed's memory.
     pub fn unfollow(&self, cursor: Cursor) {
+        self.follower_bits.fetch_and(!cursor.bit, Ordering::AcqRel);
         drop(cursor);
         if self.followers.fetch_sub(1, Ordering::Relaxed) != 1 {
             return;
@@ -556,9 +607,10 @@ impl Store {
                 lagged += 1;
             }
             *next = locked.feed.head();
-            // Read to its end by its only follower: nothing in it is needed any more (see
-            // `feed`, "Hot"). Under the lock, a follower that came meanwhile is counted.
-            if self.followers.load(Ordering::Relaxed) == 1 {
+            // Read to its end by every follower: nothing in it is needed any more (see `feed`,
+            // "Hot"). Under the lock, a follower that came meanwhile has its bit already.
+            let all = self.follower_bits.load(Ordering::Acquire);
+            if locked.feed.caught_up(cursor.bit) == all {
                 locked.feed.rewind();
             }
             if out.len() > from {
@@ -572,7 +624,10 @@ impl Store {
         for (k, range) in read {
             let locked = self.shards[k].locked.lock();
             for c in &mut out[range] {
-                c.state = locked.table.peek(c.id).cloned();
+                if let Some((state, kind)) = locked.table.peek_kind(c.id) {
+                    c.state = Some(state.clone());
+                    c.durable = kind == Kind::Durable;
+                }
             }
         }
         match lagged {

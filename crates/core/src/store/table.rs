@@ -16,6 +16,7 @@
 //! bound at most 3/4 full, so that a store sized for a million keys but holding a hundred
 //! thousand touches a table sized for those.
 
+use super::feed::Kind;
 use super::slots::Slots;
 use crate::limiter::BucketState;
 
@@ -64,15 +65,30 @@ impl Evicted {
     }
 }
 
-/// Two bits per slot, for 64 slots: kept apart from the slots so a slot stays 32 bytes
-/// (4 KiB per 16k slots; stays in L2), and side by side so that a hit, which sets its
-/// referenced bit, has its local bit on the same cache line.
+/// Three bits per slot, for 64 slots: kept apart from the slots so a slot stays 32 bytes
+/// (6 KiB per 16k slots; stays in L2), and side by side so that a hit, which sets its
+/// referenced bit, has its kind's bits on the same cache line.
 #[derive(Clone, Copy, Default)]
 struct Flags {
     /// CLOCK's referenced bits: set by a hit, cleared by the passing hand.
     referenced: u64,
     /// Buckets of this node alone (fail-open shares): their changes stay out of the feed.
     local: u64,
+    /// Buckets a disk follower keeps ([`Kind::Durable`]).
+    durable: u64,
+}
+
+/// Slot `i`'s kind in `flags` (its local and durable bits).
+fn kind_in(flags: &[Flags], i: usize) -> Kind {
+    let bit = 1u64 << (i % 64);
+    let f = &flags[i / 64];
+    if f.local & bit != 0 {
+        Kind::Local
+    } else if f.durable & bit != 0 {
+        Kind::Durable
+    } else {
+        Kind::Replicated
+    }
 }
 
 /// A bucket an operation removed, and whether it was local.
@@ -229,14 +245,29 @@ impl Table {
         self.flags[i / 64].local & (1 << (i % 64)) != 0
     }
 
-    fn set_local(&mut self, i: usize, local: bool) {
+    /// Slot `i`'s kind (its local and durable bits).
+    fn kind_at(&self, i: usize) -> Kind {
+        kind_in(&self.flags, i)
+    }
+
+    fn set_kind(&mut self, i: usize, kind: Kind) {
         let bit = 1u64 << (i % 64);
-        let word = &mut self.flags[i / 64].local;
-        if local {
-            *word |= bit;
-        } else {
-            *word &= !bit;
-        }
+        let f = &mut self.flags[i / 64];
+        let set = |word: &mut u64, on: bool| {
+            // Read first: a store of an unchanged word would dirty the line.
+            if (*word & bit != 0) != on {
+                *word ^= bit;
+            }
+        };
+        set(&mut f.local, kind == Kind::Local);
+        set(&mut f.durable, kind == Kind::Durable);
+    }
+
+    /// The state of `id` and its kind, recency untouched.
+    pub fn peek_kind(&self, id: u64) -> Option<(&BucketState, Kind)> {
+        self.find(key(id))
+            .ok()
+            .map(|i| (&self.slots[i].state, self.kind_at(i)))
     }
 
     pub fn contains(&self, id: u64) -> bool {
@@ -260,9 +291,30 @@ impl Table {
         f: impl FnOnce(&mut BucketState) -> R,
         gone: impl FnMut(u64),
     ) -> Option<(R, bool, Evicted)> {
+        self.update_as(id, now, None, f, gone)
+    }
+
+    /// [`Table::update`] that also makes a bucket that is not local of `kind` when given one
+    /// ([`Kind::Replicated`] or [`Kind::Durable`]: a write under a rule says whether its bucket
+    /// is kept on disk; a local bucket stays local).
+    #[inline]
+    pub fn update_as<R>(
+        &mut self,
+        id: u64,
+        now: u64,
+        kind: Option<Kind>,
+        f: impl FnOnce(&mut BucketState) -> R,
+        gone: impl FnMut(u64),
+    ) -> Option<(R, bool, Evicted)> {
         let i = self.find(key(id)).ok()?;
         self.set_referenced(i);
         let local = self.is_local(i);
+        if let Some(kind) = kind
+            && !local
+            && kind != Kind::Local
+        {
+            self.set_kind(i, kind);
+        }
         let state = &mut self.slots[i].state;
         let before = state.weight();
         let out = f(state);
@@ -282,7 +334,7 @@ impl Table {
         &mut self,
         id: u64,
         state: BucketState,
-        local: bool,
+        kind: Kind,
         now: u64,
         gone: impl FnMut(u64),
     ) -> Evicted {
@@ -298,7 +350,7 @@ impl Table {
                 self.slots[i].state = state;
                 self.weight = self.weight - old + w;
                 self.take_referenced(i);
-                self.set_local(i, local);
+                self.set_kind(i, kind);
                 return evicted;
             }
             self.remove_at(i);
@@ -316,7 +368,7 @@ impl Table {
         // Removed above if present, so the probe ends at an empty slot.
         if let Err(i) = self.find(id) {
             self.slots[i] = Slot { id, state };
-            self.set_local(i, local);
+            self.set_kind(i, kind);
             self.len += 1;
             self.weight += w;
         }
@@ -409,7 +461,7 @@ impl Table {
         self.weight -= out.state.weight();
         self.take_referenced(i);
         let local = self.is_local(i);
-        self.set_local(i, false);
+        self.set_kind(i, Kind::Replicated);
         let mut j = i;
         loop {
             j = (j + 1) & mask;
@@ -428,9 +480,10 @@ impl Table {
                 if self.take_referenced(j) {
                     self.set_referenced(i);
                 }
-                if self.is_local(j) {
-                    self.set_local(j, false);
-                    self.set_local(i, true);
+                let kind = self.kind_at(j);
+                if kind != Kind::Replicated {
+                    self.set_kind(j, Kind::Replicated);
+                    self.set_kind(i, kind);
                 }
                 i = j;
             }
@@ -447,12 +500,12 @@ impl Table {
             }
             let slot = std::mem::replace(slot, Slot::VACANT);
             let referenced = self.flags[i / 64].referenced & (1 << (i % 64)) != 0;
-            let local = self.flags[i / 64].local & (1 << (i % 64)) != 0;
+            let kind = kind_in(&self.flags, i);
             if let Err(j) = bigger.find(slot.id) {
                 if referenced {
                     bigger.set_referenced(j);
                 }
-                bigger.set_local(j, local);
+                bigger.set_kind(j, kind);
                 bigger.slots[j] = slot;
             }
         }
@@ -479,6 +532,15 @@ impl Table {
             }
         }
         longest
+    }
+
+    /// Calls `f` on every durable bucket.
+    pub fn for_each_durable(&self, mut f: impl FnMut(u64, &BucketState)) {
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.id != EMPTY && kind_in(&self.flags, i) == Kind::Durable {
+                f(s.id, &s.state);
+            }
+        }
     }
 
     /// Calls `f` on every bucket that is not local.
@@ -511,7 +573,7 @@ mod tests {
     impl Table {
         /// [`Table::insert`] of a bucket that is not local, evictions unheard.
         fn put(&mut self, id: u64, state: BucketState, now: u64) -> Evicted {
-            self.insert(id, state, false, now, |_| ())
+            self.insert(id, state, Kind::Replicated, now, |_| ())
         }
 
         /// [`Table::update`], evictions unheard.
@@ -702,38 +764,65 @@ mod tests {
     }
 
     #[test]
-    fn local_flags_follow_their_buckets_through_removal_growth_and_eviction() {
+    fn kinds_follow_their_buckets_through_removal_growth_and_eviction() {
         let mut t = Table::new(40);
-        // A crowded run of 20: the odd ones local.
+        // A crowded run of 20, of every kind in turn.
         let ids: Vec<u64> = crowded(20).collect();
+        let kind_of = |k: usize| match k % 3 {
+            0 => Kind::Replicated,
+            1 => Kind::Local,
+            _ => Kind::Durable,
+        };
         for (k, &id) in ids.iter().enumerate() {
-            t.insert(id, tat(u64::MAX), k % 2 == 1, 0, |_| ());
+            t.insert(id, tat(u64::MAX), kind_of(k), 0, |_| ());
         }
-        let local = |t: &mut Table, id: u64| t.update(id, 0, |_| (), |_| ()).map(|(_, l, _)| l);
+        let kind = |t: &Table, id: u64| t.peek_kind(id).map(|(_, k)| k);
         // Removing the head shifts every other bucket of the run back.
         assert!(!t.remove(ids[0]).expect("held").local);
         assert!(t.remove(ids[1]).expect("held").local);
         for (k, &id) in ids.iter().enumerate().skip(2) {
-            assert_eq!(local(&mut t, id), Some(k % 2 == 1), "{id}");
+            assert_eq!(kind(&t, id), Some(kind_of(k)), "{id}");
         }
         // Filling past the first table's size grows it (the flags go along), then evicts:
         // only buckets that are not local are heard of.
         for id in 1000..1040 {
-            t.insert(id, tat(u64::MAX), false, 0, |_| ());
+            t.insert(id, tat(u64::MAX), Kind::Replicated, 0, |_| ());
         }
         for (k, &id) in ids.iter().enumerate().skip(2) {
-            if let Some(l) = local(&mut t, id) {
-                assert_eq!(l, k % 2 == 1, "{id}");
+            if let Some(got) = kind(&t, id) {
+                assert_eq!(got, kind_of(k), "{id}");
             }
         }
         let mut heard = Vec::new();
         for id in 2000..2040 {
-            t.insert(id, tat(u64::MAX), true, 0, |gone| heard.push(gone));
+            t.insert(id, tat(u64::MAX), Kind::Local, 0, |gone| heard.push(gone));
         }
         assert_eq!(t.len(), 40);
         assert!(!heard.is_empty());
-        let was_local =
-            |id: &u64| (2000..2040).contains(id) || ids.iter().skip(1).step_by(2).any(|x| x == id);
+        let was_local = |id: &u64| {
+            (2000..2040).contains(id)
+                || ids
+                    .iter()
+                    .enumerate()
+                    .any(|(k, x)| x == id && kind_of(k) == Kind::Local)
+        };
         assert!(!heard.iter().any(was_local), "{heard:?}");
+    }
+
+    #[test]
+    fn a_write_under_a_rule_sets_whether_its_bucket_is_durable_but_never_unmakes_a_local_one() {
+        let mut t = Table::new(10);
+        t.insert(1, tat(5), Kind::Replicated, 0, |_| ());
+        t.insert(2, tat(5), Kind::Local, 0, |_| ());
+        for (id, to, want) in [
+            (1, Kind::Durable, Kind::Durable),
+            (1, Kind::Replicated, Kind::Replicated),
+            (2, Kind::Durable, Kind::Local),
+        ] {
+            t.update_as(id, 0, Some(to), |_| (), |_| ());
+            assert_eq!(t.peek_kind(id).map(|(_, k)| k), Some(want), "{id} {to:?}");
+        }
+        t.update(1, 0, |_| (), |_| ());
+        assert_eq!(t.peek_kind(1).map(|(_, k)| k), Some(Kind::Replicated));
     }
 }

@@ -18,6 +18,7 @@ pub mod tokens;
 pub mod top_keys;
 pub mod views;
 
+use crate::durable::DurableStats;
 use crate::local::Local;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
@@ -45,6 +46,8 @@ pub struct Parts {
     pub handed_over: Arc<AtomicU64>,
     /// The keys this node's checks limited most (counted by the check service).
     pub top: Arc<TopKeys>,
+    /// The disk follower's counters and last error (`--data-dir`).
+    pub durable: Arc<DurableStats>,
 }
 
 /// The node's admin API and views, for every edge.
@@ -58,6 +61,7 @@ pub struct Admin {
     book: Arc<RuleBook>,
     handed_over: Arc<AtomicU64>,
     top: Arc<TopKeys>,
+    durable: Arc<DurableStats>,
 }
 
 impl Admin {
@@ -72,6 +76,7 @@ impl Admin {
             book: p.book,
             handed_over: p.handed_over,
             top: p.top,
+            durable: p.durable,
         }
     }
 }

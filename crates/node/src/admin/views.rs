@@ -6,6 +6,7 @@ use crate::cluster::Member;
 use crate::metrics::load;
 use ringlimit_proto::discovery::RuleInfo;
 use serde::Serialize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// `GET /v1/cluster`: this node's view of the cluster.
@@ -25,6 +26,24 @@ pub struct ClusterView {
     pub forwarding: Forwarding,
     pub global: GlobalView,
     pub clock: ClockView,
+    /// Durable buckets (`--data-dir`): whether they are kept, and whether the disk takes them.
+    pub persist: PersistView,
+}
+
+/// Durable buckets on this node.
+#[derive(Debug, Serialize)]
+pub struct PersistView {
+    /// Whether buckets are kept on disk (`--data-dir`).
+    pub enabled: bool,
+    /// Whether the last write failed (a full or unwritable disk): the node answers from
+    /// memory meanwhile.
+    pub failing: bool,
+    /// The last write error while writes fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Buckets in the bucket file, and its size.
+    pub buckets: u64,
+    pub disk_bytes: u64,
 }
 
 /// Clocks as this node measures them (see `cluster::clock`).
@@ -182,6 +201,13 @@ impl Admin {
                 peers,
             },
             clock: self.clock_view(),
+            persist: PersistView {
+                enabled: self.durable.enabled.load(Ordering::Relaxed),
+                failing: self.durable.failing.load(Ordering::Relaxed),
+                error: self.durable.error.lock().clone(),
+                buckets: load(&self.durable.stored),
+                disk_bytes: load(&self.durable.disk_bytes),
+            },
         }
     }
 

@@ -88,6 +88,17 @@ pub struct ServeArgs {
     /// missing; default: none, the API rules live in memory and gossip only).
     #[arg(long, env = "RINGLIMIT_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// With --data-dir, the shortest rule period whose buckets are kept on disk (rules may say
+    /// `persist: always | never` instead); a restarted node starts from them.
+    #[arg(long, env = "RINGLIMIT_PERSIST_MIN_PERIOD", value_name = "DURATION",
+          default_value = "1m", value_parser = crate::rules::parse_period)]
+    pub persist_min_period: u64,
+    /// With --data-dir, how often the changed buckets worth keeping are written to disk, in
+    /// one commit (ms): what a SIGKILL can lose at most.
+    #[arg(long, env = "RINGLIMIT_PERSIST_INTERVAL_MS", value_name = "MS",
+          default_value_t = crate::durable::INTERVAL.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub persist_interval_ms: u64,
     /// YAML file of named tokens with roles (read, write; check: a client credential for SDKs on
     /// the peer port), reloaded when it changes; beside RINGLIMIT_ADMIN_TOKEN (a write token
     /// named admin) and RINGLIMIT_CLIENT_TOKEN (a client credential named client).

@@ -120,6 +120,11 @@ pub struct NodeConfig {
     pub rlqs_path: Option<PathBuf>,
     /// Where the admin API's rules are kept (`--data-dir`); `None`: memory and gossip only.
     pub data_dir: Option<PathBuf>,
+    /// `--persist-min-period` in ns: with `data_dir`, rules of at least this period keep
+    /// their buckets on disk.
+    pub persist_min_period_ns: u64,
+    /// `--persist-interval-ms`: the disk follower's group commit interval.
+    pub persist_interval: Duration,
     pub max_keys: u64,
     /// `--replicas`: copies of each bucket on the ring's next members (0: none).
     pub replicas: usize,
@@ -233,6 +238,8 @@ impl NodeConfig {
             rlqs_config: crate::rlqs::config::RlqsConfig::default(),
             rlqs_path: None,
             data_dir: None,
+            persist_min_period_ns: crate::durable::MIN_PERIOD.as_nanos() as u64,
+            persist_interval: crate::durable::INTERVAL,
             max_keys: 100_000,
             replicas: 1,
             replica_flush: crate::replicas::sender::FLUSH_EVERY,

@@ -33,7 +33,7 @@
 use crate::metrics::{Family, load};
 use parking_lot::Mutex;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
-use ringlimit_core::store::Store;
+use ringlimit_core::store::{Change, Cursor, FeedError, Lagged, Store};
 use ringlimit_proto::peer::Mark;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +68,8 @@ impl ReplicaCopies {
     /// At most `max_keys` copies (`--max-keys`).
     pub fn new(max_keys: u64) -> Self {
         Self {
-            copies: Store::new(max_keys),
+            // A feed for the disk follower (`crate::durable`): nothing recorded unless followed.
+            copies: Store::with_feed(max_keys, super::owned::FEED_ENTRIES),
             has_copies: AtomicBool::new(false),
             promoted: Mutex::new(HashSet::new()),
             recalled: Mutex::new(HashSet::new()),
@@ -125,6 +126,21 @@ impl ReplicaCopies {
         for id in ids {
             self.copies.prefetch(id);
         }
+    }
+
+    /// Starts following the copies' change feed (the disk follower: see `crate::durable`).
+    pub fn follow(&self) -> Result<Cursor, FeedError> {
+        self.copies.follow()
+    }
+
+    /// The copies changed since `cursor` (see [`Store::changes`]).
+    pub fn changes(&self, cursor: &mut Cursor, out: &mut Vec<Change>) -> Result<(), Lagged> {
+        self.copies.changes(cursor, out)
+    }
+
+    /// Calls `f` on every copy held: what the disk follower writes again after it lagged.
+    pub fn for_each(&self, f: impl FnMut(u64, &BucketState)) {
+        self.copies.for_each(f);
     }
 
     /// Copies held.

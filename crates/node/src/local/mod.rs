@@ -44,7 +44,8 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::reservations::ReserveError;
-use ringlimit_core::rule::Mode;
+use ringlimit_core::rule::{Mode, PersistMode};
+use ringlimit_core::store::Kind;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
 use std::sync::Arc;
@@ -67,6 +68,9 @@ pub struct Local {
     leases: Arc<Leases>,
     reservations: Arc<Reservations>,
     global: Arc<GlobalCounters>,
+    /// `--persist-min-period` in ns while buckets are kept on disk (`--data-dir`); `None`:
+    /// no bucket is durable.
+    persist_min_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for Local {
@@ -104,6 +108,7 @@ impl Local {
             leases: Arc::default(),
             reservations: Arc::default(),
             global,
+            persist_min_ns: None,
         }
     }
 
@@ -125,6 +130,50 @@ impl Local {
     pub fn with_max_reservation_ttl_ms(mut self, ms: u64) -> Self {
         self.reservations = Arc::new(Reservations::new(ms));
         self
+    }
+
+    /// Keeping on disk the buckets of rules whose period is at least `min_ns`
+    /// (`--persist-min-period`), or that say `persist: always` (see `crate::durable`).
+    pub fn with_persistence(mut self, min_ns: u64) -> Self {
+        self.persist_min_ns = Some(min_ns);
+        self
+    }
+
+    /// `--persist-min-period` in ns while buckets are kept on disk.
+    pub fn persist_min_ns(&self) -> Option<u64> {
+        self.persist_min_ns
+    }
+
+    /// Whether buckets are kept on disk at all.
+    pub fn persists(&self) -> bool {
+        self.persist_min_ns.is_some()
+    }
+
+    /// The kind of a bucket of `rule`, which says `persist`: durable when the disk follower
+    /// keeps it. Decided on every write under a rule: two compares, nothing else.
+    #[inline]
+    pub fn kind(&self, rule: &Rule, persist: PersistMode) -> Kind {
+        let durable = match (self.persist_min_ns, persist) {
+            (None, _) | (_, PersistMode::Never) => false,
+            (Some(_), PersistMode::Always) => true,
+            (Some(min), PersistMode::Auto) => rule.period_ns >= min,
+        };
+        if durable {
+            Kind::Durable
+        } else {
+            Kind::Replicated
+        }
+    }
+
+    /// The kind of a bucket that comes without its rule (handed over, recalled): durable
+    /// whenever buckets are kept at all, since its rule may be worth keeping (the next write
+    /// under its rule says for sure).
+    pub fn kind_unknown(&self) -> Kind {
+        if self.persists() {
+            Kind::Durable
+        } else {
+            Kind::Replicated
+        }
     }
 
     /// The rules in force.
@@ -164,17 +213,23 @@ impl Local {
     /// The store's check of owned bucket `id`, the time read by `now`; a bucket not held yet
     /// starts from this node's copy of it (see [`ReplicaCopies::take_for_owner`]).
     #[inline]
-    fn check_owned(&self, id: u64, rule: &Rule, cost: u64, now: impl FnOnce() -> u64) -> Decision {
+    fn check_owned(
+        &self,
+        id: u64,
+        (rule, kind): (&Rule, Kind),
+        cost: u64,
+        now: impl FnOnce() -> u64,
+    ) -> Decision {
         let seed = || self.copies.take_for_owner(id);
-        self.owned.check(id, rule, cost, now, seed)
+        self.owned.check(kind, id, rule, cost, now, seed)
     }
 
     /// A check on the copy of bucket `id`, as its owner's replica; on the bucket when the copy
     /// became this node's (promoted, or started from by a check decided here as the owner's):
     /// the same history, decided there.
-    fn check_copy(&self, id: u64, rule: &Rule, cost: u64, now: u64) -> Decision {
+    fn check_copy(&self, id: u64, (rule, kind): (&Rule, Kind), cost: u64, now: u64) -> Decision {
         if self.copies.peek(id).is_none() && self.owned.holds(id) {
-            return self.check_owned(id, rule, cost, || now);
+            return self.check_owned(id, (rule, kind), cost, || now);
         }
         self.copies.check(id, rule, cost, now)
     }
@@ -192,10 +247,21 @@ impl Local {
     /// Owned bucket `id` under `rule` at `now`, for what takes from it other than a check
     /// (a lease, a reservation, a settle) and for a read.
     pub fn bucket<'a>(&'a self, id: u64, rule: &'a Rule, now: u64) -> OwnedBucket<'a> {
+        self.bucket_of(id, (rule, PersistMode::Auto), now)
+    }
+
+    /// [`Local::bucket`] of a rule that says `persist`.
+    pub fn bucket_of<'a>(
+        &'a self,
+        id: u64,
+        (rule, persist): (&'a Rule, PersistMode),
+        now: u64,
+    ) -> OwnedBucket<'a> {
         OwnedBucket {
             local: self,
             id,
             rule,
+            kind: self.kind(rule, persist),
             now,
         }
     }
@@ -210,10 +276,13 @@ impl Local {
         now: u64,
     ) -> (CheckAnswer, Option<Mark>) {
         let rule = &p.resolved.rule;
+        let kind = self.kind(rule, p.resolved.persist);
         let d = match (p.resolved.mode, on) {
             (Mode::Global, _) => return (self.global.answer(p.id, rule, now, p.cost), None),
-            (Mode::Owner, Placement::Bucket) => self.check_owned(p.id, rule, p.cost, || now),
-            (Mode::Owner, Placement::Copy) => self.check_copy(p.id, rule, p.cost, now),
+            (Mode::Owner, Placement::Bucket) => {
+                self.check_owned(p.id, (rule, kind), p.cost, || now)
+            }
+            (Mode::Owner, Placement::Copy) => self.check_copy(p.id, (rule, kind), p.cost, now),
         };
         (answer(&d, rule), taken(&d, p.cost, now))
     }
@@ -261,7 +330,8 @@ impl Local {
     /// Answers `holder`'s ask for `want` tokens of bucket `id` (this node owns it) at `now`
     /// (see [`Leases::grant`]).
     pub fn lease(&self, id: u64, rule: &Rule, (holder, want): (&str, u64), now: u64) -> LeaseGrant {
-        let check = |n| self.check_owned(id, rule, n, || now);
+        let kind = self.kind(rule, PersistMode::Auto);
+        let check = |n| self.check_owned(id, (rule, kind), n, || now);
         self.leases.grant(id, rule, (holder, want), now, check)
     }
 
@@ -274,7 +344,7 @@ impl Local {
         (cost, ttl_ms, nonce): (u64, u64, u128),
         now: u64,
     ) -> Result<CheckAnswer, ReserveError> {
-        let mut bucket = self.bucket(id, &resolved.rule, now);
+        let mut bucket = self.bucket_of(id, (&resolved.rule, resolved.persist), now);
         self.reservations
             .reserve(&mut bucket, (id, resolved), (cost, ttl_ms, nonce), now)
     }
@@ -289,7 +359,7 @@ impl Local {
         (nonce, cost): (u128, u64),
         now: u64,
     ) -> Result<CheckAnswer, ReserveError> {
-        let mut bucket = self.bucket(id, &resolved.rule, now);
+        let mut bucket = self.bucket_of(id, (&resolved.rule, resolved.persist), now);
         let (answer, settled) =
             self.reservations
                 .settle(&mut bucket, (id, resolved), (nonce, cost), now)?;
@@ -309,10 +379,11 @@ impl Local {
     /// that copy or recalled (see [`ReplicaCopies::supersede`]); otherwise the two histories
     /// add.
     pub fn take_in(&self, id: u64, state: BucketState, now: u64) {
+        let kind = self.kind_unknown();
         if self.copies.supersede(id) {
-            self.owned.overlap(id, state, now);
+            self.owned.overlap_as(kind, id, state, now);
         } else {
-            self.owned.absorb(id, state, now);
+            self.owned.absorb_as(kind, id, state, now);
         }
     }
 
@@ -321,7 +392,15 @@ impl Local {
     /// decided here meanwhile started from, and that a handover may bring again.
     pub fn recall_in(&self, id: u64, state: BucketState, now: u64) {
         self.copies.recalled(id);
-        self.owned.overlap(id, state, now);
+        self.owned.overlap_as(self.kind_unknown(), id, state, now);
+    }
+
+    /// Merges bucket `id` as restored from this node's disk at start (see `crate::durable`):
+    /// another reading of its history, like a recalled one, so that a peer's handover or
+    /// recall of it overlaps instead of adding; durable, as it was when written.
+    pub fn restore_in(&self, id: u64, state: BucketState, now: u64) {
+        self.copies.recalled(id);
+        self.owned.overlap_as(Kind::Durable, id, state, now);
     }
 
     /// On a ring change: the copies of buckets this node owns under `view` become its buckets
@@ -337,7 +416,7 @@ impl Local {
         }
         let promoted = self.copies.promote(
             |id, _| ring.owner(id) == Some(me),
-            |id, state| self.owned.absorb(id, state, now),
+            |id, state| self.owned.absorb_as(self.kind_unknown(), id, state, now),
         );
         let dropped = self
             .copies
@@ -358,7 +437,13 @@ impl coordinator::Here<Prepared<'_>> for Local {
         let rule = &p.resolved.rule;
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, self.now(), p.cost),
-            Mode::Owner => answer(&self.check_owned(p.id, rule, p.cost, || self.now()), rule),
+            Mode::Owner => {
+                let kind = self.kind(rule, p.resolved.persist);
+                answer(
+                    &self.check_owned(p.id, (rule, kind), p.cost, || self.now()),
+                    rule,
+                )
+            }
         }
     }
 
@@ -371,7 +456,10 @@ impl coordinator::Here<Prepared<'_>> for Local {
         let rule = &p.resolved.rule;
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, now, p.cost),
-            Mode::Owner => answer(&self.check_owned(p.id, rule, p.cost, || now), rule),
+            Mode::Owner => {
+                let kind = self.kind(rule, p.resolved.persist);
+                answer(&self.check_owned(p.id, (rule, kind), p.cost, || now), rule)
+            }
         }
     }
 
@@ -407,6 +495,8 @@ pub struct OwnedBucket<'a> {
     local: &'a Local,
     id: u64,
     rule: &'a Rule,
+    /// Durable or not, as the rule says.
+    kind: Kind,
     now: u64,
 }
 
@@ -415,7 +505,7 @@ impl OwnedBucket<'_> {
     pub fn decide(&self, cost: u64) -> CheckAnswer {
         let d = self
             .local
-            .check_owned(self.id, self.rule, cost, || self.now);
+            .check_owned(self.id, (self.rule, self.kind), cost, || self.now);
         answer(&d, self.rule)
     }
 
@@ -424,7 +514,7 @@ impl OwnedBucket<'_> {
     pub fn hold(&self, cost: u64) -> (CheckAnswer, Option<Mark>) {
         let d = self
             .local
-            .check_owned(self.id, self.rule, cost, || self.now);
+            .check_owned(self.id, (self.rule, self.kind), cost, || self.now);
         (answer(&d, self.rule), taken(&d, cost, self.now))
     }
 
@@ -437,7 +527,9 @@ impl OwnedBucket<'_> {
     /// Decides a check of `cost` on this bucket's copy, as its owner's replica (see
     /// [`ReplicaCopies::check`]).
     pub fn stand_in(&self, cost: u64) -> CheckAnswer {
-        let d = self.local.check_copy(self.id, self.rule, cost, self.now);
+        let d = self
+            .local
+            .check_copy(self.id, (self.rule, self.kind), cost, self.now);
         answer(&d, self.rule)
     }
 }
@@ -445,7 +537,7 @@ impl OwnedBucket<'_> {
 impl ringlimit_core::reservations::Bucket for OwnedBucket<'_> {
     fn decide(&mut self, cost: u64) -> Decision {
         self.local
-            .check_owned(self.id, self.rule, cost, || self.now)
+            .check_owned(self.id, (self.rule, self.kind), cost, || self.now)
     }
 
     fn refund(&mut self, cost: u64, mark: Mark) {
@@ -455,7 +547,8 @@ impl ringlimit_core::reservations::Bucket for OwnedBucket<'_> {
     fn charge(&mut self, cost: u64) -> u64 {
         let l = self.local;
         let seed = || l.copies.take_for_owner(self.id);
-        l.owned.charge(self.id, self.rule, cost, self.now, seed)
+        l.owned
+            .charge(self.kind, self.id, self.rule, cost, self.now, seed)
     }
 }
 

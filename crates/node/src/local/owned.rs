@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
 /// most, allocated only while followed). A follower that falls further behind copies the store
 /// again.
-const FEED_ENTRIES: usize = 64 * 1024;
+pub(super) const FEED_ENTRIES: usize = 64 * 1024;
 
 /// This node's buckets and their change feed.
 #[derive(Debug)]
@@ -78,28 +78,28 @@ impl OwnedBuckets {
     #[inline]
     pub fn check(
         &self,
+        kind: store::Kind,
         id: u64,
         rule: &Rule,
         cost: u64,
         now: impl FnOnce() -> u64,
         seed: impl FnOnce() -> Option<BucketState>,
     ) -> Decision {
-        self.store
-            .check_seeded(store::Kind::Replicated, id, rule, now, cost, seed)
+        self.store.check_seeded(kind, id, rule, now, cost, seed)
     }
 
     /// Takes `cost` from bucket `id` at `now` whatever it admits (see `Store::charge_seeded`);
     /// returns the tokens forgiven.
     pub fn charge(
         &self,
+        kind: store::Kind,
         id: u64,
         rule: &Rule,
         cost: u64,
         now: u64,
         seed: impl FnOnce() -> Option<BucketState>,
     ) -> u64 {
-        self.store
-            .charge_seeded(store::Kind::Replicated, id, rule, now, cost, seed)
+        self.store.charge_seeded(kind, id, rule, now, cost, seed)
     }
 
     /// Gives back `cost` to bucket `id`, taken at the admission marked `mark`, at `now`.
@@ -130,10 +130,20 @@ impl OwnedBuckets {
         self.store.absorb(id, state, now);
     }
 
+    /// [`OwnedBuckets::absorb`], a bucket new here of `kind`.
+    pub fn absorb_as(&self, kind: store::Kind, id: u64, state: BucketState, now: u64) {
+        self.store.absorb_as(kind, id, state, now);
+    }
+
     /// Merges `state` into bucket `id` as another reading of the same history (the larger
     /// consumption wins: see `Store::overlap`).
     pub fn overlap(&self, id: u64, state: BucketState, now: u64) {
         self.store.overlap(id, state, now);
+    }
+
+    /// [`OwnedBuckets::overlap`], a bucket new here of `kind`.
+    pub fn overlap_as(&self, kind: store::Kind, id: u64, state: BucketState, now: u64) {
+        self.store.overlap_as(kind, id, state, now);
     }
 
     /// Starts following the change feed of the owner's buckets (see [`Store::follow`]).
@@ -149,6 +159,12 @@ impl OwnedBuckets {
     /// Stops following the change feed.
     pub fn unfollow(&self, cursor: Cursor) {
         self.store.unfollow(cursor);
+    }
+
+    /// Calls `f` on every durable bucket held (see [`Store::for_each_durable`]): what the disk
+    /// follower writes again after it lagged.
+    pub fn for_each_durable(&self, f: impl FnMut(u64, &BucketState)) {
+        self.store.for_each_durable(f);
     }
 
     /// Calls `f` on every owner bucket held (shares stay out): what a follower that lagged

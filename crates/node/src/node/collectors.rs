@@ -72,4 +72,5 @@ pub(super) fn register(
     };
     m.scrape(admin::top_keys::METRICS, Arc::new(top_counts));
     m.scrape(crate::lifecycle::METRICS, lifecycle.clone());
+    m.scrape(crate::durable::METRICS, local.durable_stats.clone());
 }

@@ -203,6 +203,7 @@ pub(super) fn front_door(
         book: local.book.clone(),
         handed_over: peers.handed_over.clone(),
         top: local.top.clone(),
+        durable: local.durable_stats.clone(),
     }));
     AppState::new(http::Shared {
         service,

@@ -7,6 +7,7 @@ use super::membership::Members;
 use super::peers::{Peering, Publishing};
 use crate::cluster::{MemberState, Membership};
 use crate::config::NodeConfig;
+use crate::durable::Durable;
 use crate::global::GlobalCounters;
 use crate::lifecycle::Lifecycle;
 use crate::peers::Recall;
@@ -57,6 +58,7 @@ pub(super) fn follow_membership(
 pub(super) async fn leave(
     shutdown: impl Future<Output = ()>,
     rlqs: Arc<Rlqs>,
+    durable: Option<Arc<Durable>>,
     lifecycle: Arc<Lifecycle>,
     membership: Arc<Membership>,
     leave_delay: Duration,
@@ -65,6 +67,11 @@ pub(super) async fn leave(
     // Envoys fall back and find another node before this one leaves.
     rlqs.stop();
     lifecycle.set_ready(false);
+    // What is handed over from now on stays on this node's disk too: the members it goes to
+    // may be stopping as well.
+    if let Some(d) = &durable {
+        d.leaving();
+    }
     tracing::info!(
         target: LOG,
         delay = ?leave_delay,
@@ -76,10 +83,20 @@ pub(super) async fn leave(
     tracing::info!(target: LOG, "draining in-flight requests");
 }
 
-/// Once HTTP has drained: the last global counts sent, every task stopped, gossip shut down.
-pub(super) async fn stop(publishing: Publishing, mut tasks: JoinSet<()>, membership: &Membership) {
+/// Once HTTP has drained: the last global counts sent, every task stopped, the durable
+/// buckets' last changes flushed to disk, gossip shut down.
+pub(super) async fn stop(
+    publishing: Publishing,
+    mut tasks: JoinSet<()>,
+    membership: &Membership,
+    durable: Option<Arc<Durable>>,
+) {
     publishing.finish().await;
     tasks.abort_all();
+    if let Some(d) = durable {
+        // Off the runtime's threads: the commit waits for the disk.
+        let _ = tokio::task::spawn_blocking(move || d.flush_at_exit()).await;
+    }
     membership.shutdown();
     tracing::info!(target: LOG, "ringlimit node stopped");
 }

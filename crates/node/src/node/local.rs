@@ -7,6 +7,8 @@
 use super::NodeError;
 use super::membership::Members;
 use crate::config::NodeConfig;
+use crate::durable::disk::Disk;
+use crate::durable::{Durable, DurableStats};
 use crate::global::{self, GlobalCounters};
 use crate::local::Local;
 use crate::rlqs::Rlqs;
@@ -24,6 +26,8 @@ pub(super) struct Opened {
     clock: Arc<dyn Clock>,
     book: Arc<RuleBook>,
     rules: Arc<RulesStatus>,
+    /// The bucket file under `--data-dir`, stamped for this node (checked before joining).
+    disk: Option<Disk>,
 }
 
 /// What the node holds and decides by itself.
@@ -41,6 +45,10 @@ pub(super) struct LocalState {
     pub(super) rlqs: Arc<Rlqs>,
     /// `mode: global` rules: counters keyed by this incarnation, fed by what peers push.
     pub(super) global: Arc<GlobalCounters>,
+    /// The disk follower of the owned buckets (`--data-dir`), restored already.
+    pub(super) durable: Option<Arc<Durable>>,
+    /// Its counters (zero without `--data-dir`).
+    pub(super) durable_stats: Arc<DurableStats>,
 }
 
 impl Opened {
@@ -65,12 +73,28 @@ impl Opened {
             clock,
             book,
             rules: Arc::new(RulesStatus::new(config.rules_path.clone())),
+            disk: None,
         })
+    }
+
+    /// Opens the bucket file under `--data-dir` (off the runtime's threads: opening it waits
+    /// for the disk). A corrupt or foreign bucket file stops the node here, before it joins.
+    pub(super) async fn open_disk(mut self, config: &NodeConfig) -> Result<Self, NodeError> {
+        let Some(dir) = config.data_dir.clone() else {
+            return Ok(self);
+        };
+        let (cluster, node) = (config.cluster_id.clone(), config.node_id.clone());
+        let opened = tokio::task::spawn_blocking(move || Disk::open(&dir, &cluster, &node))
+            .await
+            .map_err(|e| NodeError::DataDir(format!("opening the bucket file: {e}")))?;
+        self.disk = Some(opened.map_err(|e| NodeError::DataDir(e.to_string()))?);
+        Ok(self)
     }
 
     /// Deciding here, once membership has named this incarnation (global counts are kept
     /// under it) and measures the cluster clock (global windows are numbered on it); the
-    /// top keys and the RLQS shares beside it.
+    /// top keys and the RLQS shares beside it. With `--data-dir`, the disk follower (see
+    /// [`LocalState::restore`]).
     pub(super) fn decide_here(self, config: &NodeConfig, members: &Members) -> LocalState {
         let id = members.membership.chitchat_id();
         let global = Arc::new(
@@ -80,10 +104,16 @@ impl Opened {
             )
             .with_clocks(members.clocks.clone()),
         );
-        let local = Arc::new(
-            Local::new(self.in_force, self.clock, config.max_keys, global.clone())
-                .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms),
-        );
+        let mut local = Local::new(self.in_force, self.clock, config.max_keys, global.clone())
+            .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms);
+        if self.disk.is_some() {
+            local = local.with_persistence(config.persist_min_period_ns);
+        }
+        let local = Arc::new(local);
+        let durable_stats = Arc::new(DurableStats::default());
+        let durable = self
+            .disk
+            .map(|disk| Arc::new(Durable::new(disk, local.clone(), durable_stats.clone())));
         let rlqs = Arc::new(Rlqs::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
             local.clone(),
@@ -95,11 +125,33 @@ impl Opened {
             top: Arc::new(TopKeys::default()),
             rlqs,
             global,
+            durable,
+            durable_stats,
         }
     }
 }
 
 impl LocalState {
+    /// Restores the buckets and copies kept on disk (off the runtime's threads), before
+    /// anything is served: the peer port and HTTP start after this.
+    pub(super) async fn restore(&self) -> Result<(), NodeError> {
+        let Some(durable) = self.durable.clone() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || durable.restore())
+            .await
+            .map_err(|e| NodeError::DataDir(format!("restoring buckets: {e}")))?
+            .map(|_| ())
+            .map_err(|e| NodeError::DataDir(e.to_string()))
+    }
+
+    /// Writes the durable buckets' changes to disk every `--persist-interval-ms`.
+    pub(super) fn persist(&self, config: &NodeConfig, tasks: &mut JoinSet<()>) {
+        if let Some(durable) = &self.durable {
+            tasks.spawn(durable.clone().run(config.persist_interval));
+        }
+    }
+
     /// Sweeps expired reservations.
     pub(super) fn sweep(&self, tasks: &mut JoinSet<()>) {
         tasks.spawn(crate::local::reservations::upkeep(

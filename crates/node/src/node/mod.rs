@@ -107,11 +107,12 @@ impl Node {
         // Every file is read, and the rules put in force, before anything is served.
         let trust = Trust::load(&config)?;
         edges::raise_open_files(&config);
-        let opened = Opened::open(&config)?;
+        let opened = Opened::open(&config)?.open_disk(&config).await?;
         let endpoints = Endpoints::new(bound, &config, trust.peer_tls.as_ref())?;
         // From here on other nodes learn of this one.
         let members = Members::join(&config, &endpoints).await?;
         let local = opened.decide_here(&config, &members);
+        local.restore().await?;
         let mut metrics = Metrics::new();
         let (dialer, rpc) = (endpoints.dialer.clone(), metrics.peer_rpc());
         let peers = Peering::build(&config, &trust, &local, &members, dialer, rpc);
@@ -159,6 +160,7 @@ impl Node {
         } = self;
         let mut tasks = JoinSet::new();
         local.sweep(&mut tasks);
+        local.persist(&config, &mut tasks);
         peers.spawn(&config, &local, &members, &mut tasks);
         // Before readiness announces this node to the others.
         edges::serve_peer_port(&peers.server, peer_listener, &mut tasks);
@@ -175,12 +177,19 @@ impl Node {
         let leave = lifecycle::leave(
             shutdown,
             local.rlqs.clone(),
+            local.durable.clone(),
             lifecycle,
             membership,
             config.leave_delay,
         );
         let result = edges.serve_http(&config, state, leave).await;
-        lifecycle::stop(publishing, tasks, &members.membership).await;
+        lifecycle::stop(
+            publishing,
+            tasks,
+            &members.membership,
+            local.durable.clone(),
+        )
+        .await;
         result
     }
 }

@@ -33,8 +33,8 @@ use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
 use ringlimit_core::rule::{
-    FieldError, LeaseMode, Mode, OnOwnerUnreachable, calendar_of, field_err, named_seed,
-    validate_calendar,
+    FieldError, LeaseMode, Mode, OnOwnerUnreachable, PersistMode, calendar_of, field_err,
+    named_seed, validate_calendar,
 };
 use ringlimit_proto::Algorithm;
 use ringlimit_proto::discovery::RuleInfo;
@@ -56,6 +56,9 @@ pub struct NamedRule {
     /// Whether this rule's hot buckets may be leased to other nodes and SDKs (`lease: off`
     /// keeps every check at the owner).
     pub lease: LeaseMode,
+    /// Whether this rule's buckets are kept on disk under `--data-dir` (`persist: auto |
+    /// always | never`; see `crate::durable`).
+    pub persist: PersistMode,
     /// Where a gateway's forwarded request finds its key (`/v1/forward-auth`).
     pub request_key: Option<Arc<KeyTemplate>>,
     /// See [`named_seed`].
@@ -72,6 +75,7 @@ impl NamedRule {
             on_unreachable: self.on_owner_unreachable,
             shadow: self.shadow,
             lease: self.lease,
+            persist: self.persist,
         }
     }
 
@@ -92,6 +96,7 @@ impl NamedRule {
             on_owner_unreachable: self.on_owner_unreachable,
             shadow: self.shadow,
             lease: self.lease,
+            persist: self.persist,
             request_key: self.request_key.as_ref().map(|t| t.to_string()),
             calendar: r.calendar.is_some(),
             timezone: r.calendar.map(|c| c.zone.name().to_owned()),
@@ -242,7 +247,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 12] = [
+const RULE_FIELDS: [&str; 13] = [
     "name",
     "limit",
     "period",
@@ -255,6 +260,7 @@ const RULE_FIELDS: [&str; 12] = [
     "request_key",
     "calendar",
     "timezone",
+    "persist",
 ];
 
 fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
@@ -395,6 +401,18 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
             )));
         }
     };
+    let persist = match m.get("persist").map(|v| (v.as_str(), v)) {
+        None => PersistMode::Auto,
+        Some((Some("auto"), _)) => PersistMode::Auto,
+        Some((Some("always"), _)) => PersistMode::Always,
+        Some((Some("never"), _)) => PersistMode::Never,
+        Some((_, v)) => {
+            return Err(fail(field_err(
+                "persist",
+                format!("must be auto, always or never, got {}", describe(v)),
+            )));
+        }
+    };
     let request_key = match m.get("request_key") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(Arc::new(
@@ -452,6 +470,7 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         on_owner_unreachable,
         shadow,
         lease,
+        persist,
         request_key,
     })
 }

@@ -36,7 +36,8 @@ impl PeerServer {
             if let Some(state) = b.state
                 && view.ring.owner(b.id) == Some(&*view.self_id)
             {
-                owned.overlap(b.id, BucketState::from_wire(state), now);
+                let kind = self.local.kind_unknown();
+                owned.overlap_as(kind, b.id, BucketState::from_wire(state), now);
                 kept += 1;
             }
         }

@@ -1,0 +1,242 @@
+//! The disk follower on a manual clock: what a flush writes and deletes, and what a restart
+//! restores.
+
+use super::disk::{Disk, Held};
+use super::*;
+use crate::rules::RuleSet;
+use ringlimit_core::clock::ManualClock;
+use ringlimit_core::limiter::{BucketState, Decision, Rule};
+use ringlimit_core::rule::{PersistMode, validate};
+use ringlimit_proto::Algorithm;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+const SEC: u64 = 1_000_000_000;
+
+fn bucket(i: u64) -> u64 {
+    ringlimit_core::rule::bucket_id(7, &i.to_string())
+}
+
+struct Node {
+    local: Arc<Local>,
+    durable: Durable,
+}
+
+fn node(dir: &std::path::Path, clock: &ManualClock) -> Node {
+    let local = Arc::new(
+        Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone())).with_persistence(60 * SEC),
+    );
+    let disk = Disk::open(dir, "c", "n1").expect("opens");
+    let durable = Durable::new(disk, local.clone(), Arc::default());
+    Node { local, durable }
+}
+
+fn fixed(limit: u64, period_s: u64) -> Rule {
+    validate(Algorithm::FixedWindow, limit, period_s * SEC, None).expect("valid")
+}
+
+/// A check of bucket `i` (spread over the store's shards, as bucket ids are).
+fn check(n: &Node, i: u64, rule: &Rule, persist: PersistMode) -> Decision {
+    let id = bucket(i);
+    let kind = n.local.kind(rule, persist);
+    n.local
+        .owned()
+        .check(kind, id, rule, 1, || n.local.now(), || None)
+}
+
+#[test]
+fn a_flush_writes_changed_durable_buckets_once_and_a_restart_restores_them() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = fixed(1, 86_400);
+    let short = fixed(5, 1);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("empty"), 0);
+    for id in 0..10 {
+        let d = check(&n, id, &daily, PersistMode::Auto);
+        assert!(d.allowed, "{id}: {d:?}");
+        assert!(!check(&n, id, &daily, PersistMode::Auto).allowed);
+        assert!(check(&n, 100 + id, &short, PersistMode::Auto).allowed);
+    }
+    assert!(check(&n, 200, &short, PersistMode::Always).allowed);
+    assert!(check(&n, 300, &daily, PersistMode::Never).allowed);
+    let f = n.durable.flush().expect("written");
+    assert_eq!(
+        (f.written, f.deleted),
+        (11, 0),
+        "10 daily buckets and one always"
+    );
+    assert_eq!(n.durable.flush().expect("nothing new"), Flushed::default());
+    drop(n);
+
+    clock.advance(3600 * SEC);
+    let n = node(d.path(), &clock);
+    assert_eq!(
+        n.durable.restore().expect("restored"),
+        10,
+        "the 1 s bucket is over"
+    );
+    for id in 0..10 {
+        assert!(
+            !check(&n, id, &daily, PersistMode::Auto).allowed,
+            "{id} still used up"
+        );
+    }
+    assert!(
+        check(&n, 300, &daily, PersistMode::Never).allowed,
+        "never kept"
+    );
+}
+
+#[test]
+fn gone_reset_and_no_longer_durable_buckets_are_deleted_but_not_while_leaving() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = fixed(10, 86_400);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    for id in 0..4 {
+        check(&n, id, &daily, PersistMode::Auto);
+    }
+    assert_eq!(n.durable.flush().expect("written").written, 4);
+    n.local.reset(&[bucket(0)]);
+    check(&n, 1, &daily, PersistMode::Never);
+    assert_eq!(n.durable.flush().expect("deleted").deleted, 2);
+    // Leaving: handed over (gone) buckets stay on disk.
+    n.durable.leaving();
+    assert_eq!(n.local.owned().hand_out(|id, _| id == bucket(2)).len(), 1);
+    check(&n, 3, &daily, PersistMode::Auto);
+    n.durable.flush_at_exit();
+    drop(n);
+    let n = node(d.path(), &clock);
+    assert_eq!(
+        n.durable.restore().expect("restored"),
+        2,
+        "2 (handed over) and 3"
+    );
+    assert_eq!(check(&n, 3, &daily, PersistMode::Auto).remaining, 7);
+}
+
+#[test]
+fn states_that_stopped_mattering_are_swept() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let minute = fixed(10, 60);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    check(&n, 1, &minute, PersistMode::Auto);
+    n.durable.flush().expect("written");
+    assert_eq!(n.durable.disk.len(Held::Owned), 1);
+    clock.advance(2 * SWEEP_EVERY.as_nanos() as u64);
+    check(&n, 2, &minute, PersistMode::Auto);
+    let f = n.durable.flush().expect("swept");
+    assert_eq!((f.written, f.deleted), (1, 1));
+    assert_eq!(n.durable.disk.len(Held::Owned), 1);
+}
+
+#[test]
+fn a_restored_bucket_overlaps_what_a_peer_hands_back_never_adds() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = fixed(10, 86_400);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    for _ in 0..6 {
+        check(&n, 1, &daily, PersistMode::Auto);
+    }
+    n.durable.flush().expect("written");
+    let handed = n.local.owned().peek(bucket(1)).expect("held");
+    drop(n);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("restored");
+    // The peer that held it meanwhile hands the same history back.
+    n.local.take_in(bucket(1), handed, n.local.now());
+    assert_eq!(
+        check(&n, 1, &daily, PersistMode::Auto).remaining,
+        3,
+        "6 + 1, not 13"
+    );
+}
+
+#[test]
+fn a_full_disk_is_reported_the_node_answers_from_memory_and_everything_is_written_once_it_frees() {
+    let clock = ManualClock::new(T0);
+    let daily = fixed(10, 86_400);
+    let storage = super::disk::FailingStorage::default();
+    let local = Arc::new(
+        Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone())).with_persistence(60 * SEC),
+    );
+    let stats = Arc::new(DurableStats::default());
+    let durable = Durable::new(
+        Disk::on_storage(storage.clone()),
+        local.clone(),
+        stats.clone(),
+    );
+    let n = Node { local, durable };
+    n.durable.restore().expect("empty");
+    check(&n, 1, &daily, PersistMode::Auto);
+    assert_eq!(n.durable.flush().expect("written").written, 1);
+
+    storage.full.store(true, Ordering::Relaxed);
+    for i in 2..5 {
+        assert!(
+            check(&n, i, &daily, PersistMode::Auto).allowed,
+            "answered from memory"
+        );
+    }
+    let e = n.durable.flush().expect_err("the disk is full");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    assert!(stats.failing.load(Ordering::Relaxed));
+    assert_eq!(load(&stats.failures), 1);
+    assert!(
+        n.durable
+            .error()
+            .is_some_and(|e| e.contains("no space left"))
+    );
+    assert!(n.durable.flush().is_err(), "still full");
+
+    storage.full.store(false, Ordering::Relaxed);
+    check(&n, 5, &daily, PersistMode::Auto);
+    let f = n.durable.flush().expect("the disk takes writes again");
+    assert_eq!(
+        f.written, 5,
+        "every durable bucket again, the failed batch's included"
+    );
+    assert!(!stats.failing.load(Ordering::Relaxed));
+    assert_eq!(n.durable.error(), None);
+    assert_eq!(
+        n.durable.disk.load(Held::Owned, T0).expect("reads").0.len(),
+        5
+    );
+}
+
+#[test]
+fn replica_copies_that_matter_past_the_min_period_are_kept_and_restored() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    let daily = BucketState::Fixed {
+        end: T0 + 3600 * SEC,
+        count: 9,
+        period_tag: 0,
+    };
+    let short = BucketState::Gcra {
+        tat: T0 + 5 * SEC,
+        tag: 0,
+    };
+    n.local.copies().keep(bucket(1), Some(daily.clone()), T0);
+    n.local.copies().keep(bucket(2), Some(short), T0);
+    let f = n.durable.flush().expect("written");
+    assert_eq!(f.written, 1, "only the copy that matters past a minute");
+    assert_eq!(n.durable.disk.len(Held::Copies), 1);
+    assert_eq!(n.durable.disk.len(Held::Owned), 0);
+    // The owner says the bucket is gone: so is the stored copy.
+    n.local.copies().keep(bucket(1), None, T0);
+    assert_eq!(n.durable.flush().expect("deleted").deleted, 1);
+    n.local.copies().keep(bucket(1), Some(daily.clone()), T0);
+    n.durable.flush_at_exit();
+    drop(n);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("restored"), 1);
+    assert_eq!(n.local.copies().peek(bucket(1)), Some(daily));
+}
