@@ -28,12 +28,15 @@ fn at(s: &str) -> u64 {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "does not finish yet: runs for minutes at full CPU; to be looked into before it gates anything"]
 async fn a_monthly_quota_admits_exactly_its_limit_and_resets_at_the_local_first() {
-    // Twenty minutes before March starts in Berlin (23:00 UTC).
-    let start = at("2026-02-28T23:40[Europe/Berlin]");
+    // Three minutes before March starts in Berlin (23:00 UTC): every virtual second of a
+    // running cluster costs real time, so the test keeps to a few minutes of it.
+    let start = at("2026-02-28T23:57[Europe/Berlin]");
     let march = at("2026-03-01T00:00[Europe/Berlin]");
     let april = at("2026-04-01T00:00[Europe/Berlin]");
+    // Every node's clock and the test's own reading: the harness's `now_ms` is not shifted (a
+    // wait computed from it would sleep two months of virtual time, gossip ticking throughout).
+    let offset_ns = start - EPOCH_NS;
     let c = Cluster::start(3, |config| {
         config.rules = RuleSet::from_yaml(
             "rules:\n  - { name: monthly, limit: 10000, period: 1mo, algorithm: fixed_window, \
@@ -41,20 +44,18 @@ async fn a_monthly_quota_admits_exactly_its_limit_and_resets_at_the_local_first(
         )
         .expect("rules");
         let inner = config.clock.take().expect("the harness's clock").0;
-        config.clock = Some(EngineClock(Arc::new(Shifted {
-            inner,
-            offset_ns: start - EPOCH_NS,
-        })));
+        config.clock = Some(EngineClock(Arc::new(Shifted { inner, offset_ns })));
     })
     .await;
+    let now_ms = || c.now_ms() + offset_ns / 1_000_000;
     c.wait_all_alive(&IDS).await;
     assert!(
-        c.now_ms() * 1_000_000 < march - 60_000_000_000,
+        now_ms() * 1_000_000 < march - 60_000_000_000,
         "{}",
-        c.now_ms()
+        now_ms()
     );
 
-    // 10,500 checks of two keys in batches of 100 through every node in turn, a few seconds
+    // 10,500 checks of each of two keys in batches of 100 through every node in turn, a second
     // apart: exactly 10,000 of each key's admitted in February.
     let mut admitted = [0u64; 2];
     let mut denied_resets = Vec::new();
@@ -75,15 +76,15 @@ async fn a_monthly_quota_admits_exactly_its_limit_and_resets_at_the_local_first(
                 }
             }
         }
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    assert!(c.now_ms() * 1_000_000 < march, "still February");
+    assert!(now_ms() * 1_000_000 < march, "still February");
     assert_eq!(admitted, [10_000, 10_000]);
     assert_eq!(denied_resets.len(), 1_000);
-    let now_ms = c.now_ms();
+    let end_ms = now_ms();
     for (reset, retry) in denied_resets {
         assert_eq!(reset, march / 1_000_000);
-        assert!(retry <= march / 1_000_000 - (now_ms - 600_000), "{retry}");
+        assert!(retry <= march / 1_000_000 - (end_ms - 120_000), "{retry}");
     }
     let r = c
         .check("n1", &json!({ "key": "acct-a", "rule": "monthly" }))
@@ -93,7 +94,7 @@ async fn a_monthly_quota_admits_exactly_its_limit_and_resets_at_the_local_first(
 
     // From the first of March (local midnight, 23:00 UTC on the 28th) each key admits again,
     // until April.
-    let wait = march / 1_000_000 - c.now_ms();
+    let wait = march / 1_000_000 - now_ms();
     tokio::time::sleep(Duration::from_millis(wait + 1_000)).await;
     for id in IDS {
         let r = c
