@@ -149,6 +149,22 @@ impl Zone {
         self.with(|e| e.tz.clone())
     }
 
+    /// The zone whose [`Zone::tag`] is `tag`: one in use, else one of the database (looked up
+    /// by hashing its names: a few hundred, done once per zone since the match is then in use).
+    pub fn by_tag(tag: u32) -> Option<Zone> {
+        let known = {
+            let zones = ZONES.read().unwrap_or_else(|e| e.into_inner());
+            zones.iter().position(|e| e.tag == tag)
+        };
+        if let Some(i) = known {
+            return u16::try_from(i).ok().map(Zone);
+        }
+        let name = jiff::tz::db()
+            .available()
+            .find(|n| fnv(n.as_str()) == tag)?;
+        Zone::parse(name.as_str()).ok()
+    }
+
     /// A fingerprint of the name, the same in every process.
     pub fn tag(self) -> u32 {
         self.with(|e| e.tag)
@@ -194,6 +210,19 @@ impl<'de> Deserialize<'de> for Calendar {
 mod tests {
     use super::*;
 
+    /// Zones travel in global counts by their tag: no two names of the database share one.
+    #[test]
+    fn every_zone_of_the_database_has_its_own_tag() {
+        let mut tags = std::collections::HashMap::new();
+        for name in jiff::tz::db().available() {
+            if let Some(other) = tags.insert(fnv(name.as_str()), name.as_str().to_owned()) {
+                // Aliases of one zone may share nothing but a canonical name; names differ here.
+                panic!("{other} and {} share a tag", name.as_str());
+            }
+        }
+        assert!(tags.len() > 300, "{}", tags.len());
+    }
+
     #[test]
     fn zones_are_interned_by_their_database_name_and_unknown_ones_refused() {
         let a = Zone::parse("Europe/Berlin").unwrap();
@@ -207,6 +236,10 @@ mod tests {
             unit: Unit::Month,
             zone: a,
         };
+        assert_eq!(Zone::by_tag(a.tag()), Some(a));
+        let kolkata = fnv("Asia/Kolkata");
+        assert_eq!(Zone::by_tag(kolkata).map(Zone::name), Some("Asia/Kolkata"));
+        assert_eq!(Zone::by_tag(fnv("Mars/Olympus_Mons")), None);
         let bytes = bincode::serde::encode_to_vec(c, bincode::config::standard()).unwrap();
         let (back, _): (Calendar, _) =
             bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();

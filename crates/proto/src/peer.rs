@@ -40,7 +40,10 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   shares of the rule's rate ([`Frame::Quota`]).
 /// - 10: inline rules with calendar windows ([`crate::RuleRef`]'s calendar variant); the
 ///   frames are those of version 9 (a version-9 connection just never carries such a rule).
-pub const PROTOCOL_VERSION: u16 = 10;
+/// - 11: global counts of calendar windows ([`GlobalCount`]'s `period_ms` carrying a
+///   calendar's code, its top bit set); the frames are those of version 10 (a connection of
+///   an older version just never carries such a count).
+pub const PROTOCOL_VERSION: u16 = 11;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -66,6 +69,9 @@ pub const QUOTA_SINCE: u16 = 9;
 /// The first version whose peers know inline rules with calendar windows (a node never sends
 /// one to an older peer, which could not decode it: it answers that the owner cannot take it).
 pub const CALENDAR_SINCE: u16 = 10;
+/// The first version whose peers merge global counts of calendar windows (a node never sends
+/// them to an older peer, which would refuse them as malformed).
+pub const GLOBAL_CALENDAR_SINCE: u16 = 11;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -353,6 +359,9 @@ pub struct ActorCounts {
 /// One node's own admitted hits of one global bucket, in the window `window` (numbered
 /// `unix_ms / period_ms`, alike on every node) and in the window before it (carried so that a
 /// node that hears of the bucket only after the window turned still learns the final count).
+/// From version [`GLOBAL_CALENDAR_SINCE`], a `period_ms` with its top bit set names a calendar
+/// instead (its unit and its zone's tag), and `window` counts that calendar's windows since
+/// 1970 (local dates, Mondays, months).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GlobalCount {
     pub id: u64,

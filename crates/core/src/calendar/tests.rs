@@ -279,3 +279,58 @@ fn calendar_rules_have_their_own_identities_and_tags() {
     let tags = [period_tag(&plain), period_tag(&utc), period_tag(&berlin)];
     assert!(tags[0] != tags[1] && tags[1] != tags[2] && tags[0] != tags[2]);
 }
+
+/// Window numbers: consecutive windows, consecutive numbers, each number's bounds those of the
+/// window it numbers, across DST changes, month ends and a year's end, in zones both sides of UTC.
+#[test]
+fn windows_are_numbered_consecutively_and_numbers_give_their_bounds() {
+    for zone in [
+        "Europe/Berlin",
+        "America/New_York",
+        "Asia/Kolkata",
+        "Pacific/Kiritimati",
+        "UTC",
+    ] {
+        for unit in [Unit::Day, Unit::Week, Unit::Month] {
+            let c = cal(unit, zone);
+            let mut t = at("2025-12-20T12:00[UTC]");
+            let first = index(c, t);
+            for n in first..first + 40 {
+                let (s, e) = bounds(c, t);
+                assert_eq!(bounds_of_index(c, n), Some((s, e)), "{zone} {unit:?} {n}");
+                assert_eq!(index(c, s), n);
+                assert_eq!(index(c, e - 1), n);
+                assert_eq!(index(c, e), n + 1, "{zone} {unit:?}");
+                t = e;
+            }
+        }
+    }
+    // Day numbers are local dates since 1970-01-01; weeks from Monday 1969-12-29; months from
+    // January 1970.
+    assert_eq!(index(cal(Unit::Day, "UTC"), at("1970-01-02T00:00[UTC]")), 1);
+    assert_eq!(
+        index(cal(Unit::Week, "UTC"), at("1970-01-05T00:00[UTC]")),
+        1
+    );
+    assert_eq!(
+        index(cal(Unit::Week, "UTC"), at("1970-01-04T23:59[UTC]")),
+        0
+    );
+    assert_eq!(
+        index(
+            cal(Unit::Month, "Europe/Berlin"),
+            at("2026-03-01T00:00[Europe/Berlin]")
+        ),
+        674
+    );
+    assert_eq!(
+        index(
+            cal(Unit::Month, "Europe/Berlin"),
+            at("2026-02-28T23:59[Europe/Berlin]")
+        ),
+        673
+    );
+    // Beyond u64 ns: no bounds.
+    assert_eq!(bounds_of_index(cal(Unit::Day, "UTC"), 1_000_000), None);
+    assert_eq!(bounds_of_index(cal(Unit::Month, "UTC"), u64::MAX), None);
+}

@@ -7,7 +7,8 @@
 use super::{Due, Held, Release, Return};
 use crate::link::{Session, SessionError, Sessions};
 use ringlimit_proto::peer::{
-    AnswerGroup, Frame, LEASE_SINCE, LeaseAsk, LeaseGrant, PeerAnswer, PeerRefund, RefundGroup,
+    AnswerGroup, CALENDAR_SINCE, Frame, LEASE_SINCE, LeaseAsk, LeaseGrant, PeerAnswer, PeerRefund,
+    RefundGroup,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,14 +38,45 @@ impl LeaseLink {
     /// The owner's grants for `asks`, in order. An owner older than [`LEASE_SINCE`] grants
     /// nothing (an empty answer: its keys are decided there, as before). On an error the
     /// connection is dropped.
+    /// An owner older than [`CALENDAR_SINCE`] is not sent asks of inline rules with calendar
+    /// windows (its decoder would fail the whole frame): each is answered `unsupported` here.
     pub async fn ask(&mut self, asks: Vec<LeaseAsk>) -> Result<Vec<LeaseGrant>, SessionError> {
-        if self.0.version().await? < LEASE_SINCE {
+        let version = self.0.version().await?;
+        if version < LEASE_SINCE {
             return Ok(Vec::new());
         }
-        match self.exchange(Frame::Lease { asks }).await? {
-            Frame::Leased { grants } => Ok(grants),
-            other => self.unexpected(other),
+        let unsupported = |_: &LeaseAsk| LeaseGrant::Error {
+            code: "unsupported".to_owned(),
+            message: format!(
+                "the owner speaks peer protocol {version}; inline rules with calendar windows need {CALENDAR_SINCE}"
+            ),
+        };
+        let older = version < CALENDAR_SINCE;
+        let (sent, kept): (Vec<_>, Vec<_>) = asks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, a)| !(older && a.rule.has_calendar()));
+        if sent.is_empty() {
+            return Ok(kept.iter().map(|(_, a)| unsupported(a)).collect());
         }
+        let order: Vec<usize> = sent.iter().map(|(i, _)| *i).collect();
+        let asks = sent.into_iter().map(|(_, a)| a).collect();
+        let grants = match self.exchange(Frame::Lease { asks }).await? {
+            Frame::Leased { grants } => grants,
+            other => return self.unexpected(other),
+        };
+        if kept.is_empty() {
+            return Ok(grants);
+        }
+        // Back in the order asked: the owner's grants where sent, `unsupported` elsewhere.
+        let mut out: Vec<Option<LeaseGrant>> = vec![None; order.len() + kept.len()];
+        for (i, g) in order.into_iter().zip(grants) {
+            out[i] = Some(g);
+        }
+        for (i, a) in &kept {
+            out[*i] = Some(unsupported(a));
+        }
+        Ok(out.into_iter().map_while(|g| g).collect())
     }
 
     /// Gives back what slices had left, as refunds under their grants' marks; returns how

@@ -26,7 +26,7 @@ use super::{Decision, MAX_DEBT_PERIODS, Rule, period_tag};
 use crate::calendar;
 
 /// End of the window of `rule` that contains `now`.
-pub(crate) fn window_end(rule: &Rule, now: u64) -> u64 {
+pub fn window_end(rule: &Rule, now: u64) -> u64 {
     match rule.calendar {
         None => now - now % rule.period_ns + rule.period_ns,
         Some(c) => calendar::end_containing(c, now),

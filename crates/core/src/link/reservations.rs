@@ -5,8 +5,9 @@
 use super::session::{Pooled, SessionError, SessionPool};
 use crate::reservations::ReserveError;
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::{
-    Frame, PeerAnswer, PeerReserve, PeerSettle, RESERVE_SINCE, SettleAnswer,
+    CALENDAR_SINCE, Frame, PeerAnswer, PeerReserve, PeerSettle, RESERVE_SINCE, SettleAnswer,
 };
 use std::time::Duration;
 
@@ -24,9 +25,10 @@ pub async fn reserve(
     addr: &str,
     ask: PeerReserve,
 ) -> Result<CheckAnswer, ReserveError> {
+    let since = since(&ask.rule);
     let frame = Frame::Reserve { asks: vec![ask] };
     match pool
-        .request(addr, &frame, RESERVE_WITHIN, RESERVE_SINCE, true)
+        .request(addr, &frame, RESERVE_WITHIN, since, true)
         .await
     {
         Ok(Pooled::Answer(Frame::Reserved { mut answers })) if answers.len() == 1 => {
@@ -39,11 +41,29 @@ pub async fn reserve(
             }
         }
         Ok(Pooled::Answer(_)) => Err(out_of_turn()),
+        Ok(Pooled::Older(v)) if v >= RESERVE_SINCE => Err(no_calendars(v)),
         Ok(Pooled::Older(v)) => Err(ReserveError::Unavailable(format!(
             "the key's owner runs an older ringlimit (peer protocol {v}, reservations need {RESERVE_SINCE}); upgrade it"
         ))),
         Err(e) => Err(unreachable(&e)),
     }
+}
+
+/// The oldest protocol that takes a reserve or settle of `rule`: an inline rule with calendar
+/// windows would fail to decode below [`CALENDAR_SINCE`] (it is refused here instead).
+fn since(rule: &RuleRef) -> u16 {
+    if rule.has_calendar() {
+        CALENDAR_SINCE
+    } else {
+        RESERVE_SINCE
+    }
+}
+
+/// An owner that keeps reservations but does not know calendar windows.
+fn no_calendars(v: u16) -> ReserveError {
+    ReserveError::Unavailable(format!(
+        "the key's owner runs an older ringlimit (peer protocol {v}, inline rules with calendar windows need {CALENDAR_SINCE}); upgrade it"
+    ))
 }
 
 /// Settles `settle` at the owner at `addr`: the bucket's answer afterwards. Never sent twice:
@@ -53,11 +73,12 @@ pub async fn settle(
     addr: &str,
     settle: PeerSettle,
 ) -> Result<CheckAnswer, ReserveError> {
+    let since = since(&settle.rule);
     let frame = Frame::Settle {
         settles: vec![settle],
     };
     match pool
-        .request(addr, &frame, RESERVE_WITHIN, RESERVE_SINCE, false)
+        .request(addr, &frame, RESERVE_WITHIN, since, false)
         .await
     {
         Ok(Pooled::Answer(Frame::Settled { mut answers })) if answers.len() == 1 => {
@@ -70,6 +91,7 @@ pub async fn settle(
             }
         }
         Ok(Pooled::Answer(_)) => Err(out_of_turn()),
+        Ok(Pooled::Older(v)) if v >= RESERVE_SINCE => Err(no_calendars(v)),
         // An owner older than reservations keeps none: the reservation was taken at another
         // owner, which the ring has since replaced.
         Ok(Pooled::Older(_)) => Err(ReserveError::Unknown),

@@ -45,7 +45,15 @@ struct Owner {
     silent: Arc<AtomicBool>,
     /// Speaks protocol version 2 (a group's kind in its id's bits).
     version_2: Arc<AtomicBool>,
+    /// Speaks protocol version 9 (before calendar windows): answers leases (each ask with an
+    /// error coded `seen`), and records what it is sent.
+    version_9: Arc<AtomicBool>,
     frames: Arc<Mutex<Vec<Vec<CheckGroup>>>>,
+    /// The lease asks it was sent.
+    lease_asks: Arc<Mutex<Vec<ringlimit_proto::peer::LeaseAsk>>>,
+    /// Frames of any other kind it was sent (it then closes the connection, as a decoder
+    /// failing would).
+    others: Arc<Mutex<Vec<&'static str>>>,
 }
 
 impl Owner {
@@ -76,6 +84,11 @@ impl Owner {
         if let (true, Frame::Challenge { version, .. }) = (version_2, &mut challenge) {
             *version = 2;
         }
+        if let (true, Frame::Challenge { version, .. }) =
+            (self.version_9.load(Ordering::Relaxed), &mut challenge)
+        {
+            *version = 9;
+        }
         if framing::send(&mut conn, &challenge).await.is_err() {
             return;
         }
@@ -94,7 +107,27 @@ impl Owner {
                 Frame::FlaggedChecks(groups) if version_2 => {
                     groups.into_iter().map(CheckGroup::from).collect()
                 }
-                _ => return,
+                Frame::Lease { asks } => {
+                    let grants = asks
+                        .iter()
+                        .map(|_| ringlimit_proto::peer::LeaseGrant::Error {
+                            code: "seen".into(),
+                            message: String::new(),
+                        })
+                        .collect();
+                    self.lease_asks.lock().extend(asks);
+                    if framing::send(&mut conn, &Frame::Leased { grants })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                other => {
+                    self.others.lock().push(other.kind());
+                    return;
+                }
             };
             self.frames.lock().push(groups.clone());
             if self.silent.load(Ordering::Relaxed) {
@@ -542,4 +575,122 @@ async fn reservations_go_only_to_owners_that_keep_them() {
         [1]
     );
     assert_eq!(old.groups_seen(), 1, "nothing but the check reached it");
+}
+
+/// An inline rule with calendar windows (a month in Berlin).
+fn monthly() -> RuleRef {
+    RuleRef::Inline(ringlimit_proto::InlineRule {
+        limit: 10_000,
+        period_ms: 31 * 86_400_000,
+        algorithm: ringlimit_proto::Algorithm::FixedWindow,
+        burst: None,
+        calendar: Some(ringlimit_proto::calendar::Calendar {
+            unit: ringlimit_proto::calendar::Unit::Month,
+            zone: ringlimit_proto::calendar::Zone::parse("Europe/Berlin").expect("zone"),
+        }),
+    })
+}
+
+/// A reserve or a settle of an inline calendar rule goes only to an owner that knows calendar
+/// windows (protocol 10): one of protocol 9 keeps reservations but is sent nothing (its
+/// decoder would fail the frame), and each is unavailable saying why.
+#[tokio::test(start_paused = true)]
+async fn calendar_reservations_go_only_to_owners_that_know_calendars() {
+    use super::reservations::{reserve, settle};
+    use super::session::{SessionPool, Sessions};
+    use crate::reservations::ReserveError;
+    use ringlimit_proto::peer::{PeerReserve, PeerSettle};
+    let net = MemNet::new();
+    let old = Owner::default();
+    old.version_9.store(true, Ordering::Relaxed);
+    tokio::spawn(old.clone().serve(net.listen("old")));
+    let pool = SessionPool::new(Sessions::new(settings(&net)), 2);
+    let ask = PeerReserve {
+        key: "k".into(),
+        rule: monthly(),
+        cost: 5,
+        ttl_ms: 1_000,
+        nonce: 1,
+    };
+    let why = |r: Result<CheckAnswer, ReserveError>| match r {
+        Err(ReserveError::Unavailable(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    let w = why(reserve(&pool, "old", ask).await);
+    assert!(
+        w.contains("protocol 9") && w.contains("calendar windows need 10"),
+        "{w}"
+    );
+    let s = PeerSettle {
+        key: "k".into(),
+        rule: monthly(),
+        nonce: 1,
+        cost: 5,
+    };
+    let w = why(settle(&pool, "old", s).await);
+    assert!(w.contains("calendar windows need 10"), "{w}");
+    assert!(old.others.lock().is_empty(), "{:?}", old.others.lock());
+    // A named rule's reserve is sent (this owner does not answer it: it closes).
+    let named = PeerReserve {
+        key: "k".into(),
+        rule: RuleRef::Named("r".into()),
+        cost: 5,
+        ttl_ms: 1_000,
+        nonce: 2,
+    };
+    // (Sent once more on a new connection, as after any idle connection's loss.)
+    let _ = reserve(&pool, "old", named).await;
+    let others = old.others.lock().clone();
+    assert!(
+        !others.is_empty() && others.iter().all(|k| *k == "reserve"),
+        "{others:?}"
+    );
+}
+
+/// Lease asks of an inline calendar rule are not sent to an owner below protocol 10: each is
+/// answered `unsupported` in its place, and the other asks of the frame go as before.
+#[tokio::test(start_paused = true)]
+async fn calendar_lease_asks_are_answered_unsupported_for_older_owners() {
+    use super::session::Sessions;
+    use crate::lease::asking::LeaseLink;
+    use ringlimit_proto::peer::{LeaseAsk, LeaseGrant};
+    let net = MemNet::new();
+    let old = Owner::default();
+    old.version_9.store(true, Ordering::Relaxed);
+    tokio::spawn(old.clone().serve(net.listen("old")));
+    let mut link = LeaseLink::new(Sessions::new(settings(&net)).open("old"));
+    let ask = |key: &str, rule: RuleRef| LeaseAsk {
+        key: key.into(),
+        rule,
+        want: 10,
+        demand_per_s: 100,
+    };
+    let grants = link
+        .ask(vec![
+            ask("a", monthly()),
+            ask("b", RuleRef::Named("r".into())),
+            ask("c", monthly()),
+        ])
+        .await
+        .expect("answered");
+    let codes: Vec<&str> = grants
+        .iter()
+        .map(|g| match g {
+            LeaseGrant::Error { code, .. } => code.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(codes, ["unsupported", "seen", "unsupported"]);
+    let sent: Vec<String> = old
+        .lease_asks
+        .lock()
+        .iter()
+        .map(|a| a.key.clone())
+        .collect();
+    assert_eq!(sent, ["b"]);
+    // Only calendar asks: nothing sent at all.
+    let grants = link.ask(vec![ask("d", monthly())]).await.expect("answered");
+    assert!(matches!(&grants[..], [LeaseGrant::Error { code, .. }] if code == "unsupported"));
+    assert_eq!(old.lease_asks.lock().len(), 1);
+    assert!(old.others.lock().is_empty());
 }

@@ -18,11 +18,11 @@
 
 use super::actor::{Actor, actor, parse_actor};
 use super::decide;
+use super::numbering::Numbering;
 use super::wire::{ActorCounts, Update};
 use crate::cluster::clock::Clocks;
 use crdts::{CmRDT, Dot, VClock};
 use parking_lot::Mutex;
-use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::limiter::{Decision, Rule};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -41,6 +41,8 @@ const EVICT_DIVISOR: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct WindowKey {
     id: u64,
+    /// The windows' numbering as counts carry it: the period for plain periods, a calendar's
+    /// code for calendar windows (see [`Numbering::code`]).
     period_ms: u64,
     window: u64,
 }
@@ -55,12 +57,15 @@ struct Window {
 }
 
 impl Window {
-    fn new(key: &WindowKey) -> Self {
-        let period_ns = key.period_ms.saturating_mul(NANOS_PER_MS);
+    fn new(key: &WindowKey, numbering: Numbering) -> Self {
         Self {
             counter: VClock::new(),
             total: 0,
-            expires_at: key.window.saturating_add(2).saturating_mul(period_ns),
+            // A window whose successor has no end in reach never expires by time (the cap
+            // still bounds them).
+            expires_at: numbering
+                .end(key.window.saturating_add(1))
+                .unwrap_or(u64::MAX),
         }
     }
 
@@ -99,8 +104,15 @@ impl Shard {
         self.windows.get(key).map_or(0, |w| w.total)
     }
 
-    /// The window for `key`, made (within the cap) when absent.
-    fn window(&mut self, key: WindowKey, cap: usize, now: u64, evicted: &AtomicU64) -> &mut Window {
+    /// The window for `key` (numbered by `numbering`), made (within the cap) when absent.
+    fn window(
+        &mut self,
+        key: WindowKey,
+        numbering: Numbering,
+        cap: usize,
+        now: u64,
+        evicted: &AtomicU64,
+    ) -> &mut Window {
         if !self.windows.contains_key(&key) && self.windows.len() >= cap {
             self.windows.retain(|_, w| w.expires_at > now);
             if self.windows.len() >= cap {
@@ -117,7 +129,9 @@ impl Shard {
                 evicted.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
-        self.windows.entry(key).or_insert_with(|| Window::new(&key))
+        self.windows
+            .entry(key)
+            .or_insert_with(|| Window::new(&key, numbering))
     }
 }
 
@@ -152,6 +166,12 @@ pub struct GlobalStats {
     /// Buckets whose other actors' counts were left out of a full set: over the cap (see
     /// [`super::publish`]).
     pub unrelayed: AtomicU64,
+}
+
+/// The number of the window containing `now` of the numbering a count's `period_ms` names
+/// (see [`Numbering::code`]); `None` for one this node cannot resolve.
+pub fn window_of(code: u64, now: u64) -> Option<u64> {
+    Numbering::from_code(code).map(|n| n.window(now))
 }
 
 /// This node's global counters. Shared by the check path, the publisher and the merger.
@@ -226,10 +246,11 @@ impl GlobalCounters {
     /// request asks its global limits first, before anything is taken anywhere).
     pub fn peek(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
         let now = self.clocks.cluster_ns(now);
+        let numbering = Numbering::of(rule);
         let key = WindowKey {
             id,
-            period_ms: rule.period_ns / NANOS_PER_MS,
-            window: now / rule.period_ns,
+            period_ms: numbering.code(),
+            window: numbering.window(now),
         };
         let shard = self.shard(id).lock();
         let current = shard.total(&key);
@@ -245,8 +266,9 @@ impl GlobalCounters {
     /// this node's when admitted.
     pub fn check(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
         let now = self.clocks.cluster_ns(now);
-        let period_ms = rule.period_ns / NANOS_PER_MS;
-        let window = now / rule.period_ns;
+        let numbering = Numbering::of(rule);
+        let period_ms = numbering.code();
+        let window = numbering.window(now);
         let key = WindowKey {
             id,
             period_ms,
@@ -260,7 +282,7 @@ impl GlobalCounters {
         };
         let d = decide::decide(rule, now, cost, current, previous);
         if d.allowed && cost > 0 {
-            let w = shard.window(key, self.shard_cap, now, &self.stats.evicted);
+            let w = shard.window(key, numbering, self.shard_cap, now, &self.stats.evicted);
             let own = w.count_of(&self.self_actor);
             w.raise(&self.self_actor, own.saturating_add(cost));
             shard.dirty.insert(id, period_ms);
@@ -277,6 +299,10 @@ impl GlobalCounters {
     /// Merges one peer's published counts at `now` (on the cluster clock); returns whether any
     /// count rose.
     pub fn merge(&self, actor: &Actor, u: &Update, now: u64) -> bool {
+        // Validated on receipt; a numbering this node cannot resolve is nothing to merge.
+        let Some(numbering) = Numbering::from_code(u.period_ms) else {
+            return false;
+        };
         let mut raised = false;
         let mut shard = self.shard(u.id).lock();
         for (window, count) in [
@@ -292,11 +318,11 @@ impl GlobalCounters {
                 continue;
             }
             // A window that no longer matters is not made again.
-            if !shard.windows.contains_key(&key) && Window::new(&key).expires_at <= now {
+            if !shard.windows.contains_key(&key) && Window::new(&key, numbering).expires_at <= now {
                 continue;
             }
             raised |= shard
-                .window(key, self.shard_cap, now, &self.stats.evicted)
+                .window(key, numbering, self.shard_cap, now, &self.stats.evicted)
                 .raise(actor, count);
         }
         drop(shard);
@@ -399,11 +425,18 @@ impl GlobalCounters {
     pub fn others(&self, now: u64, max_buckets: usize) -> (Vec<ActorCounts>, u64) {
         let mut by_actor: BTreeMap<Actor, Vec<Update>> = BTreeMap::new();
         let (mut buckets, mut skipped) = (0usize, 0u64);
+        // The current window of each numbering, computed once (a calendar's costs a zone lookup).
+        let mut current_of: HashMap<u64, Option<u64>> = HashMap::new();
         for s in self.shards.iter() {
             let s = s.lock();
             let mut seen: HashSet<(u64, u64)> = HashSet::new();
             for key in s.windows.keys() {
-                let window = now / key.period_ms.saturating_mul(NANOS_PER_MS).max(1);
+                let Some(window) = *current_of
+                    .entry(key.period_ms)
+                    .or_insert_with(|| window_of(key.period_ms, now))
+                else {
+                    continue;
+                };
                 let matters = key.window == window || key.window.checked_add(1) == Some(window);
                 if !matters || !seen.insert((key.id, key.period_ms)) {
                     continue;

@@ -28,7 +28,8 @@ pub fn effective_rule(rule: &Rule) -> Rule {
 pub fn decide(rule: &Rule, now: u64, cost: u64, current: u64, previous: u64) -> Decision {
     let rule = effective_rule(rule);
     let p = rule.period_ns;
-    let end = now - now % p + p;
+    // The window's end: a calendar's, or the period's from the epoch.
+    let end = fixed_window::window_end(&rule, now);
     if cost > rule.limit {
         return Decision {
             allowed: false,

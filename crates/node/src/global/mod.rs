@@ -10,9 +10,11 @@
 //! every other actor's it holds, so that it also learns the counts of nodes that are gone.
 //!
 //! # What each algorithm means in global mode
-//! Windows are aligned to the Unix epoch (`unix_ms / period_ms`), so every node numbers them
-//! alike; only two windowed counts per bucket are replicated.
-//! - `fixed_window`: at most `limit` per aligned window, cluster-wide.
+//! Windows are aligned to the Unix epoch (`unix_ms / period_ms`), or for calendar windows to
+//! the rule's calendar (local dates, Mondays or months since 1970: [`numbering`]), so every
+//! node numbers them alike; only two windowed counts per bucket are replicated.
+//! - `fixed_window`: at most `limit` per aligned window, cluster-wide; with `calendar: true`,
+//!   per local day, week or month of the rule's time zone.
 //! - `sliding_window`: the weighted two-window estimate `previous × (1 − f) + current` over the
 //!   cluster-wide counts, as on one node.
 //! - `token_bucket`, `leaky_bucket`, `sliding_log`: approximated by the sliding-window counter
@@ -49,6 +51,7 @@
 //! # Layout
 //! - [`wire`] — one bucket's counts as they travel (own, and relayed per actor), and their
 //!   validation.
+//! - [`numbering`] — how a bucket's windows are numbered, plain periods or a calendar's.
 //! - [`actor`] — a node incarnation as a G-counter actor (`node_id@generation`).
 //! - [`counters`] — per-window G-counters, caps, expiry, merging what peers send.
 //! - [`decide`] — the pure decision over merged counts.
@@ -60,6 +63,7 @@ pub mod actor;
 pub mod counters;
 pub mod decide;
 pub mod metrics;
+pub mod numbering;
 pub mod publish;
 pub mod push;
 pub mod wire;

@@ -51,7 +51,7 @@ use super::push::Pusher;
 use super::wire::{FullSet, Update};
 use crate::cluster::View;
 use arc_swap::ArcSwap;
-use ringlimit_core::clock::{Clock, NANOS_PER_MS};
+use ringlimit_core::clock::Clock;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -208,6 +208,7 @@ impl Publisher {
     /// first (pure but for draining the dirty set and the stats).
     pub fn round(&mut self, counters: &GlobalCounters, now: u64, max_writes: usize) -> Round {
         let mut round = Round::default();
+        let mut windows = Windows::at(now);
         for (id, period_ms) in counters.take_dirty() {
             if self.queued.insert(id) {
                 self.backlog.push_back((id, period_ms));
@@ -222,7 +223,9 @@ impl Publisher {
                 round.refused += 1;
                 continue;
             }
-            let window = now / period_ms.saturating_mul(NANOS_PER_MS).max(1);
+            let Some(window) = windows.of(period_ms) else {
+                continue;
+            };
             let (current, previous) = counters.own_counts(id, period_ms, window);
             self.published.insert(id, (period_ms, window));
             round.set.push(Update {
@@ -234,9 +237,10 @@ impl Publisher {
             });
         }
         self.published.retain(|_, (period_ms, window)| {
-            let current = now / period_ms.saturating_mul(NANOS_PER_MS).max(1);
             // Both counts last sent are of windows that ended: nobody reads them any more.
-            current < window.saturating_add(2)
+            windows
+                .of(*period_ms)
+                .is_some_and(|current| current < window.saturating_add(2))
         });
         counters
             .stats
@@ -270,20 +274,46 @@ impl Publisher {
 
     /// Every bucket this node publishes, with its own counts at `now`.
     pub fn snapshot(&self, counters: &GlobalCounters, now: u64) -> Vec<Update> {
+        let mut windows = Windows::at(now);
         self.published
             .iter()
-            .map(|(&id, &(period_ms, _))| {
-                let window = now / period_ms.saturating_mul(NANOS_PER_MS).max(1);
+            .filter_map(|(&id, &(period_ms, _))| {
+                let window = windows.of(period_ms)?;
                 let (current, previous) = counters.own_counts(id, period_ms, window);
-                Update {
+                Some(Update {
                     id,
                     period_ms,
                     window,
                     current,
                     previous,
-                }
+                })
             })
             .collect()
+    }
+}
+
+/// The current window of each numbering at one instant, computed once per numbering (a
+/// calendar's costs a time-zone conversion; a round may publish thousands of its buckets).
+struct Windows {
+    now: u64,
+    known: HashMap<u64, Option<u64>>,
+}
+
+impl Windows {
+    fn at(now: u64) -> Self {
+        Self {
+            now,
+            known: HashMap::new(),
+        }
+    }
+
+    /// The current window of the numbering `code` names (see [`super::numbering`]).
+    fn of(&mut self, code: u64) -> Option<u64> {
+        let now = self.now;
+        *self
+            .known
+            .entry(code)
+            .or_insert_with(|| super::counters::window_of(code, now))
     }
 }
 

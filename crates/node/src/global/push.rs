@@ -21,12 +21,13 @@
 //! one, which ends the full set: see [`super::GlobalCounters::has_full_set`]).
 
 use super::counters::GlobalCounters;
-use super::wire::{self, FullSet, Update};
+use super::numbering::Numbering;
+use super::wire::{self, ActorCounts, FullSet, Update};
 use crate::cluster::transport::GossipBlocklist;
 use crate::cluster::{MemberState, View};
 use bytes::Bytes;
 use ringlimit_core::link::{Session, Sessions};
-use ringlimit_proto::peer::Frame;
+use ringlimit_proto::peer::{Frame, GLOBAL_CALENDAR_SINCE};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,12 +46,46 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// What one peer's task is given: encoded frames, shared by every peer.
 enum Msg {
     /// The buckets changed since the previous round: useless to a peer that missed a frame.
-    Delta(Arc<[Bytes]>),
+    Delta(Frames),
     /// Every bucket this node publishes: brings a peer up to date whatever it missed.
-    Full(Arc<[Bytes]>),
+    Full(Frames),
     /// The last full set of a node that leaves: written once (no retry), then the task ends
     /// and says whether it was written.
-    Last(Arc<[Bytes]>, oneshot::Sender<bool>),
+    Last(Frames, oneshot::Sender<bool>),
+}
+
+/// Encoded frames, and the same without counts of calendar windows for peers older than
+/// [`GLOBAL_CALENDAR_SINCE`] (which would refuse them as malformed): `None` when there are none.
+#[derive(Clone)]
+struct Frames {
+    all: Arc<[Bytes]>,
+    older: Option<Arc<[Bytes]>>,
+}
+
+impl Frames {
+    /// What a peer speaking `version` is written.
+    fn for_version(&self, version: u16) -> &Arc<[Bytes]> {
+        match &self.older {
+            Some(older) if version < GLOBAL_CALENDAR_SINCE => older,
+            _ => &self.all,
+        }
+    }
+}
+
+/// Whether `u` counts calendar windows.
+fn is_calendar(u: &Update) -> bool {
+    Numbering::is_calendar(u.period_ms)
+}
+
+/// `updates` without counts of calendar windows, if there were any.
+fn without_calendars(updates: &[Update]) -> Option<Vec<Update>> {
+    updates.iter().any(is_calendar).then(|| {
+        updates
+            .iter()
+            .filter(|u| !is_calendar(u))
+            .copied()
+            .collect()
+    })
 }
 
 /// One live peer: its task's queue, and whether it needs the full set.
@@ -158,7 +193,7 @@ impl Pusher {
         let delta_len = delta.len() as u64;
         let delta = (!delta.is_empty()).then(|| self.encode(delta));
         let mut full = Some(full);
-        let mut full_frames: Option<Arc<[Bytes]>> = None;
+        let mut full_frames: Option<Frames> = None;
         for peer in self.peers.values() {
             if peer.needs_full.load(Ordering::Relaxed) {
                 if peer.tx.capacity() == 0 {
@@ -216,17 +251,52 @@ impl Pusher {
     }
 
     /// The updates as `GlobalCounts` frames of at most [`wire::MAX_PER_FRAME`] each.
-    fn encode(&self, updates: &[Update]) -> Arc<[Bytes]> {
-        self.own_frames(updates).collect()
+    fn encode(&self, updates: &[Update]) -> Frames {
+        Frames {
+            all: self.own_frames(updates).collect(),
+            older: without_calendars(updates).map(|u| self.own_frames(&u).collect()),
+        }
     }
 
     /// A full set's frames: the own counts' `GlobalCounts`, then the others' `GlobalCountsOf`
     /// (at least one).
-    fn encode_full(&self, full: &FullSet) -> Arc<[Bytes]> {
-        let relayed = wire::relay_frames(&full.others)
+    fn encode_full(&self, full: &FullSet) -> Frames {
+        let any = full.own.iter().any(is_calendar)
+            || full.others.iter().any(|a| a.counts.iter().any(is_calendar));
+        let older = any.then(|| {
+            let own: Vec<Update> = full
+                .own
+                .iter()
+                .filter(|u| !is_calendar(u))
+                .copied()
+                .collect();
+            let others: Vec<ActorCounts> = full
+                .others
+                .iter()
+                .map(|a| ActorCounts {
+                    counts: a
+                        .counts
+                        .iter()
+                        .filter(|u| !is_calendar(u))
+                        .copied()
+                        .collect(),
+                    ..a.clone()
+                })
+                .filter(|a| !a.counts.is_empty())
+                .collect();
+            self.full_frames(&own, &others)
+        });
+        Frames {
+            all: self.full_frames(&full.own, &full.others),
+            older,
+        }
+    }
+
+    fn full_frames(&self, own: &[Update], others: &[ActorCounts]) -> Arc<[Bytes]> {
+        let relayed = wire::relay_frames(others)
             .into_iter()
             .filter_map(|counts| encoded(&Frame::GlobalCountsOf { counts }));
-        self.own_frames(&full.own).chain(relayed).collect()
+        self.own_frames(own).chain(relayed).collect()
     }
 
     fn own_frames<'a>(&self, updates: &'a [Update]) -> impl Iterator<Item = Bytes> + 'a {
@@ -274,12 +344,18 @@ async fn run(
         if !full && !synced {
             continue;
         }
-        let sent = session
-            .write(&frames, WRITE_TIMEOUT, |bytes| {
-                stats.push_frames.fetch_add(1, Ordering::Relaxed);
-                stats.push_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-            })
-            .await;
+        let sent = match session.version().await {
+            Ok(version) => {
+                let frames = frames.for_version(version).clone();
+                session
+                    .write(&frames, WRITE_TIMEOUT, |bytes| {
+                        stats.push_frames.fetch_add(1, Ordering::Relaxed);
+                        stats.push_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                    })
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         if let Some(done) = last {
             let _ = done.send(sent.is_ok());
             return;
@@ -345,6 +421,69 @@ mod tests {
     }
 
     const WINDOW: u64 = 1_700_000_000;
+
+    /// The counts in `frames`, own and relayed.
+    fn counts_in(frames: &[Bytes]) -> (Vec<Update>, Vec<Update>) {
+        let (mut own, mut relayed) = (Vec::new(), Vec::new());
+        for f in frames {
+            match Frame::decode(f).expect("frame") {
+                Frame::GlobalCounts { counts, .. } => own.extend(counts),
+                Frame::GlobalCountsOf { counts } => {
+                    relayed.extend(counts.into_iter().flat_map(|a| a.counts))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        (own, relayed)
+    }
+
+    /// Counts of calendar windows go only to peers that merge them (protocol 11 on): an older
+    /// peer is written the same frames without them, and a full set that has none is one set
+    /// of frames for everybody.
+    #[tokio::test(start_paused = true)]
+    async fn calendar_counts_are_left_out_for_older_peers() {
+        let net = MemNet::new();
+        let p = pusher(&net);
+        let zone = ringlimit_core::calendar::Zone::parse("Europe/Berlin").expect("zone");
+        let calendar =
+            crate::global::numbering::Numbering::Calendar(ringlimit_core::calendar::Calendar {
+                unit: ringlimit_core::calendar::Unit::Day,
+                zone,
+            });
+        let daily = Update {
+            period_ms: calendar.code(),
+            window: 20_000,
+            ..update(2, 5)
+        };
+        let plain = update(1, 3);
+        let frames = p.encode(&[plain, daily]);
+        assert_eq!(counts_in(frames.for_version(11)).0, [plain, daily]);
+        assert_eq!(counts_in(frames.for_version(10)).0, [plain]);
+        let full = FullSet {
+            own: vec![daily],
+            others: vec![
+                ActorCounts {
+                    node_id: "x".into(),
+                    generation: 1,
+                    counts: vec![daily, plain],
+                },
+                ActorCounts {
+                    node_id: "y".into(),
+                    generation: 1,
+                    counts: vec![daily],
+                },
+            ],
+        };
+        let frames = p.encode_full(&full);
+        assert_eq!(
+            counts_in(frames.for_version(11)),
+            (vec![daily], vec![daily, plain, daily])
+        );
+        assert_eq!(counts_in(frames.for_version(10)), (vec![], vec![plain]));
+        let frames = p.encode_full(&FullSet::from(vec![plain]));
+        assert!(frames.older.is_none());
+        assert_eq!(counts_in(frames.for_version(2)).0, [plain]);
+    }
 
     fn update(id: u64, current: u64) -> Update {
         Update {

@@ -12,7 +12,7 @@
 //! not hold, and nothing here panics.
 
 use super::actor::{Actor, actor};
-use ringlimit_core::limiter::MAX_PERIOD_NS;
+use super::numbering::Numbering;
 
 /// One node's counts for one bucket, as published.
 pub use ringlimit_proto::peer::GlobalCount as Update;
@@ -50,7 +50,7 @@ impl From<Vec<Update>> for FullSet {
 /// Why an update is not a global count this node can hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("period {0} ms is out of range")]
+    #[error("period {0} ms is out of range (nor a calendar this node knows)")]
     Period(u64),
     #[error("window {0} is not a window of the Unix epoch's first {1} ms")]
     Window(u64, u64),
@@ -58,16 +58,12 @@ pub enum WireError {
 
 /// Checks an update received from a peer.
 pub fn validate(u: &Update) -> Result<(), WireError> {
-    if u.period_ms == 0 || u.period_ms > MAX_PERIOD_NS / ringlimit_core::clock::NANOS_PER_MS {
-        return Err(WireError::Period(u.period_ms));
-    }
-    // Windows are counted from the epoch in ns on the receiving side: one whose start does not
-    // fit in a u64 of ns cannot be a real window.
-    let limit_ms = u64::MAX / ringlimit_core::clock::NANOS_PER_MS;
-    if u.window
-        .checked_mul(u.period_ms)
-        .is_none_or(|ms| ms > limit_ms)
-    {
+    // A period within the rules' bounds, or a calendar this node knows (see [`Numbering`]).
+    let numbering = Numbering::from_code(u.period_ms).ok_or(WireError::Period(u.period_ms))?;
+    // Windows are counted in ns since the epoch on the receiving side: one whose start does
+    // not fit in a u64 of ns cannot be a real window.
+    if numbering.end(u.window).is_none() {
+        let limit_ms = u64::MAX / ringlimit_core::clock::NANOS_PER_MS;
         return Err(WireError::Window(u.window, limit_ms));
     }
     Ok(())

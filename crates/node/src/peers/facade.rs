@@ -23,8 +23,8 @@ use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
 use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE, QuotaAnswer,
-    QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
+    CALENDAR_SINCE, Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE,
+    QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -423,13 +423,43 @@ impl Peers {
         within: Duration,
     ) -> Result<Option<Vec<QuotaAnswer>>, SessionError> {
         let mut session = self.sessions.open(addr);
-        if session.version().await? < QUOTA_SINCE {
+        let version = session.version().await?;
+        if version < QUOTA_SINCE {
             return Ok(None);
         }
-        match session.request(&Frame::Quota { asks }, within).await? {
-            Frame::Quotas { answers } => Ok(Some(answers)),
-            other => Err(SessionError::Unexpected(other.kind())),
+        // An inline rule with calendar windows would fail an older member's whole frame: such
+        // asks are answered `unsupported` here, the others sent.
+        let older = version < CALENDAR_SINCE;
+        let unsupported = || QuotaAnswer::Error {
+            code: "unsupported".to_owned(),
+            message: format!(
+                "the member speaks peer protocol {version}; inline rules with calendar windows need {CALENDAR_SINCE}"
+            ),
+        };
+        let (sent, kept): (Vec<_>, Vec<_>) = asks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, a)| !(older && a.rule.has_calendar()));
+        if sent.is_empty() {
+            return Ok(Some(kept.iter().map(|_| unsupported()).collect()));
         }
+        let order: Vec<usize> = sent.iter().map(|(i, _)| *i).collect();
+        let asks = sent.into_iter().map(|(_, a)| a).collect();
+        let answers = match session.request(&Frame::Quota { asks }, within).await? {
+            Frame::Quotas { answers } => answers,
+            other => return Err(SessionError::Unexpected(other.kind())),
+        };
+        if kept.is_empty() {
+            return Ok(Some(answers));
+        }
+        let mut out: Vec<Option<QuotaAnswer>> = vec![None; order.len() + kept.len()];
+        for (i, a) in order.into_iter().zip(answers) {
+            out[i] = Some(a);
+        }
+        for (i, _) in &kept {
+            out[*i] = Some(unsupported());
+        }
+        Ok(Some(out.into_iter().map_while(|a| a).collect()))
     }
 
     /// A session of its own with the member at `addr`, kept by the caller for clock samples

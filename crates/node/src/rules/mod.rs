@@ -453,14 +453,6 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
     };
     let month = matches!(m.get("period"), Some(Value::String(s)) if is_month(s));
     let calendar = calendar_of(algorithm, period_ns, month, calendar, timezone).map_err(&fail)?;
-    if calendar.is_some() && mode == Mode::Global {
-        // Global counts are numbered `now / period` on every node and in the gossip between
-        // them; calendar windows would need their own numbering there.
-        return Err(fail(field_err(
-            "mode",
-            "global does not take calendar windows; use mode: owner (the default)",
-        )));
-    }
     let rule = validate_calendar(algorithm, limit, period_ns, burst, calendar).map_err(&fail)?;
     Ok(NamedRule {
         seed: named_seed(&name, algorithm),
