@@ -183,6 +183,7 @@ mod tests {
             shadow: false,
             lease: LeaseMode::Off,
             request_key: None,
+            block: None,
         };
         assert_eq!(
             Resolved::from_info(&info).map(|r| r.lease),

@@ -55,6 +55,7 @@
 //!   tokio's paused clock.
 
 pub(crate) mod admin;
+pub mod blocks;
 pub mod cli;
 pub mod cluster;
 pub mod config;
