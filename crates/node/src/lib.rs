@@ -56,6 +56,7 @@
 
 pub(crate) mod admin;
 pub mod blocks;
+pub(crate) mod blocks_sync;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -247,6 +247,12 @@ impl Blocks {
         self.max
     }
 
+    /// Blocks held (ended ones not swept yet included), (auto, managed).
+    pub fn held(&self) -> (usize, usize) {
+        let inner = self.inner.read();
+        (inner.auto.len(), inner.keys.len() + inner.nets)
+    }
+
     /// Blocks in force at `now_ms`, (auto, managed).
     pub fn counts(&self, now_ms: u64) -> (usize, usize) {
         let inner = self.inner.read();

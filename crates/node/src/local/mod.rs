@@ -67,6 +67,7 @@ pub struct Local {
     leases: Arc<Leases>,
     reservations: Arc<Reservations>,
     global: Arc<GlobalCounters>,
+    blocks: Arc<crate::blocks::Blocklist>,
 }
 
 impl std::fmt::Debug for Local {
@@ -104,6 +105,39 @@ impl Local {
             leases: Arc::default(),
             reservations: Arc::default(),
             global,
+            blocks: Arc::default(),
+        }
+    }
+
+    /// Keeping blocks in `blocks` (bounded by `--max-blocks`, deciding as this node).
+    pub fn with_blocks(mut self, blocks: Arc<crate::blocks::Blocklist>) -> Self {
+        self.blocks = blocks;
+        self
+    }
+
+    /// This node's blocks.
+    pub fn blocks(&self) -> &Arc<crate::blocks::Blocklist> {
+        &self.blocks
+    }
+
+    /// After a check decided on this node's bucket: a denial under a rule with a `block`
+    /// policy counts towards blocking its key (this node is the key's owner).
+    #[inline]
+    fn after_owned(&self, p: &Prepared<'_>, a: &CheckAnswer, now: u64) {
+        if a.allowed || p.resolved.shadow || p.resolved.mode != Mode::Owner {
+            return;
+        }
+        if let crate::rules::RuleSpec::Named(name) = p.spec {
+            self.denied(name, p, now);
+        }
+    }
+
+    #[cold]
+    fn denied(&self, name: &str, p: &Prepared<'_>, now: u64) {
+        let rules = self.rules.rules();
+        if let Some(policy) = rules.get(name).and_then(|r| r.block) {
+            let now_ms = now / ringlimit_core::clock::NANOS_PER_MS;
+            self.blocks.denied((p.id, p.key, name), &policy, now_ms);
         }
     }
 
@@ -212,7 +246,12 @@ impl Local {
         let rule = &p.resolved.rule;
         let d = match (p.resolved.mode, on) {
             (Mode::Global, _) => return (self.global.answer(p.id, rule, now, p.cost), None),
-            (Mode::Owner, Placement::Bucket) => self.check_owned(p.id, rule, p.cost, || now),
+            (Mode::Owner, Placement::Bucket) => {
+                let d = self.check_owned(p.id, rule, p.cost, || now);
+                let a = answer(&d, rule);
+                self.after_owned(p, &a, now);
+                return (a, taken(&d, p.cost, now));
+            }
             (Mode::Owner, Placement::Copy) => self.check_copy(p.id, rule, p.cost, now),
         };
         (answer(&d, rule), taken(&d, p.cost, now))
@@ -358,7 +397,13 @@ impl coordinator::Here<Prepared<'_>> for Local {
         let rule = &p.resolved.rule;
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, self.now(), p.cost),
-            Mode::Owner => answer(&self.check_owned(p.id, rule, p.cost, || self.now()), rule),
+            Mode::Owner => {
+                let a = answer(&self.check_owned(p.id, rule, p.cost, || self.now()), rule);
+                if !a.allowed {
+                    self.after_owned(p, &a, self.now());
+                }
+                a
+            }
         }
     }
 
@@ -371,7 +416,11 @@ impl coordinator::Here<Prepared<'_>> for Local {
         let rule = &p.resolved.rule;
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, now, p.cost),
-            Mode::Owner => answer(&self.check_owned(p.id, rule, p.cost, || now), rule),
+            Mode::Owner => {
+                let a = answer(&self.check_owned(p.id, rule, p.cost, || now), rule);
+                self.after_owned(p, &a, now);
+                a
+            }
         }
     }
 
