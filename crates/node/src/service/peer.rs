@@ -9,7 +9,7 @@ use crate::metrics::seconds;
 use crate::peers::server::PeerChecks;
 use crate::routing::arrived::Arrived;
 use crate::rules::RuleSpec;
-use ringlimit_proto::peer::{AnswerGroup, CheckGroup, PeerAnswer};
+use ringlimit_proto::peer::{AnswerGroup, CheckGroup, GroupKind, PeerAnswer};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -19,21 +19,52 @@ impl CheckService {
     pub async fn check_arrived(&self, groups: &[CheckGroup], client: bool) -> Vec<AnswerGroup> {
         let start = self.local.now();
         let rules = self.local.rules();
+        // Blocked checks are answered here, before any routing (an all-or-nothing group is
+        // decided whole, as it arrived: its sender looked its checks up already).
+        let mut blocked: Vec<Vec<Option<PeerAnswer>>> = Vec::with_capacity(groups.len());
         let arrived: Vec<Arrived<'_>> = groups
             .iter()
-            .map(|g| Arrived {
-                kind: g.kind,
-                checks: g
-                    .checks
-                    .iter()
-                    .map(|c| rules.prepare_check(&c.key, RuleSpec::of(&c.rule), c.cost))
-                    .collect(),
+            .map(|g| {
+                let whole = matches!(
+                    g.kind,
+                    GroupKind::AllOrNothing | GroupKind::ReplicaAllOrNothing
+                );
+                let mut answered = Vec::with_capacity(g.checks.len());
+                let mut checks = Vec::with_capacity(g.checks.len());
+                for c in &g.checks {
+                    let p = rules.prepare_check(&c.key, RuleSpec::of(&c.rule), c.cost);
+                    let hit = match &p {
+                        Ok(p) if !whole => self.block_of(p, start).map(|h| (p, h)),
+                        _ => None,
+                    };
+                    match hit {
+                        Some((p, hit)) => {
+                            let o = if client {
+                                self.blocked_outcome(p, hit, start)
+                            } else {
+                                // Counted as a check where it arrived; counted blocked here.
+                                self.metrics.count_blocked(p.spec.name(), hit.source.as_str());
+                                super::Outcome::blocked(p, hit, start)
+                            };
+                            answered.push(Some(PeerAnswer::Answer(o.answer)));
+                        }
+                        None => {
+                            answered.push(None);
+                            checks.push(p);
+                        }
+                    }
+                }
+                blocked.push(answered);
+                Arrived {
+                    kind: g.kind,
+                    checks,
+                }
             })
             .collect();
         let answers = self.router.arrived(&arrived).await;
         if client {
             let end = self.local.now();
-            let mut answered = 0;
+            let mut answered = blocked.iter().flatten().filter(|b| b.is_some()).count() as u64;
             for (g, answers) in arrived.iter().zip(&answers) {
                 for (p, a) in g.checks.iter().zip(answers) {
                     if let (Ok(p), PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. }) =
@@ -52,7 +83,20 @@ impl CheckService {
         groups
             .iter()
             .zip(answers)
-            .map(|(g, answers)| AnswerGroup { id: g.id, answers })
+            .zip(blocked)
+            .map(|((g, routed), blocked)| {
+                let mut routed = routed.into_iter();
+                let answers = blocked
+                    .into_iter()
+                    .map(|b| {
+                        b.or_else(|| routed.next()).unwrap_or(PeerAnswer::Error {
+                            code: "unavailable".into(),
+                            message: "no answer was produced".into(),
+                        })
+                    })
+                    .collect();
+                AnswerGroup { id: g.id, answers }
+            })
             .collect()
     }
 }
