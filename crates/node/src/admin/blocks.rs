@@ -98,8 +98,8 @@ impl Admin {
         reason: &str,
         by: &str,
     ) -> Result<AdminBlock, BlockRequestError> {
-        let t = Target::parse(target)
-            .map_err(|e| BlockRequestError::InvalidTarget(e.to_string()))?;
+        let t =
+            Target::parse(target).map_err(|e| BlockRequestError::InvalidTarget(e.to_string()))?;
         let ttl_ms = crate::rules::parse_period(ttl)
             .map_err(BlockRequestError::InvalidTtl)?
             .div_ceil(NANOS_PER_MS);

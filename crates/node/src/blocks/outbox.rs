@@ -100,7 +100,10 @@ mod tests {
         taken.extend(o.take(10));
         taken.sort_by(|x, y| x.target.cmp(&y.target));
         assert_eq!(
-            taken.iter().map(|c| (c.target.as_str(), c.until_ms)).collect::<Vec<_>>(),
+            taken
+                .iter()
+                .map(|c| (c.target.as_str(), c.until_ms))
+                .collect::<Vec<_>>(),
             [("a", 2), ("b", 1)]
         );
         assert!(o.is_empty());

@@ -559,7 +559,11 @@ mod tests {
             .expect("room");
         let until = |k: &str, now| b.find(k, 1, now).map(|h| h.until_ms);
         assert_eq!(until("ip:203.0.113.200", 0), Some(5_000), "the /25 first");
-        assert_eq!(until("ip:203.0.113.200", 6_000), Some(9_000), "then the /24");
+        assert_eq!(
+            until("ip:203.0.113.200", 6_000),
+            Some(9_000),
+            "then the /24"
+        );
         assert_eq!(until("203.0.113.7", 0), Some(9_000));
         assert_eq!(until("ip:198.51.100.1", 50), Some(100), "the /0 holds all");
         assert_eq!(until("ip:198.51.100.1", 100), None);
@@ -575,7 +579,8 @@ mod tests {
     #[test]
     fn a_full_table_refuses_managed_and_gives_up_the_auto_block_nearest_its_end() {
         let b = Blocks::new(3);
-        b.put_managed(&key("a"), (0, 10_000), "", "ops").expect("room");
+        b.put_managed(&key("a"), (0, 10_000), "", "ops")
+            .expect("room");
         assert!(b.put_auto((1, "k1", "r"), (0, 2_000), "n", 0));
         assert!(b.put_auto((2, "k2", "r"), (0, 3_000), "n", 0));
         assert_eq!(
@@ -597,8 +602,12 @@ mod tests {
     #[test]
     fn an_older_change_of_a_target_never_wins() {
         let b = Blocks::new(10);
-        b.put_managed(&key("a"), (5, 10_000), "new", "ops").expect("room");
-        assert_eq!(b.put_managed(&key("a"), (4, 99_000), "old", "ops"), Ok(false));
+        b.put_managed(&key("a"), (5, 10_000), "new", "ops")
+            .expect("room");
+        assert_eq!(
+            b.put_managed(&key("a"), (4, 99_000), "old", "ops"),
+            Ok(false)
+        );
         assert!(!b.remove_managed(&key("a"), 4));
         assert!(b.remove_managed(&key("a"), 5));
         assert!(b.is_empty());

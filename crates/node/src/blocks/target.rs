@@ -75,10 +75,7 @@ mod tests {
             Target::parse("cidr:2001:db8::1/32").map(|t| t.to_string()),
             Ok("cidr:2001:db8::/32".to_owned())
         );
-        assert_eq!(
-            Target::parse("user:42"),
-            Ok(Target::Key("user:42".into()))
-        );
+        assert_eq!(Target::parse("user:42"), Ok(Target::Key("user:42".into())));
         assert!(matches!(
             Target::parse("cidr:203.0.113.0/33"),
             Err(TargetError::Cidr(_))

@@ -19,9 +19,7 @@ use serde::Deserialize;
 fn request_error(e: BlockRequestError) -> ApiError {
     let status = match e {
         BlockRequestError::Full(_) => StatusCode::CONFLICT,
-        BlockRequestError::NotFound(_) | BlockRequestError::UnknownRule(_) => {
-            StatusCode::NOT_FOUND
-        }
+        BlockRequestError::NotFound(_) | BlockRequestError::UnknownRule(_) => StatusCode::NOT_FOUND,
         _ => StatusCode::BAD_REQUEST,
     };
     ApiError::new(status, e.code(), sentence(e.to_string()))

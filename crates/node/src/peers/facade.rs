@@ -23,8 +23,9 @@ use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
 use ringlimit_core::reserve::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    BLOCKS_SINCE, BlockChange, Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE, QuotaAnswer,
-    QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
+    BLOCKS_SINCE, BlockChange, Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle,
+    QUOTA_SINCE, QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged,
+    TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;

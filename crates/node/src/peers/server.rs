@@ -30,6 +30,7 @@
 //! clock samples and refunds of what its own holds took ([`holds`]), and is closed on anything
 //! else (see [`members_only`]).
 
+mod blocks;
 mod checks;
 mod global_counts;
 mod handover;
@@ -40,7 +41,6 @@ mod recall;
 mod refunds;
 mod replicate;
 mod reservations;
-mod blocks;
 mod reset;
 mod rules;
 mod top_keys;
@@ -60,8 +60,8 @@ use ringlimit_core::top::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
-    AnswerGroup, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE,
-    RESERVE_SINCE,
+    AnswerGroup, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE,
+    QUOTA_SINCE, RESERVE_SINCE,
 };
 use std::pin::Pin;
 use std::sync::Arc;

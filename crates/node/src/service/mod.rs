@@ -145,7 +145,9 @@ impl CheckService {
         if let Some(hit) = self.block_of(&p, start) {
             let o = self.blocked_outcome(&p, hit, start);
             self.metrics.count_edge(edge, 1);
-            self.metrics.check_duration.observe(seconds(start, self.local.now()));
+            self.metrics
+                .check_duration
+                .observe(seconds(start, self.local.now()));
             return Ok(o);
         }
         let answer = self.router.check(&p).await?;
@@ -190,7 +192,8 @@ impl CheckService {
             p.resolved.mode,
             p.spec.name(),
         );
-        self.metrics.count_blocked(p.spec.name(), hit.source.as_str());
+        self.metrics
+            .count_blocked(p.spec.name(), hit.source.as_str());
         self.count_top(p, true, now);
         o
     }

@@ -43,7 +43,8 @@ impl CheckService {
                                 self.blocked_outcome(p, hit, start)
                             } else {
                                 // Counted as a check where it arrived; counted blocked here.
-                                self.metrics.count_blocked(p.spec.name(), hit.source.as_str());
+                                self.metrics
+                                    .count_blocked(p.spec.name(), hit.source.as_str());
                                 super::Outcome::blocked(p, hit, start)
                             };
                             answered.push(Some(PeerAnswer::Answer(o.answer)));

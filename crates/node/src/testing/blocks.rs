@@ -59,7 +59,11 @@ async fn a_key_denied_after_times_is_blocked_on_every_node_until_its_end() {
     for id in IDS {
         let r = c.check(id, &check).await;
         assert_eq!(r.status, 429, "{}", r.body);
-        assert!(r.json().get("blocked").is_none(), "not blocked yet: {}", r.body);
+        assert!(
+            r.json().get("blocked").is_none(),
+            "not blocked yet: {}",
+            r.body
+        );
     }
     one_round().await;
     let mut until = 0;
@@ -73,8 +77,11 @@ async fn a_key_denied_after_times_is_blocked_on_every_node_until_its_end() {
         assert!(retry > 9_000 && retry <= 10_000, "{id}: {retry}");
         until = body["reset_at_ms"].as_u64().expect("reset_at_ms");
         assert_eq!(
-            c.metric(id, "ringlimit_blocked_checks_total{rule=\"login\",source=\"auto\"}")
-                .await,
+            c.metric(
+                id,
+                "ringlimit_blocked_checks_total{rule=\"login\",source=\"auto\"}"
+            )
+            .await,
             1,
             "{id} counted its blocked check"
         );
@@ -92,7 +99,11 @@ async fn a_key_denied_after_times_is_blocked_on_every_node_until_its_end() {
     for id in IDS {
         let r = c.check(id, &check).await;
         assert_eq!(r.status, 429, "{}", r.body);
-        assert!(r.json().get("blocked").is_none(), "{id} after the end: {}", r.body);
+        assert!(
+            r.json().get("blocked").is_none(),
+            "{id} after the end: {}",
+            r.body
+        );
     }
 }
 
@@ -125,9 +136,15 @@ async fn managed_blocks_through_one_node_are_answered_by_every_node_and_lifted_e
         assert_eq!(listed["total"], 3, "{id}: {listed}");
         assert_eq!(listed["blocks"].as_array().map(Vec::len), Some(2));
         let cursor = listed["next_cursor"].as_str().expect("a next page");
-        let rest = admin_body(&c, id, "GET", &format!("/v1/admin/blocks?cursor={cursor}"), "")
-            .await
-            .json();
+        let rest = admin_body(
+            &c,
+            id,
+            "GET",
+            &format!("/v1/admin/blocks?cursor={cursor}"),
+            "",
+        )
+        .await
+        .json();
         assert_eq!(rest["blocks"].as_array().map(Vec::len), Some(1), "{rest}");
         assert!(rest.get("next_cursor").is_none());
     }
@@ -153,7 +170,9 @@ async fn managed_blocks_through_one_node_are_answered_by_every_node_and_lifted_e
             .check(id, &json!({ "key": "ip:203.0.113.9", "rule": "per-ip" }))
             .await;
         assert_eq!(r.status, 200, "{id}: {}", r.body);
-        let listed = admin_body(&c, id, "GET", "/v1/admin/blocks", "").await.json();
+        let listed = admin_body(&c, id, "GET", "/v1/admin/blocks", "")
+            .await
+            .json();
         assert_eq!(listed["total"], 2, "{id}: {listed}");
     }
 }
