@@ -1,0 +1,189 @@
+//! Blocks through a real node's sockets: the admin API's blocklist (roles, bad input), and a
+//! blocked key denied on every edge — HTTP 429 with `Retry-After` and `"blocked": true`, forward
+//! auth through a `{client_ip}` rule and a network block, Envoy RLS `OVER_LIMIT`.
+
+use anyhow::{Context, Result, ensure};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use reqwest::Method;
+use ringlimit_node::NodeConfig;
+use ringlimit_node::rules::RuleSet;
+use ringlimit_node::rules::envoy_config::EnvoyConfig;
+use ringlimit_tests::{TestNode, envoy_descriptor};
+use serde_json::json;
+
+const WRITER: &str = "writer-token-0123456789";
+const READER: &str = "reader-token-0123456789";
+
+const RULES: &str = r#"
+rules:
+  - { name: per-ip, limit: 1000, period: 1m, request_key: "ip:{client_ip}" }
+"#;
+
+const ENVOY: &str = r#"
+domain: d
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+"#;
+
+/// A node with the rules above, the Envoy configuration on gRPC, and a write and a read token.
+async fn node(dir: &std::path::Path) -> Result<TestNode> {
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "tokens:\n  - {{ name: ops, token: {WRITER}, role: write }}\n  - {{ name: viewer, token: {READER}, role: read }}\n"
+        ),
+    )?;
+    let mut config = NodeConfig::local("blocks");
+    config.rules = RuleSet::from_yaml(RULES)?;
+    config.admin_tokens = Some(tokens);
+    config.grpc_addr = Some("127.0.0.1:0".parse()?);
+    config.envoy_config =
+        EnvoyConfig::from_files([("d.yaml", ENVOY)]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    TestNode::start(config).await
+}
+
+#[tokio::test]
+async fn a_blocked_key_is_denied_on_http_forward_auth_and_envoy_rls() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("ringlimit-blocks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let node = node(&dir).await?;
+    let hour = json!({ "ttl": "1h", "reason": "abuse report" });
+
+    // Roles: a read token lists but cannot write; bad input is a 400 and changes nothing.
+    let r = node
+        .admin(
+            Method::PUT,
+            "/v1/admin/blocks/cidr:203.0.113.0%2F24",
+            READER,
+            Some(&hour),
+        )
+        .await?;
+    ensure!(r.status == 403, "read token wrote: {} {}", r.status, r.text);
+    for (path, body, code) in [
+        ("cidr:203.0.113.0%2F33", hour.clone(), "invalid_target"),
+        ("k", json!({ "ttl": "0s" }), "invalid_ttl"),
+        (
+            "k",
+            json!({ "ttl": "1h", "reason": "x".repeat(257) }),
+            "invalid_reason",
+        ),
+    ] {
+        let r = node
+            .admin(
+                Method::PUT,
+                &format!("/v1/admin/blocks/{path}"),
+                WRITER,
+                Some(&body),
+            )
+            .await?;
+        ensure!(r.status == 400, "{path}: {} {}", r.status, r.text);
+        ensure!(r.json()?["error"] == code, "{path}: {}", r.text);
+    }
+    let listed = node
+        .admin(Method::GET, "/v1/admin/blocks", READER, None)
+        .await?
+        .json()?;
+    ensure!(listed["total"] == 0, "{listed}");
+
+    // A network, and the key Envoy's descriptor (domain d, user=alice) is checked under.
+    let r = node
+        .admin(
+            Method::PUT,
+            "/v1/admin/blocks/cidr:203.0.113.0%2F24",
+            WRITER,
+            Some(&hour),
+        )
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    ensure!(r.json()?["by"] == "ops", "{}", r.text);
+    let r = node
+        .admin(
+            Method::PUT,
+            "/v1/admin/blocks/1:d%7C4:user=5:alice",
+            WRITER,
+            Some(&hour),
+        )
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let listed = node
+        .admin(Method::GET, "/v1/admin/blocks?reason=abuse", READER, None)
+        .await?
+        .json()?;
+    ensure!(listed["total"] == 2, "{listed}");
+
+    // HTTP: 429, Retry-After the block's rest (an hour), blocked with its reason code.
+    let r = node
+        .check(&json!({ "key": "ip:203.0.113.77", "rule": "per-ip" }))
+        .await?;
+    ensure!(r.status == 429, "{} {}", r.status, r.text);
+    let retry: u64 = r.header("retry-after").parse().context("Retry-After")?;
+    ensure!((3590..=3600).contains(&retry), "Retry-After {retry}");
+    let body = r.json()?;
+    ensure!(
+        body["blocked"] == true && body["block_reason"] == "managed",
+        "{body}"
+    );
+    let r = node
+        .check(&json!({ "key": "ip:198.51.100.1", "rule": "per-ip" }))
+        .await?;
+    ensure!(
+        r.status == 200,
+        "outside the network: {} {}",
+        r.status,
+        r.text
+    );
+
+    // Forward auth: the client's address from X-Forwarded-For, in the blocked network.
+    let client = reqwest::Client::new();
+    let fa = |ip: &'static str| {
+        client
+            .get(format!("http://{}/v1/forward-auth?rules=per-ip", node.http))
+            .header("x-forwarded-for", ip)
+            .send()
+    };
+    let r = fa("203.0.113.9").await?;
+    ensure!(r.status() == 429, "forward auth: {}", r.status());
+    ensure!(r.headers().contains_key("retry-after"));
+    let body: serde_json::Value = r.json().await?;
+    ensure!(
+        body["blocked"] == true && body["results"][0]["blocked"] == true,
+        "{body}"
+    );
+    ensure!(fa("198.51.100.9").await?.status() == 200);
+
+    // Envoy RLS: OVER_LIMIT for the blocked descriptor, OK for another.
+    let addr = node.grpc.context("a gRPC address")?;
+    let mut rls = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
+    for (user, want) in [("alice", Code::OverLimit), ("bob", Code::Ok)] {
+        let r = rls
+            .should_rate_limit(RateLimitRequest {
+                domain: "d".into(),
+                descriptors: vec![envoy_descriptor(&[("user", user)])],
+                hits_addend: 1,
+            })
+            .await?
+            .into_inner();
+        ensure!(r.overall_code == want as i32, "{user}: {r:?}");
+    }
+
+    // Lifted: answered by the bucket again.
+    let r = node
+        .admin(
+            Method::DELETE,
+            "/v1/admin/blocks/cidr:203.0.113.0%2F24",
+            WRITER,
+            None,
+        )
+        .await?;
+    ensure!(r.status == 204, "{} {}", r.status, r.text);
+    let r = node
+        .check(&json!({ "key": "ip:203.0.113.77", "rule": "per-ip" }))
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let _ = std::fs::remove_dir_all(&dir);
+    node.stop().await
+}
