@@ -243,11 +243,23 @@ pub struct BlockChange {
     pub source: BlockSource,
     /// Unix ms the block was made (or lifted): a later change of one target wins.
     pub since_ms: u64,
-    /// Unix ms the block ends; 0: lifted.
+    /// Unix ms the block ends (a lift: the end of the block it lifted, until when the lift
+    /// is remembered; 0: lifted, not remembered).
     pub until_ms: u64,
     pub reason: String,
     /// Who asked for it: an admin token's name, or the deciding node's id.
     pub by: String,
+    /// A lift (a tombstone): it wins over a block of its target made at or before `since_ms`,
+    /// and loses to a later one, so that members that missed it converge on the next sync.
+    #[serde(default)]
+    pub lifted: bool,
+}
+
+impl BlockChange {
+    /// Whether this change lifts its target's block.
+    pub fn is_lift(&self) -> bool {
+        self.lifted || self.until_ms == 0
+    }
 }
 
 /// One stream's demand, in thousandths of a request per second (the frame stays `Eq`).

@@ -109,18 +109,24 @@ impl Admin {
         let now_ms = self.now_ms();
         let until_ms = now_ms.saturating_add(ttl_ms);
         let blocks = self.local.blocks();
+        // Later than any change of the target held (a lift in this same ms included).
+        let since_ms = blocks
+            .table
+            .version(&t)
+            .map_or(now_ms, |v| now_ms.max(v.saturating_add(1)));
         blocks
             .table
-            .put_managed(&t, (now_ms, until_ms), reason, by)
+            .put_managed(&t, (since_ms, until_ms), reason, by)
             .map_err(BlockRequestError::Full)?;
         let change = BlockChange {
             target: t.to_string(),
             rule: None,
             source: BlockSource::Managed,
-            since_ms: now_ms,
+            since_ms,
             until_ms,
             reason: reason.to_owned(),
             by: by.to_owned(),
+            lifted: false,
         };
         blocks.outbox.push(change.clone());
         blocks.touch();
@@ -148,28 +154,32 @@ impl Admin {
                     .rules()
                     .prepare(target, RuleSpec::Named(rule), 0)
                     .map_err(|_| BlockRequestError::UnknownRule(rule.to_owned()))?;
-                let lifted = blocks.table.remove_auto(id);
+                let lifted = blocks
+                    .table
+                    .remove_auto((id, target, rule), (now_ms, 0), by, now_ms);
                 (lifted, (target.to_owned(), Some(rule), BlockSource::Auto))
             }
             None => {
                 let t = Target::parse(target)
                     .map_err(|e| BlockRequestError::InvalidTarget(e.to_string()))?;
-                let lifted = blocks.table.remove_managed(&t, now_ms);
+                let lifted = blocks.table.remove_managed(&t, (now_ms, 0), by, now_ms);
                 (lifted, (t.to_string(), None, BlockSource::Managed))
             }
         };
-        if !lifted {
+        let Some(until_ms) = lifted else {
             return Err(BlockRequestError::NotFound(target.to_owned()));
-        }
+        };
         let (target, rule, source) = change;
+        // The lift travels with the lifted block's end: members remember it until then.
         blocks.outbox.push(BlockChange {
             target: target.clone(),
             rule: rule.map(str::to_owned),
             source,
             since_ms: now_ms,
-            until_ms: 0,
+            until_ms,
             reason: String::new(),
             by: by.to_owned(),
+            lifted: true,
         });
         blocks.touch();
         tracing::info!(%target, rule, %by, "block lifted");
@@ -185,6 +195,7 @@ impl Admin {
             .table
             .all(now_ms)
             .into_iter()
+            .filter(|b| !b.is_lift())
             .filter(|b| f.rule.is_none_or(|r| b.rule.as_deref() == Some(r)))
             .filter(|b| f.reason.is_none_or(|r| b.reason.contains(r)))
             .filter(|b| f.source.is_none_or(|s| b.source == s))

@@ -122,9 +122,13 @@ impl Blocklist {
         for c in changes {
             let reason = clip(&c.reason, MAX_REASON_BYTES);
             let by = clip(&c.by, MAX_REASON_BYTES);
+            let lift = c.is_lift();
             let changed = match (c.source, c.rule.as_deref()) {
                 (BlockSource::Auto, Some(rule)) => match id_of(&c.target, rule) {
-                    Some(id) if c.until_ms == 0 => self.table.remove_auto(id),
+                    Some(id) if lift => self
+                        .table
+                        .remove_auto((id, &c.target, rule), (c.since_ms, c.until_ms), by, now_ms)
+                        .is_some(),
                     Some(id) => self.table.put_auto(
                         (id, &c.target, rule),
                         (c.since_ms, c.until_ms),
@@ -135,7 +139,13 @@ impl Blocklist {
                 },
                 (BlockSource::Auto, None) => false,
                 (BlockSource::Managed, _) => match Target::parse(&c.target) {
-                    Ok(t) if c.until_ms == 0 => self.table.remove_managed(&t, c.since_ms),
+                    Ok(t) if lift => {
+                        self.table
+                            .remove_managed(&t, (c.since_ms, c.until_ms), by, now_ms)
+                            .is_some()
+                            // A lift remembered is saved too.
+                            || c.until_ms > now_ms
+                    }
                     Ok(t) if c.until_ms > now_ms => self
                         .table
                         .put_managed(&t, (c.since_ms, c.until_ms), reason, by)
@@ -170,6 +180,7 @@ impl Blocklist {
                 until_ms,
                 reason: "auto".into(),
                 by: self.node_id.to_string(),
+                lifted: false,
             });
         }
     }

@@ -84,6 +84,7 @@ mod tests {
             until_ms,
             reason: "auto".into(),
             by: "n".into(),
+            lifted: false,
         }
     }
 

@@ -47,6 +47,21 @@ struct AutoEntry {
     entry: Entry,
 }
 
+/// A lift remembered until the end of the block it lifted (a tombstone): a block of its
+/// target made at or before `since_ms` arriving later (from a member that missed the lift, or
+/// a node restored from `--data-dir`) stays lifted; a later one wins.
+#[derive(Debug, Clone)]
+struct Tomb {
+    source: BlockSource,
+    since_ms: u64,
+    until_ms: u64,
+    by: Arc<str>,
+}
+
+/// A tombstone's name: its target (a key, or `cidr:NET/LEN`) and, for an automatic block,
+/// its rule.
+type TombKey = (Box<str>, Option<Arc<str>>);
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Managed blocks of one key, under every rule.
@@ -61,11 +76,37 @@ struct Inner {
     auto: HashMap<u64, AutoEntry>,
     /// Automatic blocks by end, nearest first (which one a full table gives up).
     auto_by_end: BTreeSet<(u64, u64)>,
+    /// Lifts remembered, by target (and rule).
+    tombs: HashMap<TombKey, Tomb>,
 }
 
 impl Inner {
+    /// Blocks in force (ended ones not swept yet included).
     fn len(&self) -> usize {
         self.keys.len() + self.nets + self.auto.len()
+    }
+
+    /// What the bound counts: blocks and remembered lifts.
+    fn held(&self) -> usize {
+        self.len() + self.tombs.len()
+    }
+
+    /// Whether a remembered lift of `key` outranks a block made at `since_ms`.
+    fn lifted_since(&self, key: &TombKey, since_ms: u64) -> bool {
+        self.tombs.get(key).is_some_and(|t| t.since_ms >= since_ms)
+    }
+
+    /// Remembers the lift `t` of `key` (a later or longer one of the same target stays).
+    fn bury(&mut self, key: TombKey, t: Tomb) {
+        let t = match self.tombs.get(&key) {
+            Some(old) if old.since_ms > t.since_ms => return,
+            Some(old) => Tomb {
+                until_ms: old.until_ms.max(t.until_ms),
+                ..t
+            },
+            None => t,
+        };
+        self.tombs.insert(key, t);
     }
 
     fn net(&self, net: &IpNet) -> Option<&Entry> {
@@ -286,6 +327,12 @@ impl Blocks {
             by: by.into(),
         };
         let mut inner = self.inner.write();
+        let tomb: TombKey = (target.to_string().into(), None);
+        if inner.lifted_since(&tomb, since_ms) {
+            return Ok(false);
+        }
+        // A newer block wins over an older lift.
+        inner.tombs.remove(&tomb);
         let held = match target {
             Target::Key(k) => inner.keys.get(k),
             Target::Net(n) => inner.net(n),
@@ -293,7 +340,7 @@ impl Blocks {
         match held {
             Some(h) if h.since_ms > since_ms => return Ok(false),
             Some(_) => {}
-            None if inner.len() >= self.max => return Err(BlockError::Full { max: self.max }),
+            None if inner.held() >= self.max => return Err(BlockError::Full { max: self.max }),
             None => self.stats.added(BlockSource::Managed),
         }
         match target {
@@ -306,27 +353,67 @@ impl Blocks {
         Ok(true)
     }
 
-    /// Lifts the managed block of `target` (one made at or before `since_ms`); whether one
-    /// was held.
-    pub fn remove_managed(&self, target: &Target, since_ms: u64) -> bool {
+    /// Lifts the managed block of `target` made at or before `since_ms`, at `now_ms`, and
+    /// remembers the lift until the lifted block's end or `until_ms`, whichever is later (a
+    /// later block of the target still wins); the lifted block's end, if one was lifted.
+    pub fn remove_managed(
+        &self,
+        target: &Target,
+        (since_ms, until_ms): (u64, u64),
+        by: &str,
+        now_ms: u64,
+    ) -> Option<u64> {
         let mut inner = self.inner.write();
         let held = match target {
             Target::Key(k) => inner.keys.get(k),
             Target::Net(n) => inner.net(n),
         };
-        if held.is_none_or(|h| h.since_ms > since_ms) {
-            return false;
+        if held.is_some_and(|h| h.since_ms > since_ms) {
+            return None;
         }
-        match target {
-            Target::Key(k) => {
-                inner.keys.remove(k);
-            }
-            Target::Net(n) => {
-                inner.remove_net(n);
-            }
-        }
+        let end = held.map_or(until_ms, |h| h.until_ms.max(until_ms));
+        let lifted = match target {
+            Target::Key(k) => inner.keys.remove(k).is_some(),
+            Target::Net(n) => inner.remove_net(n).is_some(),
+        };
+        self.remember(
+            &mut inner,
+            (target.to_string().into(), None),
+            (BlockSource::Managed, since_ms, end),
+            by,
+            now_ms,
+            lifted,
+        );
         self.len.store(inner.len(), Ordering::Relaxed);
-        true
+        lifted.then_some(end)
+    }
+
+    /// Remembers a lift (unless it has ended, or the table is full and it frees no room).
+    fn remember(
+        &self,
+        inner: &mut Inner,
+        key: TombKey,
+        (source, since_ms, until_ms): (BlockSource, u64, u64),
+        by: &str,
+        now_ms: u64,
+        freed: bool,
+    ) {
+        if until_ms <= now_ms {
+            return;
+        }
+        if !freed && !inner.tombs.contains_key(&key) && inner.held() >= self.max {
+            self.stats.dropped_full.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        inner.bury(
+            key,
+            Tomb {
+                source,
+                since_ms,
+                until_ms,
+                by: by.into(),
+            },
+        );
     }
 
     /// Puts an automatic block of bucket `id` (`key` under `rule`) in force until `until_ms`,
@@ -344,6 +431,11 @@ impl Blocks {
         }
         let mut inner = self.inner.write();
         let inner = &mut *inner;
+        let tomb: TombKey = (key.into(), Some(rule.into()));
+        if inner.lifted_since(&tomb, since_ms) {
+            return false;
+        }
+        inner.tombs.remove(&tomb);
         if let Some(held) = inner.auto.get_mut(&id) {
             if held.entry.since_ms > since_ms || held.entry.until_ms >= until_ms {
                 return false;
@@ -354,7 +446,7 @@ impl Blocks {
             inner.auto_by_end.insert((until_ms, id));
             return true;
         }
-        if inner.len() >= self.max {
+        if inner.held() >= self.max {
             // The auto block nearest its end gives way, unless this one ends sooner.
             let nearest = inner.auto_by_end.first().copied();
             match nearest {
@@ -388,15 +480,56 @@ impl Blocks {
         true
     }
 
-    /// Lifts the automatic block of bucket `id`; whether one was held.
-    pub fn remove_auto(&self, id: u64) -> bool {
+    /// Lifts the automatic block of bucket `id` (`key` under `rule`) made at or before
+    /// `since_ms`, at `now_ms`, and remembers the lift as [`Self::remove_managed`] does;
+    /// the lifted block's end, if one was lifted.
+    pub fn remove_auto(
+        &self,
+        (id, key, rule): (u64, &str, &str),
+        (since_ms, until_ms): (u64, u64),
+        by: &str,
+        now_ms: u64,
+    ) -> Option<u64> {
         let mut inner = self.inner.write();
-        let Some(held) = inner.auto.remove(&id) else {
-            return false;
+        let inner = &mut *inner;
+        let mut end = until_ms;
+        let lifted = match inner.auto.get(&id) {
+            Some(held) if held.entry.since_ms > since_ms => return None,
+            Some(held) => {
+                end = end.max(held.entry.until_ms);
+                inner.auto_by_end.remove(&(held.entry.until_ms, id));
+                inner.auto.remove(&id);
+                true
+            }
+            None => false,
         };
-        inner.auto_by_end.remove(&(held.entry.until_ms, id));
+        self.remember(
+            inner,
+            (key.into(), Some(rule.into())),
+            (BlockSource::Auto, since_ms, end),
+            by,
+            now_ms,
+            lifted,
+        );
         self.len.store(inner.len(), Ordering::Relaxed);
-        true
+        lifted.then_some(end)
+    }
+
+    /// When the latest change of the managed target `target` held here (a block or a lift)
+    /// was made: a change made through this node is made later, so that it wins.
+    pub fn version(&self, target: &Target) -> Option<u64> {
+        let inner = self.inner.read();
+        let held = match target {
+            Target::Key(k) => inner.keys.get(k),
+            Target::Net(n) => inner.net(n),
+        };
+        let tomb = inner.tombs.get(&(target.to_string().into(), None));
+        held.map(|e| e.since_ms).max(tomb.map(|t| t.since_ms))
+    }
+
+    /// Lifts remembered (ended ones not swept yet included).
+    pub fn lifts(&self) -> usize {
+        self.inner.read().tombs.len()
     }
 
     /// Frees the blocks ended at `now_ms` and counts them; returns how many, (auto, managed).
@@ -422,6 +555,7 @@ impl Blocks {
             map.retain(|_, e| e.until_ms > now_ms);
         }
         inner.v6.retain(|_, m| !m.is_empty());
+        inner.tombs.retain(|_, t| t.until_ms > now_ms);
         inner.nets = inner.v4.values().map(HashMap::len).sum::<usize>()
             + inner.v6.values().map(HashMap::len).sum::<usize>();
         let managed = (before - inner.keys.len() - inner.nets) as u64;
@@ -433,10 +567,18 @@ impl Blocks {
         (auto, managed)
     }
 
-    /// Every block in force at `now_ms`, as it travels (a member that joins is sent these).
+    /// Every block in force at `now_ms` and every lift remembered, as they travel (a member
+    /// that joins, or missed a change, is sent these).
     pub fn all(&self, now_ms: u64) -> Vec<BlockChange> {
         let mut out = self.managed(now_ms);
         let inner = self.inner.read();
+        out.extend(
+            inner
+                .tombs
+                .iter()
+                .filter(|(_, t)| t.source == BlockSource::Auto && t.until_ms > now_ms)
+                .map(|(k, t)| tomb_change(k, t)),
+        );
         out.extend(
             inner
                 .auto
@@ -454,7 +596,8 @@ impl Blocks {
         out
     }
 
-    /// The managed blocks in force at `now_ms` (what `--data-dir` keeps).
+    /// The managed blocks in force at `now_ms` and the managed lifts remembered (what
+    /// `--data-dir` keeps).
     pub fn managed(&self, now_ms: u64) -> Vec<BlockChange> {
         let inner = self.inner.read();
         let live = |e: &&Entry| e.until_ms > now_ms;
@@ -476,7 +619,27 @@ impl Blocks {
                 out.push(change(net, None, BlockSource::Managed, e));
             }
         }
+        out.extend(
+            inner
+                .tombs
+                .iter()
+                .filter(|(_, t)| t.source == BlockSource::Managed && t.until_ms > now_ms)
+                .map(|(k, t)| tomb_change(k, t)),
+        );
         out
+    }
+}
+
+fn tomb_change((target, rule): &TombKey, t: &Tomb) -> BlockChange {
+    BlockChange {
+        target: target.to_string(),
+        rule: rule.as_deref().map(str::to_owned),
+        source: t.source,
+        since_ms: t.since_ms,
+        until_ms: t.until_ms,
+        reason: String::new(),
+        by: t.by.to_string(),
+        lifted: true,
     }
 }
 
@@ -489,6 +652,7 @@ fn change(target: String, rule: Option<&str>, source: BlockSource, e: &Entry) ->
         until_ms: e.until_ms,
         reason: e.reason.to_string(),
         by: e.by.to_string(),
+        lifted: false,
     }
 }
 
@@ -570,10 +734,17 @@ mod tests {
         assert_eq!(until("ip:2001:db8:ffff::1", 0), Some(9_000));
         assert_eq!(until("ip:2001:db9::1", 0), None);
         assert_eq!(until("user:203", 0), None);
-        assert!(b.remove_managed(&key("cidr:203.0.113.0/24"), 10));
+        assert_eq!(
+            b.remove_managed(&key("cidr:203.0.113.0/24"), (10, 0), "ops", 100),
+            Some(9_000)
+        );
         assert_eq!(until("203.0.113.7", 100), None);
         assert_eq!(b.len(), 3);
-        assert_eq!(b.managed(0).len(), 3);
+        assert_eq!(
+            b.managed(0).len(),
+            4,
+            "three blocks and the lift remembered"
+        );
     }
 
     #[test]
@@ -608,8 +779,88 @@ mod tests {
             b.put_managed(&key("a"), (4, 99_000), "old", "ops"),
             Ok(false)
         );
-        assert!(!b.remove_managed(&key("a"), 4));
-        assert!(b.remove_managed(&key("a"), 5));
+        assert_eq!(b.remove_managed(&key("a"), (4, 0), "ops", 6), None);
+        assert_eq!(b.remove_managed(&key("a"), (5, 0), "ops", 6), Some(10_000));
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_lift_is_remembered_until_the_blocks_end_and_beats_older_blocks_only() {
+        let b = Blocks::new(10);
+        let a = key("a");
+        b.put_managed(&a, (10, 5_000), "abuse", "ops")
+            .expect("room");
+        assert_eq!(b.remove_managed(&a, (20, 0), "ops", 20), Some(5_000));
+        assert_eq!(b.find("a", 1, 20), None);
+        // The old block again (a member that missed the lift, a restored file): stays lifted.
+        assert_eq!(b.put_managed(&a, (10, 5_000), "abuse", "ops"), Ok(false));
+        assert_eq!(
+            b.put_managed(&a, (20, 5_000), "abuse", "ops"),
+            Ok(false),
+            "a tie: lifted"
+        );
+        assert_eq!(b.find("a", 1, 30), None);
+        // The lift travels in a full sync, with the lifted block's end.
+        let all = b.all(30);
+        assert_eq!(all.len(), 1);
+        assert!(all[0].lifted && all[0].until_ms == 5_000 && all[0].since_ms == 20);
+        assert_eq!(b.version(&a), Some(20));
+        // A later block wins over the lift.
+        assert_eq!(b.put_managed(&a, (21, 9_000), "again", "ops"), Ok(true));
+        assert!(b.find("a", 1, 30).is_some());
+        assert_eq!(b.lifts(), 0);
+        // A lift of a block never seen here is remembered too, and freed at its end.
+        assert_eq!(b.remove_managed(&key("c"), (40, 6_000), "ops", 40), None);
+        assert_eq!(b.put_managed(&key("c"), (30, 6_000), "", "ops"), Ok(false));
+        assert_eq!(b.lifts(), 1);
+        b.sweep(5_999);
+        assert_eq!(b.lifts(), 1);
+        b.sweep(6_000);
+        assert_eq!(b.lifts(), 0);
+        assert_eq!(
+            b.stats.expired_managed.load(Ordering::Relaxed),
+            0,
+            "a lift is no block"
+        );
+    }
+
+    #[test]
+    fn an_automatic_lift_beats_the_owners_older_announcement() {
+        let b = Blocks::new(10);
+        assert!(b.put_auto((42, "k", "r"), (100, 2_000), "n1", 100));
+        assert_eq!(
+            b.remove_auto((42, "k", "r"), (150, 0), "ops", 150),
+            Some(2_000)
+        );
+        assert!(!b.put_auto((42, "k", "r"), (100, 2_000), "n1", 160));
+        assert_eq!(b.find("k", 42, 160), None);
+        let all = b.all(160);
+        assert_eq!(all.len(), 1);
+        assert!(all[0].lifted && all[0].rule.as_deref() == Some("r"));
+        // The owner blocks it again after the lift: in force.
+        assert!(b.put_auto((42, "k", "r"), (200, 4_000), "n1", 200));
+        assert!(b.find("k", 42, 200).is_some());
+    }
+
+    #[test]
+    fn lifts_count_against_the_bound() {
+        let b = Blocks::new(2);
+        b.put_managed(&key("a"), (0, 9_000), "", "ops")
+            .expect("room");
+        assert_eq!(b.remove_managed(&key("x"), (1, 9_000), "ops", 1), None);
+        assert_eq!(b.lifts(), 1);
+        assert_eq!(b.remove_managed(&key("y"), (1, 9_000), "ops", 1), None);
+        assert_eq!(
+            b.lifts(),
+            1,
+            "full: a lift of nothing held is not remembered"
+        );
+        assert_eq!(
+            b.put_managed(&key("b"), (2, 9_000), "", "ops"),
+            Err(BlockError::Full { max: 2 })
+        );
+        // Lifting a block held frees its room for the lift.
+        assert_eq!(b.remove_managed(&key("a"), (3, 0), "ops", 3), Some(9_000));
+        assert_eq!(b.lifts(), 2);
     }
 }

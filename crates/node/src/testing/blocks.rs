@@ -192,3 +192,62 @@ async fn a_member_that_joins_learns_every_block() {
     })
     .await;
 }
+
+/// Blocks node `id` lists.
+async fn held(c: &Cluster, id: &str) -> u64 {
+    let listed = admin_body(c, id, "GET", "/v1/admin/blocks", "")
+        .await
+        .json();
+    listed["total"].as_u64().unwrap_or(u64::MAX)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_missed_a_lift_converges_to_lifted_once_it_is_reached_again() {
+    let c = start().await;
+    let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
+    let r = admin_body(&c, "n0", "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // An automatic block too (decided at the key's owner), lifted through n0 below.
+    let login = json!({ "key": "user:7", "rule": "login" });
+    for _ in 0..4 {
+        c.check("n1", &login).await;
+    }
+    one_round().await;
+    let per_ip = json!({ "key": "apikey:bad", "rule": "per-ip" });
+    for id in IDS {
+        assert_eq!(c.check(id, &per_ip).await.json()["blocked"], true, "{id}");
+        assert_eq!(c.check(id, &login).await.json()["blocked"], true, "{id}");
+    }
+    // n2 misses both lifts: the frames from n0 do not reach it.
+    c.cut_link("n0", "n2");
+    let r = admin_body(&c, "n0", "DELETE", "/v1/admin/blocks/apikey:bad", "").await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = admin_body(&c, "n0", "DELETE", "/v1/admin/blocks/user:7?rule=login", "").await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // (Listed, not checked: a check through n1 may be forwarded to n2 and answered there.)
+    assert_eq!(held(&c, "n1").await, 0, "n1 took the lifts");
+    assert_eq!(held(&c, "n2").await, 2, "n2 missed the lifts");
+    c.heal_link("n0", "n2");
+    c.wait("n2 learns the lifts", || async {
+        held(&c, "n2").await == 0
+    })
+    .await;
+    // And n2's own announcements never bring the lifted blocks back anywhere.
+    one_round().await;
+    one_round().await;
+    for id in IDS {
+        assert_eq!(c.check(id, &per_ip).await.status, 200, "{id}");
+        assert!(
+            c.check(id, &login).await.json().get("blocked").is_none(),
+            "{id}"
+        );
+    }
+    // A newer block wins over the lift.
+    let r = admin_body(&c, "n0", "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    one_round().await;
+    for id in IDS {
+        assert_eq!(c.check(id, &per_ip).await.json()["blocked"], true, "{id}");
+    }
+}
