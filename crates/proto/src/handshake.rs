@@ -619,7 +619,7 @@ mod tests {
         for (offered, agreed) in [
             (2, 2),
             (PROTOCOL_VERSION, PROTOCOL_VERSION),
-            (9, PROTOCOL_VERSION),
+            (PROTOCOL_VERSION + 1, PROTOCOL_VERSION),
         ] {
             let (mut client, hello) =
                 ClientHandshake::offering(offered, "ringlimit", "a", None, [1; 16]);
