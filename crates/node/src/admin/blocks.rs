@@ -2,12 +2,23 @@
 //! force here at once, announced to every member within a round: `crate::blocks_sync`), and
 //! the blocks this node holds, listed a page at a time. Every change is logged with the admin
 //! token's name, and listed with it.
+//!
+//! A change is read-your-writes: before the answer leaves, it is sent to every live member
+//! (every member but the dead) and each is given [`CONFIRM_WITHIN`] to take it; the answer
+//! names the members that did not (`unconfirmed`). Those still get it from the announcer's next
+//! rounds (and everything, lifts included, once they answer again).
 
 use super::Admin;
 use crate::blocks::{BlockChange, BlockError, BlockSource, MAX_REASON_BYTES, Target};
+use crate::cluster::MemberState;
 use crate::rules::RuleSpec;
+use futures::future::join_all;
 use ringlimit_core::clock::NANOS_PER_MS;
 use serde::Serialize;
+use std::time::Duration;
+
+/// How long a change waits for each member to take it before the answer leaves.
+pub const CONFIRM_WITHIN: Duration = Duration::from_secs(1);
 
 /// Most blocks listed in one page.
 pub const MAX_PAGE: usize = 1000;
@@ -57,6 +68,15 @@ pub struct AdminBlock {
     pub remaining_ms: u64,
 }
 
+/// A change's answer: the block (a lift, for `DELETE`) and the live members that did not
+/// confirm it within [`CONFIRM_WITHIN`] (empty: in force on every live member).
+#[derive(Debug, Clone, Serialize)]
+pub struct BlockChanged {
+    #[serde(flatten)]
+    pub block: AdminBlock,
+    pub unconfirmed: Vec<String>,
+}
+
 /// One page of `GET /v1/admin/blocks`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BlockPage {
@@ -89,15 +109,44 @@ impl Admin {
         self.local.now() / NANOS_PER_MS
     }
 
+    /// Sends `change` to every live member at once, each given [`CONFIRM_WITHIN`]; the ids of
+    /// those that did not take it.
+    async fn confirm(&self, change: &BlockChange) -> Vec<String> {
+        let view = self.router.view();
+        let asks = view
+            .members
+            .iter()
+            .filter(|m| *m.node_id != *view.self_id && m.state != MemberState::Dead)
+            .map(|m| async move {
+                let sent = self
+                    .pool
+                    .blocks(&m.peer_addr, vec![change.clone()], CONFIRM_WITHIN);
+                match tokio::time::timeout(CONFIRM_WITHIN, sent).await {
+                    Ok(Ok(Some(_))) => None,
+                    Ok(Ok(None)) => Some((m.node_id.clone(), "too old for blocks".to_owned())),
+                    Ok(Err(e)) => Some((m.node_id.clone(), e.to_string())),
+                    Err(_) => Some((
+                        m.node_id.clone(),
+                        format!("no answer in {CONFIRM_WITHIN:?}"),
+                    )),
+                }
+            });
+        let missed: Vec<_> = join_all(asks).await.into_iter().flatten().collect();
+        for (member, error) in &missed {
+            tracing::info!(target = %change.target, %member, %error, "block change not confirmed by a member; announced again later");
+        }
+        missed.into_iter().map(|(m, _)| m).collect()
+    }
+
     /// Blocks `target` (a key, or `cidr:NET/LEN`) under every rule for `ttl` (`1h`), asked by
-    /// token `by`; the block as listed.
-    pub fn put_block(
+    /// token `by`, in force on every live member that confirms it; the block as listed.
+    pub async fn put_block(
         &self,
         target: &str,
         ttl: &str,
         reason: &str,
         by: &str,
-    ) -> Result<AdminBlock, BlockRequestError> {
+    ) -> Result<BlockChanged, BlockRequestError> {
         let t =
             Target::parse(target).map_err(|e| BlockRequestError::InvalidTarget(e.to_string()))?;
         let ttl_ms = crate::rules::parse_period(ttl)
@@ -131,20 +180,25 @@ impl Admin {
         blocks.outbox.push(change.clone());
         blocks.touch();
         tracing::info!(target = %change.target, %by, ttl_ms, reason, "block added");
-        Ok(AdminBlock {
-            block: change,
-            remaining_ms: ttl_ms,
+        let unconfirmed = self.confirm(&change).await;
+        Ok(BlockChanged {
+            block: AdminBlock {
+                block: change,
+                remaining_ms: ttl_ms,
+            },
+            unconfirmed,
         })
     }
 
     /// Lifts the managed block of `target`, or with `rule`, the automatic block of the key
-    /// under that rule; asked by token `by`.
-    pub fn delete_block(
+    /// under that rule; asked by token `by`, lifted on every live member that confirms it; the
+    /// lift (remembered until `until_ms`, the lifted block's end).
+    pub async fn delete_block(
         &self,
         target: &str,
         rule: Option<&str>,
         by: &str,
-    ) -> Result<(), BlockRequestError> {
+    ) -> Result<BlockChanged, BlockRequestError> {
         let now_ms = self.now_ms();
         let blocks = self.local.blocks();
         let (lifted, change) = match rule {
@@ -171,7 +225,7 @@ impl Admin {
         };
         let (target, rule, source) = change;
         // The lift travels with the lifted block's end: members remember it until then.
-        blocks.outbox.push(BlockChange {
+        let change = BlockChange {
             target: target.clone(),
             rule: rule.map(str::to_owned),
             source,
@@ -180,10 +234,18 @@ impl Admin {
             reason: String::new(),
             by: by.to_owned(),
             lifted: true,
-        });
+        };
+        blocks.outbox.push(change.clone());
         blocks.touch();
         tracing::info!(%target, rule, %by, "block lifted");
-        Ok(())
+        let unconfirmed = self.confirm(&change).await;
+        Ok(BlockChanged {
+            block: AdminBlock {
+                block: change,
+                remaining_ms: 0,
+            },
+            unconfirmed,
+        })
     }
 
     /// A page of the blocks this node holds (every member holds the same, a round apart).

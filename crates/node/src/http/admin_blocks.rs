@@ -36,7 +36,7 @@ struct PutBody {
 }
 
 /// `PUT /v1/admin/blocks/{key}`: blocks the key (or network) under every rule; 200 with the
-/// block as listed.
+/// block as listed and the members that did not confirm it.
 pub async fn put(
     State(state): State<AppState>,
     Extension(caller): Extension<AdminCaller>,
@@ -56,6 +56,7 @@ pub async fn put(
         state
             .admin
             .put_block(&key, &body.ttl, &body.reason, &caller.name)
+            .await
             .map_err(request_error)
     }
     .await;
@@ -70,7 +71,8 @@ pub struct DeleteQuery {
     rule: Option<String>,
 }
 
-/// `DELETE /v1/admin/blocks/{key}`: lifts the block; 204.
+/// `DELETE /v1/admin/blocks/{key}`: lifts the block; 200 with the lift and the members that
+/// did not confirm it.
 pub async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<AdminCaller>,
@@ -80,8 +82,9 @@ pub async fn delete(
     match state
         .admin
         .delete_block(&key, q.rule.as_deref(), &caller.name)
+        .await
     {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Ok(lift) => axum::Json(lift).into_response(),
         Err(e) => request_error(e).into_response(),
     }
 }
