@@ -415,6 +415,15 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         None | Some(Value::Null) => None,
         Some(v) => Some(parse_block(v).map_err(|reason| fail(field_err("block", reason)))?),
     };
+    if block.is_some() && mode == Mode::Global {
+        // A global rule's checks are decided on every node from shared counts: no member sees
+        // every denial of a key, so none could count them for a block.
+        return Err(fail(field_err(
+            "block",
+            "works with mode: owner rules only (a global rule has no owner to count a key's \
+             denials); remove block or the mode",
+        )));
+    }
     let rule = validate(algorithm, limit, period_ns, burst).map_err(&fail)?;
     Ok(NamedRule {
         block,

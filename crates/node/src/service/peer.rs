@@ -19,8 +19,9 @@ impl CheckService {
     pub async fn check_arrived(&self, groups: &[CheckGroup], client: bool) -> Vec<AnswerGroup> {
         let start = self.local.now();
         let rules = self.local.rules();
-        // Blocked checks are answered here, before any routing (an all-or-nothing group is
-        // decided whole, as it arrived: its sender looked its checks up already).
+        // Blocked checks are answered here, before any routing. An all-or-nothing group with
+        // a blocked enforced check is denied whole, nothing taken: its blocked checks answer
+        // from their blocks, the others are read (cost 0) for what they would say, one by one.
         let mut blocked: Vec<Vec<Option<PeerAnswer>>> = Vec::with_capacity(groups.len());
         let arrived: Vec<Arrived<'_>> = groups
             .iter()
@@ -29,37 +30,51 @@ impl CheckService {
                     g.kind,
                     GroupKind::AllOrNothing | GroupKind::ReplicaAllOrNothing
                 );
+                let prepared: Vec<_> = g
+                    .checks
+                    .iter()
+                    .map(|c| rules.prepare_check(&c.key, RuleSpec::of(&c.rule), c.cost))
+                    .collect();
+                let hits: Vec<_> = prepared
+                    .iter()
+                    .map(|p| p.as_ref().ok().and_then(|p| self.block_of(p, start)))
+                    .collect();
+                let denied_whole = whole
+                    && prepared
+                        .iter()
+                        .zip(&hits)
+                        .any(|(p, h)| h.is_some() && p.as_ref().is_ok_and(|p| !p.resolved.shadow));
+                let kind = match g.kind {
+                    GroupKind::AllOrNothing if denied_whole => GroupKind::Owned,
+                    GroupKind::ReplicaAllOrNothing if denied_whole => GroupKind::Replica,
+                    kind => kind,
+                };
                 let mut answered = Vec::with_capacity(g.checks.len());
                 let mut checks = Vec::with_capacity(g.checks.len());
-                for c in &g.checks {
-                    let p = rules.prepare_check(&c.key, RuleSpec::of(&c.rule), c.cost);
-                    let hit = match &p {
-                        Ok(p) if !whole => self.block_of(p, start).map(|h| (p, h)),
-                        _ => None,
-                    };
-                    match hit {
-                        Some((p, hit)) => {
+                for (p, hit) in prepared.into_iter().zip(hits) {
+                    match (p, hit) {
+                        (Ok(p), Some(hit)) if !whole || denied_whole => {
                             let o = if client {
-                                self.blocked_outcome(p, hit, start)
+                                self.blocked_outcome(&p, hit, start)
                             } else {
                                 // Counted as a check where it arrived; counted blocked here.
                                 self.metrics
                                     .count_blocked(p.spec.name(), hit.source.as_str());
-                                super::Outcome::blocked(p, hit, start)
+                                super::Outcome::blocked(&p, hit, start)
                             };
                             answered.push(Some(PeerAnswer::Answer(o.answer)));
                         }
-                        None => {
+                        (mut p, _) => {
+                            if denied_whole && let Ok(p) = &mut p {
+                                p.cost = 0;
+                            }
                             answered.push(None);
                             checks.push(p);
                         }
                     }
                 }
                 blocked.push(answered);
-                Arrived {
-                    kind: g.kind,
-                    checks,
-                }
+                Arrived { kind, checks }
             })
             .collect();
         let answers = self.router.arrived(&arrived).await;

@@ -286,3 +286,44 @@ async fn a_change_answered_is_in_force_on_every_live_member_or_names_those_that_
     })
     .await;
 }
+
+/// The member that owns `key`'s bucket under `rule`, as node `via` sees it.
+async fn owner(c: &Cluster, via: &str, key: &str, rule: &str) -> String {
+    let path = format!("/v1/admin/keys/{key}?rule={rule}");
+    let state = admin_body(c, via, "GET", &path, "").await.json();
+    state["owner"].as_str().expect("an owner").to_owned()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_all_or_nothing_group_reaching_the_owner_is_checked_for_blocks_too() {
+    let c = start().await;
+    let o = owner(&c, "n0", "apikey:bad", "per-ip").await;
+    let others: Vec<&str> = IDS.iter().copied().filter(|id| *id != o).collect();
+    let (x, y) = (others[0], others[1]);
+    // x does not learn the block (its link to y is cut); the owner does.
+    c.cut_link(x, y);
+    let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
+    let r = admin_body(&c, y, "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["unconfirmed"], json!([x]), "{}", r.body);
+    assert_eq!(held(&c, x).await, 0);
+    // Through x, the group goes to the owner, which holds the block: denied whole, nothing taken.
+    let other = json!({ "key": "apikey:good", "rule": "per-ip" });
+    let before = c.remaining(&o, &other).await;
+    let r = c
+        .check_all(
+            x,
+            &[
+                json!({ "key": "apikey:bad", "rule": "per-ip" }),
+                other.clone(),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(
+        c.remaining(&o, &other).await,
+        before,
+        "nothing taken: {}",
+        r.body
+    );
+}
