@@ -1,6 +1,7 @@
 //! Blocks through a real node's sockets: the admin API's blocklist (roles, bad input), and a
 //! blocked key denied on every edge — HTTP 429 with `Retry-After` and `"blocked": true`, forward
-//! auth through a `{client_ip}` rule and a network block, Envoy RLS `OVER_LIMIT`.
+//! auth through a `{client_ip}` rule and a network block, Envoy RLS `OVER_LIMIT`, ringlimit.v1's
+//! `blocked` and `block_reason`.
 
 use anyhow::{Context, Result, ensure};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -8,6 +9,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use reqwest::Method;
 use ringlimit_node::NodeConfig;
+use ringlimit_node::grpc::ringlimit_v1::pb;
+use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClient;
 use ringlimit_node::rules::RuleSet;
 use ringlimit_node::rules::envoy_config::EnvoyConfig;
 use ringlimit_tests::{TestNode, envoy_descriptor};
@@ -169,6 +172,35 @@ async fn a_blocked_key_is_denied_on_http_forward_auth_and_envoy_rls() -> Result<
             .into_inner();
         ensure!(r.overall_code == want as i32, "{user}: {r:?}");
     }
+
+    // ringlimit.v1: denied, blocked, with the reason code (a check, and an all-or-nothing).
+    let mut v1 = RateLimiterClient::connect(format!("http://{addr}")).await?;
+    let req = |key: &str| pb::CheckRequest {
+        key: key.into(),
+        rule_spec: Some(pb::check_request::RuleSpec::Rule("per-ip".into())),
+        cost: None,
+    };
+    let r = v1.check(req("ip:203.0.113.77")).await?.into_inner();
+    ensure!(
+        !r.allowed && r.blocked && r.block_reason() == pb::BlockReason::Managed,
+        "{r:?}"
+    );
+    ensure!(r.retry_after_ms > 3_500_000, "{r:?}");
+    let r = v1.check(req("ip:198.51.100.1")).await?.into_inner();
+    ensure!(
+        r.allowed && !r.blocked && r.block_reason() == pb::BlockReason::Unspecified,
+        "{r:?}"
+    );
+    let r = v1
+        .check_all(pb::CheckAllRequest {
+            checks: vec![req("ip:198.51.100.2"), req("ip:203.0.113.78")],
+        })
+        .await?
+        .into_inner();
+    ensure!(
+        !r.allowed && r.results[1].blocked && !r.results[0].blocked,
+        "{r:?}"
+    );
 
     // Lifted: answered by the bucket again.
     let r = node
