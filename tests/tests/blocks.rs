@@ -219,3 +219,73 @@ async fn a_blocked_key_is_denied_on_http_forward_auth_and_envoy_rls() -> Result<
     let _ = std::fs::remove_dir_all(&dir);
     node.stop().await
 }
+
+/// A key crossing its rule's `after` denials through one node of three is answered blocked
+/// through each of the others within a second, and admitted again once the block ends.
+#[tokio::test]
+async fn an_automatic_block_reaches_every_node_within_a_second_and_ends() -> Result<()> {
+    const AUTO: &str = r#"
+rules:
+  - name: login
+    limit: 1
+    period: 1s
+    block: { after: 3, within: 1m, for: 3s }
+"#;
+    let c = ringlimit_tests::TestCluster::start_with(3, |config| {
+        config.rules = RuleSet::from_yaml(AUTO).unwrap_or_default();
+    })
+    .await?;
+    let check = json!({ "key": "user:7", "rule": "login" });
+    // One admitted, then denials through node-0 until one answers blocked (the third
+    // denial earns it at the key's owner, which answers it blocked when node-0 forwards).
+    let first = c[0].check(&check).await?;
+    ensure!(first.status == 200, "{} {}", first.status, first.text);
+    for _ in 0..3 {
+        let r = c[0].check(&check).await?;
+        ensure!(r.status == 429, "{} {}", r.status, r.text);
+    }
+    let blocked_at = std::time::Instant::now();
+    let mut seen = Vec::new();
+    for node in &c[1..] {
+        ringlimit_tests::wait_until(
+            "the block answered through another node",
+            std::time::Duration::from_secs(1),
+            || async {
+                let r = node.check(&check).await?;
+                Ok(r.status == 429 && r.json()?["blocked"] == true)
+            },
+        )
+        .await?;
+        seen.push(blocked_at.elapsed());
+    }
+    ensure!(
+        seen.iter().all(|s| s.as_millis() <= 1_000),
+        "blocked on every node within 1 s: {seen:?}"
+    );
+    // The block ends 3 s after it was made (watched with reads, which earn no denials): then
+    // the bucket (refilled) admits the key.
+    let read = json!({ "key": "user:7", "rule": "login", "cost": 0 });
+    ringlimit_tests::wait_until(
+        "admitted again after the block",
+        std::time::Duration::from_secs(5),
+        || async {
+            for node in c.iter() {
+                let r = node.check(&read).await?;
+                if r.json()?.get("blocked").is_some() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        },
+    )
+    .await?;
+    let ended = blocked_at.elapsed();
+    ensure!(
+        ended.as_millis() >= 2_500,
+        "not answered before the block ended: {ended:?}"
+    );
+    eprintln!("blocked through the others after {seen:?}; admitted again after {ended:?}");
+    let r = c[1].check(&check).await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    Ok(())
+}
