@@ -5,6 +5,7 @@
 //! <file>::`.
 
 mod api_rules;
+mod blocks;
 mod calendar;
 mod check_all_http;
 mod cli;

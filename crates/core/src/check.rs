@@ -202,6 +202,7 @@ mod tests {
             request_key: None,
             calendar: false,
             timezone: None,
+            block: None,
         };
         assert_eq!(
             Resolved::from_info(&info).map(|r| r.lease),

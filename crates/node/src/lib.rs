@@ -57,6 +57,8 @@
 //!   tokio's paused clock.
 
 pub(crate) mod admin;
+pub mod blocks;
+pub(crate) mod blocks_sync;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -126,6 +126,20 @@ pub struct RuleInfo {
     /// The calendar's IANA time zone (calendar rules only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// Repeat offenders' blocks (`block:` in the rules file), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<BlockInfo>,
+}
+
+/// A rule's `block` policy as listed: a key denied `after` times within `within` is blocked
+/// for `for`, doubled on each repeat up to `max` (durations as the rules file writes them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockInfo {
+    pub after: u64,
+    pub within: String,
+    #[serde(rename = "for")]
+    pub for_: String,
+    pub max: String,
 }
 
 /// `GET /v1/rules`.

@@ -620,6 +620,7 @@ mod tests {
             (2, 2),
             (PROTOCOL_VERSION, PROTOCOL_VERSION),
             (9, 9),
+            (PROTOCOL_VERSION + 1, PROTOCOL_VERSION),
             (99, PROTOCOL_VERSION),
         ] {
             let (mut client, hello) =

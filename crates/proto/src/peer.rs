@@ -43,7 +43,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 11: global counts of calendar windows ([`GlobalCount`]'s `period_ms` carrying a
 ///   calendar's code, its top bit set); the frames are those of version 10 (a connection of
 ///   an older version just never carries such a count).
-pub const PROTOCOL_VERSION: u16 = 11;
+/// - 12: blocks: a member announces the blocks it decided or was asked for to every other
+///   member ([`Frame::Blocks`]).
+pub const PROTOCOL_VERSION: u16 = 12;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -72,6 +74,9 @@ pub const CALENDAR_SINCE: u16 = 10;
 /// The first version whose peers merge global counts of calendar windows (a node never sends
 /// them to an older peer, which would refuse them as malformed).
 pub const GLOBAL_CALENDAR_SINCE: u16 = 11;
+/// The first version whose peers keep announced blocks ([`Frame::Blocks`]; a node never
+/// sends them to an older one, which answers blocked keys as it always did: by their buckets).
+pub const BLOCKS_SINCE: u16 = 12;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -211,6 +216,61 @@ pub enum Frame {
     /// Server → client, ending a `ClientHello`'s handshake: the server's id and its proof that
     /// it knows the credential the client proved (checked by the client before any frame).
     ClientWelcome { node_id: String, proof: Vec<u8> },
+    /// Client → server, version 10: blocks the sender decided (a key's owner, after its
+    /// denials) or was asked for (the admin API), and the ends of blocks lifted early, for
+    /// every member to answer where a request lands. Answered by `BlocksAck`.
+    Blocks { changes: Vec<BlockChange> },
+    /// Server → client: how many changes were kept.
+    BlocksAck { kept: u64 },
+}
+
+/// Where a block came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockSource {
+    /// Decided by a key's owner from a rule's `block` policy.
+    Auto,
+    /// Asked for through the admin API.
+    Managed,
+}
+
+impl BlockSource {
+    /// As answers and metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockSource::Auto => "auto",
+            BlockSource::Managed => "managed",
+        }
+    }
+}
+
+/// One block, as it travels between members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockChange {
+    /// What is blocked: a key, or `cidr:ADDRESS/LEN`.
+    pub target: String,
+    /// The rule it is blocked under; `None`: every rule.
+    pub rule: Option<String>,
+    pub source: BlockSource,
+    /// Unix ms the block was made (or lifted): a later change of one target wins.
+    pub since_ms: u64,
+    /// Unix ms the block ends (a lift: the end of the block it lifted, until when the lift
+    /// is remembered; 0: lifted, not remembered).
+    pub until_ms: u64,
+    pub reason: String,
+    /// Who asked for it: an admin token's name, or the deciding node's id.
+    pub by: String,
+    /// A lift (a tombstone): it wins over a block of its target made at or before `since_ms`,
+    /// and loses to a later one, so that members that missed it converge on the next sync.
+    #[serde(default)]
+    pub lifted: bool,
+}
+
+impl BlockChange {
+    /// Whether this change lifts its target's block.
+    pub fn is_lift(&self) -> bool {
+        self.lifted || self.until_ms == 0
+    }
 }
 
 /// One stream's demand, in thousandths of a request per second (the frame stays `Eq`).
@@ -673,6 +733,8 @@ impl Frame {
             Frame::Quotas { .. } => "quotas",
             Frame::ClientHello(_) => "client_hello",
             Frame::ClientWelcome { .. } => "client_welcome",
+            Frame::Blocks { .. } => "blocks",
+            Frame::BlocksAck { .. } => "blocks_ack",
         }
     }
 }

@@ -6,6 +6,7 @@
 //! # Layout
 //! - this module — [`Admin`] and what it is made of ([`Parts`]).
 //! - [`keys`] — a key's bucket state and its reset across the cluster.
+//! - [`blocks`] — the managed blocklist: blocks put, lifted and listed.
 //! - [`api_rules`] — rules written, deleted and listed through the admin API, decided at the
 //!   member that owns the rule's name.
 //! - [`tokens`] — the admin tokens: names, roles, the file they are reloaded from.
@@ -13,6 +14,7 @@
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics text.
 
 pub mod api_rules;
+pub mod blocks;
 pub mod keys;
 pub mod tokens;
 pub mod top_keys;

@@ -73,6 +73,66 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// The blocklist: blocks held, added and removed (admin API).
+    #[command(arg_required_else_help = false)]
+    Blocks {
+        #[command(subcommand)]
+        command: BlocksCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BlocksCommand {
+    /// The blocks the node at --addr holds (every member holds the same), a page at a time.
+    List(BlocksListArgs),
+    /// Block a key, or a network written cidr:203.0.113.0/24, under every rule.
+    Add(BlocksAddArgs),
+    /// Lift a managed block (or with --rule, the automatic block of a key under that rule).
+    Remove(BlocksRemoveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BlocksListArgs {
+    /// Only blocks under this rule.
+    #[arg(long, value_name = "NAME")]
+    pub rule: Option<String>,
+    /// Only blocks whose reason contains this.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[arg(long, value_parser = ["auto", "managed"])]
+    pub source: Option<String>,
+    /// Blocks per page (1 to 1000).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// The page after this cursor (a listing's next_cursor).
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct BlocksAddArgs {
+    /// The key, or cidr:ADDRESS/LENGTH.
+    pub key: String,
+    /// How long: 90s, 1h, 7d.
+    #[arg(long, value_name = "DURATION")]
+    pub ttl: String,
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct BlocksRemoveArgs {
+    /// The key, or cidr:ADDRESS/LENGTH.
+    pub key: String,
+    /// Lift the automatic block of the key under this rule.
+    #[arg(long, value_name = "NAME")]
+    pub rule: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
 }
 
 #[derive(Debug, Subcommand)]
@@ -251,6 +311,9 @@ pub enum View {
     Cluster,
     KeyState,
     KeyReset,
+    BlockList,
+    Block,
+    Unblocked(String),
 }
 
 /// Bad input the arguments parser cannot see (exit 2).
@@ -446,6 +509,50 @@ pub fn request(
             r.query = key_query(&a.rule);
             (r, &a.conn)
         }
+        AdminCommand::Blocks { command } => match command {
+            BlocksCommand::List(a) => {
+                let mut r = plain(
+                    Method::GET,
+                    segments(&["v1", "admin", "blocks"]),
+                    View::BlockList,
+                );
+                let limit = a.limit.map(|n| n.to_string());
+                let pairs = [
+                    ("rule", &a.rule),
+                    ("reason", &a.reason),
+                    ("source", &a.source),
+                    ("limit", &limit),
+                    ("cursor", &a.cursor),
+                ];
+                r.query = pairs
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k.to_owned(), v.clone()?)))
+                    .collect();
+                (r, &a.conn)
+            }
+            BlocksCommand::Add(a) => {
+                let mut r = plain(
+                    Method::PUT,
+                    segments(&["v1", "admin", "blocks", &a.key]),
+                    View::Block,
+                );
+                r.body = Some(serde_json::json!({ "ttl": a.ttl, "reason": a.reason }));
+                (r, &a.conn)
+            }
+            BlocksCommand::Remove(a) => {
+                let mut r = plain(
+                    Method::DELETE,
+                    segments(&["v1", "admin", "blocks", &a.key]),
+                    View::Unblocked(a.key.clone()),
+                );
+                r.query = a
+                    .rule
+                    .iter()
+                    .map(|rule| ("rule".to_owned(), rule.clone()))
+                    .collect();
+                (r, &a.conn)
+            }
+        },
     })
 }
 

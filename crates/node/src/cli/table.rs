@@ -190,6 +190,9 @@ pub fn render(view: &View, value: &Value) -> String {
         View::Cluster => cluster(value),
         View::KeyState => key_state(value),
         View::KeyReset => key_reset(value),
+        View::BlockList => block_list(value),
+        View::Block => block_list(&serde_json::json!({ "blocks": [value], "total": 1 })),
+        View::Unblocked(key) => format!("{} unblocked\n", clean(key)),
     }
 }
 
@@ -324,6 +327,37 @@ pub fn top(v: &Value) -> String {
         clean(&cell(v, "window")),
     );
     out.push_str(&members_line(v));
+    out
+}
+
+/// Blocks as `GET /v1/admin/blocks` lists them.
+pub fn block_list(v: &Value) -> String {
+    let mut t = Table::new(&["TARGET", "RULE", "SOURCE", "UNTIL", "LEFT", "BY", "REASON"]);
+    for b in list(v, "blocks") {
+        let left = u64_of(b, "remaining_ms").map_or_else(|| "-".to_owned(), period);
+        t.row(vec![
+            cell(b, "target"),
+            b.get("rule")
+                .filter(|r| !r.is_null())
+                .map_or_else(|| "*".to_owned(), |_| cell(b, "rule")),
+            cell(b, "source"),
+            time_of(b, "until_ms"),
+            left,
+            cell(b, "by"),
+            cell(b, "reason"),
+        ]);
+    }
+    let mut out = if t.is_empty() {
+        "no blocks\n".to_owned()
+    } else {
+        t.render()
+    };
+    if let Some(total) = u64_of(v, "total").filter(|n| *n > 1) {
+        let _ = writeln!(out, "\n{total} blocks");
+    }
+    if let Some(next) = v.get("next_cursor").and_then(Value::as_str) {
+        let _ = writeln!(out, "more: --cursor {}", clean(next));
+    }
     out
 }
 

@@ -509,3 +509,51 @@ fn keys_reach_the_path_byte_for_byte() {
     let url = url_for(&base_url("http://h:1/rl/").expect("addr"), &r).expect("url");
     assert_eq!(url.as_str(), "http://h:1/rl/v1/admin/keys/a%09b?rule=r");
 }
+
+#[test]
+fn blocks_commands_map_to_the_admin_blocks_endpoints() {
+    let (r, url) = req(&["blocks", "list", "--source", "auto", "--limit", "10"]);
+    assert_eq!((r.method, r.view), (Method::GET, View::BlockList));
+    assert_eq!(
+        url,
+        "http://127.0.0.1:8080/v1/admin/blocks?source=auto&limit=10"
+    );
+    let (r, url) = req(&[
+        "blocks",
+        "add",
+        "cidr:203.0.113.0/24",
+        "--ttl",
+        "1h",
+        "--reason",
+        "abuse",
+    ]);
+    assert_eq!((r.method, r.view), (Method::PUT, View::Block));
+    assert_eq!(
+        url,
+        "http://127.0.0.1:8080/v1/admin/blocks/cidr:203.0.113.0%2F24"
+    );
+    assert_eq!(r.body, Some(json!({ "ttl": "1h", "reason": "abuse" })));
+    let (r, url) = req(&["blocks", "remove", "user:42", "--rule", "login"]);
+    assert_eq!(r.method, Method::DELETE);
+    assert_eq!(
+        url,
+        "http://127.0.0.1:8080/v1/admin/blocks/user:42?rule=login"
+    );
+    assert!(parse(&["blocks", "add", "k"]).is_err(), "--ttl is required");
+}
+
+#[test]
+fn blocks_are_listed_as_a_table() {
+    let page = json!({ "blocks": [
+        { "target": "cidr:203.0.113.0/24", "rule": null, "source": "managed",
+          "since_ms": 0, "until_ms": 3_600_000, "remaining_ms": 3_600_000,
+          "reason": "abuse", "by": "ops" },
+        { "target": "user:42", "rule": "login", "source": "auto",
+          "since_ms": 0, "until_ms": 900_000, "remaining_ms": 900_000,
+          "reason": "auto", "by": "n1" },
+    ], "total": 3, "next_cursor": "abc" });
+    let text = table::render(&View::BlockList, &page);
+    assert!(text.contains("cidr:203.0.113.0/24"), "{text}");
+    assert!(text.contains("login"), "{text}");
+    assert!(text.contains("more: --cursor abc"), "{text}");
+}

@@ -278,6 +278,13 @@ pub struct ServeArgs {
           default_value_t = ringlimit_core::reservations::DEFAULT_MAX_TTL_MS,
           value_parser = clap::value_parser!(u64).range(1..=ringlimit_core::reservations::MAX_TTL_MS))]
     pub max_reservation_ttl_ms: u64,
+    /// The most blocks this node holds (automatic and managed together; see the blocks
+    /// guide for the bytes each takes). A full node refuses new managed blocks (409
+    /// too_many_blocks) and gives up the automatic block nearest its end for a new one.
+    #[arg(long, env = "RINGLIMIT_MAX_BLOCKS", value_name = "N",
+          default_value_t = crate::blocks::DEFAULT_MAX_BLOCKS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_blocks: u64,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -165,6 +165,8 @@ pub struct NodeConfig {
     pub global_max_counters: usize,
     /// `--max-reservation-ttl-ms`: the longest a reservation of this node's buckets may live.
     pub max_reservation_ttl_ms: u64,
+    /// `--max-blocks`: the most blocks this node holds.
+    pub max_blocks: usize,
     /// Test hook: drops gossip to and from listed peers (a simulated partition).
     #[doc(hidden)]
     pub gossip_blocklist: Option<Arc<GossipBlocklist>>,
@@ -262,6 +264,7 @@ impl NodeConfig {
             global_gossip_budget: crate::global::DEFAULT_GOSSIP_BUDGET,
             global_max_counters: crate::global::DEFAULT_MAX_WINDOWS,
             max_reservation_ttl_ms: ringlimit_core::reservations::DEFAULT_MAX_TTL_MS,
+            max_blocks: crate::blocks::DEFAULT_MAX_BLOCKS,
             gossip_blocklist: None,
             http_limits: ConnLimits::default(),
             grpc_limits: ConnLimits::grpc(Duration::from_secs(60), Duration::from_secs(10), 10_000),

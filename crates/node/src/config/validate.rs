@@ -74,6 +74,7 @@ impl ServeArgs {
             global_gossip_budget: self.global_gossip_budget,
             global_max_counters: usize::try_from(self.global_max_counters).unwrap_or(usize::MAX),
             max_reservation_ttl_ms: self.max_reservation_ttl_ms,
+            max_blocks: usize::try_from(self.max_blocks).unwrap_or(usize::MAX),
             gossip_blocklist: None,
             http_limits: ConnLimits {
                 header_timeout: Duration::from_millis(self.http_header_timeout_ms),

@@ -116,6 +116,12 @@ fn answer(o: &Outcome) -> pb::CheckResponse {
         shadow_denied: o.shadow_denied,
         replica: a.replica,
         leased: a.leased,
+        blocked: o.blocked.is_some(),
+        block_reason: match o.blocked {
+            None => pb::BlockReason::Unspecified,
+            Some(crate::blocks::BlockSource::Auto) => pb::BlockReason::Auto,
+            Some(crate::blocks::BlockSource::Managed) => pb::BlockReason::Managed,
+        } as i32,
     }
 }
 

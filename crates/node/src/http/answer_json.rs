@@ -7,6 +7,7 @@
 
 use super::error::ErrorBody;
 use ringlimit_proto::CheckAnswer;
+use ringlimit_proto::peer::BlockSource;
 
 /// Bytes of one answer at most (six fields, three 20-digit numbers, a shadow verdict).
 const MAX_ANSWER_BYTES: usize = 200;
@@ -42,6 +43,17 @@ fn write_fields(out: &mut Vec<u8>, a: &CheckAnswer) {
 
 /// Appends `a` (and, for a shadow rule, `shadow_denied`) as the contract's answer object.
 pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bool>) {
+    write_answer_with(out, a, shadow_denied, None);
+}
+
+/// [`write_answer`], and for an answer made by a block, `"blocked":true` and its source as
+/// `block_reason`.
+pub fn write_answer_with(
+    out: &mut Vec<u8>,
+    a: &CheckAnswer,
+    shadow_denied: Option<bool>,
+    blocked: Option<BlockSource>,
+) {
     out.push(b'{');
     write_fields(out, a);
     match shadow_denied {
@@ -49,7 +61,21 @@ pub fn write_answer(out: &mut Vec<u8>, a: &CheckAnswer, shadow_denied: Option<bo
         Some(true) => out.extend_from_slice(b",\"shadow_denied\":true"),
         Some(false) => out.extend_from_slice(b",\"shadow_denied\":false"),
     }
+    write_blocked(out, blocked);
     out.push(b'}');
+}
+
+/// `,"blocked":true,"block_reason":"…"` for an answer made by a block; nothing otherwise.
+fn write_blocked(out: &mut Vec<u8>, blocked: Option<BlockSource>) {
+    match blocked {
+        None => {}
+        Some(BlockSource::Auto) => {
+            out.extend_from_slice(b",\"blocked\":true,\"block_reason\":\"auto\"");
+        }
+        Some(BlockSource::Managed) => {
+            out.extend_from_slice(b",\"blocked\":true,\"block_reason\":\"managed\"");
+        }
+    }
 }
 
 /// A reservation taken: its id and estimate, and the check's answer,
@@ -68,26 +94,46 @@ pub fn reserved(id: &str, cost: u64, a: &CheckAnswer) -> Vec<u8> {
 
 /// One answer as a body.
 pub fn answer(a: &CheckAnswer, shadow_denied: Option<bool>) -> Vec<u8> {
+    answer_with(a, shadow_denied, None)
+}
+
+/// One answer as a body, with its block (see [`write_answer_with`]).
+pub fn answer_with(
+    a: &CheckAnswer,
+    shadow_denied: Option<bool>,
+    blocked: Option<BlockSource>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAX_ANSWER_BYTES);
-    write_answer(&mut out, a, shadow_denied);
+    write_answer_with(&mut out, a, shadow_denied, blocked);
     out
 }
 
 /// The all-or-nothing answer: `top`'s fields (the binding limit's, with the request's verdict)
 /// and every check's answer with its shadow verdict, `{...,"results":[...]}`.
+#[cfg(test)]
 pub fn all<'a>(
     top: &CheckAnswer,
     results: impl ExactSizeIterator<Item = (&'a CheckAnswer, Option<bool>)>,
 ) -> Vec<u8> {
+    all_with(top, None, results.map(|(a, s)| (a, s, None)))
+}
+
+/// [`all`] with blocks: the top level's (the binding limit's) and each result's.
+pub fn all_with<'a>(
+    top: &CheckAnswer,
+    top_blocked: Option<BlockSource>,
+    results: impl ExactSizeIterator<Item = (&'a CheckAnswer, Option<bool>, Option<BlockSource>)>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity((results.len() + 1) * MAX_ANSWER_BYTES / 2);
     out.push(b'{');
     write_fields(&mut out, top);
+    write_blocked(&mut out, top_blocked);
     out.extend_from_slice(b",\"results\":[");
-    for (i, (a, shadow)) in results.enumerate() {
+    for (i, (a, shadow, blocked)) in results.enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_answer(&mut out, a, shadow);
+        write_answer_with(&mut out, a, shadow, blocked);
     }
     out.extend_from_slice(b"]}");
     out
@@ -96,6 +142,8 @@ pub fn all<'a>(
 /// One item of a batch's `results`.
 pub enum Item<'a> {
     Answer(&'a CheckAnswer, Option<bool>),
+    /// An answer made by a block.
+    Blocked(&'a CheckAnswer, Option<bool>, BlockSource),
     Error(ErrorBody),
 }
 
@@ -109,6 +157,7 @@ pub fn batch(items: &[Item<'_>]) -> Vec<u8> {
         }
         match item {
             Item::Answer(a, shadow) => write_answer(&mut out, a, *shadow),
+            Item::Blocked(a, shadow, b) => write_answer_with(&mut out, a, *shadow, Some(*b)),
             // Errors are rare and carry free text: serde escapes it. Writing into a Vec
             // cannot fail, nor can serializing two strings.
             Item::Error(e) => {

@@ -313,7 +313,7 @@ pub fn answer_response(o: &Outcome, name: &str) -> Response {
     (
         answer_status(o),
         header_map(&o.answer, [policy(o, name)]),
-        answer_json::answer(&o.answer, o.shadow_denied),
+        answer_json::answer_with(&o.answer, o.shadow_denied, o.blocked),
     )
         .into_response()
 }
@@ -455,7 +455,10 @@ pub(super) async fn batch_answer(state: &AppState, bytes: &[u8]) -> Response {
         .map(|slot| match slot {
             Some(error) => error,
             None => match decided.next() {
-                Some(Ok(o)) => Item::Answer(&o.answer, o.shadow_denied),
+                Some(Ok(o)) => match o.blocked {
+                    Some(b) => Item::Blocked(&o.answer, o.shadow_denied, b),
+                    None => Item::Answer(&o.answer, o.shadow_denied),
+                },
                 Some(Err(e)) => Item::Error(ApiError::from(e.clone()).body),
                 None => Item::Error(ErrorBody {
                     error: "internal",
@@ -546,7 +549,13 @@ pub(super) fn all_response(o: &AllOutcome, names: &[Cow<'_, str>]) -> Response {
         ..*binding
     };
     let headers = header_map(&top, o.results.iter().zip(names).map(|(r, n)| policy(r, n)));
-    let json = answer_json::all(&top, o.results.iter().map(|r| (&r.answer, r.shadow_denied)));
+    let json = answer_json::all_with(
+        &top,
+        o.results[o.binding].blocked.filter(|_| !o.allowed),
+        o.results
+            .iter()
+            .map(|r| (&r.answer, r.shadow_denied, r.blocked)),
+    );
     (status(o.allowed), headers, json).into_response()
 }
 

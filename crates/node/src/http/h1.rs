@@ -206,7 +206,12 @@ where
             Route::Check => {
                 let decided = check::decide_with(state, bytes, |o, name| {
                     body_out.clear();
-                    answer_json::write_answer(&mut body_out, &o.answer, o.shadow_denied);
+                    answer_json::write_answer_with(
+                        &mut body_out,
+                        &o.answer,
+                        o.shadow_denied,
+                        o.blocked,
+                    );
                     out.clear();
                     status_line(&mut out, check::answer_status(o));
                     let policy = [check::policy(o, name)];

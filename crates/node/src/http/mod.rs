@@ -7,13 +7,15 @@
 //! - [`forward_auth`] — `/v1/forward-auth`: gateways' forwarded requests, keyed by templates.
 //! - [`ops`] — health, readiness, cluster and rules views, metrics, fallback.
 //! - [`admin`] — `/v1/admin/*` behind a bearer token: rules, a key's state, a key's reset.
+//! - [`admin_blocks`] — `/v1/admin/blocks`: the managed blocklist.
 //! - [`error`] — the contract's error body.
 //! - [`fast`] — `POST /v1/check` answered before the router.
 //! - `h1` — `POST /v1/check` over HTTP/1.1 answered before hyper (other requests: hyper's).
 //! - [`serve`] — one connection: the check loop, then hyper (served by [`crate::listen`]).
 
 pub mod admin;
-pub mod admin_rules;
+pub mod admin_blocks;
+mod admin_rules;
 pub mod answer_json;
 pub mod check;
 pub mod error;
@@ -95,6 +97,11 @@ pub fn router(state: AppState) -> axum::Router {
             get(admin_rules::get)
                 .put(admin_rules::put)
                 .delete(admin_rules::delete),
+        )
+        .route("/v1/admin/blocks", get(admin_blocks::list))
+        .route(
+            "/v1/admin/blocks/{*key}",
+            axum::routing::put(admin_blocks::put).delete(admin_blocks::delete),
         )
         .route("/v1/admin/top", get(admin::top))
         .route("/v1/admin/keys/{key}", get(admin::key_state))

@@ -71,6 +71,7 @@ pub struct Local {
     /// `--persist-min-period` in ns while buckets are kept on disk (`--data-dir`); `None`:
     /// no bucket is durable.
     persist_min_ns: Option<u64>,
+    blocks: Arc<crate::blocks::Blocklist>,
 }
 
 impl std::fmt::Debug for Local {
@@ -109,6 +110,39 @@ impl Local {
             reservations: Arc::default(),
             global,
             persist_min_ns: None,
+            blocks: Arc::default(),
+        }
+    }
+
+    /// Keeping blocks in `blocks` (bounded by `--max-blocks`, deciding as this node).
+    pub fn with_blocks(mut self, blocks: Arc<crate::blocks::Blocklist>) -> Self {
+        self.blocks = blocks;
+        self
+    }
+
+    /// This node's blocks.
+    pub fn blocks(&self) -> &Arc<crate::blocks::Blocklist> {
+        &self.blocks
+    }
+
+    /// After a check decided on this node's bucket: a denial under a rule with a `block`
+    /// policy counts towards blocking its key (this node is the key's owner).
+    #[inline]
+    fn after_owned(&self, p: &Prepared<'_>, a: &CheckAnswer, now: u64) {
+        if a.allowed || p.resolved.shadow || p.resolved.mode != Mode::Owner {
+            return;
+        }
+        if let crate::rules::RuleSpec::Named(name) = p.spec {
+            self.denied(name, p, now);
+        }
+    }
+
+    #[cold]
+    fn denied(&self, name: &str, p: &Prepared<'_>, now: u64) {
+        let rules = self.rules.rules();
+        if let Some(policy) = rules.get(name).and_then(|r| r.block) {
+            let now_ms = now / ringlimit_core::clock::NANOS_PER_MS;
+            self.blocks.denied((p.id, p.key, name), &policy, now_ms);
         }
     }
 
@@ -280,7 +314,10 @@ impl Local {
         let d = match (p.resolved.mode, on) {
             (Mode::Global, _) => return (self.global.answer(p.id, rule, now, p.cost), None),
             (Mode::Owner, Placement::Bucket) => {
-                self.check_owned(p.id, (rule, kind), p.cost, || now)
+                let d = self.check_owned(p.id, (rule, kind), p.cost, || now);
+                let a = answer(&d, rule);
+                self.after_owned(p, &a, now);
+                return (a, taken(&d, p.cost, now));
             }
             (Mode::Owner, Placement::Copy) => self.check_copy(p.id, (rule, kind), p.cost, now),
         };
@@ -439,10 +476,14 @@ impl coordinator::Here<Prepared<'_>> for Local {
             Mode::Global => self.global.answer(p.id, rule, self.now(), p.cost),
             Mode::Owner => {
                 let kind = self.kind(rule, p.resolved.persist);
-                answer(
+                let a = answer(
                     &self.check_owned(p.id, (rule, kind), p.cost, || self.now()),
                     rule,
-                )
+                );
+                if !a.allowed {
+                    self.after_owned(p, &a, self.now());
+                }
+                a
             }
         }
     }
@@ -458,7 +499,9 @@ impl coordinator::Here<Prepared<'_>> for Local {
             Mode::Global => self.global.answer(p.id, rule, now, p.cost),
             Mode::Owner => {
                 let kind = self.kind(rule, p.resolved.persist);
-                answer(&self.check_owned(p.id, (rule, kind), p.cost, || now), rule)
+                let a = answer(&self.check_owned(p.id, (rule, kind), p.cost, || now), rule);
+                self.after_owned(p, &a, now);
+                a
             }
         }
     }

@@ -111,6 +111,12 @@ impl Edge {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BlockedLabels {
+    rule: String,
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleCheckLabels {
     rule: String,
     result: &'static str,
@@ -391,6 +397,8 @@ pub struct Metrics {
     edge_checks: [Counter; Edge::ALL.len()],
     peer_rpc: PeerRpcMetrics,
     rule_checks: RuleChecks,
+    /// Checks answered by a block, by rule and the block's source.
+    blocked: family::Family<BlockedLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -433,6 +441,12 @@ impl Metrics {
             "Checks decided by this node by rule (inline rules as one, inline; past 256 names, other)",
             rule_checks.clone(),
         );
+        let blocked = family::Family::<BlockedLabels, Counter>::default();
+        registry.register(
+            "blocked_checks",
+            "Checks answered by a block (denied where they arrived, no bucket touched), by rule (inline rules as inline) and the block's source (auto, managed)",
+            blocked.clone(),
+        );
         let peer_rpc = PeerRpcMetrics::unregistered();
         registry.register(
             "peer_rpc_duration_seconds",
@@ -458,8 +472,19 @@ impl Metrics {
             edge_checks,
             peer_rpc,
             rule_checks: RuleChecks::new(rule_checks),
+            blocked,
             registry,
         }
+    }
+
+    /// Counts a check of `rule` (`None`: inline) answered by a block of `source` (`auto`,
+    /// `managed`).
+    pub fn count_blocked(&self, rule: Option<&str>, source: &'static str) {
+        let labels = BlockedLabels {
+            rule: rule.unwrap_or("inline").to_owned(),
+            source,
+        };
+        self.blocked.get_or_create(&labels).inc();
     }
 
     /// Counts one decided check of a rule in `mode`, named `rule` (`None`: inline).

@@ -51,6 +51,7 @@ pub(super) fn register(
         here.reservations().clone(),
     );
     m.scrape(global::metrics::METRICS, local.global.clone());
+    m.scrape(crate::blocks::METRICS, here.blocks().clone());
     m.scrape(metrics::GOSSIP, members.gossip_stats.clone());
     m.scrape(metrics::HTTP_CONNECTIONS, edges.conns.clone());
     m.scrape(metrics::GRPC_CONNECTIONS, edges.grpc_conns.clone());

@@ -105,7 +105,11 @@ impl Opened {
             .with_clocks(members.clocks.clone()),
         );
         let mut local = Local::new(self.in_force, self.clock, config.max_keys, global.clone())
-            .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms);
+            .with_max_reservation_ttl_ms(config.max_reservation_ttl_ms)
+            .with_blocks(Arc::new(crate::blocks::Blocklist::new(
+                &config.node_id,
+                config.max_blocks,
+            )));
         if self.disk.is_some() {
             local = local.with_persistence(config.persist_min_period_ns);
         }
@@ -114,6 +118,9 @@ impl Opened {
         let durable = self
             .disk
             .map(|disk| Arc::new(Durable::new(disk, local.clone(), durable_stats.clone())));
+        if let Some(dir) = &config.data_dir {
+            load_blocks(&local, dir);
+        }
         let rlqs = Arc::new(Rlqs::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(config.rlqs_config.clone())),
             local.clone(),
@@ -128,6 +135,21 @@ impl Opened {
             durable,
             durable_stats,
         }
+    }
+}
+
+/// Puts the managed blocks kept under `--data-dir` back in force (a file that cannot be read
+/// is logged: the node's peers send it every block they hold when it joins).
+fn load_blocks(local: &Local, dir: &std::path::Path) {
+    match crate::blocks_sync::load(dir) {
+        Ok(blocks) => {
+            let now_ms = local.now() / ringlimit_core::clock::NANOS_PER_MS;
+            let kept = local.blocks().apply(&blocks, |_, _| None, now_ms);
+            if kept > 0 {
+                tracing::info!(kept, "managed blocks restored from --data-dir");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "managed blocks not restored"),
     }
 }
 
@@ -152,8 +174,12 @@ impl LocalState {
         }
     }
 
-    /// Sweeps expired reservations.
+    /// Sweeps expired reservations, and ended blocks.
     pub(super) fn sweep(&self, tasks: &mut JoinSet<()>) {
+        tasks.spawn(crate::blocks::sweep(
+            self.local.blocks().clone(),
+            self.local.clock().clone(),
+        ));
         tasks.spawn(crate::local::reservations::upkeep(
             self.local.reservations().clone(),
             self.local.clock().clone(),

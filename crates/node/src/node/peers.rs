@@ -119,6 +119,16 @@ impl Peering {
             .run(),
         );
         tasks.spawn(
+            crate::blocks_sync::Announcer {
+                blocks: here.blocks().clone(),
+                peers: pool.clone(),
+                view: view.clone(),
+                clock: here.clock().clone(),
+                data_dir: config.data_dir.clone(),
+            }
+            .run(),
+        );
+        tasks.spawn(
             crate::replicas::handback::HandBack {
                 copies: here.copies().clone(),
                 peers: pool.clone(),

@@ -23,8 +23,9 @@ use ringlimit_core::link::{Session, SessionError, SessionPool, Sessions};
 use ringlimit_core::reservations::ReserveError;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{
-    CALENDAR_SINCE, Frame, HandedBucket, OPERATORS_SINCE, PeerReserve, PeerSettle, QUOTA_SINCE,
-    QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange, RuleChanged, TopBy, TopKey,
+    BLOCKS_SINCE, BlockChange, CALENDAR_SINCE, Frame, HandedBucket, OPERATORS_SINCE, PeerReserve,
+    PeerSettle, QUOTA_SINCE, QuotaAnswer, QuotaAsk, RECALL_SINCE, ReplicaBucket, RuleChange,
+    RuleChanged, TopBy, TopKey,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -366,6 +367,25 @@ impl Peers {
         let reset = Frame::Reset { ids: ids.to_vec() };
         match self.sessions.open(addr).request(&reset, within).await? {
             Frame::ResetAck { removed } => Ok(removed),
+            other => Err(SessionError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Announces block `changes` to the member at `addr`, on a connection of their own; how
+    /// many it kept, or `None` when the member is older than [`BLOCKS_SINCE`] (it keeps none,
+    /// and answers blocked keys by their buckets, at their owner).
+    pub async fn blocks(
+        &self,
+        addr: &str,
+        changes: Vec<BlockChange>,
+        within: Duration,
+    ) -> Result<Option<u64>, SessionError> {
+        let mut session = self.sessions.open(addr);
+        if session.version().await? < BLOCKS_SINCE {
+            return Ok(None);
+        }
+        match session.request(&Frame::Blocks { changes }, within).await? {
+            Frame::BlocksAck { kept } => Ok(Some(kept)),
             other => Err(SessionError::Unexpected(other.kind())),
         }
     }

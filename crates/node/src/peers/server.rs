@@ -13,6 +13,7 @@
 //! - [`replicate`] — `Replicate`, `ReplicateOneWay`: keep copies of an owner's buckets;
 //!   `HandBack`: merge what a replica decided for this node while it did not answer.
 //! - [`reset`] — `Reset`: drop the buckets an operator reset.
+//! - [`blocks`] — `Blocks`: keep the blocks a member announced.
 //! - [`recall`] — `Recall`: the states of buckets a member that joined lately owns.
 //! - [`lease`] — `Lease`: slices of hot buckets this node owns.
 //! - [`reservations`] — `Reserve`, `Settle`: costs estimated now and settled later.
@@ -29,6 +30,7 @@
 //! clock samples and refunds of what its own holds took ([`holds`]), and is closed on anything
 //! else (see [`members_only`]).
 
+mod blocks;
 mod checks;
 mod global_counts;
 mod handover;
@@ -58,8 +60,8 @@ use ringlimit_core::top_keys::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
-    AnswerGroup, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE, QUOTA_SINCE,
-    RESERVE_SINCE,
+    AnswerGroup, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE,
+    QUOTA_SINCE, RESERVE_SINCE,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -493,6 +495,9 @@ impl PeerServer {
                     sent_ns,
                     now_ns: self.local.now(),
                 }),
+                Frame::Blocks { changes } if version >= BLOCKS_SINCE => {
+                    Some(self.blocks(&caller, &changes))
+                }
                 Frame::GlobalCounts { generation, counts } => {
                     self.global_counts(&caller, generation, counts, len).await;
                     None

@@ -63,6 +63,8 @@ pub struct NamedRule {
     pub request_key: Option<Arc<KeyTemplate>>,
     /// See [`named_seed`].
     pub seed: u64,
+    /// Repeat offenders' blocks (`block: { after, within, for, max }`).
+    pub block: Option<crate::blocks::Policy>,
 }
 
 impl NamedRule {
@@ -100,6 +102,12 @@ impl NamedRule {
             request_key: self.request_key.as_ref().map(|t| t.to_string()),
             calendar: r.calendar.is_some(),
             timezone: r.calendar.map(|c| c.zone.name().to_owned()),
+            block: self.block.map(|b| ringlimit_proto::discovery::BlockInfo {
+                after: b.after,
+                within: format_period(b.within_ms * ringlimit_core::clock::NANOS_PER_MS),
+                for_: format_period(b.for_ms * ringlimit_core::clock::NANOS_PER_MS),
+                max: format_period(b.max_ms * ringlimit_core::clock::NANOS_PER_MS),
+            }),
         }
     }
 }
@@ -247,7 +255,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 13] = [
+const RULE_FIELDS: [&str; 14] = [
     "name",
     "limit",
     "period",
@@ -261,6 +269,7 @@ const RULE_FIELDS: [&str; 13] = [
     "calendar",
     "timezone",
     "persist",
+    "block",
 ];
 
 fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
@@ -454,7 +463,21 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
     let month = matches!(m.get("period"), Some(Value::String(s)) if is_month(s));
     let calendar = calendar_of(algorithm, period_ns, month, calendar, timezone).map_err(&fail)?;
     let rule = validate_calendar(algorithm, limit, period_ns, burst, calendar).map_err(&fail)?;
+    let block = match m.get("block") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_block(v).map_err(|reason| fail(field_err("block", reason)))?),
+    };
+    if block.is_some() && mode == Mode::Global {
+        // A global rule's checks are decided on every node from shared counts: no member sees
+        // every denial of a key, so none could count them for a block.
+        return Err(fail(field_err(
+            "block",
+            "works with mode: owner rules only (a global rule has no owner to count a key's \
+             denials); remove block or the mode",
+        )));
+    }
     Ok(NamedRule {
+        block,
         seed: named_seed(&name, algorithm),
         name,
         rule,
@@ -464,6 +487,59 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         lease,
         persist,
         request_key,
+    })
+}
+
+/// Parses a rule's `block: { after: N, within: D, for: D, max: D }` (`max` optional: `for`).
+fn parse_block(v: &Value) -> Result<crate::blocks::Policy, String> {
+    const FIELDS: &str = "after, within, for, max";
+    let Value::Mapping(m) = v else {
+        return Err(format!(
+            "must be a mapping such as {{ after: 20, within: 1m, for: 15m, max: 24h }}, got {}",
+            describe(v)
+        ));
+    };
+    for (k, _) in m {
+        if !k
+            .as_str()
+            .is_some_and(|k| ["after", "within", "for", "max"].contains(&k))
+        {
+            return Err(format!(
+                "has unknown field {}; known fields are {FIELDS}",
+                describe(k)
+            ));
+        }
+    }
+    let after = match m.get("after") {
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("after must be a whole number above 0, got {}", describe(v)))?,
+        None => return Err("after is missing".into()),
+    };
+    let ms = |field: &str| -> Result<Option<u64>, String> {
+        match m.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => parse_period(s)
+                .map(|ns| Some(ns.div_ceil(ringlimit_core::clock::NANOS_PER_MS)))
+                .map_err(|e| format!("{field}: {e}")),
+            Some(v) => Err(format!(
+                "{field} must be a duration such as 1m, got {}",
+                describe(v)
+            )),
+        }
+    };
+    let within_ms = ms("within")?.ok_or("within is missing")?;
+    let for_ms = ms("for")?.ok_or("for is missing")?;
+    let max_ms = ms("max")?.unwrap_or(for_ms);
+    if max_ms < for_ms {
+        return Err("max must be at least for".into());
+    }
+    Ok(crate::blocks::Policy {
+        after,
+        within_ms,
+        for_ms,
+        max_ms,
     })
 }
 

@@ -1001,3 +1001,28 @@ fn calendar_rules_that_make_no_sense_are_refused_with_their_field() {
         assert!(reason.contains(words), "{lines:?}: {reason}");
     }
 }
+
+#[test]
+fn a_block_policy_is_taken_on_owner_rules_and_refused_on_global_ones() {
+    let owner = one(&[
+        "limit: 5",
+        "period: 1m",
+        "block: { after: 20, within: 1m, for: 15m, max: 24h }",
+    ]);
+    let rules = RuleSet::from_yaml(&owner).expect("an owner rule may block");
+    assert!(rules.get("r").and_then(|r| r.block).is_some());
+    let global = one(&[
+        "limit: 5",
+        "period: 1m",
+        "mode: global",
+        "block: { after: 20, within: 1m, for: 15m }",
+    ]);
+    assert_rule_err(&global, "r", "block", "mode: owner rules only");
+    // Through the admin API the same.
+    let body = serde_json::json!({
+        "limit": 5, "period": "1m", "mode": "global",
+        "block": { "after": 20, "within": "1m", "for": "15m" },
+    });
+    let err = super::api::validate("r", &body).expect_err("refused");
+    assert!(err.to_string().contains("mode: owner rules only"), "{err}");
+}

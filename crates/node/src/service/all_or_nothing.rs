@@ -44,6 +44,14 @@ impl CheckService {
         if let Some(e) = duplicate(&ids) {
             return Err(e);
         }
+        let blocks: Vec<_> = prepared.iter().map(|p| self.block_of(p, start)).collect();
+        if blocks
+            .iter()
+            .zip(&prepared)
+            .any(|(b, p)| b.is_some() && !p.resolved.shadow)
+        {
+            return self.blocked_all(edge, &prepared, &blocks, start).await;
+        }
         // One check is its own all-or-nothing: the single-check path decides it the same way
         // without a group's holds, for less CPU (measured through ShouldRateLimit: the docs'
         // benchmarks page, "gRPC").
@@ -60,6 +68,40 @@ impl CheckService {
                 Err(error) => return Err(AllError::Item { index, error }),
             }
         }
+        self.metrics.count_edge(edge, results.len() as u64);
+        self.metrics.all_duration.observe(seconds(start, end));
+        Ok(decide(results))
+    }
+}
+
+impl CheckService {
+    /// A request one of whose enforced checks is blocked: denied, nothing taken. The blocked
+    /// checks answer from their blocks; the others are read (cost 0) for what they would say.
+    async fn blocked_all(
+        &self,
+        edge: Edge,
+        prepared: &[crate::rules::Prepared<'_>],
+        blocks: &[Option<crate::blocks::Hit>],
+        start: u64,
+    ) -> Result<AllOutcome, AllError> {
+        let mut results = Vec::with_capacity(prepared.len());
+        for (index, (p, hit)) in prepared.iter().zip(blocks).enumerate() {
+            let o = match hit {
+                Some(hit) => self.blocked_outcome(p, *hit, start),
+                None => {
+                    let mut read = p.clone();
+                    read.cost = 0;
+                    let a = self
+                        .router
+                        .check(&read)
+                        .await
+                        .map_err(|error| AllError::Item { index, error })?;
+                    Outcome::new(a, &p.resolved, start)
+                }
+            };
+            results.push(o);
+        }
+        let end = self.local.now();
         self.metrics.count_edge(edge, results.len() as u64);
         self.metrics.all_duration.observe(seconds(start, end));
         Ok(decide(results))

@@ -21,6 +21,7 @@ pub mod reservations;
 
 pub use crate::metrics::Edge;
 
+use crate::blocks::{BlockSource, Hit};
 use crate::local::Local;
 use crate::metrics::{Metrics, seconds};
 use crate::routing::Router;
@@ -57,6 +58,8 @@ pub struct Outcome {
     /// When it was decided, Unix ms on this node's clock (for the IETF `t`), rounded up like
     /// `reset_at_ms` (see [`ringlimit_core::answer::instant_ms`]).
     pub now_ms: u64,
+    /// Answered by a block (see [`crate::blocks`]), of this source: not by the key's bucket.
+    pub blocked: Option<BlockSource>,
 }
 
 impl Outcome {
@@ -72,6 +75,27 @@ impl Outcome {
             shadow_denied,
             period_ms: resolved.rule.period_ns.div_ceil(NANOS_PER_MS),
             now_ms: ringlimit_core::answer::instant_ms(now),
+            blocked: None,
+        }
+    }
+
+    /// The outcome of a check of `p` answered at `now` (ns) by a block `hit`: denied (unless
+    /// the rule is a shadow rule) until the block ends.
+    pub fn blocked(p: &Prepared<'_>, hit: Hit, now: u64) -> Self {
+        let now_ms = now / NANOS_PER_MS;
+        let answer = CheckAnswer {
+            allowed: false,
+            limit: p.resolved.rule.limit,
+            remaining: 0,
+            reset_at_ms: hit.until_ms,
+            retry_after_ms: hit.until_ms.saturating_sub(now_ms).max(1),
+            degraded: false,
+            replica: false,
+            leased: false,
+        };
+        Self {
+            blocked: Some(hit.source),
+            ..Self::new(answer, &p.resolved, now)
         }
     }
 }
@@ -118,6 +142,14 @@ impl CheckService {
     pub async fn check(&self, edge: Edge, c: &Check<'_>) -> Result<Outcome, CheckError> {
         let start = self.local.now();
         let p = self.prepare(c, c.cost)?;
+        if let Some(hit) = self.block_of(&p, start) {
+            let o = self.blocked_outcome(&p, hit, start);
+            self.metrics.count_edge(edge, 1);
+            self.metrics
+                .check_duration
+                .observe(seconds(start, self.local.now()));
+            return Ok(o);
+        }
         let answer = self.router.check(&p).await?;
         let end = self.local.now();
         let outcome = self.outcome(answer, &p, end);
@@ -137,6 +169,32 @@ impl CheckService {
             p.spec.name(),
         );
         self.count_top(p, !o.answer.allowed || shadow_denied, now);
+        o
+    }
+
+    /// The block `p`'s key is under at `now` (ns), if any: one relaxed load while there are
+    /// none.
+    #[inline]
+    fn block_of(&self, p: &Prepared<'_>, now: u64) -> Option<Hit> {
+        self.local
+            .blocks()
+            .table
+            .find(p.key, p.id, now / NANOS_PER_MS)
+    }
+
+    /// The outcome of a check answered by a block, counted as a denial (and as blocked).
+    fn blocked_outcome(&self, p: &Prepared<'_>, hit: Hit, now: u64) -> Outcome {
+        let o = Outcome::blocked(p, hit, now);
+        let shadow_denied = o.shadow_denied == Some(true);
+        self.metrics.count(
+            o.answer.allowed,
+            shadow_denied,
+            p.resolved.mode,
+            p.spec.name(),
+        );
+        self.metrics
+            .count_blocked(p.spec.name(), hit.source.as_str());
+        self.count_top(p, true, now);
         o
     }
 
@@ -164,13 +222,17 @@ impl CheckService {
         let mut prepared = Vec::with_capacity(checks.len());
         for c in checks {
             match self.prepare(c, c.cost) {
-                Ok(p) => {
-                    results.push(None);
-                    prepared.push(p);
-                }
+                Ok(p) => match self.block_of(&p, start) {
+                    Some(hit) => results.push(Some(Ok(self.blocked_outcome(&p, hit, start)))),
+                    None => {
+                        results.push(None);
+                        prepared.push(p);
+                    }
+                },
                 Err(e) => results.push(Some(Err(e))),
             }
         }
+        let blocked = results.iter().filter(|r| matches!(r, Some(Ok(_)))).count() as u64;
         let mut decided = self
             .router
             .check_many(&prepared)
@@ -193,7 +255,7 @@ impl CheckService {
                 },
             })
             .collect();
-        self.metrics.count_edge(edge, answered);
+        self.metrics.count_edge(edge, answered + blocked);
         self.metrics.batch_duration.observe(seconds(start, end));
         results
     }

@@ -9,7 +9,7 @@ use crate::metrics::seconds;
 use crate::peers::server::PeerChecks;
 use crate::routing::arrived::Arrived;
 use crate::rules::RuleSpec;
-use ringlimit_proto::peer::{AnswerGroup, CheckGroup, PeerAnswer};
+use ringlimit_proto::peer::{AnswerGroup, CheckGroup, GroupKind, PeerAnswer};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -19,21 +19,68 @@ impl CheckService {
     pub async fn check_arrived(&self, groups: &[CheckGroup], client: bool) -> Vec<AnswerGroup> {
         let start = self.local.now();
         let rules = self.local.rules();
+        // Blocked checks are answered here, before any routing. An all-or-nothing group with
+        // a blocked enforced check is denied whole, nothing taken: its blocked checks answer
+        // from their blocks, the others are read (cost 0) for what they would say, one by one.
+        let mut blocked: Vec<Vec<Option<PeerAnswer>>> = Vec::with_capacity(groups.len());
         let arrived: Vec<Arrived<'_>> = groups
             .iter()
-            .map(|g| Arrived {
-                kind: g.kind,
-                checks: g
+            .map(|g| {
+                let whole = matches!(
+                    g.kind,
+                    GroupKind::AllOrNothing | GroupKind::ReplicaAllOrNothing
+                );
+                let prepared: Vec<_> = g
                     .checks
                     .iter()
                     .map(|c| rules.prepare_check(&c.key, RuleSpec::of(&c.rule), c.cost))
-                    .collect(),
+                    .collect();
+                let hits: Vec<_> = prepared
+                    .iter()
+                    .map(|p| p.as_ref().ok().and_then(|p| self.block_of(p, start)))
+                    .collect();
+                let denied_whole = whole
+                    && prepared
+                        .iter()
+                        .zip(&hits)
+                        .any(|(p, h)| h.is_some() && p.as_ref().is_ok_and(|p| !p.resolved.shadow));
+                let kind = match g.kind {
+                    GroupKind::AllOrNothing if denied_whole => GroupKind::Owned,
+                    GroupKind::ReplicaAllOrNothing if denied_whole => GroupKind::Replica,
+                    kind => kind,
+                };
+                let mut answered = Vec::with_capacity(g.checks.len());
+                let mut checks = Vec::with_capacity(g.checks.len());
+                for (p, hit) in prepared.into_iter().zip(hits) {
+                    match (p, hit) {
+                        (Ok(p), Some(hit)) if !whole || denied_whole => {
+                            let o = if client {
+                                self.blocked_outcome(&p, hit, start)
+                            } else {
+                                // Counted as a check where it arrived; counted blocked here.
+                                self.metrics
+                                    .count_blocked(p.spec.name(), hit.source.as_str());
+                                super::Outcome::blocked(&p, hit, start)
+                            };
+                            answered.push(Some(PeerAnswer::Answer(o.answer)));
+                        }
+                        (mut p, _) => {
+                            if denied_whole && let Ok(p) = &mut p {
+                                p.cost = 0;
+                            }
+                            answered.push(None);
+                            checks.push(p);
+                        }
+                    }
+                }
+                blocked.push(answered);
+                Arrived { kind, checks }
             })
             .collect();
         let answers = self.router.arrived(&arrived).await;
         if client {
             let end = self.local.now();
-            let mut answered = 0;
+            let mut answered = blocked.iter().flatten().filter(|b| b.is_some()).count() as u64;
             for (g, answers) in arrived.iter().zip(&answers) {
                 for (p, a) in g.checks.iter().zip(answers) {
                     if let (Ok(p), PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. }) =
@@ -52,7 +99,20 @@ impl CheckService {
         groups
             .iter()
             .zip(answers)
-            .map(|(g, answers)| AnswerGroup { id: g.id, answers })
+            .zip(blocked)
+            .map(|((g, routed), blocked)| {
+                let mut routed = routed.into_iter();
+                let answers = blocked
+                    .into_iter()
+                    .map(|b| {
+                        b.or_else(|| routed.next()).unwrap_or(PeerAnswer::Error {
+                            code: "unavailable".into(),
+                            message: "no answer was produced".into(),
+                        })
+                    })
+                    .collect();
+                AnswerGroup { id: g.id, answers }
+            })
             .collect()
     }
 }

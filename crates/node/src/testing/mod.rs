@@ -47,6 +47,8 @@ mod all_or_nothing;
 #[cfg(test)]
 mod batches;
 #[cfg(test)]
+mod blocks;
+#[cfg(test)]
 mod buckets;
 #[cfg(test)]
 mod calendar;
