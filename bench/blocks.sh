@@ -33,11 +33,11 @@ RULES="$OUT_DIR/rules.yaml"
 cat >"$RULES" <<'RULES_END'
 rules:
   - name: open
-    limit: 1000000000
+    limit: 1000000
     period: 1s
     lease: off
   - name: per-ip
-    limit: 1000000000
+    limit: 1000000
     period: 1s
     lease: off
 RULES_END

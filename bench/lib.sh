@@ -59,6 +59,7 @@ mkdir -p "$OUT_DIR"
 #   skew.sh            29000
 #   replica_cost.sh    27900
 #   frame_floor.sh     27800
+#   blocks.sh          27700
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
 default_base_port() {
@@ -87,6 +88,7 @@ default_base_port() {
     skew.sh) echo 29000 ;;
     replica_cost.sh) echo 27900 ;;
     frame_floor.sh) echo 27800 ;;
+    blocks.sh) echo 27700 ;;
     faults.sh | accuracy.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac
