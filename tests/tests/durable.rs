@@ -6,10 +6,10 @@
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_tests::{
-    ProcessNode, ProcessSpec, WAIT, exclusive, free_peer_port, wait_all_alive, wait_until,
+    ProcessNode, ProcessSpec, TempDir, WAIT, exclusive, free_peer_port, wait_all_alive, wait_until,
 };
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const TOKEN: &str = "durable-test-token";
@@ -17,29 +17,10 @@ const TOKEN: &str = "durable-test-token";
 const DAY_MS: u64 = 86_400_000;
 
 /// A temporary directory per node, removed on drop.
-struct Dirs(Vec<PathBuf>);
-
-impl Dirs {
-    fn new(tag: &str, n: usize) -> Self {
-        Self(
-            (0..n)
-                .map(|i| {
-                    std::env::temp_dir().join(format!(
-                        "ringlimit-durable-{tag}-{}-{i}",
-                        std::process::id()
-                    ))
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        for d in &self.0 {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
+fn temp_dirs(tag: &str, n: usize) -> Result<Vec<TempDir>> {
+    (0..n)
+        .map(|i| TempDir::new(&format!("durable-{tag}-{i}")))
+        .collect()
 }
 
 fn spec(node_id: &str, port: u16, dir: &Path) -> ProcessSpec {
@@ -91,9 +72,9 @@ fn keys(tag: &str, n: usize) -> Vec<Value> {
 /// SIGKILL: every key used up before is still denied.
 async fn single_node_restart(kill: bool) -> Result<()> {
     let _one = exclusive().await;
-    let dirs = Dirs::new(if kill { "kill" } else { "term" }, 1);
+    let dirs = temp_dirs(if kill { "kill" } else { "term" }, 1)?;
     let port = free_peer_port()?;
-    let s = spec("solo", port, &dirs.0[0]);
+    let s = spec("solo", port, &dirs[0].0);
     let mut node = ProcessNode::start(&s).await?;
     node.wait_ready().await?;
     let keys = keys("solo", 20);
@@ -135,11 +116,11 @@ async fn a_single_node_keeps_used_up_daily_quotas_across_a_sigkill_after_one_int
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> Result<()> {
     let _one = exclusive().await;
-    let dirs = Dirs::new("cluster", 3);
+    let dirs = temp_dirs("cluster", 3)?;
     let mut nodes = ProcessNode::cluster(3, |i, s| {
         s.args = vec![
             "--data-dir".into(),
-            dirs.0[i].to_string_lossy().into_owned(),
+            dirs[i].0.to_string_lossy().into_owned(),
         ];
     })
     .await?;
@@ -154,7 +135,7 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
             s.seeds = nodes.iter().map(|m| m.peer.to_string()).collect();
             s.args = vec![
                 "--data-dir".into(),
-                dirs.0[i].to_string_lossy().into_owned(),
+                dirs[i].0.to_string_lossy().into_owned(),
             ];
             s
         })
@@ -196,8 +177,8 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_or_foreign_data_dir_is_refused_with_one_clear_line() -> Result<()> {
-    let dirs = Dirs::new("refused", 2);
-    let corrupt = &dirs.0[0];
+    let dirs = temp_dirs("refused", 2)?;
+    let corrupt = &dirs[0].0;
     std::fs::create_dir_all(corrupt)?;
     std::fs::write(
         corrupt.join("buckets.redb"),
@@ -209,7 +190,7 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_one_clear_line() -> Resul
     };
     ensure!(e.contains("not a readable bucket file"), "{e}");
     // Another node's directory: stamped by "a", refused to "b".
-    let theirs = &dirs.0[1];
+    let theirs = &dirs[1].0;
     let port = free_peer_port()?;
     let mut a = ProcessNode::start(&spec("a", port, theirs)).await?;
     a.stop().await?;
@@ -224,8 +205,8 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_one_clear_line() -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_rule_that_says_persist_never_is_not_kept() -> Result<()> {
     let _one = exclusive().await;
-    let dirs = Dirs::new("never", 1);
-    let s = spec("solo", free_peer_port()?, &dirs.0[0]);
+    let dirs = temp_dirs("never", 1)?;
+    let s = spec("solo", free_peer_port()?, &dirs[0].0);
     let mut node = ProcessNode::start(&s).await?;
     node.wait_ready().await?;
     for (name, persist) in [("kept", "auto"), ("forgotten", "never")] {
