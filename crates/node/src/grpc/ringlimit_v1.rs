@@ -3,13 +3,15 @@
 //! codes. A thin edge: messages in and out, deciding in the service.
 
 use super::{all_code, check_code};
-use crate::rules::RuleSpec;
+use crate::rules::{RuleSpec, is_month, parse_period};
 use crate::service::all_or_nothing::AllOutcome;
 use crate::service::reservations::Reservation;
 use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
 use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::check::CheckError;
+use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::reservations::ReserveError;
+use ringlimit_core::rule::{FieldError, calendar_of, field_err};
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::sync::Arc;
 
@@ -66,13 +68,7 @@ impl Invalid {
 fn check(r: &pb::CheckRequest) -> Result<Check<'_>, Invalid> {
     let rule = match &r.rule_spec {
         Some(PbRuleSpec::Rule(name)) => RuleSpec::Named(name),
-        Some(PbRuleSpec::Inline(i)) => RuleSpec::Inline(InlineRule {
-            limit: i.limit,
-            period_ms: i.period_ms,
-            algorithm: algorithm(i.algorithm)?,
-            burst: i.burst,
-            calendar: None,
-        }),
+        Some(PbRuleSpec::Inline(i)) => RuleSpec::Inline(inline(i)?),
         None => {
             return Err(Invalid {
                 code: "invalid_request",
@@ -85,6 +81,51 @@ fn check(r: &pb::CheckRequest) -> Result<Check<'_>, Invalid> {
         rule,
         cost: r.cost.unwrap_or(1),
         shadow: false,
+    })
+}
+
+/// An inline rule message as a rule: `period_ms`, or `period` in the rules file's words and a
+/// calendar, refused as the HTTP API and the rules file refuse them.
+fn inline(i: &pb::InlineRule) -> Result<InlineRule, Invalid> {
+    let algorithm = algorithm(i.algorithm)?;
+    let field = |e: FieldError| Invalid {
+        code: e.code(),
+        message: e.to_string(),
+    };
+    let timezone = (!i.timezone.is_empty()).then_some(i.timezone.as_str());
+    let (period_ms, calendar) = if i.period.is_empty() && !i.calendar && timezone.is_none() {
+        (i.period_ms, None)
+    } else {
+        let (period_ns, month) = if i.period.is_empty() {
+            (i.period_ms.saturating_mul(NANOS_PER_MS), false)
+        } else {
+            (
+                parse_period(&i.period).map_err(|reason| field(field_err("period", reason)))?,
+                is_month(&i.period),
+            )
+        };
+        let cal = calendar_of(algorithm, period_ns, month, i.calendar, timezone).map_err(field)?;
+        let period_ms = cal
+            .map_or(period_ns, |c| c.unit.nominal_ns())
+            .div_ceil(NANOS_PER_MS);
+        // proto3 cannot tell an unset `period_ms` from 0: 0 is "not given".
+        if !i.period.is_empty() && i.period_ms != 0 && i.period_ms != period_ms {
+            return Err(Invalid {
+                code: "invalid_request",
+                message: format!(
+                    "`period_ms` {} and `period` {:?} ({period_ms} ms) disagree: give one of them",
+                    i.period_ms, i.period
+                ),
+            });
+        }
+        (period_ms, cal)
+    };
+    Ok(InlineRule {
+        limit: i.limit,
+        period_ms,
+        algorithm,
+        burst: i.burst,
+        calendar,
     })
 }
 
