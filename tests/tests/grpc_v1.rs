@@ -404,6 +404,9 @@ async fn reserve_and_settle_over_grpc_route_to_the_owner() -> Result<()> {
     Ok(())
 }
 
+/// A change to an inline rule message.
+type Edit = fn(&mut pb::InlineRule);
+
 /// An inline rule in the rules file's words: `period`, `calendar`, `timezone`.
 fn calendar_inline(key: &str, limit: u64, f: impl FnOnce(&mut pb::InlineRule)) -> pb::CheckRequest {
     let mut rule = pb::InlineRule {
@@ -494,7 +497,7 @@ async fn inline_calendar_windows_over_grpc_reset_at_the_local_boundary() -> Resu
     assert_eq!(a.reset_at_ms % 86_400_000, 0, "a UTC day ends at midnight");
 
     // Bad input: INVALID_ARGUMENT with the HTTP API's codes, and no bucket changed.
-    let cases: [(fn(&mut pb::InlineRule), &str, &str); 6] = [
+    let cases: [(Edit, &str, &str); 6] = [
         (
             |r| {
                 r.period = "1d".into();
