@@ -316,3 +316,111 @@ impl RateLimiter for RingLimitV1 {
         Ok(tonic::Response::new(answer(&settled.outcome)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_core::calendar::Unit;
+
+    fn rule(f: impl FnOnce(&mut pb::InlineRule)) -> pb::InlineRule {
+        let mut r = pb::InlineRule {
+            limit: 5,
+            algorithm: pb::Algorithm::FixedWindow as i32,
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    }
+
+    fn refused(r: &pb::InlineRule) -> (&'static str, String) {
+        match inline(r) {
+            Ok(rule) => panic!("{r:?} was taken as {rule:?}"),
+            Err(e) => (e.code, e.message),
+        }
+    }
+
+    #[test]
+    fn period_ms_alone_is_the_plain_rule_as_before() {
+        let r = inline(&rule(|r| r.period_ms = 60_000)).unwrap_or_else(|_| panic!("refused"));
+        assert_eq!((r.period_ms, r.calendar), (60_000, None));
+    }
+
+    #[test]
+    fn period_and_calendar_make_a_calendar_rule() {
+        let month = inline(&rule(|r| {
+            r.period = "1mo".into();
+            r.calendar = true;
+            r.timezone = "Europe/Berlin".into();
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(month.calendar.map(|c| c.unit), Some(Unit::Month));
+        assert_eq!(month.period_ms, Unit::Month.nominal_ns() / NANOS_PER_MS);
+        // A period_ms that agrees with `period` is taken; a calendar day by `period_ms` too.
+        let day = inline(&rule(|r| {
+            r.period = "1d".into();
+            r.period_ms = 86_400_000;
+            r.calendar = true;
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(day.calendar.map(|c| c.unit), Some(Unit::Day));
+        let week = inline(&rule(|r| {
+            r.period_ms = 7 * 86_400_000;
+            r.calendar = true;
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(week.calendar.map(|c| c.unit), Some(Unit::Week));
+        // `period` without a calendar is the plain window of that length.
+        let plain =
+            inline(&rule(|r| r.period = "1h".into())).unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!((plain.period_ms, plain.calendar), (3_600_000, None));
+    }
+
+    #[test]
+    fn bad_calendar_fields_are_refused_with_the_http_apis_codes() {
+        let cases: [(pb::InlineRule, &str); 7] = [
+            (
+                rule(|r| {
+                    r.period = "1d".into();
+                    r.calendar = true;
+                    r.timezone = "Nowhere/City".into();
+                }),
+                "invalid_rule",
+            ),
+            (rule(|r| r.period = "1mo".into()), "invalid_period"),
+            (rule(|r| r.period = "soon".into()), "invalid_period"),
+            (
+                rule(|r| {
+                    r.period = "1d".into();
+                    r.calendar = true;
+                    r.algorithm = pb::Algorithm::SlidingWindow as i32;
+                }),
+                "invalid_rule",
+            ),
+            (
+                rule(|r| {
+                    r.period_ms = 60_000;
+                    r.calendar = true;
+                }),
+                "invalid_rule",
+            ),
+            (
+                rule(|r| {
+                    r.period = "1d".into();
+                    r.period_ms = 60_000;
+                }),
+                "invalid_request",
+            ),
+            (
+                rule(|r| {
+                    r.period = "1mo".into();
+                    r.calendar = true;
+                    r.period_ms = 30 * 86_400_000;
+                }),
+                "invalid_request",
+            ),
+        ];
+        for (r, code) in cases {
+            assert_eq!(refused(&r).0, code, "{r:?}");
+        }
+    }
+}
