@@ -38,6 +38,7 @@ fn inline(key: &str, limit: u64, period_ms: u64, algorithm: i32) -> pb::CheckReq
             period_ms,
             algorithm,
             burst: None,
+            ..Default::default()
         })),
         cost: None,
     }
@@ -401,4 +402,172 @@ async fn reserve_and_settle_over_grpc_route_to_the_owner() -> Result<()> {
     ensure!(reply.status == 200, "{}", reply.text);
     ensure!(reply.json()?["remaining"] == 300, "{}", reply.text);
     Ok(())
+}
+
+/// A change to an inline rule message.
+type Edit = fn(&mut pb::InlineRule);
+
+/// An inline rule in the rules file's words: `period`, `calendar`, `timezone`.
+fn calendar_inline(key: &str, limit: u64, f: impl FnOnce(&mut pb::InlineRule)) -> pb::CheckRequest {
+    let mut rule = pb::InlineRule {
+        limit,
+        algorithm: pb::Algorithm::FixedWindow as i32,
+        ..Default::default()
+    };
+    f(&mut rule);
+    pb::CheckRequest {
+        key: key.into(),
+        rule_spec: Some(pb::check_request::RuleSpec::Inline(rule)),
+        cost: None,
+    }
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(jiff::Timestamp::now().as_millisecond()).unwrap_or(0)
+}
+
+/// The first instant (Unix ms) of the calendar month after the one holding `ms` in `zone`.
+fn next_month_start(ms: u64, zone: &str) -> Result<u64> {
+    let tz = jiff::tz::TimeZone::get(zone)?;
+    let ts = jiff::Timestamp::from_millisecond(i64::try_from(ms)?)?;
+    let first = ts
+        .to_zoned(tz.clone())
+        .date()
+        .first_of_month()
+        .checked_add(jiff::Span::new().months(1))?;
+    let start = first.to_zoned(tz)?.start_of_day()?;
+    Ok(u64::try_from(start.timestamp().as_millisecond())?)
+}
+
+#[tokio::test]
+async fn inline_calendar_windows_over_grpc_reset_at_the_local_boundary() -> Result<()> {
+    let mut config = NodeConfig::local("grpc-calendar");
+    with_rules(&mut config);
+    let node = TestNode::start(config).await?;
+    let mut c = client(&node).await?;
+
+    let monthly = calendar_inline("acct", 2, |r| {
+        r.period = "1mo".into();
+        r.calendar = true;
+        r.timezone = "Europe/Berlin".into();
+    });
+    let before = now_ms();
+    for _ in 0..2 {
+        assert!(c.check(monthly.clone()).await?.into_inner().allowed);
+    }
+    let denied = c.check(monthly.clone()).await?.into_inner();
+    let after = now_ms();
+    assert!(!denied.allowed);
+    let ends = [
+        next_month_start(before, "Europe/Berlin")?,
+        next_month_start(after, "Europe/Berlin")?,
+    ];
+    assert!(
+        ends.contains(&denied.reset_at_ms),
+        "reset {} expected {ends:?}",
+        denied.reset_at_ms
+    );
+    assert!(denied.retry_after_ms <= denied.reset_at_ms - before);
+    // The same over HTTP: one bucket for one rule.
+    let http = node
+        .api()
+        .check(&json!({
+            "key": "acct", "limit": 2, "period": "1mo", "algorithm": "fixed_window",
+            "calendar": true, "timezone": "Europe/Berlin", "cost": 0,
+        }))
+        .await?
+        .json()?;
+    assert_eq!(
+        http["remaining"], 0,
+        "gRPC and HTTP share the bucket: {http}"
+    );
+
+    // `period` with a `period_ms` that agrees, and a calendar day given by `period_ms`.
+    let agreeing = calendar_inline("day", 1, |r| {
+        r.period = "1d".into();
+        r.period_ms = 86_400_000;
+    });
+    assert!(c.check(agreeing).await?.into_inner().allowed);
+    let by_ms = calendar_inline("day-utc", 1, |r| {
+        r.period_ms = 86_400_000;
+        r.calendar = true;
+    });
+    let a = c.check(by_ms).await?.into_inner();
+    assert!(a.allowed);
+    assert_eq!(a.reset_at_ms % 86_400_000, 0, "a UTC day ends at midnight");
+
+    // Bad input: INVALID_ARGUMENT with the HTTP API's codes, and no bucket changed.
+    let cases: [(Edit, &str, &str); 6] = [
+        (
+            |r| {
+                r.period = "1d".into();
+                r.calendar = true;
+                r.timezone = "Mars/Olympus".into();
+            },
+            "invalid_rule",
+            "Mars/Olympus",
+        ),
+        (
+            |r| r.period = "1mo".into(),
+            "invalid_period",
+            "calendar: true",
+        ),
+        (
+            |r| {
+                r.period = "1d".into();
+                r.calendar = true;
+                r.algorithm = pb::Algorithm::TokenBucket as i32;
+            },
+            "invalid_rule",
+            "fixed_window",
+        ),
+        (
+            |r| {
+                r.period = "1h".into();
+                r.calendar = true;
+            },
+            "invalid_rule",
+            "1d, 1w or 1mo",
+        ),
+        (
+            |r| {
+                r.period = "1d".into();
+                r.period_ms = 1000;
+            },
+            "invalid_request",
+            "disagree",
+        ),
+        (
+            |r| {
+                r.period_ms = 60_000;
+                r.timezone = "Europe/Berlin".into();
+            },
+            "invalid_rule",
+            "calendar: true",
+        ),
+    ];
+    for (f, code, words) in cases {
+        let request = calendar_inline("bad", 1, f);
+        let status = match c.check(request.clone()).await {
+            Ok(a) => panic!("{request:?} was answered: {a:?}"),
+            Err(s) => s,
+        };
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{request:?}: {status:?}"
+        );
+        assert!(
+            status.message().starts_with(&format!("{code}: ")) && status.message().contains(words),
+            "{request:?}: {}",
+            status.message()
+        );
+    }
+    // Nothing was taken: the valid daily calendar rule of the same numbers admits its one.
+    let fine = calendar_inline("bad", 1, |r| {
+        r.period = "1d".into();
+        r.calendar = true;
+    });
+    assert!(c.check(fine).await?.into_inner().allowed);
+    node.stop().await
 }

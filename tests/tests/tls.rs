@@ -223,6 +223,7 @@ async fn https_checks_over_http1_keep_alive_and_h2_and_grpc_over_tls() -> Result
                 period_ms: 60_000,
                 algorithm: 0,
                 burst: None,
+                ..Default::default()
             })),
             cost: None,
         })

@@ -3,13 +3,15 @@
 //! codes. A thin edge: messages in and out, deciding in the service.
 
 use super::{all_code, check_code};
-use crate::rules::RuleSpec;
+use crate::rules::{RuleSpec, is_month, parse_period};
 use crate::service::all_or_nothing::AllOutcome;
 use crate::service::reservations::Reservation;
 use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
 use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::check::CheckError;
+use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::reservations::ReserveError;
+use ringlimit_core::rule::{FieldError, calendar_of, field_err};
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::sync::Arc;
 
@@ -66,13 +68,7 @@ impl Invalid {
 fn check(r: &pb::CheckRequest) -> Result<Check<'_>, Invalid> {
     let rule = match &r.rule_spec {
         Some(PbRuleSpec::Rule(name)) => RuleSpec::Named(name),
-        Some(PbRuleSpec::Inline(i)) => RuleSpec::Inline(InlineRule {
-            limit: i.limit,
-            period_ms: i.period_ms,
-            algorithm: algorithm(i.algorithm)?,
-            burst: i.burst,
-            calendar: None,
-        }),
+        Some(PbRuleSpec::Inline(i)) => RuleSpec::Inline(inline(i)?),
         None => {
             return Err(Invalid {
                 code: "invalid_request",
@@ -85,6 +81,51 @@ fn check(r: &pb::CheckRequest) -> Result<Check<'_>, Invalid> {
         rule,
         cost: r.cost.unwrap_or(1),
         shadow: false,
+    })
+}
+
+/// An inline rule message as a rule: `period_ms`, or `period` in the rules file's words and a
+/// calendar, refused as the HTTP API and the rules file refuse them.
+fn inline(i: &pb::InlineRule) -> Result<InlineRule, Invalid> {
+    let algorithm = algorithm(i.algorithm)?;
+    let field = |e: FieldError| Invalid {
+        code: e.code(),
+        message: e.to_string(),
+    };
+    let timezone = (!i.timezone.is_empty()).then_some(i.timezone.as_str());
+    let (period_ms, calendar) = if i.period.is_empty() && !i.calendar && timezone.is_none() {
+        (i.period_ms, None)
+    } else {
+        let (period_ns, month) = if i.period.is_empty() {
+            (i.period_ms.saturating_mul(NANOS_PER_MS), false)
+        } else {
+            (
+                parse_period(&i.period).map_err(|reason| field(field_err("period", reason)))?,
+                is_month(&i.period),
+            )
+        };
+        let cal = calendar_of(algorithm, period_ns, month, i.calendar, timezone).map_err(field)?;
+        let period_ms = cal
+            .map_or(period_ns, |c| c.unit.nominal_ns())
+            .div_ceil(NANOS_PER_MS);
+        // proto3 cannot tell an unset `period_ms` from 0: 0 is "not given".
+        if !i.period.is_empty() && i.period_ms != 0 && i.period_ms != period_ms {
+            return Err(Invalid {
+                code: "invalid_request",
+                message: format!(
+                    "`period_ms` {} and `period` {:?} ({period_ms} ms) disagree: give one of them",
+                    i.period_ms, i.period
+                ),
+            });
+        }
+        (period_ms, cal)
+    };
+    Ok(InlineRule {
+        limit: i.limit,
+        period_ms,
+        algorithm,
+        burst: i.burst,
+        calendar,
     })
 }
 
@@ -273,5 +314,113 @@ impl RateLimiter for RingLimitV1 {
             .await
             .map_err(|e| reserve_status(&e))?;
         Ok(tonic::Response::new(answer(&settled.outcome)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_core::calendar::Unit;
+
+    fn rule(f: impl FnOnce(&mut pb::InlineRule)) -> pb::InlineRule {
+        let mut r = pb::InlineRule {
+            limit: 5,
+            algorithm: pb::Algorithm::FixedWindow as i32,
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    }
+
+    fn refused(r: &pb::InlineRule) -> (&'static str, String) {
+        match inline(r) {
+            Ok(rule) => panic!("{r:?} was taken as {rule:?}"),
+            Err(e) => (e.code, e.message),
+        }
+    }
+
+    #[test]
+    fn period_ms_alone_is_the_plain_rule_as_before() {
+        let r = inline(&rule(|r| r.period_ms = 60_000)).unwrap_or_else(|_| panic!("refused"));
+        assert_eq!((r.period_ms, r.calendar), (60_000, None));
+    }
+
+    #[test]
+    fn period_and_calendar_make_a_calendar_rule() {
+        let month = inline(&rule(|r| {
+            r.period = "1mo".into();
+            r.calendar = true;
+            r.timezone = "Europe/Berlin".into();
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(month.calendar.map(|c| c.unit), Some(Unit::Month));
+        assert_eq!(month.period_ms, Unit::Month.nominal_ns() / NANOS_PER_MS);
+        // A period_ms that agrees with `period` is taken; a calendar day by `period_ms` too.
+        let day = inline(&rule(|r| {
+            r.period = "1d".into();
+            r.period_ms = 86_400_000;
+            r.calendar = true;
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(day.calendar.map(|c| c.unit), Some(Unit::Day));
+        let week = inline(&rule(|r| {
+            r.period_ms = 7 * 86_400_000;
+            r.calendar = true;
+        }))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(week.calendar.map(|c| c.unit), Some(Unit::Week));
+        // `period` without a calendar is the plain window of that length.
+        let plain =
+            inline(&rule(|r| r.period = "1h".into())).unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!((plain.period_ms, plain.calendar), (3_600_000, None));
+    }
+
+    #[test]
+    fn bad_calendar_fields_are_refused_with_the_http_apis_codes() {
+        let cases: [(pb::InlineRule, &str); 7] = [
+            (
+                rule(|r| {
+                    r.period = "1d".into();
+                    r.calendar = true;
+                    r.timezone = "Nowhere/City".into();
+                }),
+                "invalid_rule",
+            ),
+            (rule(|r| r.period = "1mo".into()), "invalid_period"),
+            (rule(|r| r.period = "soon".into()), "invalid_period"),
+            (
+                rule(|r| {
+                    r.period = "1d".into();
+                    r.calendar = true;
+                    r.algorithm = pb::Algorithm::SlidingWindow as i32;
+                }),
+                "invalid_rule",
+            ),
+            (
+                rule(|r| {
+                    r.period_ms = 60_000;
+                    r.calendar = true;
+                }),
+                "invalid_rule",
+            ),
+            (
+                rule(|r| {
+                    r.period = "1d".into();
+                    r.period_ms = 60_000;
+                }),
+                "invalid_request",
+            ),
+            (
+                rule(|r| {
+                    r.period = "1mo".into();
+                    r.calendar = true;
+                    r.period_ms = 30 * 86_400_000;
+                }),
+                "invalid_request",
+            ),
+        ];
+        for (r, code) in cases {
+            assert_eq!(refused(&r).0, code, "{r:?}");
+        }
     }
 }
