@@ -60,8 +60,8 @@ use ringlimit_core::top_keys::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
-    AnswerGroup, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE,
-    QUOTA_SINCE, RESERVE_SINCE,
+    AnswerGroup, BLOCKED_ANSWER_SINCE, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE,
+    GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -243,6 +243,20 @@ const NEEDS_CREDENTIAL: &str = "this node needs a client credential: a token wit
      role (the SDK's client_token)";
 
 /// Frames that only a cluster member sends: they change buckets or counts wholesale.
+/// `answers` as a peer of protocol `version` decodes them (an older one takes a block's
+/// answer without its block).
+fn answers_for(mut answers: Vec<AnswerGroup>, version: u16) -> Vec<AnswerGroup> {
+    if version < BLOCKED_ANSWER_SINCE {
+        for g in &mut answers {
+            for a in &mut g.answers {
+                *a = std::mem::replace(a, ringlimit_proto::peer::PeerAnswer::Refunded)
+                    .for_version(version);
+            }
+        }
+    }
+    answers
+}
+
 fn members_only(frame: &Frame) -> bool {
     match frame {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
@@ -465,7 +479,7 @@ impl PeerServer {
                     if let Some(holds) = holds.as_mut() {
                         self.keep_holds(holds, &groups, &answers);
                     }
-                    Some(Frame::Answers(answers))
+                    Some(Frame::Answers(answers_for(answers, version)))
                 }
                 Frame::Refunds(groups) => {
                     Some(Frame::Answers(self.refunds(groups, holds.as_mut())))
