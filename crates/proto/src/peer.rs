@@ -1121,6 +1121,45 @@ mod tests {
         assert_eq!(leased.encode().expect("encode")[0], 22, "unmoved");
     }
 
+    /// A blocked answer travels whole from [`BLOCKED_ANSWER_SINCE`]; an older peer is sent the
+    /// plain answer, whose bytes are those it always decoded (the earlier variants keep their
+    /// tags).
+    #[test]
+    fn a_blocked_answer_decodes_and_older_peers_get_the_plain_answer() {
+        let answer = CheckAnswer {
+            allowed: false,
+            limit: 5,
+            remaining: 0,
+            reset_at_ms: 9_000,
+            retry_after_ms: 8_000,
+            degraded: false,
+            replica: false,
+            leased: false,
+        };
+        let frame = |a: PeerAnswer| {
+            Frame::Answers(vec![AnswerGroup {
+                id: 3,
+                answers: vec![a],
+            }])
+        };
+        let blocked = PeerAnswer::Blocked {
+            answer,
+            source: BlockSource::Auto,
+        };
+        let bytes = frame(blocked.clone()).encode().expect("encode");
+        assert_eq!(
+            Frame::decode(&bytes).expect("decode"),
+            frame(blocked.clone())
+        );
+        assert_eq!(blocked.answer(), Some(&answer));
+        assert_eq!(blocked.clone().for_version(PROTOCOL_VERSION), blocked);
+        let old = blocked.for_version(BLOCKED_ANSWER_SINCE - 1);
+        assert_eq!(old, PeerAnswer::Answer(answer));
+        let plain = frame(old).encode().expect("encode");
+        // Answers' tag, one group, its id, one answer, `Answer`'s tag 0.
+        assert_eq!(plain[1..5], [1, 3, 1, 0], "{plain:?}");
+    }
+
     /// Version 3 says a group's kind in a field; version 2's frame (tag 5, kind in the id's
     /// top bits) still decodes, and translates both ways with the id the sender waits for.
     #[test]

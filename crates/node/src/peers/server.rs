@@ -772,6 +772,51 @@ mod tests {
         assert!(framing::recv(&mut conn, within).await.is_err(), "closed");
     }
 
+    /// A check denied by a block is answered blocked to a peer that speaks
+    /// [`BLOCKED_ANSWER_SINCE`], and as the plain denial it always was to an older one.
+    #[tokio::test(start_paused = true)]
+    async fn a_blocked_answer_says_its_block_only_to_peers_that_know_it() {
+        let net = MemNet::new();
+        let (_server, local) = server_with_local(&net);
+        let block = crate::blocks::BlockChange {
+            target: "bad".into(),
+            rule: None,
+            source: crate::blocks::BlockSource::Managed,
+            since_ms: 1_000,
+            until_ms: 3_600_000,
+            reason: "scraper".into(),
+            by: "test".into(),
+            lifted: false,
+        };
+        assert_eq!(local.blocks().apply(&[block], |_, _| None, 1_000), 1);
+        let frame = || {
+            Frame::Checks(vec![CheckGroup {
+                id: 1,
+                kind: GroupKind::Owned,
+                checks: vec![check("bad"), check("good")],
+            }])
+        };
+        for (version, blocked) in [(PROTOCOL_VERSION, true), (BLOCKED_ANSWER_SINCE - 1, false)] {
+            let mut conn = log_in(&net, version).await;
+            let Frame::Answers(g) = ask(&mut conn, frame()).await.expect("answer") else {
+                panic!("not answers");
+            };
+            match &g[0].answers[..] {
+                [
+                    PeerAnswer::Blocked { answer, source },
+                    PeerAnswer::Answer(good),
+                ] if blocked => {
+                    assert!(!answer.allowed && good.allowed, "{:?}", g[0].answers);
+                    assert_eq!(*source, crate::blocks::BlockSource::Managed);
+                }
+                [PeerAnswer::Answer(answer), PeerAnswer::Answer(good)] if !blocked => {
+                    assert!(!answer.allowed && good.allowed, "{:?}", g[0].answers);
+                }
+                other => panic!("version {version}: {other:?}"),
+            }
+        }
+    }
+
     /// A recall is answered with the live states held here — the bucket of its own or the copy
     /// — read, not taken, and nothing for a bucket not held; copies streamed one way are kept
     /// and not answered (the recall's answer is the next frame).
