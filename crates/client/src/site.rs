@@ -141,7 +141,7 @@ impl Site<Prepared<'_>> for Client<'_> {
 
     fn answered(&self, reply: &Result<PeerAnswer, ForwardError>) {
         match reply {
-            Ok(PeerAnswer::Answer(_) | PeerAnswer::Held { .. }) => {
+            Ok(PeerAnswer::Answer(_) | PeerAnswer::Held { .. } | PeerAnswer::Blocked { .. }) => {
                 self.inner.stats.direct.fetch_add(1, Ordering::Relaxed);
             }
             // The owner knows rules we do not (or no longer): look again soon.

@@ -45,7 +45,10 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   an older version just never carries such a count).
 /// - 12: blocks: a member announces the blocks it decided or was asked for to every other
 ///   member ([`Frame::Blocks`]).
-pub const PROTOCOL_VERSION: u16 = 12;
+/// - 13: an owner answers a check it denied by a block as blocked ([`PeerAnswer::Blocked`]),
+///   so that a forwarded check's answer says so where it arrived; an older peer is sent the
+///   plain answer ([`PeerAnswer::for_version`]).
+pub const PROTOCOL_VERSION: u16 = 13;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -77,6 +80,9 @@ pub const GLOBAL_CALENDAR_SINCE: u16 = 11;
 /// The first version whose peers keep announced blocks ([`Frame::Blocks`]; a node never
 /// sends them to an older one, which answers blocked keys as it always did: by their buckets).
 pub const BLOCKS_SINCE: u16 = 12;
+/// The first version whose peers take [`PeerAnswer::Blocked`] (an older one is sent the
+/// answer without its block: see [`PeerAnswer::for_version`]).
+pub const BLOCKED_ANSWER_SINCE: u16 = 13;
 /// The oldest version this side still speaks (its frames still decode, see [`FlaggedGroup`]).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
@@ -652,6 +658,35 @@ pub enum PeerAnswer {
     },
     /// A [`PeerRefund`] was applied (or there was nothing left to give back).
     Refunded,
+    /// Denied by a block of `source` the owner knows (from [`BLOCKED_ANSWER_SINCE`]; last, so
+    /// that the earlier variants keep their encoding).
+    Blocked {
+        answer: CheckAnswer,
+        source: BlockSource,
+    },
+}
+
+impl PeerAnswer {
+    /// This answer as a peer of protocol `version` decodes it: a block's answer without its
+    /// block below [`BLOCKED_ANSWER_SINCE`].
+    pub fn for_version(self, version: u16) -> Self {
+        match self {
+            PeerAnswer::Blocked { answer, .. } if version < BLOCKED_ANSWER_SINCE => {
+                PeerAnswer::Answer(answer)
+            }
+            other => other,
+        }
+    }
+
+    /// The check's answer, whether held, blocked or plain; `None` for an error or a refund.
+    pub fn answer(&self) -> Option<&CheckAnswer> {
+        match self {
+            PeerAnswer::Answer(a)
+            | PeerAnswer::Held { answer: a, .. }
+            | PeerAnswer::Blocked { answer: a, .. } => Some(a),
+            PeerAnswer::Error { .. } | PeerAnswer::Refunded => None,
+        }
+    }
 }
 
 /// Why bytes are not a frame.
@@ -1084,6 +1119,45 @@ mod tests {
         }
         let leased = Frame::Leased { grants: vec![] };
         assert_eq!(leased.encode().expect("encode")[0], 22, "unmoved");
+    }
+
+    /// A blocked answer travels whole from [`BLOCKED_ANSWER_SINCE`]; an older peer is sent the
+    /// plain answer, whose bytes are those it always decoded (the earlier variants keep their
+    /// tags).
+    #[test]
+    fn a_blocked_answer_decodes_and_older_peers_get_the_plain_answer() {
+        let answer = CheckAnswer {
+            allowed: false,
+            limit: 5,
+            remaining: 0,
+            reset_at_ms: 9_000,
+            retry_after_ms: 8_000,
+            degraded: false,
+            replica: false,
+            leased: false,
+        };
+        let frame = |a: PeerAnswer| {
+            Frame::Answers(vec![AnswerGroup {
+                id: 3,
+                answers: vec![a],
+            }])
+        };
+        let blocked = PeerAnswer::Blocked {
+            answer,
+            source: BlockSource::Auto,
+        };
+        let bytes = frame(blocked.clone()).encode().expect("encode");
+        assert_eq!(
+            Frame::decode(&bytes).expect("decode"),
+            frame(blocked.clone())
+        );
+        assert_eq!(blocked.answer(), Some(&answer));
+        assert_eq!(blocked.clone().for_version(PROTOCOL_VERSION), blocked);
+        let old = blocked.for_version(BLOCKED_ANSWER_SINCE - 1);
+        assert_eq!(old, PeerAnswer::Answer(answer));
+        let plain = frame(old).encode().expect("encode");
+        // Answers' tag, one group, its id, one answer, `Answer`'s tag 0.
+        assert_eq!(plain[1..5], [1, 3, 1, 0], "{plain:?}");
     }
 
     /// Version 3 says a group's kind in a field; version 2's frame (tag 5, kind in the id's

@@ -116,6 +116,10 @@ async fn ask<I: Item, S: Site<I>>(
                 a.replica = true;
                 (PeerAnswer::Answer(a), None)
             }
+            (Ok(PeerAnswer::Blocked { mut answer, source }), _) => {
+                answer.replica = true;
+                (PeerAnswer::Blocked { answer, source }, None)
+            }
             (Ok(PeerAnswer::Held { mut answer, mark }), Some(link)) => {
                 answer.replica = true;
                 let hold = Hold::Owner(link.clone(), mark);

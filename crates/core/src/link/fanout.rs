@@ -95,7 +95,11 @@ pub fn settle(
     fallback: impl FnOnce(ForwardError) -> Result<CheckAnswer, CheckError>,
 ) -> Result<CheckAnswer, CheckError> {
     match reply {
-        Ok(PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. }) => Ok(a),
+        Ok(
+            PeerAnswer::Answer(a)
+            | PeerAnswer::Held { answer: a, .. }
+            | PeerAnswer::Blocked { answer: a, .. },
+        ) => Ok(a),
         // The caller resolved the rule, so it exists: the owner has not learnt it yet (a rule
         // just written through the admin API). The owner cannot answer it for now.
         Ok(PeerAnswer::Error { code, .. }) if code == "unknown_rule" => {

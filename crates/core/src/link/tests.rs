@@ -169,10 +169,7 @@ fn answer(c: &PeerCheck) -> PeerAnswer {
 
 fn remaining(a: &[PeerAnswer]) -> Vec<u64> {
     a.iter()
-        .map(|a| match a {
-            PeerAnswer::Answer(a) | PeerAnswer::Held { answer: a, .. } => a.remaining,
-            PeerAnswer::Error { .. } | PeerAnswer::Refunded => u64::MAX,
-        })
+        .map(|a| a.answer().map_or(u64::MAX, |a| a.remaining))
         .collect()
 }
 

@@ -60,8 +60,8 @@ use ringlimit_core::top_keys::TopKeys;
 use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
-    AnswerGroup, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE, GroupKind, OPERATORS_SINCE,
-    QUOTA_SINCE, RESERVE_SINCE,
+    AnswerGroup, BLOCKED_ANSWER_SINCE, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE,
+    GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -243,6 +243,20 @@ const NEEDS_CREDENTIAL: &str = "this node needs a client credential: a token wit
      role (the SDK's client_token)";
 
 /// Frames that only a cluster member sends: they change buckets or counts wholesale.
+/// `answers` as a peer of protocol `version` decodes them (an older one takes a block's
+/// answer without its block).
+fn answers_for(mut answers: Vec<AnswerGroup>, version: u16) -> Vec<AnswerGroup> {
+    if version < BLOCKED_ANSWER_SINCE {
+        for g in &mut answers {
+            for a in &mut g.answers {
+                *a = std::mem::replace(a, ringlimit_proto::peer::PeerAnswer::Refunded)
+                    .for_version(version);
+            }
+        }
+    }
+    answers
+}
+
 fn members_only(frame: &Frame) -> bool {
     match frame {
         Frame::Checks(groups) => groups.iter().any(|g| g.kind == GroupKind::Relayed),
@@ -465,7 +479,7 @@ impl PeerServer {
                     if let Some(holds) = holds.as_mut() {
                         self.keep_holds(holds, &groups, &answers);
                     }
-                    Some(Frame::Answers(answers))
+                    Some(Frame::Answers(answers_for(answers, version)))
                 }
                 Frame::Refunds(groups) => {
                     Some(Frame::Answers(self.refunds(groups, holds.as_mut())))
@@ -756,6 +770,51 @@ mod tests {
         }]);
         framing::send(&mut conn, &new).await.expect("sent");
         assert!(framing::recv(&mut conn, within).await.is_err(), "closed");
+    }
+
+    /// A check denied by a block is answered blocked to a peer that speaks
+    /// [`BLOCKED_ANSWER_SINCE`], and as the plain denial it always was to an older one.
+    #[tokio::test(start_paused = true)]
+    async fn a_blocked_answer_says_its_block_only_to_peers_that_know_it() {
+        let net = MemNet::new();
+        let (_server, local) = server_with_local(&net);
+        let block = crate::blocks::BlockChange {
+            target: "bad".into(),
+            rule: None,
+            source: crate::blocks::BlockSource::Managed,
+            since_ms: 1_000,
+            until_ms: 3_600_000,
+            reason: "scraper".into(),
+            by: "test".into(),
+            lifted: false,
+        };
+        assert_eq!(local.blocks().apply(&[block], |_, _| None, 1_000), 1);
+        let frame = || {
+            Frame::Checks(vec![CheckGroup {
+                id: 1,
+                kind: GroupKind::Owned,
+                checks: vec![check("bad"), check("good")],
+            }])
+        };
+        for (version, blocked) in [(PROTOCOL_VERSION, true), (BLOCKED_ANSWER_SINCE - 1, false)] {
+            let mut conn = log_in(&net, version).await;
+            let Frame::Answers(g) = ask(&mut conn, frame()).await.expect("answer") else {
+                panic!("not answers");
+            };
+            match &g[0].answers[..] {
+                [
+                    PeerAnswer::Blocked { answer, source },
+                    PeerAnswer::Answer(good),
+                ] if blocked => {
+                    assert!(!answer.allowed && good.allowed, "{:?}", g[0].answers);
+                    assert_eq!(*source, crate::blocks::BlockSource::Managed);
+                }
+                [PeerAnswer::Answer(answer), PeerAnswer::Answer(good)] if !blocked => {
+                    assert!(!answer.allowed && good.allowed, "{:?}", g[0].answers);
+                }
+                other => panic!("version {version}: {other:?}"),
+            }
+        }
     }
 
     /// A recall is answered with the live states held here — the bucket of its own or the copy

@@ -30,12 +30,15 @@ use ringlimit_core::coordinator::{
     self, Batch, Fallback, FallbackCause, Item, Route, Share, ShareTaken, Standby,
 };
 use ringlimit_core::lease::{self, Take};
+use ringlimit_core::link::ForwardError;
 use ringlimit_core::reservations::ReserveError;
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{Mark, PeerCheck, PeerRefund, PeerReserve, PeerSettle};
-use std::sync::Arc;
+use ringlimit_proto::peer::{
+    BlockSource, Mark, PeerAnswer, PeerCheck, PeerRefund, PeerReserve, PeerSettle,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use timed::Timed;
 
 pub use ringlimit_core::coordinator::fallback_id;
@@ -147,9 +150,21 @@ impl Router {
 
     /// Decides one prepared check wherever it belongs.
     pub async fn check(&self, p: &Prepared<'_>) -> Result<CheckAnswer, CheckError> {
+        self.check_blocked(p).await.map(|(a, _)| a)
+    }
+
+    /// [`Router::check`], and the source of the block the key's owner denied it by, when it
+    /// did (a block not announced here yet).
+    pub async fn check_blocked(
+        &self,
+        p: &Prepared<'_>,
+    ) -> Result<(CheckAnswer, Option<BlockSource>), CheckError> {
         self.recall_before(std::slice::from_ref(p)).await;
         let view = self.view.load();
-        coordinator::check(&self.site(&view), p).await
+        let site = self.site(&view);
+        let answer = coordinator::check(&site, p).await?;
+        let blocked = site.blocked.get().copied().filter(|_| !answer.allowed);
+        Ok((answer, blocked))
     }
 
     /// Decides many checks: those decided here at one instant, each owner's as one group (one
@@ -259,7 +274,11 @@ impl Router {
 
     /// The coordinator's view of this node under `view`.
     fn site<'a>(&'a self, view: &'a View) -> Site<'a> {
-        Site { d: self, view }
+        Site {
+            d: self,
+            view,
+            blocked: OnceLock::new(),
+        }
     }
 }
 
@@ -267,6 +286,8 @@ impl Router {
 struct Site<'a> {
     d: &'a Router,
     view: &'a View,
+    /// The block an owner answered a check by (read for a single check only).
+    blocked: OnceLock<BlockSource>,
 }
 
 impl Site<'_> {
@@ -411,6 +432,12 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
 
     fn forwarded(&self) {
         self.d.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn answered(&self, reply: &Result<PeerAnswer, ForwardError>) {
+        if let Ok(PeerAnswer::Blocked { source, .. }) = reply {
+            let _ = self.blocked.set(*source);
+        }
     }
 
     fn gave_back(&self, lost: u64) {

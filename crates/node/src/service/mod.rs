@@ -150,9 +150,14 @@ impl CheckService {
                 .observe(seconds(start, self.local.now()));
             return Ok(o);
         }
-        let answer = self.router.check(&p).await?;
+        let (answer, blocked) = self.router.check_blocked(&p).await?;
         let end = self.local.now();
-        let outcome = self.outcome(answer, &p, end);
+        // Denied by a block its owner knows and this node does not yet: answered as blocked
+        // (counted blocked at the owner).
+        let outcome = Outcome {
+            blocked,
+            ..self.outcome(answer, &p, end)
+        };
         self.metrics.count_edge(edge, 1);
         self.metrics.check_duration.observe(seconds(start, end));
         Ok(outcome)

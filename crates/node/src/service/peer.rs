@@ -62,7 +62,10 @@ impl CheckService {
                                     .count_blocked(p.spec.name(), hit.source.as_str());
                                 super::Outcome::blocked(&p, hit, start)
                             };
-                            answered.push(Some(PeerAnswer::Answer(o.answer)));
+                            answered.push(Some(PeerAnswer::Blocked {
+                                answer: o.answer,
+                                source: hit.source,
+                            }));
                         }
                         (mut p, _) => {
                             if denied_whole && let Ok(p) = &mut p {

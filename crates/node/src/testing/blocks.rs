@@ -327,3 +327,31 @@ async fn an_all_or_nothing_group_reaching_the_owner_is_checked_for_blocks_too() 
         r.body
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_check_forwarded_to_an_owner_that_knows_the_block_answers_blocked() {
+    let c = start().await;
+    let o = owner(&c, "n0", "apikey:bad", "per-ip").await;
+    let others: Vec<&str> = IDS.iter().copied().filter(|id| *id != o).collect();
+    let (x, y) = (others[0], others[1]);
+    // x does not learn the block (its link to y is cut); the owner does.
+    c.cut_link(x, y);
+    let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
+    let r = admin_body(&c, y, "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(held(&c, x).await, 0);
+    // Through x, the check goes to the owner, which answers it by the block: blocked at x too.
+    let r = c
+        .check(x, &json!({ "key": "apikey:bad", "rule": "per-ip" }))
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    let answer = r.json();
+    assert_eq!(answer["blocked"], true, "{}", r.body);
+    assert_eq!(answer["block_reason"], "managed", "{}", r.body);
+    // A key not blocked is still answered by its bucket.
+    let r = c
+        .check(x, &json!({ "key": "apikey:good", "rule": "per-ip" }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json().get("blocked").is_none(), "{}", r.body);
+}
