@@ -237,17 +237,11 @@ mod tests {
     }
 
     fn peers() -> Peers {
-        Peers::new(ringlimit_core::link::PeerSettings {
-            dialer: ringlimit_core::link::dial::tcp(),
-            node_id: "me".into(),
-            cluster_id: "ringlimit".into(),
-            secret: None,
-            client_token: None,
-            deadline: Duration::from_millis(25),
-            connect_timeout: Duration::from_millis(500),
-            open_for: Duration::from_secs(1),
-            queue: 16,
-        })
+        Peers::new(crate::testing::peer_settings(
+            ringlimit_core::link::dial::tcp(),
+            "me",
+            "ringlimit",
+        ))
     }
 
     /// This node drops its own buckets; a member that accepts but never answers is reported

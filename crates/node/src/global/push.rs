@@ -407,17 +407,11 @@ mod tests {
 
     /// How the tests below dial peers on `net` as `id`.
     pub(super) fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> Sessions {
-        Sessions::new(Arc::new(ringlimit_core::link::PeerSettings {
-            dialer: net.dialer(id),
-            node_id: id.into(),
-            cluster_id: "c".into(),
-            secret: None,
-            client_token: None,
-            deadline: Duration::from_millis(25),
-            connect_timeout: Duration::from_millis(500),
-            open_for: Duration::from_secs(1),
-            queue: 16,
-        }))
+        Sessions::new(Arc::new(crate::testing::peer_settings(
+            net.dialer(id),
+            id,
+            "c",
+        )))
     }
 
     const WINDOW: u64 = 1_700_000_000;
