@@ -142,21 +142,19 @@ impl CheckService {
     pub async fn check(&self, edge: Edge, c: &Check<'_>) -> Result<Outcome, CheckError> {
         let start = self.local.now();
         let p = self.prepare(c, c.cost)?;
-        if let Some(hit) = self.block_of(&p, start) {
-            let o = self.blocked_outcome(&p, hit, start);
-            self.metrics.count_edge(edge, 1);
-            self.metrics
-                .check_duration
-                .observe(seconds(start, self.local.now()));
-            return Ok(o);
-        }
-        let (answer, blocked) = self.router.check_blocked(&p).await?;
-        let end = self.local.now();
-        // Denied by a block its owner knows and this node does not yet: answered as blocked
-        // (counted blocked at the owner).
-        let outcome = Outcome {
-            blocked,
-            ..self.outcome(answer, &p, end)
+        let (outcome, end) = match self.block_of(&p, start) {
+            Some(hit) => (self.blocked_outcome(&p, hit, start), self.local.now()),
+            None => {
+                let (answer, blocked) = self.router.check_blocked(&p).await?;
+                let end = self.local.now();
+                // Denied by a block its owner knows and this node does not yet: answered as
+                // blocked (counted blocked at the owner).
+                let outcome = Outcome {
+                    blocked,
+                    ..self.outcome(answer, &p, end)
+                };
+                (outcome, end)
+            }
         };
         self.metrics.count_edge(edge, 1);
         self.metrics.check_duration.observe(seconds(start, end));
@@ -165,7 +163,11 @@ impl CheckService {
 
     /// The outcome of an answer, counted.
     fn outcome(&self, answer: CheckAnswer, p: &Prepared<'_>, now: u64) -> Outcome {
-        let o = Outcome::new(answer, &p.resolved, now);
+        self.counted(Outcome::new(answer, &p.resolved, now), p, now)
+    }
+
+    /// `o`, counted in the check metrics and the top keys.
+    fn counted(&self, o: Outcome, p: &Prepared<'_>, now: u64) -> Outcome {
         let shadow_denied = o.shadow_denied == Some(true);
         self.metrics.count(
             o.answer.allowed,
@@ -189,18 +191,9 @@ impl CheckService {
 
     /// The outcome of a check answered by a block, counted as a denial (and as blocked).
     fn blocked_outcome(&self, p: &Prepared<'_>, hit: Hit, now: u64) -> Outcome {
-        let o = Outcome::blocked(p, hit, now);
-        let shadow_denied = o.shadow_denied == Some(true);
-        self.metrics.count(
-            o.answer.allowed,
-            shadow_denied,
-            p.resolved.mode,
-            p.spec.name(),
-        );
         self.metrics
             .count_blocked(p.spec.name(), hit.source.as_str());
-        self.count_top(p, true, now);
-        o
+        self.counted(Outcome::blocked(p, hit, now), p, now)
     }
 
     /// Counts a decided check into the top keys (a shadow rule's would-be denials as denials:
@@ -269,21 +262,12 @@ impl CheckService {
     /// this node alone, so every check is decided here.
     #[cfg(test)]
     pub fn alone(local: Arc<Local>, metrics: Arc<Metrics>) -> Self {
-        use std::time::Duration;
         let view = crate::cluster::View::solo("alone", "127.0.0.1:1", "127.0.0.1:2");
-        let peers = Arc::new(crate::peers::Peers::new(
-            ringlimit_core::link::PeerSettings {
-                dialer: ringlimit_core::link::dial::tcp(),
-                node_id: "alone".into(),
-                cluster_id: "c".into(),
-                secret: None,
-                client_token: None,
-                deadline: Duration::from_millis(25),
-                connect_timeout: Duration::from_millis(500),
-                open_for: Duration::from_secs(1),
-                queue: 16,
-            },
-        ));
+        let peers = Arc::new(crate::peers::Peers::new(crate::testing::peer_settings(
+            ringlimit_core::link::dial::tcp(),
+            "alone",
+            "c",
+        )));
         let view = Arc::new(arc_swap::ArcSwap::from_pointee(view));
         let router = Router::new(local.clone(), view, peers.shared(), metrics.peer_rpc());
         Self::new(local, Arc::new(router), metrics, Arc::default())
