@@ -3,15 +3,14 @@
 //! codes. A thin edge: messages in and out, deciding in the service.
 
 use super::{all_code, check_code};
-use crate::rules::{RuleSpec, is_month, parse_period};
+use crate::rules::{RuleSpec, inline_period};
 use crate::service::all_or_nothing::AllOutcome;
 use crate::service::reservations::Reservation;
 use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
 use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::check::CheckError;
-use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::reservations::ReserveError;
-use ringlimit_core::rule::{FieldError, calendar_of, field_err};
+use ringlimit_core::rule::FieldError;
 use ringlimit_proto::{Algorithm, InlineRule};
 use std::sync::Arc;
 
@@ -96,18 +95,9 @@ fn inline(i: &pb::InlineRule) -> Result<InlineRule, Invalid> {
     let (period_ms, calendar) = if i.period.is_empty() && !i.calendar && timezone.is_none() {
         (i.period_ms, None)
     } else {
-        let (period_ns, month) = if i.period.is_empty() {
-            (i.period_ms.saturating_mul(NANOS_PER_MS), false)
-        } else {
-            (
-                parse_period(&i.period).map_err(|reason| field(field_err("period", reason)))?,
-                is_month(&i.period),
-            )
-        };
-        let cal = calendar_of(algorithm, period_ns, month, i.calendar, timezone).map_err(field)?;
-        let period_ms = cal
-            .map_or(period_ns, |c| c.unit.nominal_ns())
-            .div_ceil(NANOS_PER_MS);
+        let period = (!i.period.is_empty()).then_some(i.period.as_str());
+        let (period_ms, cal) =
+            inline_period(algorithm, i.period_ms, period, i.calendar, timezone).map_err(field)?;
         // proto3 cannot tell an unset `period_ms` from 0: 0 is "not given".
         if !i.period.is_empty() && i.period_ms != 0 && i.period_ms != period_ms {
             return Err(Invalid {
@@ -321,6 +311,7 @@ impl RateLimiter for RingLimitV1 {
 mod tests {
     use super::*;
     use ringlimit_core::calendar::Unit;
+    use ringlimit_core::clock::NANOS_PER_MS;
 
     fn rule(f: impl FnOnce(&mut pb::InlineRule)) -> pb::InlineRule {
         let mut r = pb::InlineRule {

@@ -17,13 +17,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
 use ringlimit_core::all_or_nothing::{AllError, MAX_ALL};
-use ringlimit_core::calendar::Calendar;
-use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::headers::{
     Policy, RATELIMIT, RATELIMIT_POLICY, ietf_values, inline_policy_name, rate_values,
     retry_after_secs,
 };
-use ringlimit_core::rule::{FieldError, calendar_of, field_err};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -167,7 +164,14 @@ impl<'a> RuleFields<'a> {
                             "Give either `period_ms` or `period`, not both.",
                         ));
                     }
-                    _ => calendar_period(algorithm, period_ms, period, calendar, timezone)?,
+                    _ => crate::rules::inline_period(
+                        algorithm,
+                        period_ms.unwrap_or(0),
+                        period,
+                        calendar.unwrap_or(false),
+                        timezone,
+                    )
+                    .map_err(|e| ApiError::bad_request(e.code(), sentence(e.to_string())))?,
                 };
                 Ok(RuleSpec::Inline(InlineRule {
                     limit,
@@ -179,36 +183,6 @@ impl<'a> RuleFields<'a> {
             }
         }
     }
-}
-
-/// An inline rule's period given as `period` (the rules file's words) or with a calendar:
-/// its length in ms and its calendar, refused as the rules file refuses it.
-fn calendar_period(
-    algorithm: Algorithm,
-    period_ms: Option<u64>,
-    period: Option<&str>,
-    calendar: Option<bool>,
-    timezone: Option<&str>,
-) -> Result<(u64, Option<Calendar>), ApiError> {
-    let field = |e: FieldError| ApiError::bad_request(e.code(), sentence(e.to_string()));
-    let (period_ns, month) = match (period_ms, period) {
-        (_, Some(p)) => (
-            crate::rules::parse_period(p).map_err(|reason| field(field_err("period", reason)))?,
-            crate::rules::is_month(p),
-        ),
-        (Some(ms), None) => (ms.saturating_mul(NANOS_PER_MS), false),
-        (None, None) => (0, false),
-    };
-    let cal = calendar_of(
-        algorithm,
-        period_ns,
-        month,
-        calendar.unwrap_or(false),
-        timezone,
-    )
-    .map_err(field)?;
-    let period_ns = cal.map_or(period_ns, |c| c.unit.nominal_ns());
-    Ok((period_ns.div_ceil(NANOS_PER_MS), cal))
 }
 
 /// Parses a JSON body. The fast path is plain `serde_json`; only a body that fails is parsed

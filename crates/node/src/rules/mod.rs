@@ -549,6 +549,32 @@ fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
+/// An inline rule's period given as `period` (the rules file's words, which wins over
+/// `period_ms`) or `period_ms`, with a calendar: its length in ms (a calendar unit's nominal
+/// length) and its calendar, refused as the rules file refuses them. For the HTTP API's and
+/// `ringlimit.v1`'s inline rules alike.
+pub fn inline_period(
+    algorithm: Algorithm,
+    period_ms: u64,
+    period: Option<&str>,
+    calendar: bool,
+    timezone: Option<&str>,
+) -> Result<(u64, Option<ringlimit_core::calendar::Calendar>), FieldError> {
+    let (period_ns, month) = match period {
+        Some(p) => (
+            parse_period(p).map_err(|reason| field_err("period", reason))?,
+            is_month(p),
+        ),
+        None => (
+            period_ms.saturating_mul(ringlimit_core::clock::NANOS_PER_MS),
+            false,
+        ),
+    };
+    let cal = calendar_of(algorithm, period_ns, month, calendar, timezone)?;
+    let period_ns = cal.map_or(period_ns, |c| c.unit.nominal_ns());
+    Ok((period_ns.div_ceil(ringlimit_core::clock::NANOS_PER_MS), cal))
+}
+
 /// Whether a period is written as a month (`1mo`), which has no fixed length.
 pub fn is_month(s: &str) -> bool {
     s.trim().ends_with("mo")
