@@ -237,7 +237,7 @@ mod tests {
     }
 
     fn peers() -> Peers {
-        Peers::new(crate::testing::peer_settings(
+        Peers::new(crate::peers::test_settings(
             ringlimit_core::link::dial::tcp(),
             "me",
             "ringlimit",

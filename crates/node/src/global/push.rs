@@ -407,7 +407,7 @@ mod tests {
 
     /// How the tests below dial peers on `net` as `id`.
     pub(super) fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> Sessions {
-        Sessions::new(Arc::new(crate::testing::peer_settings(
+        Sessions::new(Arc::new(crate::peers::test_settings(
             net.dialer(id),
             id,
             "c",

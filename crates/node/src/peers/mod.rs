@@ -57,3 +57,25 @@ pub mod server;
 pub use facade::{Peers, PeersHandle, RecallLink, ReplicaLink};
 pub use recall_on_join::Recall;
 pub use server::{Cluster, PeerServer, ServerSettings};
+
+/// Peer link settings for unit tests' clients: `node_id` of `cluster_id` dialing through
+/// `dialer`, no secret, short deadlines.
+#[cfg(test)]
+pub(crate) fn test_settings(
+    dialer: std::sync::Arc<dyn ringlimit_core::link::dial::Dial>,
+    node_id: &str,
+    cluster_id: &str,
+) -> ringlimit_core::link::PeerSettings {
+    use std::time::Duration;
+    ringlimit_core::link::PeerSettings {
+        dialer,
+        node_id: node_id.into(),
+        cluster_id: cluster_id.into(),
+        secret: None,
+        client_token: None,
+        deadline: Duration::from_millis(25),
+        connect_timeout: Duration::from_millis(500),
+        open_for: Duration::from_secs(1),
+        queue: 16,
+    }
+}

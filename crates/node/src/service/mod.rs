@@ -263,7 +263,7 @@ impl CheckService {
     #[cfg(test)]
     pub fn alone(local: Arc<Local>, metrics: Arc<Metrics>) -> Self {
         let view = crate::cluster::View::solo("alone", "127.0.0.1:1", "127.0.0.1:2");
-        let peers = Arc::new(crate::peers::Peers::new(crate::testing::peer_settings(
+        let peers = Arc::new(crate::peers::Peers::new(crate::peers::test_settings(
             ringlimit_core::link::dial::tcp(),
             "alone",
             "c",

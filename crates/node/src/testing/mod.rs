@@ -268,26 +268,6 @@ fn ip(i: usize) -> [u8; 4] {
     [10, 0, 0, u8::try_from(i + 1).expect("under 255 nodes")]
 }
 
-/// Peer link settings for unit tests' clients: `node_id` of `cluster_id` dialing through
-/// `dialer`, no secret, short deadlines.
-pub fn peer_settings(
-    dialer: Arc<dyn Dial>,
-    node_id: &str,
-    cluster_id: &str,
-) -> ringlimit_core::link::PeerSettings {
-    ringlimit_core::link::PeerSettings {
-        dialer,
-        node_id: node_id.into(),
-        cluster_id: cluster_id.into(),
-        secret: None,
-        client_token: None,
-        deadline: Duration::from_millis(25),
-        connect_timeout: Duration::from_millis(500),
-        open_for: Duration::from_secs(1),
-        queue: 16,
-    }
-}
-
 /// The peer addresses of nodes `n0` to `n{n-1}`, as seeds: a node seeded with the others (as
 /// the StatefulSet seeds every pod) waits to hear from a peer before it is ready, even `n0`.
 pub fn seeds(n: usize) -> Vec<String> {
