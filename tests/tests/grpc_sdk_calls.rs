@@ -5,14 +5,16 @@
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_node::NodeConfig;
+use ringlimit_node::config::ConnLimits;
 use ringlimit_node::grpc::ringlimit_v1::pb;
 use ringlimit_node::grpc::ringlimit_v1::pb::rate_limiter_client::RateLimiterClient;
 use ringlimit_proto::Ring;
 use ringlimit_proto::identity::{bucket_id, named_seed};
 use ringlimit_tests::{
-    TestCluster, TestNode, WAIT, python_with, run_client_script, with_limit_rules,
+    TestCluster, TestNode, WAIT, python_with, run_client_script, wait_until, with_limit_rules,
 };
 use serde_json::json;
+use std::time::Duration;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -220,6 +222,51 @@ async fn watch_topology_sends_a_new_version_when_a_rule_is_added_and_a_node_leav
     let ids: Vec<&str> = last.members.iter().map(|m| m.node_id.as_str()).collect();
     ensure!(ids == ["node-0", "node-1"], "{ids:?}");
     cluster.stop().await
+}
+
+/// A quiet node's WatchTopology stream outlives `--grpc-request-timeout-ms` and says it is
+/// alive every heartbeat (the same version); streams beyond `--grpc-max-connections` are
+/// refused RESOURCE_EXHAUSTED until one ends.
+#[tokio::test]
+async fn watch_topology_heartbeats_past_the_request_timeout_and_is_bounded() -> Result<()> {
+    let mut config = NodeConfig::local("watch-alone");
+    with_grpc(&mut config);
+    config.grpc_limits = ConnLimits::grpc(Duration::from_secs(60), Duration::from_millis(300), 2);
+    let node = TestNode::start(config).await?;
+    let c = client(&node).await?;
+    let watch = |c: &RateLimiterClient<Channel>| {
+        let mut c = c.clone();
+        async move {
+            c.watch_topology(pb::TopologyRequest {
+                heartbeat_ms: Some(1_000),
+            })
+            .await
+        }
+    };
+    let mut first = watch(&c).await?.into_inner();
+    let mut versions = Vec::new();
+    let started = tokio::time::Instant::now();
+    while versions.len() < 3 {
+        let t = tokio::time::timeout(WAIT, first.message())
+            .await
+            .context("a heartbeat in time")??
+            .context("the stream went on")?;
+        versions.push(t.version);
+    }
+    ensure!(versions.iter().all(|v| *v == versions[0]), "{versions:?}");
+    ensure!(
+        started.elapsed() >= Duration::from_millis(1_500),
+        "two heartbeats a second apart after the first message"
+    );
+    let second = watch(&c).await?;
+    ensure!(refused(watch(&c).await) == (Code::ResourceExhausted, "too_many_watchers".into()));
+    drop(second);
+    wait_until("a watcher's place is free again", WAIT, || async {
+        Ok(watch(&c).await.is_ok())
+    })
+    .await?;
+    drop(first);
+    node.stop().await
 }
 
 /// Lease on a node with a cluster secret: refused without the client credential (and with a
