@@ -179,6 +179,7 @@ async fn a_blocked_key_is_denied_on_http_forward_auth_and_envoy_rls() -> Result<
         key: key.into(),
         rule_spec: Some(pb::check_request::RuleSpec::Rule("per-ip".into())),
         cost: None,
+        hold: false,
     };
     let r = v1.check(req("ip:203.0.113.77")).await?.into_inner();
     ensure!(

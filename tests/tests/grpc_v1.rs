@@ -27,6 +27,7 @@ fn named(rule: &str, key: &str) -> pb::CheckRequest {
         key: key.into(),
         rule_spec: Some(pb::check_request::RuleSpec::Rule(rule.into())),
         cost: None,
+        hold: false,
     }
 }
 
@@ -41,6 +42,7 @@ fn inline(key: &str, limit: u64, period_ms: u64, algorithm: i32) -> pb::CheckReq
             ..Default::default()
         })),
         cost: None,
+        hold: false,
     }
 }
 
@@ -419,6 +421,7 @@ fn calendar_inline(key: &str, limit: u64, f: impl FnOnce(&mut pb::InlineRule)) -
         key: key.into(),
         rule_spec: Some(pb::check_request::RuleSpec::Inline(rule)),
         cost: None,
+        hold: false,
     }
 }
 

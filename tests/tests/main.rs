@@ -19,6 +19,7 @@ mod gateways;
 mod global;
 mod grpc;
 mod grpc_limits;
+mod grpc_sdk_calls;
 mod grpc_v1;
 mod http_api;
 mod http_limits;

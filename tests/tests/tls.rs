@@ -226,6 +226,7 @@ async fn https_checks_over_http1_keep_alive_and_h2_and_grpc_over_tls() -> Result
                 ..Default::default()
             })),
             cost: None,
+            hold: false,
         })
         .await?
         .into_inner();

@@ -154,6 +154,10 @@ pub struct MemberInfo {
     pub node_id: String,
     pub peer_addr: String,
     pub http_addr: String,
+    /// Where it serves ringlimit.v1 (`--grpc`, as advertised); empty when it serves no gRPC
+    /// (nodes that predate it omit it).
+    #[serde(default)]
+    pub grpc_addr: String,
     /// `alive`, `leaving` or `dead`; only `alive` members are in the ring.
     pub state: String,
 }

@@ -231,6 +231,7 @@ mod tests {
             node_id: id.into(),
             peer_addr: addr.into(),
             http_addr: String::new(),
+            grpc_addr: String::new(),
             state,
             generation: 0,
         }

@@ -10,6 +10,7 @@
 //! - [`api_rules`] — rules written, deleted and listed through the admin API, decided at the
 //!   member that owns the rule's name.
 //! - [`tokens`] — the admin tokens: names, roles, the file they are reloaded from.
+//! - [`topology`] — what a client SDK routes by (ringlimit.v1's Topology), and its changes.
 //! - [`top_keys`] — the most denied (or checked) keys of a rule, merged across members.
 //! - [`views`] — the cluster, rules and admin-rules views, and the metrics text.
 
@@ -18,6 +19,7 @@ pub mod blocks;
 pub mod keys;
 pub mod tokens;
 pub mod top_keys;
+pub mod topology;
 pub mod views;
 
 use crate::durable::DurableStats;
@@ -50,6 +52,8 @@ pub struct Parts {
     pub top: Arc<TopKeys>,
     /// The disk follower's counters and last error (`--data-dir`).
     pub durable: Arc<DurableStats>,
+    /// Told of every new membership view (ringlimit.v1's WatchTopology follows it).
+    pub view_updates: tokio::sync::watch::Receiver<Arc<crate::cluster::View>>,
 }
 
 /// The node's admin API and views, for every edge.
@@ -64,6 +68,7 @@ pub struct Admin {
     handed_over: Arc<AtomicU64>,
     top: Arc<TopKeys>,
     durable: Arc<DurableStats>,
+    view_updates: tokio::sync::watch::Receiver<Arc<crate::cluster::View>>,
 }
 
 impl Admin {
@@ -78,6 +83,7 @@ impl Admin {
             book: p.book,
             handed_over: p.handed_over,
             top: p.top,
+            view_updates: p.view_updates,
             durable: p.durable,
         }
     }

@@ -56,6 +56,17 @@ pub struct Token {
     digest: [u8; 32],
 }
 
+impl Role {
+    /// The tokens file's word for this role.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Check => "check",
+            Role::Read => "read",
+            Role::Write => "write",
+        }
+    }
+}
+
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Token")
@@ -158,6 +169,11 @@ impl AdminTokens {
                 key: t.digest,
             })
             .collect()
+    }
+
+    /// Whether any token is a client credential (role `check`).
+    pub fn has_clients(&self) -> bool {
+        self.tokens.iter().any(|t| t.role == Role::Check)
     }
 
     /// The tokens' names.

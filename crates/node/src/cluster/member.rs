@@ -22,6 +22,9 @@ pub struct Member {
     pub node_id: String,
     pub peer_addr: String,
     pub http_addr: String,
+    /// Where it serves ringlimit.v1 (`--grpc`, as advertised); empty when it serves no gRPC,
+    /// or predates gossiping it.
+    pub grpc_addr: String,
     pub state: MemberState,
     #[serde(skip)]
     pub generation: u64,

@@ -1,8 +1,9 @@
 //! Membership through gossip (chitchat): who is in the cluster, where to reach them, and the
 //! ring over the live ones.
 //!
-//! Each node publishes three small keys — its HTTP address, its peer address and its state
-//! (`joining`, `alive` or `leaving`) — and never writes them again unless its state changes, so
+//! Each node publishes four small keys — its HTTP address, its peer address, its gRPC address
+//! (empty without `--grpc`; absent from nodes that predate it) and its state (`joining`,
+//! `alive` or `leaving`) — and never writes them again unless its state changes, so
 //! gossip carries membership and nothing else. A node with seeds starts `joining` and enters
 //! the other members' rings only once it says `alive` (when it is ready): a member routed to
 //! before it knows the cluster would decide its keys on buckets it does not hold yet. A task
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 
 const KEY_HTTP: &str = "http";
 const KEY_PEER: &str = "peer";
+const KEY_GRPC: &str = "grpc";
 const KEY_STATE: &str = "state";
 
 /// An immutable snapshot of membership.
@@ -49,6 +51,16 @@ pub struct View {
 impl View {
     /// A view of this node alone.
     pub fn solo(self_id: &str, peer_addr: &str, http_addr: &str) -> Self {
+        Self::solo_with_grpc(self_id, peer_addr, http_addr, "")
+    }
+
+    /// [`View::solo`] of a node that serves ringlimit.v1 at `grpc_addr` (empty: none).
+    pub fn solo_with_grpc(
+        self_id: &str,
+        peer_addr: &str,
+        http_addr: &str,
+        grpc_addr: &str,
+    ) -> Self {
         let id: Arc<str> = Arc::from(self_id);
         Self {
             self_id: id.clone(),
@@ -56,6 +68,7 @@ impl View {
                 node_id: self_id.to_owned(),
                 peer_addr: peer_addr.to_owned(),
                 http_addr: http_addr.to_owned(),
+                grpc_addr: grpc_addr.to_owned(),
                 state: MemberState::Alive,
                 generation: 0,
             }],
@@ -88,6 +101,8 @@ pub struct GossipSettings {
     pub cluster_id: String,
     pub advertise: SocketAddr,
     pub http_advertise: String,
+    /// Where this node serves ringlimit.v1, as clients reach it; empty: no gRPC.
+    pub grpc_advertise: String,
     pub seeds: Vec<String>,
     pub interval: Duration,
     /// Start `joining` (a node with seeds, until it is ready: see
@@ -158,6 +173,7 @@ impl Membership {
         let initial = vec![
             (KEY_HTTP.to_owned(), settings.http_advertise.clone()),
             (KEY_PEER.to_owned(), settings.advertise.to_string()),
+            (KEY_GRPC.to_owned(), settings.grpc_advertise.clone()),
             (
                 KEY_STATE.to_owned(),
                 if settings.joining { "joining" } else { "alive" }.to_owned(),
@@ -167,10 +183,11 @@ impl Membership {
             .await
             .map_err(|e| GossipError(format!("{e:#}")))?;
         let self_id: Arc<str> = Arc::from(settings.node_id.as_str());
-        let first = Arc::new(View::solo(
+        let first = Arc::new(View::solo_with_grpc(
             &settings.node_id,
             &settings.advertise.to_string(),
             &settings.http_advertise,
+            &settings.grpc_advertise,
         ));
         let view = Arc::new(ArcSwap::new(first.clone()));
         let (tx, updates) = watch::channel(first);
@@ -331,6 +348,8 @@ fn build_view(
             node_id: id.node_id.to_string(),
             peer_addr: peer.to_owned(),
             http_addr: http.to_owned(),
+            // Absent from members that predate it: no gRPC address known.
+            grpc_addr: state.get(KEY_GRPC).unwrap_or_default().to_owned(),
             state: match state.get(KEY_STATE) {
                 Some("leaving") => MemberState::Leaving,
                 Some("joining") => MemberState::Joining,
@@ -476,6 +495,7 @@ mod tests {
             cluster_id: "ringlimit".to_owned(),
             advertise: SocketAddr::from(([10, 0, 0, 1], port)),
             http_advertise: format!("10.0.0.1:{}", port + 1000),
+            grpc_advertise: format!("10.0.0.1:{}", port + 2000),
             seeds: seeds.iter().map(|p| format!("10.0.0.1:{p}")).collect(),
             interval: Duration::from_millis(100),
             joining: false,
@@ -537,6 +557,7 @@ mod tests {
             assert_eq!(alive(&view), ["a", "b", "c"]);
             assert_eq!(view.ring.len(), 3);
             assert_eq!(view.members[1].http_addr, "10.0.0.1:8002");
+            assert_eq!(view.members[1].grpc_addr, "10.0.0.1:9002");
         }
         let addr = |p: u16| SocketAddr::from(([10, 0, 0, 1], p));
         net.remove_link(addr(7003), addr(7001)).await;

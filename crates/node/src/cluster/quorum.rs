@@ -110,6 +110,7 @@ mod tests {
                 node_id: (*id).to_owned(),
                 peer_addr: String::new(),
                 http_addr: String::new(),
+                grpc_addr: String::new(),
                 state: *state,
                 generation: 0,
             })

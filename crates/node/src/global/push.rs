@@ -494,6 +494,7 @@ mod tests {
             node_id: id.into(),
             peer_addr: addr.into(),
             http_addr: String::new(),
+            grpc_addr: String::new(),
             state: MemberState::Alive,
             generation: 1,
         }
@@ -769,6 +770,7 @@ mod restart_tests {
                         node_id: id.into(),
                         peer_addr: id.into(),
                         http_addr: String::new(),
+                        grpc_addr: String::new(),
                         state: MemberState::Alive,
                         generation,
                     })

@@ -5,9 +5,12 @@
 //! # Layout
 //! - [`envoy_rls`] — `ShouldRateLimit`: descriptors matched against envoyproxy/ratelimit's
 //!   configuration, decided all-or-nothing.
-//! - [`ringlimit_v1`] — `ringlimit.v1.RateLimiter`: the HTTP API's checks as gRPC.
+//! - [`ringlimit_v1`] — `ringlimit.v1.RateLimiter`: the HTTP API's checks as gRPC, and what
+//!   client SDKs route by and ask owners for (topology, held checks, leases, give-backs).
+//! - [`credentials`] — ringlimit.v1's client credentials and each one's ledger.
 //! - Envoy's Rate Limit Quota Service lives in [`crate::rlqs`] (served here).
 
+pub mod credentials;
 pub mod envoy_rls;
 pub mod ringlimit_v1;
 
@@ -61,6 +64,14 @@ pub struct EnvoyServices {
     pub rlqs: Arc<crate::rlqs::Rlqs>,
 }
 
+/// What ringlimit.v1 answers from: the check service (Envoy's RLS decides through it too),
+/// the admin side (the topology) and the client credentials.
+pub struct V1Services {
+    pub service: Arc<CheckService>,
+    pub admin: Arc<crate::admin::Admin>,
+    pub auth: credentials::ClientAuth,
+}
+
 /// Serves gRPC on `listener` until `shutdown` completes, every connection bounded by `table`
 /// (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`, `--grpc-max-connections`), inside
 /// TLS with `tls` (`--tls-cert`; ALPN `h2`).
@@ -73,9 +84,9 @@ pub struct EnvoyServices {
 /// drops the call here), and every call is bounded by the request timeout.
 pub async fn serve(
     listener: Listener,
-    service: Arc<CheckService>,
     lifecycle: Arc<Lifecycle>,
     envoy: EnvoyServices,
+    v1: V1Services,
     table: Arc<ConnTable>,
     tls: Option<ServerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -97,6 +108,7 @@ pub async fn serve(
             .set_serving::<RateLimitQuotaServiceServer<RlqsService>>()
             .await;
     });
+    let service = v1.service;
     let routes = Routes::new(health_service)
         .add_service(
             RateLimitServiceServer::new(envoy_rls::EnvoyRls {
@@ -105,7 +117,14 @@ pub async fn serve(
             })
             .max_decoding_message_size(envoy_rls::MAX_REQUEST_BYTES),
         )
-        .add_service(RateLimiterServer::new(RingLimitV1 { service }))
+        .add_service(RateLimiterServer::new(RingLimitV1 {
+            service,
+            admin: v1.admin,
+            auth: v1.auth,
+            ledgers: credentials::Ledgers::default(),
+            // A client watches from one connection: as many watchers as connections.
+            watchers: Arc::new(tokio::sync::Semaphore::new(table.limits().max_connections)),
+        }))
         .add_service(
             RateLimitQuotaServiceServer::new(RlqsService(envoy.rlqs))
                 .max_decoding_message_size(crate::rlqs::service::MAX_REPORT_BYTES),

@@ -1,18 +1,29 @@
 //! `ringlimit.v1.RateLimiter` (`crates/proto/proto/ringlimit/v1/ratelimiter.proto`): the HTTP
-//! API's three checks and its reservations (reserve, settle) as gRPC, over the same check service, with the same validation and error
-//! codes. A thin edge: messages in and out, deciding in the service.
+//! API's three checks and its reservations (reserve, settle) as gRPC, over the same check
+//! service, with the same validation and error codes; and what a client SDK in any language
+//! needs to route checks to owners itself: the topology (members, ring, rules; also streamed),
+//! held checks, leases and give-backs under a client credential ([`super::credentials`]). A
+//! thin edge: messages in and out, deciding in the service, topology from the admin side.
 
+use super::credentials::{self, ClientAuth, Ledgers};
 use super::{all_code, check_code};
+use crate::admin::Admin;
+use crate::admin::topology::Topology;
 use crate::rules::{RuleSpec, inline_period};
 use crate::service::all_or_nothing::AllOutcome;
+use crate::service::clients::{GiveBack, LeaseAsk};
 use crate::service::reservations::Reservation;
 use crate::service::{Check, CheckService, Edge, MAX_BATCH, Outcome};
 use ringlimit_core::all_or_nothing::AllError;
 use ringlimit_core::check::CheckError;
 use ringlimit_core::reservations::ReserveError;
-use ringlimit_core::rule::FieldError;
-use ringlimit_proto::{Algorithm, InlineRule};
+use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable};
+use ringlimit_proto::peer::{LeaseGrant, Mark};
+use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// The code generated from the .proto (build.rs).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -23,9 +34,57 @@ pub mod pb {
 use pb::check_request::RuleSpec as PbRuleSpec;
 use pb::rate_limiter_server::RateLimiter;
 
-/// `ringlimit.v1.RateLimiter` over the node's check service.
+/// `ringlimit.v1.RateLimiter` over the node's check service and admin side.
 pub struct RingLimitV1 {
     pub service: Arc<CheckService>,
+    pub admin: Arc<Admin>,
+    pub auth: ClientAuth,
+    pub ledgers: Ledgers,
+    /// One permit per WatchTopology stream open (`--grpc-max-connections` of them: a client
+    /// watches from one connection).
+    pub watchers: Arc<Semaphore>,
+}
+
+/// Most asks of one Lease, and give-backs of one GiveBack.
+const MOST_ITEMS: usize = 1000;
+/// A lease holder's id: 1 to this many bytes.
+const MOST_HOLDER_BYTES: usize = 64;
+/// WatchTopology's heartbeat: unset, and its bounds (ms).
+const HEARTBEAT_MS: u64 = 10_000;
+const HEARTBEAT_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=60_000;
+/// The ring scheme clients compute owners by (`clients/golden/README.md`).
+const RING_SCHEME: &str = "xxh3-64-v1";
+
+impl RingLimitV1 {
+    /// The ledger a call's held checks are recorded in, when it asks for holds (`hold`) and
+    /// has a credential (or the node needs none); `None`: its checks are decided unheld (a
+    /// hold is that credential's to give back, and an anonymous one on a node that needs
+    /// credentials could never be).
+    fn hold_ledger<T>(
+        &self,
+        request: &tonic::Request<T>,
+        hold: bool,
+    ) -> Option<Arc<parking_lot::Mutex<crate::local::holds::Holds>>> {
+        if !hold {
+            return None;
+        }
+        let name = self.credential(request, "a held check").ok()?;
+        Some(self.ledgers.of(&name))
+    }
+
+    /// The credential name of `request`'s caller, or why it has none (see
+    /// [`ClientAuth::credential`]).
+    fn credential<T>(
+        &self,
+        request: &tonic::Request<T>,
+        call: &str,
+    ) -> Result<String, credentials::Refused> {
+        let value = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().map_err(|_| ()));
+        self.auth.credential(value, call)
+    }
 }
 
 /// A gRPC status carrying the HTTP API's error code: `"<code>: <sentence>"`.
@@ -153,7 +212,242 @@ fn answer(o: &Outcome) -> pb::CheckResponse {
             Some(crate::blocks::BlockSource::Auto) => pb::BlockReason::Auto,
             Some(crate::blocks::BlockSource::Managed) => pb::BlockReason::Managed,
         } as i32,
+        hold: None,
     }
+}
+
+/// [`answer`] of a held check: with its mark when it took something.
+fn held_answer(o: &Outcome, mark: Option<Mark>) -> pb::CheckResponse {
+    pb::CheckResponse {
+        hold: mark.map(pb_mark),
+        ..answer(o)
+    }
+}
+
+/// A bucket's answer (a lease's take or refusal) as a check's.
+fn bucket_answer(a: &CheckAnswer) -> pb::CheckResponse {
+    pb::CheckResponse {
+        allowed: a.allowed,
+        limit: a.limit,
+        remaining: a.remaining,
+        reset_at_ms: a.reset_at_ms,
+        retry_after_ms: a.retry_after_ms,
+        degraded: a.degraded,
+        shadow_denied: None,
+        replica: a.replica,
+        leased: a.leased,
+        blocked: false,
+        block_reason: pb::BlockReason::Unspecified as i32,
+        hold: None,
+    }
+}
+
+fn pb_mark(m: Mark) -> pb::Mark {
+    pb::Mark {
+        reset_ns: m.reset_ns,
+        at_ns: m.at_ns,
+    }
+}
+
+fn grant(g: LeaseGrant) -> pb::LeaseGrant {
+    use pb::lease_grant::Result as R;
+    pb::LeaseGrant {
+        result: Some(match g {
+            LeaseGrant::Granted {
+                tokens,
+                mark,
+                valid_ns,
+                answer,
+            } => R::Granted(pb::Granted {
+                tokens,
+                valid_ns,
+                mark: Some(pb_mark(mark)),
+                answer: Some(bucket_answer(&answer)),
+            }),
+            LeaseGrant::Refused { answer } => R::Refused(bucket_answer(&answer)),
+            LeaseGrant::Error { code, message } => R::Error(pb::Error {
+                error: code,
+                message,
+            }),
+        }),
+    }
+}
+
+fn pb_algorithm(a: Algorithm) -> pb::Algorithm {
+    match a {
+        Algorithm::TokenBucket => pb::Algorithm::TokenBucket,
+        Algorithm::FixedWindow => pb::Algorithm::FixedWindow,
+        Algorithm::SlidingWindow => pb::Algorithm::SlidingWindow,
+        Algorithm::SlidingLog => pb::Algorithm::SlidingLog,
+        Algorithm::LeakyBucket => pb::Algorithm::LeakyBucket,
+    }
+}
+
+fn topology(t: Topology) -> pb::TopologyResponse {
+    pb::TopologyResponse {
+        node_id: t.node_id,
+        cluster_id: t.cluster_id,
+        version: t.version,
+        members: t
+            .members
+            .into_iter()
+            .map(|m| pb::Member {
+                node_id: m.node_id,
+                grpc_addr: m.grpc_addr,
+                http_addr: m.http_addr,
+                peer_addr: m.peer_addr,
+            })
+            .collect(),
+        ring: Some(pb::RingParams {
+            scheme: RING_SCHEME.to_owned(),
+            vnodes_per_member: ringlimit_proto::ring::VNODES_PER_MEMBER,
+        }),
+        rules: t
+            .rules
+            .into_iter()
+            .map(|r| {
+                let i = r.info;
+                pb::RuleInfo {
+                    name: i.name,
+                    algorithm: pb_algorithm(i.algorithm) as i32,
+                    limit: i.limit,
+                    period_ms: i.period_ms,
+                    period: i.period,
+                    burst: i.burst,
+                    mode: match i.mode {
+                        Mode::Owner => pb::RuleMode::Owner,
+                        Mode::Global => pb::RuleMode::Global,
+                    } as i32,
+                    fail_closed: i.on_owner_unreachable == OnOwnerUnreachable::Closed,
+                    shadow: i.shadow,
+                    leasable: r.leasable,
+                    calendar: i.calendar,
+                    timezone: i.timezone.unwrap_or_default(),
+                    seed: r.seed,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// A lease ask message as the service takes it, or why not.
+fn lease_ask(a: &pb::LeaseAsk) -> Result<LeaseAsk<'_>, Invalid> {
+    let rule = match &a.rule_spec {
+        Some(pb::lease_ask::RuleSpec::Rule(n)) => RuleSpec::Named(n),
+        Some(pb::lease_ask::RuleSpec::Inline(i)) => RuleSpec::Inline(inline(i)?),
+        None => {
+            return Err(Invalid {
+                code: "invalid_request",
+                message: "an ask needs either `rule` or `inline`".into(),
+            });
+        }
+    };
+    if a.want == 0 {
+        return Err(Invalid {
+            code: "invalid_request",
+            message: "`want` must be at least 1".into(),
+        });
+    }
+    Ok(LeaseAsk {
+        key: &a.key,
+        rule,
+        want: a.want,
+    })
+}
+
+/// A give-back message as the service takes it; `None`: it names nothing that could have
+/// been taken (no rule, no mark), and is honoured 0.
+fn give_back(it: &pb::GiveBackItem) -> Option<GiveBack<'_>> {
+    let rule = match it.rule_spec.as_ref()? {
+        pb::give_back_item::RuleSpec::Rule(n) => RuleSpec::Named(n),
+        pb::give_back_item::RuleSpec::Inline(i) => RuleSpec::Inline(inline(i).ok()?),
+    };
+    let mark = it.mark?;
+    Some(GiveBack {
+        key: &it.key,
+        rule,
+        tokens: it.tokens,
+        mark: Mark {
+            reset_ns: mark.reset_ns,
+            at_ns: mark.at_ns,
+        },
+    })
+}
+
+/// `count` items of a call that takes 1 to [`MOST_ITEMS`], or its INVALID_ARGUMENT.
+fn items(count: usize, field: &str) -> Result<(), tonic::Status> {
+    if count == 0 || count > MOST_ITEMS {
+        return Err(status(
+            tonic::Code::InvalidArgument,
+            "invalid_request",
+            format!("`{field}` must hold 1 to {MOST_ITEMS} items, got {count}"),
+        ));
+    }
+    Ok(())
+}
+
+/// WatchTopology's heartbeat, or its INVALID_ARGUMENT.
+fn heartbeat(r: &pb::TopologyRequest) -> Result<Duration, tonic::Status> {
+    let ms = r.heartbeat_ms.unwrap_or(HEARTBEAT_MS);
+    if !HEARTBEAT_MS_RANGE.contains(&ms) {
+        return Err(status(
+            tonic::Code::InvalidArgument,
+            "invalid_request",
+            format!(
+                "`heartbeat_ms` must be between {} and {}, got {ms}",
+                HEARTBEAT_MS_RANGE.start(),
+                HEARTBEAT_MS_RANGE.end()
+            ),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// The stream of topologies WatchTopology answers.
+type TopologyStream =
+    Pin<Box<dyn futures::Stream<Item = Result<pb::TopologyResponse, tonic::Status>> + Send>>;
+
+/// The current topology at once, then each changed one, and an unchanged copy whenever
+/// `every` passes without one. Holds `permit` (one of the watchers') while it lives.
+fn watch(
+    admin: Arc<Admin>,
+    every: Duration,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> TopologyStream {
+    struct Watch {
+        admin: Arc<Admin>,
+        changes: crate::admin::topology::TopologyChanges,
+        every: Duration,
+        /// The version last sent; `None` before the first message.
+        sent: Option<u64>,
+        due: tokio::time::Instant,
+        _permit: tokio::sync::OwnedSemaphorePermit,
+    }
+    let state = Watch {
+        changes: admin.topology_changes(),
+        admin,
+        every,
+        sent: None,
+        due: tokio::time::Instant::now(),
+        _permit: permit,
+    };
+    Box::pin(futures::stream::unfold(state, |mut w| async move {
+        loop {
+            if w.sent.is_some() {
+                tokio::select! {
+                    alive = w.changes.changed() => if !alive { return None },
+                    () = tokio::time::sleep_until(w.due) => {}
+                }
+            }
+            let t = w.admin.topology();
+            let now = tokio::time::Instant::now();
+            if w.sent != Some(t.version) || now >= w.due {
+                w.sent = Some(t.version);
+                w.due = now + w.every;
+                return Some((Ok(topology(t)), w));
+            }
+        }
+    }))
 }
 
 fn all_answer(o: &AllOutcome) -> pb::CheckAllResponse {
@@ -189,21 +483,36 @@ impl RateLimiter for RingLimitV1 {
         &self,
         request: tonic::Request<pb::CheckRequest>,
     ) -> Result<tonic::Response<pb::CheckResponse>, tonic::Status> {
+        let ledger = self.hold_ledger(&request, request.get_ref().hold);
         let r = request.into_inner();
         let c = check(&r).map_err(|e| e.status())?;
-        let outcome = self
+        let Some(ledger) = ledger else {
+            let outcome = self
+                .service
+                .check(Edge::Grpc, &c)
+                .await
+                .map_err(|e| check_status(&e))?;
+            return Ok(tonic::Response::new(answer(&outcome)));
+        };
+        let mut held = self
             .service
-            .check(Edge::Grpc, &c)
-            .await
-            .map_err(|e| check_status(&e))?;
-        Ok(tonic::Response::new(answer(&outcome)))
+            .check_many_holding(Edge::Grpc, &[(c, true)], &ledger)
+            .await;
+        match held.pop() {
+            Some(Ok((o, mark))) => Ok(tonic::Response::new(held_answer(&o, mark))),
+            Some(Err(e)) => Err(check_status(&e)),
+            None => Err(check_status(&CheckError::Unavailable(
+                "no answer was produced",
+            ))),
+        }
     }
 
     async fn check_batch(
         &self,
         request: tonic::Request<pb::CheckBatchRequest>,
     ) -> Result<tonic::Response<pb::CheckBatchResponse>, tonic::Status> {
-        let r = request.into_inner();
+        let (metadata, extensions, r) = request.into_parts();
+        let request_meta = tonic::Request::from_parts(metadata, extensions, ());
         if r.checks.is_empty() || r.checks.len() > MAX_BATCH {
             return Err(status(
                 tonic::Code::InvalidArgument,
@@ -216,15 +525,30 @@ impl RateLimiter for RingLimitV1 {
         }
         // An invalid item gets its error in its place; the valid ones are decided together.
         let parsed: Vec<Result<Check<'_>, Invalid>> = r.checks.iter().map(check).collect();
-        let valid: Vec<Check<'_>> = parsed
+        let held = r.checks.iter().any(|c| c.hold);
+        let ledger = self.hold_ledger(&request_meta, held);
+        let valid: Vec<(Check<'_>, bool)> = parsed
             .iter()
-            .filter_map(|p| p.as_ref().ok().copied())
+            .zip(&r.checks)
+            .filter_map(|(p, m)| p.as_ref().ok().map(|c| (*c, m.hold)))
             .collect();
-        let mut decided = self
-            .service
-            .check_many(Edge::Grpc, &valid)
-            .await
-            .into_iter();
+        let mut decided = match &ledger {
+            Some(ledger) => self
+                .service
+                .check_many_holding(Edge::Grpc, &valid, ledger)
+                .await
+                .into_iter(),
+            None => {
+                let plain: Vec<Check<'_>> = valid.iter().map(|(c, _)| *c).collect();
+                self.service
+                    .check_many(Edge::Grpc, &plain)
+                    .await
+                    .into_iter()
+                    .map(|r| r.map(|o| (o, None)))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            }
+        };
         let error = |code: &str, message: String| {
             pb::check_batch_result::Result::Error(pb::Error {
                 error: code.to_owned(),
@@ -237,7 +561,9 @@ impl RateLimiter for RingLimitV1 {
                 result: Some(match p {
                     Err(e) => error(e.code, e.message.clone()),
                     Ok(_) => match decided.next() {
-                        Some(Ok(o)) => pb::check_batch_result::Result::Answer(answer(&o)),
+                        Some(Ok((o, mark))) => {
+                            pb::check_batch_result::Result::Answer(held_answer(&o, mark))
+                        }
                         Some(Err(e)) => error(e.code(), e.to_string()),
                         None => error("unavailable", "no answer was produced".into()),
                     },
@@ -304,6 +630,103 @@ impl RateLimiter for RingLimitV1 {
             .await
             .map_err(|e| reserve_status(&e))?;
         Ok(tonic::Response::new(answer(&settled.outcome)))
+    }
+
+    async fn topology(
+        &self,
+        _request: tonic::Request<pb::TopologyRequest>,
+    ) -> Result<tonic::Response<pb::TopologyResponse>, tonic::Status> {
+        Ok(tonic::Response::new(topology(self.admin.topology())))
+    }
+
+    type WatchTopologyStream = TopologyStream;
+
+    async fn watch_topology(
+        &self,
+        request: tonic::Request<pb::TopologyRequest>,
+    ) -> Result<tonic::Response<Self::WatchTopologyStream>, tonic::Status> {
+        let every = heartbeat(request.get_ref())?;
+        let Ok(permit) = self.watchers.clone().try_acquire_owned() else {
+            return Err(status(
+                tonic::Code::ResourceExhausted,
+                "too_many_watchers",
+                "this node streams its topology to --grpc-max-connections watchers at most; \
+                 watch another member, or call Topology",
+            ));
+        };
+        Ok(tonic::Response::new(watch(
+            self.admin.clone(),
+            every,
+            permit,
+        )))
+    }
+
+    async fn lease(
+        &self,
+        request: tonic::Request<pb::LeaseRequest>,
+    ) -> Result<tonic::Response<pb::LeaseResponse>, tonic::Status> {
+        let name = self.credential(&request, "Lease").map_err(|r| r.status())?;
+        let r = request.into_inner();
+        if r.holder.is_empty() || r.holder.len() > MOST_HOLDER_BYTES {
+            return Err(status(
+                tonic::Code::InvalidArgument,
+                "invalid_request",
+                format!(
+                    "`holder` must be 1 to {MOST_HOLDER_BYTES} bytes, got {}",
+                    r.holder.len()
+                ),
+            ));
+        }
+        items(r.asks.len(), "asks")?;
+        let parsed: Vec<Result<LeaseAsk<'_>, Invalid>> = r.asks.iter().map(lease_ask).collect();
+        let valid: Vec<LeaseAsk<'_>> = parsed
+            .iter()
+            .filter_map(|p| p.as_ref().ok().copied())
+            .collect();
+        let ledger = self.ledgers.of(&name);
+        let holder = credentials::holder(&name, &r.holder);
+        let mut granted = self
+            .service
+            .lease(&holder, &valid, &ledger)
+            .await
+            .into_iter();
+        let grants = parsed
+            .iter()
+            .map(|p| match p {
+                Err(e) => grant(LeaseGrant::Error {
+                    code: e.code.to_owned(),
+                    message: e.message.clone(),
+                }),
+                Ok(_) => grant(granted.next().unwrap_or(LeaseGrant::Error {
+                    code: "unavailable".to_owned(),
+                    message: "no answer was produced".to_owned(),
+                })),
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::LeaseResponse { grants }))
+    }
+
+    async fn give_back(
+        &self,
+        request: tonic::Request<pb::GiveBackRequest>,
+    ) -> Result<tonic::Response<pb::GiveBackResponse>, tonic::Status> {
+        let name = self
+            .credential(&request, "GiveBack")
+            .map_err(|r| r.status())?;
+        let r = request.into_inner();
+        items(r.items.len(), "items")?;
+        let parsed: Vec<Option<GiveBack<'_>>> = r.items.iter().map(give_back).collect();
+        let valid: Vec<GiveBack<'_>> = parsed.iter().flatten().copied().collect();
+        let ledger = self.ledgers.of(&name);
+        let mut given = self.service.give_back(&valid, &ledger).into_iter();
+        let honoured = parsed
+            .iter()
+            .map(|p| match p {
+                None => 0,
+                Some(_) => given.next().unwrap_or(0),
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::GiveBackResponse { honoured }))
     }
 }
 
@@ -412,6 +835,140 @@ mod tests {
         ];
         for (r, code) in cases {
             assert_eq!(refused(&r).0, code, "{r:?}");
+        }
+    }
+
+    /// Every inline rule of the golden file (`clients/golden/owners.json`), sent as a client
+    /// sends it, gets the seed the file says: SDKs that agree with the file agree with this
+    /// edge.
+    #[test]
+    fn golden_inline_rules_have_the_golden_seeds_here() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../clients/golden/owners.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let golden: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let mut seen = 0;
+        for case in golden["cases"].as_array().into_iter().flatten() {
+            let Some(j) = case["rule"].get("inline") else {
+                continue;
+            };
+            let algorithm = Algorithm::ALL
+                .into_iter()
+                .find(|a| Some(a.as_str()) == j["algorithm"].as_str())
+                .unwrap_or_else(|| panic!("{j}"));
+            let msg = pb::InlineRule {
+                limit: j["limit"].as_u64().unwrap_or_default(),
+                period_ms: j["period_ms"].as_u64().unwrap_or_default(),
+                algorithm: pb_algorithm(algorithm) as i32,
+                burst: j["burst"].as_u64(),
+                period: j["period"].as_str().unwrap_or_default().to_owned(),
+                calendar: j["calendar"].as_bool().unwrap_or_default(),
+                timezone: j["timezone"].as_str().unwrap_or_default().to_owned(),
+            };
+            let rule = inline(&msg).unwrap_or_else(|e| panic!("{j}: {}", e.message));
+            let valid =
+                ringlimit_core::rule::validate_inline(&rule).unwrap_or_else(|e| panic!("{e}"));
+            let seed = ringlimit_core::rule::inline_seed(&valid);
+            assert_eq!(
+                Some(seed.to_string().as_str()),
+                case["seed"].as_str(),
+                "{j}"
+            );
+            let key = case["key"].as_str().unwrap_or_default();
+            let id = ringlimit_core::rule::bucket_id(seed, key);
+            assert_eq!(Some(id.to_string().as_str()), case["bucket_id"].as_str());
+            seen += 1;
+        }
+        assert!(seen >= 100, "{seen} inline cases");
+    }
+
+    fn ask(f: impl FnOnce(&mut pb::LeaseAsk)) -> pb::LeaseAsk {
+        let mut a = pb::LeaseAsk {
+            key: "k".into(),
+            rule_spec: Some(pb::lease_ask::RuleSpec::Rule("api".into())),
+            want: 10,
+            demand_per_s: 0,
+        };
+        f(&mut a);
+        a
+    }
+
+    #[test]
+    fn lease_asks_need_a_rule_and_a_want() {
+        assert!(lease_ask(&ask(|_| {})).is_ok());
+        let code = |a: pb::LeaseAsk| lease_ask(&a).err().map(|e| e.code);
+        assert_eq!(code(ask(|a| a.want = 0)), Some("invalid_request"));
+        assert_eq!(code(ask(|a| a.rule_spec = None)), Some("invalid_request"));
+        assert_eq!(
+            code(ask(|a| {
+                a.rule_spec = Some(pb::lease_ask::RuleSpec::Inline(rule(|r| {
+                    r.period = "1mo".into()
+                })))
+            })),
+            Some("invalid_period")
+        );
+        let inline_ask = ask(|a| {
+            a.rule_spec = Some(pb::lease_ask::RuleSpec::Inline(rule(|r| {
+                r.period_ms = 1_000
+            })))
+        });
+        assert!(matches!(
+            lease_ask(&inline_ask).map(|a| a.rule),
+            Ok(RuleSpec::Inline(InlineRule {
+                period_ms: 1_000,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn a_give_back_without_a_rule_or_a_mark_names_nothing() {
+        let item = |rule: bool, mark: bool| pb::GiveBackItem {
+            key: "k".into(),
+            rule_spec: rule.then(|| pb::give_back_item::RuleSpec::Rule("api".into())),
+            tokens: 3,
+            mark: mark.then_some(pb::Mark {
+                reset_ns: 5,
+                at_ns: 6,
+            }),
+        };
+        let taken = give_back(&item(true, true)).map(|g| (g.tokens, g.mark));
+        assert_eq!(
+            taken,
+            Some((
+                3,
+                Mark {
+                    reset_ns: 5,
+                    at_ns: 6
+                }
+            ))
+        );
+        assert!(give_back(&item(false, true)).is_none());
+        assert!(give_back(&item(true, false)).is_none());
+    }
+
+    #[test]
+    fn counts_and_heartbeats_out_of_bounds_are_invalid_arguments() {
+        assert!(items(1, "asks").is_ok() && items(MOST_ITEMS, "asks").is_ok());
+        for n in [0, MOST_ITEMS + 1] {
+            let e = items(n, "asks").expect_err("refused");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(
+                e.message().starts_with("invalid_request: `asks`"),
+                "{}",
+                e.message()
+            );
+        }
+        let hb = |ms: Option<u64>| heartbeat(&pb::TopologyRequest { heartbeat_ms: ms });
+        assert_eq!(hb(None).ok(), Some(Duration::from_secs(10)));
+        assert_eq!(hb(Some(1_000)).ok(), Some(Duration::from_secs(1)));
+        assert_eq!(hb(Some(60_000)).ok(), Some(Duration::from_secs(60)));
+        for bad in [0, 999, 60_001, u64::MAX] {
+            let e = hb(Some(bad)).expect_err("refused");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
         }
     }
 }

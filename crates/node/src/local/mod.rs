@@ -22,9 +22,11 @@
 //! - [`owned`] — [`OwnedBuckets`]: the store and its feed, debts.
 //! - [`copies`] — [`ReplicaCopies`]: copies kept as a replica, standing in, promotion.
 //! - [`leases`] — [`Leases`]: slices granted and held.
+//! - [`holds`] — [`holds::Holds`]: a client's ledger of what it may give back.
 //! - [`reservations`] — [`Reservations`]: the owner's table, its sweep.
 
 pub mod copies;
+pub mod holds;
 pub mod leases;
 pub mod owned;
 pub mod reservations;
@@ -44,7 +46,7 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::reservations::ReserveError;
-use ringlimit_core::rule::{Mode, PersistMode};
+use ringlimit_core::rule::{LeaseMode, Mode, PersistMode};
 use ringlimit_core::store::Kind;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
@@ -370,6 +372,34 @@ impl Local {
         let kind = self.kind(rule, PersistMode::Auto);
         let check = |n| self.check_owned(id, (rule, kind), n, || now);
         self.leases.grant(id, rule, (holder, want), now, check)
+    }
+
+    /// Answers `holder`'s ask for `want` tokens of bucket `id` under `resolved` at `now`:
+    /// the one owner-side path of leases, the peer port's and ringlimit.v1's. `owned`: this
+    /// node's ring names it the bucket's owner; otherwise (or for a global rule, decided
+    /// wherever checks land) the ask is `not_owner` (the asker's ring is behind or ahead: it
+    /// asks again once they agree). A rule with `lease: off` keeps every check at the owner:
+    /// refused with what the bucket says.
+    pub fn lease_ask(
+        &self,
+        resolved: &Resolved,
+        id: u64,
+        owned: bool,
+        (holder, want): (&str, u64),
+        now: u64,
+    ) -> LeaseGrant {
+        let rule = &resolved.rule;
+        if resolved.mode == Mode::Global || !owned {
+            return LeaseGrant::Error {
+                code: "not_owner".to_owned(),
+                message: "this node does not own the bucket".to_owned(),
+            };
+        }
+        if resolved.lease == LeaseMode::Off {
+            let peek = self.bucket(id, rule, now).decide(0);
+            return LeaseGrant::Refused { answer: peek };
+        }
+        self.lease(id, rule, (holder, want), now)
     }
 
     /// Reserves `cost` of bucket `id` under `resolved` here, as its owner, at `now` for

@@ -119,6 +119,7 @@ impl Edges {
     pub(super) fn serve_grpc(
         &mut self,
         config: &NodeConfig,
+        trust: &Trust,
         state: &AppState,
         local: &LocalState,
         lifecycle: &Arc<Lifecycle>,
@@ -137,14 +138,22 @@ impl Edges {
             grpc = ?grpc_addr,
             "gRPC serving (Envoy rate limit and quota services, health)"
         );
+        let v1 = crate::grpc::V1Services {
+            service,
+            admin: state.admin.clone(),
+            auth: crate::grpc::credentials::ClientAuth {
+                tokens: trust.tokens.clone(),
+                secret: trust.security.secret().is_some(),
+            },
+        };
         let table = Arc::new(ConnTable::new(config.grpc_limits, self.grpc_conns.clone()));
         let tls = self.grpc_tls.clone();
         tasks.spawn(async move {
             let serving = crate::grpc::serve(
                 listener,
-                service,
                 lifecycle,
                 envoy,
+                v1,
                 table,
                 tls,
                 std::future::pending(),
@@ -181,6 +190,7 @@ pub(super) fn front_door(
     config: &NodeConfig,
     trust: &Trust,
     local: &LocalState,
+    members: &Members,
     peers: &Peering,
     lifecycle: &Arc<Lifecycle>,
     metrics: Arc<Metrics>,
@@ -204,6 +214,7 @@ pub(super) fn front_door(
         handed_over: peers.handed_over.clone(),
         top: local.top.clone(),
         durable: local.durable_stats.clone(),
+        view_updates: members.membership.updates(),
     }));
     AppState::new(http::Shared {
         service,

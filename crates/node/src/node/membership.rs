@@ -50,11 +50,16 @@ impl Members {
                 config.advertise.clone()
             };
         let advertise = resolve(&advertise_text).await?;
-        let http_advertise = if http_addr.ip().is_unspecified() {
-            SocketAddr::new(advertise.ip(), http_addr.port()).to_string()
-        } else {
-            http_addr.to_string()
+        // A wildcard address is reached at the advertised host, as the peer port is.
+        let reached = |addr: SocketAddr| {
+            if addr.ip().is_unspecified() {
+                SocketAddr::new(advertise.ip(), addr.port()).to_string()
+            } else {
+                addr.to_string()
+            }
         };
+        let http_advertise = reached(http_addr);
+        let grpc_advertise = endpoints.grpc_addr.map(reached).unwrap_or_default();
         let needs_peers = needs_peers(&config.seeds, &advertise_text, advertise);
 
         crate::cluster::seeds::wait_for_names(&config.seeds, config.seed_wait).await;
@@ -64,6 +69,7 @@ impl Members {
                 cluster_id: config.cluster_id.clone(),
                 advertise,
                 http_advertise,
+                grpc_advertise,
                 seeds: config.seeds.clone(),
                 interval: config.gossip_interval,
                 joining: needs_peers,

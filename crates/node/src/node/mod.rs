@@ -128,7 +128,9 @@ impl Node {
             &lifecycle,
         );
         let metrics = Arc::new(metrics);
-        let state = edges::front_door(&config, &trust, &local, &peers, &lifecycle, metrics);
+        let state = edges::front_door(
+            &config, &trust, &local, &members, &peers, &lifecycle, metrics,
+        );
         Ok(Self {
             config,
             trust,
@@ -172,7 +174,7 @@ impl Node {
         edges.watch(&config, &local, &mut tasks);
 
         edges.say_serving(&config, &trust, &members);
-        edges.serve_grpc(&config, &state, &local, &lifecycle, &mut tasks);
+        edges.serve_grpc(&config, &trust, &state, &local, &lifecycle, &mut tasks);
         let membership = members.membership.clone();
         let leave = lifecycle::leave(
             shutdown,

@@ -8,7 +8,7 @@
 //! each:
 //! - [`checks`] — `Checks` (and version 2's `FlaggedChecks`): to the front door.
 //! - [`refunds`] — `Refunds`: give back what all-or-nothing checks held (a client only what
-//!   its own connection's holds took: [`holds`]).
+//!   its own connection's holds took: [`crate::local::holds`]).
 //! - [`handover`] — `Handover`: merge the buckets a previous owner hands over.
 //! - [`replicate`] — `Replicate`, `ReplicateOneWay`: keep copies of an owner's buckets;
 //!   `HandBack`: merge what a replica decided for this node while it did not answer.
@@ -27,14 +27,13 @@
 //! `--allow-unauthenticated-peers`, any that got through) is a member's and may send every
 //! frame. One that proved a client credential (a token with the `check` role), or nothing on a
 //! node without a secret, is a client's: it may send checks, lease asks, reservations, settles,
-//! clock samples and refunds of what its own holds took ([`holds`]), and is closed on anything
-//! else (see [`members_only`]).
+//! clock samples and refunds of what its own holds took ([`crate::local::holds`]), and is
+//! closed on anything else (see [`members_only`]).
 
 mod blocks;
 mod checks;
 mod global_counts;
 mod handover;
-mod holds;
 mod lease;
 mod quota;
 mod recall;
@@ -49,11 +48,11 @@ use super::Recall;
 use super::logins::{Login, Logins};
 use crate::cluster::View;
 use crate::local::Local;
+use crate::local::holds::Holds;
 use crate::log_gate::LogGate;
 use crate::rules::book::RuleBook;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
-use holds::Holds;
 use ringlimit_core::link::framing::{self, BoxedIo, FramedPeer, LinkError};
 use ringlimit_core::tls::PeerTls;
 use ringlimit_core::top_keys::TopKeys;
@@ -430,7 +429,7 @@ impl PeerServer {
             member,
         };
         // What this connection's own checks and leases took, for its refunds: a client's
-        // only (see [`holds`]).
+        // only (see [`crate::local::holds`]).
         let mut holds = (!member).then(Holds::default);
         while let Some(bytes) = conn.next().await {
             let mut len = 0;

@@ -266,6 +266,60 @@ impl Router {
         }
     }
 
+    /// Whether this node, as the view stands, is the owner of bucket `id`: it owns keys (see
+    /// [`Router::owns_keys`]) and its ring names it.
+    pub fn owns(&self, id: u64) -> bool {
+        let view = self.view.load();
+        self.owns_keys(&view) && view.ring.owner(id) == Some(&*view.self_id)
+    }
+
+    /// Decides checks of buckets this node owns here, at one instant, each marked with what
+    /// it took so that it can be given back ([`Local::hold_on`]; ringlimit.v1's held checks).
+    pub async fn hold_here(&self, items: &[Prepared<'_>]) -> Vec<(CheckAnswer, Option<Mark>)> {
+        self.recall_before(items).await;
+        let now = self.local.now();
+        items
+            .iter()
+            .map(|p| self.local.hold_on(crate::local::Placement::Bucket, p, now))
+            .collect()
+    }
+
+    /// Answers a client's lease asks as the owner (`Local::lease_ask`, the peer port's path):
+    /// each ask's bucket (prepared, or why not) and the tokens it wants, for `holder`. The
+    /// buckets this node owns but does not hold yet are recalled first (a slice of a fresh
+    /// bucket would over-admit).
+    pub async fn lease_here(
+        &self,
+        asks: &[(Result<Prepared<'_>, CheckError>, u64)],
+        holder: &str,
+    ) -> Vec<ringlimit_proto::peer::LeaseGrant> {
+        let valid: Vec<Prepared<'_>> = asks
+            .iter()
+            .filter_map(|(p, _)| p.as_ref().ok().cloned())
+            .collect();
+        self.recall_before(&valid).await;
+        let now = self.local.now();
+        asks.iter()
+            .map(|(p, want)| match p {
+                Ok(p) => {
+                    self.local
+                        .lease_ask(&p.resolved, p.id, self.owns(p.id), (holder, *want), now)
+                }
+                Err(e) => ringlimit_proto::peer::LeaseGrant::Error {
+                    code: e.code().to_owned(),
+                    message: e.to_string(),
+                },
+            })
+            .collect()
+    }
+
+    /// Gives back `p.cost` to a bucket this node decided, taken by the admission `mark` (a
+    /// client's hold or lease slice, bounded by its ledger before it comes here).
+    pub fn give_back(&self, p: &Prepared<'_>, mark: Mark) {
+        use ringlimit_core::coordinator::Here as _;
+        self.local.refund(p, mark);
+    }
+
     /// Whether this node owns keys under `view`: it sees a majority of the members it last knew
     /// through gossip (`cluster::quorum`) and over their peer links (`peers::reach`).
     pub fn owns_keys(&self, view: &View) -> bool {

@@ -23,13 +23,22 @@ pub struct Prepared<'a> {
 #[derive(Debug)]
 pub struct InForce {
     rules: ArcSwap<RuleSet>,
+    /// Rule sets put in force since start, for those who follow them (ringlimit.v1's
+    /// WatchTopology) without polling.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl InForce {
     pub fn new(rules: RuleSet) -> Self {
         Self {
             rules: ArcSwap::from_pointee(rules),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Told each time rules are put in force.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The rules in force.
@@ -40,6 +49,7 @@ impl InForce {
     /// Puts new rules in force.
     pub fn set_rules(&self, rules: RuleSet) {
         self.rules.store(Arc::new(rules));
+        self.changes.send_modify(|n| *n += 1);
     }
 
     /// Resolves and validates a check's rule.

@@ -14,8 +14,11 @@
 //!   rules.
 //! - [`reservations`] — a cost estimated now, settled later at the bucket's owner.
 //! - [`peer`] — the checks of a frame that arrived on the peer port.
+//! - [`clients`] — what a client SDK asks of owners over ringlimit.v1 beside checks: held
+//!   checks, leases, give-backs, bounded by the client's ledger.
 
 pub mod all_or_nothing;
+pub mod clients;
 pub mod peer;
 pub mod reservations;
 

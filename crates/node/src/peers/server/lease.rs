@@ -1,11 +1,12 @@
 //! `Lease`: a member (or an SDK) asks this node, the owner, for slices of hot buckets (see
-//! `ringlimit_core::lease`). Slices are taken from the buckets at once; what a holder does not
+//! `ringlimit_core::lease`; the owner's side is `Local::lease_ask`, which ringlimit.v1's
+//! `Lease` takes too). Slices are taken from the buckets at once; what a holder does not
 //! spend comes back as an ordinary refund (`server/refunds.rs`).
 
-use super::holds::Holds;
 use super::{Caller, PeerServer};
+use crate::local::holds::Holds;
 use crate::rules::RuleSpec;
-use ringlimit_core::rule::{LeaseMode, Mode};
+use ringlimit_core::rule::Mode;
 use ringlimit_proto::peer::{Frame, LeaseAsk, LeaseGrant};
 
 /// Most asks answered from one frame.
@@ -49,22 +50,8 @@ impl PeerServer {
                         };
                     }
                 };
-                let rule = &resolved.rule;
-                // Global rules are decided wherever checks land; a bucket another member owns
-                // under this node's ring is not this node's to lease (the asker's ring is
-                // behind or ahead: it asks again once they agree).
-                if resolved.mode == Mode::Global || !self.owns(id) {
-                    return LeaseGrant::Error {
-                        code: "not_owner".to_owned(),
-                        message: "this node does not own the bucket".to_owned(),
-                    };
-                }
-                if resolved.lease == LeaseMode::Off {
-                    // The rule keeps every check at the owner.
-                    let peek = self.local.bucket(id, rule, now).decide(0);
-                    return LeaseGrant::Refused { answer: peek };
-                }
-                self.local.lease(id, rule, (caller.peer, ask.want), now)
+                self.local
+                    .lease_ask(&resolved, id, self.owns(id), (caller.peer, ask.want), now)
             })
             .collect::<Vec<_>>();
         if let Some(holds) = holds {

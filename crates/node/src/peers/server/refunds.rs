@@ -3,7 +3,7 @@
 //! its own holds took, once ([`super::holds`]).
 
 use super::PeerServer;
-use super::holds::Holds;
+use crate::local::holds::Holds;
 use crate::rules::RuleSpec;
 use ringlimit_core::coordinator::Here;
 use ringlimit_proto::peer::{

@@ -1,37 +1,57 @@
-//! What a client's connection may give back: the holds its own checks and leases took.
+//! What a client may give back: the holds its own checks and leases took.
 //!
 //! A refund names a bucket and an admission's mark, and the bucket gives back whatever it is
 //! told: a token bucket takes any mark, and a window's mark is its reset time, which every
 //! answer shows. So a client (an SDK, or anyone on a node without a secret) could refill any
-//! bucket with refunds it made up. Each client connection therefore keeps a ledger of what
-//! was taken on it — all-or-nothing holds ([`PeerAnswer::Held`](ringlimit_proto::peer::PeerAnswer::Held)) and lease slices
-//! ([`LeaseGrant::Granted`](ringlimit_proto::peer::LeaseGrant::Granted)) — and a refund gives back at most what the ledger says that
-//! admission took, once. Members (who prove the cluster secret) are trusted with their
-//! refunds as with every other frame.
+//! bucket with refunds it made up. Each client therefore has a ledger of what was taken for
+//! it — all-or-nothing holds ([`PeerAnswer::Held`](ringlimit_proto::peer::PeerAnswer::Held),
+//! ringlimit.v1's `CheckResponse.hold`) and lease slices
+//! ([`LeaseGrant::Granted`](ringlimit_proto::peer::LeaseGrant::Granted)) — and a refund gives
+//! back at most what the ledger says that admission took, once. On the peer port a client is
+//! its connection; on ringlimit.v1 (calls on any connection) its credential's name. Members
+//! (who prove the cluster secret) are trusted with their refunds as with every other frame.
 //!
-//! The ledger is bounded: past [`MOST_HOLDS`] entries the oldest is forgotten, and a refund of
-//! it then gives back nothing (the cost stays taken: a false deny at worst). An all-or-nothing
+//! A ledger is bounded: past its bound the oldest entry is forgotten, and a refund of it then
+//! gives back nothing (the cost stays taken: a false deny at worst). An all-or-nothing
 //! request's refunds follow its answers within a round trip; a lease's slices live a window
-//! at most, on a connection of their own.
+//! at most.
 
 use ringlimit_proto::peer::Mark;
 use std::collections::{HashMap, VecDeque};
 
-/// Most holds one connection remembers (about 60 bytes each).
-pub(super) const MOST_HOLDS: usize = 4096;
+/// Most holds one peer connection remembers (about 60 bytes each).
+pub const MOST_HOLDS: usize = 4096;
 
-/// One client connection's ledger of holds, by bucket and mark.
-#[derive(Debug, Default)]
-pub(super) struct Holds {
+/// One client's ledger of holds, by bucket and mark.
+#[derive(Debug)]
+pub struct Holds {
     left: HashMap<(u64, Mark), u64>,
     /// Insertion order, for forgetting the oldest; may name holds already given back (they
     /// are skipped), and is compacted when it grows past twice the bound.
     order: VecDeque<(u64, Mark)>,
+    /// Most entries remembered.
+    most: usize,
+}
+
+impl Default for Holds {
+    /// A peer connection's ledger: [`MOST_HOLDS`] entries.
+    fn default() -> Self {
+        Self::bounded(MOST_HOLDS)
+    }
 }
 
 impl Holds {
-    /// Remembers that the admission `mark` of bucket `id` took `cost` on this connection.
-    pub(super) fn hold(&mut self, id: u64, mark: Mark, cost: u64) {
+    /// A ledger that remembers at most `most` holds (at least 1).
+    pub fn bounded(most: usize) -> Self {
+        Self {
+            left: HashMap::new(),
+            order: VecDeque::new(),
+            most: most.max(1),
+        }
+    }
+
+    /// Remembers that the admission `mark` of bucket `id` took `cost` for this client.
+    pub fn hold(&mut self, id: u64, mark: Mark, cost: u64) {
         if cost == 0 {
             return;
         }
@@ -40,7 +60,7 @@ impl Holds {
             0
         });
         *left = left.saturating_add(cost);
-        while self.left.len() > MOST_HOLDS {
+        while self.left.len() > self.most {
             match self.order.pop_front() {
                 Some(oldest) => {
                     self.left.remove(&oldest);
@@ -48,15 +68,15 @@ impl Holds {
                 None => break,
             }
         }
-        if self.order.len() > 2 * MOST_HOLDS {
+        if self.order.len() > 2 * self.most {
             let left = &self.left;
             self.order.retain(|k| left.contains_key(k));
         }
     }
 
     /// Takes up to `want` of what admission `mark` of bucket `id` holds: what may be given
-    /// back (0 when this connection holds nothing under that mark, or gave it back already).
-    pub(super) fn take(&mut self, id: u64, mark: Mark, want: u64) -> u64 {
+    /// back (0 when this client holds nothing under that mark, or gave it back already).
+    pub fn take(&mut self, id: u64, mark: Mark, want: u64) -> u64 {
         let Some(left) = self.left.get_mut(&(id, mark)) else {
             return 0;
         };
@@ -68,9 +88,13 @@ impl Holds {
         give
     }
 
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
+    /// Holds remembered.
+    pub fn len(&self) -> usize {
         self.left.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.left.is_empty()
     }
 }
 
@@ -113,5 +137,16 @@ mod tests {
         let last = 3 * MOST_HOLDS as u64 - 1;
         assert_eq!(h.take(last, mark(last), 1), 1, "the newest is kept");
         assert_eq!(h.take(1, mark(1), 1), 0, "the oldest was forgotten");
+    }
+
+    #[test]
+    fn a_ledger_keeps_its_own_bound() {
+        let mut h = Holds::bounded(3);
+        for i in 0..10u64 {
+            h.hold(i, mark(i), 2);
+        }
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.take(9, mark(9), 5), 2);
+        assert_eq!(h.take(6, mark(6), 5), 0, "forgotten");
     }
 }
