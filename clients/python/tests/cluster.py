@@ -105,8 +105,23 @@ class Node:
 class Cluster:
     """``n`` nodes seeding each other; ``env`` for every node (a secret, client tokens)."""
 
-    def __init__(self, n: int = 3, env: Optional[Dict[str, str]] = None, args: Optional[List[str]] = None) -> None:
+    def __init__(
+        self,
+        n: int = 3,
+        env: Optional[Dict[str, str]] = None,
+        args: Optional[List[str]] = None,
+        rules: Optional[str] = None,
+        tmp: Optional[str] = None,
+    ) -> None:
         env = dict(env or {})
+        args = list(args or [])
+        if rules is not None:
+            import tempfile
+
+            path = os.path.join(tmp or tempfile.mkdtemp(prefix="ringlimit-sdk-"), "rules.yaml")
+            with open(path, "w") as f:
+                f.write(rules)
+            args += ["--config", path]
         if "RINGLIMIT_CLUSTER_SECRET" not in env:
             env["RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS"] = "true"
         ports = [free_port() for _ in range(n)]
@@ -114,7 +129,7 @@ class Cluster:
         self.nodes: List[Node] = []
         try:
             for i, p in enumerate(ports):
-                self.nodes.append(Node(f"n{i}", p, seeds, env, list(args or [])))
+                self.nodes.append(Node(f"n{i}", p, seeds, env, args))
             for node in self.nodes:
                 node.await_serving()
             self.await_alive(n)
