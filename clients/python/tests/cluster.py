@@ -25,6 +25,17 @@ needs_bin = pytest.mark.skipif(
 )
 
 
+def _die_with_parent() -> None:
+    """In the node's process before exec: killed when the test process dies, however it dies
+    (Linux's PR_SET_PDEATHSIG; elsewhere the tests' own cleanup is all there is)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +80,13 @@ class Node:
         full_env.update({"RUST_LOG": "info", "NO_COLOR": "1"})
         full_env.update(env)
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env, text=True
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            text=True,
+            preexec_fn=_die_with_parent,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

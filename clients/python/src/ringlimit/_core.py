@@ -171,10 +171,7 @@ def shadowed(a: Answer, rule: Optional[Rule]) -> Answer:
     """A shadow rule's answer: always allowed, with what it would have decided."""
     if rule is None or not rule.shadow or a.shadow_denied is not None:
         return a
-    a.shadow_denied = not a.allowed
-    a.allowed = True
-    a.retry_after_ms = 0
-    return a
+    return a.replace(shadow_denied=not a.allowed, allowed=True, retry_after_ms=0)
 
 
 class Failure:

@@ -26,6 +26,7 @@ from .v1 import ratelimiter_pb2 as pb
 from .v1 import ratelimiter_pb2_grpc as pb_grpc
 
 _mono = time.monotonic_ns
+_new = tuple.__new__
 _TIMED_OUT = Failure("owner did not answer within the deadline")
 
 
@@ -206,7 +207,7 @@ class Client:
                     if r >= 0:
                         if r < e.low:
                             self._core.lease_low(e)
-                        return Answer(True, e.limit, r + e.queued, e.reset_at_ms, 0, False, True)
+                        return _new(Answer, (True, e.limit, r + e.queued, e.reset_at_ms, 0, False, True, False, False, None))
                 return await self._check(e, cost)
         core = self._core
         spec = rule if limit is None else (limit, period_ms)

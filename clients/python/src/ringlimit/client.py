@@ -29,6 +29,7 @@ from .errors import InvalidCheck, RingLimitError, Unavailable, from_status_messa
 from .v1 import ratelimiter_pb2 as pb
 
 _mono = time.monotonic_ns
+_new = tuple.__new__
 
 #: Most checks in one all-or-nothing request.
 MAX_ALL = 32
@@ -216,7 +217,7 @@ class Client:
                     if r >= 0:
                         if r < e.low:
                             self._core.lease_low(e)
-                        return Answer(True, e.limit, r + e.queued, e.reset_at_ms, 0, False, True)
+                        return _new(Answer, (True, e.limit, r + e.queued, e.reset_at_ms, 0, False, True, False, False, None))
                 return self._check(e, cost)
         got = self._core.entry(rule if limit is None else (limit, period_ms), key, rule, limit, period_ms)
         if isinstance(got, Answer):
@@ -347,10 +348,11 @@ class Client:
         admitted = all(a.allowed for a in final)
         if not admitted:
             held_idx = self._undo(entries, costs, holds, taken)
-            for i in held_idx:
+            for i in set(held_idx):
                 a = final[i]
-                if a.allowed and not a.degraded or taken[i] is not None:
-                    a.remaining += costs[i]
+                if a.allowed:
+                    # Given back: it reads as if the request never came.
+                    final[i] = a.replace(remaining=a.remaining + costs[i])
         return AllAnswer(admitted, binding(final, shadow), final, any(a.degraded for a in final))
 
     def _undo(
