@@ -142,8 +142,18 @@ class Stats:
     )
 
     def __init__(self) -> None:
-        for f in Stats.__slots__:
-            setattr(self, f, 0)
+        self.direct = 0
+        self.degraded = 0
+        self.leased = 0
+        self.leased_denied = 0
+        self.lease_asks = 0
+        self.lease_grants = 0
+        self.lease_tokens = 0
+        self.given_back = 0
+        self.batches = 0
+        self.checks_sent = 0
+        self.refreshes = 0
+        self.refresh_failures = 0
 
     def snapshot(self, leased_fast: int = 0) -> Dict[str, int]:
         d = {f: getattr(self, f) for f in Stats.__slots__}
@@ -567,7 +577,8 @@ class Core:
             return Answer(True, e.limit, remaining, e.reset_at_ms, 0, False, True)
         self.stats.leased_denied += 1
         d = e.denied
-        return Answer(False, d.limit, 0, d.reset_at_ms, retry, False, True)
+        limit, reset_at_ms = (d.limit, d.reset_at_ms) if d is not None else (e.limit, e.reset_at_ms)
+        return Answer(False, limit, 0, reset_at_ms, retry, False, True)
 
     def lease_low(self, e: Entry) -> None:
         """The fast path saw a slice run low."""
@@ -660,8 +671,8 @@ class Core:
         for fut, items in futures:
             try:
                 resp = fut.result()
-            except grpc.RpcError as e:
-                log.debug("ringlimit: lease ask failed: %s", e.code())
+            except grpc.RpcError as err:
+                log.debug("ringlimit: lease ask failed: %s", err.code())
                 later = self.clock()
                 with self.leases_lock:
                     for item in items:

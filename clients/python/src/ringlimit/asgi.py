@@ -85,8 +85,7 @@ class RateLimitMiddleware:
             return
         extra = _raw(lim.headers(self.client, answer))
         if not answer.allowed:
-            headers = [(b"content-type", b"application/json")] + extra
-            await _respond_raw(send, 429, headers, denied_body(answer))
+            await _respond_raw(send, 429, [(b"content-type", b"application/json")] + extra, denied_body(answer))
             return
 
         async def send_with_headers(message: Dict[str, Any]) -> None:

@@ -291,7 +291,7 @@ class Client:
                 results[i], taken[i] = core.fall_back_held(e, costs[i])
             else:
                 groups.setdefault(addr, []).append(i)
-        calls = []
+        calls: List[Tuple[str, List[int], Any, Optional[BaseException]]] = []
         for addr, idx in groups.items():
             reqs = [core.request(entries[i], costs[i], hold=True) for i in idx]
             core.stats.batches += 1
@@ -300,12 +300,12 @@ class Client:
                 fut = core.stub(addr).CheckBatch.future(
                     pb.CheckBatchRequest(checks=reqs), timeout=core.s.deadline_s, metadata=core.s.metadata
                 )
-            except Exception as err:  # a closed channel
-                calls.append((addr, idx, None, err))
+            except Exception as closed:  # a closed channel
+                calls.append((addr, idx, None, closed))
                 continue
             calls.append((addr, idx, fut, None))
         holds: List[Tuple[int, Any]] = []
-        for addr, idx, fut, err in calls:
+        for addr, idx, fut, failed in calls:
             outcomes: List[Outcome]
             if fut is not None:
                 try:
@@ -321,7 +321,7 @@ class Client:
                 except grpc.RpcError as rpc:
                     outcomes = [outcome_of_error(rpc, False)] * len(idx)
             else:
-                outcomes = [Failure(f"owner unreachable ({type(err).__name__})")] * len(idx)
+                outcomes = [Failure(f"owner unreachable ({type(failed).__name__})")] * len(idx)
             for j, i in enumerate(idx):
                 got = outcomes[j] if j < len(outcomes) else Failure("owner answered too few checks")
                 if isinstance(got, Answer):
@@ -405,10 +405,10 @@ class Client:
             resp = core.stub(addr).Reserve(req, timeout=core.s.reserve_timeout_s, metadata=core.s.metadata)
         except grpc.RpcError as err:
             got = outcome_of_error(err, True)
-            if isinstance(got, Failure):
-                core.ask_refresh()
-                raise Unavailable("unavailable", got.why) from None
-            raise got from None
+            if isinstance(got, RingLimitError):
+                raise got from None
+            core.ask_refresh()
+            raise Unavailable("unavailable", getattr(got, "why", "owner unreachable")) from None
         return Reservation(self, e, resp.reservation, resp.cost, answer_of(resp.answer))
 
     def _settle(self, e: Optional[Entry], rid: str, cost: int) -> Answer:
@@ -427,9 +427,9 @@ class Client:
             )
         except grpc.RpcError as err:
             got = outcome_of_error(err, True)
-            if isinstance(got, Failure):
-                raise Unavailable("unavailable", got.why) from None
-            raise got from None
+            if isinstance(got, RingLimitError):
+                raise got from None
+            raise Unavailable("unavailable", getattr(got, "why", "owner unreachable")) from None
         return answer_of(resp)
 
     def settle(self, reservation: str, cost: int) -> Answer:
