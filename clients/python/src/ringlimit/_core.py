@@ -15,7 +15,7 @@ import grpc
 
 from . import _hash
 from ._fallback import Fallback, Taken
-from ._leases import GIL_GUARDS, SAMPLE, TICK_NS, Entry, HotKeys, Held
+from ._leases import BACKOFF_NS, GIL_GUARDS, SAMPLE, TICK_NS, Entry, HotKeys, Held
 from ._rules import NANOS_PER_MS, Inline, Rule, resolve_inline, validate_key
 from ._topology import DiscoveryError, Member, Topology, fetch_http, from_response, grpc_target, http_base
 from .answers import Answer
@@ -201,7 +201,8 @@ def outcome_of_error(e: BaseException, single: bool) -> Outcome:
     """What an RPC error means for the checks it carried."""
     if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
         code = e.code()
-        if code in TRANSPORT or not single:
+        refused = code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+        if code in TRANSPORT or not (single or refused):
             return Failure(f"owner unreachable ({code.name})", code)
         details = e.details() if hasattr(e, "details") else ""
         return from_status_message(details, _FALLBACK_CODE.get(code, "invalid_request"))
@@ -250,6 +251,7 @@ class Core:
         self.watch_last = 0
         self.watching: Optional[str] = None
         self.watch_unsupported = False
+        self.warned_auth = False
         self.threads: List[threading.Thread] = []
         self.on_links_changed: List[Callable[[Topology], None]] = []
 
@@ -672,11 +674,19 @@ class Core:
             try:
                 resp = fut.result()
             except grpc.RpcError as err:
-                log.debug("ringlimit: lease ask failed: %s", err.code())
+                code = err.code()
+                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    if not self.warned_auth:
+                        self.warned_auth = True
+                        log.warning("ringlimit: leases need a client credential (token=): %s", err.details())
+                    backoff = 10 * BACKOFF_NS
+                else:
+                    log.debug("ringlimit: lease ask failed: %s", code)
+                    backoff = 100 * NANOS_PER_MS
                 later = self.clock()
                 with self.leases_lock:
                     for item in items:
-                        self.held.failed(item[0], later, 100 * NANOS_PER_MS)
+                        self.held.failed(item[0], later, backoff)
                 continue
             later = self.clock()
             with self.leases_lock:

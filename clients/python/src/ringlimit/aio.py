@@ -155,6 +155,7 @@ class Client:
         self._stubs: Dict[str, pb_grpc.RateLimiterStub] = {}
         self._batchers: Dict[str, _Batcher] = {}
         self._dead: List[grpc.aio.Channel] = []
+        self._version = 0
         core.on_links_changed.append(self._links_changed)
         self._cache = core.cache
         self._leases = core.s.leases
@@ -231,8 +232,8 @@ class Client:
         addr = core.route(e)
         if addr is None:
             return core.fall_back(e, Failure("no cluster member alive") if core.topo.members else None, cost)
-        if addr not in core.channels:
-            self._forget(addr)
+        if self._version != core.topo.version:
+            self._prune()
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[Outcome]" = loop.create_future()
         timer = loop.call_later(core.s.deadline_s, _expire, fut)
@@ -244,12 +245,16 @@ class Client:
         timer.cancel()
         return core.resolve(e, got, cost)
 
-    def _forget(self, addr: str) -> None:
-        """A member gone from the topology: its channel is closed later (in-flight calls end)."""
-        ch = self._channels.pop(addr, None)
-        self._stubs.pop(addr, None)
-        if ch is not None:
-            self._dead.append(ch)
+    def _prune(self) -> None:
+        """Members gone from the topology: their channels are closed at :meth:`close` (calls
+        in flight on them end first)."""
+        core = self._core
+        self._version = core.topo.version
+        live = set(core.topo.grpc_addrs())
+        for addr in [a for a in self._channels if a not in live]:
+            self._dead.append(self._channels.pop(addr))
+            self._stubs.pop(addr, None)
+            self._batchers.pop(addr, None)
 
     async def check_all(self, checks: Iterable[Any]) -> AllAnswer:
         """See :meth:`ringlimit.Client.check_all`."""
