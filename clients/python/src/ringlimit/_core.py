@@ -351,7 +351,10 @@ class Core:
         bounded by the discovery timeout)."""
         topo = self.topo
         timeout = self.s.discovery_timeout_s
-        for addr in ([self.watching] if self.watching else []) + topo.grpc_addrs() + self.s.grpc_seeds:
+        # Nodes that answered UNIMPLEMENTED serve no Topology: straight to HTTP (grpc:// seeds
+        # are still asked: they have no other way in).
+        grpc_first = [] if self.watch_unsupported else ([self.watching] if self.watching else []) + topo.grpc_addrs()
+        for addr in grpc_first + self.s.grpc_seeds:
             if self.closed.is_set():
                 return False
             try:
