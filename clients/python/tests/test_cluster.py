@@ -233,7 +233,7 @@ def test_the_example_service_against_the_cluster(cluster: Cluster) -> None:
 
 def test_fail_open_while_a_node_is_killed_under_load(tmp_path) -> None:
     with Cluster(3, rules=RULES, tmp=str(tmp_path)) as cl:
-        c = ringlimit.Client(cl.seeds, grpc_addrs=cl.grpc_addrs, deadline_ms=500, refresh_interval_ms=200)
+        c = ringlimit.Client(cl.seeds, grpc_addrs=cl.grpc_addrs, deadline_ms=1_000, refresh_interval_ms=200)
         try:
             victim = "n2"
             keys = [f"kill:{i}" for i in range(60)]

@@ -85,7 +85,7 @@ def test_an_owner_that_keeps_its_bucket_sends_checks_to_it(fake: FakeCluster) ->
             c.check("hot:3", rule="hot")
         assert fake.calls("Lease"), "hot enough to ask"
         n = len(fake.calls("Lease"))
-        for _ in range(200):
+        for _ in range(100):
             assert not c.check("hot:3", rule="hot").leased
         assert len(fake.calls("Lease")) <= n + 1, "asked again only after the backoff"
 
