@@ -29,5 +29,6 @@ mod prometheus;
 mod rlqs;
 mod rolling;
 mod sdk;
+mod sdk_python;
 mod tls;
 mod tls_tools;
