@@ -80,6 +80,9 @@ export interface ClientOptions {
   fallbackMaxKeys?: number;
   /** Who holds this client's leases (default a random UUID per client). */
   holder?: string;
+  /** gRPC addresses (`host:port`) of members that advertise none, by node id: nodes older
+   * than ringlimit.v1's Topology call say only their HTTP address. */
+  grpcAddrs?: Record<string, string>;
   /** Lease and hot-key tuning (tests). */
   leaseSettings?: Partial<LeaseSettings>;
   hotSettings?: Partial<HotSettings>;
@@ -201,6 +204,7 @@ export class Client {
   private readonly seeds: Seed[];
   private readonly opts: Required<Pick<ClientOptions, 'clusterId' | 'deadlineMs' | 'discoveryTimeoutMs' | 'refreshMs' | 'heartbeatMs' | 'failMode'>>;
   private readonly md = new grpc.Metadata();
+  private readonly grpcAddrs: Record<string, string>;
   private readonly fallback: Fallback;
   private topo: Topology = EMPTY;
   private ringGen = 0;
@@ -262,6 +266,7 @@ export class Client {
       heartbeatMs: Math.min(60_000, Math.max(1_000, options.heartbeatMs ?? 2_000)),
       failMode: options.failMode ?? 'open',
     };
+    this.grpcAddrs = { ...options.grpcAddrs };
     if (options.token) this.md.set('authorization', `Bearer ${options.token}`);
     this.fallback = new Fallback(options.fallbackMaxKeys ?? 100_000, share);
     this.holder = options.holder ?? randomUUID();
@@ -912,6 +917,7 @@ export class Client {
     if (this.closed) return;
     if (next.clusterId && next.clusterId !== this.opts.clusterId) throw new Error(`node of cluster ${JSON.stringify(next.clusterId)}, not ${JSON.stringify(this.opts.clusterId)}`);
     const old = this.topo;
+    for (const m of next.members) if (!m.grpcAddr && this.grpcAddrs[m.nodeId]) m.grpcAddr = this.grpcAddrs[m.nodeId]!;
     const links = new Map<string, Link>();
     for (const m of next.members) {
       if (!m.grpcAddr) continue;
