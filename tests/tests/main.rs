@@ -28,5 +28,6 @@ mod prometheus;
 mod rlqs;
 mod rolling;
 mod sdk;
+mod sdk_typescript;
 mod tls;
 mod tls_tools;
