@@ -780,8 +780,14 @@ export class Client {
         let res: LeaseResponse__Output;
         try {
           res = await this.unary<LeaseResponse__Output>(link, 'Lease', req, LEASE_WITHIN_MS);
-        } catch {
-          for (const d of ds) held.unanswered(d, monotonic());
+        } catch (e) {
+          // Refused (no credential, a forbidden one): asked again after the full backoff;
+          // unanswered: sooner.
+          const now = monotonic();
+          for (const d of ds) {
+            if (e instanceof RinglimitError) held.answered(d, { error: { code: e.code, message: e.message } }, now);
+            else held.unanswered(d, now);
+          }
           return;
         }
         const now = monotonic();
