@@ -37,8 +37,8 @@ export const RULES = `rules:
     period: 1m
     mode: global
   - name: hot
-    limit: 3000
-    period: 1m
+    limit: 20000
+    period: 1h
     algorithm: fixed_window
   - name: loaded
     limit: 100000
