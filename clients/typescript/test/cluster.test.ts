@@ -170,8 +170,9 @@ describe('a three-node cluster', { skip: SKIP }, () => {
 
   // Last: it kills a node.
   test('a node SIGKILLed under load: no exception, degraded only while unreachable', async (t) => {
-    const c = await client({ deadlineMs: 200 });
     const victim = cluster.nodes[2]!;
+    // Its topology stream is on the victim: killed, the client must watch another member.
+    const c = await client(grpcSdk ? { deadlineMs: 200, seeds: [`grpc://${victim.grpc}`] } : { deadlineMs: 200 });
     const keys = Array.from({ length: 60 }, (_, i) => `load:${i}`);
     const victimKeys = keys.filter((key) => c.ownerOf({ key, rule: 'loaded' }) === victim.id);
     assert.ok(victimKeys.length > 0);

@@ -338,3 +338,38 @@ test('fail-closed without a member is an unavailable error', async () => {
     await client.close();
   }
 });
+
+test('seeds are HTTP base URLs or grpc:// addresses', async () => {
+  const { parseSeed, fromHttp } = await import('../src/topology.js');
+  assert.deepEqual(parseSeed('http://10.0.0.1:8080/'), { http: 'http://10.0.0.1:8080' });
+  assert.deepEqual(parseSeed('node-1:8080'), { http: 'http://node-1:8080' });
+  assert.deepEqual(parseSeed('grpc://10.0.0.1:50051'), { grpc: '10.0.0.1:50051' });
+  assert.deepEqual(parseSeed('http://[::1]:8080'), { http: 'http://[::1]:8080' });
+  for (const bad of ['host', 'https://h:1', 'h:0', 'h:70000', 'grpc://h']) assert.equal(parseSeed(bad), undefined, bad);
+  // Over HTTP: the alive members, sorted, and the rules resolved as the nodes resolve them.
+  const t = fromHttp(
+    {
+      node_id: 'n0',
+      cluster_id: 'ringlimit',
+      members: [
+        { node_id: 'n1', http_addr: '10.0.0.2:8080', state: 'alive', grpc_addr: '10.0.0.2:50051' },
+        { node_id: 'n0', http_addr: '10.0.0.1:8080', state: 'alive' },
+        { node_id: 'n2', http_addr: '10.0.0.3:8080', state: 'dead' },
+      ],
+    },
+    {
+      rules: [
+        { name: 'api', limit: 10, period_ms: 60_000, period: '1m', algorithm: 'token_bucket', burst: 10, mode: 'owner', on_owner_unreachable: 'closed', lease: 'off' },
+        { name: 'g', limit: 5, period_ms: 1_000, period: '1s', algorithm: 'fixed_window', mode: 'global', on_owner_unreachable: 'open' },
+        { name: 'broken', limit: 0, period_ms: 1_000, period: '1s', algorithm: 'fixed_window', mode: 'owner', on_owner_unreachable: 'open' },
+      ],
+    },
+    'http://10.0.0.1:8080',
+  );
+  assert.deepEqual(t.ring.members, ['n0', 'n1']);
+  assert.deepEqual(t.members.map((m) => m.grpcAddr), ['', '10.0.0.2:50051']);
+  assert.deepEqual([...t.rules!.keys()].sort(), ['api', 'g'], 'a rule no node would serve is left out');
+  const api = t.rules!.get('api')!;
+  assert.deepEqual([api.failClosed, api.leasable, api.global, api.capacity], [true, false, false, 10]);
+  assert.ok(t.rules!.get('g')!.global);
+});
