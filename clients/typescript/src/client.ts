@@ -22,7 +22,6 @@ import {
   sameRules,
   topologyCall,
   type ClusterJson,
-  type Member,
   type RulesJson,
   type Seed,
   type Topology,
@@ -1123,4 +1122,3 @@ export function binding(answers: Answer[], shadow: boolean[]): number {
   return pick(true) ?? pick(false) ?? 0;
 }
 
-export type { Member };

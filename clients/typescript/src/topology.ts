@@ -5,7 +5,7 @@
 // are read over HTTP (`/v1/cluster`, `/v1/rules`) every refresh interval instead.
 import type * as grpc from '@grpc/grpc-js';
 import { Ring } from './hash.js';
-import { num, ruleInfo } from './grpc.js';
+import { ruleInfo } from './grpc.js';
 import { resolveNamed, type Algorithm, type Resolved, type RuleInfoLike } from './rules.js';
 import type { TopologyResponse__Output } from './gen/ringlimit/v1/TopologyResponse.js';
 
@@ -177,4 +177,3 @@ export function topologyCall(client: { Topology: (req: object, md: grpc.Metadata
   });
 }
 
-export { num };
