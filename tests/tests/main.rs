@@ -30,5 +30,6 @@ mod rlqs;
 mod rolling;
 mod sdk;
 mod sdk_python;
+mod sdk_typescript;
 mod tls;
 mod tls_tools;
