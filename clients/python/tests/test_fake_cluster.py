@@ -17,6 +17,10 @@ from fake_node import FakeCluster, rule
 from ringlimit import Check
 from ringlimit.v1 import ratelimiter_pb2 as pb
 
+# Hot keys promoted at 20 checks/s (1,000 by default): the tests do not depend on how fast
+# this machine runs a thread of checks.
+HOT_RATE = 20.0
+
 
 @pytest.fixture
 def fake():
@@ -42,7 +46,7 @@ def test_checks_carry_the_credential_and_batch_per_owner(fake: FakeCluster) -> N
 
 
 def test_a_hot_key_is_leased_spent_exactly_and_given_back(fake: FakeCluster) -> None:
-    with ringlimit.Client(fake.seeds, leases=True, deadline_ms=2_000) as c:
+    with ringlimit.Client(fake.seeds, leases=True, hot_keys_rate=HOT_RATE, deadline_ms=2_000) as c:
         admitted = leased = 0
         end = time.monotonic() + 20
         while time.monotonic() < end and admitted < 5_000:
@@ -56,7 +60,7 @@ def test_a_hot_key_is_leased_spent_exactly_and_given_back(fake: FakeCluster) -> 
         asks = fake.calls("Lease")
         assert all(k == "hot:1" for _, _, keys in asks for k, _ in keys)
     # A fresh key leased, then the client closed: what its slice held goes back.
-    with ringlimit.Client(fake.seeds, leases=True, deadline_ms=2_000) as c:
+    with ringlimit.Client(fake.seeds, leases=True, hot_keys_rate=HOT_RATE, deadline_ms=2_000) as c:
         end = time.monotonic() + 20
         while time.monotonic() < end and not c.check("hot:2", rule="hot").leased:
             pass
@@ -70,7 +74,7 @@ def test_a_hot_key_is_leased_spent_exactly_and_given_back(fake: FakeCluster) -> 
 
 
 def test_a_rule_that_opts_out_is_never_leased(fake: FakeCluster) -> None:
-    with ringlimit.Client(fake.seeds, leases=True, deadline_ms=2_000) as c:
+    with ringlimit.Client(fake.seeds, leases=True, hot_keys_rate=HOT_RATE, deadline_ms=2_000) as c:
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
             assert not c.check("kept:1", rule="kept").leased
@@ -79,7 +83,7 @@ def test_a_rule_that_opts_out_is_never_leased(fake: FakeCluster) -> None:
 
 def test_an_owner_that_keeps_its_bucket_sends_checks_to_it(fake: FakeCluster) -> None:
     fake.shared.leases_enabled = False
-    with ringlimit.Client(fake.seeds, leases=True, deadline_ms=2_000) as c:
+    with ringlimit.Client(fake.seeds, leases=True, hot_keys_rate=HOT_RATE, deadline_ms=2_000) as c:
         end = time.monotonic() + 10
         while time.monotonic() < end and not fake.calls("Lease"):
             c.check("hot:3", rule="hot")
@@ -109,7 +113,7 @@ def test_check_all_gives_back_the_holds_when_one_limit_denies(fake: FakeCluster)
 
 def test_the_async_client_leases_too(fake: FakeCluster) -> None:
     async def run() -> None:
-        async with ringlimit.aio.Client(fake.seeds, leases=True, deadline_ms=2_000) as c:
+        async with ringlimit.aio.Client(fake.seeds, leases=True, hot_keys_rate=HOT_RATE, deadline_ms=2_000) as c:
             admitted = leased = 0
             end = time.monotonic() + 20
             while time.monotonic() < end and admitted < 5_000:

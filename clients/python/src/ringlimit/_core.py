@@ -15,7 +15,7 @@ import grpc
 
 from . import _hash
 from ._fallback import Fallback, Taken
-from ._leases import BACKOFF_NS, GIL_GUARDS, SAMPLE, TICK_NS, Entry, HotKeys, Held
+from ._leases import BACKOFF_NS, GIL_GUARDS, PROMOTE_AT, SAMPLE, TICK_NS, Entry, HotKeys, Held
 from ._rules import NANOS_PER_MS, Inline, Rule, resolve_inline, validate_key
 from ._topology import DiscoveryError, Member, Topology, fetch_http, from_response, grpc_target, http_base
 from .answers import Answer
@@ -82,6 +82,7 @@ class Settings:
         reserve_timeout_ms: float = 1_000.0,
         grpc_addrs: Optional[Mapping[str, str]] = None,
         max_cached_keys: int = 100_000,
+        hot_keys_rate: float = PROMOTE_AT,
     ) -> None:
         if isinstance(seeds, str):
             seeds = [seeds]
@@ -106,6 +107,9 @@ class Settings:
             raise ValueError("heartbeat_ms must be between 1000 and 60000")
         self.token = token or None
         self.leases = leases
+        if not hot_keys_rate > 0:
+            raise ValueError("hot_keys_rate must be greater than 0")
+        self.hot_keys_rate = hot_keys_rate
         self.deadline_s = deadline_ms / 1000.0
         self.cluster_id = cluster_id
         self.fail_open = fail_open
@@ -234,7 +238,7 @@ class Core:
         self.entries: Dict[int, Entry] = {}
         self.holder = str(uuid.uuid4())
         self.held = Held(clock)
-        self.hot = HotKeys()
+        self.hot = HotKeys(self.s.hot_keys_rate)
         self.turn = 0
         self.leases_lock = threading.Lock()
         #: Taken on the fast path only where the GIL does not make ``next()`` atomic.

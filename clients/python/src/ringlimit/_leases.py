@@ -340,9 +340,12 @@ class HotKeys:
     that a steady rate ``r`` converges to ``2·r·w`` (core's ``hot_keys``); promoted at
     ``PROMOTE_AT`` checks/s, demoted below ``DEMOTE_AT`` (lower: no flapping)."""
 
-    def __init__(self) -> None:
+    def __init__(self, promote_at: float = PROMOTE_AT) -> None:
         self.counts: Dict[Entry, int] = {}
         self.tracked: Dict[Entry, None] = {}
+        # Demoted at half the promotion rate, as the defaults are (no flapping).
+        self.promote_at = promote_at
+        self.demote_at = promote_at * (DEMOTE_AT / PROMOTE_AT)
 
     def record(self, e: Entry) -> None:
         """Counts a sampled check of ``e`` (weight ``SAMPLE``)."""
@@ -368,9 +371,9 @@ class HotKeys:
             e.rate = e.rate / 2 + counts.get(e, 0)
             rate = e.rate * per_count
             if e.leased:
-                if rate < DEMOTE_AT:
+                if rate < self.demote_at:
                     demoted.append(e)
-            elif rate >= PROMOTE_AT:
+            elif rate >= self.promote_at:
                 promoted.append(e)
             if e.rate >= 1 or e.leased:
                 tracked[e] = None

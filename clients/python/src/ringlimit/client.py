@@ -175,7 +175,8 @@ class Client:
     ``seeds``: nodes' ``http://host:port`` (HTTP API) or ``grpc://host:port`` (ringlimit.v1)
     addresses. ``token``: a client credential (sent as ``authorization: Bearer``). See
     :class:`ringlimit._core.Settings` for the other settings (``deadline_ms``,
-    ``fail_open``, ``fallback_fraction``, ``cluster_id``, ``grpc_addrs``...). Discovery is
+    ``fail_open``, ``fallback_fraction``, ``cluster_id``, ``grpc_addrs``, ``hot_keys_rate``:
+    the checks a second at which a key is leased, 1,000 by default...). Discovery is
     bounded: an unreachable cluster leaves the client degraded, never failed.
     """
 
