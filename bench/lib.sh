@@ -74,6 +74,7 @@ default_base_port() {
     soak.sh) echo 28700 ;;
     cluster.sh) echo 29100 ;;
     sdk.sh) echo 29200 ;;
+    sdk_langs.sh) echo 27600 ;;
     global.sh) echo 29300 ;;
     all.sh) echo 29500 ;;
     contention.sh) echo 29600 ;;

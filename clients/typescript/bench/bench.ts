@@ -19,10 +19,21 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '3' },
     samples: { type: 'string', default: '2000' },
     limit: { type: 'string', default: '10000000' },
+    // One phase only: round_trip (no leases) or leased.
+    only: { type: 'string', default: 'all' },
+    // Callers of the concurrent phase (only when asked: --only concurrent).
+    concurrency: { type: 'string', default: '32' },
   },
 });
 const seconds = Number(values.seconds);
 const limit = Number(values.limit);
+const only = values.only;
+// The client credential (leases need one on nodes with a secret).
+const token = process.env.RINGLIMIT_CLIENT_TOKEN || undefined;
+if (!['all', 'round_trip', 'leased', 'concurrent'].includes(only)) {
+  console.error('--only: all, round_trip, leased or concurrent');
+  process.exit(2);
+}
 
 let cluster: Cluster | undefined;
 let seeds: string[];
@@ -38,9 +49,9 @@ if (values.seeds) {
 
 const percentile = (xs: number[], p: number) => xs[Math.min(xs.length - 1, Math.floor(xs.length * p))]!;
 
-try {
+async function roundTrip() {
   // Round trips without leases, one check at a time, keys spread over the owners.
-  const plain = new Client({ seeds, deadlineMs: 1_000 });
+  const plain = new Client({ seeds, token, deadlineMs: 1_000 });
   await plain.ready();
   const rtts: number[] = [];
   const samples = Number(values.samples);
@@ -59,9 +70,21 @@ try {
   const burstMs = performance.now() - t1;
   const after = plain.stats();
 
+  const result = {
+    round_trip_ms: { p50: +percentile(rtts, 0.5).toFixed(3), p99: +percentile(rtts, 0.99).toFixed(3), samples, degraded },
+    burst_1000_concurrent_ms: +burstMs.toFixed(1),
+    checks_sent: after.checksSent,
+    batches: after.batches,
+    burst_batches: after.batches - before.batches,
+  };
+  await plain.close();
+  return result;
+}
+
+async function leased() {
   // Leased: one hot key under a window of --limit per hour, reached within a few seconds at
   // the target rate: what is admitted stays within it, and the rest is denied in process too.
-  const leasing = new Client({ seeds, leases: true, deadlineMs: 1_000 });
+  const leasing = new Client({ seeds, token, leases: true, deadlineMs: 1_000 });
   await leasing.ready();
   const check: Check = { key: 'hot:bench', rule: { limit, periodMs: 3_600_000, algorithm: 'fixed_window' } };
   const warmEnd = Date.now() + 10_000;
@@ -113,30 +136,70 @@ try {
   const awaitS = (performance.now() - t3) / 1_000;
   const ls = leasing.stats();
   const result = {
-    seeds: seeds.length,
-    leased: {
-      try_check_per_s: Math.round(decided / syncS),
-      await_check_per_s: Math.round(awaited / awaitS),
-      decided_in_process: decided + awaited,
-      sent_to_owner: viaOwner,
-      warmup_checks: warm,
-      admitted,
-      denied_in_process: denied,
-      limit,
-      admitted_within_limit: admitted <= limit,
-      window_reset_at_ms: windowReset,
-      lease_asks: ls.leaseAsks,
-      lease_grants: ls.leaseGrants,
-      tokens_given_back: ls.tokensGivenBack,
-    },
-    round_trip_ms: { p50: +percentile(rtts, 0.5).toFixed(3), p99: +percentile(rtts, 0.99).toFixed(3), samples, degraded },
-    burst_1000_concurrent_ms: +burstMs.toFixed(1),
-    checks_sent: after.checksSent,
-    batches: after.batches,
-    burst_batches: after.batches - before.batches,
+    try_check_per_s: Math.round(decided / syncS),
+    await_check_per_s: Math.round(awaited / awaitS),
+    decided_in_process: decided + awaited,
+    sent_to_owner: viaOwner,
+    warmup_checks: warm,
+    admitted,
+    denied_in_process: denied,
+    limit,
+    admitted_within_limit: admitted <= limit,
+    window_reset_at_ms: windowReset,
+    lease_asks: ls.leaseAsks,
+    lease_grants: ls.leaseGrants,
+    tokens_given_back: ls.tokensGivenBack,
   };
+  await leasing.close();
+  return result;
+}
+
+// `--concurrency` callers checking keys spread over 100,000 (a token bucket of 1,000,000 a
+// minute, as the Rust SDK's sdk_load does) without leases: the per-owner batching's load.
+async function concurrent() {
+  const c = new Client({ seeds, token, deadlineMs: 1_000 });
+  await c.ready();
+  const callers = Number(values.concurrency);
+  const lat: number[] = [];
+  let checks = 0;
+  let degraded = 0;
+  let seed = 0x9e3779b9;
+  const end = performance.now() + seconds * 1_000;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: callers }, async () => {
+      while (performance.now() < end) {
+        seed = (seed * 1103515245 + 12345) >>> 0;
+        const t = performance.now();
+        const a = await c.check({ key: `load:${seed % 100_000}`, limit: 1_000_000, periodMs: 60_000 });
+        lat.push(performance.now() - t);
+        checks++;
+        if (a.degraded) degraded++;
+      }
+    }),
+  );
+  const elapsed = (performance.now() - t0) / 1_000;
+  lat.sort((a, b) => a - b);
+  const s = c.stats();
+  await c.close();
+  return {
+    callers,
+    checks,
+    checks_per_s: Math.round(checks / elapsed),
+    p50_ms: +percentile(lat, 0.5).toFixed(3),
+    p99_ms: +percentile(lat, 0.99).toFixed(3),
+    degraded,
+    checks_sent: s.checksSent,
+    batches: s.batches,
+  };
+}
+
+try {
+  const result: Record<string, unknown> = { seeds: seeds.length };
+  if (only === 'concurrent') result.concurrent = await concurrent();
+  if (only === 'all' || only === 'round_trip') Object.assign(result, await roundTrip());
+  if (only === 'all' || only === 'leased') result.leased = await leased();
   console.log(JSON.stringify(result, null, 2));
-  await Promise.all([plain.close(), leasing.close()]);
 } finally {
   cluster?.stop();
 }
