@@ -773,7 +773,8 @@ mod tests {
     }
 
     /// A check denied by a block is answered blocked to a peer that speaks
-    /// [`BLOCKED_ANSWER_SINCE`], and as the plain denial it always was to an older one.
+    /// [`BLOCKED_ANSWER_SINCE`], and as the plain denial it always was to an older one: in a
+    /// batch's group and in an all-or-nothing group (denied whole, the other check read).
     #[tokio::test(start_paused = true)]
     async fn a_blocked_answer_says_its_block_only_to_peers_that_know_it() {
         let net = MemNet::new();
@@ -789,16 +790,21 @@ mod tests {
             lifted: false,
         };
         assert_eq!(local.blocks().apply(&[block], |_, _| None, 1_000), 1);
-        let frame = || {
+        let frame = |kind| {
             Frame::Checks(vec![CheckGroup {
                 id: 1,
-                kind: GroupKind::Owned,
+                kind,
                 checks: vec![check("bad"), check("good")],
             }])
         };
-        for (version, blocked) in [(PROTOCOL_VERSION, true), (BLOCKED_ANSWER_SINCE - 1, false)] {
+        for (version, blocked, kind) in [
+            (PROTOCOL_VERSION, true, GroupKind::Owned),
+            (PROTOCOL_VERSION, true, GroupKind::AllOrNothing),
+            (BLOCKED_ANSWER_SINCE - 1, false, GroupKind::Owned),
+            (BLOCKED_ANSWER_SINCE - 1, false, GroupKind::AllOrNothing),
+        ] {
             let mut conn = log_in(&net, version).await;
-            let Frame::Answers(g) = ask(&mut conn, frame()).await.expect("answer") else {
+            let Frame::Answers(g) = ask(&mut conn, frame(kind)).await.expect("answer") else {
                 panic!("not answers");
             };
             match &g[0].answers[..] {

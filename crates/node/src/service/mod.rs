@@ -244,9 +244,13 @@ impl CheckService {
             .map(|slot| match slot {
                 Some(error) => error,
                 None => match decided.next() {
-                    Some((Ok(a), p)) => {
+                    Some((Ok((a, blocked)), p)) => {
                         answered += 1;
-                        Ok(self.outcome(a, p, end))
+                        // Denied by a block its owner knows and this node does not yet.
+                        Ok(Outcome {
+                            blocked,
+                            ..self.outcome(a, p, end)
+                        })
                     }
                     Some((Err(e), _)) => Err(e),
                     None => Err(CheckError::Unavailable("no answer was produced")),
