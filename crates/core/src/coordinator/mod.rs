@@ -120,10 +120,10 @@ pub trait Site<I: Item> {
     /// An owner replied (or not) to one check.
     fn answered(&self, _reply: &Result<PeerAnswer, ForwardError>) {}
 
-    /// The check at `index` among those handed to the coordinator was denied by a block of
-    /// `source` that its owner (or the replica standing in) knows: a caller that has not heard
-    /// of the block yet still answers it as blocked.
-    fn blocked(&self, _index: usize, _source: BlockSource) {}
+    /// The check `item`, at `index` among those handed to the coordinator, was denied
+    /// (`answer`) by a block of `source` that its owner (or the replica standing in) knows: a
+    /// caller that has not heard of the block yet still answers it as blocked.
+    fn blocked(&self, _index: usize, _item: &I, _answer: &CheckAnswer, _source: BlockSource) {}
 
     /// An all-or-nothing request gave back what it held; `lost` refunds did not reach their
     /// owner (their costs stay taken: a false deny at worst).

@@ -45,8 +45,8 @@ pub(super) async fn fill_in<I: Item, S: Site<I>>(
 ) -> Vec<(usize, Reply, Option<Hold<S::Link, S::Here>>)> {
     let out = replied(site, items, replies, all).await;
     for (i, reply, _) in &out {
-        if let Ok(PeerAnswer::Blocked { source, .. }) = reply {
-            site.blocked(*i, *source);
+        if let Ok(PeerAnswer::Blocked { answer, source }) = reply {
+            site.blocked(*i, &items[*i], answer, *source);
         }
     }
     out

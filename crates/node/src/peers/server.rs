@@ -821,6 +821,37 @@ mod tests {
                 other => panic!("version {version}: {other:?}"),
             }
         }
+        // A lease of the blocked key is refused with the block's answer (its holder denies
+        // the key's checks itself until the block's end); another key's is granted.
+        let mut conn = log_in(&net, PROTOCOL_VERSION).await;
+        let lease = |key: &str| Frame::Lease {
+            asks: vec![ringlimit_proto::peer::LeaseAsk {
+                key: key.into(),
+                rule: check(key).rule,
+                want: 2,
+                demand_per_s: 1_000,
+            }],
+        };
+        let Frame::Leased { grants } = ask(&mut conn, lease("bad")).await.expect("answer") else {
+            panic!("not leased");
+        };
+        let [ringlimit_proto::peer::LeaseGrant::Refused { answer }] = &grants[..] else {
+            panic!("{grants:?}");
+        };
+        assert!(
+            !answer.allowed && answer.reset_at_ms == 3_600_000,
+            "{answer:?}"
+        );
+        let Frame::Leased { grants } = ask(&mut conn, lease("good")).await.expect("answer") else {
+            panic!("not leased");
+        };
+        assert!(
+            matches!(
+                grants[..],
+                [ringlimit_proto::peer::LeaseGrant::Granted { .. }]
+            ),
+            "{grants:?}"
+        );
     }
 
     /// A recall is answered with the live states held here — the bucket of its own or the copy

@@ -464,7 +464,7 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
         self.d.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn blocked(&self, index: usize, source: BlockSource) {
+    fn blocked(&self, index: usize, _: &Prepared<'_>, _: &CheckAnswer, source: BlockSource) {
         self.blocked.lock().push((index, source));
     }
 

@@ -59,6 +59,17 @@ impl PeerServer {
                         message: "this node does not own the bucket".to_owned(),
                     };
                 }
+                // A blocked key is not leased: the holder denies its checks itself until the
+                // block's end, as it does for a bucket that denies (a shadow rule's checks are
+                // not held to blocks).
+                let now_ms = now / ringlimit_core::clock::NANOS_PER_MS;
+                if !resolved.shadow
+                    && let Some(hit) = self.local.blocks().table.find(&ask.key, id, now_ms)
+                {
+                    return LeaseGrant::Refused {
+                        answer: hit.answer(rule.limit, now_ms),
+                    };
+                }
                 if resolved.lease == LeaseMode::Off {
                     // The rule keeps every check at the owner.
                     let peek = self.local.bucket(id, rule, now).decide(0);
