@@ -8,7 +8,8 @@
 //! stops ends its assignments (TTL 0) so that its Envoys move. A failure lists
 //! every check that failed, then each run's summary (its lines are kept in target/tmp). The
 //! bench (a minute, ±5%) is bench/rlqs.sh. [`bounds`]: what one client can make a node hold
-//! (one in-process node, Rust clients on loopback addresses of their own; no Python needed).
+//! (one in-process node, Rust clients on loopback addresses of their own; no Python needed),
+//! and a blocked key's streams denied until the block is lifted.
 
 use anyhow::{Context, Result, anyhow, ensure};
 use ringlimit_tests::{
@@ -649,6 +650,7 @@ mod bounds {
     use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
         BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
     };
+    use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy;
     use futures::channel::mpsc;
     use ringlimit_node::NodeConfig;
     use ringlimit_node::rlqs::config::RlqsConfig;
@@ -861,6 +863,91 @@ domains:
                 && status.message().contains("18446744073709551615")
                 && status.message().contains("4294967295"),
             "{status:?}"
+        );
+        node.stop().await
+    }
+    /// The strategy and TTL of an assignment (`None`: not an assignment).
+    fn assignment(a: Option<BucketAction>) -> Option<(rate_limit_strategy::Strategy, Duration)> {
+        let Some(BucketAction::QuotaAssignmentAction(q)) = a else {
+            return None;
+        };
+        let ttl = q.assignment_time_to_live?;
+        let ttl = Duration::new(
+            u64::try_from(ttl.seconds).ok()?,
+            u32::try_from(ttl.nanos).ok()?,
+        );
+        Some((q.rate_limit_strategy?.strategy?, ttl))
+    }
+
+    /// A managed block of a rule bucket's key (through the admin API): its streams are pushed a
+    /// deny-all living no longer than the block, and their share again when it is lifted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocked_key_is_denied_on_its_streams_until_lifted() -> Result<()> {
+        let mut config = NodeConfig::local("rlqs-blocks");
+        config.grpc_addr = Some("127.0.0.1:0".parse()?);
+        config.rlqs_config = RlqsConfig::parse("rlqs.yaml", CONFIG)?;
+        config.admin_token = Some(ADMIN_TOKEN.into());
+        let node = TestNode::start(config).await?;
+        let grpc = node.grpc.context("a gRPC address")?;
+        let mut envoy = Envoy::connect(grpc, ip(5)).await?;
+        envoy.send(vec![usage(&[("name", "api"), ("tenant", "acme")], 1)])?;
+        let got = assignment(envoy.action_for("tenant", "acme", WAIT).await?);
+        ensure!(
+            matches!(
+                got,
+                Some((rate_limit_strategy::Strategy::TokenBucket(_), _))
+            ),
+            "before the block: {got:?}"
+        );
+
+        let r = node
+            .api()
+            .admin(
+                reqwest::Method::PUT,
+                "/v1/admin/blocks/acme",
+                ADMIN_TOKEN,
+                Some(&json!({ "ttl": "5s", "reason": "abuse" })),
+            )
+            .await?;
+        ensure!(r.status == 200, "PUT: {} {}", r.status, r.text);
+        let deny = rate_limit_strategy::Strategy::BlanketRule(
+            rate_limit_strategy::BlanketRule::DenyAll as i32,
+        );
+        // The next round (a fraction of a second) pushes it; a token bucket's refresh may come
+        // first.
+        let until = tokio::time::Instant::now() + WAIT;
+        let ttl = loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let got = assignment(envoy.action_for("tenant", "acme", left).await?);
+            match got {
+                Some((s, ttl)) if s == deny => break ttl,
+                Some((rate_limit_strategy::Strategy::TokenBucket(_), _)) => continue,
+                other => anyhow::bail!("while blocked: {other:?}"),
+            }
+        };
+        ensure!(
+            ttl <= Duration::from_secs(5) && ttl > Duration::ZERO,
+            "the deny lives {ttl:?}, past the block's 5 s"
+        );
+
+        let r = node
+            .api()
+            .admin(
+                reqwest::Method::DELETE,
+                "/v1/admin/blocks/acme",
+                ADMIN_TOKEN,
+                None,
+            )
+            .await?;
+        ensure!(r.status == 200, "DELETE: {} {}", r.status, r.text);
+        envoy.send(vec![usage(&[("name", "api"), ("tenant", "acme")], 1)])?;
+        let got = assignment(envoy.action_for("tenant", "acme", WAIT).await?);
+        ensure!(
+            matches!(
+                got,
+                Some((rate_limit_strategy::Strategy::TokenBucket(_), _))
+            ),
+            "after the lift: {got:?}"
         );
         node.stop().await
     }

@@ -1,5 +1,6 @@
 //! The client: route each check to its owner, fall back locally, keep the topology fresh.
 
+use crate::blocks::Blocked;
 use crate::builder::{BuildError, ClientBuilder, Settings};
 use crate::check::{Check, ClientError};
 use crate::fallback::Fallback;
@@ -55,6 +56,8 @@ pub(crate) struct Inner {
     pub(crate) leasing: Option<Leasing>,
     /// Connections of their own to owners, kept for reservations.
     pub(crate) reservations: SessionPool,
+    /// Buckets an owner answered blocked, until the block's end.
+    pub(crate) blocked: Blocked,
     /// The task that reloads the peer TLS certificate when its files change.
     cert_watch: Option<tokio::task::AbortHandle>,
 }
@@ -75,6 +78,7 @@ pub(crate) struct Counters {
     pub(crate) direct: AtomicU64,
     pub(crate) degraded: AtomicU64,
     pub(crate) replica: AtomicU64,
+    pub(crate) blocked: AtomicU64,
     refreshes: AtomicU64,
     refresh_failures: AtomicU64,
 }
@@ -88,6 +92,10 @@ pub struct ClientStats {
     pub degraded: u64,
     /// Checks whose owner did not answer, decided by the owner's replica (`replica: true`).
     pub replica: u64,
+    /// Checks denied in-process by a block an owner answered their key and rule by (until the
+    /// block's end, no round trip), and the blocked buckets kept (at most 10,000).
+    pub blocked: u64,
+    pub blocked_buckets: usize,
     /// Checks of hot keys decided in-process on a lease's slice (`leased: true`): admitted,
     /// and denied as the owner said the bucket denies (with leases on).
     pub leased: u64,
@@ -174,6 +182,7 @@ impl Client {
             peer_stats: Arc::new(PeerStats::default()),
             leasing: leases.then(Leasing::new),
             reservations,
+            blocked: Blocked::default(),
             cert_watch,
         });
         if let Some(l) = &inner.leasing {
@@ -274,6 +283,8 @@ impl Client {
             direct: s.direct.load(Ordering::Relaxed),
             degraded: s.degraded.load(Ordering::Relaxed),
             replica: s.replica.load(Ordering::Relaxed),
+            blocked: s.blocked.load(Ordering::Relaxed),
+            blocked_buckets: self.inner.blocked.len(),
             leased: self.leasing(|l| l.leased.load(Ordering::Relaxed)),
             leased_denied: self.leasing(|l| l.denied.load(Ordering::Relaxed)),
             lease_asks: self.leasing(|l| {

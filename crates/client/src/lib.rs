@@ -31,12 +31,15 @@
 //! - `topology` — members, ring and rules as discovered over HTTP.
 //! - `fallback` — the local limiter used when the cluster cannot answer.
 //! - `lease` — leases of hot keys (opt-in): checks decided in-process on a slice.
+//! - `blocks` — blocks owners answered by, kept until their end: a blocked key's checks are
+//!   answered in-process.
 //! - `site` — the client's side of core's coordinator (routing, fail mode, counters).
 //! - [`reserve`] — [`Client::reserve`], [`Reservation::settle`]: costs known afterwards (LLM
 //!   tokens), reserved at the bucket's owner and settled later.
 //! - [`layer`] — [`RateLimitLayer`], a `tower` middleware for axum/hyper services.
 
 pub mod all_or_nothing;
+mod blocks;
 pub mod builder;
 pub mod check;
 pub mod client;

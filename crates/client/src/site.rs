@@ -12,7 +12,7 @@ use ringlimit_core::lease::{self, Take};
 use ringlimit_core::link::{ForwardError, PeerClient};
 use ringlimit_core::rule::LeaseMode;
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
+use ringlimit_proto::peer::{BlockSource, Mark, PeerAnswer, PeerCheck, PeerRefund};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -62,8 +62,14 @@ impl Site<Prepared<'_>> for Client<'_> {
     type Link = Arc<PeerClient>;
     type Here = Nowhere;
 
-    /// At the owner, when the rule and the members are known; else from the fallback.
+    /// Denied here while an owner's block of the bucket holds (before any lease: a slice never
+    /// admits a blocked key); at the owner, when the rule and the members are known; else
+    /// from the fallback.
     fn route(&self, p: &Prepared<'_>) -> Route<Arc<PeerClient>, Nowhere> {
+        if let Some(answer) = self.inner.blocked.find(p.id, self.inner.fallback.now()) {
+            self.inner.stats.blocked.fetch_add(1, Ordering::Relaxed);
+            return Route::Leased(answer, None);
+        }
         if let Some(leased) = self.leased(p) {
             return leased;
         }
@@ -149,6 +155,15 @@ impl Site<Prepared<'_>> for Client<'_> {
                 self.inner.wake.notify_one()
             }
             _ => {}
+        }
+    }
+
+    /// Kept until the block's end (a shadow rule's checks are not held to blocks).
+    fn blocked(&self, _: usize, p: &Prepared<'_>, answer: &CheckAnswer, _: BlockSource) {
+        if !p.shadow() {
+            self.inner
+                .blocked
+                .insert(p.id, answer, self.inner.fallback.now());
         }
     }
 

@@ -31,7 +31,7 @@ use crate::check::{CheckError, Resolved};
 use crate::lease;
 use crate::link::ForwardError;
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{Mark, PeerAnswer, PeerCheck, PeerRefund};
+use ringlimit_proto::peer::{BlockSource, Mark, PeerAnswer, PeerCheck, PeerRefund};
 use std::sync::Arc;
 
 /// A check made ready to route: its bucket, its cost, its rule, and how it travels.
@@ -119,6 +119,11 @@ pub trait Site<I: Item> {
 
     /// An owner replied (or not) to one check.
     fn answered(&self, _reply: &Result<PeerAnswer, ForwardError>) {}
+
+    /// The check `item`, at `index` among those handed to the coordinator, was denied
+    /// (`answer`) by a block of `source` that its owner (or the replica standing in) knows: a
+    /// caller that has not heard of the block yet still answers it as blocked.
+    fn blocked(&self, _index: usize, _item: &I, _answer: &CheckAnswer, _source: BlockSource) {}
 
     /// An all-or-nothing request gave back what it held; `lost` refunds did not reach their
     /// owner (their costs stay taken: a false deny at worst).

@@ -35,8 +35,24 @@ type Reply = Result<PeerAnswer, ForwardError>;
 /// The owners' `replies` to checks of `items` (by index), each reported to the site, with the
 /// replies of owners that did not answer replaced by their replicas' where one answered (see
 /// [`ask`]), and what a replica holds for each (an all-or-nothing check's, `all`). A check
-/// no replica answered keeps its owner's error: the caller falls back to the share.
+/// no replica answered keeps its owner's error: the caller falls back to the share. Checks
+/// answered as blocked are reported to the site ([`Site::blocked`]).
 pub(super) async fn fill_in<I: Item, S: Site<I>>(
+    site: &S,
+    items: &[I],
+    replies: Vec<(usize, Reply)>,
+    all: bool,
+) -> Vec<(usize, Reply, Option<Hold<S::Link, S::Here>>)> {
+    let out = replied(site, items, replies, all).await;
+    for (i, reply, _) in &out {
+        if let Ok(PeerAnswer::Blocked { answer, source }) = reply {
+            site.blocked(*i, &items[*i], answer, *source);
+        }
+    }
+    out
+}
+
+async fn replied<I: Item, S: Site<I>>(
     site: &S,
     items: &[I],
     replies: Vec<(usize, Reply)>,

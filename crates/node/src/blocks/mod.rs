@@ -30,7 +30,7 @@
 //! ended.
 //!
 //! **Bounded**: at most `--max-blocks` entries (all sources together). Each entry holds its
-//! map slot (a boxed key or an address, the `until`/`since` times, and shared `reason`/`by`
+//! map slot (a boxed key or an address, the `until`/`since` times, and the `reason`/`by`
 //! strings) — at most [`BYTES_PER_ENTRY`] bytes plus the key's and reason's own bytes, with
 //! the map's spare capacity counted. When full, a new managed block is refused with a clear
 //! error (nothing changes); a new auto block replaces the auto block nearest its end (an
@@ -52,8 +52,8 @@ pub use table::{BlockError, Blocks, Hit, Listed};
 pub use target::Target;
 
 /// The most a block's entry holds besides its key's and its reason's bytes: the map slot (a
-/// boxed key or an address, `until`, `since`, two shared strings), an auto block's index
-/// entry, and the maps' spare capacity (a map at most half full after it grows).
+/// boxed key or an address, `until`, `since`, the reason and author strings), an auto block's
+/// index entry, and the maps' spare capacity (a map at most half full after it grows).
 pub const BYTES_PER_ENTRY: usize = 256;
 
 /// Longest reason a managed block may give, in bytes.

@@ -19,6 +19,23 @@ pub struct Hit {
     pub until_ms: u64,
 }
 
+impl Hit {
+    /// A check's answer under this block at `now_ms`, for a rule of `limit`: denied until the
+    /// block's end (its rest as the retry time, at least 1 ms).
+    pub fn answer(&self, limit: u64, now_ms: u64) -> ringlimit_proto::CheckAnswer {
+        ringlimit_proto::CheckAnswer {
+            allowed: false,
+            limit,
+            remaining: 0,
+            reset_at_ms: self.until_ms,
+            retry_after_ms: self.until_ms.saturating_sub(now_ms).max(1),
+            degraded: false,
+            replica: false,
+            leased: false,
+        }
+    }
+}
+
 /// A block as listed (and as it travels): see [`BlockChange`].
 pub type Listed = BlockChange;
 

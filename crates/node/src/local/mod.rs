@@ -382,7 +382,7 @@ impl Local {
     /// refused with what the bucket says.
     pub fn lease_ask(
         &self,
-        resolved: &Resolved,
+        (resolved, key): (&Resolved, &str),
         id: u64,
         owned: bool,
         (holder, want): (&str, u64),
@@ -393,6 +393,17 @@ impl Local {
             return LeaseGrant::Error {
                 code: "not_owner".to_owned(),
                 message: "this node does not own the bucket".to_owned(),
+            };
+        }
+        // A blocked key is not leased: the holder denies its checks itself until the block's
+        // end, as it does for a bucket that denies (a shadow rule's checks are not held to
+        // blocks).
+        let now_ms = now / ringlimit_core::clock::NANOS_PER_MS;
+        if !resolved.shadow
+            && let Some(hit) = self.blocks().table.find(key, id, now_ms)
+        {
+            return LeaseGrant::Refused {
+                answer: hit.answer(rule.limit, now_ms),
             };
         }
         if resolved.lease == LeaseMode::Off {

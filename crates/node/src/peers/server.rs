@@ -772,7 +772,8 @@ mod tests {
     }
 
     /// A check denied by a block is answered blocked to a peer that speaks
-    /// [`BLOCKED_ANSWER_SINCE`], and as the plain denial it always was to an older one.
+    /// [`BLOCKED_ANSWER_SINCE`], and as the plain denial it always was to an older one: in a
+    /// batch's group and in an all-or-nothing group (denied whole, the other check read).
     #[tokio::test(start_paused = true)]
     async fn a_blocked_answer_says_its_block_only_to_peers_that_know_it() {
         let net = MemNet::new();
@@ -788,16 +789,21 @@ mod tests {
             lifted: false,
         };
         assert_eq!(local.blocks().apply(&[block], |_, _| None, 1_000), 1);
-        let frame = || {
+        let frame = |kind| {
             Frame::Checks(vec![CheckGroup {
                 id: 1,
-                kind: GroupKind::Owned,
+                kind,
                 checks: vec![check("bad"), check("good")],
             }])
         };
-        for (version, blocked) in [(PROTOCOL_VERSION, true), (BLOCKED_ANSWER_SINCE - 1, false)] {
+        for (version, blocked, kind) in [
+            (PROTOCOL_VERSION, true, GroupKind::Owned),
+            (PROTOCOL_VERSION, true, GroupKind::AllOrNothing),
+            (BLOCKED_ANSWER_SINCE - 1, false, GroupKind::Owned),
+            (BLOCKED_ANSWER_SINCE - 1, false, GroupKind::AllOrNothing),
+        ] {
             let mut conn = log_in(&net, version).await;
-            let Frame::Answers(g) = ask(&mut conn, frame()).await.expect("answer") else {
+            let Frame::Answers(g) = ask(&mut conn, frame(kind)).await.expect("answer") else {
                 panic!("not answers");
             };
             match &g[0].answers[..] {
@@ -814,6 +820,37 @@ mod tests {
                 other => panic!("version {version}: {other:?}"),
             }
         }
+        // A lease of the blocked key is refused with the block's answer (its holder denies
+        // the key's checks itself until the block's end); another key's is granted.
+        let mut conn = log_in(&net, PROTOCOL_VERSION).await;
+        let lease = |key: &str| Frame::Lease {
+            asks: vec![ringlimit_proto::peer::LeaseAsk {
+                key: key.into(),
+                rule: check(key).rule,
+                want: 2,
+                demand_per_s: 1_000,
+            }],
+        };
+        let Frame::Leased { grants } = ask(&mut conn, lease("bad")).await.expect("answer") else {
+            panic!("not leased");
+        };
+        let [ringlimit_proto::peer::LeaseGrant::Refused { answer }] = &grants[..] else {
+            panic!("{grants:?}");
+        };
+        assert!(
+            !answer.allowed && answer.reset_at_ms == 3_600_000,
+            "{answer:?}"
+        );
+        let Frame::Leased { grants } = ask(&mut conn, lease("good")).await.expect("answer") else {
+            panic!("not leased");
+        };
+        assert!(
+            matches!(
+                grants[..],
+                [ringlimit_proto::peer::LeaseGrant::Granted { .. }]
+            ),
+            "{grants:?}"
+        );
     }
 
     /// A recall is answered with the live states held here — the bucket of its own or the copy

@@ -18,6 +18,11 @@
 //! otherwise ([`SMOOTHING`]), so that a stream whose demand changes gets its share in one
 //! assignment and shares do not flap with one report's noise.
 //!
+//! A rule bucket whose key is blocked ([`crate::blocks`]) gets a deny-all instead of its share,
+//! looked up at each round: it lives no longer than the block's rest (an Envoy that loses its
+//! stream stops denying when the block ends), and the round after the block ends or is lifted
+//! pushes the share again. Its owner is still asked, so the share is ready then.
+//!
 //! # Bounds
 //! Envoys are not trusted to keep the node's memory small; what they send is bounded here:
 //! - A bucket id has at most [`MAX_ID_ENTRIES`] pairs and [`MAX_ID_BYTES`] bytes (keys and
@@ -64,6 +69,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
 use owner::{QuotaOwner, from_milli, rate_of, to_milli};
 use parking_lot::Mutex;
+use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::quota;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::{QuotaAnswer, QuotaAsk, QuotaStream};
@@ -159,6 +165,8 @@ struct Sent {
     /// The share it was made of (requests per second; 0 for blanket rules).
     rate: f64,
     at_ns: u64,
+    /// The end (Unix ms) of the block this deny answers, when it answers one.
+    block: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -854,8 +862,31 @@ impl Rlqs {
             strategy,
             rate,
             at_ns: now,
+            block: None,
         });
         Act::Assign(strategy, ttl_ns)
+    }
+
+    /// A deny-all assignment for `b`, whose rule bucket is blocked until `until_ms` (Unix ms),
+    /// at `now` (ns): it lives no longer than the block's rest, so that the Envoy does not
+    /// deny past the block's end whatever happens to this stream. Remembered as sent, counted.
+    fn deny_blocked(&self, b: &mut Bucket, until_ms: u64, now: u64) -> Act {
+        let ttl_ns = b
+            .matched
+            .as_ref()
+            .map_or(config::DEFAULT_TTL_NS, |m| m.ttl_ns);
+        let rest_ns = until_ms.saturating_mul(NANOS_PER_MS).saturating_sub(now);
+        self.stats
+            .assignments_deny_all
+            .fetch_add(1, Ordering::Relaxed);
+        let strategy = Strategy::Blanket(Blanket::DenyAll);
+        b.sent = Some(Sent {
+            strategy,
+            rate: 0.0,
+            at_ns: now,
+            block: Some(until_ms),
+        });
+        Act::Assign(strategy, ttl_ns.min(rest_ns))
     }
 
     /// Asks owners for shares and pushes assignments, every [`ASK_EVERY`] and whenever a
@@ -948,7 +979,9 @@ impl Rlqs {
                                 stream: sid,
                                 id: id.clone(),
                                 demand: b.demand,
-                                held: b.sent.is_some(),
+                                // A block's deny is no share: the owner need not wait for
+                                // it, and its streams get the fallback share meanwhile.
+                                held: b.sent.as_ref().is_some_and(|s| s.block.is_none()),
                             });
                     }
                 }
@@ -978,6 +1011,8 @@ impl Rlqs {
         let mut by_owner: HashMap<Option<Arc<str>>, Vec<(RuleBucket, QuotaAsk)>> = HashMap::new();
         // Each rule bucket's rate, for streams no owner answers.
         let mut rates: HashMap<RuleBucket, f64> = HashMap::new();
+        // Each rule bucket's identity, to look its blocks up.
+        let mut bucket_ids: HashMap<RuleBucket, u64> = HashMap::new();
         let gone: Vec<RuleBucket> = {
             let mut asked = self.asked.lock();
             let gone = asked
@@ -999,6 +1034,10 @@ impl Rlqs {
                 }
             };
             let rate = rate_of(&resolved.rule);
+            // A shadow rule's checks are not denied by blocks: neither are its buckets.
+            if !resolved.shadow {
+                bucket_ids.insert((rule.clone(), key.clone()), id);
+            }
             self.stats
                 .by_rule
                 .lock()
@@ -1055,12 +1094,22 @@ impl Rlqs {
         }
         // Push what changed.
         let now = self.local.now();
+        let blocks = &self.local.blocks().table;
         let mut guard = self.state.lock();
         let streams = &mut guard.streams;
         for (name, answer) in answers {
             let Some(members_streams) = wanted.get(&name) else {
                 continue;
             };
+            // A blocked key's buckets deny all until the block ends, whatever the owner said
+            // (asked all the same, so that its shares are ready when the block ends).
+            let hit = bucket_ids
+                .get(&name)
+                .and_then(|id| blocks.find(&name.1, *id, now / NANOS_PER_MS));
+            if let Some(hit) = hit {
+                self.push_blocked(streams, members_streams, hit.until_ms, now);
+                continue;
+            }
             let rates: Vec<Option<f64>> = match answer {
                 Some(QuotaAnswer::Shares { milli }) => {
                     milli.into_iter().map(|m| Some(from_milli(m))).collect()
@@ -1113,7 +1162,11 @@ impl Rlqs {
                         let fell = rate < sent.rate;
                         let rose = rate >= sent.rate * RISE * (1.0 - 1e-9);
                         let was_blanket = matches!(sent.strategy, Strategy::Blanket(_));
-                        if (fell || rose || was_blanket) && sent.strategy != strategy {
+                        // A block's deny is replaced when the block ends, whatever comes.
+                        let was_blocked = sent.block.is_some();
+                        if was_blocked
+                            || ((fell || rose || was_blanket) && sent.strategy != strategy)
+                        {
                             Some((strategy, rate))
                         } else if now.saturating_sub(sent.at_ns) > ttl_ns / 2 {
                             // Refreshed unchanged: the Envoy keeps its tokens.
@@ -1127,6 +1180,40 @@ impl Rlqs {
                     let act = self.assign(b, strategy, rate, now);
                     s.queue(want.id.clone(), act, now);
                 }
+            }
+        }
+    }
+
+    /// Pushes a deny-all to each of `wants` (a blocked rule bucket's streams) until the
+    /// block's end `until_ms`: at once when the block is new to the bucket (or changed), then
+    /// refreshed as other assignments are.
+    fn push_blocked(
+        &self,
+        streams: &mut HashMap<u64, Stream>,
+        wants: &[Want],
+        until_ms: u64,
+        now: u64,
+    ) {
+        for want in wants {
+            let Some(s) = streams.get_mut(&want.stream).filter(|s| s.end.is_none()) else {
+                continue;
+            };
+            let Some(b) = s.buckets.get_mut(&want.id) else {
+                continue;
+            };
+            let ttl_ns = b
+                .matched
+                .as_ref()
+                .map_or(config::DEFAULT_TTL_NS, |m| m.ttl_ns);
+            let due = match &b.sent {
+                Some(sent) if sent.block == Some(until_ms) => {
+                    now.saturating_sub(sent.at_ns) > ttl_ns / 2
+                }
+                _ => true,
+            };
+            if due {
+                let act = self.deny_blocked(b, until_ms, now);
+                s.queue(want.id.clone(), act, now);
             }
         }
     }

@@ -616,3 +616,145 @@ fn answers_are_bounded_messages_of_the_latest_action_per_bucket() {
         "{end:?}"
     );
 }
+
+/// One round of this node alone: it owns every rule bucket.
+async fn round_alone(r: &Rlqs) {
+    let view = crate::cluster::View::solo("alone", "127.0.0.1:1", "127.0.0.1:2");
+    let peers = crate::peers::Peers::new(crate::peers::test_settings(
+        ringlimit_core::link::dial::tcp(),
+        "alone",
+        "c",
+    ));
+    r.round(&peers, &view).await;
+}
+
+/// The strategy and TTL (ns) of an assignment, `None` for anything else.
+fn assigned(a: Option<&BucketAction>) -> Option<(rate_limit_strategy::Strategy, u64)> {
+    let Some(bucket_action::BucketAction::QuotaAssignmentAction(q)) =
+        a.and_then(|a| a.bucket_action.as_ref())
+    else {
+        return None;
+    };
+    let ttl = q.assignment_time_to_live?;
+    let ttl_ns =
+        u64::try_from(ttl.seconds).ok()? * 1_000_000_000 + u64::try_from(ttl.nanos).ok()?;
+    Some((q.rate_limit_strategy?.strategy?, ttl_ns))
+}
+
+fn deny_all() -> rate_limit_strategy::Strategy {
+    rate_limit_strategy::Strategy::BlanketRule(rate_limit_strategy::BlanketRule::DenyAll as i32)
+}
+
+#[tokio::test]
+async fn a_blocked_keys_buckets_deny_all_until_the_block_ends() {
+    let (r, clock) = rlqs_with(DEFAULT_LIMITS);
+    let s = open(&r);
+    let api = |t: &str| usage(&[("name", "api"), ("tenant", t)], 1);
+    r.report(s, report("edge", vec![api("acme"), api("other")]))
+        .expect("valid");
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    for t in ["acme", "other"] {
+        assert!(
+            matches!(
+                assigned(for_bucket(&got, "tenant", t)),
+                Some((rate_limit_strategy::Strategy::TokenBucket(_), _))
+            ),
+            "{t}: {got:?}"
+        );
+    }
+    let blocks = r.local.blocks();
+    let now_ms = || clock.now() / NANOS_PER_MS;
+
+    // A managed block of the rule bucket's key, for 3 s: a deny-all at the next round, living
+    // no longer than the block (the entry's TTL is 10 s); the other tenant's bucket is untouched.
+    let acme = crate::blocks::Target::parse("acme").expect("a key");
+    blocks
+        .table
+        .put_managed(&acme, (now_ms(), now_ms() + 3_000), "abuse", "ops")
+        .expect("room");
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        assigned(for_bucket(&got, "tenant", "acme")),
+        Some((deny_all(), 3_000_000_000))
+    );
+    // Not pushed again while it holds (its TTL ends with the block); a longer block is.
+    clock.advance_ms(1_000);
+    round_alone(&r).await;
+    assert!(actions(&r, s).is_empty());
+    blocks
+        .table
+        .put_managed(&acme, (now_ms(), now_ms() + 3_600_000), "longer", "ops")
+        .expect("room");
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    assert_eq!(
+        assigned(for_bucket(&got, "tenant", "acme")),
+        Some((deny_all(), 10_000_000_000)),
+        "at most the entry's TTL"
+    );
+    // Refreshed before that TTL lapses, as long as the block holds.
+    clock.advance_ms(5_001);
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    assert_eq!(
+        assigned(for_bucket(&got, "tenant", "acme")).map(|a| a.0),
+        Some(deny_all())
+    );
+
+    // Lifted: the next round gives the bucket its share again.
+    clock.advance_ms(1_000);
+    assert!(
+        blocks
+            .table
+            .remove_managed(&acme, (now_ms(), 0), "ops", now_ms())
+            .is_some()
+    );
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    assert!(
+        matches!(
+            assigned(for_bucket(&got, "tenant", "acme")),
+            Some((
+                rate_limit_strategy::Strategy::TokenBucket(_),
+                10_000_000_000
+            ))
+        ),
+        "{got:?}"
+    );
+
+    // An automatic block of the key under this rule, ending on its own: denied, then the
+    // share again at the first round after its end.
+    let (_, id) = r
+        .local
+        .rules()
+        .prepare("other", crate::rules::RuleSpec::Named("per-second"), 1)
+        .expect("a rule");
+    assert!(blocks.table.put_auto(
+        (id, "other", "per-second"),
+        (now_ms(), now_ms() + 2_000),
+        "n1",
+        now_ms()
+    ));
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    assert_eq!(
+        assigned(for_bucket(&got, "tenant", "other")),
+        Some((deny_all(), 2_000_000_000))
+    );
+    clock.advance_ms(2_000);
+    // The Envoy keeps reporting (denied requests count as demand): its bucket is not quiet.
+    r.report(s, report("edge", vec![api("other")]))
+        .expect("valid");
+    round_alone(&r).await;
+    let got = actions(&r, s);
+    assert!(
+        matches!(
+            assigned(for_bucket(&got, "tenant", "other")),
+            Some((rate_limit_strategy::Strategy::TokenBucket(_), _))
+        ),
+        "{got:?}"
+    );
+}

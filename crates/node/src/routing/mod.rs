@@ -25,20 +25,18 @@ use crate::peers::{PeersHandle, Recall};
 use crate::rules::Prepared;
 use arc_swap::ArcSwap;
 use gate::BatchTurn;
+use parking_lot::Mutex;
 use ringlimit_core::check::{CheckError, Resolved};
 use ringlimit_core::coordinator::{
     self, Batch, Fallback, FallbackCause, Item, Route, Share, ShareTaken, Standby,
 };
 use ringlimit_core::lease::{self, Take};
-use ringlimit_core::link::ForwardError;
 use ringlimit_core::reservations::ReserveError;
 use ringlimit_core::rule::{LeaseMode, Mode, OnOwnerUnreachable};
 use ringlimit_proto::CheckAnswer;
-use ringlimit_proto::peer::{
-    BlockSource, Mark, PeerAnswer, PeerCheck, PeerRefund, PeerReserve, PeerSettle,
-};
+use ringlimit_proto::peer::{BlockSource, Mark, PeerCheck, PeerRefund, PeerReserve, PeerSettle};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use timed::Timed;
 
 pub use ringlimit_core::coordinator::fallback_id;
@@ -163,13 +161,14 @@ impl Router {
         let view = self.view.load();
         let site = self.site(&view);
         let answer = coordinator::check(&site, p).await?;
-        let blocked = site.blocked.get().copied().filter(|_| !answer.allowed);
+        let blocked = site.blocks(1)[0].filter(|_| !answer.allowed);
         Ok((answer, blocked))
     }
 
     /// Decides many checks: those decided here at one instant, each owner's as one group (one
-    /// frame), all owners at once. Answers come back in the order of `items`.
-    pub async fn check_many(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+    /// frame), all owners at once. Answers come back in the order of `items`, each with the
+    /// source of the block its owner denied it by, as [`Router::check_blocked`] says.
+    pub async fn check_many(&self, items: &[Prepared<'_>]) -> Vec<Routed> {
         self.recall_before(items).await;
         let view = self.view.load_full();
         let site = self.site(&view);
@@ -183,16 +182,20 @@ impl Router {
         turn.release();
         let answers = many.finish(&site, items).await;
         turn.end().await;
-        answers
+        with_blocks(answers, site.blocks(items.len()))
     }
 
     /// Decides one request's checks all-or-nothing (the check service's `check_all`):
     /// admitted only when every non-shadow check admits; otherwise every check that took its
     /// cost gives it back before this returns (see [`coordinator::check_all`]).
-    pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Result<CheckAnswer, CheckError>> {
+    /// Each answer comes with the source of the block its owner denied it by (see
+    /// [`Router::check_blocked`]).
+    pub async fn check_all(&self, items: &[Prepared<'_>]) -> Vec<Routed> {
         self.recall_before(items).await;
         let view = self.view.load_full();
-        coordinator::check_all(&self.site(&view), items).await
+        let site = self.site(&view);
+        let answers = coordinator::check_all(&site, items).await;
+        with_blocks(answers, site.blocks(items.len()))
     }
 
     /// Reserves a prepared check's cost (its estimate) at the bucket's owner for `ttl_ms`,
@@ -301,10 +304,13 @@ impl Router {
         let now = self.local.now();
         asks.iter()
             .map(|(p, want)| match p {
-                Ok(p) => {
-                    self.local
-                        .lease_ask(&p.resolved, p.id, self.owns(p.id), (holder, *want), now)
-                }
+                Ok(p) => self.local.lease_ask(
+                    (&p.resolved, p.key),
+                    p.id,
+                    self.owns(p.id),
+                    (holder, *want),
+                    now,
+                ),
                 Err(e) => ringlimit_proto::peer::LeaseGrant::Error {
                     code: e.code().to_owned(),
                     message: e.to_string(),
@@ -331,20 +337,47 @@ impl Router {
         Site {
             d: self,
             view,
-            blocked: OnceLock::new(),
+            blocked: Mutex::new(Vec::new()),
         }
     }
+}
+
+/// A routed check's answer and the source of the block its owner denied it by, if it did.
+pub type Routed = Result<(CheckAnswer, Option<BlockSource>), CheckError>;
+
+/// `answers` each with its block from `blocks` (a denied answer only).
+fn with_blocks(
+    answers: Vec<Result<CheckAnswer, CheckError>>,
+    blocks: Vec<Option<BlockSource>>,
+) -> Vec<Routed> {
+    answers
+        .into_iter()
+        .zip(blocks)
+        .map(|(a, b)| a.map(|a| (a, b.filter(|_| !a.allowed))))
+        .collect()
 }
 
 /// This node as the coordinator sees it, under one membership view.
 struct Site<'a> {
     d: &'a Router,
     view: &'a View,
-    /// The block an owner answered a check by (read for a single check only).
-    blocked: OnceLock<BlockSource>,
+    /// The checks owners answered denied by a block (by index), and its source: few, and
+    /// nothing allocated while there are none.
+    blocked: Mutex<Vec<(usize, BlockSource)>>,
 }
 
 impl Site<'_> {
+    /// The block each of `n` checks was answered by (see [`coordinator::Site::blocked`]).
+    fn blocks(&self, n: usize) -> Vec<Option<BlockSource>> {
+        let mut out = vec![None; n];
+        for (i, source) in self.blocked.lock().drain(..) {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = Some(source);
+            }
+        }
+        out
+    }
+
     /// The fallback share: buckets beside the owner buckets, under salted ids.
     fn share(&self) -> Share<'_> {
         self.d.local.owned().share()
@@ -488,10 +521,8 @@ impl<'a> coordinator::Site<Prepared<'_>> for Site<'a> {
         self.d.stats.forwarded.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn answered(&self, reply: &Result<PeerAnswer, ForwardError>) {
-        if let Ok(PeerAnswer::Blocked { source, .. }) = reply {
-            let _ = self.blocked.set(*source);
-        }
+    fn blocked(&self, index: usize, _: &Prepared<'_>, _: &CheckAnswer, source: BlockSource) {
+        self.blocked.lock().push((index, source));
     }
 
     fn gave_back(&self, lost: u64) {

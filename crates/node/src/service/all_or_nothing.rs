@@ -56,14 +56,19 @@ impl CheckService {
         // without a group's holds, for less CPU (measured through ShouldRateLimit: the docs'
         // benchmarks page, "gRPC").
         let decided = match prepared.as_slice() {
-            [single] => vec![self.router.check(single).await],
+            [single] => vec![self.router.check_blocked(single).await],
             _ => self.router.check_all(&prepared).await,
         };
         let end = self.local.now();
         let mut results = Vec::with_capacity(decided.len());
         for (index, (d, p)) in decided.into_iter().zip(&prepared).enumerate() {
             match d {
-                Ok(a) => results.push(self.outcome(a, p, end)),
+                // Denied by a block its owner knows and this node does not yet: blocked here
+                // too (counted blocked at the owner).
+                Ok((a, blocked)) => results.push(Outcome {
+                    blocked,
+                    ..self.outcome(a, p, end)
+                }),
                 // The routing gave back whatever the others took.
                 Err(error) => return Err(AllError::Item { index, error }),
             }

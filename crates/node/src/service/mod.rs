@@ -85,17 +85,7 @@ impl Outcome {
     /// The outcome of a check of `p` answered at `now` (ns) by a block `hit`: denied (unless
     /// the rule is a shadow rule) until the block ends.
     pub fn blocked(p: &Prepared<'_>, hit: Hit, now: u64) -> Self {
-        let now_ms = now / NANOS_PER_MS;
-        let answer = CheckAnswer {
-            allowed: false,
-            limit: p.resolved.rule.limit,
-            remaining: 0,
-            reset_at_ms: hit.until_ms,
-            retry_after_ms: hit.until_ms.saturating_sub(now_ms).max(1),
-            degraded: false,
-            replica: false,
-            leased: false,
-        };
+        let answer = hit.answer(p.resolved.rule.limit, now / NANOS_PER_MS);
         Self {
             blocked: Some(hit.source),
             ..Self::new(answer, &p.resolved, now)
@@ -247,9 +237,13 @@ impl CheckService {
             .map(|slot| match slot {
                 Some(error) => error,
                 None => match decided.next() {
-                    Some((Ok(a), p)) => {
+                    Some((Ok((a, blocked)), p)) => {
                         answered += 1;
-                        Ok(self.outcome(a, p, end))
+                        // Denied by a block its owner knows and this node does not yet.
+                        Ok(Outcome {
+                            blocked,
+                            ..self.outcome(a, p, end)
+                        })
                     }
                     Some((Err(e), _)) => Err(e),
                     None => Err(CheckError::Unavailable("no answer was produced")),

@@ -355,3 +355,43 @@ async fn a_check_forwarded_to_an_owner_that_knows_the_block_answers_blocked() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.json().get("blocked").is_none(), "{}", r.body);
 }
+
+#[tokio::test(start_paused = true)]
+async fn batch_items_and_all_or_nothing_groups_forwarded_to_an_owner_that_knows_the_block_answer_blocked()
+ {
+    let c = start().await;
+    let o = owner(&c, "n0", "apikey:bad", "per-ip").await;
+    let others: Vec<&str> = IDS.iter().copied().filter(|id| *id != o).collect();
+    let (x, y) = (others[0], others[1]);
+    // x does not learn the block (its link to y is cut); the owner does.
+    c.cut_link(x, y);
+    let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
+    let r = admin_body(&c, y, "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(held(&c, x).await, 0);
+    let bad = json!({ "key": "apikey:bad", "rule": "per-ip" });
+    let good = json!({ "key": "apikey:good", "rule": "per-ip" });
+
+    // A batch through x: the blocked item comes back from its owner blocked, with the block's
+    // reason and rest; the other is answered by its bucket.
+    let got = c.batch(x, &[good.clone(), bad.clone()]).await;
+    assert_eq!(got[0]["allowed"], true, "{got:?}");
+    assert!(got[0].get("blocked").is_none(), "{got:?}");
+    assert_eq!(got[1]["allowed"], false, "{got:?}");
+    assert_eq!(got[1]["blocked"], true, "{got:?}");
+    assert_eq!(got[1]["block_reason"], "managed", "{got:?}");
+    let rest = got[1]["retry_after_ms"].as_u64().expect("retry_after_ms");
+    assert!(rest > 3_000_000 && rest <= 3_600_000, "{got:?}");
+
+    // An all-or-nothing request through x: denied whole, its blocked check marked so, and the
+    // request's answer says why.
+    let r = c.check_all(x, &[good, bad]).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    let all = r.json();
+    assert_eq!(all["blocked"], true, "{}", r.body);
+    assert_eq!(all["block_reason"], "managed", "{}", r.body);
+    let results = all["results"].as_array().expect("results");
+    assert!(results[0].get("blocked").is_none(), "{}", r.body);
+    assert_eq!(results[1]["blocked"], true, "{}", r.body);
+    assert_eq!(results[1]["block_reason"], "managed", "{}", r.body);
+}

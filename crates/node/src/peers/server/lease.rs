@@ -50,8 +50,13 @@ impl PeerServer {
                         };
                     }
                 };
-                self.local
-                    .lease_ask(&resolved, id, self.owns(id), (caller.peer, ask.want), now)
+                self.local.lease_ask(
+                    (&resolved, &ask.key),
+                    id,
+                    self.owns(id),
+                    (caller.peer, ask.want),
+                    now,
+                )
             })
             .collect::<Vec<_>>();
         if let Some(holds) = holds {
