@@ -282,9 +282,12 @@ async fn a_service_checks_with_a_client_token_and_no_secret() -> Result<()> {
     .await?;
     let check = Check::inline("ct", 5, MINUTE);
     for token in ["checkout-client-token-01", "env-client-token-00001"] {
+        // A generous deadline: the first check opens the link, which a loaded machine may
+        // take longer than the default 5 ms to do.
         let client = Client::builder()
             .seeds(http_seeds([&node.http]))
             .client_token(token)
+            .deadline(Duration::from_secs(1))
             .build()
             .await?;
         let a = client.check(&check).await?;
