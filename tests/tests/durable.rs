@@ -6,7 +6,8 @@
 
 use anyhow::{Context, Result, ensure};
 use ringlimit_tests::{
-    ProcessNode, ProcessSpec, TempDir, WAIT, exclusive, free_peer_port, wait_all_alive, wait_until,
+    ProcessNode, ProcessSpec, TempDir, WAIT, exclusive, free_peer_port, keys_owned_by,
+    wait_all_alive, wait_until,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -140,6 +141,8 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
             s
         })
         .collect();
+    let ids: Vec<&str> = specs.iter().map(|s| s.node_id.as_str()).collect();
+    wait_links(&nodes, &ids).await?;
     let keys = keys("all", 60);
     for (i, chunk) in keys.chunks(20).enumerate() {
         use_up(&nodes[i], chunk).await?;
@@ -160,10 +163,11 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
     for n in &nodes {
         n.wait_ready().await?;
     }
-    // Once the cluster has formed again: a node that has not yet seen its peers decides their
-    // keys on the ring it sees, without their buckets (see the durable buckets page).
-    let ids: Vec<&str> = specs.iter().map(|s| s.node_id.as_str()).collect();
+    // Once every link is up again: a check whose owner's link is still reconnecting is
+    // answered from the fail-open share, which for a limit of 1 is the whole limit (the next
+    // test checks before the cluster has formed, with a limit that a share is less than).
     wait_all_alive(&nodes, &ids, WAIT).await?;
+    wait_links(&nodes, &ids).await?;
     let mut over = 0;
     for n in &nodes {
         over += admitted_of(n, &keys).await?;
@@ -171,6 +175,204 @@ async fn three_nodes_stopped_together_and_started_again_admit_nothing_over() -> 
     ensure!(
         over == 0,
         "{over} checks admitted over the used-up daily quotas after a whole-cluster restart"
+    );
+    Ok(())
+}
+
+/// A check of `body` through `node`: whether it was admitted, and whether it was degraded.
+async fn answered(node: &ProcessNode, body: &Value) -> Result<(bool, bool)> {
+    let r = node.check(body).await?;
+    ensure!(
+        r.status == 200 || r.status == 429,
+        "{} {}",
+        r.status,
+        r.text
+    );
+    let degraded = r.json()?["degraded"].as_bool().unwrap_or(false);
+    Ok((r.status == 200, degraded))
+}
+
+/// `body` with a cost of `cost`.
+fn costing(body: &Value, cost: u64) -> Value {
+    let mut b = body.clone();
+    b["cost"] = json!(cost);
+    b
+}
+
+/// Waits until every node forwards to every other one, answered by the owner itself (not
+/// degraded: no link still reconnecting).
+async fn wait_links(nodes: &[ProcessNode], ring: &[&str]) -> Result<()> {
+    for n in nodes {
+        for owner in ring.iter().filter(|o| **o != n.node_id) {
+            let key = &keys_owned_by(
+                ring,
+                owner,
+                &format!("probe-{owner}"),
+                1,
+                (1_000_000, 1_000),
+            )?[0];
+            let probe = json!({ "key": key, "limit": 1_000_000, "period_ms": 1_000 });
+            wait_until(&format!("{} reaches {owner}", n.node_id), WAIT, || async {
+                let r = n.check(&probe).await?;
+                let a = r.json()?;
+                Ok(r.status == 200 && a["degraded"] == false && a["replica"] != true)
+            })
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The first node of a cluster restarted whole comes back alone (the others still down, as
+/// when pods start one after the other): the keys its peers own are theirs (their buckets are
+/// on their disks), not decided here from fresh buckets on a ring of one. Each is admitted at
+/// most its fail-open share, degraded, and a closed rule's are denied; its own stay used up.
+/// Once the others are back, every used-up key is denied everywhere and a new key admits
+/// exactly its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_node_back_alone_does_not_admit_its_peers_used_up_keys() -> Result<()> {
+    const LIMIT: u64 = 9;
+    /// The fail-open share of a limit of 9 among the three members the ring still names.
+    const SHARE: usize = 3;
+    let _one = exclusive().await;
+    let dirs = temp_dirs("first", 3)?;
+    let mut nodes = ProcessNode::cluster(3, |i, s| {
+        s.args = vec![
+            "--data-dir".into(),
+            dirs[i].0.to_string_lossy().into_owned(),
+        ];
+        s.env = vec![("RINGLIMIT_ADMIN_TOKEN".into(), TOKEN.into())];
+    })
+    .await?;
+    for n in &nodes {
+        n.wait_ready().await?;
+    }
+    let specs: Vec<ProcessSpec> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut s = spec(&n.node_id, n.peer.port(), &dirs[i].0);
+            s.seeds = nodes.iter().map(|m| m.peer.to_string()).collect();
+            s
+        })
+        .collect();
+    let ids: Vec<String> = nodes.iter().map(|n| n.node_id.clone()).collect();
+    let ring: Vec<&str> = ids.iter().map(String::as_str).collect();
+    wait_links(&nodes, &ring).await?;
+    let inline = |key: &String| json!({ "key": key, "limit": LIMIT, "period_ms": DAY_MS });
+    let mine: Vec<Value> = keys_owned_by(&ring, ring[0], "mine", 5, (LIMIT, DAY_MS))?
+        .iter()
+        .map(inline)
+        .collect();
+    let mut theirs: Vec<Value> = Vec::new();
+    for owner in &ring[1..] {
+        theirs.extend(
+            keys_owned_by(&ring, owner, "theirs", 12, (LIMIT, DAY_MS))?
+                .iter()
+                .map(inline),
+        );
+    }
+    let rule = json!({ "limit": LIMIT, "period": "1d", "on_owner_unreachable": "closed" });
+    let r = nodes[0]
+        .admin(
+            reqwest::Method::PUT,
+            "/v1/admin/rules/closed-daily",
+            TOKEN,
+            Some(&rule),
+        )
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    for n in &nodes {
+        wait_until(&format!("{} has the rule", n.node_id), WAIT, || async {
+            let r = n
+                .admin(reqwest::Method::GET, "/v1/admin/rules", TOKEN, None)
+                .await?;
+            Ok(r.status == 200 && r.text.contains("closed-daily"))
+        })
+        .await?;
+    }
+    let closed: Vec<Value> = (0..30)
+        .map(|i| json!({ "key": format!("closed:{i}"), "rule": "closed-daily" }))
+        .collect();
+    let used: Vec<&Value> = mine.iter().chain(&theirs).chain(&closed).collect();
+    for (i, k) in used.iter().enumerate() {
+        let n = &nodes[i % nodes.len()];
+        ensure!(
+            admitted(n, &costing(k, LIMIT)).await?,
+            "{k} admitted its whole limit"
+        );
+        ensure!(!admitted(n, k).await?, "{k} used up");
+    }
+    for n in nodes.iter_mut() {
+        n.terminate()?;
+    }
+    for n in nodes.iter_mut() {
+        let code = n.wait_exit(Duration::from_secs(20)).await?;
+        ensure!(code == 0, "{} exited with {code}", n.node_id);
+    }
+    drop(nodes);
+
+    // Only the first comes back: ready alone, once its wait for peers is over.
+    let first = ProcessNode::start(&specs[0]).await?;
+    first.wait_ready().await?;
+    let cluster = first.cluster().await?;
+    let mut over = Vec::new();
+    for k in &theirs {
+        let mut admitted = 0;
+        for _ in 0..LIMIT {
+            let (allowed, degraded) = answered(&first, k).await?;
+            ensure!(
+                !allowed || degraded,
+                "{k} admitted, not degraded, by the first node back alone; its view: {cluster:?}"
+            );
+            admitted += usize::from(allowed);
+        }
+        if admitted > SHARE {
+            over.push((k["key"].clone(), admitted));
+        }
+    }
+    ensure!(
+        over.is_empty(),
+        "the first node back alone admitted more than the fail-open share ({SHARE}) of keys its \
+         peers own and had used up: {over:?}; its view: {cluster:?}\nlog:\n{}",
+        first.log()
+    );
+    let again = admitted_of(&first, &closed).await? + admitted_of(&first, &mine).await?;
+    ensure!(
+        again == 0,
+        "{again} used-up keys of the closed rule or of its own admitted by the first node back alone"
+    );
+
+    // The others come back: the limits hold exactly again.
+    let mut nodes = vec![first];
+    for s in &specs[1..] {
+        nodes.push(ProcessNode::start(s).await?);
+    }
+    for n in &nodes {
+        n.wait_ready().await?;
+    }
+    wait_all_alive(&nodes, &ring, WAIT).await?;
+    wait_links(&nodes, &ring).await?;
+    let mut over = 0;
+    for n in &nodes {
+        for k in &used {
+            over += usize::from(admitted(n, k).await?);
+        }
+    }
+    ensure!(
+        over == 0,
+        "{over} checks of used-up keys admitted once the cluster is back"
+    );
+    let fresh = inline(&"fresh".to_owned());
+    let mut admitted_fresh = 0;
+    for i in 0..2 * LIMIT as usize {
+        let (allowed, degraded) = answered(&nodes[i % nodes.len()], &fresh).await?;
+        ensure!(!degraded, "a degraded answer once the cluster is back");
+        admitted_fresh += usize::from(allowed);
+    }
+    ensure!(
+        admitted_fresh == LIMIT as usize,
+        "a new key admitted {admitted_fresh} of its limit {LIMIT} once the cluster is back"
     );
     Ok(())
 }

@@ -10,6 +10,7 @@
 //! to what is decided during the move itself.
 
 use crate::cluster::View;
+use crate::durable::Durable;
 use crate::local::Local;
 use crate::metrics::Family;
 use crate::peers::Peers;
@@ -35,6 +36,8 @@ pub struct Lifecycle {
     handed_over: Arc<AtomicU64>,
     /// `--replicas`.
     replicas: usize,
+    /// The disk follower (`--data-dir`): what goes while the node leaves is written first.
+    durable: Option<Arc<Durable>>,
 }
 
 impl Lifecycle {
@@ -51,7 +54,15 @@ impl Lifecycle {
             ready: AtomicBool::new(false),
             handed_over,
             replicas,
+            durable: None,
         }
+    }
+
+    /// Writes the buckets handed over while the node leaves to `durable` first (see
+    /// [`Durable::keep_handed`]).
+    pub fn with_durable(mut self, durable: Option<Arc<Durable>>) -> Self {
+        self.durable = durable;
+        self
     }
 
     /// Whether this node answers checks yet (readiness).
@@ -73,6 +84,11 @@ impl Lifecycle {
     /// longer replicates (called when the ring changed, before [`Lifecycle::hand_over`]; see
     /// [`Local::promote`]); returns how many were promoted.
     pub fn promote(&self, view: &View) -> usize {
+        // Leaving with `--data-dir`: the copies stay as they are, on disk too, for the next
+        // start (out of the ring, this node owns nothing to promote them to).
+        if self.durable.as_ref().is_some_and(|d| d.is_leaving()) {
+            return 0;
+        }
         let now = self.local.now();
         self.local.promote(view, self.replicas, now).promoted
     }
@@ -88,6 +104,7 @@ impl Lifecycle {
             self.replicas,
             self.local.now(),
             joined,
+            self.durable.as_ref(),
         )
         .await;
         self.handed_over.fetch_add(moved as u64, Ordering::Relaxed);
@@ -107,6 +124,9 @@ impl Lifecycle {
 ///
 /// Every member in `joined` (new in the ring) is sent at least the end of a handover (an empty
 /// frame), so that it knows it has everything this node had for it.
+///
+/// While the node leaves, what goes is written to `durable` first (see
+/// [`Durable::keep_handed`]).
 async fn hand_over(
     view: &View,
     local: &Local,
@@ -114,16 +134,35 @@ async fn hand_over(
     replicas: usize,
     now: u64,
     joined: &[Arc<str>],
+    durable: Option<&Arc<Durable>>,
 ) -> usize {
     let ring = &view.ring;
     if ring.is_empty() {
         return 0;
     }
+    // A member not seen since this node started is sent nothing: it does not answer yet, and
+    // it keeps its own buckets on its disk.
     let moving = local.owned().hand_out(|id, st| {
-        st.idle_at() > now && ring.owner(id).is_some_and(|o| o != &*view.self_id)
+        st.idle_at() > now
+            && ring
+                .owner(id)
+                .is_some_and(|o| o != &*view.self_id && !view.awaits(o))
     });
+    if let Some(d) = durable
+        && d.is_leaving()
+        && !moving.is_empty()
+    {
+        let (d, kept) = (d.clone(), moving.clone());
+        // Off the runtime's threads: the commit waits for the disk.
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || d.keep_handed(&kept)).await {
+            tracing::error!(error = %e, "cannot keep the buckets handed over on disk");
+        }
+    }
     let mut by_owner: HashMap<&str, Vec<(u64, BucketState)>> = HashMap::new();
-    for member in joined.iter().filter(|m| **m != view.self_id) {
+    for member in joined
+        .iter()
+        .filter(|m| **m != view.self_id && !view.awaits(m))
+    {
         by_owner.entry(member).or_default();
     }
     for (id, st) in moving {

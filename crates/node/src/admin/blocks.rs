@@ -116,7 +116,10 @@ impl Admin {
         let asks = view
             .members
             .iter()
-            .filter(|m| *m.node_id != *view.self_id && m.state != MemberState::Dead)
+            .filter(|m| {
+                *m.node_id != *view.self_id
+                    && !matches!(m.state, MemberState::Dead | MemberState::Unseen)
+            })
             .map(|m| async move {
                 let sent = self
                     .pool

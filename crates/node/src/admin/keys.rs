@@ -200,12 +200,17 @@ pub async fn everywhere(
             let removed = local.reset(ids);
             return MemberReset::ok(&m.node_id, removed);
         }
-        if m.state == MemberState::Dead {
+        let skipped = match m.state {
+            MemberState::Dead => Some("declared dead; not contacted"),
+            MemberState::Unseen => Some("not seen since this node started; not contacted"),
+            _ => None,
+        };
+        if let Some(why) = skipped {
             return MemberReset {
                 node_id: m.node_id.clone(),
                 status: ResetStatus::Skipped,
                 removed: None,
-                error: Some("declared dead; not contacted".into()),
+                error: Some(why.into()),
             };
         }
         match tokio::time::timeout(within, peers.reset(&m.peer_addr, ids)).await {
@@ -270,6 +275,7 @@ mod tests {
             ring: Ring::new(["me", "silent"]),
             peer_addrs: BTreeMap::new(),
             quorum: crate::cluster::quorum::Quorum::solo(&Arc::from("me")),
+            awaited: Vec::new(),
         };
         let local = Local::alone(
             crate::rules::RuleSet::default(),

@@ -52,7 +52,7 @@ impl Admin {
         let asks = view
             .members
             .iter()
-            .filter(|m| m.state != MemberState::Dead)
+            .filter(|m| !matches!(m.state, MemberState::Dead | MemberState::Unseen))
             .map(|m| {
                 let self_id = self_id.clone();
                 async move {

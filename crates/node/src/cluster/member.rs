@@ -14,6 +14,11 @@ pub enum MemberState {
     Alive,
     Leaving,
     Dead,
+    /// In the ring this node last saw before it stopped (kept under `--data-dir`), not seen
+    /// since it started: still the owner of its keys, whose buckets are on its disk, and
+    /// asked for them as an owner that does not answer is, until it is seen alive or
+    /// `--members-wait-ms` has passed (see `membership::Remembered`).
+    Unseen,
 }
 
 /// One member as this node sees it.

@@ -10,6 +10,14 @@
 //! turns chitchat's live-node watcher into an immutable [`View`]; the ring inside it is
 //! rebuilt only when the set of live members changes. Right after this node's own pause, the
 //! members gossip declares dead stay as they were (see [`super::pause`]).
+//!
+//! A node that starts again with `--data-dir` may be the first of a cluster restarted whole:
+//! the others' buckets are on their disks, and on a ring of itself alone it would decide their
+//! keys from fresh buckets (a used-up daily quota admitted again). So the members of the ring
+//! it last saw ([`Remembered`], kept under `--data-dir`) stay in its ring as `unseen` until
+//! gossip shows them alive (or leaving), or `--members-wait-ms` has passed: their keys are
+//! asked of them, and while they do not answer, of their replicas, then answered from the
+//! fallback share (or denied, for `closed` rules), as for any owner that does not answer.
 
 pub use super::member::{Member, MemberState};
 use super::pause::Pauses;
@@ -46,6 +54,10 @@ pub struct View {
     /// Whether this node sees a majority of the members it last knew; without one it owns no
     /// keys (see [`super::quorum`]).
     pub quorum: Quorum,
+    /// Ring members not seen alive since this node started ([`Remembered`]: `unseen`, or
+    /// `joining` again), sorted: owners of their keys that nothing is sent to but checks (and
+    /// what goes back to an owner), until they are alive.
+    pub awaited: Vec<Arc<str>>,
 }
 
 impl View {
@@ -75,7 +87,26 @@ impl View {
             ring: Ring::new([self_id]),
             peer_addrs: BTreeMap::from([(id.clone(), peer_addr.to_owned())]),
             quorum: Quorum::solo(&id),
+            awaited: Vec::new(),
         }
+    }
+
+    /// This view with `awaited` (node id → peer address) in its ring as `unseen` members (the
+    /// first view of a node that remembers members: see [`Remembered`]).
+    fn awaiting(mut self, awaited: &BTreeMap<Arc<str>, String>) -> Self {
+        for (id, addr) in awaited.iter().filter(|(id, _)| **id != self.self_id) {
+            self.members.push(unseen(id, addr));
+            self.peer_addrs.insert(id.clone(), addr.clone());
+            self.awaited.push(id.clone());
+        }
+        self.members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        self.ring = Ring::new(self.peer_addrs.keys());
+        self
+    }
+
+    /// Whether `id` is a ring member not seen alive yet (see [`View::awaited`]).
+    pub fn awaits(&self, id: &str) -> bool {
+        self.awaited.iter().any(|a| **a == *id)
     }
 
     /// Alive members (the ring's size), at least 1.
@@ -94,6 +125,38 @@ impl View {
     }
 }
 
+/// The members of the ring this node last saw before it stopped (kept under `--data-dir`),
+/// waited for as the owners of their keys (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct Remembered {
+    /// Node id and peer address of each.
+    pub members: Vec<(String, String)>,
+    /// How long after gossip starts a member not seen alive yet stops being waited for
+    /// (`--members-wait-ms`): then its keys are the others', as when a member dies.
+    pub within: Duration,
+}
+
+/// A member this node remembers and has not seen since it started.
+fn unseen(id: &Arc<str>, peer_addr: &str) -> Member {
+    Member {
+        node_id: id.to_string(),
+        peer_addr: peer_addr.to_owned(),
+        http_addr: String::new(),
+        grpc_addr: String::new(),
+        state: MemberState::Unseen,
+        generation: 0,
+    }
+}
+
+/// A member's state as its gossip says.
+fn state_of(node: &NodeState) -> MemberState {
+    match node.get(KEY_STATE) {
+        Some("leaving") => MemberState::Leaving,
+        Some("joining") => MemberState::Joining,
+        _ => MemberState::Alive,
+    }
+}
+
 /// Gossip settings.
 #[derive(Debug, Clone)]
 pub struct GossipSettings {
@@ -108,6 +171,8 @@ pub struct GossipSettings {
     /// Start `joining` (a node with seeds, until it is ready: see
     /// [`Membership::announce_ready`]) rather than `alive`.
     pub joining: bool,
+    /// The members this node knew before it stopped, waited for.
+    pub remembered: Remembered,
 }
 
 /// Gossip could not start.
@@ -183,12 +248,29 @@ impl Membership {
             .await
             .map_err(|e| GossipError(format!("{e:#}")))?;
         let self_id: Arc<str> = Arc::from(settings.node_id.as_str());
-        let first = Arc::new(View::solo_with_grpc(
-            &settings.node_id,
-            &settings.advertise.to_string(),
-            &settings.http_advertise,
-            &settings.grpc_advertise,
-        ));
+        let awaited: BTreeMap<Arc<str>, String> = settings
+            .remembered
+            .members
+            .iter()
+            .filter(|(id, _)| *id != settings.node_id && !settings.remembered.within.is_zero())
+            .map(|(id, addr)| (Arc::from(id.as_str()), addr.clone()))
+            .collect();
+        if !awaited.is_empty() {
+            tracing::info!(
+                members = ?awaited.keys().collect::<Vec<_>>(),
+                within = ?settings.remembered.within,
+                "waiting for the members of the ring this node last saw: their keys are theirs until they are seen"
+            );
+        }
+        let first = Arc::new(
+            View::solo_with_grpc(
+                &settings.node_id,
+                &settings.advertise.to_string(),
+                &settings.http_advertise,
+                &settings.grpc_advertise,
+            )
+            .awaiting(&awaited),
+        );
         let view = Arc::new(ArcSwap::new(first.clone()));
         let (tx, updates) = watch::channel(first);
         let chitchat = handle.chitchat();
@@ -201,6 +283,10 @@ impl Membership {
             view.clone(),
             tx,
             pauses.clone(),
+            Awaited {
+                members: awaited,
+                until: tokio::time::Instant::now() + settings.remembered.within,
+            },
         ));
         Ok(Self {
             handle,
@@ -281,6 +367,38 @@ impl Drop for Membership {
     }
 }
 
+/// The remembered members still waited for, and until when.
+struct Awaited {
+    /// Node id → peer address.
+    members: BTreeMap<Arc<str>, String>,
+    until: tokio::time::Instant,
+}
+
+impl Awaited {
+    /// Stops waiting for the members `live` shows alive or leaving (seen: from now on they are
+    /// members like any other), and for all of them once the wait is over.
+    fn seen(&mut self, live: &BTreeMap<ChitchatId, NodeState>, now: tokio::time::Instant) {
+        if self.members.is_empty() {
+            return;
+        }
+        if now >= self.until {
+            tracing::warn!(
+                members = ?self.members.keys().collect::<Vec<_>>(),
+                "members of the ring this node last saw were not seen within --members-wait-ms: \
+                 their keys go to the members alive"
+            );
+            self.members.clear();
+            return;
+        }
+        self.members.retain(|id, _| {
+            !live.iter().any(|(cid, node)| {
+                *cid.node_id == **id
+                    && matches!(state_of(node), MemberState::Alive | MemberState::Leaving)
+            })
+        });
+    }
+}
+
 async fn watch_members(
     chitchat: Arc<tokio::sync::Mutex<chitchat::Chitchat>>,
     mut live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
@@ -288,14 +406,17 @@ async fn watch_members(
     view: Arc<ArcSwap<View>>,
     tx: watch::Sender<Arc<View>>,
     pauses: Arc<Pauses>,
+    mut awaited: Awaited,
 ) {
     // Dead members only show in `/v1/cluster`; a slow tick refreshes them.
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let waiting = !awaited.members.is_empty();
         tokio::select! {
             changed = live.changed() => if changed.is_err() { return },
             _ = tick.tick() => {},
+            () = tokio::time::sleep_until(awaited.until), if waiting => {},
         }
         let dead: Vec<ChitchatId> = chitchat.lock().await.dead_nodes().cloned().collect();
         // Read the live nodes in place: the watcher fires on every key-value change of any
@@ -308,6 +429,7 @@ async fn watch_members(
             }
             // tokio's clock: follows a paused test clock (the same instant otherwise).
             let now = tokio::time::Instant::now();
+            awaited.seen(&live_nodes, now);
             build_view(
                 &self_id,
                 &live_nodes,
@@ -315,6 +437,7 @@ async fn watch_members(
                 &view.load(),
                 now.into_std(),
                 pauses.resumed(now),
+                &awaited.members,
             )
         };
         if let Some(next) = next {
@@ -329,7 +452,8 @@ async fn watch_members(
 /// The view for these live and dead nodes, or `None` when nothing changed. `resumed`: this
 /// node has just been paused (see [`super::pause`]), and a member alive in `previous` that
 /// gossip now calls dead stays alive: gossip has not heard from it because this node did not
-/// run, not because it is gone.
+/// run, not because it is gone. `awaited`: remembered members not seen alive yet (node id →
+/// peer address), in the ring whatever gossip says of them but alive.
 fn build_view(
     self_id: &Arc<str>,
     live: &BTreeMap<ChitchatId, NodeState>,
@@ -337,6 +461,7 @@ fn build_view(
     previous: &View,
     now: std::time::Instant,
     resumed: bool,
+    awaited: &BTreeMap<Arc<str>, String>,
 ) -> Option<View> {
     // A restarted node may briefly show twice: keep the newest generation of each id.
     let mut members: BTreeMap<String, Member> = BTreeMap::new();
@@ -350,11 +475,7 @@ fn build_view(
             http_addr: http.to_owned(),
             // Absent from members that predate it: no gRPC address known.
             grpc_addr: state.get(KEY_GRPC).unwrap_or_default().to_owned(),
-            state: match state.get(KEY_STATE) {
-                Some("leaving") => MemberState::Leaving,
-                Some("joining") => MemberState::Joining,
-                _ => MemberState::Alive,
-            },
+            state: state_of(state),
             generation: id.generation_id,
         };
         match members.get(member.node_id.as_str()) {
@@ -391,6 +512,20 @@ fn build_view(
             },
         );
     }
+    // A remembered member gossip does not show, or shows dead (its previous life, or a new
+    // one chitchat has only just heard of): still the owner of its keys. One that joins again
+    // stays in the ring too, so that its keys are asked of it, which holds their buckets.
+    let mut waiting: Vec<Arc<str>> = Vec::new();
+    for (id, addr) in awaited.iter().filter(|(id, _)| **id != *self_id) {
+        match members.get(&**id).map(|m| m.state) {
+            Some(MemberState::Alive | MemberState::Leaving) => continue,
+            Some(MemberState::Joining) => {}
+            Some(MemberState::Dead | MemberState::Unseen) | None => {
+                members.insert(id.to_string(), unseen(id, addr));
+            }
+        }
+        waiting.push(id.clone());
+    }
     let members: Vec<Member> = members.into_values().collect();
     // This node counts itself alive while it joins: its own ring holds it (it decides what
     // reaches it directly, and knows which keys it will own).
@@ -411,12 +546,16 @@ fn build_view(
     } else {
         previous.quorum.next(&members, now)
     };
-    if members == previous.members && quorum == previous.quorum {
+    if members == previous.members && quorum == previous.quorum && waiting == previous.awaited {
         return None;
     }
     let peer_addrs: BTreeMap<Arc<str>, String> = members
         .iter()
-        .filter(|m| m.state == MemberState::Alive || me_joining(m))
+        .filter(|m| {
+            m.state == MemberState::Alive
+                || me_joining(m)
+                || waiting.iter().any(|w| **w == *m.node_id)
+        })
         .map(|m| (Arc::from(m.node_id.as_str()), m.peer_addr.clone()))
         .collect();
     // Without a majority this node owns no keys; its ring stays that of the members it last
@@ -441,6 +580,7 @@ fn build_view(
         ring,
         peer_addrs,
         quorum,
+        awaited: waiting,
     })
 }
 
@@ -475,6 +615,8 @@ fn log_changes(before: &View, after: &View) {
                 tracing::info!(member = %m.node_id, peer = %m.peer_addr, "member joining")
             }
             MemberState::Dead => tracing::warn!(member = %m.node_id, "member declared dead"),
+            // Logged once for all of them when this node starts.
+            MemberState::Unseen => {}
         }
     }
     for m in &before.members {
@@ -499,6 +641,7 @@ mod tests {
             seeds: seeds.iter().map(|p| format!("10.0.0.1:{p}")).collect(),
             interval: Duration::from_millis(100),
             joining: false,
+            remembered: Remembered::default(),
         }
     }
 
@@ -586,6 +729,78 @@ mod tests {
             view.members
                 .iter()
                 .any(|m| m.node_id == "b" && m.state == MemberState::Leaving)
+        );
+    }
+
+    /// A node that starts again alone keeps the members of the ring it last saw in its ring,
+    /// `unseen`, until each is seen alive (a joining one stays an owner until then), and the
+    /// others until the wait is over.
+    #[tokio::test(start_paused = true)]
+    async fn remembered_members_own_their_keys_until_seen_or_the_wait_is_over() {
+        let net = ChannelTransport::default();
+        let mut first = settings("a", 7001, &[7002, 7003]);
+        first.remembered = Remembered {
+            members: vec![
+                ("a".to_owned(), "10.0.0.1:7001".to_owned()),
+                ("b".to_owned(), "10.0.0.1:7002".to_owned()),
+                ("c".to_owned(), "10.0.0.1:7003".to_owned()),
+            ],
+            within: Duration::from_secs(30),
+        };
+        let started = tokio::time::Instant::now();
+        let a = start(first, &net).await;
+        let states = |v: &View| -> Vec<(String, MemberState)> {
+            v.members
+                .iter()
+                .map(|m| (m.node_id.clone(), m.state))
+                .collect()
+        };
+        let view = a.view();
+        assert_eq!(view.ring.len(), 3, "the first view already waits for them");
+        assert_eq!(view.awaited.len(), 2);
+        assert_eq!(
+            view.peer_addrs.get("c").map(String::as_str),
+            Some("10.0.0.1:7003")
+        );
+        // Gossip's rounds go by: still theirs.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let view = a.view();
+        assert_eq!(
+            states(&view),
+            [
+                ("a".to_owned(), MemberState::Alive),
+                ("b".to_owned(), MemberState::Unseen),
+                ("c".to_owned(), MemberState::Unseen)
+            ]
+        );
+        assert_eq!((view.ring.len(), view.share_members()), (3, 3));
+        assert!(view.quorum.quorate, "a node alone owns its own keys");
+
+        // b starts joining: still awaited, and asked at its own address now.
+        let mut second = settings("b", 7002, &[7001]);
+        second.joining = true;
+        let b = start(second, &net).await;
+        let view = until(&a, |v| {
+            v.members
+                .iter()
+                .any(|m| m.node_id == "b" && m.state == MemberState::Joining)
+        })
+        .await;
+        assert_eq!(view.ring.len(), 3);
+        assert!(view.awaits("b") && view.awaits("c"));
+        b.announce_ready().await;
+        let view = until(&a, |v| alive(v) == ["a", "b"]).await;
+        assert_eq!((view.ring.len(), view.awaited.len()), (3, 1));
+        assert!(!view.awaits("b") && view.awaits("c"));
+
+        // c never comes: dropped once the wait is over, as a dead member is.
+        let view = until(&a, |v| v.ring.len() == 2).await;
+        assert!(view.awaited.is_empty());
+        assert!(!view.members.iter().any(|m| m.node_id == "c"));
+        assert!(
+            started.elapsed() >= Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
         );
     }
 }

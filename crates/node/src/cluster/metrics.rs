@@ -7,11 +7,12 @@ use crate::metrics::{Family, Series};
 use arc_swap::ArcSwap;
 
 /// The states members are counted by, and their `state` label.
-const STATES: [(&str, MemberState); 4] = [
+const STATES: [(&str, MemberState); 5] = [
     ("joining", MemberState::Joining),
     ("alive", MemberState::Alive),
     ("leaving", MemberState::Leaving),
     ("dead", MemberState::Dead),
+    ("unseen", MemberState::Unseen),
 ];
 
 /// The current view's members by state (counted on one view, so that they add up).

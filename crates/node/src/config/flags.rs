@@ -99,6 +99,15 @@ pub struct ServeArgs {
           default_value_t = crate::durable::INTERVAL.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub persist_interval_ms: u64,
+    /// With --data-dir, how long after its start a node waits for the members of the ring it
+    /// last saw (kept there) before their keys are no longer theirs (ms): until each is seen
+    /// alive, its keys are asked of it, and while it does not answer, of its replica, then
+    /// answered from the fallback share (so the first node of a whole-cluster restart does not
+    /// decide the others' keys from fresh buckets). 0: not waited for.
+    #[arg(long, env = "RINGLIMIT_MEMBERS_WAIT_MS", value_name = "MS",
+          default_value_t = crate::durable::MEMBERS_WAIT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub members_wait_ms: u64,
     /// YAML file of named tokens with roles (read, write; check: a client credential for SDKs on
     /// the peer port), reloaded when it changes; beside RINGLIMIT_ADMIN_TOKEN (a write token
     /// named admin) and RINGLIMIT_CLIENT_TOKEN (a client credential named client).

@@ -125,6 +125,9 @@ pub struct NodeConfig {
     pub persist_min_period_ns: u64,
     /// `--persist-interval-ms`: the disk follower's group commit interval.
     pub persist_interval: Duration,
+    /// `--members-wait-ms`: with `data_dir`, how long the members of the ring this node last
+    /// saw are waited for at start (see `cluster::membership::Remembered`).
+    pub members_wait: Duration,
     pub max_keys: u64,
     /// `--replicas`: copies of each bucket on the ring's next members (0: none).
     pub replicas: usize,
@@ -242,6 +245,7 @@ impl NodeConfig {
             data_dir: None,
             persist_min_period_ns: crate::durable::MIN_PERIOD.as_nanos() as u64,
             persist_interval: crate::durable::INTERVAL,
+            members_wait: crate::durable::MEMBERS_WAIT,
             max_keys: 100_000,
             replicas: 1,
             replica_flush: crate::replicas::sender::FLUSH_EVERY,

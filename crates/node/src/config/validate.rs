@@ -53,6 +53,7 @@ impl ServeArgs {
             data_dir: self.data_dir,
             persist_min_period_ns: self.persist_min_period,
             persist_interval: Duration::from_millis(self.persist_interval_ms),
+            members_wait: Duration::from_millis(self.members_wait_ms),
             max_keys: self.max_keys,
             replicas: self.replicas as usize,
             replica_flush: Duration::from_millis(self.replica_flush_ms),

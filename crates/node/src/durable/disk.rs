@@ -1,5 +1,6 @@
-//! The bucket file under `--data-dir` (`buckets.redb`): one table of bucket states by id, and
-//! a stamp saying whose they are.
+//! The bucket file under `--data-dir` (`buckets.redb`): one table of bucket states by id, one
+//! of replica copies, the members of the ring this node last saw, and a stamp saying whose
+//! they are.
 //!
 //! A value is the time its state stops mattering (`BucketState::idle_at`, 8 bytes, little
 //! endian) and then the state as it travels between nodes (`WireState`, bincode): the sweep
@@ -37,6 +38,10 @@ impl Held {
         }
     }
 }
+/// The other members of the ring this node last saw: node id → peer address. A node that
+/// starts waits for them as the owners of their keys (`crate::cluster::membership::Remembered`):
+/// their buckets are on their disks, not on this one.
+const MEMBERS: TableDefinition<&str, &str> = TableDefinition::new("members");
 /// Whose the buckets are: `cluster`, `node`, `format`.
 const STAMP: TableDefinition<&str, &str> = TableDefinition::new("stamp");
 /// The value layout this build writes and reads.
@@ -182,6 +187,7 @@ impl Disk {
             }
             tx.open_table(BUCKETS).map_err(|e| unreadable(&e))?;
             tx.open_table(COPIES).map_err(|e| unreadable(&e))?;
+            tx.open_table(MEMBERS).map_err(|e| unreadable(&e))?;
         }
         tx.commit().map_err(|e| unreadable(&e))?;
         Ok(Self {
@@ -255,6 +261,47 @@ impl Disk {
                 }
                 for id in &batch.delete {
                     table.remove(*id).map_err(|x| e(&x))?;
+                }
+            }
+            tx.commit().map_err(|x| e(&x))
+        })
+        .map_err(|reason| DiskError::Write {
+            path: self.path.clone(),
+            reason,
+        })
+    }
+
+    /// The members kept by [`Disk::remember_members`]: node id and peer address, by id.
+    pub fn members(&self) -> Result<Vec<(String, String)>, DiskError> {
+        self.with_db(|db| {
+            let e = |e: &dyn std::fmt::Display| e.to_string();
+            let tx = db.begin_read().map_err(|x| e(&x))?;
+            let table = tx.open_table(MEMBERS).map_err(|x| e(&x))?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(|x| e(&x))? {
+                let (k, v) = entry.map_err(|x| e(&x))?;
+                out.push((k.value().to_owned(), v.value().to_owned()));
+            }
+            Ok(out)
+        })
+        .map_err(|reason| DiskError::Unreadable {
+            path: self.path.clone(),
+            reason,
+        })
+    }
+
+    /// Replaces the members kept with `members` (node id, peer address), in one transaction.
+    pub fn remember_members(&self, members: &[(String, String)]) -> Result<(), DiskError> {
+        self.with_db(|db| {
+            let e = |e: &dyn std::fmt::Display| e.to_string();
+            let tx = db.begin_write().map_err(|x| e(&x))?;
+            {
+                let mut table = tx.open_table(MEMBERS).map_err(|x| e(&x))?;
+                table.retain(|_, _| false).map_err(|x| e(&x))?;
+                for (id, addr) in members {
+                    table
+                        .insert(id.as_str(), addr.as_str())
+                        .map_err(|x| e(&x))?;
                 }
             }
             tx.commit().map_err(|x| e(&x))
@@ -392,6 +439,24 @@ mod tests {
         assert_eq!(disk.idle(Held::Owned, T0).expect("reads"), vec![2]);
         assert_eq!(disk.load(Held::Copies, T0).expect("reads").0, vec![]);
         assert!(disk.bytes() > 0);
+    }
+
+    #[test]
+    fn the_members_kept_are_the_last_written_and_come_back_after_a_reopen() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        assert_eq!(disk.members().expect("reads"), vec![]);
+        let pair = |id: &str, addr: &str| (id.to_owned(), addr.to_owned());
+        disk.remember_members(&[pair("n2", "10.0.0.2:7946"), pair("n3", "10.0.0.3:7946")])
+            .expect("written");
+        disk.remember_members(&[pair("n3", "10.0.0.9:7946"), pair("n4", "10.0.0.4:7946")])
+            .expect("replaced");
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        assert_eq!(
+            disk.members().expect("reads"),
+            vec![pair("n3", "10.0.0.9:7946"), pair("n4", "10.0.0.4:7946")]
+        );
     }
 
     #[test]

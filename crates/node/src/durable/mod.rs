@@ -37,6 +37,7 @@ pub mod disk;
 #[cfg(test)]
 mod tests;
 
+use crate::cluster::View;
 use crate::local::Local;
 use crate::metrics::{Family, load};
 use disk::{Batch, Disk, DiskError, Held};
@@ -47,11 +48,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// `--persist-interval-ms`'s default: the group commit interval, what a SIGKILL may lose.
 pub const INTERVAL: Duration = Duration::from_millis(100);
 /// `--persist-min-period`'s default: shorter rules refill before a restart is over.
 pub const MIN_PERIOD: Duration = Duration::from_secs(60);
+/// `--members-wait-ms`'s default: how long a node that starts waits for the members of the
+/// ring it last saw before their keys are no longer theirs. Long enough for the members of a
+/// cluster restarted whole to come back one after the other (a StatefulSet's ordered start
+/// waits for each pod to be ready before it starts the next).
+pub const MEMBERS_WAIT: Duration = Duration::from_secs(60);
 /// How often stored states that stopped mattering are deleted.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -194,6 +201,42 @@ impl Durable {
         self.leaving.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the node is leaving (see [`Durable::leaving`]).
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::Relaxed)
+    }
+
+    /// While the node leaves, writes `buckets`, taken out of the store to be handed over, to
+    /// disk before they go: the feed shows them gone, not in the state they went in, so what
+    /// they changed since the last flush would be missing here, and the members they go to may
+    /// be stopping too. Kept as copies are, while their state matters past
+    /// `--persist-min-period` (their rule is not known here). Returns how many were written.
+    pub fn keep_handed(&self, buckets: &[(u64, BucketState)]) -> Result<usize, DiskError> {
+        if !self.leaving.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let mut f = self.following.lock();
+        let now = self.local.now();
+        let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
+        let batch = Batch {
+            put: buckets
+                .iter()
+                .filter(|(_, st)| st.idle_at() >= horizon)
+                .cloned()
+                .collect(),
+            delete: Vec::new(),
+        };
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        self.disk.commit(&[(Held::Owned, &batch)])?;
+        f.owned.stored.extend(batch.put.iter().map(|(id, _)| *id));
+        self.stats
+            .written
+            .fetch_add(batch.put.len() as u64, Ordering::Relaxed);
+        Ok(batch.put.len())
+    }
+
     /// Drains both feeds and commits the changed buckets worth keeping in one transaction
     /// (the follower's tick, and the last flush at shutdown); sweeps stored states that
     /// stopped mattering every [`SWEEP_EVERY`].
@@ -318,6 +361,32 @@ impl Durable {
         }
     }
 
+    /// Keeps the other members of the ring under `--data-dir` whenever they change (their ids
+    /// and peer addresses), until the node starts leaving: a node that starts again waits for
+    /// them as the owners of their keys (see `crate::cluster::membership::Remembered`). Runs
+    /// until the task is dropped.
+    pub async fn remember_members(self: Arc<Self>, mut updates: watch::Receiver<Arc<View>>) {
+        let mut kept: Option<Vec<(String, String)>> = None;
+        loop {
+            let members = ring_members(&updates.borrow_and_update());
+            if kept.as_ref() != Some(&members) && !self.leaving.load(Ordering::Relaxed) {
+                let me = self.clone();
+                let list = members.clone();
+                // Off the runtime's threads: the commit waits for the disk.
+                match tokio::task::spawn_blocking(move || me.disk.remember_members(&list)).await {
+                    Ok(Ok(())) => kept = Some(members),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "cannot keep the ring's members on disk")
+                    }
+                    Err(_) => {}
+                }
+            }
+            if updates.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// The last flush at shutdown: everything changed since the last tick.
     pub fn flush_at_exit(&self) {
         match self.flush() {
@@ -329,6 +398,22 @@ impl Durable {
             Err(e) => tracing::error!(error = %e, "the last flush of buckets to disk failed"),
         }
     }
+}
+
+/// The members of `view`'s ring other than this node: id and peer address.
+fn ring_members(view: &View) -> Vec<(String, String)> {
+    view.ring
+        .members()
+        .iter()
+        .filter(|id| ***id != *view.self_id)
+        .filter_map(|id| {
+            let addr = view.peer_addrs.get(id).cloned().or_else(|| {
+                let m = view.members.iter().find(|m| *m.node_id == **id)?;
+                Some(m.peer_addr.clone())
+            })?;
+            Some((id.to_string(), addr))
+        })
+        .collect()
 }
 
 /// One source's part of a flush: its changes drained (or, after a lag or a failed write, every

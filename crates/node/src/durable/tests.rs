@@ -240,3 +240,33 @@ fn replica_copies_that_matter_past_the_min_period_are_kept_and_restored() {
     assert_eq!(n.durable.restore().expect("restored"), 1);
     assert_eq!(n.local.copies().peek(bucket(1)), Some(daily));
 }
+
+#[test]
+fn buckets_handed_over_while_leaving_are_kept_in_the_state_they_went_in() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = fixed(10, 86_400);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    check(&n, 1, &daily, PersistMode::Auto);
+    n.durable.flush().expect("written");
+    // Not leaving yet: nothing is written out of turn.
+    assert_eq!(n.durable.keep_handed(&[]).expect("nothing"), 0);
+    n.durable.leaving();
+    // Used again since the last flush, then handed over before the next: the feed will show
+    // it gone, not in this state.
+    for _ in 0..4 {
+        check(&n, 1, &daily, PersistMode::Auto);
+    }
+    let handed = n.local.owned().hand_out(|id, _| id == bucket(1));
+    assert_eq!(n.durable.keep_handed(&handed).expect("written"), 1);
+    n.durable.flush_at_exit();
+    drop(n);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("restored"), 1);
+    assert_eq!(
+        check(&n, 1, &daily, PersistMode::Auto).remaining,
+        4,
+        "5 + 1 of 10"
+    );
+}

@@ -140,7 +140,9 @@ impl Pusher {
     pub fn track(&mut self, view: &View) -> usize {
         let mut live: HashSet<PeerKey> = HashSet::new();
         for m in &view.members {
-            if *m.node_id == *view.self_id || m.state == MemberState::Dead {
+            if *m.node_id == *view.self_id
+                || matches!(m.state, MemberState::Dead | MemberState::Unseen)
+            {
                 continue;
             }
             // A blocked member is let go like a lost one: a full set once it is reachable again.
@@ -510,6 +512,7 @@ mod tests {
             ring: Ring::new(["me"]),
             peer_addrs: BTreeMap::new(),
             quorum: Quorum::solo(&Arc::from("me")),
+            awaited: Vec::new(),
         }
     }
 
@@ -778,6 +781,7 @@ mod restart_tests {
                 ring: Ring::new(members.iter().map(|m| m.0)),
                 peer_addrs: BTreeMap::new(),
                 quorum: Quorum::solo(&Arc::from(self.id)),
+                awaited: Vec::new(),
             };
             self.pusher.track(&view);
             let round = self.publisher.round(&self.counters, NOW, usize::MAX);

@@ -20,12 +20,15 @@ use tokio::task::JoinSet;
 
 /// Readiness, peers following membership, handover and promotion on ring changes.
 pub(super) fn new(config: &NodeConfig, local: &LocalState, peers: &Peering) -> Arc<Lifecycle> {
-    Arc::new(Lifecycle::new(
-        local.local.clone(),
-        peers.pool.clone(),
-        peers.handed_over.clone(),
-        config.replicas,
-    ))
+    Arc::new(
+        Lifecycle::new(
+            local.local.clone(),
+            peers.pool.clone(),
+            peers.handed_over.clone(),
+            config.replicas,
+        )
+        .with_durable(local.durable.clone()),
+    )
 }
 
 /// Follows membership: the peers in step with it, handover on ring changes, and readiness
@@ -133,6 +136,8 @@ async fn track_view(
     let deadline = tokio::time::Instant::now() + readiness.grace;
     let mut changed_at = tokio::time::Instant::now();
     let mut ring_members: Vec<Arc<str>> = Vec::new();
+    // Members waited for since this node started (`cluster::membership::Remembered`).
+    let mut awaited: Vec<Arc<str>> = Vec::new();
     // Readiness is granted once; only shutdown takes it back, and a later view change (such as
     // this node's own `leaving`) must not grant it again.
     let mut became_ready = false;
@@ -140,12 +145,20 @@ async fn track_view(
         let view = updates.borrow_and_update().clone();
         lifecycle.follow_members(&view);
         let now = tokio::time::Instant::now();
-        if view.ring.members() != ring_members.as_slice() {
+        // A member waited for and now seen alive is handed what this node holds of its keys,
+        // as a member that joins is: buckets handed here while the cluster stopped.
+        let seen: Vec<Arc<str>> = awaited
+            .iter()
+            .filter(|m| !view.awaits(m) && view.ring.members().contains(m))
+            .cloned()
+            .collect();
+        awaited.clone_from(&view.awaited);
+        if view.ring.members() != ring_members.as_slice() || !seen.is_empty() {
             let joined: Vec<Arc<str>> = view
                 .ring
                 .members()
                 .iter()
-                .filter(|m| !ring_members.contains(m))
+                .filter(|m| !ring_members.contains(m) || seen.contains(m))
                 .cloned()
                 .collect();
             ring_members = view.ring.members().to_vec();

@@ -28,6 +28,9 @@ pub(super) struct Opened {
     rules: Arc<RulesStatus>,
     /// The bucket file under `--data-dir`, stamped for this node (checked before joining).
     disk: Option<Disk>,
+    /// The members of the ring this node last saw, kept in the bucket file: waited for once
+    /// it joins.
+    pub(super) remembered: Vec<(String, String)>,
 }
 
 /// What the node holds and decides by itself.
@@ -74,6 +77,7 @@ impl Opened {
             book,
             rules: Arc::new(RulesStatus::new(config.rules_path.clone())),
             disk: None,
+            remembered: Vec::new(),
         })
     }
 
@@ -84,10 +88,16 @@ impl Opened {
             return Ok(self);
         };
         let (cluster, node) = (config.cluster_id.clone(), config.node_id.clone());
-        let opened = tokio::task::spawn_blocking(move || Disk::open(&dir, &cluster, &node))
-            .await
-            .map_err(|e| NodeError::DataDir(format!("opening the bucket file: {e}")))?;
-        self.disk = Some(opened.map_err(|e| NodeError::DataDir(e.to_string()))?);
+        let opened = tokio::task::spawn_blocking(move || {
+            let disk = Disk::open(&dir, &cluster, &node)?;
+            let members = disk.members()?;
+            Ok::<_, crate::durable::disk::DiskError>((disk, members))
+        })
+        .await
+        .map_err(|e| NodeError::DataDir(format!("opening the bucket file: {e}")))?;
+        let (disk, members) = opened.map_err(|e| NodeError::DataDir(e.to_string()))?;
+        self.disk = Some(disk);
+        self.remembered = members;
         Ok(self)
     }
 
@@ -167,10 +177,16 @@ impl LocalState {
             .map_err(|e| NodeError::DataDir(e.to_string()))
     }
 
-    /// Writes the durable buckets' changes to disk every `--persist-interval-ms`.
-    pub(super) fn persist(&self, config: &NodeConfig, tasks: &mut JoinSet<()>) {
+    /// Writes the durable buckets' changes to disk every `--persist-interval-ms`, and the
+    /// ring's members whenever they change.
+    pub(super) fn persist(&self, config: &NodeConfig, members: &Members, tasks: &mut JoinSet<()>) {
         if let Some(durable) = &self.durable {
             tasks.spawn(durable.clone().run(config.persist_interval));
+            tasks.spawn(
+                durable
+                    .clone()
+                    .remember_members(members.membership.updates()),
+            );
         }
     }
 

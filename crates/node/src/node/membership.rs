@@ -7,7 +7,7 @@ use super::listeners::Endpoints;
 use crate::cluster::Membership;
 use crate::cluster::View;
 use crate::cluster::clock::Clocks;
-use crate::cluster::membership::GossipSettings;
+use crate::cluster::membership::{GossipSettings, Remembered};
 use crate::cluster::pause::Pauses;
 use crate::config::NodeConfig;
 use crate::metrics::GossipStats;
@@ -37,10 +37,12 @@ pub(super) struct Members {
 
 impl Members {
     /// Resolves the advertised address, waits (bounded) for the seeds' names, and starts
-    /// gossip: from here on other nodes learn of this one.
+    /// gossip: from here on other nodes learn of this one. `remembered`: the members of the
+    /// ring this node last saw (kept under `--data-dir`), waited for.
     pub(super) async fn join(
         config: &NodeConfig,
         endpoints: &Endpoints,
+        remembered: &[(String, String)],
     ) -> Result<Self, NodeError> {
         let (http_addr, peer_addr) = (endpoints.http_addr, endpoints.peer_addr);
         let advertise_text =
@@ -73,6 +75,10 @@ impl Members {
                 seeds: config.seeds.clone(),
                 interval: config.gossip_interval,
                 joining: needs_peers,
+                remembered: Remembered {
+                    members: remembered.to_vec(),
+                    within: config.members_wait,
+                },
             },
             endpoints.gossip.as_ref(),
             config

@@ -110,7 +110,7 @@ impl Node {
         let opened = Opened::open(&config)?.open_disk(&config).await?;
         let endpoints = Endpoints::new(bound, &config, trust.peer_tls.as_ref())?;
         // From here on other nodes learn of this one.
-        let members = Members::join(&config, &endpoints).await?;
+        let members = Members::join(&config, &endpoints, &opened.remembered).await?;
         let local = opened.decide_here(&config, &members);
         local.restore().await?;
         let mut metrics = Metrics::new();
@@ -162,7 +162,7 @@ impl Node {
         } = self;
         let mut tasks = JoinSet::new();
         local.sweep(&mut tasks);
-        local.persist(&config, &mut tasks);
+        local.persist(&config, &members, &mut tasks);
         peers.spawn(&config, &local, &members, &mut tasks);
         // Before readiness announces this node to the others.
         edges::serve_peer_port(&peers.server, peer_listener, &mut tasks);

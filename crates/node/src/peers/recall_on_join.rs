@@ -184,7 +184,11 @@ impl Recall {
                     continue;
                 }
                 let next = view.ring.replicas(id, 1);
-                let Some(&next) = next.first().filter(|m| !handed.contains(**m)) else {
+                // A member not seen since this node started holds nothing of this one's.
+                let Some(&next) = next
+                    .first()
+                    .filter(|m| !handed.contains(**m) && !view.awaits(m))
+                else {
                     continue;
                 };
                 let Some(addr) = view.peer_addrs.get(next) else {
@@ -225,7 +229,7 @@ impl Recall {
             view.ring
                 .members()
                 .iter()
-                .all(|m| **m == *me || handed.contains(m))
+                .all(|m| **m == *me || handed.contains(m) || view.awaits(m))
         };
         if now.saturating_sub(since) < RECALL_FOR_NS && !all_handed() {
             return true;

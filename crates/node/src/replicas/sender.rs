@@ -148,11 +148,14 @@ impl Sender {
     }
 
     /// Keeps a target per alive member other than this node (a new one, or one whose address
-    /// changed, starts with the whole store).
+    /// changed, starts with the whole store). Members awaited since this node started are
+    /// not sent copies until they are alive (then the whole store, as a new member).
     fn sync_targets(&self, view: &View, targets: &mut HashMap<Arc<str>, Target>, resend_all: bool) {
-        targets.retain(|m, t| view.peer_addrs.get(m).is_some_and(|a| a == t.link.addr()));
+        targets.retain(|m, t| {
+            view.peer_addrs.get(m).is_some_and(|a| a == t.link.addr()) && !view.awaits(m)
+        });
         for (member, addr) in &view.peer_addrs {
-            if **member == *view.self_id {
+            if **member == *view.self_id || view.awaits(member) {
                 continue;
             }
             let t = targets.entry(member.clone()).or_insert_with(|| Target {
