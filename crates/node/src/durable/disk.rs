@@ -103,13 +103,21 @@ impl std::fmt::Debug for Disk {
     }
 }
 
-/// A stored value: `idle_at` then the wire state.
-fn encode(state: &BucketState) -> Vec<u8> {
-    let mut out = state.idle_at().to_le_bytes().to_vec();
+/// A stored value: `idle_at` then the wire state, into `out` (cleared first: one buffer
+/// serves a whole commit).
+fn encode_into(state: &BucketState, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&state.idle_at().to_le_bytes());
     // Encoding a plain enum into a Vec cannot fail; an empty tail would decode as corrupt.
-    if let Ok(wire) = bincode::serde::encode_to_vec(state.to_wire(), bincode::config::standard()) {
-        out.extend_from_slice(&wire);
-    }
+    let _ =
+        bincode::serde::encode_into_std_write(state.to_wire(), out, bincode::config::standard());
+}
+
+/// A stored value, in a buffer of its own.
+#[cfg(test)]
+fn encode(state: &BucketState) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(state, &mut out);
     out
 }
 
@@ -252,12 +260,12 @@ impl Disk {
         self.with_db(|db| {
             let e = |e: &dyn std::fmt::Display| e.to_string();
             let tx = db.begin_write().map_err(|x| e(&x))?;
+            let mut value = Vec::with_capacity(64);
             for (held, batch) in batches {
                 let mut table = tx.open_table(held.table()).map_err(|x| e(&x))?;
                 for (id, state) in &batch.put {
-                    table
-                        .insert(*id, encode(state).as_slice())
-                        .map_err(|x| e(&x))?;
+                    encode_into(state, &mut value);
+                    table.insert(*id, value.as_slice()).map_err(|x| e(&x))?;
                 }
                 for id in &batch.delete {
                     table.remove(*id).map_err(|x| e(&x))?;

@@ -45,6 +45,7 @@ use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
 use ringlimit_core::store::{Change, Cursor};
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -83,12 +84,37 @@ pub struct DurableStats {
     pub error: Mutex<Option<String>>,
 }
 
+/// Hashes a bucket id by itself: ids are already hashes (xxh3 of rule and key), so the
+/// follower's sets of them need no hashing of their own.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64s are hashed here; anything else is folded in, never lost.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id;
+    }
+}
+
+/// A set of bucket ids.
+type Ids = HashSet<u64, BuildHasherDefault<IdHasher>>;
+
 /// What the follower holds of one kind of bucket between flushes.
 #[derive(Default)]
 struct Source {
     cursor: Option<Cursor>,
     /// Ids stored: a change of a bucket that is not (no longer) kept deletes only these.
-    stored: HashSet<u64>,
+    stored: Ids,
     /// Write every kept bucket again (the feed overran, or a write failed).
     resync: bool,
     changes: Vec<Change>,
@@ -440,7 +466,7 @@ fn drain(
         source.resync = true;
     }
     if source.resync {
-        let mut kept = HashSet::new();
+        let mut kept = Ids::default();
         each(&mut |id, st| {
             kept.insert(id);
             batch.put.push((id, st.clone()));

@@ -270,3 +270,76 @@ fn buckets_handed_over_while_leaving_are_kept_in_the_state_they_went_in() {
         "5 + 1 of 10"
     );
 }
+
+/// What the disk follower costs per changed bucket: the drain of the feed and the commit of
+/// one interval, timed alone (no checks, no HTTP), on a file that already holds `STORED`
+/// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release:
+/// `cargo test -p ringlimit-node --release --lib -- --ignored --nocapture flush_cost`
+#[test]
+#[ignore = "a measurement: run by hand, in release"]
+fn flush_cost_per_changed_bucket() {
+    const STORED: u64 = 200_000;
+    const CHANGED: u64 = 10_000;
+    const ROUNDS: u64 = 30;
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let rule = fixed(1_000_000, 86_400);
+    let local = Arc::new(
+        Local::alone(RuleSet::default(), 2_000_000, Arc::new(clock.clone()))
+            .with_persistence(60 * SEC),
+    );
+    let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+    let n = Node {
+        durable: Durable::new(disk, local.clone(), Arc::default()),
+        local,
+    };
+    n.durable.restore().expect("empty");
+    for i in 0..STORED {
+        check(&n, i, &rule, PersistMode::Auto);
+        if i % CHANGED == 0 {
+            n.durable.flush().expect("written");
+        }
+    }
+    n.durable.flush().expect("written");
+    let mut report = Vec::new();
+    for (what, fresh) in [("the same buckets again", false), ("new buckets", true)] {
+        let mut spent = Duration::ZERO;
+        let mut on_cpu = 0;
+        for round in 0..ROUNDS {
+            let first = if fresh { STORED + round * CHANGED } else { 0 };
+            for i in first..first + CHANGED {
+                // Spread over the stored ids, as distinct keys are.
+                let i = if fresh {
+                    i
+                } else {
+                    (i * 7_919 + round) % STORED
+                };
+                check(&n, i, &rule, PersistMode::Auto);
+            }
+            clock.advance(100_000_000);
+            let (started, cpu) = (Instant::now(), thread_cpu_ns());
+            let f = n.durable.flush().expect("written");
+            spent += started.elapsed();
+            on_cpu += thread_cpu_ns() - cpu;
+            assert!(f.written as u64 >= CHANGED - CHANGED / 100, "{f:?}");
+        }
+        let per = spent.as_nanos() as f64 / (ROUNDS * CHANGED) as f64;
+        let cpu = on_cpu as f64 / (ROUNDS * CHANGED) as f64;
+        report.push(format!(
+            "{what}: {cpu:.0} ns of CPU ({per:.0} ns of wall time) per changed bucket \
+             ({CHANGED} a flush, {ROUNDS} flushes, {STORED}+ stored; file {} bytes)",
+            n.durable.disk.bytes()
+        ));
+    }
+    for line in report {
+        println!("flush cost: {line}");
+    }
+}
+
+/// This thread's time on a CPU so far, in ns (Linux's schedstat; 0 elsewhere).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
