@@ -17,54 +17,16 @@
 //! length present (here 2 for IPv4, 2 for IPv6), longest first, whatever the number of networks.
 
 use ringlimit_node::blocks::{Blocks, Target};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-/// The system allocator, counting the bytes currently allocated.
-struct Counting;
-
-static HEAP: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to `System`, only counting sizes on the side.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        HEAP.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        HEAP.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        HEAP.fetch_add(new_size, Ordering::Relaxed);
-        HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/counting.rs"]
+mod counting;
+use counting::heap;
 
 const KEYS: u64 = 1_000_000;
 const NETS: u64 = 100_000;
 const UNTIL_MS: u64 = u64::MAX / 2;
-
-fn heap() -> usize {
-    HEAP.load(Ordering::Relaxed)
-}
 
 /// Resident set size in bytes (0 where /proc is not there).
 fn rss() -> u64 {
