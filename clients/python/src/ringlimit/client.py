@@ -30,6 +30,8 @@ from .v1 import ratelimiter_pb2 as pb
 
 _mono = time.monotonic_ns
 _new = tuple.__new__
+#: A check its owner did not answer in time (the fallback's reason).
+_TIMED_OUT = Failure("owner did not answer within the deadline")
 
 #: Most checks in one all-or-nothing request.
 MAX_ALL = 32
@@ -76,13 +78,38 @@ class _Batcher:
 
     def submit(self, p: _Pending) -> None:
         with self.lock:
-            self.queue.append(p)
-            if self.busy:
-                return
-            self.busy = True
-            batch = self.queue[:MAX_BATCH]
-            del self.queue[:MAX_BATCH]
-        self._send(batch)
+            if not self.busy and not self.queue:
+                self.busy = True
+                alone = True
+            else:
+                self.queue.append(p)
+                if self.busy:
+                    return
+                self.busy = True
+                alone = False
+                batch = self.queue[:MAX_BATCH]
+                del self.queue[:MAX_BATCH]
+        if alone:
+            self._send_alone(p)
+        else:
+            self._send(batch)
+
+    def _send_alone(self, p: _Pending) -> None:
+        """Nothing else in flight: the caller's own thread makes the call, blocking (grpcio
+        then needs no completion thread and no hand-over to the caller); what queues
+        meanwhile goes next as a ``CheckBatch`` from here, without waiting for it."""
+        core = self.core
+        core.stats.batches += 1
+        core.stats.checks_sent += 1
+        try:
+            got: Outcome = answer_of(
+                core.stub(self.addr).Check(p.req, timeout=core.s.deadline_s, metadata=core.s.metadata)
+            )
+        except Exception as e:  # an RPC error, or a closed channel: see outcome_of_error
+            timed_out = isinstance(e, grpc.RpcError) and getattr(e, "code", None) is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            got = _TIMED_OUT if timed_out else outcome_of_error(e, True)
+        p.settle(got)
+        self._next()
 
     def _send(self, batch: List[_Pending]) -> None:
         core = self.core
@@ -118,6 +145,10 @@ class _Batcher:
             for p in batch:
                 if p.got is None:
                     p.settle(Failure(f"owner unreachable ({type(e).__name__})"))
+        self._next()
+
+    def _next(self) -> None:
+        """The call in flight ended: sends what queued meanwhile, or marks the owner idle."""
         with self.lock:
             if not self.queue:
                 self.busy = False
@@ -238,7 +269,7 @@ class Client:
         p = _Pending(core.request(e, cost))
         self._batcher(addr).submit(p)
         if not p.done.acquire(timeout=core.s.deadline_s):
-            return core.fall_back(e, Failure("owner did not answer within the deadline"), cost)
+            return core.fall_back(e, _TIMED_OUT, cost)
         return core.resolve(e, p.got, cost)  # type: ignore[arg-type]
 
     def _batcher(self, addr: str) -> _Batcher:
