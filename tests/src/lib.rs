@@ -35,6 +35,10 @@ use tokio::task::JoinHandle;
 
 /// Longest any harness wait may take.
 pub const WAIT: Duration = Duration::from_secs(10);
+/// How long a cluster started by a test has to form: longer than [`WAIT`], since a cluster
+/// restarted on new ports with its data directories meets its members' previous lives in
+/// gossip (dead, then replaced), which under CI's parallel load took more than 10 s.
+pub const FORM_WAIT: Duration = Duration::from_secs(30);
 
 /// Sends the in-process nodes' logs to the test output, filtered by `RUST_LOG` (nothing when it
 /// is unset). Safe to call from every test.
@@ -503,7 +507,7 @@ impl TestCluster {
             nodes.push(node);
         }
         let cluster = Self { nodes };
-        cluster.wait_formed(WAIT).await?;
+        cluster.wait_formed(FORM_WAIT).await?;
         Ok(cluster)
     }
 
