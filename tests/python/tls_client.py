@@ -11,35 +11,16 @@ one JSON line per first call, {"call", "status"} / {"call", "answer"}, then
 {"call": "loop", "calls": N, "failed": K, "errors": [...]} (at most 5 errors), or
 {"call", "error": "<grpc status code>", "message": "..."} when a first call fails.
 """
-import importlib
 import json
-import os
 import sys
-import tempfile
 import time
 
 import grpc
 from google.protobuf.json_format import MessageToDict
-from grpc_tools import protoc
+from v1_stubs import compile_v1
 
 root, addr, ca_file, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-out = tempfile.mkdtemp(prefix="ringlimit-tls-py-")
-include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
-rc = protoc.main(
-    [
-        "protoc",
-        f"-I{root}",
-        f"-I{include}",
-        f"--python_out={out}",
-        f"--grpc_python_out={out}",
-        "ringlimit/v1/ratelimiter.proto",
-    ]
-)
-if rc != 0:
-    sys.exit(f"protoc failed: {rc}")
-sys.path.insert(0, out)
-pb = importlib.import_module("ringlimit.v1.ratelimiter_pb2")
-rpc = importlib.import_module("ringlimit.v1.ratelimiter_pb2_grpc")
+pb, rpc = compile_v1(root, "ringlimit-tls-py-")
 
 with open(ca_file, "rb") as f:
     credentials = grpc.ssl_channel_credentials(root_certificates=f.read())

@@ -8,34 +8,15 @@ address; {"call": "lease-anonymous", "error", "message"} for a Lease without a c
 {"call": "lease-<i>", "grants": [...]} for a Lease of KEY under `per-ip` (want 2) at each
 address with the credential TOKEN — or {"call", "error": "<grpc status code>", "message"}.
 """
-import importlib
 import json
-import os
 import sys
-import tempfile
 
 import grpc
 from google.protobuf.json_format import MessageToDict
-from grpc_tools import protoc
+from v1_stubs import compile_v1
 
 root, addrs, token, key = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4]
-out = tempfile.mkdtemp(prefix="ringlimit-v1-sdk-py-")
-include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
-rc = protoc.main(
-    [
-        "protoc",
-        f"-I{root}",
-        f"-I{include}",
-        f"--python_out={out}",
-        f"--grpc_python_out={out}",
-        "ringlimit/v1/ratelimiter.proto",
-    ]
-)
-if rc != 0:
-    sys.exit(f"protoc failed: {rc}")
-sys.path.insert(0, out)
-pb = importlib.import_module("ringlimit.v1.ratelimiter_pb2")
-rpc = importlib.import_module("ringlimit.v1.ratelimiter_pb2_grpc")
+pb, rpc = compile_v1(root, "ringlimit-v1-sdk-py-")
 
 stubs = [rpc.RateLimiterStub(grpc.insecure_channel(a)) for a in addrs]
 credential = (("authorization", f"Bearer {token}"),)
