@@ -294,19 +294,27 @@ async fn owner(c: &Cluster, via: &str, key: &str, rule: &str) -> String {
     state["owner"].as_str().expect("an owner").to_owned()
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_all_or_nothing_group_reaching_the_owner_is_checked_for_blocks_too() {
+/// A cluster where `apikey:bad` (rule `per-ip`) is blocked through the admin API of a node
+/// that is not its owner, while a third node `x` (not the owner either) cannot hear of it (its
+/// link to the writer is cut): returns the cluster, the owner, `x`, and the PUT's reply.
+async fn blocked_unknown_to_one_node() -> (Cluster, String, &'static str, Reply) {
     let c = start().await;
     let o = owner(&c, "n0", "apikey:bad", "per-ip").await;
     let others: Vec<&str> = IDS.iter().copied().filter(|id| *id != o).collect();
     let (x, y) = (others[0], others[1]);
-    // x does not learn the block (its link to y is cut); the owner does.
     c.cut_link(x, y);
     let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
     let r = admin_body(&c, y, "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.json()["unconfirmed"], json!([x]), "{}", r.body);
     assert_eq!(held(&c, x).await, 0);
+    (c, o, x, r)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_all_or_nothing_group_reaching_the_owner_is_checked_for_blocks_too() {
+    // x does not learn the block; the owner does.
+    let (c, o, x, r) = blocked_unknown_to_one_node().await;
+    assert_eq!(r.json()["unconfirmed"], json!([x]), "{}", r.body);
     // Through x, the group goes to the owner, which holds the block: denied whole, nothing taken.
     let other = json!({ "key": "apikey:good", "rule": "per-ip" });
     let before = c.remaining(&o, &other).await;
@@ -330,16 +338,8 @@ async fn an_all_or_nothing_group_reaching_the_owner_is_checked_for_blocks_too() 
 
 #[tokio::test(start_paused = true)]
 async fn a_check_forwarded_to_an_owner_that_knows_the_block_answers_blocked() {
-    let c = start().await;
-    let o = owner(&c, "n0", "apikey:bad", "per-ip").await;
-    let others: Vec<&str> = IDS.iter().copied().filter(|id| *id != o).collect();
-    let (x, y) = (others[0], others[1]);
-    // x does not learn the block (its link to y is cut); the owner does.
-    c.cut_link(x, y);
-    let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
-    let r = admin_body(&c, y, "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(held(&c, x).await, 0);
+    // x does not learn the block; the owner does.
+    let (c, _, x, _) = blocked_unknown_to_one_node().await;
     // Through x, the check goes to the owner, which answers it by the block: blocked at x too.
     let r = c
         .check(x, &json!({ "key": "apikey:bad", "rule": "per-ip" }))
@@ -359,16 +359,8 @@ async fn a_check_forwarded_to_an_owner_that_knows_the_block_answers_blocked() {
 #[tokio::test(start_paused = true)]
 async fn batch_items_and_all_or_nothing_groups_forwarded_to_an_owner_that_knows_the_block_answer_blocked()
  {
-    let c = start().await;
-    let o = owner(&c, "n0", "apikey:bad", "per-ip").await;
-    let others: Vec<&str> = IDS.iter().copied().filter(|id| *id != o).collect();
-    let (x, y) = (others[0], others[1]);
-    // x does not learn the block (its link to y is cut); the owner does.
-    c.cut_link(x, y);
-    let body = json!({ "ttl": "1h", "reason": "scraper" }).to_string();
-    let r = admin_body(&c, y, "PUT", "/v1/admin/blocks/apikey:bad", &body).await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(held(&c, x).await, 0);
+    // x does not learn the block; the owner does.
+    let (c, _, x, _) = blocked_unknown_to_one_node().await;
     let bad = json!({ "key": "apikey:bad", "rule": "per-ip" });
     let good = json!({ "key": "apikey:good", "rule": "per-ip" });
 
