@@ -120,6 +120,15 @@ pub struct AdminTokens {
     raw: Vec<String>,
 }
 
+/// The token of an `authorization: Bearer <token>` value (an HTTP header or gRPC metadata).
+pub fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| rest.trim_ascii())
+        .filter(|t| !t.is_empty())
+}
+
 fn digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
@@ -432,6 +441,16 @@ fn parse_hex(hex: &str) -> Option<[u8; 32]> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bearer_tokens_are_parsed() {
+        use super::bearer;
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer  abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bear"), None);
+    }
+
     use super::*;
 
     const FILE: &str = r#"

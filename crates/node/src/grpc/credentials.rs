@@ -7,7 +7,7 @@
 //! anonymous clients): they share one ledger. gRPC calls come on any connection, so a client
 //! is its credential's name, not its connection: each name has one ledger, bounded.
 
-use crate::admin::tokens::{Role, TokenBook};
+use crate::admin::tokens::{Role, TokenBook, bearer};
 use crate::local::holds::Holds;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -62,16 +62,12 @@ impl ClientAuth {
                  with a token of role `check`"
             )));
         };
-        let token = value.ok().and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-        let Some(token) = token.filter(|t| !t.is_empty()) else {
+        let Some(token) = value.ok().and_then(|v| bearer(v.as_bytes())) else {
             return Err(unauthenticated(
                 "`authorization` must be `Bearer <token>`".to_owned(),
             ));
         };
-        let Some(found) = tokens.find(token.as_bytes()) else {
+        let Some(found) = tokens.find(token) else {
             return Err(unauthenticated(
                 "the bearer token is not a token of this node".to_owned(),
             ));

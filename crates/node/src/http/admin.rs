@@ -11,7 +11,7 @@
 use super::AppState;
 use super::check::RuleFields;
 use super::error::{ApiError, sentence};
-use crate::admin::tokens::Role;
+use crate::admin::tokens::{Role, bearer};
 use crate::rules::RuleSpec;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
@@ -21,15 +21,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ringlimit_proto::peer::TopBy;
 use serde::Deserialize;
-
-/// The token of an `Authorization: Bearer <token>` header value.
-fn bearer(value: &[u8]) -> Option<&[u8]> {
-    let (scheme, rest) = value.split_at_checked(7)?;
-    scheme
-        .eq_ignore_ascii_case(b"bearer ")
-        .then(|| rest.trim_ascii())
-        .filter(|t| !t.is_empty())
-}
 
 fn unauthorized(message: &str) -> Response {
     let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
@@ -216,19 +207,5 @@ fn json<T: serde::Serialize>(body: Result<T, ApiError>) -> Response {
     match body {
         Ok(b) => axum::Json(b).into_response(),
         Err(e) => e.into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_tokens_are_parsed() {
-        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
-        assert_eq!(bearer(b"bearer  abc "), Some(&b"abc"[..]));
-        assert_eq!(bearer(b"Bearer "), None);
-        assert_eq!(bearer(b"Basic abc"), None);
-        assert_eq!(bearer(b"Bear"), None);
     }
 }
