@@ -326,9 +326,18 @@ impl TestNode {
         let grpc = listeners.grpc_addr();
         let node_id = config.node_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(config, listeners, async move {
-            let _ = stopped.await;
-        }));
+        let id = node_id.clone();
+        let task = tokio::spawn(async move {
+            let ran = run(config, listeners, async move {
+                let _ = stopped.await;
+            })
+            .await;
+            if let Err(e) = &ran {
+                // The test sees only that the node never formed a cluster: say why here.
+                eprintln!("{id}'s run ended: {e}");
+            }
+            ran
+        });
         Ok(Self {
             http,
             peer,
@@ -526,7 +535,19 @@ impl TestCluster {
     pub async fn wait_formed(&self, within: Duration) -> Result<()> {
         let ids = self.ids();
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        wait_all_alive(&self.nodes, &ids, within).await?;
+        if let Err(e) = wait_all_alive(&self.nodes, &ids, within).await {
+            // A node whose run ended (it could not start) is the likelier cause: name it.
+            let ended: Vec<&str> = self
+                .nodes
+                .iter()
+                .filter(|n| n.task.as_ref().is_some_and(|t| t.is_finished()))
+                .map(|n| n.node_id.as_str())
+                .collect();
+            if !ended.is_empty() {
+                return Err(e.context(format!("these nodes' runs ended: {ended:?}")));
+            }
+            return Err(e);
+        }
         for node in &self.nodes {
             node.wait_ready().await?;
         }

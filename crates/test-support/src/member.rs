@@ -56,7 +56,15 @@ pub async fn wait_all_alive<M: Member>(
             within,
             || async {
                 let view = member.cluster_view().await?;
-                Ok(view.alive() == want && view.ring_members() == want.len() as u64)
+                if view.alive() == want && view.ring_members() == want.len() as u64 {
+                    return Ok(true);
+                }
+                // Not yet: what it shows now becomes the failure's cause if it stays so.
+                Err(anyhow::anyhow!(
+                    "shows {} in its ring and members {}",
+                    view.ring_members(),
+                    view.0["members"]
+                ))
             },
         )
         .await?;

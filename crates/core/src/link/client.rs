@@ -178,6 +178,18 @@ impl Drop for PeerClient {
 impl PeerClient {
     /// Starts connecting to `addr` at once, and keeps reconnecting (with backoff) while alive.
     pub fn spawn(addr: String, settings: Arc<PeerSettings>, stats: Arc<PeerStats>) -> Self {
+        Self::spawn_to(addr, None, settings, stats)
+    }
+
+    /// [`PeerClient::spawn`] for the member `node` at `addr`: a connection answered by another
+    /// node is not used (an address known from before a restart, a member's previous pod IP,
+    /// may now be another member's), and checks fall back as for an unreachable owner.
+    pub fn spawn_to(
+        addr: String,
+        node: Option<Arc<str>>,
+        settings: Arc<PeerSettings>,
+        stats: Arc<PeerStats>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(settings.queue.max(1));
         let shared = Arc::new(Shared {
             connected: AtomicBool::new(false),
@@ -189,6 +201,7 @@ impl PeerClient {
         });
         let task = tokio::spawn(connection_loop(
             addr.clone(),
+            node,
             settings.clone(),
             rx,
             shared.clone(),
@@ -331,6 +344,7 @@ fn duration_ns(d: Duration) -> u64 {
 
 async fn connection_loop(
     addr: String,
+    node: Option<Arc<str>>,
     settings: Arc<PeerSettings>,
     mut rx: mpsc::Receiver<Outgoing>,
     shared: Arc<Shared>,
@@ -339,7 +353,17 @@ async fn connection_loop(
     let mut backoff = Duration::from_millis(50);
     let mut warned = false;
     loop {
-        match tokio::time::timeout(settings.connect_timeout, connect(&addr, &settings)).await {
+        let connected = async {
+            let conn = connect(&addr, &settings).await?;
+            match &node {
+                Some(want) if *conn.node_id != **want => Err(format!(
+                    "the node at this address is {:?}, not {want:?}",
+                    conn.node_id
+                )),
+                _ => Ok(conn),
+            }
+        };
+        match tokio::time::timeout(settings.connect_timeout, connected).await {
             Ok(Ok(conn)) => {
                 tracing::debug!(peer = %addr, version = conn.version, "peer connection up");
                 shared.mark_closed(&addr);
@@ -383,6 +407,8 @@ pub struct Connection {
     /// What the handshake agreed (see [`ringlimit_proto::handshake`]): it decides how check
     /// groups are encoded.
     pub version: u16,
+    /// The node id the server welcomed us with.
+    pub node_id: String,
 }
 
 /// Connects and completes the handshake.
@@ -423,13 +449,14 @@ pub async fn connect(addr: &str, settings: &PeerSettings) -> Result<Connection, 
         .map_err(|e| e.to_string())?;
     let key = hs.session_key();
     let version = hs.version();
-    hs.on_welcome(welcome).map_err(|e| e.to_string())?;
+    let node_id = hs.on_welcome(welcome).map_err(|e| e.to_string())?;
     if let Some(key) = key {
         conn.codec_mut().seal(&key, Role::Client);
     }
     Ok(Connection {
         framed: conn,
         version,
+        node_id,
     })
 }
 

@@ -691,3 +691,32 @@ async fn calendar_lease_asks_are_answered_unsupported_for_older_owners() {
     assert_eq!(old.lease_asks.lock().len(), 1);
     assert!(old.others.lock().is_empty());
 }
+
+/// A member's address that now answers as another node (a pod IP reused after a restart) is
+/// not used: the client expecting the member falls back, the one expecting the node there
+/// checks.
+#[tokio::test(start_paused = true)]
+async fn a_client_for_one_member_does_not_use_another_node_at_its_address() {
+    let net = MemNet::new();
+    let owner = Owner::spawn(&net, "owner");
+    let stale = PeerClient::spawn_to(
+        "owner".into(),
+        Some("node-gone".into()),
+        settings(&net),
+        Arc::default(),
+    );
+    let right = PeerClient::spawn_to(
+        "owner".into(),
+        Some("owner".into()),
+        settings(&net),
+        Arc::default(),
+    );
+    right.send(vec![check("a")]).await.expect("answered");
+    for _ in 0..3 {
+        assert!(stale.send(vec![check("b")]).await.is_err());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!stale.available());
+    // Only the right client's check reached the owner.
+    assert_eq!(owner.frames.lock().len(), 1);
+}

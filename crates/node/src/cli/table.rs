@@ -407,13 +407,19 @@ pub fn cluster(v: &Value) -> String {
         cell(v, "ring_members"),
         cell(v, "known_members"),
     );
-    let mut t = Table::new(&["NODE", "STATE", "HTTP", "PEER"]);
+    let mut t = Table::new(&["NODE", "STATE", "HTTP", "PEER", "GRPC"]);
     for m in list(v, "members") {
+        // A member without `--grpc` (or one that predates the field) has no gRPC address.
+        let grpc = match cell(m, "grpc_addr") {
+            a if a.is_empty() => "-".to_owned(),
+            a => a,
+        };
         t.row(vec![
             cell(m, "node_id"),
             cell(m, "state"),
             cell(m, "http_addr"),
             cell(m, "peer_addr"),
+            grpc,
         ]);
     }
     out.push_str(&t.render());

@@ -353,8 +353,10 @@ incomplete: 1 of 2 members did not answer: node-2 failed (no answer in 2s)
     let v = json!({"node_id": "node-0", "cluster_id": "ringlimit", "ring_members": 2,
         "quorate": true, "known_members": 2,
         "members": [
-            {"node_id": "node-0", "peer_addr": "127.0.0.1:7946", "http_addr": "127.0.0.1:8080", "state": "alive"},
-            {"node_id": "node-1", "peer_addr": "127.0.0.1:7947", "http_addr": "127.0.0.1:8081", "state": "dead"}],
+            {"node_id": "node-0", "peer_addr": "127.0.0.1:7946", "http_addr": "127.0.0.1:8080", "state": "alive",
+             "grpc_addr": "127.0.0.1:9090"},
+            {"node_id": "node-1", "peer_addr": "127.0.0.1:7947", "http_addr": "127.0.0.1:8081", "state": "dead",
+             "grpc_addr": ""}],
         "forwarding": {"forwarded": 3, "fail_open": 1, "fail_closed": 0, "replica": 0,
                        "minority": 0, "handed_over": 0, "peer_frames": 3}});
     assert_eq!(
@@ -362,9 +364,9 @@ incomplete: 1 of 2 members did not answer: node-2 failed (no answer in 2s)
         "\
 node node-0 of cluster ringlimit: quorate; 2 in the ring, 2 known
 
-NODE    STATE  HTTP            PEER
-node-0  alive  127.0.0.1:8080  127.0.0.1:7946
-node-1  dead   127.0.0.1:8081  127.0.0.1:7947
+NODE    STATE  HTTP            PEER            GRPC
+node-0  alive  127.0.0.1:8080  127.0.0.1:7946  127.0.0.1:9090
+node-1  dead   127.0.0.1:8081  127.0.0.1:7947  -
 
 forwarded 3, fail_open 1, fail_closed 0, replica 0, minority 0, handed_over 0
 "

@@ -95,6 +95,8 @@ pub struct Disk {
     db: Mutex<Option<Database>>,
     reopen: Reopen,
     path: PathBuf,
+    /// Set by [`Disk::close`]: never opened again.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Disk {
@@ -202,13 +204,32 @@ impl Disk {
             db: Mutex::new(Some(db)),
             reopen,
             path,
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether [`Disk::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Closes the file for good (its lock released): after the last flush at exit, a task of
+    /// the stopping node that still runs cannot write after it, nor keep the file from the
+    /// node's next life.
+    pub fn close(&self) {
+        let mut db = self.db.lock();
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        *db = None;
     }
 
     /// Runs `f` on the database, opened again first if a write failed before; a failure of
     /// `f` drops it (see [`Disk::db`]).
     fn with_db<T>(&self, f: impl FnOnce(&Database) -> Result<T, String>) -> Result<T, String> {
         let mut db = self.db.lock();
+        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("closed: the node has stopped".into());
+        }
         if db.is_none() {
             *db = Some((self.reopen)().map_err(|e| e.to_string())?);
         }

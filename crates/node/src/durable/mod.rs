@@ -273,6 +273,10 @@ impl Durable {
     /// until it has nearly refilled or its window nearly ended).
     pub fn flush(&self) -> Result<Flushed, DiskError> {
         let mut guard = self.following.lock();
+        if self.disk.is_closed() {
+            // Stopped: the last flush is done.
+            return Ok(Flushed::default());
+        }
         let f = &mut *guard;
         let now = self.local.now();
         let leaving = self.leaving.load(Ordering::Relaxed);
@@ -413,7 +417,8 @@ impl Durable {
         }
     }
 
-    /// The last flush at shutdown: everything changed since the last tick.
+    /// The last flush at shutdown: everything changed since the last tick. The file is closed
+    /// after it.
     pub fn flush_at_exit(&self) {
         match self.flush() {
             Ok(f) => tracing::info!(
@@ -423,6 +428,7 @@ impl Durable {
             ),
             Err(e) => tracing::error!(error = %e, "the last flush of buckets to disk failed"),
         }
+        self.disk.close();
     }
 }
 

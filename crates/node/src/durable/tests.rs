@@ -343,3 +343,22 @@ fn thread_cpu_ns() -> u64 {
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
+
+/// After the last flush at exit the file is closed, even while something of the stopped node
+/// still holds the follower: the node's next life (in the same process, as tests run nodes)
+/// opens it, and the old follower writes nothing more.
+#[test]
+fn the_file_is_closed_after_the_last_flush_and_opens_for_the_next_life() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = fixed(1, 86_400);
+    let old = node(d.path(), &clock);
+    assert!(check(&old, 1, &daily, PersistMode::Auto).allowed);
+    old.durable.flush_at_exit();
+    // Still alive, still changing buckets: nothing reaches the disk any more.
+    assert!(check(&old, 2, &daily, PersistMode::Auto).allowed);
+    assert_eq!(old.durable.flush().expect("a no-op"), Flushed::default());
+    let next = node(d.path(), &clock);
+    assert_eq!(next.durable.restore().expect("restores"), 1);
+    drop(old);
+}

@@ -509,7 +509,7 @@ impl Peers {
             }
             let client = match current.get(id) {
                 Some(c) if c.addr == *addr => c.clone(),
-                _ => self.spawn(addr.clone()),
+                _ => self.spawn(id, addr.clone()),
             };
             peers.insert(id.clone(), client);
         }
@@ -519,9 +519,10 @@ impl Peers {
             .retain(|addr| view.peer_addrs.values().any(|a| a == addr));
     }
 
-    fn spawn(&self, addr: String) -> Arc<PeerClient> {
-        Arc::new(PeerClient::spawn(
+    fn spawn(&self, id: &Arc<str>, addr: String) -> Arc<PeerClient> {
+        Arc::new(PeerClient::spawn_to(
             addr,
+            Some(id.clone()),
             self.settings.clone(),
             self.stats.clone(),
         ))
@@ -608,7 +609,7 @@ impl PeersHandle {
             for (id, client) in shared.iter() {
                 let mine = match local.peers.remove(id) {
                     Some((of, mine)) if Arc::ptr_eq(&of, client) => mine,
-                    _ => self.peers.spawn(client.addr.clone()),
+                    _ => self.peers.spawn(id, client.addr.clone()),
                 };
                 next.insert(id.clone(), (client.clone(), mine));
             }
