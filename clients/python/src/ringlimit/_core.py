@@ -245,6 +245,9 @@ class Core:
         self.fast_lock: Optional[threading.Lock] = None if GIL_GUARDS else threading.Lock()
         self.topo_lock = threading.Lock()
         self.channels: Dict[str, grpc.Channel] = {}
+        #: One stub per channel: building one binds every method of the service, which cost a
+        #: lone check more than the rest of the SDK's own work together.
+        self.stubs: Dict[str, pb_grpc.RateLimiterStub] = {}
         self.down_until: Dict[str, int] = {}
         self.closed = threading.Event()
         self.wake_refresh = threading.Event()
@@ -297,6 +300,7 @@ class Core:
             for ch in self.channels.values():
                 ch.close()
             self.channels.clear()
+            self.stubs.clear()
 
     # ---- topology --------------------------------------------------------------------------
 
@@ -313,7 +317,15 @@ class Core:
         return ch
 
     def stub(self, addr: str) -> pb_grpc.RateLimiterStub:
-        return pb_grpc.RateLimiterStub(self.channel(addr))
+        stub = self.stubs.get(addr)
+        if stub is None:
+            ch = self.channel(addr)
+            with self.topo_lock:
+                stub = self.stubs.get(addr)
+                if stub is None or self.channels.get(addr) is not ch:
+                    stub = pb_grpc.RateLimiterStub(ch)
+                    self.stubs[addr] = stub
+        return stub
 
     def apply(self, new: Topology) -> bool:
         """Replaces the topology when ``new`` differs: a new version, caches dropped when the
@@ -334,6 +346,7 @@ class Core:
                 self.entries = {}
             gone = set(self.channels) - set(new.grpc_addrs())
             for addr in gone:
+                self.stubs.pop(addr, None)
                 self.channels.pop(addr).close()
                 self.down_until.pop(addr, None)
             for addr in new.grpc_addrs():
