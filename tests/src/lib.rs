@@ -12,6 +12,7 @@
 //! nodes' harness (the node crate's `testing`) uses too: [`Api`], [`TestNode`] and
 //! [`ProcessNode`] are its [`Member`]s.
 
+pub mod regions;
 pub mod statefulset;
 pub mod tls;
 
