@@ -172,6 +172,56 @@ async fn wan_cuts_a_region_off_and_restores_it() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_alone_admits_its_limit_per_window_as_loads_count_it() -> Result<()> {
+    // The measurement the regions' tests stand on: loads in a region, their answers counted
+    // per window aligned as the node aligns fixed windows. A region's own cluster is exact, so
+    // every full window admits the limit exactly; the other regions' loads do not touch it.
+    let _one = exclusive().await;
+    let mut spec = WanSpec::three_regions(wanline());
+    spec.rules_yaml = "
+rules:
+  - { name: local-5s, limit: 50, period: 5s, algorithm: fixed_window }
+"
+    .into();
+    let wan = Wan::start(spec).await?;
+    let (limit, window_ms, full_windows) = (50u64, 5_000u64, 2u64);
+    let first = next_window(window_ms, Duration::from_secs(3));
+    let t0 = first - 2_000;
+    let seconds = (first + full_windows * window_ms + 300 - t0) as f64 / 1000.0;
+    let mut loads = Vec::new();
+    for (r, rate) in [(0usize, 20.0), (1, 8.0)] {
+        let plan = LoadPlan {
+            rate,
+            seconds,
+            tick_ms: 250,
+            t0_ms: Some(t0),
+            window_ms: Some(window_ms),
+            ..LoadPlan::default()
+        };
+        loads.push(wan.load(r, r#"{"key":"alone","rule":"local-5s"}"#, &plan)?);
+    }
+    let mut per_region = Vec::new();
+    for load in &mut loads {
+        let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
+        ensure!(s["summary"]["errors"] == 0, "failed checks: {s}");
+        per_region.push(windows(&s)?);
+    }
+    for k in 0..full_windows {
+        let w = first + k * window_ms;
+        let a = per_region[0].get(&w).map_or(0, |c| c.0);
+        let b = per_region[1].get(&w).map_or(0, |c| c.0);
+        println!("window {k}: a admitted {a} of 100 asked, b {b} of 40 (limit {limit} each)");
+        ensure!(a == limit, "window {k}: a admitted {a}, its limit {limit}");
+        // A check sent on a window's edge may be counted on either side of it.
+        ensure!(
+            (39..=41).contains(&b),
+            "window {k}: b admitted {b} of its 40 checks"
+        );
+    }
+    Ok(())
+}
+
 /// The regions' rules: a shared limit per window (10 s, and 5 s for the cut-off), a shared
 /// token bucket, and a high limit for the latency test.
 const RULES: &str = "
