@@ -1,5 +1,5 @@
 //! Regions on an emulated WAN: one network namespace per region, `ringlimit` clusters inside
-//! them, and `wanline` (this crate's binary) between them.
+//! them, and `wanline` (crates/test-support's, feature `wanline`) between them.
 //!
 //! Region `r` (0-based) is namespace `rlwan<slot>r<r>`; its node `i` has the WAN address
 //! `10.77.<r+1>.<i+1>` (peer port [`PEER_PORT`], on `lo`), and everything else in `10.77/16` is
@@ -63,14 +63,14 @@ pub struct WanSpec {
     pub node_args: Vec<String>,
     /// The node binary; `None`: this checkout's debug build ([`ringlimit_binary`]).
     pub node_bin: Option<PathBuf>,
-    /// The `wanline` binary.
-    pub wanline: PathBuf,
+    /// The `wanline` binary; `None`: this checkout's debug build ([`wanline_binary`]).
+    pub wanline: Option<PathBuf>,
 }
 
 impl WanSpec {
     /// Three regions `a`, `b`, `c` of two nodes each, round trips 30 (a–b), 80 (a–c) and
     /// 150 ms (b–c), 1% loss, regions off, no rules.
-    pub fn three_regions(wanline: impl Into<PathBuf>) -> Self {
+    pub fn three_regions() -> Self {
         Self {
             regions: vec!["a".into(), "b".into(), "c".into()],
             nodes_per_region: 2,
@@ -82,7 +82,7 @@ impl WanSpec {
             region_interval_ms: None,
             node_args: Vec::new(),
             node_bin: None,
-            wanline: wanline.into(),
+            wanline: None,
         }
     }
 
@@ -230,6 +230,7 @@ pub struct Wan {
     control: PathBuf,
     line: Option<Helper>,
     echoes: Vec<Helper>,
+    wanline: PathBuf,
 }
 
 /// The slots this process holds (a WAN each).
@@ -331,6 +332,14 @@ fn remove_slot(slot: u8, regions: usize) {
     }
 }
 
+/// The `wanline` binary (crates/test-support, feature `wanline`), built once per test process.
+pub fn wanline_binary() -> Result<PathBuf> {
+    static BIN: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| crate::cargo_binary("ringlimit-test-support", "wanline", Some("wanline")))
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
 /// Unix time in ms.
 pub fn unix_ms() -> u64 {
     SystemTime::now()
@@ -357,6 +366,10 @@ impl Wan {
             Some(b) => b.clone(),
             None => tokio::task::spawn_blocking(ringlimit_binary).await??,
         };
+        let wanline = match &spec.wanline {
+            Some(b) => b.clone(),
+            None => tokio::task::spawn_blocking(wanline_binary).await??,
+        };
         let n = spec.regions.len();
         let slot = take_slot(n)?;
         let dir = scratch_dir(slot)?;
@@ -367,6 +380,7 @@ impl Wan {
             dir,
             line: None,
             echoes: Vec::new(),
+            wanline,
             spec,
         };
         wan.build_namespaces()?;
@@ -477,7 +491,7 @@ impl Wan {
             "--control".into(),
             self.control.display().to_string(),
         ]);
-        let mut cmd = Command::new(&self.spec.wanline);
+        let mut cmd = Command::new(&self.wanline);
         cmd.args(&args);
         let mut line = spawn_helper(cmd, "wanline line".into())?;
         line.wait_line("wanline ready", START_WAIT).await?;
@@ -551,7 +565,7 @@ impl Wan {
     pub fn helper(&self, r: usize, what: &str, args: &[&str]) -> Result<Helper> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.regions[r].ns])
-            .arg(&self.spec.wanline)
+            .arg(&self.wanline)
             .args(args);
         spawn_helper(cmd, format!("{what} in {}", self.regions[r].name))
     }

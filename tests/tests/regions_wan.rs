@@ -28,10 +28,6 @@ const FAIR_TOLERANCE: f64 = 0.15;
 /// The new region reaches 90% of its fair share within this after demand moves.
 const MOVE_WITHIN: Duration = Duration::from_secs(3);
 
-fn wanline() -> &'static str {
-    env!("CARGO_BIN_EXE_wanline")
-}
-
 /// Whether the regions-dependent tests run; a line on stdout when they do not.
 fn regions_on(test: &str) -> bool {
     let on = REGIONS || std::env::var("RINGLIMIT_TEST_REGIONS").is_ok_and(|v| v == "1");
@@ -68,7 +64,7 @@ fn median(v: &[f64]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wan_round_trips_and_loss_are_those_configured() -> Result<()> {
     let _one = exclusive().await;
-    let spec = WanSpec::three_regions(wanline());
+    let spec = WanSpec::three_regions();
     let wan = Wan::start(spec.clone()).await?;
     let before = wan.line_counts().await?;
     let pairs = [(0usize, 1usize), (0, 2), (1, 2)];
@@ -135,7 +131,7 @@ async fn wan_round_trips_and_loss_are_those_configured() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wan_cuts_a_region_off_and_restores_it() -> Result<()> {
     let _one = exclusive().await;
-    let mut spec = WanSpec::three_regions(wanline());
+    let mut spec = WanSpec::three_regions();
     spec.loss = 0.0;
     let wan = Wan::start(spec).await?;
     wan.cut(2).await?;
@@ -178,7 +174,7 @@ async fn a_region_alone_admits_its_limit_per_window_as_loads_count_it() -> Resul
     // per window aligned as the node aligns fixed windows. A region's own cluster is exact, so
     // every full window admits the limit exactly; the other regions' loads do not touch it.
     let _one = exclusive().await;
-    let mut spec = WanSpec::three_regions(wanline());
+    let mut spec = WanSpec::three_regions();
     spec.rules_yaml = "
 rules:
   - { name: local-5s, limit: 50, period: 5s, algorithm: fixed_window }
@@ -241,7 +237,7 @@ rules:
 /// Starts three regions with regions on and waits until every node sees every other region
 /// `up` in `/v1/cluster`.
 async fn regions_wan(rules: &str) -> Result<Wan> {
-    let mut spec = WanSpec::three_regions(wanline());
+    let mut spec = WanSpec::three_regions();
     spec.regions_on = true;
     spec.rules_yaml = rules.into();
     let wan = Wan::start(spec).await?;
@@ -547,7 +543,7 @@ async fn a_checks_p99_does_not_wait_on_the_wan() -> Result<()> {
     }
     let _one = exclusive().await;
     let off = {
-        let mut spec = WanSpec::three_regions(wanline());
+        let mut spec = WanSpec::three_regions();
         spec.rules_yaml = RULES_OFF.into();
         let wan = Wan::start(spec).await?;
         p99_in_region_a(&wan).await?
