@@ -225,13 +225,13 @@ rules:
   - { name: shared, limit: 200, period: 10s, algorithm: fixed_window, scope: regions }
   - { name: shared-5s, limit: 100, period: 5s, algorithm: fixed_window, scope: regions }
   - { name: shared-tb, limit: 200, period: 10s, algorithm: token_bucket, scope: regions }
-  - { name: fast, limit: 100000000, period: 1m, algorithm: token_bucket, scope: regions }
+  - { name: fast, limit: 10000000, period: 1m, algorithm: token_bucket, scope: regions }
 ";
 
 /// The same latency rule without regions.
 const RULES_OFF: &str = "
 rules:
-  - { name: fast, limit: 100000000, period: 1m, algorithm: token_bucket }
+  - { name: fast, limit: 10000000, period: 1m, algorithm: token_bucket }
 ";
 
 /// Starts three regions with regions on and waits until every node sees every other region
