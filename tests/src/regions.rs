@@ -61,7 +61,8 @@ pub struct WanSpec {
     pub region_interval_ms: Option<u64>,
     /// More `serve` flags for every node.
     pub node_args: Vec<String>,
-    /// The node binary; `None`: this checkout's debug build ([`ringlimit_binary`]).
+    /// The node binary; `None`: `REGIONS_NODE_BIN` from the environment when set (another
+    /// build, e.g. a branch's), else this checkout's debug build ([`ringlimit_binary`]).
     pub node_bin: Option<PathBuf>,
     /// The `wanline` binary; `None`: this checkout's debug build ([`wanline_binary`]).
     pub wanline: Option<PathBuf>,
@@ -362,8 +363,9 @@ impl Wan {
             (1..=8).contains(&spec.nodes_per_region),
             "1 to 8 nodes a region"
         );
-        let bin = match &spec.node_bin {
-            Some(b) => b.clone(),
+        let from_env = std::env::var_os("REGIONS_NODE_BIN").map(PathBuf::from);
+        let bin = match spec.node_bin.clone().or(from_env) {
+            Some(b) => b,
             None => tokio::task::spawn_blocking(ringlimit_binary).await??,
         };
         let wanline = match &spec.wanline {
@@ -371,8 +373,9 @@ impl Wan {
             None => tokio::task::spawn_blocking(wanline_binary).await??,
         };
         let n = spec.regions.len();
+        let dir = scratch_dir()?;
         let slot = take_slot(n)?;
-        let dir = scratch_dir(slot)?;
+        // From here on, dropping `wan` (an error, a panic) removes everything made so far.
         let mut wan = Self {
             regions: Vec::new(),
             slot,
@@ -754,10 +757,10 @@ fn spawn_helper(mut cmd: Command, what: String) -> Result<Helper> {
 }
 
 /// A fresh scratch directory under the system's temporary directory.
-fn scratch_dir(slot: u8) -> Result<PathBuf> {
+fn scratch_dir() -> Result<PathBuf> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "ringlimit-wan-{}-{slot}-{}",
+        "ringlimit-wan-{}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
