@@ -523,7 +523,7 @@ async fn a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late() -> R
 async fn p99_in_region_a(wan: &Wan) -> Result<f64> {
     let plan = LoadPlan {
         rate: 200.0,
-        seconds: 8.0,
+        seconds: 4.0,
         tick_ms: 1_000,
         ..LoadPlan::default()
     };
@@ -542,20 +542,24 @@ async fn a_checks_p99_does_not_wait_on_the_wan() -> Result<()> {
         return Ok(());
     }
     let _one = exclusive().await;
-    let off = {
+    // Both WANs up at once and their loads in turn, so that what else the machine does weighs
+    // on both alike; the median of three rounds each.
+    let off_wan = {
         let mut spec = WanSpec::three_regions();
         spec.rules_yaml = RULES_OFF.into();
-        let wan = Wan::start(spec).await?;
-        p99_in_region_a(&wan).await?
+        Wan::start(spec).await?
     };
-    let on = {
-        let wan = regions_wan(RULES).await?;
-        p99_in_region_a(&wan).await?
-    };
-    println!("p99 of a check in region a: regions off {off:.2} ms, on {on:.2} ms");
+    let on_wan = regions_wan(RULES).await?;
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        off.push(p99_in_region_a(&off_wan).await?);
+        on.push(p99_in_region_a(&on_wan).await?);
+    }
+    println!("p99 of a check in region a (3 rounds): regions off {off:.2?} ms, on {on:.2?} ms");
+    let (off, on) = (median(&off), median(&on));
     ensure!(
         on <= (2.0 * off).max(off + 1.0),
-        "p99 with regions on {on:.2} ms against {off:.2} ms off"
+        "p99 with regions on {on:.2} ms against {off:.2} ms off (medians of 3)"
     );
     Ok(())
 }
