@@ -543,7 +543,8 @@ async fn a_checks_p99_does_not_wait_on_the_wan() -> Result<()> {
     }
     let _one = exclusive().await;
     // Both WANs up at once and their loads in turn, so that what else the machine does weighs
-    // on both alike; the median of three rounds each.
+    // on both alike; the best of three rounds each: a busy machine makes a round's p99 many
+    // times the quiet one, while a check that waited on the WAN would lift every round.
     let off_wan = {
         let mut spec = WanSpec::three_regions();
         spec.rules_yaml = RULES_OFF.into();
@@ -556,10 +557,11 @@ async fn a_checks_p99_does_not_wait_on_the_wan() -> Result<()> {
         on.push(p99_in_region_a(&on_wan).await?);
     }
     println!("p99 of a check in region a (3 rounds): regions off {off:.2?} ms, on {on:.2?} ms");
-    let (off, on) = (median(&off), median(&on));
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (off, on) = (best(&off), best(&on));
     ensure!(
         on <= (2.0 * off).max(off + 1.0),
-        "p99 with regions on {on:.2} ms against {off:.2} ms off (medians of 3)"
+        "p99 with regions on {on:.2} ms against {off:.2} ms off (the best of 3 rounds each)"
     );
     Ok(())
 }
