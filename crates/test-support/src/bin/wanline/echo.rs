@@ -61,6 +61,9 @@ pub struct ProbeArgs {
     /// TCP connects to time.
     #[arg(long, default_value_t = 5)]
     connects: u32,
+    /// A connect not done by then is a failed one.
+    #[arg(long, default_value_t = 5000)]
+    connect_timeout_ms: u64,
 }
 
 /// Prints one JSON object: datagrams sent and echoed, their round trips (ms: min, p50, p90,
@@ -122,7 +125,11 @@ pub async fn probe(a: ProbeArgs) -> Result<()> {
     let mut connects = Vec::new();
     for _ in 0..a.connects {
         let t = Instant::now();
-        let ok = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(a.to)).await;
+        let ok = tokio::time::timeout(
+            Duration::from_millis(a.connect_timeout_ms),
+            TcpStream::connect(a.to),
+        )
+        .await;
         if matches!(ok, Ok(Ok(_))) {
             connects.push(t.elapsed().as_secs_f64() * 1000.0);
         }
