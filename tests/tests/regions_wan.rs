@@ -275,6 +275,76 @@ async fn region_state(wan: &Wan, node_region: usize, other: &str) -> Result<Stri
         .to_owned())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regions_measure_the_wans_round_trips() -> Result<()> {
+    if !regions_on("regions_measure_the_wans_round_trips") {
+        return Ok(());
+    }
+    let _one = exclusive().await;
+    let wan = regions_wan(RULES).await?;
+    // Each region: a node of it shows each other region's round trip in /v1/cluster as the
+    // line's (no faster; a sample that took a retransmission is waited out) and exports the
+    // region metrics (whichever of its nodes does the exchanges).
+    for region in &wan.regions {
+        for other in wan.regions.iter().filter(|o| o.index != region.index) {
+            let configured = wan.spec.rtt(region.index, other.index).as_secs_f64() * 1000.0;
+            let slack = (configured * 0.25).max(10.0);
+            let up_series = format!(r#"ringlimit_region_up{{region="{}"}}"#, other.name);
+            let (node, measured) = wait_for(
+                "a region's round trip near the line's",
+                Duration::from_secs(15),
+                || async {
+                    for node in &region.nodes {
+                        let v = node.get("/v1/cluster").await?.json()?;
+                        let rtt = v["regions"]
+                            .as_array()
+                            .and_then(|rs| rs.iter().find(|r| r["name"] == other.name.as_str()))
+                            .and_then(|r| r["rtt_ms"].as_f64());
+                        if let Some(ms) =
+                            rtt.filter(|&ms| ms >= configured - 1.0 && ms <= configured + slack)
+                        {
+                            return Ok(Some((node.node_id.clone(), ms)));
+                        }
+                    }
+                    Ok(None)
+                },
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "no node of {} shows a round trip to {} near {configured} ms",
+                    region.name, other.name
+                )
+            })?;
+            println!(
+                "{node} -> {}: rtt_ms {measured:.1} (line {configured})",
+                other.name
+            );
+            let mut up = Vec::new();
+            for node in &region.nodes {
+                up.push(node.series(&up_series).await.unwrap_or(0.0));
+            }
+            ensure!(
+                up.contains(&1.0),
+                "{}: {up_series} on its nodes: {up:?}",
+                region.name
+            );
+        }
+        let mut exchanges = 0.0;
+        for node in &region.nodes {
+            let metrics = node.get("/metrics").await?.text;
+            exchanges += ringlimit_tests::series_sum(&metrics, "ringlimit_region_exchanges_total")
+                .unwrap_or(0.0);
+        }
+        ensure!(
+            exchanges > 0.0,
+            "{}: no ringlimit_region_exchanges_total on its nodes",
+            region.name
+        );
+    }
+    Ok(())
+}
+
 /// A load's answers per window: `start_ms -> (allowed, degraded)`.
 fn windows(summary: &Value) -> Result<std::collections::BTreeMap<u64, (u64, u64)>> {
     summary["windows"]
