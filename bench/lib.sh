@@ -62,6 +62,7 @@ mkdir -p "$OUT_DIR"
 #   blocks.sh          27700
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
+#   regions.sh         -          (every region in a network namespace of its own)
 default_base_port() {
   case $SCRIPT in
     http.sh) echo 28000 ;;
@@ -90,7 +91,7 @@ default_base_port() {
     replica_cost.sh) echo 27900 ;;
     frame_floor.sh) echo 27800 ;;
     blocks.sh) echo 27700 ;;
-    faults.sh | accuracy.sh) ;;
+    faults.sh | accuracy.sh | regions.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac
 }

@@ -12,6 +12,7 @@
 //! nodes' harness (the node crate's `testing`) uses too: [`Api`], [`TestNode`] and
 //! [`ProcessNode`] are its [`Member`]s.
 
+pub mod regions;
 pub mod statefulset;
 pub mod tls;
 
@@ -638,41 +639,49 @@ impl ProcessSpec {
 /// The `ringlimit` binary, built once per test process.
 pub fn ringlimit_binary() -> Result<PathBuf> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let mut build = escargot::CargoBuild::new()
-            .bin("ringlimit")
-            .package("ringlimit-node");
-        // `cargo test` runs this process with its package's variables (CARGO_MANIFEST_DIR,
-        // CARGO_PKG_NAME, ...). Build scripts that watch them (ring's, under rustls) would see
-        // other values than in a plain `cargo build` and run again, rebuilding the node (and
-        // what it links) in every test run and again in the next plain build.
-        for (key, _) in std::env::vars_os() {
-            let package_var = key.to_str().is_some_and(|k| {
-                k.starts_with("CARGO_PKG_")
-                    || matches!(
-                        k,
-                        "CARGO_MANIFEST_DIR"
-                            | "CARGO_MANIFEST_PATH"
-                            | "CARGO_MANIFEST_LINKS"
-                            | "CARGO_CRATE_NAME"
-                            | "CARGO_PRIMARY_PACKAGE"
-                            | "CARGO_TARGET_TMPDIR"
-                            | "OUT_DIR"
-                    )
-            });
-            if package_var {
-                build = build.env_remove(key);
-            }
+    BIN.get_or_init(|| cargo_binary("ringlimit-node", "ringlimit", None))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// Builds `bin` of `package` (with `features`) in the dev profile; its path.
+pub(crate) fn cargo_binary(
+    package: &str,
+    bin: &str,
+    features: Option<&str>,
+) -> Result<PathBuf, String> {
+    let mut build = escargot::CargoBuild::new().bin(bin).package(package);
+    if let Some(f) = features {
+        build = build.features(f);
+    }
+    // `cargo test` runs this process with its package's variables (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_NAME, ...). Build scripts that watch them (ring's, under rustls) would see
+    // other values than in a plain `cargo build` and run again, rebuilding the node (and
+    // what it links) in every test run and again in the next plain build.
+    for (key, _) in std::env::vars_os() {
+        let package_var = key.to_str().is_some_and(|k| {
+            k.starts_with("CARGO_PKG_")
+                || matches!(
+                    k,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_MANIFEST_LINKS"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                        | "OUT_DIR"
+                )
+        });
+        if package_var {
+            build = build.env_remove(key);
         }
-        build.run().map(|r| r.path().to_owned()).map_err(|e| {
-            format!(
-                "cannot build the ringlimit binary: {}",
-                last_lines(&e.to_string(), 30)
-            )
-        })
+    }
+    build.run().map(|r| r.path().to_owned()).map_err(|e| {
+        format!(
+            "cannot build the {bin} binary: {}",
+            last_lines(&e.to_string(), 30)
+        )
     })
-    .clone()
-    .map_err(|e| anyhow!(e))
 }
 
 /// The last `n` lines of `text`: cargo's reason for a failed build comes after its long list
