@@ -27,7 +27,7 @@
 //! (and at least [`LOG_FLOOR`]), after the feed overran or a write failed (the disk may then
 //! miss changes: the snapshot writes the store whole), and when a sweep (every
 //! [`SWEEP_EVERY`]) finds that a stored state stopped mattering. The snapshot is written **in
-//! the background**, by a thread of its own, from the store itself (see [`Durable::compact`]
+//! the background**, by a thread of its own, from the store itself (see `Durable::compact`
 //! for why not from a mirror of the disk); commits go on meanwhile into the next log, and the
 //! follower ends the compaction at its first flush after the thread is done. None while the
 //! node leaves: the buckets it hands over are in the logs only.

@@ -336,7 +336,8 @@ fn buckets_handed_over_while_leaving_are_kept_in_the_state_they_went_in() {
 
 /// What the disk follower costs per changed bucket: the drain of the feed and the commit of
 /// one interval, timed alone (no checks, no HTTP), on a file that already holds `STORED`
-/// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release:
+/// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release, alone
+/// (the figure with the snapshots counts every thread of the process):
 /// `cargo test -p ringlimit-node --release --lib -- --ignored --nocapture flush_cost`
 #[test]
 #[ignore = "a measurement: run by hand, in release"]
@@ -407,6 +408,50 @@ fn flush_cost_per_changed_bucket() {
     for line in report {
         println!("flush cost: {line}");
     }
+}
+
+/// How long a restart's restore of `BUCKETS` durable buckets takes, in process: the bucket
+/// files opened and read, every state merged into the store. Run in release:
+/// `cargo test -p ringlimit-node --release --lib -- --ignored --nocapture restore_cost`
+#[test]
+#[ignore = "a measurement: run by hand, in release"]
+fn restore_cost() {
+    const BUCKETS: u64 = 1_000_000;
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let rule = fixed(1_000_000, 86_400);
+    let node = |clock: &ManualClock| {
+        let local = Arc::new(
+            Local::alone(RuleSet::default(), 2 * BUCKETS, Arc::new(clock.clone()))
+                .with_persistence(60 * SEC),
+        );
+        let started = Instant::now();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        let durable = Durable::new(disk, local.clone(), Arc::default());
+        (Node { local, durable }, started)
+    };
+    let (n, _) = node(&clock);
+    n.durable.restore().expect("empty");
+    for i in 0..BUCKETS {
+        check(&n, i, &rule, PersistMode::Auto);
+        if i % 100_000 == 0 {
+            n.durable.flush().expect("written");
+        }
+    }
+    n.durable.flush_at_exit();
+    n.durable.settle();
+    let bytes = n.durable.disk.bytes();
+    drop(n);
+    clock.advance(3600 * SEC);
+    let (n, started) = node(&clock);
+    let restored = n.durable.restore().expect("restored");
+    let took = started.elapsed();
+    assert_eq!(restored, BUCKETS);
+    println!(
+        "restore cost: {restored} buckets in {:.3} s (files {bytes} bytes, {} bytes per bucket)",
+        took.as_secs_f64(),
+        bytes / BUCKETS
+    );
 }
 
 /// This thread's time on a CPU so far, in ns (Linux's schedstat; 0 elsewhere).
