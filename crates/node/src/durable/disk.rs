@@ -62,8 +62,10 @@ const FORMAT: u32 = 2;
 const FRAME_HEAD: usize = 12;
 /// A snapshot's records are written in frames of about this many bytes.
 const CHUNK: usize = 64 << 10;
-/// A frame longer than this is not one this build wrote (a commit of 1M buckets is ~50 MB).
+/// A frame longer than this is not one this build wrote.
 const MAX_FRAME: u32 = 1 << 30;
+/// A commit longer than this goes in several frames (see [`Disk::commit`]).
+const COMMIT_FRAME: usize = 1 << 28;
 
 const KIND_SNAPSHOT: u8 = 1;
 const KIND_LOG: u8 = 2;
@@ -321,6 +323,19 @@ fn seal(out: &mut [u8]) {
     let (head, payload) = out.split_at_mut(FRAME_HEAD);
     head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     head[4..].copy_from_slice(&xxh3_64(payload).to_le_bytes());
+}
+
+/// Seals the frame of `out` that starts at `frame` and opens the next when it has grown past
+/// [`COMMIT_FRAME`]: a commit of a very large store (a resync while leaving) goes in several
+/// frames, each within what a reader takes; a crash in it keeps the first ones, each whole
+/// (records newer than what they replace).
+#[inline]
+fn next_frame_if_long(out: &mut Vec<u8>, frame: &mut usize) {
+    if out.len() - *frame > COMMIT_FRAME {
+        seal(&mut out[*frame..]);
+        *frame = out.len();
+        out.extend_from_slice(&[0; FRAME_HEAD]);
+    }
 }
 
 /// The frame at the start of `bytes`: its payload and its whole length; `None` when it is
@@ -764,21 +779,24 @@ impl Disk {
         files.opened = [None, None];
         let buf = &mut files.buf;
         open_frame(buf);
+        let mut frame = 0;
         for (held, batch) in batches {
             for (id, state) in &batch.put {
                 encode_put(buf, *held, *id, state);
+                next_frame_if_long(buf, &mut frame);
             }
             for id in &batch.delete {
                 buf.push(held.delete());
                 buf.extend_from_slice(&id.to_le_bytes());
+                next_frame_if_long(buf, &mut frame);
             }
         }
+        seal(&mut buf[frame..]);
         self.append(files)
     }
 
-    /// Appends the frame `files.buf` holds to the log and flushes it.
+    /// Appends the frames `files.buf` holds (sealed) to the log and flushes them.
     fn append(&self, files: &mut Files) -> Result<(), DiskError> {
-        seal(&mut files.buf);
         let log = &mut files.log;
         let result = (|| {
             #[cfg(test)]
@@ -816,6 +834,7 @@ impl Disk {
         let files = &mut *files;
         open_frame(&mut files.buf);
         encode_members(&mut files.buf, members);
+        seal(&mut files.buf);
         self.append(files)?;
         files.members = members.to_vec();
         Ok(())
