@@ -748,7 +748,7 @@ pub const METRICS: &[Family<DurableStats>] = &[
     ),
     Family::counter(
         "persist_write_failures",
-        "Group commits or snapshots that failed (a full or unwritable disk): the node answers from memory and, once the disk takes writes again, writes every durable bucket in a snapshot.",
+        "Group commits that failed (a full or unwritable disk): the node answers from memory and retries with every durable bucket.",
         |s| load(&s.failures),
     ),
     Family::gauge(
