@@ -5,9 +5,9 @@
 #   N=200000 BIN=target/debug/ringlimit bench/persist.sh
 #
 # Starts a node with --data-dir and --max-keys N, spends one token of N distinct keys of a daily
-# inline rule through /v1/check/batch (1,000 a request), waits until ringlimit_persist_buckets
-# reaches N, stops it (SIGTERM), starts it again on the same directory and prints what it
-# reports: ringlimit_persist_restore_seconds, ringlimit_persist_restored_buckets, the file's size
+# inline rule through /v1/check/batch (1,000 a request), waits until
+# ringlimit_persist_buckets_written_total reaches N, stops it (SIGTERM), starts it again on the same directory and prints what it
+# reports: ringlimit_persist_restore_seconds, ringlimit_persist_restored_buckets, the files' size
 # (ringlimit_persist_disk_bytes) and bytes per bucket. Needs curl and python3.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,8 +55,8 @@ for start in range(0, n, 1000):
     urllib.request.urlopen(req).read()
 PY
 for _ in $(seq 1 600); do
-  stored=$(metric ringlimit_persist_buckets)
-  [ "${stored%.*}" -ge "$N" ] && break
+  written=$(metric ringlimit_persist_buckets_written_total)
+  [ "${written%.*}" -ge "$N" ] && break
   sleep 0.1
 done
 echo "on disk: $(metric ringlimit_persist_buckets) buckets, $(metric ringlimit_persist_disk_bytes) bytes"
@@ -67,4 +67,4 @@ start
 secs=$(metric ringlimit_persist_restore_seconds)
 restored=$(metric ringlimit_persist_restored_buckets)
 bytes=$(metric ringlimit_persist_disk_bytes)
-echo "restored $restored buckets in $secs s; file $bytes bytes ($(python3 -c "print(round($bytes / max(1, $restored)))") bytes per bucket)"
+echo "restored $restored buckets in $secs s; files $bytes bytes ($(python3 -c "print(round($bytes / max(1, $restored)))") bytes per bucket)"

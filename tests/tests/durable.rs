@@ -383,7 +383,7 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_one_clear_line() -> Resul
     let corrupt = &dirs[0].0;
     std::fs::create_dir_all(corrupt)?;
     std::fs::write(
-        corrupt.join("buckets.redb"),
+        corrupt.join("buckets.snap"),
         b"not a bucket file".repeat(500),
     )?;
     let e = match ProcessNode::start(&spec("c", free_peer_port()?, corrupt)).await {

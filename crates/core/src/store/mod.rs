@@ -391,6 +391,22 @@ impl Store {
         }
     }
 
+    /// [`Store::for_each`] of shard `k` alone (nothing past [`Store::shard_count`]): a long
+    /// reader (a disk snapshot) copies one shard at a time and works on its copy with no lock
+    /// held.
+    pub fn for_each_in(&self, k: usize, mut f: impl FnMut(u64, &BucketState)) {
+        if let Some(shard) = self.shards.get(k) {
+            shard.locked.lock().table.for_each_replicated(&mut f);
+        }
+    }
+
+    /// [`Store::for_each_durable`] of shard `k` alone (see [`Store::for_each_in`]).
+    pub fn for_each_durable_in(&self, k: usize, mut f: impl FnMut(u64, &BucketState)) {
+        if let Some(shard) = self.shards.get(k) {
+            shard.locked.lock().table.for_each_durable(&mut f);
+        }
+    }
+
     /// Removes and returns every bucket for which `take` says yes, one shard at a time (checks
     /// on other shards go on meanwhile).
     pub fn take_if(

@@ -1,55 +1,108 @@
-//! The bucket file under `--data-dir` (`buckets.redb`): one table of bucket states by id, one
-//! of replica copies, the members of the ring this node last saw, and a stamp saying whose
-//! they are.
+//! The bucket files under `--data-dir`: a snapshot (`buckets.snap`) of the owned buckets, the
+//! replica copies and the ring's members, and the logs (`buckets.<generation>.log`) of every
+//! commit since, each file stamped with whose buckets they are.
 //!
-//! A value is the time its state stops mattering (`BucketState::idle_at`, 8 bytes, little
-//! endian) and then the state as it travels between nodes (`WireState`, bincode): the sweep
-//! reads only the first 8 bytes, and a node restores a state exactly as it would take one
-//! from a peer (the rule's tags stay behind; a debt is kept).
+//! Why a format of its own: the measured embedded stores cost too much per changed bucket
+//! (redb's B-tree insert of a random id dirties a page of its own, copied and checksummed at
+//! every commit; fjall's commits stall behind its compactions: see
+//! `bench/notes/durable-store.md`). A commit here is one sequential append of the interval's
+//! records and one `fdatasync`; a snapshot is one sequential write; a restore is two
+//! sequential reads. What a changed bucket costs is its encoding and its bytes.
 //!
-//! The stamp (cluster id and node id) is written when the file is made and checked on every
-//! open: a directory of another node or another cluster is refused, never merged.
+//! # Layout
+//! Every file is a sequence of frames: `len: u32`, `xxh3(payload): u64` (little endian), then
+//! `len` bytes of payload. The first frame is the header: [`MAGIC`], the file's kind
+//! (snapshot or log), the format ([`FORMAT`]), its generation, the cluster id and the node id
+//! (the stamp: a directory of another node or cluster is refused, never merged). The other
+//! frames hold records:
+//! - a put: the table (owned or copies), the id, and the value: the time its state stops
+//!   mattering (`BucketState::idle_at`, 8 bytes) then the state as it travels between nodes
+//!   (`WireState`, bincode), so that a node restores a state exactly as it would take one from
+//!   a peer (the rule's tags stay behind; a debt is kept);
+//! - a delete: the table and the id (of an id never stored: harmless);
+//! - the members: the whole list of the ring's other members (id, peer address), replacing
+//!   the last;
+//! - the end of a snapshot, with its count of puts.
+//!
+//! A log's frame is one commit: all of an interval's records, written with one `write` and
+//! flushed with one `fdatasync` before the commit returns. A frame that does not check (a
+//! commit the process died in) ends its log: what follows is ignored, never an error, and the
+//! log is cut there before anything is appended. A snapshot is written whole to
+//! `buckets.snap.tmp`, flushed, and renamed over `buckets.snap`: one that does not check
+//! to its end frame is refused at start with one clear line.
+//!
+//! # Generations
+//! A snapshot of generation `g` holds everything the logs before `g` held; restore reads it
+//! and replays the logs of generation `g` and later, in order. A compaction first starts the
+//! log of the next generation (commits go on there), then writes the snapshot of that
+//! generation, then deletes the older logs: a crash at any point leaves a snapshot and every
+//! log written since it, so nothing is ever read twice nor missed.
 
-use parking_lot::Mutex;
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use ringlimit_core::limiter::BucketState;
 use ringlimit_proto::peer::WireState;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::xxh3_64;
 
-/// Bucket states by id: this node's own buckets.
-const BUCKETS: TableDefinition<u64, &[u8]> = TableDefinition::new("buckets");
-/// The replica copies this node keeps of other owners' buckets.
-const COPIES: TableDefinition<u64, &[u8]> = TableDefinition::new("copies");
+/// The snapshot's name in `--data-dir`.
+pub const SNAPSHOT: &str = "buckets.snap";
+/// A snapshot being written (removed at start: an unfinished one is never read).
+const SNAPSHOT_TMP: &str = "buckets.snap.tmp";
+/// The file of the format before this one (redb): refused, see [`DiskError::OldFormat`].
+pub const OLD_FILE: &str = "buckets.redb";
+/// The first bytes of every header.
+const MAGIC: &[u8; 8] = b"rlbucket";
+/// The record layout this build writes and reads.
+const FORMAT: u32 = 2;
+/// A frame's length and checksum.
+const FRAME_HEAD: usize = 12;
+/// A snapshot's records are written in frames of about this many bytes.
+const CHUNK: usize = 64 << 10;
+/// A frame longer than this is not one this build wrote.
+const MAX_FRAME: u32 = 1 << 30;
+/// A commit longer than this goes in several frames (see [`Disk::commit`]).
+const COMMIT_FRAME: usize = 1 << 28;
 
-/// Which of the two kinds of bucket a table holds.
+const KIND_SNAPSHOT: u8 = 1;
+const KIND_LOG: u8 = 2;
+
+const PUT_OWNED: u8 = 1;
+const PUT_COPY: u8 = 2;
+const DELETE_OWNED: u8 = 3;
+const DELETE_COPY: u8 = 4;
+const MEMBERS: u8 = 5;
+const END: u8 = 6;
+
+/// Which of the two kinds of bucket a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
     /// This node's own buckets.
-    Owned,
+    Owned = 0,
     /// Replica copies of other owners' buckets.
-    Copies,
+    Copies = 1,
 }
 
 impl Held {
-    fn table(self) -> TableDefinition<'static, u64, &'static [u8]> {
+    fn put(self) -> u8 {
         match self {
-            Held::Owned => BUCKETS,
-            Held::Copies => COPIES,
+            Held::Owned => PUT_OWNED,
+            Held::Copies => PUT_COPY,
+        }
+    }
+
+    fn delete(self) -> u8 {
+        match self {
+            Held::Owned => DELETE_OWNED,
+            Held::Copies => DELETE_COPY,
         }
     }
 }
-/// The other members of the ring this node last saw: node id → peer address. A node that
-/// starts waits for them as the owners of their keys (`crate::cluster::membership::Remembered`):
-/// their buckets are on their disks, not on this one.
-const MEMBERS: TableDefinition<&str, &str> = TableDefinition::new("members");
-/// Whose the buckets are: `cluster`, `node`, `format`.
-const STAMP: TableDefinition<&str, &str> = TableDefinition::new("stamp");
-/// The value layout this build writes and reads.
-const FORMAT: &str = "1";
-/// The file's name in `--data-dir`.
-pub const FILE: &str = "buckets.redb";
 
-/// Why the bucket file cannot be used.
+/// Why the bucket files cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
     #[error("{path} is not a readable bucket file ({reason}); move it away to start empty")]
@@ -65,8 +118,13 @@ pub enum DiskError {
         want_node: String,
         want_cluster: String,
     },
-    #[error("{path} was written in bucket format {found:?}; this build reads {FORMAT:?}")]
-    Format { path: PathBuf, found: String },
+    #[error("{path} was written in bucket format {found}; this build reads {FORMAT}")]
+    Format { path: PathBuf, found: u32 },
+    #[error(
+        "{path} is a bucket file of an earlier format (redb), which this build does not read; \
+         move it away to start empty"
+    )]
+    OldFormat { path: PathBuf },
     #[error("writing {path}: {reason}")]
     Write { path: PathBuf, reason: String },
 }
@@ -84,43 +142,158 @@ impl Batch {
     }
 }
 
-/// Opens the database again (its file, or a test's backend).
-type Reopen = Box<dyn Fn() -> Result<Database, redb::DatabaseError> + Send + Sync>;
+/// Hashes a bucket id by itself: ids are already hashes (xxh3 of rule and key).
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
 
-/// The open bucket file.
-pub struct Disk {
-    /// `None` after a failed write: redb refuses every later operation of a database whose
-    /// I/O failed, so the next one opens the file again (a disk that takes writes again then
-    /// works again).
-    db: Mutex<Option<Database>>,
-    reopen: Reopen,
-    path: PathBuf,
-    /// Set by [`Disk::close`]: never opened again.
-    closed: std::sync::atomic::AtomicBool,
-}
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
 
-impl std::fmt::Debug for Disk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Disk").field("path", &self.path).finish()
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64s are hashed here; anything else is folded in, never lost.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id;
     }
 }
 
-/// A stored value: `idle_at` then the wire state, into `out` (cleared first: one buffer
-/// serves a whole commit).
-fn encode_into(state: &BucketState, out: &mut Vec<u8>) {
-    out.clear();
+/// Bucket ids to what is stored under them.
+type ById<T> = HashMap<u64, T, BuildHasherDefault<IdHasher>>;
+
+/// A stored value: when it stops mattering, and its state (`None`: it did not decode).
+#[derive(Debug, Clone)]
+struct Stored {
+    idle_at: u64,
+    state: Option<BucketState>,
+}
+
+/// Everything the files hold, as restore replays it.
+#[derive(Debug, Default)]
+struct Contents {
+    owned: ById<Stored>,
+    copies: ById<Stored>,
+    members: Vec<(String, String)>,
+}
+
+impl Contents {
+    fn table(&mut self, held: Held) -> &mut ById<Stored> {
+        match held {
+            Held::Owned => &mut self.owned,
+            Held::Copies => &mut self.copies,
+        }
+    }
+
+    /// Applies one frame's records; `Err` when they do not parse (not a torn write: the
+    /// frame checked).
+    fn apply(&mut self, mut r: &[u8]) -> Result<Option<u64>, String> {
+        let mut end = None;
+        while let Some((&tag, rest)) = r.split_first() {
+            r = rest;
+            match tag {
+                PUT_OWNED | PUT_COPY => {
+                    let id = take_u64(&mut r)?;
+                    let len = take_u32(&mut r)? as usize;
+                    let value = take(&mut r, len)?;
+                    let held = if tag == PUT_OWNED {
+                        Held::Owned
+                    } else {
+                        Held::Copies
+                    };
+                    let idle_at = idle_at(value).ok_or("a value shorter than its time")?;
+                    let stored = Stored {
+                        idle_at,
+                        state: decode(value),
+                    };
+                    self.table(held).insert(id, stored);
+                }
+                DELETE_OWNED => {
+                    self.owned.remove(&take_u64(&mut r)?);
+                }
+                DELETE_COPY => {
+                    self.copies.remove(&take_u64(&mut r)?);
+                }
+                MEMBERS => {
+                    let n = take_u32(&mut r)?;
+                    let mut members = Vec::new();
+                    for _ in 0..n {
+                        members.push((take_str(&mut r)?, take_str(&mut r)?));
+                    }
+                    self.members = members;
+                }
+                END => end = Some(take_u64(&mut r)?),
+                other => return Err(format!("a record of unknown kind {other}")),
+            }
+        }
+        Ok(end)
+    }
+
+    /// When the first stored state stops mattering (`u64::MAX`: none stored).
+    fn first_idle(&self) -> u64 {
+        self.owned
+            .values()
+            .chain(self.copies.values())
+            .map(|s| s.idle_at)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+fn take<'a>(r: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+    if r.len() < n {
+        return Err("a record cut short".into());
+    }
+    let (head, rest) = r.split_at(n);
+    *r = rest;
+    Ok(head)
+}
+
+fn take_u64(r: &mut &[u8]) -> Result<u64, String> {
+    let b = take(r, 8)?;
+    Ok(u64::from_le_bytes(b.try_into().map_err(|_| "cut short")?))
+}
+
+fn take_u32(r: &mut &[u8]) -> Result<u32, String> {
+    let b = take(r, 4)?;
+    Ok(u32::from_le_bytes(b.try_into().map_err(|_| "cut short")?))
+}
+
+fn take_str(r: &mut &[u8]) -> Result<String, String> {
+    let len = take_u32(r)? as usize;
+    String::from_utf8(take(r, len)?.to_vec()).map_err(|_| "a name that is not UTF-8".into())
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A put record of `state` into `out`.
+fn encode_put(out: &mut Vec<u8>, held: Held, id: u64, state: &BucketState) {
+    out.push(held.put());
+    out.extend_from_slice(&id.to_le_bytes());
+    let len_at = out.len();
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&state.idle_at().to_le_bytes());
     // Encoding a plain enum into a Vec cannot fail; an empty tail would decode as corrupt.
     let _ =
         bincode::serde::encode_into_std_write(state.to_wire(), out, bincode::config::standard());
+    let len = (out.len() - len_at - 4) as u32;
+    out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
-/// A stored value, in a buffer of its own.
-#[cfg(test)]
-fn encode(state: &BucketState) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_into(state, &mut out);
-    out
+fn encode_members(out: &mut Vec<u8>, members: &[(String, String)]) {
+    out.push(MEMBERS);
+    out.extend_from_slice(&(members.len() as u32).to_le_bytes());
+    for (id, addr) in members {
+        put_str(out, id);
+        put_str(out, addr);
+    }
 }
 
 /// When a stored value stops mattering (`None`: too short to be a value).
@@ -139,72 +312,407 @@ fn decode(value: &[u8]) -> Option<BucketState> {
     (used == tail.len()).then(|| BucketState::from_wire(wire))
 }
 
-impl Disk {
-    /// Opens (or makes) the bucket file in `dir`, stamped for `node` of `cluster`; refuses a
-    /// file that does not read or that another node or cluster stamped.
-    pub fn open(dir: &Path, cluster: &str, node: &str) -> Result<Self, DiskError> {
-        let path = dir.join(FILE);
-        let file = path.clone();
-        Self::open_with(
-            path,
-            Box::new(move || Database::create(&file)),
-            cluster,
-            node,
-        )
+/// Starts a frame in `out` (cleared): its head is filled in by [`seal`].
+fn open_frame(out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&[0; FRAME_HEAD]);
+}
+
+/// Fills in the head of the frame `out` holds.
+fn seal(out: &mut [u8]) {
+    let (head, payload) = out.split_at_mut(FRAME_HEAD);
+    head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    head[4..].copy_from_slice(&xxh3_64(payload).to_le_bytes());
+}
+
+/// Seals the frame of `out` that starts at `frame` and opens the next when it has grown past
+/// [`COMMIT_FRAME`]: a commit of a very large store (a resync while leaving) goes in several
+/// frames, each within what a reader takes; a crash in it keeps the first ones, each whole
+/// (records newer than what they replace).
+#[inline]
+fn next_frame_if_long(out: &mut Vec<u8>, frame: &mut usize) {
+    if out.len() - *frame > COMMIT_FRAME {
+        seal(&mut out[*frame..]);
+        *frame = out.len();
+        out.extend_from_slice(&[0; FRAME_HEAD]);
+    }
+}
+
+/// The frame at the start of `bytes`: its payload and its whole length; `None` when it is
+/// cut short or does not check.
+fn frame(bytes: &[u8]) -> Option<(&[u8], usize)> {
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+    if len > MAX_FRAME {
+        return None;
+    }
+    let sum = u64::from_le_bytes(bytes.get(4..FRAME_HEAD)?.try_into().ok()?);
+    let payload = bytes.get(FRAME_HEAD..FRAME_HEAD + len as usize)?;
+    (xxh3_64(payload) == sum).then_some((payload, FRAME_HEAD + len as usize))
+}
+
+/// Whose a file is, and which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Header {
+    kind: u8,
+    format: u32,
+    generation: u64,
+    cluster: String,
+    node: String,
+}
+
+impl Header {
+    fn frame(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        open_frame(&mut out);
+        out.extend_from_slice(MAGIC);
+        out.push(self.kind);
+        out.extend_from_slice(&self.format.to_le_bytes());
+        out.extend_from_slice(&self.generation.to_le_bytes());
+        put_str(&mut out, &self.cluster);
+        put_str(&mut out, &self.node);
+        seal(&mut out);
+        out
     }
 
-    /// [`Disk::open`] through `reopen` (a file, or a test's storage), named `path`.
-    fn open_with(
-        path: PathBuf,
-        reopen: Reopen,
-        cluster: &str,
-        node: &str,
-    ) -> Result<Self, DiskError> {
-        let unreadable = |e: &dyn std::fmt::Display| DiskError::Unreadable {
-            path: path.clone(),
+    fn parse(mut r: &[u8]) -> Result<Self, String> {
+        if take(&mut r, MAGIC.len())? != MAGIC {
+            return Err("not a ringlimit bucket file".into());
+        }
+        let kind = *take(&mut r, 1)?.first().ok_or("cut short")?;
+        Ok(Self {
+            kind,
+            format: take_u32(&mut r)?,
+            generation: take_u64(&mut r)?,
+            cluster: take_str(&mut r)?,
+            node: take_str(&mut r)?,
+        })
+    }
+}
+
+/// The log of generation `generation`'s name.
+fn log_name(generation: u64) -> String {
+    format!("buckets.{generation:016x}.log")
+}
+
+/// The generation a log's name says (`None`: not a log's name).
+fn log_generation(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("buckets.")?.strip_suffix(".log")?;
+    (hex.len() == 16)
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+/// Flushes a directory's entries (a rename or a new file) to the disk.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The log commits are appended to.
+#[derive(Debug)]
+struct Log {
+    file: File,
+    generation: u64,
+    /// Where the last complete commit ends: the next one is written there.
+    end: u64,
+    /// A write failed since the last complete commit: the file may hold part of a frame past
+    /// `end`, cut off before the next write.
+    torn: bool,
+}
+
+/// What the open files are and hold.
+#[derive(Debug)]
+struct Files {
+    log: Log,
+    /// Bytes of the logs before `log` (kept until the snapshot of `log`'s generation is).
+    older_logs: u64,
+    snapshot_bytes: u64,
+    members: Vec<(String, String)>,
+    /// What the files held when opened, owned buckets and copies, until restore takes it.
+    opened: [Option<ById<Stored>>; 2],
+    /// When the first state stored when the files were opened stops mattering.
+    first_idle_at_open: u64,
+    /// One frame's bytes, reused by every commit.
+    buf: Vec<u8>,
+}
+
+/// Tells writes to fail (a test's full disk).
+#[cfg(test)]
+type Refuse = Option<std::sync::Arc<std::sync::atomic::AtomicBool>>;
+
+/// The open bucket files.
+pub struct Disk {
+    dir: PathBuf,
+    cluster: String,
+    node: String,
+    files: parking_lot::Mutex<Files>,
+    /// Set by [`Disk::close`]: nothing is written any more.
+    closed: std::sync::atomic::AtomicBool,
+    #[cfg(test)]
+    refuse: Refuse,
+}
+
+impl std::fmt::Debug for Disk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Disk").field("dir", &self.dir).finish()
+    }
+}
+
+/// A snapshot to write (see [`Disk::rotate`]): off the follower's thread, then handed back to
+/// [`Disk::snapshot_written`].
+#[derive(Debug)]
+pub struct SnapshotJob {
+    dir: PathBuf,
+    header: Header,
+    members: Vec<(String, String)>,
+    #[cfg(test)]
+    refuse: Refuse,
+}
+
+/// A snapshot written (see [`SnapshotJob::write`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshotted {
+    pub generation: u64,
+    /// Buckets and copies it holds.
+    pub count: u64,
+    pub bytes: u64,
+    /// When the first of its states stops mattering (`u64::MAX`: none).
+    pub first_idle: u64,
+}
+
+/// Writes a snapshot's records, in frames of about [`CHUNK`] bytes.
+pub struct SnapshotWriter {
+    out: BufWriter<File>,
+    frame: Vec<u8>,
+    count: u64,
+    bytes: u64,
+    first_idle: u64,
+    error: Option<std::io::Error>,
+}
+
+impl SnapshotWriter {
+    /// Adds bucket `id` of `held` in `state`; a write error is kept for [`SnapshotJob::write`]
+    /// to return.
+    pub fn put(&mut self, held: Held, id: u64, state: &BucketState) {
+        encode_put(&mut self.frame, held, id, state);
+        self.count += 1;
+        self.first_idle = self.first_idle.min(state.idle_at());
+        if self.frame.len() >= CHUNK {
+            self.emit();
+        }
+    }
+
+    fn emit(&mut self) {
+        if self.frame.len() > FRAME_HEAD && self.error.is_none() {
+            seal(&mut self.frame);
+            self.bytes += self.frame.len() as u64;
+            if let Err(e) = self.out.write_all(&self.frame) {
+                self.error = Some(e);
+            }
+        }
+        open_frame(&mut self.frame);
+    }
+}
+
+impl SnapshotJob {
+    /// The generation this snapshot is of.
+    pub fn generation(&self) -> u64 {
+        self.header.generation
+    }
+
+    /// Writes the snapshot: `fill` puts every bucket and copy worth keeping, then the
+    /// members and the end are added, the file is flushed and renamed over the last one.
+    pub fn write(self, fill: impl FnOnce(&mut SnapshotWriter)) -> Result<Snapshotted, DiskError> {
+        let tmp = self.dir.join(SNAPSHOT_TMP);
+        let failed = |e: std::io::Error| DiskError::Write {
+            path: tmp.clone(),
             reason: e.to_string(),
         };
-        let db = reopen().map_err(|e| unreadable(&e))?;
-        let tx = db.begin_write().map_err(|e| unreadable(&e))?;
-        {
-            let mut stamp = tx.open_table(STAMP).map_err(|e| unreadable(&e))?;
-            let get = |t: &redb::Table<&str, &str>, k: &str| -> Result<Option<String>, DiskError> {
-                Ok(t.get(k)
-                    .map_err(|e| unreadable(&e))?
-                    .map(|v| v.value().to_owned()))
+        #[cfg(test)]
+        refused(&self.refuse).map_err(failed)?;
+        let file = File::create(&tmp).map_err(failed)?;
+        let header = self.header.frame();
+        let mut w = SnapshotWriter {
+            out: BufWriter::with_capacity(CHUNK * 4, file),
+            frame: Vec::with_capacity(CHUNK + 1024),
+            count: 0,
+            bytes: header.len() as u64,
+            first_idle: u64::MAX,
+            error: None,
+        };
+        if let Err(e) = w.out.write_all(&header) {
+            w.error = Some(e);
+        }
+        open_frame(&mut w.frame);
+        fill(&mut w);
+        encode_members(&mut w.frame, &self.members);
+        w.frame.push(END);
+        w.frame.extend_from_slice(&w.count.to_le_bytes());
+        w.emit();
+        let done = Snapshotted {
+            generation: self.header.generation,
+            count: w.count,
+            bytes: w.bytes,
+            first_idle: w.first_idle,
+        };
+        let result = match w.error.take() {
+            Some(e) => Err(e),
+            None => w
+                .out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .and_then(|f| f.sync_all())
+                .and_then(|()| std::fs::rename(&tmp, self.dir.join(SNAPSHOT)))
+                .and_then(|()| sync_dir(&self.dir)),
+        };
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(failed(e));
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+fn refused(refuse: &Refuse) -> std::io::Result<()> {
+    if refuse
+        .as_ref()
+        .is_some_and(|r| r.load(std::sync::atomic::Ordering::Relaxed))
+    {
+        return Err(std::io::Error::other("no space left on device (test)"));
+    }
+    Ok(())
+}
+
+/// Reads a whole file.
+fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    File::open(path)?.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+impl Disk {
+    /// Opens (or makes) the bucket files in `dir`, stamped for `node` of `cluster`; refuses
+    /// files that do not read, that another node or cluster stamped, or of an earlier format.
+    /// Reads them whole: [`Disk::load`] then hands out what they hold.
+    pub fn open(dir: &Path, cluster: &str, node: &str) -> Result<Self, DiskError> {
+        #[cfg(test)]
+        return Self::open_inner(dir, cluster, node, None);
+        #[cfg(not(test))]
+        Self::open_inner(dir, cluster, node)
+    }
+
+    fn open_inner(
+        dir: &Path,
+        cluster: &str,
+        node: &str,
+        #[cfg(test)] refuse: Refuse,
+    ) -> Result<Self, DiskError> {
+        let old = dir.join(OLD_FILE);
+        if old.exists() {
+            return Err(DiskError::OldFormat { path: old });
+        }
+        let io = |path: &Path, e: std::io::Error| DiskError::Unreadable {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let _ = std::fs::remove_file(dir.join(SNAPSHOT_TMP));
+        let mut logs: Vec<u64> = std::fs::read_dir(dir)
+            .map_err(|e| io(dir, e))?
+            .filter_map(|entry| log_generation(entry.ok()?.file_name().to_str()?))
+            .collect();
+        logs.sort_unstable();
+        let stamp = |kind, generation| Header {
+            kind,
+            format: FORMAT,
+            generation,
+            cluster: cluster.to_owned(),
+            node: node.to_owned(),
+        };
+        let snap_path = dir.join(SNAPSHOT);
+        let mut contents = Contents::default();
+        let (generation, snapshot_bytes) = if snap_path.exists() {
+            let bytes = read_file(&snap_path).map_err(|e| io(&snap_path, e))?;
+            let g = read_snapshot(&snap_path, &bytes, cluster, node, &mut contents)?;
+            (g, bytes.len() as u64)
+        } else if let Some(first) = logs.first() {
+            return Err(DiskError::Unreadable {
+                path: snap_path,
+                reason: format!("missing, while the log {} is there", log_name(*first)),
+            });
+        } else {
+            let job = SnapshotJob {
+                dir: dir.to_owned(),
+                header: stamp(KIND_SNAPSHOT, 0),
+                members: Vec::new(),
+                #[cfg(test)]
+                refuse: None,
             };
-            match (get(&stamp, "cluster")?, get(&stamp, "node")?) {
-                (None, None) => {
-                    for (k, v) in [("cluster", cluster), ("node", node), ("format", FORMAT)] {
-                        stamp.insert(k, v).map_err(|e| unreadable(&e))?;
-                    }
+            let done = job.write(|_| {})?;
+            (0, done.bytes)
+        };
+        let mut older_logs = 0;
+        let mut last = None;
+        for &g in &logs {
+            let path = dir.join(log_name(g));
+            if g < generation {
+                // Folded into the snapshot already (a compaction ended before its cleanup).
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let bytes = read_file(&path).map_err(|e| io(&path, e))?;
+            let end = replay_log(&path, &bytes, g, cluster, node, &mut contents)?;
+            if let Some((_, prev_end)) = last.replace((g, end)) {
+                older_logs += prev_end;
+            }
+        }
+        let log = match last {
+            Some((g, end)) if end > 0 => {
+                let path = dir.join(log_name(g));
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| io(&path, e))?;
+                // A torn tail is cut off before anything is appended after it.
+                if file.metadata().map_err(|e| io(&path, e))?.len() != end {
+                    file.set_len(end)
+                        .and_then(|()| file.sync_data())
+                        .map_err(|e| io(&path, e))?;
                 }
-                (Some(c), Some(n)) if c == cluster && n == node => {
-                    let found = get(&stamp, "format")?.unwrap_or_default();
-                    if found != FORMAT {
-                        return Err(DiskError::Format { path, found });
-                    }
-                }
-                (c, n) => {
-                    return Err(DiskError::Foreign {
-                        path,
-                        node: n.unwrap_or_default(),
-                        cluster: c.unwrap_or_default(),
-                        want_node: node.to_owned(),
-                        want_cluster: cluster.to_owned(),
-                    });
+                Log {
+                    file,
+                    generation: g,
+                    end,
+                    torn: false,
                 }
             }
-            tx.open_table(BUCKETS).map_err(|e| unreadable(&e))?;
-            tx.open_table(COPIES).map_err(|e| unreadable(&e))?;
-            tx.open_table(MEMBERS).map_err(|e| unreadable(&e))?;
-        }
-        tx.commit().map_err(|e| unreadable(&e))?;
+            // No log yet, or one whose header did not make it: started (again).
+            other => {
+                let g = other.map_or(generation, |(g, _)| g);
+                new_log(dir, &stamp(KIND_LOG, g)).map_err(|e| io(&dir.join(log_name(g)), e))?
+            }
+        };
+        let first_idle_at_open = contents.first_idle();
+        let Contents {
+            owned,
+            copies,
+            members,
+        } = contents;
         Ok(Self {
-            db: Mutex::new(Some(db)),
-            reopen,
-            path,
+            dir: dir.to_owned(),
+            cluster: cluster.to_owned(),
+            node: node.to_owned(),
+            files: parking_lot::Mutex::new(Files {
+                older_logs,
+                snapshot_bytes,
+                members,
+                opened: [Some(owned), Some(copies)],
+                first_idle_at_open,
+                buf: Vec::new(),
+                log,
+            }),
             closed: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            refuse,
         })
     }
 
@@ -213,227 +721,366 @@ impl Disk {
         self.closed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Closes the file for good (its lock released): after the last flush at exit, a task of
-    /// the stopping node that still runs cannot write after it, nor keep the file from the
-    /// node's next life.
+    /// Closes the files for good: after the last flush at exit, a task of the stopping node
+    /// that still runs cannot write after it, nor append to the log the node's next life
+    /// (in the same process, as tests run nodes) writes.
     pub fn close(&self) {
-        let mut db = self.db.lock();
+        let _files = self.files.lock();
         self.closed
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        *db = None;
     }
 
-    /// Runs `f` on the database, opened again first if a write failed before; a failure of
-    /// `f` drops it (see [`Disk::db`]).
-    fn with_db<T>(&self, f: impl FnOnce(&Database) -> Result<T, String>) -> Result<T, String> {
-        let mut db = self.db.lock();
-        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err("closed: the node has stopped".into());
-        }
-        if db.is_none() {
-            *db = Some((self.reopen)().map_err(|e| e.to_string())?);
-        }
-        let Some(open) = db.as_ref() else {
-            return Err("not open".into());
-        };
-        let out = f(open);
-        if out.is_err() {
-            *db = None;
-        }
-        out
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Every stored bucket still mattering at `now`, and how many values did not decode
-    /// (left out).
-    pub fn load(&self, held: Held, now: u64) -> Result<(Vec<(u64, BucketState)>, u64), DiskError> {
-        self.with_db(|db| {
-            let e = |e: &dyn std::fmt::Display| e.to_string();
-            let tx = db.begin_read().map_err(|x| e(&x))?;
-            let table = tx.open_table(held.table()).map_err(|x| e(&x))?;
-            let n = usize::try_from(table.len().unwrap_or(0)).unwrap_or(0);
-            let mut out = Vec::with_capacity(n);
-            let mut bad = 0;
-            for entry in table.iter().map_err(|x| e(&x))? {
-                let (k, v) = entry.map_err(|x| e(&x))?;
-                let v = v.value();
-                if idle_at(v).is_some_and(|at| at <= now) {
-                    continue;
-                }
-                match decode(v) {
-                    Some(state) => out.push((k.value(), state)),
-                    None => bad += 1,
-                }
-            }
-            Ok((out, bad))
-        })
-        .map_err(|reason| DiskError::Unreadable {
-            path: self.path.clone(),
-            reason,
-        })
-    }
-
-    /// Writes each table's batch in one transaction, flushed to the disk before it returns.
-    pub fn commit(&self, batches: &[(Held, &Batch)]) -> Result<(), DiskError> {
-        self.with_db(|db| {
-            let e = |e: &dyn std::fmt::Display| e.to_string();
-            let tx = db.begin_write().map_err(|x| e(&x))?;
-            let mut value = Vec::with_capacity(64);
-            for (held, batch) in batches {
-                let mut table = tx.open_table(held.table()).map_err(|x| e(&x))?;
-                for (id, state) in &batch.put {
-                    encode_into(state, &mut value);
-                    table.insert(*id, value.as_slice()).map_err(|x| e(&x))?;
-                }
-                for id in &batch.delete {
-                    table.remove(*id).map_err(|x| e(&x))?;
-                }
-            }
-            tx.commit().map_err(|x| e(&x))
-        })
-        .map_err(|reason| DiskError::Write {
-            path: self.path.clone(),
-            reason,
-        })
-    }
-
-    /// The members kept by [`Disk::remember_members`]: node id and peer address, by id.
-    pub fn members(&self) -> Result<Vec<(String, String)>, DiskError> {
-        self.with_db(|db| {
-            let e = |e: &dyn std::fmt::Display| e.to_string();
-            let tx = db.begin_read().map_err(|x| e(&x))?;
-            let table = tx.open_table(MEMBERS).map_err(|x| e(&x))?;
-            let mut out = Vec::new();
-            for entry in table.iter().map_err(|x| e(&x))? {
-                let (k, v) = entry.map_err(|x| e(&x))?;
-                out.push((k.value().to_owned(), v.value().to_owned()));
-            }
-            Ok(out)
-        })
-        .map_err(|reason| DiskError::Unreadable {
-            path: self.path.clone(),
-            reason,
-        })
-    }
-
-    /// Replaces the members kept with `members` (node id, peer address), in one transaction.
-    pub fn remember_members(&self, members: &[(String, String)]) -> Result<(), DiskError> {
-        self.with_db(|db| {
-            let e = |e: &dyn std::fmt::Display| e.to_string();
-            let tx = db.begin_write().map_err(|x| e(&x))?;
-            {
-                let mut table = tx.open_table(MEMBERS).map_err(|x| e(&x))?;
-                table.retain(|_, _| false).map_err(|x| e(&x))?;
-                for (id, addr) in members {
-                    table
-                        .insert(id.as_str(), addr.as_str())
-                        .map_err(|x| e(&x))?;
-                }
-            }
-            tx.commit().map_err(|x| e(&x))
-        })
-        .map_err(|reason| DiskError::Write {
-            path: self.path.clone(),
-            reason,
-        })
-    }
-
-    /// Ids of stored buckets that no longer matter at `now` (the sweep deletes them).
-    pub fn idle(&self, held: Held, now: u64) -> Result<Vec<u64>, DiskError> {
-        self.with_db(|db| {
-            let e = |e: &dyn std::fmt::Display| e.to_string();
-            let tx = db.begin_read().map_err(|x| e(&x))?;
-            let table = tx.open_table(held.table()).map_err(|x| e(&x))?;
-            let mut out = Vec::new();
-            for entry in table.iter().map_err(|x| e(&x))? {
-                let (k, v) = entry.map_err(|x| e(&x))?;
-                if idle_at(v.value()).is_none_or(|at| at <= now) {
-                    out.push(k.value());
-                }
-            }
-            Ok(out)
-        })
-        .map_err(|reason| DiskError::Unreadable {
-            path: self.path.clone(),
-            reason,
-        })
-    }
-
-    /// Buckets stored in `held`'s table.
-    pub fn len(&self, held: Held) -> u64 {
-        let db = self.db.lock();
-        db.as_ref()
-            .and_then(|db| db.begin_read().ok())
-            .and_then(|tx| tx.open_table(held.table()).ok())
-            .and_then(|t| t.len().ok())
-            .unwrap_or(0)
-    }
-
-    /// The file's size in bytes.
-    pub fn bytes(&self) -> u64 {
-        std::fs::metadata(&self.path).map_or(0, |m| m.len())
-    }
-}
-
-/// Storage for tests that fails every write and sync while told to (a full disk).
-#[cfg(test)]
-#[derive(Debug, Clone, Default)]
-pub struct FailingStorage {
-    inner: std::sync::Arc<redb::backends::InMemoryBackend>,
-    pub full: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[cfg(test)]
-impl FailingStorage {
-    fn refuse(&self) -> Result<(), std::io::Error> {
-        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other("no space left on device (test)"));
+    fn refuse_closed(&self) -> Result<(), DiskError> {
+        if self.is_closed() {
+            return Err(DiskError::Write {
+                path: self.dir.clone(),
+                reason: "closed: the node has stopped".into(),
+            });
         }
         Ok(())
     }
+
+    /// The directory the files are in.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The stored buckets of `held` still mattering at `now`, and how many values did not
+    /// decode (left out). The first call of each kind hands out what [`Disk::open`] read;
+    /// later ones read the files again.
+    pub fn load(&self, held: Held, now: u64) -> Result<(Vec<(u64, BucketState)>, u64), DiskError> {
+        let opened = self.files.lock().opened[held as usize].take();
+        let table = match opened {
+            Some(table) => table,
+            None => std::mem::take(self.read_again()?.table(held)),
+        };
+        let mut out = Vec::with_capacity(table.len());
+        let mut bad = 0;
+        for (id, stored) in table {
+            if stored.idle_at <= now {
+                continue;
+            }
+            match stored.state {
+                Some(state) => out.push((id, state)),
+                None => bad += 1,
+            }
+        }
+        Ok((out, bad))
+    }
+
+    /// When the first state stored when the files were opened stops mattering (`u64::MAX`:
+    /// none).
+    pub fn first_idle_at_open(&self) -> u64 {
+        self.files.lock().first_idle_at_open
+    }
+
+    /// Everything the files hold now, read again.
+    fn read_again(&self) -> Result<Contents, DiskError> {
+        let mut c = Contents::default();
+        let snap = self.dir.join(SNAPSHOT);
+        let io = |path: &Path, e: std::io::Error| DiskError::Unreadable {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let bytes = read_file(&snap).map_err(|e| io(&snap, e))?;
+        let generation = read_snapshot(&snap, &bytes, &self.cluster, &self.node, &mut c)?;
+        let current = self.files.lock().log.generation;
+        for g in generation..=current {
+            let path = self.dir.join(log_name(g));
+            match read_file(&path) {
+                Ok(bytes) => {
+                    replay_log(&path, &bytes, g, &self.cluster, &self.node, &mut c)?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path, e)),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Appends each table's batch to the log as one commit, flushed to the disk before it
+    /// returns.
+    pub fn commit(&self, batches: &[(Held, &Batch)]) -> Result<(), DiskError> {
+        let mut files = self.files.lock();
+        let files = &mut *files;
+        files.opened = [None, None];
+        let buf = &mut files.buf;
+        open_frame(buf);
+        let mut frame = 0;
+        for (held, batch) in batches {
+            for (id, state) in &batch.put {
+                encode_put(buf, *held, *id, state);
+                next_frame_if_long(buf, &mut frame);
+            }
+            for id in &batch.delete {
+                buf.push(held.delete());
+                buf.extend_from_slice(&id.to_le_bytes());
+                next_frame_if_long(buf, &mut frame);
+            }
+        }
+        seal(&mut buf[frame..]);
+        self.append(files)
+    }
+
+    /// Appends the frames `files.buf` holds (sealed) to the log and flushes them.
+    fn append(&self, files: &mut Files) -> Result<(), DiskError> {
+        self.refuse_closed()?;
+        let log = &mut files.log;
+        let result = (|| {
+            #[cfg(test)]
+            refused(&self.refuse)?;
+            if log.torn {
+                log.file.set_len(log.end)?;
+                log.torn = false;
+            }
+            log.file.write_all_at(&files.buf, log.end)?;
+            log.file.sync_data()
+        })();
+        match result {
+            Ok(()) => {
+                log.end += files.buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                log.torn = true;
+                Err(DiskError::Write {
+                    path: self.dir.join(log_name(log.generation)),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// The members kept by [`Disk::remember_members`]: node id and peer address.
+    pub fn members(&self) -> Result<Vec<(String, String)>, DiskError> {
+        Ok(self.files.lock().members.clone())
+    }
+
+    /// Replaces the members kept with `members` (node id, peer address), in one commit.
+    pub fn remember_members(&self, members: &[(String, String)]) -> Result<(), DiskError> {
+        let mut files = self.files.lock();
+        let files = &mut *files;
+        open_frame(&mut files.buf);
+        encode_members(&mut files.buf, members);
+        seal(&mut files.buf);
+        self.append(files)?;
+        files.members = members.to_vec();
+        Ok(())
+    }
+
+    /// Bytes appended to the log since the last snapshot, and the last snapshot's bytes.
+    pub fn log_and_snapshot_bytes(&self) -> (u64, u64) {
+        let f = self.files.lock();
+        (f.log.end + f.older_logs, f.snapshot_bytes)
+    }
+
+    /// Starts the log of the next generation (commits go there from now on) and returns the
+    /// snapshot of that generation to write: what the store holds from now on, the buckets
+    /// of the logs before it included.
+    pub fn rotate(&self) -> Result<SnapshotJob, DiskError> {
+        let mut files = self.files.lock();
+        self.refuse_closed()?;
+        let generation = files.log.generation + 1;
+        let header = |kind| Header {
+            kind,
+            format: FORMAT,
+            generation,
+            cluster: self.cluster.clone(),
+            node: self.node.clone(),
+        };
+        #[cfg(test)]
+        refused(&self.refuse).map_err(|e| DiskError::Write {
+            path: self.dir.join(log_name(generation)),
+            reason: e.to_string(),
+        })?;
+        let log = new_log(&self.dir, &header(KIND_LOG)).map_err(|e| DiskError::Write {
+            path: self.dir.join(log_name(generation)),
+            reason: e.to_string(),
+        })?;
+        let old = std::mem::replace(&mut files.log, log);
+        files.older_logs += old.end;
+        Ok(SnapshotJob {
+            dir: self.dir.clone(),
+            header: header(KIND_SNAPSHOT),
+            members: files.members.clone(),
+            #[cfg(test)]
+            refuse: self.refuse.clone(),
+        })
+    }
+
+    /// The snapshot `done` is on disk: the logs before its generation go.
+    pub fn snapshot_written(&self, done: &Snapshotted) {
+        let mut files = self.files.lock();
+        for g in (0..done.generation).rev() {
+            match std::fs::remove_file(self.dir.join(log_name(g))) {
+                Ok(()) => {}
+                // The older ones went with earlier snapshots.
+                Err(_) => break,
+            }
+        }
+        files.snapshot_bytes = done.bytes;
+        files.older_logs = 0;
+    }
+
+    /// Buckets stored in `held`'s table (read from the files).
+    pub fn len(&self, held: Held) -> u64 {
+        self.read_again()
+            .map_or(0, |mut c| c.table(held).len() as u64)
+    }
+
+    /// The files' size in bytes.
+    pub fn bytes(&self) -> u64 {
+        let f = self.files.lock();
+        f.snapshot_bytes + f.older_logs + f.log.end
+    }
 }
 
-#[cfg(test)]
-impl redb::StorageBackend for FailingStorage {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        self.inner.len()
+/// Makes the log of `header`'s generation: its header written and flushed, the directory too.
+fn new_log(dir: &Path, header: &Header) -> std::io::Result<Log> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(dir.join(log_name(header.generation)))?;
+    let head = header.frame();
+    file.write_all_at(&head, 0)?;
+    file.sync_data()?;
+    sync_dir(dir)?;
+    Ok(Log {
+        file,
+        generation: header.generation,
+        end: head.len() as u64,
+        torn: false,
+    })
+}
+
+/// Checks a file's header against the stamp wanted; returns it and where the records start.
+fn check_header(
+    path: &Path,
+    bytes: &[u8],
+    kind: u8,
+    cluster: &str,
+    node: &str,
+) -> Result<Option<(Header, usize)>, DiskError> {
+    let unreadable = |reason: String| DiskError::Unreadable {
+        path: path.to_owned(),
+        reason,
+    };
+    let Some((payload, used)) = frame(bytes) else {
+        return Ok(None);
+    };
+    let header = Header::parse(payload).map_err(unreadable)?;
+    if header.cluster != cluster || header.node != node {
+        return Err(DiskError::Foreign {
+            path: path.to_owned(),
+            node: header.node,
+            cluster: header.cluster,
+            want_node: node.to_owned(),
+            want_cluster: cluster.to_owned(),
+        });
     }
-    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, std::io::Error> {
-        self.inner.read(offset, len)
+    if header.format != FORMAT {
+        return Err(DiskError::Format {
+            path: path.to_owned(),
+            found: header.format,
+        });
     }
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.refuse()?;
-        self.inner.set_len(len)
+    if header.kind != kind {
+        return Err(unreadable(format!("a file of kind {}", header.kind)));
     }
-    fn sync_data(&self, eventual: bool) -> Result<(), std::io::Error> {
-        self.refuse()?;
-        self.inner.sync_data(eventual)
+    Ok(Some((header, used)))
+}
+
+/// Reads a snapshot whole into `into`; returns its generation. Refused unless every frame
+/// checks, up to its end.
+fn read_snapshot(
+    path: &Path,
+    bytes: &[u8],
+    cluster: &str,
+    node: &str,
+    into: &mut Contents,
+) -> Result<u64, DiskError> {
+    let unreadable = |reason: String| DiskError::Unreadable {
+        path: path.to_owned(),
+        reason,
+    };
+    let Some((header, mut at)) = check_header(path, bytes, KIND_SNAPSHOT, cluster, node)? else {
+        return Err(unreadable("its header does not check".into()));
+    };
+    into.owned.reserve(bytes.len() / 48);
+    loop {
+        let Some((payload, used)) = bytes.get(at..).and_then(frame) else {
+            return Err(unreadable(format!(
+                "the snapshot does not check from byte {at} on"
+            )));
+        };
+        at += used;
+        if let Some(count) = into.apply(payload).map_err(unreadable)? {
+            let held = (into.owned.len() + into.copies.len()) as u64;
+            if count != held || at != bytes.len() {
+                return Err(unreadable(format!(
+                    "the snapshot says {count} buckets and holds {held} in {at} of {} bytes",
+                    bytes.len()
+                )));
+            }
+            return Ok(header.generation);
+        }
     }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.refuse()?;
-        self.inner.write(offset, data)
+}
+
+/// Replays a log's complete commits into `into`; returns where the last one ends (0: the
+/// header itself did not make it to the disk). A commit that does not check ends the log.
+fn replay_log(
+    path: &Path,
+    bytes: &[u8],
+    generation: u64,
+    cluster: &str,
+    node: &str,
+    into: &mut Contents,
+) -> Result<u64, DiskError> {
+    let Some((header, mut at)) = check_header(path, bytes, KIND_LOG, cluster, node)? else {
+        return Ok(0);
+    };
+    if header.generation != generation {
+        return Err(DiskError::Unreadable {
+            path: path.to_owned(),
+            reason: format!("its header says generation {}", header.generation),
+        });
     }
+    while let Some((payload, used)) = bytes.get(at..).and_then(frame) {
+        into.apply(payload)
+            .map_err(|reason| DiskError::Unreadable {
+                path: path.to_owned(),
+                reason,
+            })?;
+        at += used;
+    }
+    if at < bytes.len() {
+        tracing::warn!(
+            path = %path.display(),
+            at,
+            len = bytes.len(),
+            "the last commit of the bucket log was cut short (the process stopped in it): ignored"
+        );
+    }
+    Ok(at as u64)
 }
 
 #[cfg(test)]
 impl Disk {
-    /// A bucket file on `storage` (see [`FailingStorage`]).
-    pub fn on_storage(storage: FailingStorage) -> Self {
-        let reopen: Reopen =
-            Box::new(move || Database::builder().create_with_backend(storage.clone()));
-        match Self::open_with(PathBuf::from("test-storage"), reopen, "c", "n1") {
-            Ok(disk) => disk,
-            Err(e) => panic!("test storage: {e}"),
-        }
+    /// A bucket directory in `dir` whose writes fail while `full` says so (a full disk).
+    pub fn failing(
+        dir: &Path,
+        full: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Self, DiskError> {
+        Self::open_inner(dir, "c", "n1", Some(full))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -441,32 +1088,75 @@ mod tests {
         tempfile::tempdir().expect("a temp dir")
     }
 
+    fn used(count: u32) -> BucketState {
+        BucketState::Fixed {
+            end: T0 + 1_000_000,
+            count,
+            period_tag: 0,
+        }
+    }
+
+    fn puts(ids: impl IntoIterator<Item = u64>, count: u32) -> Batch {
+        Batch {
+            put: ids.into_iter().map(|id| (id, used(count))).collect(),
+            delete: vec![],
+        }
+    }
+
+    fn sorted(held: Held, disk: &Disk) -> Vec<(u64, BucketState)> {
+        let (mut v, bad) = disk.load(held, T0).expect("reads");
+        assert_eq!(bad, 0);
+        v.sort_by_key(|(id, _)| *id);
+        v
+    }
+
+    /// A snapshot of `state`, as the follower writes one after `rotate`.
+    fn compact(disk: &Disk, state: &[(Held, u64, BucketState)]) {
+        let job = disk.rotate().expect("rotated");
+        let done = job
+            .write(|w| {
+                for (held, id, st) in state {
+                    w.put(*held, *id, st);
+                }
+            })
+            .expect("written");
+        disk.snapshot_written(&done);
+    }
+
+    fn the_log(d: &Path) -> PathBuf {
+        let mut logs: Vec<_> = std::fs::read_dir(d)
+            .expect("lists")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                log_generation(&name).map(|g| (g, d.join(name)))
+            })
+            .collect();
+        logs.sort();
+        logs.pop().expect("a log").1
+    }
+
     #[test]
     fn states_come_back_as_they_went_in_and_idle_ones_stay_out() {
         let d = dir();
         let disk = Disk::open(d.path(), "c", "n1").expect("opens");
-        let used = BucketState::Fixed {
-            end: T0 + 1_000,
-            count: 7,
-            period_tag: 0,
-        };
         let idle = BucketState::Gcra { tat: T0, tag: 0 };
         let batch = Batch {
-            put: vec![(1, used.clone()), (2, idle), (3, used.clone())],
+            put: vec![(1, used(7)), (2, idle), (3, used(7))],
             delete: vec![],
         };
         disk.commit(&[(Held::Owned, &batch)]).expect("written");
         let delete = Batch {
             put: vec![],
-            delete: vec![3],
+            delete: vec![3, 99],
         };
-        disk.commit(&[(Held::Owned, &delete)]).expect("deleted");
+        disk.commit(&[(Held::Owned, &delete), (Held::Copies, &puts([5], 1))])
+            .expect("deleted");
         drop(disk);
         let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
-        let (loaded, bad) = disk.load(Held::Owned, T0).expect("reads");
-        assert_eq!((loaded, bad), (vec![(1, used)], 0));
-        assert_eq!(disk.idle(Held::Owned, T0).expect("reads"), vec![2]);
-        assert_eq!(disk.load(Held::Copies, T0).expect("reads").0, vec![]);
+        assert_eq!(disk.first_idle_at_open(), T0, "the idle one is still there");
+        assert_eq!(sorted(Held::Owned, &disk), vec![(1, used(7))]);
+        assert_eq!(sorted(Held::Copies, &disk), vec![(5, used(1))]);
+        assert_eq!(disk.len(Held::Owned), 2, "1 and the idle 2");
         assert!(disk.bytes() > 0);
     }
 
@@ -480,12 +1170,15 @@ mod tests {
             .expect("written");
         disk.remember_members(&[pair("n3", "10.0.0.9:7946"), pair("n4", "10.0.0.4:7946")])
             .expect("replaced");
+        let want = vec![pair("n3", "10.0.0.9:7946"), pair("n4", "10.0.0.4:7946")];
         drop(disk);
         let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
-        assert_eq!(
-            disk.members().expect("reads"),
-            vec![pair("n3", "10.0.0.9:7946"), pair("n4", "10.0.0.4:7946")]
-        );
+        assert_eq!(disk.members().expect("reads"), want);
+        // Folded into a snapshot, they stay.
+        compact(&disk, &[]);
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        assert_eq!(disk.members().expect("reads"), want);
     }
 
     #[test]
@@ -502,8 +1195,8 @@ mod tests {
     fn a_file_that_is_not_a_bucket_file_is_refused() {
         let d = dir();
         std::fs::write(
-            d.path().join(FILE),
-            b"not a database, just some bytes".repeat(200),
+            d.path().join(SNAPSHOT),
+            b"not a snapshot, just some bytes".repeat(200),
         )
         .expect("written");
         let e = Disk::open(d.path(), "c", "n1").expect_err("corrupt");
@@ -511,11 +1204,206 @@ mod tests {
     }
 
     #[test]
+    fn the_redb_file_of_the_earlier_format_is_refused() {
+        let d = dir();
+        std::fs::write(d.path().join(OLD_FILE), b"redb").expect("written");
+        let e = Disk::open(d.path(), "c", "n1").expect_err("old format");
+        assert!(e.to_string().contains("earlier format (redb)"), "{e}");
+        assert!(e.to_string().contains("move it away"), "{e}");
+    }
+
+    #[test]
+    fn a_corrupt_snapshot_is_refused_with_one_clear_line() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        let all: Vec<_> = (1..500)
+            .map(|id| (Held::Owned, id, used(id as u32)))
+            .collect();
+        compact(&disk, &all);
+        drop(disk);
+        let path = d.path().join(SNAPSHOT);
+        let mut bytes = std::fs::read(&path).expect("reads");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x40;
+        std::fs::write(&path, &bytes).expect("written");
+        let e = Disk::open(d.path(), "c", "n1").expect_err("corrupt");
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.contains("buckets.snap is not a readable bucket file"),
+            "{line}"
+        );
+        assert!(line.contains("does not check from byte"), "{line}");
+        // Cut short: refused too (its end frame is missing).
+        bytes[middle] ^= 0x40;
+        std::fs::write(&path, &bytes[..bytes.len() - 5]).expect("written");
+        let e = Disk::open(d.path(), "c", "n1").expect_err("cut short");
+        assert!(e.to_string().contains("not a readable bucket file"), "{e}");
+    }
+
+    #[test]
+    fn a_torn_tail_is_ignored_the_complete_commits_restored_and_the_log_goes_on_after_them() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        disk.commit(&[(Held::Owned, &puts(1..=3, 1))]).expect("1");
+        disk.commit(&[(Held::Owned, &puts(4..=6, 2))]).expect("2");
+        let complete = disk.bytes();
+        disk.commit(&[(Held::Owned, &puts(1..=9, 3))]).expect("3");
+        let third = disk.bytes() - complete;
+        drop(disk);
+        // The process died in the third commit: half its frame is on disk.
+        let log = the_log(d.path());
+        let len = std::fs::metadata(&log).expect("there").len();
+        let f = OpenOptions::new().write(true).open(&log).expect("opens");
+        f.set_len(len - third / 2).expect("cut");
+        drop(f);
+        let disk = Disk::open(d.path(), "c", "n1").expect("a torn tail is no error");
+        let want: Vec<_> = (1..=3)
+            .map(|id| (id, used(1)))
+            .chain((4..=6).map(|id| (id, used(2))))
+            .collect();
+        assert_eq!(sorted(Held::Owned, &disk), want);
+        // Appended after the complete commits, not after the torn one.
+        disk.commit(&[(Held::Owned, &puts([7], 4))]).expect("4");
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        let mut want = want;
+        want.push((7, used(4)));
+        assert_eq!(sorted(Held::Owned, &disk), want);
+    }
+
+    #[test]
+    fn a_compaction_cut_short_leaves_the_last_snapshot_and_every_log_since() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        disk.commit(&[(Held::Owned, &puts(1..=3, 1))]).expect("1");
+        // The next log started, its snapshot never written (the process died).
+        let job = disk.rotate().expect("rotated");
+        disk.commit(&[(Held::Owned, &puts([2], 5))]).expect("2");
+        drop((job, disk));
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        assert_eq!(
+            sorted(Held::Owned, &disk),
+            vec![(1, used(1)), (2, used(5)), (3, used(1))]
+        );
+        // Finished this time: the old logs go.
+        let all = sorted(Held::Owned, &disk);
+        let all: Vec<_> = all
+            .into_iter()
+            .map(|(id, st)| (Held::Owned, id, st))
+            .collect();
+        compact(&disk, &all);
+        let logs = std::fs::read_dir(d.path())
+            .expect("lists")
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            })
+            .count();
+        assert_eq!(logs, 1, "only the new log");
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        assert_eq!(sorted(Held::Owned, &disk).len(), 3);
+    }
+
+    #[test]
     fn a_value_that_does_not_decode_is_counted_and_left_out() {
         assert_eq!(decode(&[1, 2, 3]), None);
-        let mut v = encode(&BucketState::Gcra { tat: T0, tag: 3 });
+        let mut v = Vec::new();
+        encode_put(
+            &mut v,
+            Held::Owned,
+            1,
+            &BucketState::Gcra { tat: T0, tag: 3 },
+        );
+        let mut v = v[13..].to_vec();
         assert_eq!(decode(&v), Some(BucketState::Gcra { tat: T0, tag: 0 }));
         v.push(0);
         assert_eq!(decode(&v), None, "trailing bytes");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(bool, u8, u16),
+        Delete(bool, u8),
+        Commit,
+        Compact,
+        /// A compaction whose snapshot is never written (the process died in it).
+        Rotate,
+        Reopen,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (any::<bool>(), 0..40u8, any::<u16>()).prop_map(|(c, id, n)| Op::Put(c, id, n)),
+            4 => (any::<bool>(), 0..40u8).prop_map(|(c, id)| Op::Delete(c, id)),
+            4 => Just(Op::Commit),
+            1 => Just(Op::Compact),
+            1 => Just(Op::Rotate),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Whatever puts, deletes, compactions and restarts, a restore reads what was
+        /// committed last.
+        #[test]
+        fn restore_equals_what_was_committed(ops in prop::collection::vec(op(), 1..80)) {
+            let d = dir();
+            let mut disk = Disk::open(d.path(), "c", "n1").expect("opens");
+            let mut model: std::collections::BTreeMap<(bool, u64), BucketState> = Default::default();
+            let mut pending: Vec<(bool, u64, Option<BucketState>)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Put(c, id, n) => pending.push((c, u64::from(id), Some(used(u32::from(n))))),
+                    Op::Delete(c, id) => pending.push((c, u64::from(id), None)),
+                    Op::Commit => {
+                        // Coalesced, as the follower's drain is: each id once, its last.
+                        let mut last = std::collections::BTreeMap::new();
+                        for (c, id, st) in pending.drain(..) {
+                            last.insert((c, id), st);
+                        }
+                        let (mut owned, mut copies) = (Batch::default(), Batch::default());
+                        for ((c, id), st) in last {
+                            let b = if c { &mut copies } else { &mut owned };
+                            match st.clone() {
+                                Some(st) => b.put.push((id, st)),
+                                None => b.delete.push(id),
+                            }
+                            match st {
+                                Some(st) => model.insert((c, id), st),
+                                None => model.remove(&(c, id)),
+                            };
+                        }
+                        disk.commit(&[(Held::Owned, &owned), (Held::Copies, &copies)]).expect("commits");
+                    }
+                    Op::Compact => {
+                        let all: Vec<_> = model
+                            .iter()
+                            .map(|((c, id), st)| {
+                                (if *c { Held::Copies } else { Held::Owned }, *id, st.clone())
+                            })
+                            .collect();
+                        compact(&disk, &all);
+                    }
+                    Op::Rotate => drop(disk.rotate().expect("rotates")),
+                    Op::Reopen => {
+                        drop(disk);
+                        disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+                    }
+                }
+            }
+            drop(disk);
+            let disk = Disk::open(d.path(), "c", "n1").expect("opens at the end");
+            for (held, c) in [(Held::Owned, false), (Held::Copies, true)] {
+                let want: Vec<_> = model
+                    .iter()
+                    .filter(|((cc, _), _)| *cc == c)
+                    .map(|((_, id), st)| (*id, st.clone()))
+                    .collect();
+                prop_assert_eq!(sorted(held, &disk), want);
+            }
+        }
     }
 }

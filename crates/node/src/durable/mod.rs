@@ -7,31 +7,43 @@
 //! period is at least `--persist-min-period`. The store does not know a bucket's rule, so
 //! every write under a rule says whether its bucket is durable (a bit beside the bucket's
 //! local bit, [`ringlimit_core::store::Kind::Durable`]) and the drain reads that bit with the
-//! state: the check path pays nothing beyond the feed itself. A bucket that comes without its
-//! rule (a handover, a recall) is durable while buckets are kept at all; its next write under
-//! its rule says for sure.
+//! state: the check path pays nothing beyond the feed itself (an id appended under the shard
+//! lock the check holds anyway, and only while a follower exists). A bucket that comes
+//! without its rule (a handover, a recall) is durable while buckets are kept at all; its next
+//! write under its rule says for sure.
 //!
 //! When: every `--persist-interval-ms` the follower drains the feed (coalesced: a bucket
-//! changed a thousand times is written once) and commits one batch: the changed durable
-//! buckets' states, and deletions of those that went (evicted, reset, handed over), that are
-//! no longer durable, or whose state stopped mattering (full again, window over). What a
-//! SIGKILL loses is the last interval; SIGTERM flushes before the process exits. While the
-//! node leaves (SIGTERM), buckets it hands over stay on its disk: the peers they go to may be
-//! stopping too (a whole-cluster restart), and a state restored here and the same state
-//! handed back by a peer are two readings of one history, which overlap (the larger
-//! consumption), never add.
+//! changed a thousand times is written once) and appends one commit to the log (see
+//! [`disk`]): the changed durable buckets' states, and deletions of those that went (evicted,
+//! reset, handed over), that are no longer durable, or whose state stopped mattering (full
+//! again, window over). What a SIGKILL loses is the last interval; SIGTERM flushes before the
+//! process exits. While the node leaves (SIGTERM), buckets it hands over stay on its disk: the
+//! peers they go to may be stopping too (a whole-cluster restart), and a state restored here
+//! and the same state handed back by a peer are two readings of one history, which overlap
+//! (the larger consumption), never add.
 //!
-//! Bounded: the file holds at most what the store holds (`--max-keys`) plus states that
-//! stopped mattering since the last sweep (every [`SWEEP_EVERY`], deleted by their `idle_at`);
-//! redb reuses freed pages, so the file stays at its high-water mark.
+//! # Compaction
+//! The log is folded into a new snapshot once it holds more bytes than the last snapshot
+//! (and at least [`LOG_FLOOR`]), after the feed overran or a write failed (the disk may then
+//! miss changes: the snapshot writes the store whole), and when a sweep (every
+//! [`SWEEP_EVERY`]) finds that a stored state stopped mattering. The snapshot is written **in
+//! the background**, by a thread of its own, from the store itself (see `Durable::compact`
+//! for why not from a mirror of the disk); commits go on meanwhile into the next log, and the
+//! follower ends the compaction at its first flush after the thread is done. None while the
+//! node leaves: the buckets it hands over are in the logs only.
+//!
+//! Bounded: the files hold the last snapshot (at most what the stores hold, `--max-keys`
+//! buckets and as many copies, plus what stopped mattering since) and a log no larger than it
+//! (or [`LOG_FLOOR`]): about twice the live data, three times while a snapshot is written
+//! beside the last one.
 //!
 //! Restore: [`Durable::restore`], before the node serves anything, merges every stored state
 //! still mattering into the owned buckets as another reading of their history
 //! (`Local::recall_in`), so that a peer's handover or recall of the same bucket overlaps it.
 //!
 //! # Layout
-//! - this module — [`Durable`]: the follower's flushes, the sweep, restore, and its metrics.
-//! - [`disk`] — the bucket file (redb), its value layout and its stamp.
+//! - this module — [`Durable`]: the follower's flushes, compactions, restore, and its metrics.
+//! - [`disk`] — the bucket files (snapshot and logs), their records and their stamp.
 
 pub mod disk;
 #[cfg(test)]
@@ -40,12 +52,10 @@ mod tests;
 use crate::cluster::View;
 use crate::local::Local;
 use crate::metrics::{Family, load};
-use disk::{Batch, Disk, DiskError, Held};
+use disk::{Batch, Disk, DiskError, Held, SnapshotJob, SnapshotWriter, Snapshotted};
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
 use ringlimit_core::store::{Change, Cursor};
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -60,8 +70,11 @@ pub const MIN_PERIOD: Duration = Duration::from_secs(60);
 /// cluster restarted whole to come back one after the other (a StatefulSet's ordered start
 /// waits for each pod to be ready before it starts the next).
 pub const MEMBERS_WAIT: Duration = Duration::from_secs(60);
-/// How often stored states that stopped mattering are deleted.
+/// How often the follower looks whether stored states stopped mattering (then compacts).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// The log is folded into a snapshot once it holds more than the last snapshot and at least
+/// this: a small directory is not rewritten every few commits.
+pub const LOG_FLOOR: u64 = 4 << 20;
 
 /// The disk follower's counters.
 #[derive(Debug, Default)]
@@ -78,59 +91,109 @@ pub struct DurableStats {
     pub restore_failures: AtomicU64,
     pub disk_bytes: AtomicU64,
     pub stored: AtomicU64,
+    pub snapshots: AtomicU64,
     /// Whether buckets are kept at all (`--data-dir`).
     pub enabled: AtomicBool,
     /// The last write error while writes fail (the cluster view shows it).
     pub error: Mutex<Option<String>>,
 }
 
-/// Hashes a bucket id by itself: ids are already hashes (xxh3 of rule and key), so the
-/// follower's sets of them need no hashing of their own.
-#[derive(Default)]
-struct IdHasher(u64);
+/// A superset of the ids on disk, a bit per id (its low bits; ids are hashes): a change of a
+/// bucket not kept is written as a delete only when its bit is set. Stands in for a set of the
+/// ids stored, which costs a hashed insert per changed bucket and ~16 bytes per stored one;
+/// a false positive costs a delete record of 9 bytes, harmless. Cleared at each snapshot to
+/// the ids it holds (and those put since it started).
+#[derive(Debug, Clone)]
+struct MaybeStored {
+    words: Vec<u64>,
+    mask: u64,
+}
 
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64s are hashed here; anything else is folded in, never lost.
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+impl MaybeStored {
+    /// 16 bits for each of `max_keys` buckets (a few % of false positives when the store is
+    /// full, twice as many with as many copies), a power of two.
+    fn for_keys(max_keys: u64) -> Self {
+        let bits = max_keys
+            .saturating_mul(16)
+            .clamp(1 << 16, 1 << 32)
+            .next_power_of_two();
+        Self {
+            words: vec![0; (bits / 64) as usize],
+            mask: bits - 1,
         }
     }
 
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id;
+    fn at(&self, id: u64) -> (usize, u64) {
+        let bit = id & self.mask;
+        ((bit >> 6) as usize, 1 << (bit & 63))
+    }
+
+    /// Sets `id`'s bit; whether it was clear.
+    #[inline]
+    fn insert(&mut self, id: u64) -> bool {
+        let (w, b) = self.at(id);
+        let word = &mut self.words[w];
+        let was = *word & b == 0;
+        *word |= b;
+        was
+    }
+
+    #[inline]
+    fn contains(&self, id: u64) -> bool {
+        let (w, b) = self.at(id);
+        self.words[w] & b != 0
+    }
+
+    fn union(&mut self, other: &Self) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+    }
+
+    fn empty_like(&self) -> Self {
+        Self {
+            words: vec![0; self.words.len()],
+            mask: self.mask,
+        }
     }
 }
-
-/// A set of bucket ids.
-type Ids = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// What the follower holds of one kind of bucket between flushes.
 #[derive(Default)]
 struct Source {
     cursor: Option<Cursor>,
-    /// Ids stored: a change of a bucket that is not (no longer) kept deletes only these.
-    stored: Ids,
-    /// Write every kept bucket again (the feed overran, or a write failed).
+    /// What is on disk may differ from the store beyond the feed's changes (the feed overran,
+    /// or a write failed): a snapshot of the store sets it right.
     resync: bool,
     changes: Vec<Change>,
 }
 
+/// A snapshot being written by its own thread (see the module's "Compaction").
+struct Compaction {
+    thread: std::thread::JoinHandle<Result<(Snapshotted, MaybeStored), DiskError>>,
+    /// Ids put since it started (the log after it holds them).
+    since: MaybeStored,
+    /// Of those, how many set a bit of their own.
+    since_new: u64,
+    /// When the first state put since it started stops mattering.
+    since_first_idle: u64,
+}
+
 /// What the follower holds between flushes.
-#[derive(Default)]
 struct Following {
     owned: Source,
     copies: Source,
     last_sweep: Option<u64>,
+    maybe: MaybeStored,
+    /// When the first state on disk stops mattering, as far as the follower knows (a sweep
+    /// compacts once it has).
+    first_idle: u64,
+    compaction: Option<Compaction>,
 }
 
 /// The disk follower of the owned buckets and of the replica copies.
 pub struct Durable {
-    disk: Disk,
+    disk: Arc<Disk>,
     local: Arc<Local>,
     following: Mutex<Following>,
     /// Set when the node starts leaving: buckets that go stay on disk from then on.
@@ -151,6 +214,8 @@ impl std::fmt::Debug for Durable {
 pub struct Flushed {
     pub written: usize,
     pub deleted: usize,
+    /// Whether a snapshot was started (written by its own thread).
+    pub compacting: bool,
 }
 
 impl Durable {
@@ -158,10 +223,18 @@ impl Durable {
     pub fn new(disk: Disk, local: Arc<Local>, stats: Arc<DurableStats>) -> Self {
         stats.disk_bytes.store(disk.bytes(), Ordering::Relaxed);
         stats.enabled.store(true, Ordering::Relaxed);
+        let following = Following {
+            owned: Source::default(),
+            copies: Source::default(),
+            last_sweep: None,
+            maybe: MaybeStored::for_keys(local.max_keys()),
+            first_idle: u64::MAX,
+            compaction: None,
+        };
         Self {
-            disk,
+            disk: Arc::new(disk),
             local,
-            following: Mutex::new(Following::default()),
+            following: Mutex::new(following),
             leaving: AtomicBool::new(false),
             stats,
         }
@@ -174,6 +247,8 @@ impl Durable {
         let started = Instant::now();
         let now = self.local.now();
         let mut f = self.following.lock();
+        // States already idle stay on disk until the first sweep compacts them away.
+        f.first_idle = self.disk.first_idle_at_open();
         let mut n = 0;
         for held in [Held::Owned, Held::Copies] {
             let (buckets, bad) = match self.disk.load(held, now) {
@@ -194,30 +269,24 @@ impl Durable {
                     .fetch_add(bad, Ordering::Relaxed);
             }
             n += buckets.len() as u64;
-            let source = match held {
-                Held::Owned => &mut f.owned,
-                Held::Copies => &mut f.copies,
-            };
-            source.stored.reserve(buckets.len());
             for (id, state) in buckets {
+                f.maybe.insert(id);
                 match held {
                     Held::Owned => self.local.restore_in(id, state, now),
                     Held::Copies => self.local.copies().keep(id, Some(state), now),
                 }
-                source.stored.insert(id);
             }
         }
         // Followed from here on: what was restored is stored already.
         f.owned.cursor = self.local.owned().follow().ok();
         f.copies.cursor = self.local.copies().follow().ok();
-        let stored = (f.owned.stored.len() + f.copies.stored.len()) as u64;
         drop(f);
         let ms = started.elapsed().as_millis();
         self.stats
             .restore_ms
             .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.stats.restored.store(n, Ordering::Relaxed);
-        self.stats.stored.store(stored, Ordering::Relaxed);
+        self.stats.stored.store(n, Ordering::Relaxed);
         tracing::info!(buckets = n, ms = %ms, path = %self.disk.path().display(), "buckets restored from disk");
         Ok(n)
     }
@@ -256,16 +325,17 @@ impl Durable {
             return Ok(0);
         }
         self.disk.commit(&[(Held::Owned, &batch)])?;
-        f.owned.stored.extend(batch.put.iter().map(|(id, _)| *id));
+        self.stored(&mut f, &batch);
         self.stats
             .written
             .fetch_add(batch.put.len() as u64, Ordering::Relaxed);
         Ok(batch.put.len())
     }
 
-    /// Drains both feeds and commits the changed buckets worth keeping in one transaction
-    /// (the follower's tick, and the last flush at shutdown); sweeps stored states that
-    /// stopped mattering every [`SWEEP_EVERY`].
+    /// Drains both feeds and appends the changed buckets worth keeping to the log as one
+    /// commit (the follower's tick, and the last flush at shutdown); folds the log into a
+    /// snapshot when it has grown past the last one, after a lag or a failed write, and every
+    /// [`SWEEP_EVERY`] when stored states stopped mattering.
     ///
     /// Owned buckets are kept when durable (their rule said so on their last write). A copy
     /// comes without its rule: it is kept while its state matters for at least
@@ -278,6 +348,7 @@ impl Durable {
             return Ok(Flushed::default());
         }
         let f = &mut *guard;
+        self.compacted(f, false);
         let now = self.local.now();
         let leaving = self.leaving.load(Ordering::Relaxed);
         let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
@@ -287,6 +358,7 @@ impl Durable {
         let mut b_copies = Batch::default();
         drain(
             &mut f.owned,
+            &f.maybe,
             &mut b_owned,
             leaving,
             || owned.follow().ok(),
@@ -302,6 +374,7 @@ impl Durable {
         );
         drain(
             &mut f.copies,
+            &f.maybe,
             &mut b_copies,
             leaving,
             || copies.follow().ok(),
@@ -315,62 +388,168 @@ impl Durable {
             },
             |ch| ch.state.as_ref().is_some_and(|st| st.idle_at() >= horizon),
         );
-        let sweep_ns = SWEEP_EVERY.as_nanos() as u64;
-        if f.last_sweep
-            .is_none_or(|at| now.saturating_sub(at) >= sweep_ns)
-        {
-            f.last_sweep = Some(now);
-            for (held, batch) in [(Held::Owned, &mut b_owned), (Held::Copies, &mut b_copies)] {
-                if let Ok(idle) = self.disk.idle(held, now) {
-                    batch.delete.extend(idle);
+        let mut done = Flushed::default();
+        if !b_owned.is_empty() || !b_copies.is_empty() {
+            if let Err(e) = self
+                .disk
+                .commit(&[(Held::Owned, &b_owned), (Held::Copies, &b_copies)])
+            {
+                return Err(self.failed(f, e));
+            }
+            for batch in [&b_owned, &b_copies] {
+                self.stored(f, batch);
+                done.written += batch.put.len();
+                done.deleted += batch.delete.len();
+            }
+            let s = &self.stats;
+            s.written.fetch_add(done.written as u64, Ordering::Relaxed);
+            s.deleted.fetch_add(done.deleted as u64, Ordering::Relaxed);
+            s.batches.fetch_add(1, Ordering::Relaxed);
+            self.works();
+        }
+        // While leaving, nothing is folded away: buckets handed over are on disk only.
+        if !leaving && f.compaction.is_none() {
+            let sweep = f
+                .last_sweep
+                .is_none_or(|at| now.saturating_sub(at) >= SWEEP_EVERY.as_nanos() as u64);
+            if sweep {
+                f.last_sweep = Some(now);
+            }
+            let (log, snapshot) = self.disk.log_and_snapshot_bytes();
+            let resync = f.owned.resync || f.copies.resync;
+            if resync || (sweep && f.first_idle <= now) || log > snapshot.max(LOG_FLOOR) {
+                match self.compact(f) {
+                    Ok(()) => {
+                        done.compacting = true;
+                        self.works();
+                    }
+                    Err(e) => return Err(self.failed(f, e)),
                 }
             }
         }
-        if b_owned.is_empty() && b_copies.is_empty() {
-            return Ok(Flushed::default());
+        self.stats
+            .disk_bytes
+            .store(self.disk.bytes(), Ordering::Relaxed);
+        Ok(done)
+    }
+
+    /// Counts what a commit wrote: its ids may be on disk from now on.
+    fn stored(&self, f: &mut Following, batch: &Batch) {
+        let mut new = 0u64;
+        for (id, st) in &batch.put {
+            new += u64::from(f.maybe.insert(*id));
+            f.first_idle = f.first_idle.min(st.idle_at());
+            if let Some(c) = f.compaction.as_mut() {
+                c.since_new += u64::from(c.since.insert(*id));
+                c.since_first_idle = c.since_first_idle.min(st.idle_at());
+            }
         }
-        match self
-            .disk
-            .commit(&[(Held::Owned, &b_owned), (Held::Copies, &b_copies)])
-        {
-            Ok(()) => {
-                let mut done = Flushed::default();
-                for (source, batch) in [(&mut f.owned, &b_owned), (&mut f.copies, &b_copies)] {
-                    for (id, _) in &batch.put {
-                        source.stored.insert(*id);
-                    }
-                    for id in &batch.delete {
-                        source.stored.remove(id);
-                    }
-                    source.resync = false;
-                    done.written += batch.put.len();
-                    done.deleted += batch.delete.len();
-                }
-                let s = &self.stats;
-                s.written.fetch_add(done.written as u64, Ordering::Relaxed);
-                s.deleted.fetch_add(done.deleted as u64, Ordering::Relaxed);
-                s.batches.fetch_add(1, Ordering::Relaxed);
-                let stored = f.owned.stored.len() + f.copies.stored.len();
-                s.stored.store(stored as u64, Ordering::Relaxed);
-                s.disk_bytes.store(self.disk.bytes(), Ordering::Relaxed);
-                if s.failing.swap(false, Ordering::Relaxed) {
-                    tracing::info!(path = %self.disk.path().display(), "writing buckets to disk works again");
-                }
-                *s.error.lock() = None;
-                Ok(done)
+        let s = &self.stats.stored;
+        let was = s.load(Ordering::Relaxed);
+        let gone = batch.delete.len() as u64;
+        s.store(
+            was.saturating_add(new).saturating_sub(gone),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A write worked: the disk takes writes (again).
+    fn works(&self) {
+        let s = &self.stats;
+        if s.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(path = %self.disk.path().display(), "writing buckets to disk works again");
+        }
+        *s.error.lock() = None;
+    }
+
+    /// A write failed: what it held is not on disk, so the store is written whole (a snapshot)
+    /// once the disk takes writes again.
+    fn failed(&self, f: &mut Following, e: DiskError) -> DiskError {
+        f.owned.resync = true;
+        f.copies.resync = true;
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        if !self.stats.failing.swap(true, Ordering::Relaxed) {
+            tracing::error!(error = %e, "cannot write buckets to disk; answering from memory, retrying");
+        }
+        *self.stats.error.lock() = Some(e.to_string());
+        e
+    }
+
+    /// Starts the next log and writes the snapshot of what the store holds now on a thread
+    /// of its own.
+    ///
+    /// The snapshot's states are read from the store (`Local`), not from a mirror of the disk
+    /// kept by the follower: a mirror would cost memory per stored bucket (its id and encoded
+    /// state, the size of the snapshot again) to spare a walk of the store once per
+    /// compaction. The store is what the disk follows: every change it holds that the logs
+    /// before the new one do not is in the feed, so in the new log, and the new log is
+    /// replayed over the snapshot (a state read later than the commit that follows it in the
+    /// log is overwritten by that commit, as it would have been had the snapshot been read
+    /// first). What the store no longer holds (evicted, handed over, stopped mattering) is
+    /// left out, which is the sweep. Each shard is copied under its lock and encoded after,
+    /// so checks wait for a copy of one shard at most.
+    fn compact(&self, f: &mut Following) -> Result<(), DiskError> {
+        let job = self.disk.rotate()?;
+        f.owned.resync = false;
+        f.copies.resync = false;
+        let local = self.local.clone();
+        let maybe = f.maybe.empty_like();
+        let thread = std::thread::Builder::new()
+            .name("ringlimit-snapshot".into())
+            .spawn(move || snapshot(job, &local, maybe))
+            .map_err(|e| DiskError::Write {
+                path: self.disk.path().to_owned(),
+                reason: format!("cannot start the snapshot's thread: {e}"),
+            })?;
+        f.compaction = Some(Compaction {
+            thread,
+            since: f.maybe.empty_like(),
+            since_new: 0,
+            since_first_idle: u64::MAX,
+        });
+        Ok(())
+    }
+
+    /// Ends the running compaction once its snapshot is written (or waits for it with
+    /// `wait`): the logs before it go, and what may be on disk is what it holds and what was
+    /// put since.
+    fn compacted(&self, f: &mut Following, wait: bool) {
+        let Some(c) = f.compaction.take_if(|c| wait || c.thread.is_finished()) else {
+            return;
+        };
+        let result = c.thread.join().unwrap_or_else(|_| {
+            Err(DiskError::Write {
+                path: self.disk.path().to_owned(),
+                reason: "the snapshot's thread panicked".into(),
+            })
+        });
+        match result {
+            Ok((done, mut maybe)) => {
+                self.disk.snapshot_written(&done);
+                maybe.union(&c.since);
+                f.maybe = maybe;
+                f.first_idle = done.first_idle.min(c.since_first_idle);
+                self.stats
+                    .stored
+                    .store(done.count + c.since_new, Ordering::Relaxed);
+                self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .disk_bytes
+                    .store(self.disk.bytes(), Ordering::Relaxed);
             }
             Err(e) => {
-                // What these batches held is not on disk: everything again next time.
-                f.owned.resync = true;
-                f.copies.resync = true;
-                self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                if !self.stats.failing.swap(true, Ordering::Relaxed) {
-                    tracing::error!(error = %e, "cannot write buckets to disk; answering from memory, retrying");
-                }
-                *self.stats.error.lock() = Some(e.to_string());
-                Err(e)
+                // The logs stay as they are (nothing was lost); written whole again next time.
+                tracing::warn!(error = %e, "cannot write a snapshot of the buckets; the logs stay");
+                self.failed(f, e);
             }
         }
+    }
+
+    /// Waits for a snapshot being written, and ends its compaction (tests, and a node that
+    /// stops).
+    pub fn settle(&self) {
+        let mut f = self.following.lock();
+        self.compacted(&mut f, true);
     }
 
     /// The last write error while writes fail (`None`: the disk takes them).
@@ -400,10 +579,10 @@ impl Durable {
         loop {
             let members = ring_members(&updates.borrow_and_update());
             if kept.as_ref() != Some(&members) && !self.leaving.load(Ordering::Relaxed) {
-                let me = self.clone();
+                let disk = self.disk.clone();
                 let list = members.clone();
                 // Off the runtime's threads: the commit waits for the disk.
-                match tokio::task::spawn_blocking(move || me.disk.remember_members(&list)).await {
+                match tokio::task::spawn_blocking(move || disk.remember_members(&list)).await {
                     Ok(Ok(())) => kept = Some(members),
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "cannot keep the ring's members on disk")
@@ -432,6 +611,56 @@ impl Durable {
     }
 }
 
+impl Drop for Durable {
+    /// A snapshot being written is finished first: a directory is never written by two
+    /// followers at once (a test reopening it, a node started again in the same process).
+    fn drop(&mut self) {
+        if let Some(c) = self.following.get_mut().compaction.take() {
+            let _ = c.thread.join();
+        }
+    }
+}
+
+/// Writes `job`'s snapshot from what `local` holds now: the owned buckets worth keeping and
+/// the copies that matter past `--persist-min-period`, as the follower keeps them. Returns the
+/// snapshot and its ids in `maybe`.
+fn snapshot(
+    job: SnapshotJob,
+    local: &Local,
+    mut maybe: MaybeStored,
+) -> Result<(Snapshotted, MaybeStored), DiskError> {
+    let now = local.now();
+    let horizon = now.saturating_add(local.persist_min_ns().unwrap_or(0));
+    let mut shard = Vec::new();
+    let mut put = |w: &mut SnapshotWriter, held, shard: &mut Vec<(u64, BucketState)>| {
+        for (id, st) in shard.drain(..) {
+            maybe.insert(id);
+            w.put(held, id, &st);
+        }
+    };
+    let done = job.write(|w| {
+        let owned = local.owned();
+        for k in 0..owned.shard_count() {
+            owned.for_each_durable_in(k, |id, st| {
+                if st.idle_at() > now {
+                    shard.push((id, st.clone()));
+                }
+            });
+            put(w, Held::Owned, &mut shard);
+        }
+        let copies = local.copies();
+        for k in 0..copies.shard_count() {
+            copies.for_each_in(k, |id, st| {
+                if st.idle_at() >= horizon {
+                    shard.push((id, st.clone()));
+                }
+            });
+            put(w, Held::Copies, &mut shard);
+        }
+    })?;
+    Ok((done, maybe))
+}
+
 /// The members of `view`'s ring other than this node: id and peer address.
 fn ring_members(view: &View) -> Vec<(String, String)> {
     view.ring
@@ -448,12 +677,16 @@ fn ring_members(view: &View) -> Vec<(String, String)> {
         .collect()
 }
 
-/// One source's part of a flush: its changes drained (or, after a lag or a failed write, every
-/// bucket it keeps) into `batch`. `follow` starts following, `read` drains (false: lagged),
-/// `each` visits every bucket worth keeping, `keep` says whether a change is. While the node
-/// leaves, buckets that go stay on disk.
+/// One source's part of a flush: its changes drained into `batch`. `follow` starts following,
+/// `read` drains (false: lagged), `each` visits every bucket worth keeping, `keep` says
+/// whether a change is; a change of a bucket not kept is a delete when `maybe` says it may be
+/// on disk. A lag (or a first drain) marks the source for a snapshot; while the node leaves
+/// (no snapshot then: buckets that go stay on disk) every bucket worth keeping is written
+/// instead.
+#[allow(clippy::too_many_arguments)]
 fn drain(
     source: &mut Source,
+    maybe: &MaybeStored,
     batch: &mut Batch,
     leaving: bool,
     follow: impl FnOnce() -> Option<Cursor>,
@@ -471,17 +704,9 @@ fn drain(
     {
         source.resync = true;
     }
-    if source.resync {
-        let mut kept = Ids::default();
-        each(&mut |id, st| {
-            kept.insert(id);
-            batch.put.push((id, st.clone()));
-        });
-        if !leaving {
-            batch
-                .delete
-                .extend(source.stored.iter().filter(|id| !kept.contains(id)));
-        }
+    if source.resync && leaving {
+        each(&mut |id, st| batch.put.push((id, st.clone())));
+        source.resync = false;
         return;
     }
     for ch in source.changes.drain(..) {
@@ -489,7 +714,7 @@ fn drain(
             if let Some(st) = ch.state {
                 batch.put.push((ch.id, st));
             }
-        } else if (ch.state.is_some() || !leaving) && source.stored.contains(&ch.id) {
+        } else if (ch.state.is_some() || !leaving) && maybe.contains(ch.id) {
             batch.delete.push(ch.id);
         }
     }
@@ -499,12 +724,12 @@ fn drain(
 pub const METRICS: &[Family<DurableStats>] = &[
     Family::gauge(
         "persist_disk_bytes",
-        "Size of the bucket file under --data-dir, in bytes.",
+        "Size of the bucket files under --data-dir (the snapshot and the logs since), in bytes.",
         |s| load(&s.disk_bytes),
     ),
     Family::gauge(
         "persist_buckets",
-        "Buckets kept in the bucket file under --data-dir.",
+        "Buckets kept in the bucket files under --data-dir: exact at a restore and at each snapshot, estimated in between (a bucket written again may count once more).",
         |s| load(&s.stored),
     ),
     Family::counter(
@@ -521,6 +746,11 @@ pub const METRICS: &[Family<DurableStats>] = &[
         "persist_batches",
         "Group commits of changed buckets to disk.",
         |s| load(&s.batches),
+    ),
+    Family::counter(
+        "persist_snapshots",
+        "Snapshots written under --data-dir (each folds the log of commits before it).",
+        |s| load(&s.snapshots),
     ),
     Family::counter(
         "persist_write_failures",

@@ -124,13 +124,73 @@ fn states_that_stopped_mattering_are_swept() {
     let n = node(d.path(), &clock);
     n.durable.restore().expect("empty");
     check(&n, 1, &minute, PersistMode::Auto);
-    n.durable.flush().expect("written");
+    let f = n.durable.flush().expect("written");
+    assert_eq!((f.written, f.compacting), (1, false));
     assert_eq!(n.durable.disk.len(Held::Owned), 1);
     clock.advance(2 * SWEEP_EVERY.as_nanos() as u64);
-    check(&n, 2, &minute, PersistMode::Auto);
+    check(&n, 2, &fixed(10, 86_400), PersistMode::Auto);
     let f = n.durable.flush().expect("swept");
-    assert_eq!((f.written, f.deleted), (1, 1));
-    assert_eq!(n.durable.disk.len(Held::Owned), 1);
+    assert_eq!((f.written, f.compacting), (1, true), "1 stopped mattering");
+    n.durable.settle();
+    assert_eq!(n.durable.disk.len(Held::Owned), 1, "only 2 is left");
+    assert_eq!(load(&n.durable.stats.snapshots), 1);
+    // Nothing stopped mattering since: the next sweep has nothing to fold.
+    clock.advance(SWEEP_EVERY.as_nanos() as u64);
+    assert!(!n.durable.flush().expect("nothing").compacting);
+}
+
+#[test]
+fn the_log_folds_into_a_snapshot_and_the_files_stay_bounded_through_churn() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = fixed(1_000_000, 86_400);
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("empty");
+    const LIVE: u64 = 500;
+    let mut most = 0;
+    let mut compactions = 0;
+    // The same 500 buckets changed again and again, and 50 new ones each interval that
+    // are reset (deleted) the next.
+    for round in 0..2_000u64 {
+        for i in 0..LIVE {
+            check(&n, i, &daily, PersistMode::Auto);
+        }
+        for i in 0..50 {
+            check(&n, 1_000_000 + round * 50 + i, &daily, PersistMode::Auto);
+        }
+        if round > 0 {
+            let gone: Vec<u64> = (0..50)
+                .map(|i| bucket(1_000_000 + (round - 1) * 50 + i))
+                .collect();
+            n.local.reset(&gone);
+        }
+        clock.advance(100_000_000);
+        let f = n.durable.flush().expect("written");
+        if f.compacting {
+            compactions += 1;
+            n.durable.settle();
+        }
+        most = most.max(n.durable.disk.bytes());
+    }
+    // What is live: 550 buckets of ~40 bytes (~22 kB); the log is folded at LOG_FLOOR.
+    assert!(compactions >= 5, "{compactions} compactions");
+    assert!(
+        most < 2 * LOG_FLOOR + (1 << 20),
+        "the files reached {most} bytes"
+    );
+    n.durable.flush_at_exit();
+    drop(n);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("restored"), LIVE + 50);
+    assert!(n.durable.disk.bytes() < 2 * LOG_FLOOR + (1 << 20));
+    let logs = std::fs::read_dir(d.path())
+        .expect("lists")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+        .count();
+    assert_eq!(logs, 1, "the folded logs are gone");
 }
 
 #[test]
@@ -159,24 +219,22 @@ fn a_restored_bucket_overlaps_what_a_peer_hands_back_never_adds() {
 
 #[test]
 fn a_full_disk_is_reported_the_node_answers_from_memory_and_everything_is_written_once_it_frees() {
+    let d = tempfile::tempdir().expect("a temp dir");
     let clock = ManualClock::new(T0);
     let daily = fixed(10, 86_400);
-    let storage = super::disk::FailingStorage::default();
+    let full = Arc::new(AtomicBool::new(false));
     let local = Arc::new(
         Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone())).with_persistence(60 * SEC),
     );
     let stats = Arc::new(DurableStats::default());
-    let durable = Durable::new(
-        Disk::on_storage(storage.clone()),
-        local.clone(),
-        stats.clone(),
-    );
+    let disk = Disk::failing(d.path(), full.clone()).expect("opens");
+    let durable = Durable::new(disk, local.clone(), stats.clone());
     let n = Node { local, durable };
     n.durable.restore().expect("empty");
     check(&n, 1, &daily, PersistMode::Auto);
     assert_eq!(n.durable.flush().expect("written").written, 1);
 
-    storage.full.store(true, Ordering::Relaxed);
+    full.store(true, Ordering::Relaxed);
     for i in 2..5 {
         assert!(
             check(&n, i, &daily, PersistMode::Auto).allowed,
@@ -192,17 +250,22 @@ fn a_full_disk_is_reported_the_node_answers_from_memory_and_everything_is_writte
             .error()
             .is_some_and(|e| e.contains("no space left"))
     );
-    assert!(n.durable.flush().is_err(), "still full");
+    assert!(
+        n.durable.flush().is_err(),
+        "still full: the snapshot cannot start"
+    );
 
-    storage.full.store(false, Ordering::Relaxed);
+    full.store(false, Ordering::Relaxed);
     check(&n, 5, &daily, PersistMode::Auto);
     let f = n.durable.flush().expect("the disk takes writes again");
-    assert_eq!(
-        f.written, 5,
-        "every durable bucket again, the failed batch's included"
+    assert_eq!(f.written, 1, "what changed since");
+    assert!(
+        f.compacting,
+        "every durable bucket again, the failed batch's included, in a snapshot"
     );
     assert!(!stats.failing.load(Ordering::Relaxed));
     assert_eq!(n.durable.error(), None);
+    n.durable.settle();
     assert_eq!(
         n.durable.disk.load(Held::Owned, T0).expect("reads").0.len(),
         5
@@ -273,7 +336,8 @@ fn buckets_handed_over_while_leaving_are_kept_in_the_state_they_went_in() {
 
 /// What the disk follower costs per changed bucket: the drain of the feed and the commit of
 /// one interval, timed alone (no checks, no HTTP), on a file that already holds `STORED`
-/// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release:
+/// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release, alone
+/// (the figure with the snapshots counts every thread of the process):
 /// `cargo test -p ringlimit-node --release --lib -- --ignored --nocapture flush_cost`
 #[test]
 #[ignore = "a measurement: run by hand, in release"]
@@ -301,10 +365,12 @@ fn flush_cost_per_changed_bucket() {
         }
     }
     n.durable.flush().expect("written");
+    n.durable.settle();
     let mut report = Vec::new();
     for (what, fresh) in [("the same buckets again", false), ("new buckets", true)] {
         let mut spent = Duration::ZERO;
         let mut on_cpu = 0;
+        let (mut with_snapshots, mut snapshots) = (0, 0);
         for round in 0..ROUNDS {
             let first = if fresh { STORED + round * CHANGED } else { 0 };
             for i in first..first + CHANGED {
@@ -317,17 +383,25 @@ fn flush_cost_per_changed_bucket() {
                 check(&n, i, &rule, PersistMode::Auto);
             }
             clock.advance(100_000_000);
-            let (started, cpu) = (Instant::now(), thread_cpu_ns());
+            let (started, cpu, all) = (Instant::now(), thread_cpu_ns(), process_cpu_ns());
             let f = n.durable.flush().expect("written");
             spent += started.elapsed();
             on_cpu += thread_cpu_ns() - cpu;
+            if f.compacting {
+                // Its snapshot, on a thread of its own, counted in the process's CPU.
+                n.durable.settle();
+                snapshots += 1;
+            }
+            with_snapshots += process_cpu_ns() - all;
             assert!(f.written as u64 >= CHANGED - CHANGED / 100, "{f:?}");
         }
         let per = spent.as_nanos() as f64 / (ROUNDS * CHANGED) as f64;
         let cpu = on_cpu as f64 / (ROUNDS * CHANGED) as f64;
+        let all = with_snapshots as f64 / (ROUNDS * CHANGED) as f64;
         report.push(format!(
-            "{what}: {cpu:.0} ns of CPU ({per:.0} ns of wall time) per changed bucket \
-             ({CHANGED} a flush, {ROUNDS} flushes, {STORED}+ stored; file {} bytes)",
+            "{what}: {cpu:.0} ns of CPU ({per:.0} ns of wall time) per changed bucket, \
+             {all:.0} ns with the {snapshots} snapshots (process CPU, 10 ms ticks) \
+             ({CHANGED} a flush, {ROUNDS} flushes, {STORED}+ stored; files {} bytes)",
             n.durable.disk.bytes()
         ));
     }
@@ -336,11 +410,71 @@ fn flush_cost_per_changed_bucket() {
     }
 }
 
+/// How long a restart's restore of `BUCKETS` durable buckets takes, in process: the bucket
+/// files opened and read, every state merged into the store. Run in release:
+/// `cargo test -p ringlimit-node --release --lib -- --ignored --nocapture restore_cost`
+#[test]
+#[ignore = "a measurement: run by hand, in release"]
+fn restore_cost() {
+    const BUCKETS: u64 = 1_000_000;
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let rule = fixed(1_000_000, 86_400);
+    let node = |clock: &ManualClock| {
+        let local = Arc::new(
+            Local::alone(RuleSet::default(), 2 * BUCKETS, Arc::new(clock.clone()))
+                .with_persistence(60 * SEC),
+        );
+        let started = Instant::now();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        let durable = Durable::new(disk, local.clone(), Arc::default());
+        (Node { local, durable }, started)
+    };
+    let (n, _) = node(&clock);
+    n.durable.restore().expect("empty");
+    for i in 0..BUCKETS {
+        check(&n, i, &rule, PersistMode::Auto);
+        if i % 100_000 == 0 {
+            n.durable.flush().expect("written");
+        }
+    }
+    n.durable.flush_at_exit();
+    n.durable.settle();
+    let bytes = n.durable.disk.bytes();
+    drop(n);
+    clock.advance(3600 * SEC);
+    let (n, started) = node(&clock);
+    let restored = n.durable.restore().expect("restored");
+    let took = started.elapsed();
+    assert_eq!(restored, BUCKETS);
+    println!(
+        "restore cost: {restored} buckets in {:.3} s (files {bytes} bytes, {} bytes per bucket)",
+        took.as_secs_f64(),
+        bytes / BUCKETS
+    );
+}
+
 /// This thread's time on a CPU so far, in ns (Linux's schedstat; 0 elsewhere).
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// This process's time on a CPU so far, in ns, every thread's (Linux's `/proc/self/stat`, in
+/// clock ticks of 10 ms; 0 elsewhere).
+fn process_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // After the command's name (in parentheses): state, then utime and stime are the
+            // 12th and 13th fields.
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some(ticks * 10_000_000)
+        })
         .unwrap_or(0)
 }
 
@@ -353,6 +487,7 @@ fn the_file_is_closed_after_the_last_flush_and_opens_for_the_next_life() {
     let clock = ManualClock::new(T0);
     let daily = fixed(1, 86_400);
     let old = node(d.path(), &clock);
+    assert_eq!(old.durable.restore().expect("empty"), 0);
     assert!(check(&old, 1, &daily, PersistMode::Auto).allowed);
     old.durable.flush_at_exit();
     // Still alive, still changing buckets: nothing reaches the disk any more.

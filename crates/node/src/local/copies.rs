@@ -143,6 +143,17 @@ impl ReplicaCopies {
         self.copies.for_each(f);
     }
 
+    /// The store's shards (see [`ReplicaCopies::for_each_in`]).
+    pub fn shard_count(&self) -> usize {
+        self.copies.shard_count()
+    }
+
+    /// [`ReplicaCopies::for_each`] of shard `k` alone: what a disk snapshot reads, one
+    /// shard's lock at a time (see [`Store::for_each_in`]).
+    pub fn for_each_in(&self, k: usize, f: impl FnMut(u64, &BucketState)) {
+        self.copies.for_each_in(k, f);
+    }
+
     /// Copies held.
     pub fn len(&self) -> usize {
         self.copies.len()

@@ -74,6 +74,7 @@ pub struct Local {
     /// no bucket is durable.
     persist_min_ns: Option<u64>,
     blocks: Arc<crate::blocks::Blocklist>,
+    max_keys: u64,
 }
 
 impl std::fmt::Debug for Local {
@@ -113,7 +114,13 @@ impl Local {
             global,
             persist_min_ns: None,
             blocks: Arc::default(),
+            max_keys,
         }
+    }
+
+    /// `--max-keys`: the buckets held at most (and as many copies).
+    pub fn max_keys(&self) -> u64 {
+        self.max_keys
     }
 
     /// Keeping blocks in `blocks` (bounded by `--max-blocks`, deciding as this node).

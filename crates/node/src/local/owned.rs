@@ -167,6 +167,17 @@ impl OwnedBuckets {
         self.store.for_each_durable(f);
     }
 
+    /// The store's shards (see [`OwnedBuckets::for_each_durable_in`]).
+    pub fn shard_count(&self) -> usize {
+        self.store.shard_count()
+    }
+
+    /// [`OwnedBuckets::for_each_durable`] of shard `k` alone: what a disk snapshot reads, one
+    /// shard's lock at a time (see [`Store::for_each_durable_in`]).
+    pub fn for_each_durable_in(&self, k: usize, f: impl FnMut(u64, &BucketState)) {
+        self.store.for_each_durable_in(k, f);
+    }
+
     /// Calls `f` on every owner bucket held (shares stay out): what a follower that lagged
     /// copies again.
     pub fn for_each(&self, f: impl FnMut(u64, &BucketState)) {
