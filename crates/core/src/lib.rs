@@ -41,6 +41,7 @@ pub mod lease;
 pub mod limiter;
 pub mod link;
 pub mod quota;
+pub mod regions;
 pub mod reservations;
 pub mod rule;
 pub mod store;
