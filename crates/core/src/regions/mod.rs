@@ -38,16 +38,7 @@ pub use home::{Allocator, Owned, RealBucket, SeatTotals};
 use crate::clock::NANOS_PER_MS;
 use crate::limiter::Rule;
 
-/// What a region does with a shared bucket once its allowance expired without renewal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum OnRegionUnreachable {
-    /// Decide on the region's share of the limit (the limit divided by the regions): the
-    /// regions together never exceed it.
-    #[default]
-    Share,
-    /// Admit every check.
-    Open,
-}
+pub use ringlimit_proto::discovery::OnRegionUnreachable;
 
 /// Both sides' settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
