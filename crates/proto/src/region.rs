@@ -25,6 +25,28 @@ fn weight(id: u64, name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), id ^ 0x7265_6769_6f6e) // "region"
 }
 
+/// The `cluster_id` a region link's hello carries and its proofs are bound to: regions are
+/// different clusters, so their own ids would not match.
+pub const REGION_CONTEXT: &str = "ringlimit-regions";
+/// Most asks in one `RegionAsks` frame (a region sends more in several).
+pub const MAX_ASKS_PER_FRAME: usize = 4_096;
+/// Most slices one ask gives back, and most unanswered asks it names.
+pub const MAX_BACK_PER_ASK: usize = 8;
+
+/// One ask of a `RegionAsks` frame: the asking region's number for it, echoed in its grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionAskEntry {
+    pub seq: u64,
+    pub ask: RegionAsk,
+}
+
+/// One grant of a `RegionGrants` frame, for the ask numbered `seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionGrantEntry {
+    pub seq: u64,
+    pub grant: RegionGrant,
+}
+
 /// A slice a region gives back: `tokens` it did not spend of a grant taken under `mark`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SliceBack {

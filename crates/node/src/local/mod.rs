@@ -46,7 +46,7 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::reservations::ReserveError;
-use ringlimit_core::rule::{LeaseMode, Mode, PersistMode};
+use ringlimit_core::rule::{LeaseMode, Mode, PersistMode, RegionScope};
 use ringlimit_core::store::Kind;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
@@ -59,6 +59,12 @@ pub enum Placement {
     Bucket,
     /// This node's copy, as the replica of an owner that does not answer.
     Copy,
+}
+
+/// What decides a `scope: regions` check on a node with regions (`crate::regions::Regions`):
+/// on the allowance its region holds, never on the store.
+pub trait AcrossRegions: Send + Sync {
+    fn check(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer;
 }
 
 /// Everything this node decides itself, and the rules and clock it decides under.
@@ -74,6 +80,8 @@ pub struct Local {
     /// no bucket is durable.
     persist_min_ns: Option<u64>,
     blocks: Arc<crate::blocks::Blocklist>,
+    /// Set on a node with regions: `scope: regions` checks are decided there.
+    regions: std::sync::OnceLock<Arc<dyn AcrossRegions>>,
 }
 
 impl std::fmt::Debug for Local {
@@ -113,7 +121,23 @@ impl Local {
             global,
             persist_min_ns: None,
             blocks: Arc::default(),
+            regions: std::sync::OnceLock::new(),
         }
+    }
+
+    /// From now on `scope: regions` checks are decided by `regions` (a node with regions).
+    pub fn share_across_regions(&self, regions: Arc<dyn AcrossRegions>) {
+        let _ = self.regions.set(regions);
+    }
+
+    /// The one branch the owner's decide path takes for `scope: regions` rules: `Some` when
+    /// the rule is one and this node has regions.
+    #[inline]
+    fn across_regions(&self, p: &Prepared<'_>, now: impl FnOnce() -> u64) -> Option<CheckAnswer> {
+        if p.resolved.scope != RegionScope::Regions {
+            return None;
+        }
+        Some(self.regions.get()?.check(p, now()))
     }
 
     /// Keeping blocks in `blocks` (bounded by `--max-blocks`, deciding as this node).
@@ -316,6 +340,10 @@ impl Local {
         let d = match (p.resolved.mode, on) {
             (Mode::Global, _) => return (self.global.answer(p.id, rule, now, p.cost), None),
             (Mode::Owner, Placement::Bucket) => {
+                // What an allowance admitted is not given back: fewer admissions only.
+                if let Some(a) = self.across_regions(p, || now) {
+                    return (a, None);
+                }
                 let d = self.check_owned(p.id, (rule, kind), p.cost, || now);
                 let a = answer(&d, rule);
                 self.after_owned(p, &a, now);
@@ -516,6 +544,9 @@ impl coordinator::Here<Prepared<'_>> for Local {
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, self.now(), p.cost),
             Mode::Owner => {
+                if let Some(a) = self.across_regions(p, || self.now()) {
+                    return a;
+                }
                 let kind = self.kind(rule, p.resolved.persist);
                 let a = answer(
                     &self.check_owned(p.id, (rule, kind), p.cost, || self.now()),
@@ -539,6 +570,9 @@ impl coordinator::Here<Prepared<'_>> for Local {
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, now, p.cost),
             Mode::Owner => {
+                if let Some(a) = self.across_regions(p, || now) {
+                    return a;
+                }
                 let kind = self.kind(rule, p.resolved.persist);
                 let a = answer(&self.check_owned(p.id, (rule, kind), p.cost, || now), rule);
                 self.after_owned(p, &a, now);

@@ -213,6 +213,7 @@ fn peer_server(
         top: local.top.clone(),
         quota: Some(local.rlqs.owner.clone()),
     })
+    .with_regions(local.regions.clone())
 }
 
 /// The publishing of global counts, stopped last.

@@ -1,0 +1,204 @@
+//! The exchange task: every interval (and when a bucket runs low) the reports due, grouped by
+//! their buckets' home regions, go to the home: ours at once, another over its region link
+//! (one `RegionAsks` frame per region an exchange), and the grants come back to the
+//! allowances. A link is dialled (its name resolved again) whenever it is down; every
+//! exchange is bounded by one interval.
+
+use super::{LinkState, Regions};
+use crate::local::Local;
+use ringlimit_core::link::framing::{self, FramedPeer};
+use ringlimit_core::regions::Due;
+use ringlimit_proto::auth::Role;
+use ringlimit_proto::handshake::ClientHandshake;
+use ringlimit_proto::peer::Frame;
+use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Batches waiting for one region's link (a slow link drops what is beyond: those asks are
+/// given up as unanswered, which is never more admissions).
+const QUEUE: usize = 4;
+
+/// Starts the exchange task and one link task per other region; they end when `local` is
+/// the last reference left (the node stopped).
+pub fn spawn(regions: Arc<Regions>, local: Arc<Local>, node_id: String) {
+    let mut senders = Vec::new();
+    for i in 1..regions.links.len() {
+        let (tx, rx) = mpsc::channel::<Vec<Due>>(QUEUE);
+        senders.push(tx);
+        tokio::spawn(link(regions.clone(), local.clone(), i, node_id.clone(), rx));
+    }
+    tokio::spawn(exchange(regions, local, senders));
+}
+
+async fn exchange(regions: Arc<Regions>, local: Arc<Local>, senders: Vec<mpsc::Sender<Vec<Due>>>) {
+    let interval = Duration::from_nanos(regions.settings().interval_ns);
+    let step = (interval / 10).max(Duration::from_millis(5));
+    let mut last_tick = Instant::now();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(step) => {}
+            () = regions.held.wake.notified() => {}
+        }
+        if Arc::strong_count(&local) == 1 {
+            return;
+        }
+        let now = local.now();
+        if last_tick.elapsed() >= interval {
+            last_tick = Instant::now();
+            regions.tick(&local, now);
+        }
+        let due = regions.held.due(now);
+        if due.is_empty() {
+            continue;
+        }
+        let demand: u64 = due
+            .iter()
+            .filter(|d| !d.ask.early)
+            .map(|d| d.ask.demand_milli)
+            .sum();
+        if due.iter().any(|d| !d.ask.early) {
+            regions.told(demand);
+        }
+        let mut by_home: Vec<Vec<Due>> = (0..regions.links.len()).map(|_| Vec::new()).collect();
+        for d in due {
+            by_home[regions.home_of(d.id)].push(d);
+        }
+        for (i, batch) in by_home.into_iter().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            if i == 0 {
+                for d in batch {
+                    let g = regions.grant(&local, 0, d.seq, d.ask, now);
+                    regions.held.answered(d.id, d.seq, g, local.now());
+                }
+                continue;
+            }
+            if let Some(tx) = senders.get(i - 1)
+                && tx.try_send(batch).is_err()
+            {
+                regions.links[i]
+                    .failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Region `i`'s link: dials it when down, sends each batch, hands the grants back.
+async fn link(
+    regions: Arc<Regions>,
+    local: Arc<Local>,
+    i: usize,
+    node_id: String,
+    mut rx: mpsc::Receiver<Vec<Due>>,
+) {
+    let within = Duration::from_nanos(regions.settings().interval_ns);
+    let mut conn: Option<FramedPeer> = None;
+    let me = format!("{}/{node_id}", regions.name());
+    while let Some(batch) = rx.recv().await {
+        if Arc::strong_count(&local) <= 2 && rx.is_closed() {
+            return;
+        }
+        let l = &regions.links[i];
+        if conn.is_none() {
+            match tokio::time::timeout(within, dial(&l.addr, &me, regions.secret())).await {
+                Ok(Ok(c)) => conn = Some(c),
+                Ok(Err(reason)) => {
+                    down(&regions, i, &reason);
+                    continue;
+                }
+                Err(_) => {
+                    down(&regions, i, "no answer in time");
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let ids: Vec<(u64, u64)> = batch.iter().map(|d| (d.seq, d.id)).collect();
+        let mut asks: Vec<RegionAskEntry> = batch
+            .into_iter()
+            .map(|d| RegionAskEntry {
+                seq: d.seq,
+                ask: d.ask,
+            })
+            .collect();
+        asks.truncate(MAX_ASKS_PER_FRAME);
+        let frame = Frame::RegionAsks {
+            region: regions.name().to_owned(),
+            asks,
+        };
+        let sent = Instant::now();
+        let answer = match framing::send(c, &frame).await {
+            Ok(_) => framing::recv(c, within).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match answer {
+            Ok(Frame::RegionGrants { grants }) => {
+                l.set_rtt(sent.elapsed());
+                l.set_state(LinkState::Up);
+                l.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let now = local.now();
+                for g in grants {
+                    if let Some(&(_, id)) = ids.iter().find(|(seq, _)| *seq == g.seq) {
+                        regions.held.answered(id, g.seq, g.grant, now);
+                    }
+                }
+            }
+            Ok(Frame::Refused { reason }) => {
+                conn = None;
+                down(&regions, i, &reason);
+            }
+            Ok(other) => {
+                conn = None;
+                down(&regions, i, &format!("unexpected {} frame", other.kind()));
+            }
+            Err(reason) => {
+                conn = None;
+                down(&regions, i, &reason);
+            }
+        }
+    }
+}
+
+fn down(regions: &Regions, i: usize, reason: &str) {
+    let l = &regions.links[i];
+    l.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let was = l.state();
+    l.set_state(LinkState::Unreachable);
+    if was != LinkState::Unreachable || regions.log_gate.pass().is_some() {
+        tracing::warn!(region = %l.name, addr = %l.addr, %reason, "region link down");
+    }
+}
+
+/// Dials a region's entry node and opens a region link (its name resolved again now).
+async fn dial(addr: &str, me: &str, secret: Option<Arc<[u8]>>) -> Result<FramedPeer, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let mut conn = framing::framed_tcp(stream);
+    let within = Duration::from_secs(2);
+    let (mut hs, hello) = ClientHandshake::start_region(me, secret.as_deref(), rand::random());
+    framing::send(&mut conn, &hello)
+        .await
+        .map_err(|e| e.to_string())?;
+    let challenge = framing::recv(&mut conn, within)
+        .await
+        .map_err(|e| format!("no challenge: {e}"))?;
+    let proof = hs.on_challenge(challenge).map_err(|e| e.to_string())?;
+    framing::send(&mut conn, &proof)
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = hs.session_key();
+    let welcome = framing::recv(&mut conn, within)
+        .await
+        .map_err(|e| format!("no welcome: {e}"))?;
+    hs.on_welcome(welcome).map_err(|e| e.to_string())?;
+    if let Some(key) = key {
+        conn.codec_mut().seal(&key, Role::Client);
+    }
+    Ok(conn)
+}
