@@ -56,7 +56,7 @@ pub enum HandshakeError {
     #[error("peer did not prove it knows the cluster secret")]
     BadProof,
     #[error(
-        "region link refused: the other region did not prove RINGLIMIT_REGION_SECRET (it must \
+        "region link refused: the other side did not prove RINGLIMIT_REGION_SECRET (it must \
          be the same in every region)"
     )]
     BadRegionProof,
@@ -212,7 +212,11 @@ impl ClientHandshake {
                 &proof,
             )
         {
-            return Err(HandshakeError::BadProof);
+            return Err(if self.proves == Proves::Region {
+                HandshakeError::BadRegionProof
+            } else {
+                HandshakeError::BadProof
+            });
         }
         self.server_nonce = Some(server_nonce);
         self.version = version;
@@ -507,7 +511,7 @@ mod tests {
         // The server proves it first: a client with another secret refuses it.
         assert_eq!(
             run_region(Some(b"x"), Some(b"r")),
-            Err(HandshakeError::BadProof)
+            Err(HandshakeError::BadRegionProof)
         );
         assert_eq!(
             run_region(None, Some(b"r")),

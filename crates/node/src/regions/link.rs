@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 /// given up as unanswered, which is never more admissions).
 const QUEUE: usize = 4;
 
-/// Starts the exchange task and one link task per other region; they end when `local` is
-/// the last reference left (the node stopped).
+/// Starts the exchange task and one link task per other region (they run as long as the
+/// node's runtime).
 pub fn spawn(regions: Arc<Regions>, local: Arc<Local>, node_id: String) {
     let mut senders = Vec::new();
     for i in 1..regions.links.len() {
@@ -41,13 +41,15 @@ async fn exchange(regions: Arc<Regions>, local: Arc<Local>, senders: Vec<mpsc::S
             () = tokio::time::sleep(step) => {}
             () = regions.held.wake.notified() => {}
         }
-        if Arc::strong_count(&local) == 1 {
-            return;
-        }
         let now = local.now();
         if last_tick.elapsed() >= interval {
             last_tick = Instant::now();
             regions.tick(&local, now);
+            // Every link is exercised each interval, reports or not: its state and round
+            // trip stay current, and a region learns that it can reach its homes.
+            for tx in &senders {
+                let _ = tx.try_send(Vec::new());
+            }
         }
         let due = regions.held.due(now);
         if due.is_empty() {
@@ -99,9 +101,6 @@ async fn link(
     let mut conn: Option<FramedPeer> = None;
     let me = format!("{}/{node_id}", regions.name());
     while let Some(batch) = rx.recv().await {
-        if Arc::strong_count(&local) <= 2 && rx.is_closed() {
-            return;
-        }
         let l = &regions.links[i];
         if conn.is_none() {
             match tokio::time::timeout(within, dial(&l.addr, &me, regions.secret())).await {
