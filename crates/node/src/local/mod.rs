@@ -434,7 +434,10 @@ impl Local {
                 answer: hit.answer(rule.limit, now_ms),
             };
         }
-        if resolved.lease == LeaseMode::Off {
+        // A bucket shared across regions is decided on its region's allowance, never on the
+        // store: a slice of the store's bucket would be a limit of its own.
+        let across_regions = resolved.scope == RegionScope::Regions && self.regions.get().is_some();
+        if resolved.lease == LeaseMode::Off || across_regions {
             let peek = self.bucket(id, rule, now).decide(0);
             return LeaseGrant::Refused { answer: peek };
         }

@@ -579,7 +579,7 @@ impl PeerServer {
                     },
                 );
             }
-            let grants = regions.serve(&self.local, &region, asks);
+            let grants = regions.serve(&self.local, &region, asks, |id| self.owns(id));
             if framing::send(&mut conn, &Frame::RegionGrants { grants })
                 .await
                 .is_err()

@@ -15,6 +15,7 @@
 pub mod link;
 
 use crate::local::Local;
+use crate::metrics::{Family, Series, load};
 use crate::rules::RuleSpec;
 use crate::rules::in_force::Prepared;
 use parking_lot::Mutex;
@@ -35,6 +36,57 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 /// Most shared buckets this node holds allowances of, and allocates as a home.
 pub const MAX_BUCKETS: usize = 100_000;
+
+/// The regions' metrics, one series per other region (registered on a node with regions).
+pub const METRICS: &[Family<Regions>] = &[
+    Family::gauge_each(
+        "region_up",
+        "Whether this node's last exchange with the region (its --region-peers entry) was answered: 1, or 0 while its link is connecting or unreachable.",
+        &["region"],
+        |r| {
+            r.others()
+                .map(|l| Series::new([l.name.as_str()], u64::from(l.state() == LinkState::Up)))
+                .collect()
+        },
+    ),
+    Family::gauge_each(
+        "region_rtt_seconds",
+        "Round trip of the last answered exchange with the region.",
+        &["region"],
+        |r| {
+            r.others()
+                .map(|l| Series::new([l.name.as_str()], l.rtt_ms().unwrap_or(0.0) / 1_000.0))
+                .collect()
+        },
+    ),
+    Family::counter_each(
+        "region_exchanges",
+        "Exchanges (reports and grants, one frame each way) with the region, by outcome: ok, or failed (no answer in an interval, refused, broken link).",
+        &["region", "outcome"],
+        |r| {
+            r.others()
+                .flat_map(|l| {
+                    [
+                        Series::new([l.name.as_str(), "ok"], load(&l.ok)),
+                        Series::new([l.name.as_str(), "failed"], load(&l.failed)),
+                    ]
+                })
+                .collect()
+        },
+    ),
+    Family::counter_each(
+        "region_allowance_moves",
+        "Tokens of scope: regions buckets this node, as their home, granted to the region (ours included) since start.",
+        &["region"],
+        |r| {
+            r.links
+                .iter()
+                .enumerate()
+                .map(|(i, l)| Series::new([l.name.as_str()], r.moved(i)))
+                .collect()
+        },
+    ),
+];
 
 /// A region link's state, as `/v1/cluster` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -163,6 +215,11 @@ impl Regions {
         }
     }
 
+    /// The other regions' links.
+    fn others(&self) -> impl Iterator<Item = &RegionLink> {
+        self.links.iter().skip(1)
+    }
+
     /// Our region's name.
     pub fn name(&self) -> &str {
         &self.links[0].name
@@ -232,13 +289,15 @@ impl Regions {
         self.home.lock().moved(i)
     }
 
-    /// Region `region`'s asks on a region link, answered at `now` for the buckets this node
-    /// owns (a bad ask is answered with an error and changes no bucket).
+    /// Region `region`'s asks on a region link, answered for the buckets this node owns
+    /// (`owns`: its ring says so); a bad ask, or one of a bucket another member of this region
+    /// owns, is answered with an error and changes no bucket.
     pub fn serve(
         &self,
         local: &Local,
         region: &str,
         asks: Vec<RegionAskEntry>,
+        owns: impl Fn(u64) -> bool,
     ) -> Vec<RegionGrantEntry> {
         let Some(idx) = self.index(region).filter(|&i| i > 0) else {
             return asks
@@ -257,7 +316,7 @@ impl Regions {
             .take(MAX_ASKS_PER_FRAME)
             .map(|a| RegionGrantEntry {
                 seq: a.seq,
-                grant: self.grant(local, idx, a.seq, a.ask, now),
+                grant: self.grant(local, idx, a.seq, a.ask, now, &owns),
             })
             .collect()
     }
@@ -270,6 +329,7 @@ impl Regions {
         seq: u64,
         mut ask: RegionAsk,
         now: u64,
+        owns: &dyn Fn(u64) -> bool,
     ) -> RegionGrant {
         ask.back.truncate(MAX_BACK_PER_ASK);
         ask.unanswered.truncate(MAX_BACK_PER_ASK);
@@ -296,6 +356,14 @@ impl Regions {
             return error(
                 "not_home",
                 "this region is not the bucket's home".to_owned(),
+            );
+        }
+        if !owns(id) {
+            // Allocated only by the bucket's owner in its home region: one allocator per
+            // bucket. Relaying to the owner inside the region is not built yet.
+            return error(
+                "not_owner",
+                "another member of this region owns the bucket".to_owned(),
             );
         }
         let rule = resolved.rule;
