@@ -155,3 +155,52 @@ async fn two_regions_share_one_limit_and_a_wrong_secret_is_refused() -> Result<(
     .await?;
     Ok(())
 }
+
+/// A region of two nodes: the other region's link reaches one of them, which relays the asks
+/// of buckets its peer owns; every key is shared through all three nodes, within its limit,
+/// never degraded, and admitted in both regions.
+#[tokio::test]
+async fn a_region_of_two_nodes_relays_to_the_owner() -> Result<()> {
+    let dir = TempDir::new("regions-relay")?;
+    let rules = rules(&dir)?;
+    let p_us = free_peer_port()?;
+    let eu = ProcessNode::cluster(2, |_, s| {
+        let mut r = spec(
+            "eu",
+            s.peer_port,
+            &format!("us=127.0.0.1:{p_us}"),
+            &rules,
+            SECRET,
+        );
+        r.node_id = s.node_id.clone();
+        r.seeds = s.seeds.clone();
+        *s = r;
+    })
+    .await?;
+    let entry = eu[0].peer.to_string();
+    let us = ProcessNode::start(&spec("us", p_us, &format!("eu={entry}"), &rules, SECRET)).await?;
+    for n in eu.iter().chain([&us]) {
+        n.wait_ready().await?;
+    }
+    for k in 0..6 {
+        let key = format!("relayed-{k}");
+        let mut admitted = [0u64; 3];
+        for _ in 0..25 {
+            for (i, n) in [&eu[0], &eu[1], &us].into_iter().enumerate() {
+                admitted[i] += u64::from(allowed(n, &key).await?);
+            }
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        let total: u64 = admitted.iter().sum();
+        eprintln!(
+            "{key}: eu-0 {} eu-1 {} us {} of {LIMIT}",
+            admitted[0], admitted[1], admitted[2]
+        );
+        ensure!(total <= LIMIT, "{key}: {admitted:?} over {LIMIT}");
+        ensure!(
+            admitted[2] > 0 && admitted[0] + admitted[1] > 0,
+            "{key}: {admitted:?}"
+        );
+    }
+    Ok(())
+}

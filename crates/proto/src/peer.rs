@@ -248,6 +248,13 @@ pub enum Frame {
     RegionGrants {
         grants: Vec<crate::region::RegionGrantEntry>,
     },
+    /// Member → member, version 14: the asks of a `RegionAsks` frame for buckets the
+    /// receiver owns, relayed by the member of its region the other region's link reached.
+    /// Answered by `RegionGrants`.
+    RegionRelay {
+        region: String,
+        asks: Vec<crate::region::RegionAskEntry>,
+    },
 }
 
 /// Where a block came from.
@@ -793,6 +800,7 @@ impl Frame {
             Frame::RegionHello(_) => "region_hello",
             Frame::RegionAsks { .. } => "region_asks",
             Frame::RegionGrants { .. } => "region_grants",
+            Frame::RegionRelay { .. } => "region_relay",
         }
     }
 }

@@ -66,7 +66,10 @@ impl Peering {
             pool.clone(),
             config.replicas,
         );
-        let server = Arc::new(peer_server(config, trust, local, members, &recall));
+        let server = Arc::new(
+            peer_server(config, trust, local, members, &recall)
+                .with_regions(local.regions.clone(), pool.sessions()),
+        );
         let router = Arc::new(
             Router::new(local.local.clone(), view.clone(), pool.shared(), rpc)
                 .with_replicas(config.replicas)
@@ -213,7 +216,6 @@ fn peer_server(
         top: local.top.clone(),
         quota: Some(local.rlqs.owner.clone()),
     })
-    .with_regions(local.regions.clone())
 }
 
 /// The publishing of global counts, stopped last.

@@ -290,6 +290,8 @@ pub struct PeerServer {
     operators: Option<Operators>,
     /// A node with regions: region links' asks are answered here.
     regions: Option<Arc<crate::regions::Regions>>,
+    /// Where a region link's asks for buckets other members own are relayed.
+    relay: Option<ringlimit_core::link::session::Sessions>,
 }
 
 /// What the admin API asks of the member that keeps it: API rules whose names it owns, and the
@@ -324,12 +326,18 @@ impl PeerServer {
             checks: std::sync::OnceLock::new(),
             operators: None,
             regions: None,
+            relay: None,
         }
     }
 
     /// Answering region links (a node with `--region` and `--region-peers`).
-    pub fn with_regions(mut self, regions: Option<Arc<crate::regions::Regions>>) -> Self {
+    pub fn with_regions(
+        mut self,
+        regions: Option<Arc<crate::regions::Regions>>,
+        relay: ringlimit_core::link::session::Sessions,
+    ) -> Self {
         self.regions = regions;
+        self.relay = Some(relay);
         self
     }
 
@@ -524,6 +532,22 @@ impl PeerServer {
                     sent_ns,
                     now_ns: self.local.now(),
                 }),
+                Frame::RegionRelay { region, asks } => Some(match &self.regions {
+                    Some(r) if asks.len() <= ringlimit_proto::region::MAX_ASKS_PER_FRAME => {
+                        Frame::RegionGrants {
+                            grants: r.serve(&self.local, &region, asks, |id| self.owns(id)),
+                        }
+                    }
+                    _ => {
+                        return self.unexpected(
+                            &caller,
+                            &Frame::RegionRelay {
+                                region,
+                                asks: Vec::new(),
+                            },
+                        );
+                    }
+                }),
                 Frame::Blocks { changes } if version >= BLOCKS_SINCE => {
                     Some(self.blocks(&caller, &changes))
                 }
@@ -579,7 +603,7 @@ impl PeerServer {
                     },
                 );
             }
-            let grants = regions.serve(&self.local, &region, asks, |id| self.owns(id));
+            let grants = self.region_asks(&regions, &region, asks).await;
             if framing::send(&mut conn, &Frame::RegionGrants { grants })
                 .await
                 .is_err()
@@ -587,6 +611,68 @@ impl PeerServer {
                 return;
             }
         }
+    }
+
+    /// A region link's asks: those of buckets this node owns answered here, the others relayed
+    /// to their owners in this region (at once, each within an interval).
+    async fn region_asks(
+        &self,
+        regions: &crate::regions::Regions,
+        region: &str,
+        asks: Vec<ringlimit_proto::region::RegionAskEntry>,
+    ) -> Vec<ringlimit_proto::region::RegionGrantEntry> {
+        use ringlimit_proto::region::{RegionGrant, RegionGrantEntry};
+        let view = self.cluster.as_ref().map(|c| c.view.load_full());
+        let mut here = Vec::new();
+        let mut away: std::collections::HashMap<String, Vec<_>> = Default::default();
+        for a in asks {
+            let owner = match (&view, regions.bucket_of(&self.local, &a.ask)) {
+                (Some(v), Some(id)) if !self.owns(id) => v
+                    .ring
+                    .owner(id)
+                    .and_then(|o| v.members.iter().find(|m| *m.node_id == *o))
+                    .map(|m| m.peer_addr.clone()),
+                _ => None,
+            };
+            match owner {
+                Some(addr) => away.entry(addr).or_default().push(a),
+                None => here.push(a),
+            }
+        }
+        let mut grants = regions.serve(&self.local, region, here, |id| self.owns(id));
+        let Some(sessions) = &self.relay else {
+            return grants;
+        };
+        let within = Duration::from_nanos(regions.settings().interval_ns);
+        let relayed = away.into_iter().map(|(addr, asks)| async move {
+            let seqs: Vec<u64> = asks.iter().map(|a| a.seq).collect();
+            let frame = Frame::RegionRelay {
+                region: region.to_owned(),
+                asks,
+            };
+            match sessions.open(&addr).request(&frame, within).await {
+                Ok(Frame::RegionGrants { grants }) => grants,
+                other => {
+                    let why = match other {
+                        Ok(f) => format!("unexpected {} frame", f.kind()),
+                        Err(e) => e.to_string(),
+                    };
+                    seqs.into_iter()
+                        .map(|seq| RegionGrantEntry {
+                            seq,
+                            grant: RegionGrant::Error {
+                                code: "relay_failed".to_owned(),
+                                message: format!("the bucket's owner in this region: {why}"),
+                            },
+                        })
+                        .collect()
+                }
+            }
+        });
+        for g in futures::future::join_all(relayed).await {
+            grants.extend(g);
+        }
+        grants
     }
 
     /// Logs (through the gate) a frame a peer does not send here; the connection then closes.

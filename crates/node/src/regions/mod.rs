@@ -360,10 +360,10 @@ impl Regions {
         }
         if !owns(id) {
             // Allocated only by the bucket's owner in its home region: one allocator per
-            // bucket. Relaying to the owner inside the region is not built yet.
+            // bucket (the entry node relays other owners' asks to them).
             return error(
                 "not_owner",
-                "another member of this region owns the bucket".to_owned(),
+                "another member of this region owns the bucket (its ring moved)".to_owned(),
             );
         }
         let rule = resolved.rule;
@@ -378,6 +378,18 @@ impl Regions {
         self.home
             .lock()
             .ask(id, &rule, idx, seq, &ask, now, &mut real)
+    }
+
+    /// The bucket an ask names, when its rule is a `scope: regions` rule here and its key
+    /// valid (to send it to its owner in this region).
+    pub fn bucket_of(&self, local: &Local, ask: &RegionAsk) -> Option<u64> {
+        let name = RuleSpec::of(&ask.rule).name()?;
+        let rules = local.rules().rules();
+        let resolved = rules.get(name)?.resolved();
+        if resolved.scope != RegionScope::Regions {
+            return None;
+        }
+        resolved.bucket(&ask.key, 1).ok()
     }
 
     /// Reservations due at every bucket this node allocates (each interval).
