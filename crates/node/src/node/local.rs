@@ -134,7 +134,6 @@ impl Opened {
                 c.secret.clone(),
             ));
             local.share_across_regions(regions.clone());
-            crate::regions::link::spawn(regions.clone(), local.clone(), config.node_id.clone());
             regions
         });
         let durable_stats = Arc::new(DurableStats::default());

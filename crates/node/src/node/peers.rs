@@ -95,6 +95,16 @@ impl Peering {
         tasks: &mut JoinSet<()>,
     ) {
         let (here, pool, view) = (&local.local, &self.pool, &members.view);
+        if let Some(regions) = &local.regions {
+            // Region links dial as peer links do (TLS under --peer-tls-*).
+            crate::regions::link::spawn(
+                regions.clone(),
+                here.clone(),
+                config.node_id.clone(),
+                pool.settings().dialer.clone(),
+                tasks,
+            );
+        }
         let pauses = members.membership.pauses().clone();
         tasks.spawn(crate::peers::reach::probe(
             pool.clone(),

@@ -6,6 +6,7 @@
 
 use super::{LinkState, Regions};
 use crate::local::Local;
+use ringlimit_core::link::dial::Dial;
 use ringlimit_core::link::framing::{self, FramedPeer};
 use ringlimit_core::regions::Due;
 use ringlimit_proto::auth::Role;
@@ -15,21 +16,35 @@ use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 /// Batches waiting for one region's link (a slow link drops what is beyond: those asks are
 /// given up as unanswered, which is never more admissions).
 const QUEUE: usize = 4;
 
-/// Starts the exchange task and one link task per other region (they run as long as the
-/// node's runtime).
-pub fn spawn(regions: Arc<Regions>, local: Arc<Local>, node_id: String) {
+/// Starts the exchange task and one link task per other region in `tasks` (the node's),
+/// dialling with `dialer` (the peer links': TCP, inside TLS under `--peer-tls-*`).
+pub fn spawn(
+    regions: Arc<Regions>,
+    local: Arc<Local>,
+    node_id: String,
+    dialer: Arc<dyn Dial>,
+    tasks: &mut JoinSet<()>,
+) {
     let mut senders = Vec::new();
     for i in 1..regions.links.len() {
         let (tx, rx) = mpsc::channel::<Vec<Due>>(QUEUE);
         senders.push(tx);
-        tokio::spawn(link(regions.clone(), local.clone(), i, node_id.clone(), rx));
+        let link = link(
+            regions.clone(),
+            local.clone(),
+            i,
+            (node_id.clone(), dialer.clone()),
+            rx,
+        );
+        tasks.spawn(link);
     }
-    tokio::spawn(exchange(regions, local, senders));
+    tasks.spawn(exchange(regions, local, senders));
 }
 
 async fn exchange(regions: Arc<Regions>, local: Arc<Local>, senders: Vec<mpsc::Sender<Vec<Due>>>) {
@@ -95,7 +110,7 @@ async fn link(
     regions: Arc<Regions>,
     local: Arc<Local>,
     i: usize,
-    node_id: String,
+    (node_id, dialer): (String, Arc<dyn Dial>),
     mut rx: mpsc::Receiver<Vec<Due>>,
 ) {
     let within = Duration::from_nanos(regions.settings().interval_ns);
@@ -104,7 +119,8 @@ async fn link(
     while let Some(batch) = rx.recv().await {
         let l = &regions.links[i];
         if conn.is_none() {
-            match tokio::time::timeout(within, dial(&l.addr, &me, regions.secret())).await {
+            let dialled = dial(&*dialer, &l.addr, &me, regions.secret());
+            match tokio::time::timeout(within, dialled).await {
                 Ok(Ok(c)) => conn = Some(c),
                 Ok(Err(reason)) => {
                     down(&regions, i, &reason);
@@ -174,12 +190,17 @@ fn down(regions: &Regions, i: usize, reason: &str) {
 }
 
 /// Dials a region's entry node and opens a region link (its name resolved again now).
-async fn dial(addr: &str, me: &str, secret: Option<Arc<[u8]>>) -> Result<FramedPeer, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
+async fn dial(
+    dialer: &dyn Dial,
+    addr: &str,
+    me: &str,
+    secret: Option<Arc<[u8]>>,
+) -> Result<FramedPeer, String> {
+    let io = dialer
+        .dial(addr)
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let mut conn = framing::framed_tcp(stream);
+    let mut conn = framing::framed(io);
     let within = Duration::from_secs(2);
     let (mut hs, hello) = ClientHandshake::start_region(me, secret.as_deref(), rand::random());
     framing::send(&mut conn, &hello)
