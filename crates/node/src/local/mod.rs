@@ -453,6 +453,11 @@ impl Local {
         (cost, ttl_ms, nonce): (u64, u64, u128),
         now: u64,
     ) -> Result<CheckAnswer, ReserveError> {
+        // A shared bucket is decided on its region's allowance: a reservation on the store's
+        // bucket would be a limit of its own.
+        if resolved.scope == RegionScope::Regions && self.regions.get().is_some() {
+            return Err(ReserveError::NotReservable("scope: regions"));
+        }
         let mut bucket = self.bucket_of(id, (&resolved.rule, resolved.persist), now);
         self.reservations
             .reserve(&mut bucket, (id, resolved), (cost, ttl_ms, nonce), now)
