@@ -14,9 +14,10 @@ use ringlimit_proto::handshake::ClientHandshake;
 use ringlimit_proto::peer::Frame;
 use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// Batches waiting for one region's link (a slow link drops what is beyond: those asks are
 /// given up as unanswered, which is never more admissions).
