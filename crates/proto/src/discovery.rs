@@ -105,6 +105,11 @@ pub enum RegionScope {
 }
 
 impl RegionScope {
+    /// Whether this is the default (`region`).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
     /// The rules file's word for this scope.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -128,6 +133,11 @@ pub enum OnRegionUnreachable {
 }
 
 impl OnRegionUnreachable {
+    /// Whether this is the default (`share`).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
     /// The rules file's word for this policy.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -174,12 +184,13 @@ pub struct RuleInfo {
     /// Repeat offenders' blocks (`block:` in the rules file), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<BlockInfo>,
-    /// Whether its limit is shared by every region (nodes that predate regions omit it:
-    /// `region`).
-    #[serde(default)]
+    /// Whether its limit is shared by every region (omitted when `region`, the default, as
+    /// by nodes that predate regions).
+    #[serde(default, skip_serializing_if = "RegionScope::is_default")]
     pub scope: RegionScope,
-    /// A `scope: regions` rule's fallback when its region cannot renew its allowance.
-    #[serde(default)]
+    /// A `scope: regions` rule's fallback when its region cannot renew its allowance (omitted
+    /// when `share`, the default).
+    #[serde(default, skip_serializing_if = "OnRegionUnreachable::is_default")]
     pub on_region_unreachable: OnRegionUnreachable,
     /// The scope checks are decided under on the node that listed it: `region` for a
     /// `scope: regions` rule on a node started without `--region` (absent when as written).
