@@ -156,6 +156,7 @@ async fn link(
             Ok(Frame::RegionGrants { grants }) => {
                 l.set_rtt(sent.elapsed());
                 l.set_state(LinkState::Up);
+                regions.home.lock().set_down(i, false);
                 l.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let now = local.now();
                 for g in grants {
@@ -185,6 +186,9 @@ fn down(regions: &Regions, i: usize, reason: &str) {
     l.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let was = l.state();
     l.set_state(LinkState::Unreachable);
+    // A region this node cannot reach may be deciding on its fallback share of any bucket
+    // homed here, one it never had an allowance of included: reserve it everywhere.
+    regions.home.lock().set_down(i, true);
     if was != LinkState::Unreachable || regions.log_gate.pass().is_some() {
         tracing::warn!(region = %l.name, addr = %l.addr, %reason, "region link down");
     }
