@@ -26,6 +26,7 @@ mod http_limits;
 mod http_wire;
 mod ops;
 mod prometheus;
+mod regions;
 mod regions_wan;
 mod rlqs;
 mod rolling;

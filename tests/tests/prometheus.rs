@@ -26,11 +26,18 @@ use std::time::Duration;
 
 /// Metrics an expression may name before any node exports them, each with why. Any other
 /// `ringlimit_*` name that Prometheus did not scrape fails the test.
-const PENDING_METRICS: &[(&str, &str)] = &[(
-    "ringlimit_tls_cert_expiry_seconds",
-    "exported only by nodes with --tls-cert or --peer-tls-cert; this scenario's nodes serve \
-     plain HTTP (tls:: tests read it from nodes that have certificates)",
-)];
+const PENDING_METRICS: &[(&str, &str)] = &[
+    (
+        "ringlimit_tls_cert_expiry_seconds",
+        "exported only by nodes with --tls-cert or --peer-tls-cert; this scenario's nodes serve \
+         plain HTTP (tls:: tests read it from nodes that have certificates)",
+    ),
+    (
+        "ringlimit_region_up",
+        "exported only by nodes with --region (one series per other region); this scenario's \
+         nodes are one region",
+    ),
+];
 
 /// Longest wait for Prometheus: to start, to have scraped what the test did, to evaluate rules.
 const PROM_WAIT: Duration = Duration::from_secs(60);

@@ -2,7 +2,10 @@
 //! node deciding a check and the SDK routing or falling back with it.
 
 use crate::limiter::Rule;
-use crate::rule::{self, FieldError, LeaseMode, Mode, OnOwnerUnreachable, PersistMode};
+use crate::rule::{
+    self, FieldError, LeaseMode, Mode, OnOwnerUnreachable, OnRegionUnreachable, PersistMode,
+    RegionScope,
+};
 use ringlimit_proto::InlineRule;
 use ringlimit_proto::discovery::RuleInfo;
 
@@ -22,6 +25,10 @@ pub struct Resolved {
     pub lease: LeaseMode,
     /// Whether this rule's buckets are kept on disk (where the node keeps buckets at all).
     pub persist: PersistMode,
+    /// Whether its limit is shared by every region (on a node with regions).
+    pub scope: RegionScope,
+    /// A `scope: regions` rule's fallback when its region cannot renew its allowance.
+    pub on_region_unreachable: OnRegionUnreachable,
 }
 
 impl Resolved {
@@ -36,6 +43,8 @@ impl Resolved {
             shadow: false,
             lease: LeaseMode::Auto,
             persist: PersistMode::Auto,
+            scope: RegionScope::Region,
+            on_region_unreachable: OnRegionUnreachable::Share,
         })
     }
 
@@ -50,6 +59,8 @@ impl Resolved {
             shadow: false,
             lease: LeaseMode::Auto,
             persist: PersistMode::Auto,
+            scope: RegionScope::Region,
+            on_region_unreachable: OnRegionUnreachable::Share,
         }
     }
 
@@ -71,6 +82,8 @@ impl Resolved {
             shadow: info.shadow,
             lease: info.lease,
             persist: info.persist,
+            scope: info.scope,
+            on_region_unreachable: info.on_region_unreachable,
             ..Self::named(&info.name, rule, info.mode, info.on_owner_unreachable)
         })
     }
@@ -203,6 +216,9 @@ mod tests {
             calendar: false,
             timezone: None,
             block: None,
+            scope: RegionScope::Region,
+            on_region_unreachable: OnRegionUnreachable::Share,
+            scope_in_effect: None,
         };
         assert_eq!(
             Resolved::from_info(&info).map(|r| r.lease),

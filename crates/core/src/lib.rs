@@ -20,6 +20,9 @@
 //!   (the admin API's `top`).
 //! - [`lease`] — leases of hot buckets: the holder's slices ([`lease::Held`]) and the owner's
 //!   sizing ([`lease::grant`]).
+//! - [`regions`] — one limit shared by several clusters (regions): a bucket's home region
+//!   allocates it ([`regions::Allocator`]), every region decides on its allowance
+//!   ([`regions::Allowances`]).
 //! - [`reserve`] — reservations (a cost estimated now, settled later) at the bucket's owner:
 //!   its table (shared fairly between rules), what a settle does (a debt goes into the
 //!   bucket's state: see [`limiter`]).
@@ -41,6 +44,7 @@ pub mod lease;
 pub mod limiter;
 pub mod link;
 pub mod quota;
+pub mod regions;
 pub mod reservations;
 pub mod rule;
 pub mod store;

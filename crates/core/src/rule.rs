@@ -14,7 +14,8 @@ use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
 /// whether its hot buckets may be leased: the types `GET /v1/rules` lists them in, under the
 /// names the rules file and the node use.
 pub use ringlimit_proto::discovery::{
-    LeaseMode, PersistMode, RuleMode as Mode, UnreachablePolicy as OnOwnerUnreachable,
+    LeaseMode, OnRegionUnreachable, PersistMode, RegionScope, RuleMode as Mode,
+    UnreachablePolicy as OnOwnerUnreachable,
 };
 
 /// Why a rule is invalid: which field, and what is wrong with it.

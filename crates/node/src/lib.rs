@@ -36,6 +36,8 @@
 //!   handing back what this node decided as a replica; asking owners for slices of hot buckets.
 //! - [`peers`] — the peer facade (one typed method per message; clients per member, per
 //!   runtime), the peer server (a handler file per frame kind), recall on join, reach, clocks.
+//! - [`regions`] — beside the peers: `scope: regions` buckets decided on this region's
+//!   allowances, the home's allocation of buckets homed here, and the links between regions.
 //! - [`local`] — deciding here, by what it holds: owned buckets (store, change feed, debts),
 //!   replica copies, leases, reservations; [`local::Local`] is the coordinator's "here".
 //! - [`global`] — `mode: global` rules: gossiped G-counters, decided on every node (through
@@ -75,6 +77,7 @@ pub(crate) mod log_gate;
 pub mod metrics;
 pub mod node;
 pub(crate) mod peers;
+pub(crate) mod regions;
 pub(crate) mod replicas;
 pub mod rlqs;
 pub(crate) mod routing;

@@ -92,6 +92,61 @@ impl PersistMode {
     }
 }
 
+/// Whether a rule's limit is its region's (each region its own, the default) or shared by
+/// every region (`--region-peers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionScope {
+    /// Each region (each cluster) applies the whole limit.
+    #[default]
+    Region,
+    /// One limit for all regions together.
+    Regions,
+}
+
+impl RegionScope {
+    /// Whether this is the default (`region`).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The rules file's word for this scope.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionScope::Region => "region",
+            RegionScope::Regions => "regions",
+        }
+    }
+}
+
+/// What a region does with a `scope: regions` bucket once its allowance from the bucket's
+/// home region expired without renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRegionUnreachable {
+    /// Decide on the region's share of the limit (the limit divided by the regions): the
+    /// regions together never exceed it.
+    #[default]
+    Share,
+    /// Admit every check.
+    Open,
+}
+
+impl OnRegionUnreachable {
+    /// Whether this is the default (`share`).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The rules file's word for this policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnRegionUnreachable::Share => "share",
+            OnRegionUnreachable::Open => "open",
+        }
+    }
+}
+
 /// One configured rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleInfo {
@@ -129,6 +184,18 @@ pub struct RuleInfo {
     /// Repeat offenders' blocks (`block:` in the rules file), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<BlockInfo>,
+    /// Whether its limit is shared by every region (omitted when `region`, the default, as
+    /// by nodes that predate regions).
+    #[serde(default, skip_serializing_if = "RegionScope::is_default")]
+    pub scope: RegionScope,
+    /// A `scope: regions` rule's fallback when its region cannot renew its allowance (omitted
+    /// when `share`, the default).
+    #[serde(default, skip_serializing_if = "OnRegionUnreachable::is_default")]
+    pub on_region_unreachable: OnRegionUnreachable,
+    /// The scope checks are decided under on the node that listed it: `region` for a
+    /// `scope: regions` rule on a node started without `--region` (absent when as written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_in_effect: Option<RegionScope>,
 }
 
 /// A rule's `block` policy as listed: a key denied `after` times within `within` is blocked

@@ -56,6 +56,11 @@ pub enum HandshakeError {
     #[error("peer did not prove it knows the cluster secret")]
     BadProof,
     #[error(
+        "region link refused: the other side did not prove RINGLIMIT_REGION_SECRET (it must \
+         be the same in every region)"
+    )]
+    BadRegionProof,
+    #[error(
         "client did not prove a client credential this node accepts (a token with the `check` \
          role in --admin-tokens' file, or RINGLIMIT_CLIENT_TOKEN)"
     )]
@@ -80,6 +85,8 @@ enum Proves {
     Secret,
     /// A client credential (the key is in `secret`).
     Credential,
+    /// The region secret: a node of another region opening a region link.
+    Region,
 }
 
 /// The dialing side.
@@ -133,6 +140,24 @@ impl ClientHandshake {
         (hs, Frame::ClientHello(hello))
     }
 
+    /// Starts a region link's handshake (a node of another region), proving the region
+    /// secret `secret` (none: the link relies on peer mTLS); send the returned `RegionHello`.
+    pub fn start_region(
+        node_id: &str,
+        secret: Option<&[u8]>,
+        nonce: [u8; NONCE_LEN],
+    ) -> (Self, Frame) {
+        let (mut hs, hello) = Self::new(
+            PROTOCOL_VERSION,
+            crate::region::REGION_CONTEXT,
+            node_id,
+            secret,
+            nonce,
+        );
+        hs.proves = Proves::Region;
+        (hs, Frame::RegionHello(hello))
+    }
+
     fn new(
         version: u16,
         cluster_id: &str,
@@ -176,7 +201,7 @@ impl ClientHandshake {
             return Err(HandshakeError::Version { theirs: version });
         }
         // A client's server proves itself in `ClientWelcome`, once it knows which key.
-        if self.proves == Proves::Secret
+        if self.proves != Proves::Credential
             && let Some(secret) = &self.secret
             && !auth::verify(
                 secret,
@@ -187,7 +212,11 @@ impl ClientHandshake {
                 &proof,
             )
         {
-            return Err(HandshakeError::BadProof);
+            return Err(if self.proves == Proves::Region {
+                HandshakeError::BadRegionProof
+            } else {
+                HandshakeError::BadProof
+            });
         }
         self.server_nonce = Some(server_nonce);
         self.version = version;
@@ -225,7 +254,7 @@ impl ClientHandshake {
     /// Takes the server's last word; returns its node id when accepted.
     pub fn on_welcome(self, frame: Frame) -> Result<String, HandshakeError> {
         match (frame, self.proves) {
-            (Frame::Welcome { node_id }, Proves::Secret) => Ok(node_id),
+            (Frame::Welcome { node_id }, Proves::Secret | Proves::Region) => Ok(node_id),
             (Frame::ClientWelcome { node_id, proof }, Proves::Credential) => {
                 let (Some(key), Some(server_nonce)) = (&self.secret, &self.server_nonce) else {
                     return Err(HandshakeError::ServerUnproven);
@@ -259,6 +288,9 @@ pub enum Proven {
     Credential(String),
     /// Nothing: the server has no secret, and the client offered no credential.
     Nothing,
+    /// A region link: the region secret (`true`), or nothing when the server has no region
+    /// secret (`false`: acceptable only under peer mTLS, the server's call).
+    Region(bool),
 }
 
 /// A handshake the server accepted.
@@ -299,6 +331,7 @@ impl ServerHandshake {
         let (hello, proves) = match frame {
             Frame::Hello(h) => (h, Proves::Secret),
             Frame::ClientHello(h) => (h, Proves::Credential),
+            Frame::RegionHello(h) => (h, Proves::Region),
             other => return Err(HandshakeError::Unexpected(other.kind())),
         };
         if hello.magic != MAGIC {
@@ -318,7 +351,7 @@ impl ServerHandshake {
             });
         }
         let proof = match (secret, proves) {
-            (Some(s), Proves::Secret) => {
+            (Some(s), Proves::Secret | Proves::Region) => {
                 auth::proof(s, Role::Server, &hello.nonce, &nonce, cluster_id).to_vec()
             }
             _ => Vec::new(),
@@ -350,6 +383,11 @@ impl ServerHandshake {
     /// Whether the client offered a client credential (`ClientHello`) rather than the secret.
     pub fn is_client(&self) -> bool {
         self.proves == Proves::Credential
+    }
+
+    /// Whether the client opens a region link (`RegionHello`).
+    pub fn is_region(&self) -> bool {
+        self.proves == Proves::Region
     }
 
     /// Takes the client's `Proof`, checked against the cluster secret (a `Hello`) or against
@@ -406,9 +444,15 @@ impl ServerHandshake {
                 },
             });
         }
+        let region = self.proves == Proves::Region;
         let (proven, session_key) = match &self.secret {
+            Some(secret) if !verify(secret) && region => {
+                return Err(HandshakeError::BadRegionProof);
+            }
             Some(secret) if !verify(secret) => return Err(HandshakeError::BadProof),
+            Some(secret) if region => (Proven::Region(true), Some(session(secret))),
             Some(secret) => (Proven::Secret, Some(session(secret))),
+            None if region => (Proven::Region(false), None),
             None => (Proven::Nothing, None),
         };
         Ok(Accepted {
@@ -438,6 +482,44 @@ mod tests {
         let proof = client.on_challenge(challenge)?;
         let accepted = server.on_proof(proof, &[])?;
         Ok((accepted.peer, client.on_welcome(accepted.welcome)?))
+    }
+
+    fn run_region(
+        client_secret: Option<&[u8]>,
+        server_secret: Option<&[u8]>,
+    ) -> Result<Proven, HandshakeError> {
+        let (mut client, hello) = ClientHandshake::start_region("eu/n1", client_secret, [1; 16]);
+        let (server, challenge) = ServerHandshake::on_hello(
+            hello,
+            crate::region::REGION_CONTEXT,
+            "b",
+            server_secret,
+            [2; 16],
+        )?;
+        assert!(server.is_region() && !server.is_client());
+        let proof = client.on_challenge(challenge)?;
+        let accepted = server.on_proof(proof, &[])?;
+        assert_eq!(client.on_welcome(accepted.welcome)?, "b");
+        assert_eq!(accepted.peer, "eu/n1");
+        Ok(accepted.proven)
+    }
+
+    #[test]
+    fn a_region_link_proves_the_region_secret() {
+        assert_eq!(run_region(Some(b"r"), Some(b"r")), Ok(Proven::Region(true)));
+        assert_eq!(run_region(None, None), Ok(Proven::Region(false)));
+        // The server proves it first: a client with another secret refuses it.
+        assert_eq!(
+            run_region(Some(b"x"), Some(b"r")),
+            Err(HandshakeError::BadRegionProof)
+        );
+        assert_eq!(
+            run_region(None, Some(b"r")),
+            Err(HandshakeError::BadRegionProof)
+        );
+        // A region hello is bound to the regions' context, not a cluster's id.
+        let (_, hello) = ClientHandshake::start_region("eu/n1", Some(b"r"), [1; 16]);
+        assert!(ServerHandshake::on_hello(hello, "ringlimit", "b", Some(b"r"), [2; 16]).is_err());
     }
 
     fn keys(tokens: &[(&str, &[u8])]) -> Vec<NamedClientKey> {

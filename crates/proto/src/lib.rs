@@ -11,6 +11,7 @@
 //! - [`identity`]: bucket identities (the 64-bit hash of rule and key).
 //! - [`ring`]: the consistent-hash ring naming each bucket's owner.
 //! - [`peer`]: frames of the peer protocol and their bounded codec.
+//! - [`region`]: regions sharing one limit: a bucket's home region, asks and grants.
 //! - [`auth`]: the shared-secret challenge-response and datagram MACs.
 //! - [`handshake`]: the peer handshake as sans-I/O state machines.
 //! - [`reservation`]: the id of a reservation (a cost estimated now, settled later), which
@@ -25,6 +26,7 @@ pub mod discovery;
 pub mod handshake;
 pub mod identity;
 pub mod peer;
+pub mod region;
 pub mod reservation;
 pub mod ring;
 

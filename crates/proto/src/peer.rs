@@ -48,7 +48,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 /// - 13: an owner answers a check it denied by a block as blocked ([`PeerAnswer::Blocked`]),
 ///   so that a forwarded check's answer says so where it arrived; an older peer is sent the
 ///   plain answer ([`PeerAnswer::for_version`]).
-pub const PROTOCOL_VERSION: u16 = 13;
+/// - 14: regions: a node of another region opens a region link ([`Frame::RegionHello`]) that
+///   carries its reports on shared buckets ([`Frame::RegionAsks`], [`Frame::RegionGrants`]).
+pub const PROTOCOL_VERSION: u16 = 14;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -87,6 +89,8 @@ pub const BLOCKED_ANSWER_SINCE: u16 = 13;
 pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 /// Largest frame, either way: 1000 checks of 512-byte keys fit with room to spare.
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
+/// The first version whose peers take region links ([`Frame::RegionHello`]).
+pub const REGIONS_SINCE: u16 = 14;
 
 /// Everything that crosses the peer port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,6 +232,29 @@ pub enum Frame {
     Blocks { changes: Vec<BlockChange> },
     /// Server → client: how many changes were kept.
     BlocksAck { kept: u64 },
+    /// Client → server, version 14: a node of another region opens a region link, proving
+    /// the region secret (`RINGLIMIT_REGION_SECRET`) instead of the cluster secret; its
+    /// `cluster_id` is [`crate::region::REGION_CONTEXT`]. A region link may only carry
+    /// `RegionAsks` (see [`crate::handshake`]).
+    RegionHello(Hello),
+    /// Client → server on a region link: region `region`'s reports on buckets whose home is
+    /// the server's region, one interval's in one frame (at most
+    /// [`crate::region::MAX_ASKS_PER_FRAME`]). Answered by `RegionGrants`, one per ask.
+    RegionAsks {
+        region: String,
+        asks: Vec<crate::region::RegionAskEntry>,
+    },
+    /// Server → client: the grants, each naming its ask's `seq`.
+    RegionGrants {
+        grants: Vec<crate::region::RegionGrantEntry>,
+    },
+    /// Member → member, version 14: the asks of a `RegionAsks` frame for buckets the
+    /// receiver owns, relayed by the member of its region the other region's link reached.
+    /// Answered by `RegionGrants`.
+    RegionRelay {
+        region: String,
+        asks: Vec<crate::region::RegionAskEntry>,
+    },
 }
 
 /// Where a block came from.
@@ -770,6 +797,10 @@ impl Frame {
             Frame::ClientWelcome { .. } => "client_welcome",
             Frame::Blocks { .. } => "blocks",
             Frame::BlocksAck { .. } => "blocks_ack",
+            Frame::RegionHello(_) => "region_hello",
+            Frame::RegionAsks { .. } => "region_asks",
+            Frame::RegionGrants { .. } => "region_grants",
+            Frame::RegionRelay { .. } => "region_relay",
         }
     }
 }

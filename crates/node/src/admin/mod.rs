@@ -54,6 +54,8 @@ pub struct Parts {
     pub durable: Arc<DurableStats>,
     /// Told of every new membership view (ringlimit.v1's WatchTopology follows it).
     pub view_updates: tokio::sync::watch::Receiver<Arc<crate::cluster::View>>,
+    /// `--region`: this node's regions (`None`: one region).
+    pub regions: Option<Arc<crate::regions::Regions>>,
 }
 
 /// The node's admin API and views, for every edge.
@@ -69,6 +71,7 @@ pub struct Admin {
     top: Arc<TopKeys>,
     durable: Arc<DurableStats>,
     view_updates: tokio::sync::watch::Receiver<Arc<crate::cluster::View>>,
+    regions: Option<Arc<crate::regions::Regions>>,
 }
 
 impl Admin {
@@ -84,6 +87,7 @@ impl Admin {
             handed_over: p.handed_over,
             top: p.top,
             view_updates: p.view_updates,
+            regions: p.regions,
             durable: p.durable,
         }
     }

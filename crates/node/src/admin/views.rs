@@ -4,7 +4,7 @@
 use super::Admin;
 use crate::cluster::Member;
 use crate::metrics::load;
-use ringlimit_proto::discovery::RuleInfo;
+use ringlimit_proto::discovery::{RegionScope, RuleInfo};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -28,6 +28,11 @@ pub struct ClusterView {
     pub clock: ClockView,
     /// Durable buckets (`--data-dir`): whether they are kept, and whether the disk takes them.
     pub persist: PersistView,
+    /// `--region`: this node's region (`null`: one region).
+    pub region: Option<String>,
+    /// Every configured region (ours first): its link's state, this node's allowances and
+    /// demand of `scope: regions` buckets for it, the last measured round trip.
+    pub regions: Vec<crate::regions::RegionView>,
 }
 
 /// Durable buckets on this node.
@@ -208,6 +213,12 @@ impl Admin {
                 buckets: load(&self.durable.stored),
                 disk_bytes: load(&self.durable.disk_bytes),
             },
+            region: self.regions.as_ref().map(|r| r.name().to_owned()),
+            regions: self
+                .regions
+                .as_ref()
+                .map(|r| r.view(self.local.now()))
+                .unwrap_or_default(),
         }
     }
 
@@ -250,7 +261,14 @@ impl Admin {
             .rules()
             .rules()
             .iter()
-            .map(|r| r.info())
+            .map(|r| {
+                let mut info = r.info();
+                // Without regions a shared rule is decided as its region's own.
+                if self.regions.is_none() && info.scope == RegionScope::Regions {
+                    info.scope_in_effect = Some(RegionScope::Region);
+                }
+                info
+            })
             .collect()
     }
 

@@ -441,6 +441,22 @@ pub fn cluster(v: &Value) -> String {
     if !shown.is_empty() {
         let _ = writeln!(out, "\n{}", shown.join(", "));
     }
+    // Regions (`--region`): each one's link, and this node's allowances and demand there.
+    let regions = list(v, "regions");
+    if !regions.is_empty() {
+        let _ = writeln!(out, "\nregion {}", clean(&cell(v, "region")));
+        let mut t = Table::new(&["REGION", "STATE", "ALLOWANCE", "DEMAND/S", "RTT MS"]);
+        for r in regions {
+            t.row(vec![
+                cell(r, "name"),
+                cell(r, "state"),
+                cell(r, "allowance"),
+                cell(r, "demand"),
+                cell(r, "rtt_ms"),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
     out
 }
 

@@ -41,6 +41,24 @@ pub enum ConfigError {
          a trusted, isolated network)"
     )]
     NoClusterSecretForGossip,
+    #[error("--region-peers given without --region: name this node's region too")]
+    RegionPeersWithoutRegion,
+    #[error("--region {0:?} must be 1 to 64 letters, digits, '-', '_' or '.'")]
+    BadRegionName(String),
+    #[error(
+        "--region-peers entry {0:?} is not NAME=HOST:PORT (a region's name and the --peer \
+         address of a node in it)"
+    )]
+    BadRegionPeer(String),
+    #[error("--region-peers names {0:?}, this node's own region (--region): list only the others")]
+    RegionPeerIsUs(String),
+    #[error("--region-peers names region {0:?} twice")]
+    DuplicateRegion(String),
+    #[error(
+        "--region-peers given but RINGLIMIT_REGION_SECRET is not set (and no --peer-tls-*): \
+         links between regions must be authenticated; set the same secret in every region"
+    )]
+    NoRegionSecret,
     #[error("{flags}: {source}")]
     Tls {
         flags: &'static str,

@@ -294,6 +294,25 @@ pub struct ServeArgs {
           default_value_t = crate::blocks::DEFAULT_MAX_BLOCKS as u64,
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub max_blocks: u64,
+    /// This node's region (default: none, one region). Rules with `scope: regions` share
+    /// their limit with the regions of --region-peers.
+    #[arg(long, env = "RINGLIMIT_REGION", value_name = "NAME")]
+    pub region: Option<String>,
+    /// The other regions, NAME=HOST:PORT each (the --peer address of a node in that region;
+    /// names are resolved again on every connection), comma-separated. Links between regions
+    /// prove RINGLIMIT_REGION_SECRET (the same in every region) or peer mTLS.
+    #[arg(
+        long,
+        env = "RINGLIMIT_REGION_PEERS",
+        value_name = "NAME=HOST:PORT,...",
+        value_delimiter = ','
+    )]
+    pub region_peers: Vec<String>,
+    /// How often regions exchange demand and allowances, in ms: an allowance lasts three of
+    /// these past its ask.
+    #[arg(long, env = "RINGLIMIT_REGION_INTERVAL_MS", value_name = "MS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub region_interval_ms: u64,
     /// Log format on stderr.
     #[arg(long, env = "RINGLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

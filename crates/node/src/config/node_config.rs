@@ -191,6 +191,9 @@ pub struct NodeConfig {
     /// nodes in memory freezes to stop the node's ticks as SIGSTOP would.
     #[doc(hidden)]
     pub pauses: Option<Arc<crate::cluster::pause::Pauses>>,
+    /// `--region` and `--region-peers`: the regions `scope: regions` rules share their limits
+    /// with (`None`: one region, every rule `scope: region`).
+    pub regions: Option<super::regions::RegionsConfig>,
 }
 
 /// A clock for [`NodeConfig::clock`] (a newtype only so that the config stays `Debug`).
@@ -277,6 +280,7 @@ impl NodeConfig {
             peer_tls: None,
             clock: None,
             pauses: None,
+            regions: None,
         }
     }
 }

@@ -91,17 +91,20 @@ impl ServeArgs {
             trusted_proxies: self.trusted_proxies.unwrap_or_default(),
             tls: tls_files(self.tls_cert, self.tls_key),
             peer_tls: peer_tls_files(self.peer_tls_ca, self.peer_tls_cert, self.peer_tls_key),
+            regions: env.regions,
             clock: None,
             pauses: None,
         }
     }
 }
 
-/// What only the environment gives: secrets and tokens (never flags: flags show in `ps`).
+/// What only the environment gives: secrets and tokens (never flags: flags show in `ps`),
+/// and the regions, whose links prove the region secret.
 struct FromEnv {
     cluster_secret: Option<String>,
     admin_token: Option<String>,
     client_token: Option<String>,
+    regions: Option<super::regions::RegionsConfig>,
 }
 
 impl FromEnv {
@@ -121,6 +124,13 @@ impl FromEnv {
                 ConfigError::NoClusterSecret
             });
         }
+        let regions = super::regions::parse(
+            args.region.as_deref(),
+            &args.region_peers,
+            args.region_interval_ms,
+            var("RINGLIMIT_REGION_SECRET"),
+            args.peer_tls_ca.is_some(),
+        )?;
         let client_token = var("RINGLIMIT_CLIENT_TOKEN");
         if client_token.as_ref().is_some_and(|t| t.len() < 16) {
             return Err(ConfigError::ShortClientToken);
@@ -129,6 +139,7 @@ impl FromEnv {
             cluster_secret,
             admin_token: var("RINGLIMIT_ADMIN_TOKEN"),
             client_token,
+            regions,
         })
     }
 }

@@ -46,7 +46,7 @@ use ringlimit_core::clock::Clock;
 use ringlimit_core::coordinator;
 use ringlimit_core::limiter::{BucketState, Decision, Rule};
 use ringlimit_core::reservations::ReserveError;
-use ringlimit_core::rule::{LeaseMode, Mode, PersistMode};
+use ringlimit_core::rule::{LeaseMode, Mode, PersistMode, RegionScope};
 use ringlimit_core::store::Kind;
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::{LeaseGrant, Mark};
@@ -59,6 +59,12 @@ pub enum Placement {
     Bucket,
     /// This node's copy, as the replica of an owner that does not answer.
     Copy,
+}
+
+/// What decides a `scope: regions` check on a node with regions (`crate::regions::Regions`):
+/// on the allowance its region holds, never on the store.
+pub trait AcrossRegions: Send + Sync {
+    fn check(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer;
 }
 
 /// Everything this node decides itself, and the rules and clock it decides under.
@@ -75,6 +81,8 @@ pub struct Local {
     persist_min_ns: Option<u64>,
     blocks: Arc<crate::blocks::Blocklist>,
     max_keys: u64,
+    /// Set on a node with regions: `scope: regions` checks are decided there.
+    regions: std::sync::OnceLock<Arc<dyn AcrossRegions>>,
 }
 
 impl std::fmt::Debug for Local {
@@ -115,12 +123,28 @@ impl Local {
             persist_min_ns: None,
             blocks: Arc::default(),
             max_keys,
+            regions: std::sync::OnceLock::new(),
         }
     }
 
     /// `--max-keys`: the buckets held at most (and as many copies).
     pub fn max_keys(&self) -> u64 {
         self.max_keys
+    }
+
+    /// From now on `scope: regions` checks are decided by `regions` (a node with regions).
+    pub fn share_across_regions(&self, regions: Arc<dyn AcrossRegions>) {
+        let _ = self.regions.set(regions);
+    }
+
+    /// The one branch the owner's decide path takes for `scope: regions` rules: `Some` when
+    /// the rule is one and this node has regions.
+    #[inline]
+    fn across_regions(&self, p: &Prepared<'_>, now: impl FnOnce() -> u64) -> Option<CheckAnswer> {
+        if p.resolved.scope != RegionScope::Regions {
+            return None;
+        }
+        Some(self.regions.get()?.check(p, now()))
     }
 
     /// Keeping blocks in `blocks` (bounded by `--max-blocks`, deciding as this node).
@@ -323,6 +347,10 @@ impl Local {
         let d = match (p.resolved.mode, on) {
             (Mode::Global, _) => return (self.global.answer(p.id, rule, now, p.cost), None),
             (Mode::Owner, Placement::Bucket) => {
+                // What an allowance admitted is not given back: fewer admissions only.
+                if let Some(a) = self.across_regions(p, || now) {
+                    return (a, None);
+                }
                 let d = self.check_owned(p.id, (rule, kind), p.cost, || now);
                 let a = answer(&d, rule);
                 self.after_owned(p, &a, now);
@@ -413,7 +441,10 @@ impl Local {
                 answer: hit.answer(rule.limit, now_ms),
             };
         }
-        if resolved.lease == LeaseMode::Off {
+        // A bucket shared across regions is decided on its region's allowance, never on the
+        // store: a slice of the store's bucket would be a limit of its own.
+        let across_regions = resolved.scope == RegionScope::Regions && self.regions.get().is_some();
+        if resolved.lease == LeaseMode::Off || across_regions {
             let peek = self.bucket(id, rule, now).decide(0);
             return LeaseGrant::Refused { answer: peek };
         }
@@ -429,6 +460,11 @@ impl Local {
         (cost, ttl_ms, nonce): (u64, u64, u128),
         now: u64,
     ) -> Result<CheckAnswer, ReserveError> {
+        // A shared bucket is decided on its region's allowance: a reservation on the store's
+        // bucket would be a limit of its own.
+        if resolved.scope == RegionScope::Regions && self.regions.get().is_some() {
+            return Err(ReserveError::NotReservable("scope: regions"));
+        }
         let mut bucket = self.bucket_of(id, (&resolved.rule, resolved.persist), now);
         self.reservations
             .reserve(&mut bucket, (id, resolved), (cost, ttl_ms, nonce), now)
@@ -523,6 +559,9 @@ impl coordinator::Here<Prepared<'_>> for Local {
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, self.now(), p.cost),
             Mode::Owner => {
+                if let Some(a) = self.across_regions(p, || self.now()) {
+                    return a;
+                }
                 let kind = self.kind(rule, p.resolved.persist);
                 let a = answer(
                     &self.check_owned(p.id, (rule, kind), p.cost, || self.now()),
@@ -546,6 +585,9 @@ impl coordinator::Here<Prepared<'_>> for Local {
         match p.resolved.mode {
             Mode::Global => self.global.answer(p.id, rule, now, p.cost),
             Mode::Owner => {
+                if let Some(a) = self.across_regions(p, || now) {
+                    return a;
+                }
                 let kind = self.kind(rule, p.resolved.persist);
                 let a = answer(&self.check_owned(p.id, (rule, kind), p.cost, || now), rule);
                 self.after_owned(p, &a, now);

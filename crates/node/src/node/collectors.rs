@@ -51,6 +51,9 @@ pub(super) fn register(
         here.reservations().clone(),
     );
     m.scrape(global::metrics::METRICS, local.global.clone());
+    if let Some(regions) = &local.regions {
+        m.scrape(crate::regions::METRICS, regions.clone());
+    }
     m.scrape(crate::blocks::METRICS, here.blocks().clone());
     m.scrape(metrics::GOSSIP, members.gossip_stats.clone());
     m.scrape(metrics::HTTP_CONNECTIONS, edges.conns.clone());

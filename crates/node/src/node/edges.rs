@@ -215,6 +215,7 @@ pub(super) fn front_door(
         top: local.top.clone(),
         durable: local.durable_stats.clone(),
         view_updates: members.membership.updates(),
+        regions: local.regions.clone(),
     }));
     AppState::new(http::Shared {
         service,

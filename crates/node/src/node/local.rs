@@ -52,6 +52,8 @@ pub(super) struct LocalState {
     pub(super) durable: Option<Arc<Durable>>,
     /// Its counters (zero without `--data-dir`).
     pub(super) durable_stats: Arc<DurableStats>,
+    /// `--region` and `--region-peers`: allowances, the home's allocation, region links.
+    pub(super) regions: Option<Arc<crate::regions::Regions>>,
 }
 
 impl Opened {
@@ -124,6 +126,16 @@ impl Opened {
             local = local.with_persistence(config.persist_min_period_ns);
         }
         let local = Arc::new(local);
+        let regions = config.regions.as_ref().map(|c| {
+            let regions = Arc::new(crate::regions::Regions::new(
+                &c.name,
+                &c.peers,
+                c.interval,
+                c.secret.clone(),
+            ));
+            local.share_across_regions(regions.clone());
+            regions
+        });
         let durable_stats = Arc::new(DurableStats::default());
         let durable = self
             .disk
@@ -144,6 +156,7 @@ impl Opened {
             global,
             durable,
             durable_stats,
+            regions,
         }
     }
 }

@@ -66,7 +66,10 @@ impl Peering {
             pool.clone(),
             config.replicas,
         );
-        let server = Arc::new(peer_server(config, trust, local, members, &recall));
+        let server = Arc::new(
+            peer_server(config, trust, local, members, &recall)
+                .with_regions(local.regions.clone(), pool.sessions()),
+        );
         let router = Arc::new(
             Router::new(local.local.clone(), view.clone(), pool.shared(), rpc)
                 .with_replicas(config.replicas)
@@ -92,6 +95,16 @@ impl Peering {
         tasks: &mut JoinSet<()>,
     ) {
         let (here, pool, view) = (&local.local, &self.pool, &members.view);
+        if let Some(regions) = &local.regions {
+            // Region links dial as peer links do (TLS under --peer-tls-*).
+            crate::regions::link::spawn(
+                regions.clone(),
+                here.clone(),
+                config.node_id.clone(),
+                pool.settings().dialer.clone(),
+                tasks,
+            );
+        }
         let pauses = members.membership.pauses().clone();
         tasks.spawn(crate::peers::reach::probe(
             pool.clone(),

@@ -224,7 +224,7 @@ impl PeerServer {
             Proven::Nothing if self.settings.accept_members => Ok(true),
             // A node that keeps client credentials takes no anonymous clients.
             Proven::Nothing if clients => Err(NEEDS_CREDENTIAL.to_owned()),
-            Proven::Nothing => Ok(false),
+            Proven::Nothing | Proven::Region(_) => Ok(false),
         }
     }
 }
@@ -238,6 +238,10 @@ const CLIENTS_MAY_NOT: &str = "a client may send checks, leases, reservations, s
      refunds of its own holds only: this frame is a cluster member's (members prove the \
      cluster secret)";
 /// What an anonymous client of a node that keeps client credentials is told.
+const NO_REGIONS: &str = "region link refused: this node has no --region-peers (it shares \
+     no limits with other regions)";
+const NO_REGION_SECRET: &str = "region link refused: this node has no RINGLIMIT_REGION_SECRET \
+     and no peer mTLS, so it cannot authenticate other regions";
 const NEEDS_CREDENTIAL: &str = "this node needs a client credential: a token with the `check` \
      role (the SDK's client_token)";
 
@@ -284,6 +288,10 @@ pub struct PeerServer {
     checks: std::sync::OnceLock<Arc<dyn PeerChecks>>,
     /// What operators ask of members; `None`: none kept here (tests' bare servers).
     operators: Option<Operators>,
+    /// A node with regions: region links' asks are answered here.
+    regions: Option<Arc<crate::regions::Regions>>,
+    /// Where a region link's asks for buckets other members own are relayed.
+    relay: Option<ringlimit_core::link::session::Sessions>,
 }
 
 /// What the admin API asks of the member that keeps it: API rules whose names it owns, and the
@@ -317,7 +325,20 @@ impl PeerServer {
             cluster,
             checks: std::sync::OnceLock::new(),
             operators: None,
+            regions: None,
+            relay: None,
         }
+    }
+
+    /// Answering region links (a node with `--region` and `--region-peers`).
+    pub fn with_regions(
+        mut self,
+        regions: Option<Arc<crate::regions::Regions>>,
+        relay: ringlimit_core::link::session::Sessions,
+    ) -> Self {
+        self.regions = regions;
+        self.relay = Some(relay);
+        self
     }
 
     /// This server, deciding checks through `checks` (the node's check service).
@@ -414,7 +435,7 @@ impl PeerServer {
                                         is closed".to_owned()),
         };
         drop(login);
-        let (peer, version, member) = match handshake {
+        let (peer, version, member, region) = match handshake {
             Ok(agreed) => agreed,
             Err(reason) => return self.refuse(&mut conn, &from, reason).await,
         };
@@ -431,6 +452,9 @@ impl PeerServer {
         // What this connection's own checks and leases took, for its refunds: a client's
         // only (see [`crate::local::holds`]).
         let mut holds = (!member).then(Holds::default);
+        if region {
+            return self.serve_region(conn, &caller).await;
+        }
         while let Some(bytes) = conn.next().await {
             let mut len = 0;
             let frame = match bytes.map_err(LinkError::from).and_then(|b| {
@@ -508,6 +532,22 @@ impl PeerServer {
                     sent_ns,
                     now_ns: self.local.now(),
                 }),
+                Frame::RegionRelay { region, asks } => Some(match &self.regions {
+                    Some(r) if asks.len() <= ringlimit_proto::region::MAX_ASKS_PER_FRAME => {
+                        Frame::RegionGrants {
+                            grants: r.serve(&self.local, &region, asks, |id| self.owns(id)),
+                        }
+                    }
+                    _ => {
+                        return self.unexpected(
+                            &caller,
+                            &Frame::RegionRelay {
+                                region,
+                                asks: Vec::new(),
+                            },
+                        );
+                    }
+                }),
                 Frame::Blocks { changes } if version >= BLOCKS_SINCE => {
                     Some(self.blocks(&caller, &changes))
                 }
@@ -530,6 +570,111 @@ impl PeerServer {
         }
     }
 
+    /// A region link: only `RegionAsks`, each answered with its grants; anything else (or a
+    /// bad frame) closes it.
+    async fn serve_region(&self, mut conn: FramedPeer, caller: &Caller<'_>) {
+        let Some(regions) = self.regions.clone() else {
+            return;
+        };
+        tracing::info!(from = %caller.from, peer = %caller.peer, "region link up");
+        while let Some(bytes) = conn.next().await {
+            let frame = match bytes
+                .map_err(LinkError::from)
+                .and_then(|b| Ok(Frame::decode(&b)?))
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some(unlogged) = self.log_gate.pass() {
+                        tracing::warn!(from = %caller.from, peer = %caller.peer, error = %e,
+                            also_closed = unlogged, "region link closed");
+                    }
+                    return;
+                }
+            };
+            let Frame::RegionAsks { region, asks } = frame else {
+                return self.unexpected(caller, &frame);
+            };
+            if asks.len() > ringlimit_proto::region::MAX_ASKS_PER_FRAME {
+                return self.unexpected(
+                    caller,
+                    &Frame::RegionAsks {
+                        region,
+                        asks: Vec::new(),
+                    },
+                );
+            }
+            let grants = self.region_asks(&regions, &region, asks).await;
+            if framing::send(&mut conn, &Frame::RegionGrants { grants })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// A region link's asks: those of buckets this node owns answered here, the others relayed
+    /// to their owners in this region (at once, each within an interval).
+    async fn region_asks(
+        &self,
+        regions: &crate::regions::Regions,
+        region: &str,
+        asks: Vec<ringlimit_proto::region::RegionAskEntry>,
+    ) -> Vec<ringlimit_proto::region::RegionGrantEntry> {
+        use ringlimit_proto::region::{RegionGrant, RegionGrantEntry};
+        let view = self.cluster.as_ref().map(|c| c.view.load_full());
+        let mut here = Vec::new();
+        let mut away: std::collections::HashMap<String, Vec<_>> = Default::default();
+        for a in asks {
+            let owner = match (&view, regions.bucket_of(&self.local, &a.ask)) {
+                (Some(v), Some(id)) if !self.owns(id) => v
+                    .ring
+                    .owner(id)
+                    .and_then(|o| v.members.iter().find(|m| *m.node_id == *o))
+                    .map(|m| m.peer_addr.clone()),
+                _ => None,
+            };
+            match owner {
+                Some(addr) => away.entry(addr).or_default().push(a),
+                None => here.push(a),
+            }
+        }
+        let mut grants = regions.serve(&self.local, region, here, |id| self.owns(id));
+        let Some(sessions) = &self.relay else {
+            return grants;
+        };
+        let within = Duration::from_nanos(regions.settings().interval_ns);
+        let relayed = away.into_iter().map(|(addr, asks)| async move {
+            let seqs: Vec<u64> = asks.iter().map(|a| a.seq).collect();
+            let frame = Frame::RegionRelay {
+                region: region.to_owned(),
+                asks,
+            };
+            match sessions.open(&addr).request(&frame, within).await {
+                Ok(Frame::RegionGrants { grants }) => grants,
+                other => {
+                    let why = match other {
+                        Ok(f) => format!("unexpected {} frame", f.kind()),
+                        Err(e) => e.to_string(),
+                    };
+                    seqs.into_iter()
+                        .map(|seq| RegionGrantEntry {
+                            seq,
+                            grant: RegionGrant::Error {
+                                code: "relay_failed".to_owned(),
+                                message: format!("the bucket's owner in this region: {why}"),
+                            },
+                        })
+                        .collect()
+                }
+            }
+        });
+        for g in futures::future::join_all(relayed).await {
+            grants.extend(g);
+        }
+        grants
+    }
+
     /// Logs (through the gate) a frame a peer does not send here; the connection then closes.
     fn unexpected(&self, caller: &Caller<'_>, frame: &Frame) {
         if let Some(unlogged) = self.log_gate.pass() {
@@ -540,16 +685,29 @@ impl PeerServer {
 
     /// Runs the server's side of the handshake; returns the peer's node id, the version the
     /// connection speaks, and whether it is a member's (see the module doc).
-    async fn handshake(&self, conn: &mut FramedPeer) -> Result<(String, u16, bool), String> {
+    async fn handshake(&self, conn: &mut FramedPeer) -> Result<(String, u16, bool, bool), String> {
         let within = self.settings.handshake_timeout;
         let hello = framing::recv(conn, within)
             .await
             .map_err(|e| format!("no hello: {e}"))?;
+        // A region link proves the region secret, bound to the regions' context.
+        let region_secret = match (&hello, &self.regions) {
+            (Frame::RegionHello(_), None) => return Err(NO_REGIONS.to_owned()),
+            (Frame::RegionHello(_), Some(r)) => Some(r.secret()),
+            _ => None,
+        };
+        let (cluster_id, secret) = match &region_secret {
+            Some(s) => (ringlimit_proto::region::REGION_CONTEXT, s.clone()),
+            None => (
+                self.settings.cluster_id.as_str(),
+                self.settings.secret.clone(),
+            ),
+        };
         let (state, challenge) = ServerHandshake::on_hello(
             hello,
-            &self.settings.cluster_id,
+            cluster_id,
             &self.settings.node_id,
-            self.settings.secret.as_deref(),
+            secret.as_deref(),
             rand::random(),
         )
         .map_err(|e| e.to_string())?;
@@ -562,6 +720,9 @@ impl PeerServer {
         let version = state.version();
         let clients = self.settings.clients.client_keys();
         let accepted = state.on_proof(proof, &clients).map_err(|e| e.to_string())?;
+        if accepted.proven == Proven::Region(false) && self.settings.tls.is_none() {
+            return Err(NO_REGION_SECRET.to_owned());
+        }
         let member = self.membership(&accepted.proven, !clients.is_empty())?;
         framing::send(conn, &accepted.welcome)
             .await
@@ -572,7 +733,8 @@ impl PeerServer {
         if let Proven::Credential(name) = &accepted.proven {
             tracing::debug!(peer = %accepted.peer, credential = %name, "client logged in");
         }
-        Ok((accepted.peer, version, member))
+        let region = matches!(accepted.proven, Proven::Region(_));
+        Ok((accepted.peer, version, member, region))
     }
 }
 

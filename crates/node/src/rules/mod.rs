@@ -33,8 +33,8 @@ use crate::rules::request_key::KeyTemplate;
 use ringlimit_core::check::Resolved;
 use ringlimit_core::limiter::Rule;
 use ringlimit_core::rule::{
-    FieldError, LeaseMode, Mode, OnOwnerUnreachable, PersistMode, calendar_of, field_err,
-    named_seed, validate_calendar,
+    FieldError, LeaseMode, Mode, OnOwnerUnreachable, OnRegionUnreachable, PersistMode, RegionScope,
+    calendar_of, field_err, named_seed, validate_calendar,
 };
 use ringlimit_proto::Algorithm;
 use ringlimit_proto::discovery::RuleInfo;
@@ -65,6 +65,10 @@ pub struct NamedRule {
     pub seed: u64,
     /// Repeat offenders' blocks (`block: { after, within, for, max }`).
     pub block: Option<crate::blocks::Policy>,
+    /// `scope: region | regions`: whether every region (`--region-peers`) shares the limit.
+    pub scope: RegionScope,
+    /// `on_region_unreachable: share | open` (`scope: regions` only).
+    pub on_region_unreachable: OnRegionUnreachable,
 }
 
 impl NamedRule {
@@ -78,6 +82,8 @@ impl NamedRule {
             shadow: self.shadow,
             lease: self.lease,
             persist: self.persist,
+            scope: self.scope,
+            on_region_unreachable: self.on_region_unreachable,
         }
     }
 
@@ -108,6 +114,9 @@ impl NamedRule {
                 for_: format_period(b.for_ms * ringlimit_core::clock::NANOS_PER_MS),
                 max: format_period(b.max_ms * ringlimit_core::clock::NANOS_PER_MS),
             }),
+            scope: self.scope,
+            on_region_unreachable: self.on_region_unreachable,
+            scope_in_effect: None,
         }
     }
 }
@@ -255,7 +264,7 @@ fn describe(v: &Value) -> String {
     }
 }
 
-const RULE_FIELDS: [&str; 14] = [
+const RULE_FIELDS: [&str; 16] = [
     "name",
     "limit",
     "period",
@@ -270,6 +279,8 @@ const RULE_FIELDS: [&str; 14] = [
     "timezone",
     "persist",
     "block",
+    "scope",
+    "on_region_unreachable",
 ];
 
 fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
@@ -476,8 +487,40 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
              denials); remove block or the mode",
         )));
     }
+    let scope = match m.get("scope").map(|v| (v.as_str(), v)) {
+        None => RegionScope::Region,
+        Some((Some("region"), _)) => RegionScope::Region,
+        Some((Some("regions"), _)) => RegionScope::Regions,
+        Some((_, v)) => {
+            return Err(fail(field_err(
+                "scope",
+                format!("must be region or regions, got {}", describe(v)),
+            )));
+        }
+    };
+    let on_region_unreachable = match m.get("on_region_unreachable").map(|v| (v.as_str(), v)) {
+        None => OnRegionUnreachable::Share,
+        Some((Some("share"), _)) => OnRegionUnreachable::Share,
+        Some((Some("open"), _)) => OnRegionUnreachable::Open,
+        Some((_, v)) => {
+            return Err(fail(field_err(
+                "on_region_unreachable",
+                format!("must be share or open, got {}", describe(v)),
+            )));
+        }
+    };
+    if scope == RegionScope::Regions {
+        check_regions_scope(algorithm, mode).map_err(&fail)?;
+    } else if m.contains_key("on_region_unreachable") {
+        return Err(fail(field_err(
+            "on_region_unreachable",
+            "applies only to scope: regions rules (add `scope: regions`)",
+        )));
+    }
     Ok(NamedRule {
         block,
+        scope,
+        on_region_unreachable,
         seed: named_seed(&name, algorithm),
         name,
         rule,
@@ -488,6 +531,29 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
         persist,
         request_key,
     })
+}
+
+/// Whether a rule of `algorithm` in `mode` may be shared by every region: its buckets must be
+/// leasable (handed out in exact slices: token bucket, fixed and sliding window), and a global
+/// rule's counts are not allocated (sharing them across regions is not built).
+fn check_regions_scope(algorithm: Algorithm, mode: Mode) -> Result<(), FieldError> {
+    if !ringlimit_core::lease::leasable(algorithm) {
+        return Err(field_err(
+            "scope",
+            format!(
+                "regions applies only to token_bucket, fixed_window and sliding_window (whose \
+                 buckets are handed to regions in exact slices), not {algorithm}"
+            ),
+        ));
+    }
+    if mode == Mode::Global {
+        return Err(field_err(
+            "scope",
+            "regions works with mode: owner rules only (a global rule across regions is not \
+             supported); remove the mode or the scope",
+        ));
+    }
+    Ok(())
 }
 
 /// Parses a rule's `block: { after: N, within: D, for: D, max: D }` (`max` optional: `for`).

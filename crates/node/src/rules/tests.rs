@@ -1026,3 +1026,69 @@ fn a_block_policy_is_taken_on_owner_rules_and_refused_on_global_ones() {
     let err = super::api::validate("r", &body).expect_err("refused");
     assert!(err.to_string().contains("mode: owner rules only"), "{err}");
 }
+
+#[test]
+fn scope_is_region_unless_a_rule_shares_it_across_regions() {
+    let set = RuleSet::from_yaml(concat!(
+        "rules:\n",
+        "  - { name: mine, limit: 1, period: 1s }\n",
+        "  - { name: shared, limit: 9, period: 1m, algorithm: fixed_window, scope: regions }\n",
+        "  - { name: open, limit: 9, period: 1m, scope: regions, on_region_unreachable: open }\n",
+    ))
+    .expect("valid");
+    let get = |name: &str| set.get(name).expect("present").resolved();
+    assert_eq!(get("mine").scope, RegionScope::Region);
+    assert_eq!(get("shared").scope, RegionScope::Regions);
+    assert_eq!(
+        get("shared").on_region_unreachable,
+        OnRegionUnreachable::Share
+    );
+    assert_eq!(get("open").on_region_unreachable, OnRegionUnreachable::Open);
+    let info = set.get("open").expect("present").info();
+    assert_eq!(
+        (info.scope, info.on_region_unreachable),
+        (RegionScope::Regions, OnRegionUnreachable::Open)
+    );
+}
+
+#[test]
+fn a_rule_shared_across_regions_must_be_leasable_and_owner_mode() {
+    let rule =
+        |fields: &str| format!("rules:\n  - {{ name: r, limit: 5, period: 1m, {fields} }}\n");
+    assert_rule_err(
+        &rule("scope: region_s"),
+        "r",
+        "scope",
+        "must be region or regions",
+    );
+    assert_rule_err(
+        &rule("algorithm: leaky_bucket, scope: regions"),
+        "r",
+        "scope",
+        "not leaky_bucket",
+    );
+    assert_rule_err(
+        &rule("algorithm: sliding_log, scope: regions"),
+        "r",
+        "scope",
+        "not sliding_log",
+    );
+    assert_rule_err(
+        &rule("mode: global, scope: regions"),
+        "r",
+        "scope",
+        "mode: owner",
+    );
+    assert_rule_err(
+        &rule("on_region_unreachable: open"),
+        "r",
+        "on_region_unreachable",
+        "scope: regions",
+    );
+    assert_rule_err(
+        &rule("scope: regions, on_region_unreachable: closed"),
+        "r",
+        "on_region_unreachable",
+        "share or open",
+    );
+}

@@ -39,6 +39,8 @@
 //!   `If-Match`; named tokens with roles; the most denied keys merged across members.
 //! - `pauses`: a node resumed from a pause (SIGSTOP) with checks waiting in its socket asks
 //!   their owners before any fallback share.
+//! - `regions`: two single-node clusters, each its own region, sharing a `scope: regions`
+//!   limit; a cut-off region falls back only when its allowance expires.
 //! - `all_or_nothing`: `/v1/check/all` across owners: exact limits, refunds that leave every
 //!   algorithm untouched, shadow, global and fail-closed rules, an unreachable owner's share.
 
@@ -66,6 +68,8 @@ mod leases;
 mod operators;
 #[cfg(test)]
 mod pauses;
+#[cfg(test)]
+mod regions;
 #[cfg(test)]
 mod replicas;
 #[cfg(test)]

@@ -1,0 +1,532 @@
+//! The region's side: the shared buckets this node owns in its region, each decided on the
+//! slices its home granted, with the demand the next report tells and the fallback bucket it
+//! decides on when its allowance expired without renewal.
+
+use super::{OnRegionUnreachable, RegionSettings, fallback_rule};
+use crate::clock::NANOS_PER_MS;
+use crate::limiter::{BucketState, Decision, Rule};
+use parking_lot::Mutex;
+use ringlimit_proto::peer::Mark;
+use ringlimit_proto::region::{RegionAsk, RegionGrant, SliceBack};
+use ringlimit_proto::{Algorithm, RuleRef};
+use std::collections::{HashMap, VecDeque};
+
+/// Most slices of one bucket a region keeps (the newest and renewals that came early); older
+/// ones go back.
+const MOST_SLICES: usize = 3;
+/// Most asks of one bucket remembered while their grants are on their way.
+pub(super) const MOST_ASKS: usize = 4;
+
+/// How a check of a shared bucket was decided here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On the allowance (a slice or the advance before the first grant): admitted, with what
+    /// is left of it, or denied until about `retry_after_ns`.
+    Allowed {
+        remaining: u64,
+        limit: u64,
+        reset_at_ms: u64,
+    },
+    Denied {
+        limit: u64,
+        reset_at_ms: u64,
+        retry_after_ns: u64,
+    },
+    /// The allowance expired without renewal: decided on the fallback share (`degraded`).
+    Fallback(Decision, Rule),
+    /// The allowance expired without renewal and the rule says `open`: admitted (`degraded`).
+    Open,
+    /// The table is full: denied (never over the limit).
+    Full,
+}
+
+impl Verdict {
+    /// Whether the check was admitted.
+    pub fn allowed(&self) -> bool {
+        match self {
+            Verdict::Allowed { .. } | Verdict::Open => true,
+            Verdict::Fallback(d, _) => d.allowed,
+            Verdict::Denied { .. } | Verdict::Full => false,
+        }
+    }
+
+    /// Whether it was decided without an allowance (the region fell back).
+    pub fn degraded(&self) -> bool {
+        matches!(self, Verdict::Fallback(..) | Verdict::Open)
+    }
+}
+
+/// A report due to a bucket's home: ask `seq` of bucket `id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    pub id: u64,
+    pub seq: u64,
+    pub ask: RegionAsk,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slice {
+    tokens: u64,
+    until_ns: u64,
+    mark: Mark,
+}
+
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    rule_ref: RuleRef,
+    rule: Rule,
+    fb_rule: Rule,
+    policy: OnRegionUnreachable,
+    slices: VecDeque<Slice>,
+    /// Expired or superseded slices to give back with the next ask.
+    back: Vec<SliceBack>,
+    fallback: BucketState,
+    /// The allowance's end (0: never granted).
+    allowance_until: u64,
+    first_ns: u64,
+    last_check_ns: u64,
+    /// Checks asked since `since_ns` (the demand the next report tells).
+    asked: u64,
+    since_ns: u64,
+    /// The demand last told, per ns.
+    rate: f64,
+    /// Before the first grant: what may still be admitted ahead of it, and what was.
+    advance_left: u64,
+    advance_spent: u64,
+    /// Asks on their way: (seq, asked at).
+    asks: VecDeque<(u64, u64)>,
+    /// Asks given up (no grant within an interval): told to the home, which gives their
+    /// grants back to the bucket (a grant coming later is dropped here).
+    unanswered: Vec<u64>,
+    next_regular_ns: u64,
+    early_wanted: bool,
+    early_sent: u32,
+    /// A check found no tokens since the last report: the region is short, so it keeps its
+    /// older slices to spend rather than give them back.
+    short: bool,
+    last_granted: u64,
+    limit: u64,
+    reset_at_ms: u64,
+}
+
+impl Entry {
+    fn tokens(&self) -> u64 {
+        self.slices.iter().map(|s| s.tokens).sum()
+    }
+
+    fn expire(&mut self, now: u64) {
+        while self.slices.front().is_some_and(|s| s.until_ns <= now) {
+            if let Some(s) = self.slices.pop_front() {
+                self.give_back(s);
+            }
+        }
+    }
+
+    fn give_back(&mut self, s: Slice) {
+        if s.tokens > 0 {
+            self.back.push(SliceBack {
+                tokens: s.tokens,
+                mark: s.mark,
+            });
+        }
+    }
+
+    fn in_fallback(&self, now: u64, allowance_ns: u64) -> bool {
+        if self.allowance_until == 0 {
+            now >= self.first_ns.saturating_add(allowance_ns)
+        } else {
+            now >= self.allowance_until
+        }
+    }
+}
+
+/// Charges `cost` to a fallback bucket as far as it admits (no debt): it must count what the
+/// region admitted on its slices, but those were paid for at the home, so they never make
+/// the fallback owe beyond its own window.
+fn charge(state: &mut BucketState, rule: &Rule, now: u64, cost: u64) {
+    let left = state.decide(rule, now, 0).remaining;
+    let n = cost.min(left);
+    if n > 0 {
+        state.decide(rule, now, n);
+    }
+}
+
+/// The shared buckets a region's owner holds allowances of. Bounded: at most `max` buckets
+/// (a check of a new one beyond is denied: never over the limit).
+#[derive(Debug)]
+pub struct Allowances {
+    settings: RegionSettings,
+    entries: Mutex<HashMap<u64, Entry>>,
+    max: usize,
+    seq: Mutex<u64>,
+    /// Woken when a bucket wants an early report.
+    pub wake: tokio::sync::Notify,
+}
+
+/// What the region holds and asks, summed over its buckets (for `/v1/cluster`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HeldTotals {
+    pub buckets: u64,
+    pub tokens: u64,
+    pub fallback: u64,
+}
+
+impl Allowances {
+    pub fn new(settings: RegionSettings, max: usize) -> Self {
+        Self {
+            settings,
+            entries: Mutex::default(),
+            max,
+            seq: Mutex::new(0),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &RegionSettings {
+        &self.settings
+    }
+
+    /// Buckets held here.
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tokens held in slices, buckets held, and buckets deciding on their fallback.
+    pub fn totals(&self, now: u64) -> HeldTotals {
+        let a = self.settings.allowance_ns();
+        let entries = self.entries.lock();
+        HeldTotals {
+            buckets: entries.len() as u64,
+            tokens: entries.values().map(Entry::tokens).sum(),
+            fallback: entries.values().filter(|e| e.in_fallback(now, a)).count() as u64,
+        }
+    }
+
+    /// A check of `cost` of bucket `id` (rule `rule`, named by `key` in asks) at `now`.
+    pub fn check(
+        &self,
+        id: u64,
+        rule: &Rule,
+        policy: OnRegionUnreachable,
+        cost: u64,
+        now: u64,
+        key: impl FnOnce() -> (String, RuleRef),
+    ) -> Verdict {
+        let s = self.settings;
+        let allowance_ns = s.allowance_ns();
+        let mut entries = self.entries.lock();
+        if !entries.contains_key(&id) {
+            if entries.len() >= self.max {
+                let idle = s.interval_ns.saturating_mul(s.idle_intervals);
+                entries.retain(|_, e| {
+                    now.saturating_sub(e.last_check_ns) < idle || !e.slices.is_empty()
+                });
+                if entries.len() >= self.max {
+                    return Verdict::Full;
+                }
+            }
+            let (k, r) = key();
+            let fb_rule = fallback_rule(rule, s.regions);
+            // Ahead of its first grant a region may admit one interval's equal part of the
+            // limit: a new key's first checks are not denied for a round trip to the home,
+            // and what they took is charged there with the first report.
+            let pace = u128::from(rule.limit) * u128::from(s.interval_ns)
+                / u128::from(rule.period_ns.max(1))
+                / s.regions as u128;
+            let advance = u64::try_from(pace)
+                .unwrap_or(u64::MAX)
+                .max(1)
+                .min(fb_rule.limit);
+            entries.insert(
+                id,
+                Entry {
+                    key: k,
+                    rule_ref: r,
+                    rule: *rule,
+                    fb_rule,
+                    policy,
+                    slices: VecDeque::new(),
+                    back: Vec::new(),
+                    fallback: BucketState::fresh(&fb_rule),
+                    allowance_until: 0,
+                    first_ns: now,
+                    last_check_ns: now,
+                    asked: 0,
+                    since_ns: now,
+                    rate: 0.0,
+                    advance_left: advance,
+                    advance_spent: 0,
+                    asks: VecDeque::new(),
+                    unanswered: Vec::new(),
+                    next_regular_ns: now,
+                    early_wanted: true,
+                    early_sent: 0,
+                    short: false,
+                    last_granted: 0,
+                    limit: rule.limit,
+                    reset_at_ms: now / NANOS_PER_MS,
+                },
+            );
+        }
+        let Some(e) = entries.get_mut(&id) else {
+            return Verdict::Full;
+        };
+        if e.rule != *rule {
+            // The rule changed: the fallback follows it (its count is kept where it fits).
+            e.rule = *rule;
+            e.fb_rule = fallback_rule(rule, s.regions);
+            e.limit = rule.limit;
+        }
+        e.policy = policy;
+        e.last_check_ns = now;
+        e.asked = e.asked.saturating_add(cost);
+        e.expire(now);
+        let fb_rule = e.fb_rule;
+        if let Some(slice) = e.slices.iter_mut().find(|sl| sl.tokens >= cost) {
+            slice.tokens -= cost;
+            charge(&mut e.fallback, &fb_rule, now, cost);
+            let left = e.tokens();
+            if left.saturating_mul(2) < e.last_granted {
+                e.early_wanted = true;
+            }
+            return Verdict::Allowed {
+                remaining: left,
+                limit: e.limit,
+                reset_at_ms: e.reset_at_ms,
+            };
+        }
+        if e.in_fallback(now, allowance_ns) {
+            return match e.policy {
+                OnRegionUnreachable::Share => {
+                    Verdict::Fallback(e.fallback.decide(&fb_rule, now, cost), fb_rule)
+                }
+                OnRegionUnreachable::Open => Verdict::Open,
+            };
+        }
+        if e.allowance_until == 0 && e.advance_left >= cost {
+            e.advance_left -= cost;
+            e.advance_spent = e.advance_spent.saturating_add(cost);
+            charge(&mut e.fallback, &fb_rule, now, cost);
+            return Verdict::Allowed {
+                remaining: e.advance_left,
+                limit: e.limit,
+                reset_at_ms: e.reset_at_ms,
+            };
+        }
+        e.short = e.short || cost > 0;
+        let want_early = cost > 0 && !e.early_wanted;
+        e.early_wanted = e.early_wanted || cost > 0;
+        let retry = e.next_regular_ns.saturating_sub(now).max(NANOS_PER_MS);
+        let v = Verdict::Denied {
+            limit: e.limit,
+            reset_at_ms: e.reset_at_ms,
+            retry_after_ns: retry,
+        };
+        drop(entries);
+        if want_early {
+            self.wake.notify_one();
+        }
+        v
+    }
+
+    /// The reports due at `now`: every bucket's regular one each interval, early ones for
+    /// buckets whose slices ran out (at most [`RegionSettings::early_per_interval`] an
+    /// interval, none while one is on its way), and a last one for buckets gone idle (which
+    /// are dropped).
+    pub fn due(&self, now: u64) -> Vec<Due> {
+        let s = self.settings;
+        let idle = s.interval_ns.saturating_mul(s.idle_intervals);
+        let mut out = Vec::new();
+        let mut entries = self.entries.lock();
+        let mut gone = Vec::new();
+        for (&id, e) in entries.iter_mut() {
+            e.expire(now);
+            // An ask unanswered for an interval is lost: what it gave back is lost with it
+            // (fewer admissions, never more); its grant, if it was the grant that was lost,
+            // the home gives back when told.
+            while let Some(&(seq, at)) = e.asks.front() {
+                if now.saturating_sub(at) < s.interval_ns {
+                    break;
+                }
+                e.asks.pop_front();
+                e.unanswered.push(seq);
+                if e.unanswered.len() > MOST_ASKS {
+                    e.unanswered.remove(0);
+                }
+            }
+            let regular = now >= e.next_regular_ns;
+            if regular {
+                e.early_sent = 0;
+            }
+            let leaving = now.saturating_sub(e.last_check_ns) >= idle && e.asks.is_empty();
+            let early = e.early_wanted && e.asks.is_empty() && e.early_sent < s.early_per_interval;
+            if !(regular || early || leaving) {
+                continue;
+            }
+            // The demand over the last interval: an early report's few milliseconds are
+            // completed with the rate last told, so that one check more or less does not
+            // swing the region's share.
+            let elapsed = now.saturating_sub(e.since_ns).max(1) as f64;
+            let span = s.interval_ns as f64;
+            let rate = if elapsed >= span {
+                e.asked as f64 / elapsed
+            } else {
+                (e.asked as f64 + e.rate * (span - elapsed)) / span
+            };
+            e.rate = rate;
+            let demand_milli = (rate * 1e12) as u64;
+            e.asked = 0;
+            e.since_ns = now;
+            // At a regular report of a region that was never short, all slices of a window
+            // but the newest go back (the newest is spent until the grant comes): they were
+            // more than it needed. A region short of tokens keeps them, and an early report is
+            // the region running low. A token bucket's are kept (a return loses the refill
+            // since the grant) and told as `held`, which the home grants less by.
+            let windowed = matches!(
+                e.rule.algorithm,
+                Algorithm::FixedWindow | Algorithm::SlidingWindow
+            );
+            let keep = if leaving {
+                0
+            } else if regular && !e.short && windowed {
+                1
+            } else {
+                MOST_SLICES
+            };
+            if regular {
+                e.short = false;
+            }
+            while e.slices.len() > keep {
+                if let Some(sl) = e.slices.pop_front() {
+                    e.give_back(sl);
+                }
+            }
+            let seq = {
+                let mut q = self.seq.lock();
+                *q += 1;
+                *q
+            };
+            e.asks.push_back((seq, now));
+            while e.asks.len() > MOST_ASKS {
+                e.asks.pop_front();
+            }
+            if regular {
+                e.next_regular_ns = now.saturating_add(s.interval_ns);
+            } else if !leaving {
+                e.early_sent += 1;
+            }
+            e.early_wanted = false;
+            out.push(Due {
+                id,
+                seq,
+                ask: RegionAsk {
+                    key: e.key.clone(),
+                    rule: e.rule_ref.clone(),
+                    demand_milli: if leaving { 0 } else { demand_milli },
+                    back: std::mem::take(&mut e.back),
+                    advance: std::mem::take(&mut e.advance_spent),
+                    early: !regular,
+                    leaving,
+                    held: if windowed { 0 } else { e.tokens() },
+                    unanswered: std::mem::take(&mut e.unanswered),
+                },
+            });
+            if leaving {
+                gone.push(id);
+            }
+        }
+        for id in gone {
+            entries.remove(&id);
+        }
+        out
+    }
+
+    /// The home's answer to ask `seq` of bucket `id`, received at `now`. Returns a slice to
+    /// give back at once (the bucket was dropped meanwhile, or the ask is unknown: a grant
+    /// nobody will spend).
+    pub fn answered(&self, id: u64, seq: u64, grant: RegionGrant, now: u64) -> Option<SliceBack> {
+        let mut entries = self.entries.lock();
+        let Some(e) = entries.get_mut(&id) else {
+            return unspent(&grant);
+        };
+        let Some(pos) = e.asks.iter().position(|&(q, _)| q == seq) else {
+            // Given up as lost already: the home gives it back when told (or was told).
+            return None;
+        };
+        let (_, asked_at) = e.asks[pos];
+        e.asks.remove(pos);
+        if let RegionGrant::Granted {
+            tokens,
+            mark,
+            valid_ns,
+            allowance_ns,
+            limit,
+            reset_at_ms,
+        } = grant
+        {
+            // From the ask, which left before the home took the slice: it ends here no later
+            // than there, whatever the clocks' offsets.
+            let until = asked_at.saturating_add(valid_ns);
+            if tokens > 0 && until > now {
+                e.slices.push_back(Slice {
+                    tokens,
+                    until_ns: until,
+                    mark,
+                });
+            } else if tokens > 0 {
+                e.back.push(SliceBack { tokens, mark });
+            }
+            e.allowance_until = e
+                .allowance_until
+                .max(asked_at.saturating_add(allowance_ns.min(self.settings.allowance_ns())));
+            e.advance_left = 0;
+            e.last_granted = tokens;
+            e.limit = limit;
+            e.reset_at_ms = reset_at_ms;
+            while e.slices.len() > MOST_SLICES {
+                if let Some(sl) = e.slices.pop_front() {
+                    e.give_back(sl);
+                }
+            }
+        }
+        None
+    }
+
+    /// Forgets bucket `id` (reset by an operator: nothing to give back).
+    pub fn forget(&self, id: u64) {
+        self.entries.lock().remove(&id);
+    }
+
+    /// Whether bucket `id` decides on its fallback now.
+    pub fn in_fallback(&self, id: u64, now: u64) -> bool {
+        let a = self.settings.allowance_ns();
+        self.entries
+            .lock()
+            .get(&id)
+            .is_some_and(|e| e.in_fallback(now, a))
+    }
+
+    /// When bucket `id`'s allowance ends (None: not held, or never granted).
+    pub fn allowance_until(&self, id: u64) -> Option<u64> {
+        self.entries
+            .lock()
+            .get(&id)
+            .map(|e| e.allowance_until)
+            .filter(|&u| u > 0)
+    }
+}
+
+fn unspent(grant: &RegionGrant) -> Option<SliceBack> {
+    match grant {
+        RegionGrant::Granted { tokens, mark, .. } if *tokens > 0 => Some(SliceBack {
+            tokens: *tokens,
+            mark: *mark,
+        }),
+        _ => None,
+    }
+}

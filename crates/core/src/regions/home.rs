@@ -1,0 +1,508 @@
+//! The home's side: for each shared bucket whose home is this region (and whose owner in it
+//! is this node), the real bucket's allocator. Every ask of a region gives back its unspent
+//! slices, reports its demand and is granted a new slice, taken from the real bucket at once
+//! (so the sum of everything the regions admit never exceeds it); a region that stopped
+//! asking gets a reservation of what its fallback may admit.
+
+use super::fair::{budget, need, split_with_room, want};
+use super::{RegionSettings, fallback_rule};
+use crate::clock::NANOS_PER_MS;
+use crate::lease::valid_ns;
+use crate::limiter::fixed_window::window_end;
+use crate::limiter::{BucketState, Decision, Rule};
+use ringlimit_proto::Algorithm;
+use ringlimit_proto::peer::Mark;
+use ringlimit_proto::region::{RegionAsk, RegionGrant};
+use std::collections::{HashMap, VecDeque};
+
+/// The real bucket, as the home's store holds it: decided and refunded in place.
+pub trait RealBucket {
+    /// A check of `cost` at `now` (0: a look that changes nothing).
+    fn decide(&mut self, now: u64, cost: u64) -> Decision;
+    /// Gives back `cost` admitted under `mark`.
+    fn refund(&mut self, cost: u64, mark: Mark, now: u64);
+    /// Takes `cost` whatever the bucket admits (what it cannot is owed).
+    fn charge(&mut self, now: u64, cost: u64);
+    /// What the bucket owes at `now`.
+    fn owed(&mut self, now: u64) -> u64;
+}
+
+/// A [`RealBucket`] over a state and its rule.
+#[derive(Debug)]
+pub struct Owned<'a> {
+    pub state: &'a mut BucketState,
+    pub rule: &'a Rule,
+}
+
+impl RealBucket for Owned<'_> {
+    fn decide(&mut self, now: u64, cost: u64) -> Decision {
+        self.state.decide(self.rule, now, cost)
+    }
+    fn refund(&mut self, cost: u64, mark: Mark, now: u64) {
+        self.state.refund(self.rule, cost, mark, now);
+    }
+    fn charge(&mut self, now: u64, cost: u64) {
+        self.state.charge(self.rule, now, cost);
+    }
+    fn owed(&mut self, now: u64) -> u64 {
+        self.state.owed(self.rule, now)
+    }
+}
+
+/// A region that stopped renewing: reserved for while it may be deciding on its fallback.
+#[derive(Debug, Clone, Copy, Default)]
+struct Away {
+    /// The window (its `reset_ns`) last reserved for.
+    window: u64,
+    /// A token bucket's refill reserved up to then, and the fraction carried.
+    refill_at: u64,
+    carry: f64,
+}
+
+/// One region's place at one bucket.
+#[derive(Debug, Clone, Default)]
+struct Seat {
+    demand_per_s: f64,
+    /// When its allowance was last renewed (home clock).
+    granted_at: Option<u64>,
+    early: bool,
+    /// Its last slice: size, window (`reset_ns`) and end, for the pool.
+    last_tokens: u64,
+    last_reset: u64,
+    last_until: u64,
+    /// What it was granted in the window `window` closes.
+    window: u64,
+    window_granted: u64,
+    carry: f64,
+    away: Option<Away>,
+    /// Said it stops holding the bucket: nothing to reserve.
+    left: bool,
+    /// What it held of a token bucket, told at its last ask.
+    held: u64,
+    /// Its last grants (ask's seq, tokens, mark): given back if it says the grant never came.
+    recent: VecDeque<(u64, u64, Mark)>,
+}
+
+#[derive(Debug)]
+struct Table {
+    rule: Rule,
+    seats: Vec<Seat>,
+    touched_ns: u64,
+}
+
+/// What a region holds of the buckets allocated here (for `/v1/cluster`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SeatTotals {
+    /// Tokens of its live slices (as granted).
+    pub allowance: u64,
+    /// Its reported demand, per second.
+    pub demand_per_s: f64,
+    /// Buckets it is reserved for (its allowance expired without renewal).
+    pub away: u64,
+}
+
+/// The home's allocation tables, one per shared bucket homed here. Bounded: at most
+/// `max_buckets` tables (an ask beyond is refused with `region_limit`); a table nobody asked
+/// of for ten allowances is forgotten.
+#[derive(Debug)]
+pub struct Allocator {
+    settings: RegionSettings,
+    tables: HashMap<u64, Table>,
+    /// The region links the node sees down: reserved for at every bucket, granted or not.
+    down: Vec<bool>,
+    max_buckets: usize,
+    /// Tokens moved to regions (granted), per region, since start.
+    moved: Vec<u64>,
+}
+
+impl Allocator {
+    pub fn new(settings: RegionSettings, max_buckets: usize) -> Self {
+        let n = settings.regions;
+        Self {
+            settings,
+            tables: HashMap::new(),
+            down: vec![false; n],
+            max_buckets,
+            moved: vec![0; n],
+        }
+    }
+
+    pub fn settings(&self) -> &RegionSettings {
+        &self.settings
+    }
+
+    /// Buckets allocated here.
+    pub fn buckets(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// Ids of the buckets allocated here (to [`Allocator::tick`] each).
+    pub fn ids(&self) -> Vec<u64> {
+        self.tables.keys().copied().collect()
+    }
+
+    /// Tokens granted to `region` since start.
+    pub fn moved(&self, region: usize) -> u64 {
+        self.moved.get(region).copied().unwrap_or(0)
+    }
+
+    /// The link to `region` is down (or up again): while down, every bucket reserves for it.
+    pub fn set_down(&mut self, region: usize, down: bool) {
+        if let Some(d) = self.down.get_mut(region) {
+            *d = down;
+        }
+    }
+
+    /// Per region: what it holds of the buckets allocated here, its demand.
+    pub fn totals(&self, now: u64) -> Vec<SeatTotals> {
+        let mut out = vec![SeatTotals::default(); self.settings.regions];
+        for t in self.tables.values() {
+            for (i, s) in t.seats.iter().enumerate() {
+                if s.last_until > now {
+                    out[i].allowance += s.last_tokens;
+                }
+                if s.away.is_some() {
+                    out[i].away += 1;
+                } else if s.granted_at.is_some() && !s.left {
+                    out[i].demand_per_s += s.demand_per_s;
+                }
+            }
+        }
+        out
+    }
+
+    /// Region `region`'s ask `seq` of bucket `id` under `rule` at `now`, against the real
+    /// bucket: its returns, lost grants and advance are settled, reservations for regions that
+    /// stopped renewing taken, then its slice granted.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ask(
+        &mut self,
+        id: u64,
+        rule: &Rule,
+        region: usize,
+        seq: u64,
+        ask: &RegionAsk,
+        now: u64,
+        real: &mut impl RealBucket,
+    ) -> RegionGrant {
+        let n = self.settings.regions;
+        if region >= n {
+            return error("unknown_region", "the asking region is not configured here");
+        }
+        if !self.tables.contains_key(&id) {
+            self.forget_idle(now);
+            if self.tables.len() >= self.max_buckets {
+                return error("region_limit", "too many shared buckets allocated here");
+            }
+        }
+        let table = self.tables.entry(id).or_insert_with(|| Table {
+            rule: *rule,
+            seats: vec![Seat::default(); n],
+            touched_ns: now,
+        });
+        table.rule = *rule;
+        table.touched_ns = now;
+        // What comes back of this window's slices no longer counts as granted in it (the
+        // reservation for a region that goes away is its share less what it was granted).
+        let wend = window_end(rule, now);
+        let this_window = |m: &Mark| m.reset_ns == wend || m.reset_ns == wend + rule.period_ns;
+        let mut returned = 0u64;
+        for b in &ask.back {
+            // A return larger than a whole bucket is not one this home granted.
+            let tokens = b.tokens.min(rule.capacity());
+            real.refund(tokens, b.mark, now);
+            if this_window(&b.mark) {
+                returned = returned.saturating_add(tokens);
+            }
+        }
+        if ask.advance > 0 {
+            real.charge(now, ask.advance.min(rule.capacity()));
+        }
+        {
+            let seat = &mut table.seats[region];
+            // A grant lost while the region was reserved for is part of that reservation
+            // (its fallback was charged with no slice of it): not given back.
+            let reserved = seat.away.is_some();
+            for lost in ask.unanswered.iter().filter(|_| !reserved) {
+                if let Some(pos) = seat.recent.iter().position(|r| r.0 == *lost)
+                    && let Some((_, tokens, mark)) = seat.recent.remove(pos)
+                {
+                    real.refund(tokens, mark, now);
+                    if this_window(&mark) {
+                        returned = returned.saturating_add(tokens);
+                    }
+                }
+            }
+            if seat.window == wend {
+                seat.window_granted = seat.window_granted.saturating_sub(returned);
+            }
+            seat.away = None;
+            seat.left = ask.leaving;
+        }
+        reserve(&self.settings, &self.down, table, now, real, Some(region));
+        let settings = &self.settings;
+        let seat_demand = ask.demand_milli as f64 / 1000.0;
+        if ask.leaving {
+            let seat = &mut table.seats[region];
+            *seat = Seat {
+                left: true,
+                ..Seat::default()
+            };
+            let peek = real.decide(now, 0);
+            return granted(settings, rule, 0, peek, now);
+        }
+        let peek = real.decide(now, 0);
+        let mut pool = peek.remaining;
+        let mut wants = vec![0.0; n];
+        let mut needs = vec![0.0; n];
+        let windowed = matches!(
+            rule.algorithm,
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+        );
+        // Windows are named by their end (a peek's `reset_ns` of a sliding window depends on
+        // its counts).
+        let rest = wend.saturating_sub(now);
+        // A window's slice ends with it: in its last interval a region wants only what it can
+        // spend before then, and what it could not stays for the regions that ask later.
+        let horizon = if windowed {
+            rest.min(settings.interval_ns)
+        } else {
+            settings.interval_ns
+        };
+        for (i, s) in table.seats.iter().enumerate() {
+            // A region keeping a token bucket's slices wants what it holds less: what it
+            // holds was taken for it already.
+            if i == region {
+                let held = ask.held.min(rule.capacity()) as f64;
+                wants[i] = (want(seat_demand, horizon) - held).max(0.0);
+                needs[i] = (need(seat_demand, horizon) - held).max(0.0);
+                continue;
+            }
+            // A window's pool counts the other regions' slices of this interval, so that
+            // every region's share is of the same figure whichever asks first. A token
+            // bucket's is what it holds: its budget is its refill, taken as it comes.
+            let recent = s
+                .granted_at
+                .is_some_and(|at| now.saturating_sub(at) < settings.interval_ns);
+            if windowed && recent && s.last_reset == wend && s.away.is_none() && !s.left {
+                pool = pool.saturating_add(s.last_tokens);
+            }
+            if s.away.is_none() && !s.left && s.granted_at.is_some() {
+                wants[i] = (want(s.demand_per_s, horizon) - s.held as f64).max(0.0);
+                needs[i] = (need(s.demand_per_s, horizon) - s.held as f64).max(0.0);
+            }
+        }
+        let b = budget(rule, pool, rest, settings.interval_ns);
+        let shares = split_with_room(b, &needs, &wants);
+        let seat = &mut table.seats[region];
+        // A regular report after a regular one is granted a whole interval's share; an early
+        // one (and the next after it) the share of the time since the last grant, so that
+        // asking early moves a region's slices earlier, never makes them larger.
+        let factor = match seat.granted_at {
+            Some(at) if ask.early || seat.early => {
+                (now.saturating_sub(at) as f64 / settings.interval_ns.max(1) as f64).min(1.0)
+            }
+            _ => 1.0,
+        };
+        // What the bucket could not give now (it held less than the share) is owed at the
+        // next ask, up to a share: a token bucket refills between asks.
+        let share = shares[region] * factor;
+        let exact = share + seat.carry;
+        // Regions ask a token bucket at different times, so at any one ask it holds only
+        // part of an interval's refill: a slice may borrow up to one interval's refill ahead
+        // (the bucket owes it, and repays it by time), so that a region asking after another
+        // is not short of its share. Over any span the regions then admit at most the
+        // bucket's burst and refill plus one interval's refill.
+        let ahead = if windowed {
+            0
+        } else {
+            let refill = u128::from(rule.limit) * u128::from(settings.interval_ns)
+                / u128::from(rule.period_ns.max(1));
+            u64::try_from(refill)
+                .unwrap_or(u64::MAX)
+                .saturating_sub(real.owed(now))
+        };
+        let room = peek.remaining.saturating_add(ahead);
+        let mut tokens = (exact.floor().max(0.0) as u64).min(room);
+        seat.carry = (exact - tokens as f64).clamp(0.0, share.max(0.999));
+        let mut d = peek;
+        if tokens > peek.remaining {
+            real.charge(now, tokens);
+            d = real.decide(now, 0);
+        } else if tokens > 0 {
+            d = real.decide(now, tokens);
+            if !d.allowed {
+                tokens = 0;
+                d = peek;
+            }
+        }
+        seat.demand_per_s = seat_demand;
+        seat.held = if windowed {
+            0
+        } else {
+            ask.held.min(rule.capacity())
+        };
+        seat.granted_at = Some(now);
+        seat.early = ask.early;
+        let g = granted(settings, rule, tokens, d, now);
+        if let RegionGrant::Granted { valid_ns, .. } = &g {
+            seat.last_tokens = tokens;
+            seat.last_reset = wend;
+            seat.last_until = now.saturating_add(*valid_ns);
+        }
+        if tokens > 0 {
+            seat.recent.push_back((seq, tokens, mark_of(d, now)));
+            while seat.recent.len() > super::holder::MOST_ASKS {
+                seat.recent.pop_front();
+            }
+        }
+        if seat.window == wend {
+            seat.window_granted = seat.window_granted.saturating_add(tokens);
+        } else {
+            seat.window = wend;
+            seat.window_granted = tokens;
+        }
+        self.moved[region] = self.moved[region].saturating_add(tokens);
+        g
+    }
+
+    /// Takes the reservations due at bucket `id` at `now` (regions whose allowance expired
+    /// without renewal, a new window or a token bucket's refill for those away). Called every
+    /// interval for every bucket, and at every ask.
+    pub fn tick(&mut self, id: u64, now: u64, real: &mut impl RealBucket) {
+        if let Some(t) = self.tables.get_mut(&id) {
+            reserve(&self.settings, &self.down, t, now, real, None);
+        }
+    }
+
+    /// The rule of bucket `id` as last asked (for a tick, which has no ask).
+    pub fn rule(&self, id: u64) -> Option<Rule> {
+        self.tables.get(&id).map(|t| t.rule)
+    }
+
+    /// Forgets bucket `id` (reset by an operator).
+    pub fn forget(&mut self, id: u64) {
+        self.tables.remove(&id);
+    }
+
+    fn forget_idle(&mut self, now: u64) {
+        let idle = self.settings.allowance_ns().saturating_mul(10);
+        self.tables
+            .retain(|_, t| now.saturating_sub(t.touched_ns) < idle);
+    }
+}
+
+fn error(code: &str, message: &str) -> RegionGrant {
+    RegionGrant::Error {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+fn mark_of(d: Decision, now: u64) -> Mark {
+    Mark {
+        reset_ns: d.reset_ns,
+        at_ns: now,
+    }
+}
+
+fn granted(
+    settings: &RegionSettings,
+    rule: &Rule,
+    tokens: u64,
+    d: Decision,
+    now: u64,
+) -> RegionGrant {
+    let mark = mark_of(d, now);
+    let allowance_ns = settings.allowance_ns();
+    let valid = match rule.algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+            valid_ns(rule.algorithm, rule.period_ns, mark, now).min(allowance_ns)
+        }
+        _ => allowance_ns,
+    };
+    RegionGrant::Granted {
+        tokens,
+        mark,
+        valid_ns: valid,
+        allowance_ns,
+        limit: rule.limit,
+        reset_at_ms: d.reset_ns / NANOS_PER_MS,
+    }
+}
+
+/// Takes what `n` would have admitted from `real`, at most what it has left.
+fn take(real: &mut impl RealBucket, now: u64, n: u64) {
+    let left = real.decide(now, 0).remaining;
+    let n = n.min(left);
+    if n > 0 {
+        real.decide(now, n);
+    }
+}
+
+/// The reservations of `table` due at `now`. A region is taken to be away (maybe deciding on
+/// its fallback) once half an interval before its allowance, counted from the grant, runs
+/// out: it counted it from its ask, earlier, so it never falls back before the home reserves
+/// for it (but for a grant that came back later than half an interval), and a reservation
+/// for a region still deciding on its slices only denies more.
+fn reserve(
+    settings: &RegionSettings,
+    down: &[bool],
+    table: &mut Table,
+    now: u64,
+    real: &mut impl RealBucket,
+    asking: Option<usize>,
+) {
+    let rule = table.rule;
+    let fb = fallback_rule(&rule, settings.regions);
+    let expiry = settings
+        .allowance_ns()
+        .saturating_sub(settings.interval_ns / 2);
+    for (i, seat) in table.seats.iter_mut().enumerate() {
+        if Some(i) == asking || seat.left {
+            continue;
+        }
+        let expired = seat
+            .granted_at
+            .is_some_and(|at| now >= at.saturating_add(expiry));
+        let is_down = down.get(i).copied().unwrap_or(false);
+        if seat.away.is_none() && !(expired || is_down) {
+            continue;
+        }
+        let wend = window_end(&rule, now);
+        match seat.away.as_mut() {
+            None => {
+                // Its fallback bucket is charged with what it admitted on slices, so in this
+                // window it may admit its share less what it was granted in it.
+                let want = match rule.algorithm {
+                    Algorithm::TokenBucket | Algorithm::LeakyBucket => fb.burst,
+                    _ if seat.window == wend => fb.limit.saturating_sub(seat.window_granted),
+                    _ => fb.limit,
+                };
+                take(real, now, want);
+                seat.away = Some(Away {
+                    window: wend,
+                    refill_at: now,
+                    carry: 0.0,
+                });
+                seat.last_tokens = 0;
+            }
+            Some(away) => match rule.algorithm {
+                Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                    let x = now.saturating_sub(away.refill_at) as f64 * fb.limit as f64
+                        / fb.period_ns.max(1) as f64
+                        + away.carry;
+                    let n = x.floor().max(0.0) as u64;
+                    away.carry = (x - n as f64).clamp(0.0, 0.999);
+                    away.refill_at = now;
+                    take(real, now, n);
+                }
+                _ if away.window != wend => {
+                    take(real, now, fb.limit);
+                    away.window = wend;
+                }
+                _ => {}
+            },
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Both sides with a manual clock: allowances, fallback, reservations, lost grants.
+
+use super::*;
+use crate::limiter::BucketState;
+use crate::limiter::test_support::{MS, SEC, T0, rule};
+use ringlimit_proto::region::RegionGrant;
+use ringlimit_proto::{Algorithm, RuleRef};
+
+const ID: u64 = 7;
+
+fn key() -> (String, RuleRef) {
+    ("k".to_owned(), RuleRef::Named("shared".to_owned()))
+}
+
+fn setup() -> (RegionSettings, Rule, Allowances, Allocator, BucketState) {
+    let s = RegionSettings::new(SEC, 3);
+    let r = rule(Algorithm::FixedWindow, 900, 60_000, 900);
+    (
+        s,
+        r,
+        Allowances::new(s, 10),
+        Allocator::new(s, 10),
+        BucketState::fresh(&r),
+    )
+}
+
+/// Sends what `side` has due to the home at `now` and hands the grants back at `now`.
+fn exchange(side: &Allowances, home: &mut Allocator, real: &mut BucketState, r: &Rule, now: u64) {
+    for d in side.due(now) {
+        let g = home.ask(
+            d.id,
+            r,
+            1,
+            d.seq,
+            &d.ask,
+            now,
+            &mut Owned {
+                state: real,
+                rule: r,
+            },
+        );
+        assert_eq!(side.answered(d.id, d.seq, g, now), None);
+    }
+}
+
+#[test]
+fn a_new_bucket_admits_its_advance_then_decides_on_its_slices() {
+    let (_, r, side, mut home, mut real) = setup();
+    let t = T0;
+    // One interval's equal part (900/60/3 = 5) ahead of the first grant.
+    for _ in 0..5 {
+        assert!(
+            side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key)
+                .allowed()
+        );
+    }
+    let v = side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
+    assert!(matches!(v, Verdict::Denied { .. }), "{v:?}");
+    exchange(&side, &mut home, &mut real, &r, t + MS);
+    // The advance was charged at the home, and a slice came.
+    let left = real.decide(&r, t + MS, 0).remaining;
+    assert!(left < 900 - 5, "{left}");
+    let v = side.check(ID, &r, OnRegionUnreachable::Share, 1, t + 2 * MS, key);
+    assert!(v.allowed() && !v.degraded(), "{v:?}");
+}
+
+#[test]
+fn a_region_falls_back_only_when_its_allowance_expires() {
+    let (s, r, side, mut home, mut real) = setup();
+    let t = T0;
+    side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
+    exchange(&side, &mut home, &mut real, &r, t);
+    let until = side.allowance_until(ID).expect("granted");
+    assert_eq!(until, t + s.allowance_ns());
+    // No more grants: denied (not degraded) while the allowance lasts, then the fallback.
+    let mut now = t + MS;
+    while now < until {
+        let v = side.check(ID, &r, OnRegionUnreachable::Share, 1, now, key);
+        assert!(!v.degraded(), "degraded at {} ms", (now - t) / MS);
+        side.due(now);
+        now += 100 * MS;
+    }
+    let v = side.check(ID, &r, OnRegionUnreachable::Share, 1, until, key);
+    assert!(v.degraded() && v.allowed(), "{v:?}");
+    // The fallback is a third of the limit, less what the region admitted on its slices.
+    let mut admitted = 0;
+    while side
+        .check(ID, &r, OnRegionUnreachable::Share, 1, until, key)
+        .allowed()
+    {
+        admitted += 1;
+        assert!(admitted <= 300);
+    }
+    assert!(admitted < 300, "{admitted}");
+    // `open` admits.
+    let v = side.check(ID, &r, OnRegionUnreachable::Open, 1, until, key);
+    assert_eq!(v, Verdict::Open);
+}
+
+#[test]
+fn the_home_reserves_a_fallback_share_for_a_region_that_stopped_renewing() {
+    let (s, r, side, mut home, mut real) = setup();
+    let t = T0 - T0 % (60 * SEC);
+    side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
+    exchange(&side, &mut home, &mut real, &r, t);
+    let before = real.decide(&r, t, 0).remaining;
+    // Half an interval before its allowance ends, the home takes its share less its grants.
+    let at = t + s.allowance_ns() - s.interval_ns / 2;
+    home.tick(
+        ID,
+        at - MS,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    assert_eq!(real.decide(&r, at, 0).remaining, before);
+    home.tick(
+        ID,
+        at,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    let after = real.decide(&r, at, 0).remaining;
+    let granted = home.moved(1);
+    assert_eq!(before - after, 300 - granted);
+    assert_eq!(home.totals(at)[1].away, 1);
+    // Every new window, a whole share.
+    let next = t + 60 * SEC;
+    home.tick(
+        ID,
+        next,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    assert_eq!(real.decide(&r, next, 0).remaining, 600);
+}
+
+#[test]
+fn a_lost_grant_is_given_back_when_the_region_says_so() {
+    let (s, r, side, mut home, mut real) = setup();
+    let t = T0;
+    side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
+    let due = side.due(t);
+    let d = &due[0];
+    let g = home.ask(
+        d.id,
+        &r,
+        1,
+        d.seq,
+        &d.ask,
+        t,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    let RegionGrant::Granted { tokens, .. } = g else {
+        panic!("{g:?}");
+    };
+    assert!(tokens > 0);
+    let left = real.decide(&r, t, 0).remaining;
+    // The grant never arrives; a late copy is dropped once given up.
+    let later = t + s.interval_ns;
+    let next = side.due(later);
+    assert_eq!(next[0].ask.unanswered, vec![d.seq]);
+    assert_eq!(side.answered(ID, d.seq, g, later), None);
+    let n = &next[0];
+    home.ask(
+        n.id,
+        &r,
+        1,
+        n.seq,
+        &n.ask,
+        later,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    // Given back, then the new slice taken.
+    let RegionGrant::Granted { .. } = home.ask(
+        n.id,
+        &r,
+        1,
+        n.seq + 100,
+        &n.ask,
+        later,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    ) else {
+        panic!("refused");
+    };
+    assert!(real.decide(&r, later, 0).remaining <= left + tokens);
+}
+
+#[test]
+fn bad_asks_never_change_a_bucket() {
+    let (_, r, _, mut home, mut real) = setup();
+    let ask = ringlimit_proto::region::RegionAsk {
+        key: "k".to_owned(),
+        rule: RuleRef::Named("shared".to_owned()),
+        demand_milli: u64::MAX,
+        back: vec![],
+        advance: 0,
+        early: false,
+        leaving: false,
+        held: u64::MAX,
+        unanswered: vec![1, 2, 3],
+    };
+    let g = home.ask(
+        ID,
+        &r,
+        9,
+        1,
+        &ask,
+        T0,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    assert!(matches!(g, RegionGrant::Error { .. }));
+    assert_eq!(real.decide(&r, T0, 0).remaining, 900);
+    // A huge demand gets at most the budget.
+    let g = home.ask(
+        ID,
+        &r,
+        1,
+        1,
+        &ask,
+        T0,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    let RegionGrant::Granted { tokens, .. } = g else {
+        panic!("{g:?}");
+    };
+    assert!(tokens <= 900);
+}

@@ -1,0 +1,230 @@
+//! The exchange task: every interval (and when a bucket runs low) the reports due, grouped by
+//! their buckets' home regions, go to the home: ours at once, another over its region link
+//! (one `RegionAsks` frame per region an exchange), and the grants come back to the
+//! allowances. A link is dialled (its name resolved again) whenever it is down; every
+//! exchange is bounded by one interval.
+
+use super::{LinkState, Regions};
+use crate::local::Local;
+use ringlimit_core::link::dial::Dial;
+use ringlimit_core::link::framing::{self, FramedPeer};
+use ringlimit_core::regions::Due;
+use ringlimit_proto::auth::Role;
+use ringlimit_proto::handshake::ClientHandshake;
+use ringlimit_proto::peer::Frame;
+use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Batches waiting for one region's link (a slow link drops what is beyond: those asks are
+/// given up as unanswered, which is never more admissions).
+const QUEUE: usize = 4;
+
+/// Starts the exchange task and one link task per other region in `tasks` (the node's),
+/// dialling with `dialer` (the peer links': TCP, inside TLS under `--peer-tls-*`).
+pub fn spawn(
+    regions: Arc<Regions>,
+    local: Arc<Local>,
+    node_id: String,
+    dialer: Arc<dyn Dial>,
+    tasks: &mut JoinSet<()>,
+) {
+    let mut senders = Vec::new();
+    for i in 1..regions.links.len() {
+        let (tx, rx) = mpsc::channel::<Vec<Due>>(QUEUE);
+        senders.push(tx);
+        let link = link(
+            regions.clone(),
+            local.clone(),
+            i,
+            (node_id.clone(), dialer.clone()),
+            rx,
+        );
+        tasks.spawn(link);
+    }
+    tasks.spawn(exchange(regions, local, senders));
+}
+
+async fn exchange(regions: Arc<Regions>, local: Arc<Local>, senders: Vec<mpsc::Sender<Vec<Due>>>) {
+    let interval = Duration::from_nanos(regions.settings().interval_ns);
+    let step = (interval / 10).max(Duration::from_millis(5));
+    let mut last_tick = Instant::now();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(step) => {}
+            () = regions.held.wake.notified() => {}
+        }
+        let now = local.now();
+        if last_tick.elapsed() >= interval {
+            last_tick = Instant::now();
+            regions.tick(&local, now);
+            // Every link is exercised each interval, reports or not: its state and round
+            // trip stay current, and a region learns that it can reach its homes.
+            for tx in &senders {
+                let _ = tx.try_send(Vec::new());
+            }
+        }
+        let due = regions.held.due(now);
+        if due.is_empty() {
+            continue;
+        }
+        let demand: u64 = due
+            .iter()
+            .filter(|d| !d.ask.early)
+            .map(|d| d.ask.demand_milli)
+            .sum();
+        if due.iter().any(|d| !d.ask.early) {
+            regions.told(demand);
+        }
+        let mut by_home: Vec<Vec<Due>> = (0..regions.links.len()).map(|_| Vec::new()).collect();
+        for d in due {
+            by_home[regions.home_of(d.id)].push(d);
+        }
+        for (i, batch) in by_home.into_iter().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            if i == 0 {
+                for d in batch {
+                    // This node decided the bucket's checks: it owns it in this region.
+                    let g = regions.grant(&local, 0, d.seq, d.ask, now, &|_| true);
+                    regions.held.answered(d.id, d.seq, g, local.now());
+                }
+                continue;
+            }
+            if let Some(tx) = senders.get(i - 1)
+                && tx.try_send(batch).is_err()
+            {
+                regions.links[i]
+                    .failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Region `i`'s link: dials it when down, sends each batch, hands the grants back.
+async fn link(
+    regions: Arc<Regions>,
+    local: Arc<Local>,
+    i: usize,
+    (node_id, dialer): (String, Arc<dyn Dial>),
+    mut rx: mpsc::Receiver<Vec<Due>>,
+) {
+    let within = Duration::from_nanos(regions.settings().interval_ns);
+    let mut conn: Option<FramedPeer> = None;
+    let me = format!("{}/{node_id}", regions.name());
+    while let Some(batch) = rx.recv().await {
+        let l = &regions.links[i];
+        if conn.is_none() {
+            let dialled = dial(&*dialer, &l.addr, &me, regions.secret());
+            match tokio::time::timeout(within, dialled).await {
+                Ok(Ok(c)) => conn = Some(c),
+                Ok(Err(reason)) => {
+                    down(&regions, i, &reason);
+                    continue;
+                }
+                Err(_) => {
+                    down(&regions, i, "no answer in time");
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let ids: Vec<(u64, u64)> = batch.iter().map(|d| (d.seq, d.id)).collect();
+        let mut asks: Vec<RegionAskEntry> = batch
+            .into_iter()
+            .map(|d| RegionAskEntry {
+                seq: d.seq,
+                ask: d.ask,
+            })
+            .collect();
+        asks.truncate(MAX_ASKS_PER_FRAME);
+        let frame = Frame::RegionAsks {
+            region: regions.name().to_owned(),
+            asks,
+        };
+        let sent = Instant::now();
+        let answer = match framing::send(c, &frame).await {
+            Ok(_) => framing::recv(c, within).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match answer {
+            Ok(Frame::RegionGrants { grants }) => {
+                l.set_rtt(sent.elapsed());
+                l.set_state(LinkState::Up);
+                regions.home.lock().set_down(i, false);
+                l.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let now = local.now();
+                for g in grants {
+                    if let Some(&(_, id)) = ids.iter().find(|(seq, _)| *seq == g.seq) {
+                        regions.held.answered(id, g.seq, g.grant, now);
+                    }
+                }
+            }
+            Ok(Frame::Refused { reason }) => {
+                conn = None;
+                down(&regions, i, &reason);
+            }
+            Ok(other) => {
+                conn = None;
+                down(&regions, i, &format!("unexpected {} frame", other.kind()));
+            }
+            Err(reason) => {
+                conn = None;
+                down(&regions, i, &reason);
+            }
+        }
+    }
+}
+
+fn down(regions: &Regions, i: usize, reason: &str) {
+    let l = &regions.links[i];
+    l.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let was = l.state();
+    l.set_state(LinkState::Unreachable);
+    // A region this node cannot reach may be deciding on its fallback share of any bucket
+    // homed here, one it never had an allowance of included: reserve it everywhere.
+    regions.home.lock().set_down(i, true);
+    if was != LinkState::Unreachable || regions.log_gate.pass().is_some() {
+        tracing::warn!(region = %l.name, addr = %l.addr, %reason, "region link down");
+    }
+}
+
+/// Dials a region's entry node and opens a region link (its name resolved again now).
+async fn dial(
+    dialer: &dyn Dial,
+    addr: &str,
+    me: &str,
+    secret: Option<Arc<[u8]>>,
+) -> Result<FramedPeer, String> {
+    let io = dialer
+        .dial(addr)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let mut conn = framing::framed(io);
+    let within = Duration::from_secs(2);
+    let (mut hs, hello) = ClientHandshake::start_region(me, secret.as_deref(), rand::random());
+    framing::send(&mut conn, &hello)
+        .await
+        .map_err(|e| e.to_string())?;
+    let challenge = framing::recv(&mut conn, within)
+        .await
+        .map_err(|e| format!("no challenge: {e}"))?;
+    let proof = hs.on_challenge(challenge).map_err(|e| e.to_string())?;
+    framing::send(&mut conn, &proof)
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = hs.session_key();
+    let welcome = framing::recv(&mut conn, within)
+        .await
+        .map_err(|e| format!("no welcome: {e}"))?;
+    hs.on_welcome(welcome).map_err(|e| e.to_string())?;
+    if let Some(key) = key {
+        conn.codec_mut().seal(&key, Role::Client);
+    }
+    Ok(conn)
+}
