@@ -24,7 +24,8 @@
 //!
 //! # Compaction
 //! The log is folded into a new snapshot once it holds more bytes than the last snapshot
-//! (and at least [`LOG_FLOOR`]), after the feed overran or a write failed (the disk may then
+//! (and at least [`LOG_FLOOR`]) and [`COMPACT_EVERY`] has passed since the last compaction,
+//! or at once when it grew to [`LOG_GROWTH`] times that, after the feed overran or a write failed (the disk may then
 //! miss changes: the snapshot writes the store whole), and when a sweep (every
 //! [`SWEEP_EVERY`]) finds that a stored state stopped mattering. The snapshot is written **in
 //! the background**, by a thread of its own, from the store itself (see `Durable::compact`
@@ -33,9 +34,10 @@
 //! node leaves: the buckets it hands over are in the logs only.
 //!
 //! Bounded: the files hold the last snapshot (at most what the stores hold, `--max-keys`
-//! buckets and as many copies, plus what stopped mattering since) and a log no larger than it
-//! (or [`LOG_FLOOR`]): about twice the live data, three times while a snapshot is written
-//! beside the last one.
+//! buckets and as many copies, plus what stopped mattering since) and a log at most
+//! [`LOG_GROWTH`] times larger (or than [`LOG_FLOOR`]): at most five times the live data
+//! (about twice under a steady trickle of changes, which reaches the snapshot's size slower
+//! than [`COMPACT_EVERY`]), six while a snapshot is written beside the last one.
 //!
 //! Restore: [`Durable::restore`], before the node serves anything, merges every stored state
 //! still mattering into the owned buckets as another reading of their history
@@ -75,6 +77,12 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// The log is folded into a snapshot once it holds more than the last snapshot and at least
 /// this: a small directory is not rewritten every few commits.
 pub const LOG_FLOOR: u64 = 4 << 20;
+/// How often a log past the last snapshot is folded into a new one, at most, unless it grew to
+/// [`LOG_GROWTH`] times the snapshot.
+pub const COMPACT_EVERY: Duration = Duration::from_secs(10);
+/// How many times the last snapshot (or [`LOG_FLOOR`]) the log may grow before it is folded
+/// sooner than [`COMPACT_EVERY`]: the bound of the files, and of what a restore replays.
+pub const LOG_GROWTH: u64 = 4;
 
 /// The disk follower's counters.
 #[derive(Debug, Default)]
@@ -189,6 +197,8 @@ struct Following {
     /// compacts once it has).
     first_idle: u64,
     compaction: Option<Compaction>,
+    /// When the last compaction started (the node's clock).
+    last_compaction: Option<u64>,
 }
 
 /// The disk follower of the owned buckets and of the replica copies.
@@ -230,6 +240,7 @@ impl Durable {
             maybe: MaybeStored::for_keys(local.max_keys()),
             first_idle: u64::MAX,
             compaction: None,
+            last_compaction: None,
         };
         Self {
             disk: Arc::new(disk),
@@ -417,7 +428,17 @@ impl Durable {
             }
             let (log, snapshot) = self.disk.log_and_snapshot_bytes();
             let resync = f.owned.resync || f.copies.resync;
-            if resync || (sweep && f.first_idle <= now) || log > snapshot.max(LOG_FLOOR) {
+            // A snapshot rewrites every bucket kept: under a flood of new keys the log
+            // outgrows it every second or so, and writing it that often cost the node more
+            // than the commits. So a log past the snapshot waits until COMPACT_EVERY has passed
+            // since the last one, unless it reached LOG_GROWTH times the snapshot.
+            let floor = snapshot.max(LOG_FLOOR);
+            let due = f
+                .last_compaction
+                .is_none_or(|at| now.saturating_sub(at) >= COMPACT_EVERY.as_nanos() as u64);
+            let grown = log > floor && (due || log > floor.saturating_mul(LOG_GROWTH));
+            if resync || (sweep && f.first_idle <= now) || grown {
+                f.last_compaction = Some(now);
                 match self.compact(f) {
                     Ok(()) => {
                         done.compacting = true;
