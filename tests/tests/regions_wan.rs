@@ -9,14 +9,15 @@
 //! `bench/regions.sh` runs the full forms. Needs root, `ip netns` and `/dev/net/tun`.
 
 use anyhow::{Context, Result, ensure};
+use ringlimit_proto::Algorithm;
 use ringlimit_tests::regions::{LoadPlan, Wan, WanSpec, max_min_shares, unix_ms};
 use ringlimit_tests::{exclusive, wait_for};
 use serde_json::Value;
 use std::time::Duration;
 
-/// The switch of the regions-dependent tests: on once the regions feature (`--region`,
-/// `scope: regions`, `regions` in `/v1/cluster`) is in the node.
-const REGIONS: bool = false;
+/// The regions-dependent tests run unless turned off (a node build without regions, through
+/// `REGIONS_NODE_BIN`): `RINGLIMIT_TEST_REGIONS=0`.
+const REGIONS: bool = true;
 
 /// Admitted per window across all regions, at most this times the limit (skewed demand).
 const OVER_BOUND: f64 = 1.03;
@@ -30,11 +31,15 @@ const MOVE_WITHIN: Duration = Duration::from_secs(3);
 
 /// Whether the regions-dependent tests run; a line on stdout when they do not.
 fn regions_on(test: &str) -> bool {
-    let on = REGIONS || std::env::var("RINGLIMIT_TEST_REGIONS").is_ok_and(|v| v == "1");
+    let on = match std::env::var("RINGLIMIT_TEST_REGIONS").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => REGIONS,
+    };
     if !on {
         println!(
-            "{test}: skipped, the regions feature is not switched on \
-             (REGIONS in tests/tests/regions_wan.rs, or RINGLIMIT_TEST_REGIONS=1)"
+            "{test}: skipped, the regions tests are switched off \
+             (REGIONS in tests/tests/regions_wan.rs, or RINGLIMIT_TEST_REGIONS)"
         );
     }
     on
@@ -499,6 +504,10 @@ async fn a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late() -> R
     let restore_at = cut_at + 12_500;
     let end = restore_at + 2 * window_ms + 1_000;
     let seconds = (end - t0) as f64 / 1000.0;
+    // A key whose home is not c: a home cut off keeps deciding (never degraded) and the others
+    // fall back instead; what is tested here is a region cut off from the key's home.
+    let key = not_homed_in("shared-5s", Algorithm::FixedWindow, "c");
+    let body = serde_json::json!({ "key": key, "rule": "shared-5s" }).to_string();
     let mut loads = Vec::new();
     for (r, &rate) in rates.iter().enumerate() {
         let plan = LoadPlan {
@@ -509,7 +518,7 @@ async fn a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late() -> R
             window_ms: Some(window_ms),
             ..LoadPlan::default()
         };
-        loads.push(wan.load(r, r#"{"key":"cut","rule":"shared-5s"}"#, &plan)?);
+        loads.push(wan.load(r, &body, &plan)?);
     }
     tokio::time::sleep(Duration::from_millis(cut_at.saturating_sub(unix_ms()))).await;
     let cut_ms = unix_ms();
@@ -587,6 +596,19 @@ async fn a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late() -> R
         "c still answered degraded more than 3 s after the restore ({degraded_late})"
     );
     Ok(())
+}
+
+/// The first key `cut-<i>` of rule `name` whose home region (among a, b, c) is not `region`.
+fn not_homed_in(name: &str, algorithm: Algorithm, region: &str) -> String {
+    let seed = ringlimit_core::rule::named_seed(name, algorithm);
+    let names = ["a", "b", "c"];
+    (0..)
+        .map(|i| format!("cut-{i}"))
+        .find(|key| {
+            let id = ringlimit_proto::identity::bucket_id(seed, key);
+            ringlimit_proto::region::home(id, &names).is_some_and(|h| names[h] != region)
+        })
+        .unwrap_or_else(|| "cut".into())
 }
 
 /// A load in region a on the `fast` rule: its p99 in ms.
