@@ -323,6 +323,8 @@ class Bench:
         end = -(-restore_at // window_ms) * window_ms + window_ms
         seconds = (end + 500 - t0) / 1000
         files = []
+        # The key `cutoff` of `shared` has its home in b (rendezvous over a, b, c), so c is
+        # cut off from the home and falls back; a home cut off would keep deciding instead.
         for r, rate in enumerate(rates):
             files.append(self.load(r, "cutoff", '{"key":"cutoff","rule":"shared"}', rate,
                                    seconds, t0, window_ms))
