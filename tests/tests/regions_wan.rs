@@ -239,6 +239,18 @@ rules:
   - { name: fast, limit: 10000000, period: 1m, algorithm: token_bucket }
 ";
 
+/// For a test of the regions feature: `None` when the tests are switched off, else this test's
+/// turn (one WAN at a time) and three regions started on [`RULES`].
+async fn regions_started(
+    test: &str,
+) -> Result<Option<(tokio::sync::MutexGuard<'static, ()>, Wan)>> {
+    if !regions_on(test) {
+        return Ok(None);
+    }
+    let one = exclusive().await;
+    Ok(Some((one, regions_wan(RULES).await?)))
+}
+
 /// Starts three regions with regions on and waits until every node sees every other region
 /// `up` in `/v1/cluster`.
 async fn regions_wan(rules: &str) -> Result<Wan> {
@@ -282,11 +294,9 @@ async fn region_state(wan: &Wan, node_region: usize, other: &str) -> Result<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regions_measure_the_wans_round_trips() -> Result<()> {
-    if !regions_on("regions_measure_the_wans_round_trips") {
+    let Some((_one, wan)) = regions_started("regions_measure_the_wans_round_trips").await? else {
         return Ok(());
-    }
-    let _one = exclusive().await;
-    let wan = regions_wan(RULES).await?;
+    };
     // Each region: a node of it shows each other region's round trip in /v1/cluster as the
     // line's (no faster; a sample that took a retransmission is waited out) and exports the
     // region metrics (whichever of its nodes does the exchanges).
@@ -376,11 +386,10 @@ fn next_window(window_ms: u64, lead: Duration) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regions_share_one_limit_under_skewed_demand() -> Result<()> {
-    if !regions_on("regions_share_one_limit_under_skewed_demand") {
+    let Some((_one, wan)) = regions_started("regions_share_one_limit_under_skewed_demand").await?
+    else {
         return Ok(());
-    }
-    let _one = exclusive().await;
-    let wan = regions_wan(RULES).await?;
+    };
     let (limit, window_ms, full_windows) = (200.0, 10_000u64, 2u64);
     // 2x the limit, 60/30/10%.
     let rates = [24.0, 12.0, 4.0];
@@ -435,11 +444,11 @@ async fn regions_share_one_limit_under_skewed_demand() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demand_moving_to_another_region_gets_its_share_within_3s() -> Result<()> {
-    if !regions_on("demand_moving_to_another_region_gets_its_share_within_3s") {
+    let Some((_one, wan)) =
+        regions_started("demand_moving_to_another_region_gets_its_share_within_3s").await?
+    else {
         return Ok(());
-    }
-    let _one = exclusive().await;
-    let wan = regions_wan(RULES).await?;
+    };
     // 20 checks/s shared. First a asks 2x, b a tenth; at `moved` they swap.
     let (limit_rate, high, low, moved, seconds) = (20.0, 40.0, 2.0, 8.0, 14.0);
     let fair_b = max_min_shares(limit_rate, &[low, high])[1];
@@ -490,11 +499,11 @@ async fn demand_moving_to_another_region_gets_its_share_within_3s() -> Result<()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late() -> Result<()> {
-    if !regions_on("a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late") {
+    let Some((_one, wan)) =
+        regions_started("a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late").await?
+    else {
         return Ok(());
-    }
-    let _one = exclusive().await;
-    let wan = regions_wan(RULES).await?;
+    };
     // 100 per 5 s shared, asked 2x: a 10/s, b 5/s, c 5/s. c is cut off for 2.5 windows.
     let (limit, window_ms) = (100.0, 5_000u64);
     let rates = [10.0, 5.0, 5.0];
