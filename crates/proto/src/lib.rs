@@ -25,6 +25,7 @@ pub mod check;
 pub mod discovery;
 pub mod handshake;
 pub mod identity;
+pub mod mark;
 pub mod peer;
 pub mod region;
 pub mod reservation;

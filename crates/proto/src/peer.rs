@@ -13,6 +13,7 @@
 //! hostile length or count can never make a node allocate more than that.
 
 use crate::auth::NONCE_LEN;
+pub use crate::mark::Mark;
 use crate::{CheckAnswer, RuleRef};
 use serde::{Deserialize, Serialize};
 
@@ -479,14 +480,6 @@ pub struct PeerRefund {
     pub rule: RuleRef,
     pub cost: u64,
     pub mark: Mark,
-}
-
-/// Names an admission that may be given back: when it was decided and what its decision
-/// said of the bucket (its `reset`), both ns on the deciding node's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Mark {
-    pub reset_ns: u64,
-    pub at_ns: u64,
 }
 
 /// One bucket handed to its new owner.

@@ -5,7 +5,7 @@
 //! for a bucket whatever its build.
 
 use crate::RuleRef;
-use crate::peer::Mark;
+use crate::mark::Mark;
 use serde::{Deserialize, Serialize};
 
 /// The home region of bucket `id` among the configured `regions` (every region's own list:
