@@ -1077,6 +1077,18 @@ impl Disk {
     }
 }
 
+/// How many log files `dir` holds (a test's check that folded logs went).
+#[cfg(test)]
+pub fn log_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("lists")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1293,14 +1305,7 @@ mod tests {
             .map(|(id, st)| (Held::Owned, id, st))
             .collect();
         compact(&disk, &all);
-        let logs = std::fs::read_dir(d.path())
-            .expect("lists")
-            .filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
-            })
-            .count();
-        assert_eq!(logs, 1, "only the new log");
+        assert_eq!(log_files(d.path()), 1, "only the new log");
         drop(disk);
         let disk = Disk::open(d.path(), "c", "n1").expect("opens");
         assert_eq!(sorted(Held::Owned, &disk).len(), 3);

@@ -183,14 +183,11 @@ fn the_log_folds_into_a_snapshot_and_the_files_stay_bounded_through_churn() {
     let n = node(d.path(), &clock);
     assert_eq!(n.durable.restore().expect("restored"), LIVE + 50);
     assert!(n.durable.disk.bytes() < 2 * LOG_FLOOR + (1 << 20));
-    let logs = std::fs::read_dir(d.path())
-        .expect("lists")
-        .filter(|e| {
-            e.as_ref()
-                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
-        })
-        .count();
-    assert_eq!(logs, 1, "the folded logs are gone");
+    assert_eq!(
+        super::disk::log_files(d.path()),
+        1,
+        "the folded logs are gone"
+    );
 }
 
 #[test]
