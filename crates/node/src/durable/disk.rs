@@ -140,6 +140,12 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.put.is_empty() && self.delete.is_empty()
     }
+
+    /// Empties the batch, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.put.clear();
+        self.delete.clear();
+    }
 }
 
 /// Hashes a bucket id by itself: ids are already hashes (xxh3 of rule and key).

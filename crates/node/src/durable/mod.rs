@@ -16,7 +16,10 @@
 //! changed a thousand times is written once) and appends one commit to the log (see
 //! [`disk`]): the changed durable buckets' states, and deletions of those that went (evicted,
 //! reset, handed over), that are no longer durable, or whose state stopped mattering (full
-//! again, window over). What a SIGKILL loses is the last interval; SIGTERM flushes before the
+//! again, window over). The feed's rings are bounded: after an interval that read many changes
+//! ([`BUSY_CHANGES`]) the follower also drains every [`DRAIN_EVERY`] in between, into the next
+//! commit, so that a flood of new keys does not overrun them (an overrun costs a snapshot of
+//! the whole store). What a SIGKILL loses is the last interval; SIGTERM flushes before the
 //! process exits. While the node leaves (SIGTERM), buckets it hands over stay on its disk: the
 //! peers they go to may be stopping too (a whole-cluster restart), and a state restored here
 //! and the same state handed back by a peer are two readings of one history, which overlap
@@ -83,6 +86,22 @@ pub const COMPACT_EVERY: Duration = Duration::from_secs(10);
 /// How many times the last snapshot (or [`LOG_FLOOR`]) the log may grow before it is folded
 /// sooner than [`COMPACT_EVERY`]: the bound of the files, and of what a restore replays.
 pub const LOG_GROWTH: u64 = 4;
+
+/// How often the follower drains the feed between two commits while it is busy (see
+/// [`BUSY_CHANGES`]).
+pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
+/// Changes read from the feeds in one interval from which the follower drains them every
+/// [`DRAIN_EVERY`] until the next commit, not only at the commit: the feed's rings are bounded
+/// (`FEED_ENTRIES`), and a flood of changes between two commits overran them; each overrun
+/// made the follower write the store whole (a snapshot), at every commit. Below it, one drain
+/// a commit coalesces a bucket changed many times into one record.
+pub const BUSY_CHANGES: usize = crate::local::owned::FEED_ENTRIES / 8;
+/// Quiet intervals in a row after which a busy follower drains only at its commits again: a
+/// flood that pauses for an interval or two does not overrun the feed again when it resumes.
+pub const QUIET_COMMITS: u32 = 10;
+/// Changes gathered for the next commit from which it is written at once, before its
+/// interval: what waits for a commit stays bounded whatever `--persist-interval-ms` is.
+pub const MAX_PENDING: usize = 256 * 1024;
 
 /// The disk follower's counters.
 #[derive(Debug, Default)]
@@ -174,6 +193,8 @@ struct Source {
     /// or a write failed): a snapshot of the store sets it right.
     resync: bool,
     changes: Vec<Change>,
+    /// What the next commit writes, gathered by the drains since the last.
+    batch: Batch,
 }
 
 /// A snapshot being written by its own thread (see the module's "Compaction").
@@ -199,6 +220,15 @@ struct Following {
     compaction: Option<Compaction>,
     /// When the last compaction started (the node's clock).
     last_compaction: Option<u64>,
+    /// Changes read from the feeds since the last commit.
+    read: usize,
+    /// Whether the last interval read [`BUSY_CHANGES`] or more (or overran a feed): the
+    /// follower then drains every [`DRAIN_EVERY`].
+    busy: bool,
+    /// Whether a feed overran since the last commit.
+    overran: bool,
+    /// Commits in a row since the last busy interval.
+    quiet: u32,
 }
 
 /// The disk follower of the owned buckets and of the replica copies.
@@ -241,6 +271,10 @@ impl Durable {
             first_idle: u64::MAX,
             compaction: None,
             last_compaction: None,
+            read: 0,
+            busy: false,
+            overran: false,
+            quiet: 0,
         };
         Self {
             disk: Arc::new(disk),
@@ -362,62 +396,15 @@ impl Durable {
         self.compacted(f, false);
         let now = self.local.now();
         let leaving = self.leaving.load(Ordering::Relaxed);
-        let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
-        let owned = self.local.owned();
-        let copies = self.local.copies();
-        let mut b_owned = Batch::default();
-        let mut b_copies = Batch::default();
-        drain(
-            &mut f.owned,
-            &f.maybe,
-            &mut b_owned,
-            leaving,
-            || owned.follow().ok(),
-            |c, out| owned.changes(c, out).is_ok(),
-            |keep| {
-                owned.for_each_durable(|id, st| {
-                    if st.idle_at() > now {
-                        keep(id, st);
-                    }
-                })
-            },
-            |ch| ch.durable && ch.state.as_ref().is_some_and(|st| st.idle_at() > now),
-        );
-        drain(
-            &mut f.copies,
-            &f.maybe,
-            &mut b_copies,
-            leaving,
-            || copies.follow().ok(),
-            |c, out| copies.changes(c, out).is_ok(),
-            |keep| {
-                copies.for_each(|id, st| {
-                    if st.idle_at() >= horizon {
-                        keep(id, st);
-                    }
-                })
-            },
-            |ch| ch.state.as_ref().is_some_and(|st| st.idle_at() >= horizon),
-        );
-        let mut done = Flushed::default();
-        if !b_owned.is_empty() || !b_copies.is_empty() {
-            if let Err(e) = self
-                .disk
-                .commit(&[(Held::Owned, &b_owned), (Held::Copies, &b_copies)])
-            {
-                return Err(self.failed(f, e));
-            }
-            for batch in [&b_owned, &b_copies] {
-                self.stored(f, batch);
-                done.written += batch.put.len();
-                done.deleted += batch.delete.len();
-            }
-            let s = &self.stats;
-            s.written.fetch_add(done.written as u64, Ordering::Relaxed);
-            s.deleted.fetch_add(done.deleted as u64, Ordering::Relaxed);
-            s.batches.fetch_add(1, Ordering::Relaxed);
-            self.works();
+        self.gather(f, now, leaving);
+        if f.read >= BUSY_CHANGES || f.overran {
+            (f.busy, f.quiet) = (true, 0);
+        } else {
+            f.quiet = f.quiet.saturating_add(1);
+            f.busy &= f.quiet < QUIET_COMMITS;
         }
+        f.overran = false;
+        let mut done = self.commit_gathered(f)?;
         // While leaving, nothing is folded away: buckets handed over are on disk only.
         if !leaving && f.compaction.is_none() {
             let sweep = f
@@ -451,6 +438,115 @@ impl Durable {
         self.stats
             .disk_bytes
             .store(self.disk.bytes(), Ordering::Relaxed);
+        Ok(done)
+    }
+
+    /// Between two commits, while the follower is busy: drains the feeds into the next
+    /// commit, so that their bounded rings do not overrun; commits at once when the gathered
+    /// changes reach [`MAX_PENDING`]. Nothing while the follower is not busy, or stopped.
+    pub fn drain(&self) -> Result<(), DiskError> {
+        let mut guard = self.following.lock();
+        if !guard.busy || self.disk.is_closed() {
+            return Ok(());
+        }
+        let f = &mut *guard;
+        let now = self.local.now();
+        let leaving = self.leaving.load(Ordering::Relaxed);
+        self.gather(f, now, leaving);
+        if f.owned.batch.put.len()
+            + f.owned.batch.delete.len()
+            + f.copies.batch.put.len()
+            + f.copies.batch.delete.len()
+            >= MAX_PENDING
+        {
+            self.commit_gathered(f)?;
+        }
+        Ok(())
+    }
+
+    /// Drains both feeds into the next commit (`Source::batch`).
+    fn gather(&self, f: &mut Following, now: u64, leaving: bool) {
+        let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
+        let owned = self.local.owned();
+        let copies = self.local.copies();
+        let mut read = 0;
+        let mut lagged = false;
+        for (source, kind) in [(&mut f.owned, Held::Owned), (&mut f.copies, Held::Copies)] {
+            let (n, lag) = match kind {
+                Held::Owned => drain(
+                    source,
+                    &f.maybe,
+                    leaving,
+                    || owned.follow().ok(),
+                    |c, out| owned.changes(c, out).is_ok(),
+                    |keep| {
+                        owned.for_each_durable(|id, st| {
+                            if st.idle_at() > now {
+                                keep(id, st);
+                            }
+                        })
+                    },
+                    |ch| ch.durable && ch.state.as_ref().is_some_and(|st| st.idle_at() > now),
+                ),
+                Held::Copies => drain(
+                    source,
+                    &f.maybe,
+                    leaving,
+                    || copies.follow().ok(),
+                    |c, out| copies.changes(c, out).is_ok(),
+                    |keep| {
+                        copies.for_each(|id, st| {
+                            if st.idle_at() >= horizon {
+                                keep(id, st);
+                            }
+                        })
+                    },
+                    |ch| ch.state.as_ref().is_some_and(|st| st.idle_at() >= horizon),
+                ),
+            };
+            read += n;
+            lagged |= lag;
+        }
+        f.read += read;
+        // An overrun: the next interval drains often from its start.
+        f.overran |= lagged;
+    }
+
+    /// Appends what the drains gathered since the last commit as one commit (nothing when
+    /// they gathered nothing).
+    fn commit_gathered(&self, f: &mut Following) -> Result<Flushed, DiskError> {
+        f.read = 0;
+        let mut done = Flushed::default();
+        if f.owned.batch.is_empty() && f.copies.batch.is_empty() {
+            return Ok(done);
+        }
+        let committed = self.disk.commit(&[
+            (Held::Owned, &f.owned.batch),
+            (Held::Copies, &f.copies.batch),
+        ]);
+        if let Err(e) = committed {
+            // Not on disk: the snapshot the failure asks for writes the store whole.
+            f.owned.batch.clear();
+            f.copies.batch.clear();
+            return Err(self.failed(f, e));
+        }
+        let owned = std::mem::take(&mut f.owned.batch);
+        let copies = std::mem::take(&mut f.copies.batch);
+        for batch in [&owned, &copies] {
+            self.stored(f, batch);
+            done.written += batch.put.len();
+            done.deleted += batch.delete.len();
+        }
+        // Their allocations serve the next commit.
+        for (source, mut batch) in [(&mut f.owned, owned), (&mut f.copies, copies)] {
+            batch.clear();
+            source.batch = batch;
+        }
+        let s = &self.stats;
+        s.written.fetch_add(done.written as u64, Ordering::Relaxed);
+        s.deleted.fetch_add(done.deleted as u64, Ordering::Relaxed);
+        s.batches.fetch_add(1, Ordering::Relaxed);
+        self.works();
         Ok(done)
     }
 
@@ -578,16 +674,26 @@ impl Durable {
         self.stats.error.lock().clone()
     }
 
-    /// Flushes every `interval` until the task is dropped (each flush off the runtime's
-    /// threads: a commit waits for the disk).
+    /// Flushes every `interval` until the task is dropped, and drains every [`DRAIN_EVERY`]
+    /// in between while busy (each off the runtime's threads: a commit waits for the disk).
     pub async fn run(self: Arc<Self>, interval: Duration) {
-        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(1)));
+        let interval = interval.max(Duration::from_millis(1));
+        let step = interval.min(DRAIN_EVERY);
+        // Commits at most `interval` apart: what a SIGKILL may lose.
+        let per = (interval.as_nanos() / step.as_nanos()).max(1);
+        let mut tick = tokio::time::interval(step);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks: u128 = 0;
         loop {
             tick.tick().await;
+            ticks += 1;
             let me = self.clone();
             // The error is counted and logged by the flush itself.
-            let _ = tokio::task::spawn_blocking(move || me.flush()).await;
+            if ticks.is_multiple_of(per) {
+                let _ = tokio::task::spawn_blocking(move || me.flush()).await;
+            } else {
+                let _ = tokio::task::spawn_blocking(move || me.drain()).await;
+            }
         }
     }
 
@@ -704,31 +810,34 @@ fn ring_members(view: &View) -> Vec<(String, String)> {
 /// on disk. A lag (or a first drain) marks the source for a snapshot; while the node leaves
 /// (no snapshot then: buckets that go stay on disk) every bucket worth keeping is written
 /// instead.
-#[allow(clippy::too_many_arguments)]
+/// Returns how many changes were read, and whether the feed overran.
 fn drain(
     source: &mut Source,
     maybe: &MaybeStored,
-    batch: &mut Batch,
     leaving: bool,
     follow: impl FnOnce() -> Option<Cursor>,
     read: impl FnOnce(&mut Cursor, &mut Vec<Change>) -> bool,
     each: impl FnOnce(&mut dyn FnMut(u64, &BucketState)),
     keep: impl Fn(&Change) -> bool,
-) {
+) -> (usize, bool) {
     if source.cursor.is_none() {
         source.cursor = follow();
         source.resync = true;
     }
     source.changes.clear();
+    let mut lagged = false;
     if let Some(c) = source.cursor.as_mut()
         && !read(c, &mut source.changes)
     {
         source.resync = true;
+        lagged = true;
     }
+    let n = source.changes.len();
+    let batch = &mut source.batch;
     if source.resync && leaving {
         each(&mut |id, st| batch.put.push((id, st.clone())));
         source.resync = false;
-        return;
+        return (n, lagged);
     }
     for ch in source.changes.drain(..) {
         if keep(&ch) {
@@ -739,6 +848,7 @@ fn drain(
             batch.delete.push(ch.id);
         }
     }
+    (n, lagged)
 }
 
 /// The disk follower's counters as metrics (zero without `--data-dir`).

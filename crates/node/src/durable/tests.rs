@@ -331,6 +331,64 @@ fn buckets_handed_over_while_leaving_are_kept_in_the_state_they_went_in() {
     );
 }
 
+/// A flood of changes between two commits: once an interval has read many, the drains in
+/// between keep the feed's bounded rings from overrunning, and the commit writes every change
+/// (no snapshot of the whole store). Without them the same flood overruns the feed.
+#[test]
+fn a_busy_follower_drains_between_commits_and_the_feed_never_overruns() {
+    use crate::local::owned::FEED_ENTRIES;
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let rule = fixed(1_000_000, 86_400);
+    let local = Arc::new(
+        Local::alone(RuleSet::default(), 4_000_000, Arc::new(clock.clone()))
+            .with_persistence(60 * SEC),
+    );
+    let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+    let n = Node {
+        durable: Durable::new(disk, local.clone(), Arc::default()),
+        local,
+    };
+    n.durable.restore().expect("empty");
+    let flood = |first: u64, drains: bool| {
+        let chunk = FEED_ENTRIES as u64 / 4;
+        for c in 0..12 {
+            for i in first + c * chunk..first + (c + 1) * chunk {
+                check(&n, i, &rule, PersistMode::Auto);
+            }
+            if drains {
+                n.durable.drain().expect("drained");
+            }
+        }
+        12 * chunk
+    };
+    // Not busy yet: a drain between commits does nothing.
+    check(&n, 0, &rule, PersistMode::Auto);
+    n.durable.drain().expect("a no-op");
+    assert_eq!(n.durable.following.lock().owned.batch.put.len(), 0);
+    let f = n.durable.flush().expect("written");
+    assert_eq!(f.written, 1);
+    // Three times the feed in one interval, no drains: it overruns, the store is written whole.
+    let changed = flood(1, false);
+    let f = n.durable.flush().expect("written");
+    assert!(f.compacting, "{f:?}");
+    n.durable.settle();
+    // Busy now: drained in between, every change is in the commit and nothing overran.
+    let f = n.durable.flush().expect("nothing new");
+    assert!(!f.compacting, "{f:?}");
+    let first = 1 + changed;
+    let changed = flood(first, true);
+    let f = n.durable.flush().expect("written");
+    assert_eq!(f.written as u64, changed, "{f:?}");
+    assert!(!f.compacting, "no overrun: {f:?}");
+    // Quiet again: after QUIET_COMMITS intervals, no drains in between.
+    for quiet in 1..=QUIET_COMMITS {
+        assert!(n.durable.following.lock().busy, "{quiet}");
+        assert_eq!(n.durable.flush().expect("nothing new"), Flushed::default());
+    }
+    assert!(!n.durable.following.lock().busy);
+}
+
 /// What the disk follower costs per changed bucket: the drain of the feed and the commit of
 /// one interval, timed alone (no checks, no HTTP), on a file that already holds `STORED`
 /// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release, alone
@@ -448,6 +506,53 @@ fn restore_cost() {
         "restore cost: {restored} buckets in {:.3} s (files {bytes} bytes, {} bytes per bucket)",
         took.as_secs_f64(),
         bytes / BUCKETS
+    );
+}
+
+/// What a snapshot costs per bucket: the store walked, copied shard by shard, encoded and
+/// written, on this thread (the follower runs it on one of its own). Run in release, alone:
+/// `cargo test -p ringlimit-node --release --lib -- --ignored --nocapture snapshot_cost`
+#[test]
+#[ignore = "a measurement: run by hand, in release"]
+fn snapshot_cost() {
+    const BUCKETS: u64 = 1_000_000;
+    const ROUNDS: u32 = 5;
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let rule = fixed(1_000_000, 86_400);
+    let local = Arc::new(
+        Local::alone(RuleSet::default(), 2 * BUCKETS, Arc::new(clock.clone()))
+            .with_persistence(60 * SEC),
+    );
+    let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+    let n = Node {
+        durable: Durable::new(disk, local.clone(), Arc::default()),
+        local,
+    };
+    n.durable.restore().expect("empty");
+    for i in 0..BUCKETS {
+        check(&n, i, &rule, PersistMode::Auto);
+    }
+    let mut per = Vec::new();
+    for _ in 0..ROUNDS {
+        let job = n.durable.disk.rotate().expect("rotates");
+        let maybe = n.durable.following.lock().maybe.empty_like();
+        let (started, cpu) = (Instant::now(), thread_cpu_ns());
+        let (done, _) = snapshot(job, &n.local, maybe).expect("written");
+        let (wall, cpu) = (started.elapsed(), thread_cpu_ns() - cpu);
+        n.durable.disk.snapshot_written(&done);
+        assert_eq!(done.count, BUCKETS);
+        per.push((
+            cpu as f64 / BUCKETS as f64,
+            wall.as_nanos() as f64 / BUCKETS as f64,
+        ));
+    }
+    per.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (cpu, wall) = per[per.len() / 2];
+    println!(
+        "snapshot cost: {cpu:.0} ns of CPU ({wall:.0} ns of wall time) per bucket, median of \
+         {ROUNDS} snapshots of {BUCKETS} buckets ({} bytes)",
+        n.durable.disk.bytes()
     );
 }
 

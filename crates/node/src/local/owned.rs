@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
 /// most, allocated only while followed). A follower that falls further behind copies the store
 /// again.
-pub(super) const FEED_ENTRIES: usize = 64 * 1024;
+pub(crate) const FEED_ENTRIES: usize = 64 * 1024;
 
 /// This node's buckets and their change feed.
 #[derive(Debug)]
