@@ -442,3 +442,46 @@ async fn an_api_rule_that_says_persist_never_is_not_kept() -> Result<()> {
     );
     Ok(())
 }
+
+/// A reservation taken before a single node's SIGTERM is settled after its restart: the
+/// unused estimate is given back to the restored bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_taken_before_a_restart_is_settled_after_it() -> Result<()> {
+    let _one = exclusive().await;
+    let dirs = temp_dirs("reserve", 1)?;
+    let s = spec("solo", free_peer_port()?, &dirs[0].0);
+    let mut node = ProcessNode::start(&s).await?;
+    node.wait_ready().await?;
+    let body = json!({ "key": "llm:team-1", "limit": 1_000, "period_ms": DAY_MS,
+        "algorithm": "fixed_window", "cost": 300, "ttl_ms": 600_000 });
+    let reply = node.api().post("/v1/reserve", &body).await?;
+    ensure!(reply.status == 200, "{}", reply.text);
+    let v = reply.json()?;
+    ensure!(v["remaining"] == 700, "{v}");
+    let id = v["reservation"].as_str().context("an id")?.to_owned();
+    let code = node.stop().await?;
+    ensure!(code == 0, "exit {code}");
+
+    let node = ProcessNode::start(&s).await?;
+    node.wait_ready().await?;
+    let reply = node
+        .api()
+        .post("/v1/settle", &json!({ "reservation": id, "cost": 100 }))
+        .await?;
+    ensure!(
+        reply.status == 200,
+        "the settle after the restart: {} {}; log:\n{}",
+        reply.status,
+        reply.text,
+        node.log()
+    );
+    let v = reply.json()?;
+    ensure!(v["remaining"] == 900, "200 of the 300 given back: {v}");
+    // Settled once: a second settle is unknown.
+    let again = node
+        .api()
+        .post("/v1/settle", &json!({ "reservation": id, "cost": 100 }))
+        .await?;
+    ensure!(again.status == 404, "{} {}", again.status, again.text);
+    Ok(())
+}

@@ -354,6 +354,32 @@ impl Table {
         found
     }
 
+    /// The reservations still live at `now`, by nonce (to keep them across a restart).
+    pub fn live_at(&self, now: u64) -> Vec<(u128, Reservation)> {
+        let live = self.live.lock();
+        live.by_nonce
+            .iter()
+            .filter(|(_, r)| r.deadline >= now)
+            .map(|(n, r)| (*n, *r))
+            .collect()
+    }
+
+    /// Keeps `r` under `nonce` again after a restart: as [`Table::insert`], not counted as
+    /// reserved anew.
+    pub fn restore(&self, nonce: u128, r: Reservation) -> Result<(), Refused> {
+        self.live.lock().insert(nonce, r, self.max)
+    }
+
+    /// A number that changes whenever the table does (a reservation kept, settled or
+    /// expired): whoever copies the table elsewhere copies it again only when it moved.
+    pub fn version(&self) -> u64 {
+        let s = &self.stats;
+        [&s.reserved, &s.settled, &s.expired]
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
+
     /// Drops every reservation expired at `now` (their estimates stay taken); returns how many.
     pub fn sweep(&self, now: u64) -> u64 {
         let mut live = self.live.lock();

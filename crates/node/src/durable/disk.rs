@@ -57,7 +57,7 @@ pub const OLD_FILE: &str = "buckets.redb";
 /// The first bytes of every header.
 const MAGIC: &[u8; 8] = b"rlbucket";
 /// The record layout this build writes and reads.
-const FORMAT: u32 = 2;
+pub(super) const FORMAT: u32 = 2;
 /// A frame's length and checksum.
 const FRAME_HEAD: usize = 12;
 /// A snapshot's records are written in frames of about this many bytes.
@@ -69,6 +69,8 @@ const COMMIT_FRAME: usize = 1 << 28;
 
 const KIND_SNAPSHOT: u8 = 1;
 const KIND_LOG: u8 = 2;
+/// The live reservations (see `super::reservations`).
+pub(super) const KIND_RESERVATIONS: u8 = 3;
 
 const PUT_OWNED: u8 = 1;
 const PUT_COPY: u8 = 2;
@@ -319,13 +321,13 @@ fn decode(value: &[u8]) -> Option<BucketState> {
 }
 
 /// Starts a frame in `out` (cleared): its head is filled in by [`seal`].
-fn open_frame(out: &mut Vec<u8>) {
+pub(super) fn open_frame(out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&[0; FRAME_HEAD]);
 }
 
 /// Fills in the head of the frame `out` holds.
-fn seal(out: &mut [u8]) {
+pub(super) fn seal(out: &mut [u8]) {
     let (head, payload) = out.split_at_mut(FRAME_HEAD);
     head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     head[4..].copy_from_slice(&xxh3_64(payload).to_le_bytes());
@@ -346,7 +348,7 @@ fn next_frame_if_long(out: &mut Vec<u8>, frame: &mut usize) {
 
 /// The frame at the start of `bytes`: its payload and its whole length; `None` when it is
 /// cut short or does not check.
-fn frame(bytes: &[u8]) -> Option<(&[u8], usize)> {
+pub(super) fn frame(bytes: &[u8]) -> Option<(&[u8], usize)> {
     let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
     if len > MAX_FRAME {
         return None;
@@ -358,16 +360,16 @@ fn frame(bytes: &[u8]) -> Option<(&[u8], usize)> {
 
 /// Whose a file is, and which.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Header {
-    kind: u8,
-    format: u32,
-    generation: u64,
-    cluster: String,
-    node: String,
+pub(super) struct Header {
+    pub(super) kind: u8,
+    pub(super) format: u32,
+    pub(super) generation: u64,
+    pub(super) cluster: String,
+    pub(super) node: String,
 }
 
 impl Header {
-    fn frame(&self) -> Vec<u8> {
+    pub(super) fn frame(&self) -> Vec<u8> {
         let mut out = Vec::new();
         open_frame(&mut out);
         out.extend_from_slice(MAGIC);
@@ -380,7 +382,7 @@ impl Header {
         out
     }
 
-    fn parse(mut r: &[u8]) -> Result<Self, String> {
+    pub(super) fn parse(mut r: &[u8]) -> Result<Self, String> {
         if take(&mut r, MAGIC.len())? != MAGIC {
             return Err("not a ringlimit bucket file".into());
         }
@@ -409,7 +411,7 @@ fn log_generation(name: &str) -> Option<u64> {
 }
 
 /// Flushes a directory's entries (a rename or a new file) to the disk.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -744,6 +746,11 @@ impl Disk {
             });
         }
         Ok(())
+    }
+
+    /// The cluster and the node whose files these are.
+    pub(super) fn owner(&self) -> (&str, &str) {
+        (&self.cluster, &self.node)
     }
 
     /// The directory the files are in.

@@ -49,8 +49,10 @@
 //! # Layout
 //! - this module — [`Durable`]: the follower's flushes, compactions, restore, and its metrics.
 //! - [`disk`] — the bucket files (snapshot and logs), their records and their stamp.
+//! - [`reservations`] — the live reservations' file, so that settles work across a restart.
 
 pub mod disk;
+pub mod reservations;
 #[cfg(test)]
 mod tests;
 
@@ -96,6 +98,10 @@ pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
 /// made the follower write the store whole (a snapshot), at every commit. Below it, one drain
 /// a commit coalesces a bucket changed many times into one record.
 pub const BUSY_CHANGES: usize = crate::local::owned::FEED_ENTRIES / 8;
+/// How often the live reservations are written again, at most, when they changed (and at the
+/// last flush before exit): a SIGKILL forgets those taken since, whose estimates then stay
+/// taken.
+pub const RESERVATIONS_EVERY: Duration = Duration::from_secs(1);
 /// Quiet intervals in a row after which a busy follower drains only at its commits again: a
 /// flood that pauses for an interval or two does not overrun the feed again when it resumes.
 pub const QUIET_COMMITS: u32 = 10;
@@ -229,6 +235,8 @@ struct Following {
     overran: bool,
     /// Commits in a row since the last busy interval.
     quiet: u32,
+    /// The reservations table's version when last written, and when (the node's clock).
+    reservations: Option<(u64, u64)>,
 }
 
 /// The disk follower of the owned buckets and of the replica copies.
@@ -275,6 +283,7 @@ impl Durable {
             busy: false,
             overran: false,
             quiet: 0,
+            reservations: None,
         };
         Self {
             disk: Arc::new(disk),
@@ -322,6 +331,7 @@ impl Durable {
                 }
             }
         }
+        self.restore_reservations(&mut f, now);
         // Followed from here on: what was restored is stored already.
         f.owned.cursor = self.local.owned().follow().ok();
         f.copies.cursor = self.local.copies().follow().ok();
@@ -334,6 +344,63 @@ impl Durable {
         self.stats.stored.store(n, Ordering::Relaxed);
         tracing::info!(buckets = n, ms = %ms, path = %self.disk.path().display(), "buckets restored from disk");
         Ok(n)
+    }
+
+    /// Keeps the reservations still live at `now` from the file again (see [`reservations`]).
+    fn restore_reservations(&self, f: &mut Following, now: u64) {
+        let table = self.local.reservations().table();
+        match reservations::read(self.disk.path(), self.disk.owner()) {
+            Ok((live, bad)) => {
+                let mut kept = 0u64;
+                for (nonce, r) in live {
+                    if r.deadline >= now && table.restore(nonce, r).is_ok() {
+                        kept += 1;
+                    }
+                }
+                if bad > 0 {
+                    tracing::warn!(
+                        reservations = bad,
+                        "stored reservations that do not decode were left out"
+                    );
+                    self.stats
+                        .restore_failures
+                        .fetch_add(bad, Ordering::Relaxed);
+                }
+                if kept > 0 {
+                    tracing::info!(reservations = kept, "reservations restored from disk");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reservations not restored");
+                self.stats.restore_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        f.reservations = Some((table.version(), now));
+    }
+
+    /// Writes the live reservations when they changed since the last write and `due` (or at
+    /// as soon as they changed with `at_exit`: the last flush).
+    fn keep_reservations(&self, f: &mut Following, now: u64, at_exit: bool) {
+        let table = self.local.reservations().table();
+        let version = table.version();
+        let due = match f.reservations {
+            None => true,
+            Some((v, at)) => {
+                v != version
+                    && (at_exit || now.saturating_sub(at) >= RESERVATIONS_EVERY.as_nanos() as u64)
+            }
+        };
+        if !due {
+            return;
+        }
+        let live = table.live_at(now);
+        match reservations::write(self.disk.path(), self.disk.owner(), &live) {
+            Ok(_) => f.reservations = Some((version, now)),
+            Err(e) => {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "cannot keep the live reservations on disk");
+            }
+        }
     }
 
     /// The node starts leaving: from now on buckets that go (handed over) stay on disk.
@@ -405,6 +472,7 @@ impl Durable {
         }
         f.overran = false;
         let mut done = self.commit_gathered(f)?;
+        self.keep_reservations(f, now, false);
         // While leaving, nothing is folded away: buckets handed over are on disk only.
         if !leaving && f.compaction.is_none() {
             let sweep = f
@@ -726,6 +794,10 @@ impl Durable {
     /// The last flush at shutdown: everything changed since the last tick. The file is closed
     /// after it.
     pub fn flush_at_exit(&self) {
+        if !self.disk.is_closed() {
+            let now = self.local.now();
+            self.keep_reservations(&mut self.following.lock(), now, true);
+        }
         match self.flush() {
             Ok(f) => tracing::info!(
                 written = f.written,

@@ -389,6 +389,74 @@ fn a_busy_follower_drains_between_commits_and_the_feed_never_overruns() {
     assert!(!n.durable.following.lock().busy);
 }
 
+/// A reservation taken before a restart is settled after it: its unused estimate given back
+/// to the restored bucket, as if the node had never stopped. One taken after the last write
+/// and lost (a SIGKILL) is settled as unknown, its estimate still taken.
+#[test]
+fn reservations_outlive_a_restart_and_their_settles_give_back() {
+    use ringlimit_core::check::Resolved;
+    use ringlimit_proto::check::InlineRule;
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let daily = Resolved::inline(&InlineRule {
+        limit: 100,
+        period_ms: 86_400_000,
+        algorithm: Algorithm::FixedWindow,
+        burst: None,
+        calendar: None,
+    })
+    .expect("valid");
+    let id = bucket(1);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("empty"), 0);
+    let now = n.local.now();
+    let a = n
+        .local
+        .reserve(&daily, id, (60, 600_000, 1), now)
+        .expect("kept");
+    assert_eq!(a.remaining, 40);
+    n.durable.flush_at_exit();
+    drop(n);
+
+    clock.advance(10 * SEC);
+    let n = node(d.path(), &clock);
+    assert_eq!(n.durable.restore().expect("restored"), 1);
+    assert_eq!(n.local.reservations().table().len(), 1);
+    let now = n.local.now();
+    let after = n.local.settle(&daily, id, (1, 10), now).expect("known");
+    assert_eq!(after.remaining, 90, "50 of the 60 given back");
+    // Taken, written within RESERVATIONS_EVERY of the last write? Not yet: lost to a kill.
+    n.local
+        .reserve(&daily, id, (30, 600_000, 2), now)
+        .expect("kept");
+    n.durable.flush().expect("written");
+    clock.advance(RESERVATIONS_EVERY.as_nanos() as u64);
+    n.local
+        .reserve(&daily, id, (20, 600_000, 3), n.local.now())
+        .expect("kept");
+    n.durable.flush().expect("written, reservations too");
+    n.local
+        .reserve(&daily, id, (5, 600_000, 4), n.local.now())
+        .expect("kept");
+    n.durable
+        .flush()
+        .expect("written; reservations not yet due");
+    drop(n);
+
+    let n = node(d.path(), &clock);
+    n.durable.restore().expect("restored");
+    let now = n.local.now();
+    assert_eq!(n.local.reservations().table().len(), 2, "2 and 3, not 4");
+    let r = n.local.settle(&daily, id, (4, 0), now);
+    assert!(r.is_err(), "4 was never written: {r:?}");
+    let after = n.local.settle(&daily, id, (3, 0), now).expect("known");
+    assert_eq!(
+        after.remaining,
+        90 - 30 - 5,
+        "3's 20 back; 2's and 4's estimates taken"
+    );
+}
+
 /// What the disk follower costs per changed bucket: the drain of the feed and the commit of
 /// one interval, timed alone (no checks, no HTTP), on a file that already holds `STORED`
 /// buckets. Steady on a busy machine, unlike the node's CPU under load. Run in release, alone
