@@ -21,6 +21,7 @@ use ringlimit_core::reservations::ReserveError;
 use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable};
 use ringlimit_proto::peer::{LeaseGrant, Mark};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -558,43 +559,54 @@ async fn decide(
 type CheckStream =
     Pin<Box<dyn futures::Stream<Item = Result<pb::CheckStreamResponse, tonic::Status>> + Send>>;
 
-/// CheckStream's answers to `requests`: each decided as a CheckBatch, up to
-/// [`STREAM_IN_FLIGHT`] at once, answered as each is decided. All on the call's own task
-/// (`buffer_unordered` polls the requests in flight itself): no task per request, and no
-/// request read while [`STREAM_IN_FLIGHT`] wait, so a client that sends faster than its
-/// answers come is held back by HTTP/2's flow control, not buffered here. A broken request
-/// stream (the client reset it, a message that does not decode) ends the answers with its
-/// status.
+/// CheckStream's answers to `requests`, each decided as a CheckBatch (see [`in_flight`]).
 fn check_stream(
     service: Arc<CheckService>,
     ledger: Arc<parking_lot::Mutex<Holds>>,
     requests: tonic::Streaming<pb::CheckStreamRequest>,
 ) -> CheckStream {
-    use futures::StreamExt as _;
-    let answers = requests
-        .map(move |request| {
-            let (service, ledger) = (service.clone(), ledger.clone());
-            async move {
-                let r = request?;
-                Ok(match batch_size(r.checks.len()) {
-                    Err(e) => pb::CheckStreamResponse {
-                        id: r.id,
-                        results: Vec::new(),
-                        error: Some(pb::Error {
-                            error: e.code.to_owned(),
-                            message: e.message,
-                        }),
-                    },
-                    Ok(()) => pb::CheckStreamResponse {
-                        id: r.id,
-                        results: decide(&service, Some(&ledger), &r.checks).await,
-                        error: None,
-                    },
-                })
+    Box::pin(in_flight(requests, move |r| {
+        let (service, ledger) = (service.clone(), ledger.clone());
+        async move {
+            match batch_size(r.checks.len()) {
+                Err(e) => pb::CheckStreamResponse {
+                    id: r.id,
+                    results: Vec::new(),
+                    error: Some(pb::Error {
+                        error: e.code.to_owned(),
+                        message: e.message,
+                    }),
+                },
+                Ok(()) => pb::CheckStreamResponse {
+                    id: r.id,
+                    results: decide(&service, Some(&ledger), &r.checks).await,
+                    error: None,
+                },
             }
+        }
+    }))
+}
+
+/// `answer` of each of `requests`, up to [`STREAM_IN_FLIGHT`] at once, each sent as soon as
+/// it is made. All on the call's own task (`buffer_unordered` polls the answers in flight
+/// itself): no task per request, and no request read while [`STREAM_IN_FLIGHT`] wait, so a
+/// client that sends faster than it is answered is held back by HTTP/2's flow control, not
+/// buffered here. A broken request stream (the client reset it, a message that does not
+/// decode) ends the answers with its status.
+fn in_flight<Req, Resp, Fut>(
+    requests: impl futures::Stream<Item = Result<Req, tonic::Status>>,
+    mut answer: impl FnMut(Req) -> Fut,
+) -> impl futures::Stream<Item = Result<Resp, tonic::Status>>
+where
+    Fut: Future<Output = Resp>,
+{
+    use futures::StreamExt as _;
+    requests
+        .map(move |request| {
+            let answering = request.map(&mut answer);
+            async move { Ok(answering?.await) }
         })
-        .buffer_unordered(STREAM_IN_FLIGHT);
-    Box::pin(answers)
+        .buffer_unordered(STREAM_IN_FLIGHT)
 }
 
 #[tonic::async_trait]
@@ -1053,5 +1065,56 @@ mod tests {
             let e = hb(Some(bad)).expect_err("refused");
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
         }
+    }
+    /// At most [`STREAM_IN_FLIGHT`] requests are read while their answers wait; one answered
+    /// lets one more in; a broken request stream ends the answers with its status.
+    #[test]
+    fn a_stream_reads_no_further_than_its_requests_in_flight() {
+        use futures::{FutureExt as _, StreamExt as _};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<u64, tonic::Status>>();
+        for id in 0..STREAM_IN_FLIGHT as u64 + 50 {
+            tx.unbounded_send(Ok(id)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let read = Arc::new(AtomicUsize::new(0));
+        let gates: Arc<parking_lot::Mutex<Vec<futures::channel::oneshot::Sender<()>>>> =
+            Arc::default();
+        let answers = in_flight(rx, {
+            let (read, gates) = (read.clone(), gates.clone());
+            move |id: u64| {
+                read.fetch_add(1, Ordering::SeqCst);
+                let (open, gate) = futures::channel::oneshot::channel();
+                gates.lock().push(open);
+                async move {
+                    let _ = gate.await;
+                    id
+                }
+            }
+        });
+        futures::pin_mut!(answers);
+        assert!(
+            answers.next().now_or_never().is_none(),
+            "nothing answered yet"
+        );
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_IN_FLIGHT);
+        let first = gates.lock().remove(0);
+        let _ = first.send(());
+        let got = answers.next().now_or_never().flatten().map(|r| r.ok());
+        assert_eq!(got, Some(Some(0)));
+        assert!(answers.next().now_or_never().is_none());
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_IN_FLIGHT + 1);
+        // The client's stream breaks: the answers end with its status.
+        tx.unbounded_send(Err(tonic::Status::cancelled("reset")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        for open in gates.lock().drain(..) {
+            let _ = open.send(());
+        }
+        let mut codes = Vec::new();
+        while let Some(Some(r)) = answers.next().now_or_never() {
+            if let Err(e) = r {
+                codes.push(e.code());
+            }
+        }
+        assert_eq!(codes, [tonic::Code::Cancelled]);
     }
 }
