@@ -5,7 +5,7 @@
 //! held checks, leases and give-backs under a client credential ([`super::credentials`]). A
 //! thin edge: messages in and out, deciding in the service, topology from the admin side.
 
-use super::credentials::{self, ClientAuth, Ledgers};
+use super::credentials::{self, ClientAuth, Ledgers, StreamCredential};
 use super::{all_code, check_code};
 use crate::admin::Admin;
 use crate::admin::topology::Topology;
@@ -559,15 +559,18 @@ async fn decide(
 type CheckStream =
     Pin<Box<dyn futures::Stream<Item = Result<pb::CheckStreamResponse, tonic::Status>> + Send>>;
 
-/// CheckStream's answers to `requests`, each decided as a CheckBatch (see [`in_flight`]).
+/// CheckStream's answers to `requests`, each decided as a CheckBatch (see [`in_flight`]),
+/// while `credential` stays valid.
 fn check_stream(
     service: Arc<CheckService>,
     ledger: Arc<parking_lot::Mutex<Holds>>,
+    mut credential: StreamCredential,
     requests: tonic::Streaming<pb::CheckStreamRequest>,
 ) -> CheckStream {
     Box::pin(in_flight(requests, move |r| {
+        credential.still_valid().map_err(|r| r.status())?;
         let (service, ledger) = (service.clone(), ledger.clone());
-        async move {
+        Ok(async move {
             match batch_size(r.checks.len()) {
                 Err(e) => pb::CheckStreamResponse {
                     id: r.id,
@@ -583,19 +586,19 @@ fn check_stream(
                     error: None,
                 },
             }
-        }
+        })
     }))
 }
 
 /// `answer` of each of `requests`, up to [`STREAM_IN_FLIGHT`] at once, each sent as soon as
-/// it is made. All on the call's own task (`buffer_unordered` polls the answers in flight
+/// it is made; an `answer` that refuses (a revoked credential) ends the answers with its status. All on the call's own task (`buffer_unordered` polls the answers in flight
 /// itself): no task per request, and no request read while [`STREAM_IN_FLIGHT`] wait, so a
 /// client that sends faster than it is answered is held back by HTTP/2's flow control, not
 /// buffered here. A broken request stream (the client reset it, a message that does not
 /// decode) ends the answers with its status.
 fn in_flight<Req, Resp, Fut>(
     requests: impl futures::Stream<Item = Result<Req, tonic::Status>>,
-    mut answer: impl FnMut(Req) -> Fut,
+    mut answer: impl FnMut(Req) -> Result<Fut, tonic::Status>,
 ) -> impl futures::Stream<Item = Result<Resp, tonic::Status>>
 where
     Fut: Future<Output = Resp>,
@@ -603,7 +606,7 @@ where
     use futures::StreamExt as _;
     requests
         .map(move |request| {
-            let answering = request.map(&mut answer);
+            let answering = request.and_then(&mut answer);
             async move { Ok(answering?.await) }
         })
         .buffer_unordered(STREAM_IN_FLIGHT)
@@ -814,12 +817,16 @@ impl RateLimiter for RingLimitV1 {
         &self,
         request: tonic::Request<tonic::Streaming<pb::CheckStreamRequest>>,
     ) -> Result<tonic::Response<Self::CheckStreamStream>, tonic::Status> {
-        let name = self
-            .credential(&request, "CheckStream")
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().map_err(|_| ()));
+        let (name, credential) = StreamCredential::open(&self.auth, authorization, "CheckStream")
             .map_err(|r| r.status())?;
         Ok(tonic::Response::new(check_stream(
             self.service.clone(),
             self.ledgers.of(&name),
+            credential,
             request.into_inner(),
         )))
     }
@@ -1085,10 +1092,10 @@ mod tests {
                 read.fetch_add(1, Ordering::SeqCst);
                 let (open, gate) = futures::channel::oneshot::channel();
                 gates.lock().push(open);
-                async move {
+                Ok(async move {
                     let _ = gate.await;
                     id
-                }
+                })
             }
         });
         futures::pin_mut!(answers);

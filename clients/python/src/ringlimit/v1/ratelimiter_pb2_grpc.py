@@ -172,9 +172,10 @@ class RateLimiterServicer(object):
         CheckBatch decides (an invalid check gets its error in its place; a request of no or too
         many checks gets `error`, and the stream goes on). Responses may come out of order. At
         most 128 requests are decided at once per stream: past that the node reads no further
-        until one is answered. Client credential required (see the file's header): refused, the
-        stream ends with UNAUTHENTICATED or PERMISSION_DENIED. A node without it answers
-        UNIMPLEMENTED: send Check and CheckBatch instead.
+        until one is answered. Client credential required (see the file's header): refused (or
+        revoked while the stream is open), the stream ends with UNAUTHENTICATED or
+        PERMISSION_DENIED. A node without this call answers UNIMPLEMENTED: send Check and
+        CheckBatch instead.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
