@@ -365,6 +365,134 @@ async fn lease_grants_at_the_owner_not_elsewhere_and_needs_a_credential() -> Res
     cluster.stop().await
 }
 
+fn stream_request(id: u64, checks: Vec<pb::CheckRequest>) -> pb::CheckStreamRequest {
+    pb::CheckStreamRequest { id, checks }
+}
+
+/// CheckStream under a client credential: refused without one (UNAUTHENTICATED) or with one
+/// of another role (PERMISSION_DENIED); with one, every request is answered once under its
+/// id, an invalid check gets its error in its place, a request of no or too many checks gets
+/// its error, the stream goes on after each, a held check carries its mark, and requests
+/// sent far past the in-flight bound all get their answer (each decided once).
+#[tokio::test]
+async fn check_stream_answers_every_request_by_id_and_goes_on_past_invalid_ones() -> Result<()> {
+    use futures::StreamExt as _;
+    let cluster = TestCluster::start_with(1, |c| {
+        guarded(c);
+        c.admin_token = Some(ADMIN_TOKEN.into());
+    })
+    .await?;
+    let mut c = client(&cluster[0]).await?;
+    let none = || futures::stream::empty::<pb::CheckStreamRequest>();
+    ensure!(
+        refused(c.check_stream(none()).await).0 == Code::Unauthenticated,
+        "no credential"
+    );
+    ensure!(
+        refused(c.check_stream(with_token(none(), "not-a-token")).await)
+            == (Code::Unauthenticated, "unauthorized".into())
+    );
+    ensure!(
+        refused(c.check_stream(with_token(none(), ADMIN_TOKEN)).await)
+            == (Code::PermissionDenied, "forbidden".into())
+    );
+
+    const MANY: u64 = 1_000;
+    const LIMIT: u64 = 1_000_000;
+    let inline = |key: &str| pb::CheckRequest {
+        key: key.into(),
+        rule_spec: Some(pb::check_request::RuleSpec::Inline(pb::InlineRule {
+            limit: LIMIT,
+            // A day's window: its count is exact (a token bucket refills as the test runs).
+            period_ms: 86_400_000,
+            algorithm: pb::Algorithm::FixedWindow as i32,
+            ..Default::default()
+        })),
+        cost: None,
+        hold: false,
+    };
+    let mut requests = vec![
+        stream_request(7, vec![check("per-user", "s:a", 1, false)]),
+        stream_request(
+            8,
+            vec![
+                check("no-such-rule", "s:a", 1, false),
+                check("per-user", "", 1, false),
+                check("per-user", "s:a", 1, false),
+            ],
+        ),
+        stream_request(9, vec![]),
+        stream_request(10, vec![inline("s:big"); 1_001]),
+        stream_request(11, vec![check("per-user", "s:a", 1, true)]),
+    ];
+    requests.extend((0..MANY).map(|i| stream_request(1_000 + i, vec![inline("s:many")])));
+    let sent = requests.len();
+    let mut answers = c
+        .check_stream(with_token(futures::stream::iter(requests), CLIENT_TOKEN))
+        .await?
+        .into_inner();
+    let mut by_id = std::collections::HashMap::new();
+    while let Some(r) = answers.next().await {
+        let r = r?;
+        ensure!(by_id.insert(r.id, r).is_none(), "an id answered twice");
+    }
+    ensure!(by_id.len() == sent, "{} of {sent} answered", by_id.len());
+
+    use pb::check_batch_result::Result as R;
+    let results = |id: u64| {
+        by_id
+            .get(&id)
+            .map(|r| r.results.clone())
+            .unwrap_or_default()
+    };
+    let allowed = |r: &pb::CheckBatchResult| matches!(&r.result, Some(R::Answer(a)) if a.allowed);
+    let error = |r: &pb::CheckBatchResult| match &r.result {
+        Some(R::Error(e)) => e.error.clone(),
+        other => format!("{other:?}"),
+    };
+    let seven = results(7);
+    ensure!(seven.len() == 1 && allowed(&seven[0]), "{seven:?}");
+    let eight = results(8);
+    ensure!(
+        eight.len() == 3
+            && error(&eight[0]) == "unknown_rule"
+            && error(&eight[1]) == "invalid_key"
+            && allowed(&eight[2]),
+        "{eight:?}"
+    );
+    for id in [9, 10] {
+        let r = by_id.get(&id).context("answered")?;
+        ensure!(
+            r.results.is_empty()
+                && r.error.as_ref().map(|e| e.error.as_str()) == Some("invalid_batch"),
+            "{r:?}"
+        );
+    }
+    let eleven = results(11);
+    ensure!(
+        matches!(&eleven[..], [pb::CheckBatchResult { result: Some(R::Answer(a)) }] if a.allowed && a.hold.is_some()),
+        "{eleven:?}"
+    );
+    // Each of the many was decided once: their `remaining` are LIMIT - 1 down to LIMIT - MANY.
+    let mut remaining: Vec<u64> = (0..MANY)
+        .map(|i| match &results(1_000 + i)[..] {
+            [
+                pb::CheckBatchResult {
+                    result: Some(R::Answer(a)),
+                },
+            ] if a.allowed => a.remaining,
+            _ => 0,
+        })
+        .collect();
+    remaining.sort_unstable();
+    ensure!(
+        remaining == ((LIMIT - MANY)..LIMIT).collect::<Vec<_>>(),
+        "{:?}..",
+        &remaining[..4]
+    );
+    cluster.stop().await
+}
+
 /// Held checks and GiveBack at the owner: a forged mark gives back nothing and leaves the
 /// bucket as it was; the real one gives back once; another credential cannot give back a
 /// hold that is not its own.

@@ -28,6 +28,13 @@ class Shared:
         self.calls: List[Tuple[str, str, object]] = []
         self.metadata: List[Optional[str]] = []
         self.leases_enabled = True
+        #: CheckStream: offered (False: UNIMPLEMENTED, as an older node); its requests left
+        #: unanswered while ``stream_hangs``; the stream broken (UNAVAILABLE) at its request
+        #: number ``stream_breaks_at`` (counted over all streams).
+        self.stream_enabled = True
+        self.stream_hangs = False
+        self.stream_breaks_at: Optional[int] = None
+        self.stream_requests = 0
 
     def topology(self, node_id: str) -> pb.TopologyResponse:
         return pb.TopologyResponse(
@@ -86,6 +93,26 @@ class Servicer(pb_grpc.RateLimiterServicer):
         return pb.CheckBatchResponse(
             results=[pb.CheckBatchResult(answer=self._decide(c, i + 1)) for i, c in enumerate(request.checks)]
         )
+
+    def CheckStream(self, request_iterator, context):
+        if not self.s.stream_enabled:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        self._log("CheckStream", context, None)
+        for request in request_iterator:
+            with self.s.lock:
+                self.s.stream_requests += 1
+                n = self.s.stream_requests
+                self.s.calls.append((self.node_id, "CheckStreamRequest", [c.key for c in request.checks]))
+                while self.s.stream_hangs and context.is_active():
+                    self.s.lock.wait(0.02)
+            if not context.is_active():
+                return
+            if n == self.s.stream_breaks_at:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the fake node broke the stream")
+            yield pb.CheckStreamResponse(
+                id=request.id,
+                results=[pb.CheckBatchResult(answer=self._decide(c, i + 1)) for i, c in enumerate(request.checks)],
+            )
 
     def Topology(self, request, context):
         self._log("Topology", context, None)

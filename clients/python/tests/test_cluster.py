@@ -274,8 +274,35 @@ def test_fail_open_while_a_node_is_killed_under_load(tmp_path) -> None:
             assert errors == []
             assert degraded_for <= set(owned), "only the dead node's keys were ever degraded"
             assert c.stats()["degraded"] > 0
+            # The checks travelled on the owners' check streams (the killed one's broke).
+            assert c.stats()["streamed"] > 0 and c.stats()["streams_opened"] >= 3, c.stats()
         finally:
             c.close()
+
+
+def test_the_async_clients_checks_fail_over_when_a_streams_node_is_killed(tmp_path) -> None:
+    async def run(cl: Cluster) -> None:
+        async with ringlimit.aio.Client(cl.seeds, grpc_addrs=cl.grpc_addrs, deadline_ms=1_000) as c:
+            victim = "n1"
+            keys = [f"akill:{i}" for i in range(40)]
+            owned = [k for k in keys if c._sync.owner_of(k, rule="llm") == victim]
+            assert owned
+            for k in keys:
+                assert not (await c.check(k, rule="llm")).degraded
+            assert c.stats()["streamed"] > 0, c.stats()
+            cl.node(victim).kill()
+            # Its stream breaks: its keys' checks fall back (never an exception), the others'
+            # stay direct.
+            end = time.monotonic() + 10
+            degraded: set = set()
+            while time.monotonic() < end and not degraded:
+                got = await asyncio.gather(*(c.check(k, rule="llm") for k in keys))
+                degraded |= {k for k, a in zip(keys, got) if a.degraded}
+                assert all(a.allowed for a in got)
+            assert degraded and degraded <= set(owned), (degraded, owned)
+
+    with Cluster(3, rules=RULES, tmp=str(tmp_path)) as cl:
+        asyncio.run(run(cl))
 
 
 def test_leases_need_the_client_credential_when_nodes_have_a_secret(tmp_path) -> None:

@@ -124,3 +124,97 @@ def test_the_async_client_leases_too(fake: FakeCluster) -> None:
             assert not (await c.check("hot:a", rule="hot")).allowed
 
     asyncio.run(run())
+
+
+def test_checks_travel_on_one_stream_per_owner_in_both_clients(fake: FakeCluster) -> None:
+    with ringlimit.Client(fake.seeds, token="s3cret-token", deadline_ms=2_000) as c:
+        answers = [c.check(f"s:{i}", rule="api") for i in range(30)]
+        assert all(a.allowed and not a.degraded for a in answers)
+        assert len(fake.calls("CheckStream")) <= 3, "one stream per owner, kept"
+        assert not fake.calls("Check") and not fake.calls("CheckBatch")
+        assert c.stats()["streamed"] == 30
+        assert set(fake.shared.metadata) == {"Bearer s3cret-token"}
+
+    async def run() -> None:
+        async with ringlimit.aio.Client(fake.seeds, deadline_ms=2_000) as c:
+            answers = await asyncio.gather(*(c.check(f"a:{i}", rule="api") for i in range(30)))
+            assert all(a.allowed and not a.degraded for a in answers)
+            assert c.stats()["streamed"] > 0 and c.stats()["streams_opened"] <= 3
+
+    asyncio.run(run())
+    assert not fake.calls("Check") and not fake.calls("CheckBatch")
+
+
+def test_a_node_without_the_stream_gets_unary_calls(fake: FakeCluster) -> None:
+    fake.shared.stream_enabled = False
+    with ringlimit.Client(fake.seeds, deadline_ms=2_000) as c:
+        for i in range(10):
+            a = c.check(f"u:{i}", rule="api")
+            assert a.allowed and not a.degraded, "the refused stream's checks are sent again, unary"
+        assert c.stats()["streamed"] == 0 and c.stats()["degraded"] == 0
+        assert fake.calls("Check") or fake.calls("CheckBatch")
+
+    async def run() -> None:
+        async with ringlimit.aio.Client(fake.seeds, deadline_ms=2_000) as c:
+            for i in range(10):
+                a = await c.check(f"v:{i}", rule="api")
+                assert a.allowed and not a.degraded
+            assert c.stats()["streamed"] == 0
+
+    asyncio.run(run())
+
+
+def test_a_broken_stream_fails_over_and_the_next_check_reopens_it(fake: FakeCluster) -> None:
+    fake.shared.stream_breaks_at = 3
+    with ringlimit.Client(fake.seeds, deadline_ms=2_000) as c:
+        got = [c.check("b:1", rule="api") for _ in range(2)]
+        assert [a.degraded for a in got] == [False, False]
+        broken = c.check("b:1", rule="api")
+        assert broken.degraded and broken.allowed, "failed over to the local share, no exception"
+        # The owner's circuit stays open a moment after a failure: then a new stream answers.
+        wait_for("a direct answer again", lambda: not c.check("b:1", rule="api").degraded)
+        assert c.stats()["streams_opened"] >= 2
+
+    fake.shared.stream_requests = 0
+
+    async def run() -> None:
+        async with ringlimit.aio.Client(fake.seeds, deadline_ms=2_000) as c:
+            got = [await c.check("b:2", rule="api") for _ in range(3)]
+            assert [a.degraded for a in got] == [False, False, True]
+            for _ in range(200):
+                if not (await c.check("b:2", rule="api")).degraded:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("no direct answer after the stream broke")
+
+    asyncio.run(run())
+
+
+def test_a_stream_that_stops_answering_falls_back_at_the_deadline_and_is_replaced(fake: FakeCluster) -> None:
+    with ringlimit.Client(fake.seeds, deadline_ms=150) as c:
+        assert not c.check("h:1", rule="api").degraded
+        fake.shared.stream_hangs = True
+        hung = c.check("h:1", rule="api")
+        assert hung.degraded, "answered by the fallback at the deadline"
+        fake.shared.stream_hangs = False
+        # The next check finds the request unanswered past the deadline: the stream is
+        # aborted, and a new one answers.
+        wait_for("a direct answer again", lambda: not c.check("h:1", rule="api").degraded)
+        assert c.stats()["streams_opened"] >= 2
+
+    async def run() -> None:
+        async with ringlimit.aio.Client(fake.seeds, deadline_ms=150) as c:
+            assert not (await c.check("h:2", rule="api")).degraded
+            fake.shared.stream_hangs = True
+            assert (await c.check("h:2", rule="api")).degraded
+            fake.shared.stream_hangs = False
+            for _ in range(200):
+                if not (await c.check("h:2", rule="api")).degraded:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("no direct answer after the stream hung")
+            assert c.stats()["streams_opened"] >= 2
+
+    asyncio.run(run())

@@ -1,5 +1,6 @@
 // The client: each check goes straight to its key's owner over ringlimit.v1 (one gRPC channel
-// per member, concurrent checks for one owner coalesced into one CheckBatch), within a short
+// per member and one CheckStream on it, concurrent checks for one owner coalesced into one
+// request; unary CheckBatch calls where a member takes no stream), within a short
 // deadline; past it, or when the owner cannot be reached, the local fallback answers
 // (`degraded`). Hot keys are optionally leased and decided in process (`leased`).
 import * as grpc from '@grpc/grpc-js';
@@ -9,6 +10,7 @@ import { ConfigError, RinglimitError, splitStatus } from './errors.js';
 import { Fallback, type FallbackShare, type ShareTaken } from './fallback.js';
 import { connect, num, toAnswer, toMark, unreachable, type RateLimiterClient } from './grpc.js';
 import { HOT_DEFAULTS, HotKeys, type HotSettings } from './hotkeys.js';
+import { CheckStream, refusesStream } from './stream.js';
 import { DENIED, FORWARD, Held, LEASE_DEFAULTS, type Due, type Grant_, type LeaseEntry, type LeaseSettings, type Mark, type Return } from './lease.js';
 import { bucketId } from './hash.js';
 import { checkKey, invalidKeyLength, maxCost, resolveInline, type InlineRule, type Resolved } from './rules.js';
@@ -96,9 +98,13 @@ export interface ClientStats {
   /** Checks decided in process on a lease (admitted, and denied as the owner said). */
   leased: number;
   leasedDenied: number;
-  /** CheckBatch calls and the checks they carried (checks ÷ batches: the batching factor). */
+  /** Requests sent (CheckStream requests, or CheckBatch calls) and the checks they carried
+   * (checks ÷ batches: the batching factor). */
   batches: number;
   checksSent: number;
+  /** Of `batches`, those answered on a CheckStream; and the streams opened. */
+  streamed: number;
+  streamsOpened: number;
   /** Lease asks sent, slices granted, tokens held now, tokens given back. */
   leaseAsks: number;
   leaseGrants: number;
@@ -175,6 +181,10 @@ interface Link {
   queue: Pending[];
   inFlight: boolean;
   scheduled: boolean;
+  /** Its check stream (opened at the first check, again after one breaks). */
+  stream?: CheckStream;
+  /** The member refused the stream (an older node, no credential): unary calls there. */
+  unaryOnly?: boolean;
 }
 
 /** Most checks in one CheckBatch. */
@@ -239,6 +249,8 @@ export class Client {
     leasedDenied: 0,
     batches: 0,
     checksSent: 0,
+    streamed: 0,
+    streamsOpened: 0,
     leaseAsks: 0,
     leaseGrants: 0,
     tokensGivenBack: 0,
@@ -449,7 +461,8 @@ export class Client {
     }
   }
 
-  /** Sends what is queued for `link` as one CheckBatch (what queues meanwhile goes next). */
+  /** Sends what is queued for `link` as one request on its check stream, or one CheckBatch
+   * where the member takes no stream (what queues meanwhile goes next). */
   private flush(link: Link): void {
     link.scheduled = false;
     if (link.inFlight || link.queue.length === 0) return;
@@ -469,6 +482,54 @@ export class Client {
     link.inFlight = true;
     this.stat.batches++;
     this.stat.checksSent += batch.length;
+    if (!link.unaryOnly && this.sendOnStream(link, batch)) return;
+    this.sendUnary(link, batch);
+  }
+
+  /** `batch` as one request on `link`'s check stream (opened when it has none or it broke);
+   * false when it could not be sent there. The request has the oldest check's deadline:
+   * unanswered by then, the stream is aborted (its checks fall back; the next request opens
+   * a new one), as a unary call is cancelled at its deadline. */
+  private sendOnStream(link: Link, batch: Pending[]): boolean {
+    let s = link.stream;
+    if (s === undefined || s.broken) {
+      try {
+        s = link.stream = new CheckStream(link.client, this.md);
+      } catch {
+        return false;
+      }
+      this.stat.streamsOpened++;
+    }
+    const stream = s;
+    const timer = setTimeout(() => stream.abort(), Math.max(batch[0]!.deadline - Date.now(), 0));
+    const sent = stream.send(
+      batch.map((p) => p.req),
+      (err, res) => {
+        clearTimeout(timer);
+        if (err && refusesStream(err.code)) {
+          // Never decided there: unary calls decide them, and the member's checks from now on.
+          link.unaryOnly = true;
+          link.stream = undefined;
+          this.sendUnary(link, batch);
+          return;
+        }
+        link.inFlight = false;
+        if (res?.error) {
+          const e = new RinglimitError(res.error.error, res.error.message);
+          for (const p of batch) p.reject(e);
+        } else {
+          if (res) this.stat.streamed++;
+          this.answerBatch(batch, err, res);
+        }
+        if (link.queue.length > 0 && !link.scheduled) this.flush(link);
+      },
+    );
+    if (!sent) clearTimeout(timer);
+    return sent;
+  }
+
+  /** `batch` as one CheckBatch call. */
+  private sendUnary(link: Link, batch: Pending[]): void {
     const done = (err: grpc.ServiceError | null, res?: CheckBatchResponse__Output) => {
       link.inFlight = false;
       this.answerBatch(batch, err, res);
@@ -481,7 +542,7 @@ export class Client {
     }
   }
 
-  private answerBatch(batch: Pending[], err: grpc.ServiceError | null, res?: CheckBatchResponse__Output): void {
+  private answerBatch(batch: Pending[], err: grpc.ServiceError | null, res?: Pick<CheckBatchResponse__Output, 'results'>): void {
     if (err || !res) {
       if (!err || unreachable(err.code)) {
         for (const p of batch) this.settleFallback(p);
@@ -914,6 +975,7 @@ export class Client {
 
   private closeLink(l: Link): void {
     for (const p of l.queue.splice(0)) this.settleFallback(p);
+    l.stream?.abort();
     l.client.close();
   }
 

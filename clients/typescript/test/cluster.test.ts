@@ -1,7 +1,8 @@
 // Against a real three-node cluster started from $RINGLIMIT_BIN (skipped, with the reason,
 // when it is unset): owner routing without a forwarded check, exact limits across nodes,
 // all-or-nothing with a denial giving back holds, reservations, leases, fail-open when a node
-// is SIGKILLed under load, the middleware, and a credential on Lease and GiveBack.
+// is SIGKILLed under load (its check stream broken), the middleware, and a credential on
+// Lease, GiveBack and the check stream.
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -61,6 +62,7 @@ describe('a three-node cluster', { skip: SKIP }, () => {
     assert.equal(s.direct, 600);
     assert.equal(s.degraded, 0);
     assert.ok(s.batches < 600, `concurrent checks coalesced: ${s.batches} batches for ${s.checksSent} checks`);
+    assert.ok(s.streamed > 0 && s.streamsOpened <= 3, `checks on one stream per member: ${JSON.stringify(s)}`);
     // A global rule goes to any member; an unknown rule and a bad key are errors with the nodes' codes.
     assert.ok((await c.check({ key: 'g', rule: 'everywhere' })).allowed);
     await assert.rejects(c.check({ key: 'k', rule: 'no-such-rule' }), (e: RinglimitError) => e.code === 'unknown_rule');
@@ -195,6 +197,8 @@ describe('a three-node cluster', { skip: SKIP }, () => {
     running = false;
     await load;
     assert.equal(errors, 0, 'no check failed');
+    // The checks went on the members' check streams; the victim's broke under them.
+    assert.ok(c.stats().streamed > 0, JSON.stringify(c.stats()));
     // Once the topology dropped the node, nothing is degraded.
     const settled = await Promise.all(keys.map((key) => c.check({ key, rule: 'loaded' })));
     assert.ok(
@@ -231,12 +235,13 @@ describe('a cluster with a secret and a client token', { skip: SKIP }, () => {
         const denied = await c.checkAll(both);
         assert.ok(!denied.allowed);
         const peek = await c.check({ ...both[0]!, cost: 0 });
-        return [peek.remaining, c.stats().tokensGivenBack];
+        // The check stream needs the credential here: without it, the check went unary.
+        return [peek.remaining, c.stats().tokensGivenBack, c.stats().streamed > 0];
       } finally {
         await c.close();
       }
     };
-    assert.deepEqual(await run(true), [9, 1], 'given back with the token');
-    assert.deepEqual(await run(false), [8, 0], 'without it the hold stays taken (under-admission only)');
+    assert.deepEqual(await run(true), [9, 1, true], 'given back with the token');
+    assert.deepEqual(await run(false), [8, 0, false], 'without it the hold stays taken (under-admission only)');
   });
 });

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 
@@ -17,6 +17,7 @@ from . import _hash
 from ._fallback import Fallback, Taken
 from ._leases import BACKOFF_NS, GIL_GUARDS, PROMOTE_AT, SAMPLE, TICK_NS, Entry, HotKeys, Held
 from ._rules import NANOS_PER_MS, Inline, Rule, resolve_inline, validate_key
+from ._stream import CheckStream
 from ._topology import DiscoveryError, Member, Topology, fetch_http, from_response, grpc_target, http_base
 from .answers import Answer
 from .errors import InvalidCheck, RingLimitError, UnknownRule, from_status_message
@@ -141,6 +142,8 @@ class Stats:
         "given_back",
         "batches",
         "checks_sent",
+        "streamed",
+        "streams_opened",
         "refreshes",
         "refresh_failures",
     )
@@ -156,6 +159,9 @@ class Stats:
         self.given_back = 0
         self.batches = 0
         self.checks_sent = 0
+        #: Of ``batches``, those answered on a CheckStream; and the streams opened.
+        self.streamed = 0
+        self.streams_opened = 0
         self.refreshes = 0
         self.refresh_failures = 0
 
@@ -213,6 +219,13 @@ def outcome_of_error(e: BaseException, single: bool) -> Outcome:
     return Failure(f"owner unreachable ({type(e).__name__})")
 
 
+def outcomes_of_stream(resp: Any, n: int) -> List[Outcome]:
+    """The outcomes of the ``n`` checks a ``CheckStreamResponse`` answers, in order."""
+    if resp.HasField("error"):
+        return [from_status_message(f"{resp.error.error}: {resp.error.message}", resp.error.error)] * n
+    return outcomes_of_batch(resp)
+
+
 def outcomes_of_batch(resp: Any) -> List[Outcome]:
     out: List[Outcome] = []
     for r in resp.results:
@@ -249,6 +262,10 @@ class Core:
         #: lone check more than the rest of the SDK's own work together.
         self.stubs: Dict[str, pb_grpc.RateLimiterStub] = {}
         self.down_until: Dict[str, int] = {}
+        #: The synchronous client's check stream per owner channel, and the addresses that
+        #: do not offer it (unary calls there).
+        self.streams: Dict[str, CheckStream] = {}
+        self.unary_only: Set[str] = set()
         self.closed = threading.Event()
         self.wake_refresh = threading.Event()
         self.wake_leases = threading.Event()
@@ -297,6 +314,9 @@ class Core:
             if t is not threading.current_thread():
                 t.join(timeout=2.0)
         with self.topo_lock:
+            for st in self.streams.values():
+                st.close()
+            self.streams.clear()
             for ch in self.channels.values():
                 ch.close()
             self.channels.clear()
@@ -327,6 +347,32 @@ class Core:
                     self.stubs[addr] = stub
         return stub
 
+    def stream(self, addr: str) -> Optional[CheckStream]:
+        """The check stream to ``addr``, opened when there is none or the last one broke;
+        ``None`` when ``addr`` does not offer one (or the client is closed)."""
+        if addr in self.unary_only:
+            return None
+        st = self.streams.get(addr)
+        if st is not None and not st.broken:
+            return st
+        if self.closed.is_set():
+            return None
+        stub = self.stub(addr)
+        with self.topo_lock:
+            st = self.streams.get(addr)
+            if st is None or st.broken:
+                if st is not None:
+                    st.close()
+                st = CheckStream(stub, self.s.metadata, f"ringlimit-stream-{addr}")
+                self.streams[addr] = st
+                self.stats.streams_opened += 1
+        return st
+
+    def stream_refused(self, addr: str, e: BaseException) -> None:
+        """``addr`` refused the check stream: unary calls there from now on."""
+        log.info("ringlimit: %s does not take CheckStream (%s): unary calls", addr, e.code().name if hasattr(e, "code") else e)
+        self.unary_only.add(addr)
+
     def apply(self, new: Topology) -> bool:
         """Replaces the topology when ``new`` differs: a new version, caches dropped when the
         rules changed, leases released when the ring or the rules changed. Returns whether
@@ -346,6 +392,10 @@ class Core:
                 self.entries = {}
             gone = set(self.channels) - set(new.grpc_addrs())
             for addr in gone:
+                st = self.streams.pop(addr, None)
+                if st is not None:
+                    st.close()
+                self.unary_only.discard(addr)
                 self.stubs.pop(addr, None)
                 self.channels.pop(addr).close()
                 self.down_until.pop(addr, None)

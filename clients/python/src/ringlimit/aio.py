@@ -12,15 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 import grpc.aio
 
 from . import client as _sync
-from ._core import MAX_BATCH, Core, Failure, Outcome, Settings, answer_of, outcome_of_error, outcomes_of_batch
+from ._core import (
+    MAX_BATCH,
+    Core,
+    Failure,
+    Outcome,
+    Settings,
+    answer_of,
+    outcome_of_error,
+    outcomes_of_batch,
+    outcomes_of_stream,
+)
 from ._leases import Entry
 from ._rules import Inline
+from ._stream import AioCheckStream, refused
 from .answers import AllAnswer, Answer
 from .v1 import ratelimiter_pb2 as pb
 from .v1 import ratelimiter_pb2_grpc as pb_grpc
@@ -49,30 +60,49 @@ class _Batcher:
             asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        core = self.client._core
+        client = self.client
+        core = client._core
         try:
             while self.queue:
                 batch = self.queue[:MAX_BATCH]
                 del self.queue[:MAX_BATCH]
+                reqs = [r for r, _ in batch]
                 core.stats.batches += 1
                 core.stats.checks_sent += len(batch)
-                outs: List[Outcome]
-                try:
-                    stub = self.client._stub(self.addr)
-                    if len(batch) == 1:
-                        resp = await stub.Check(batch[0][0], timeout=core.s.deadline_s, metadata=core.s.metadata)
-                        outs = [answer_of(resp)]
-                    else:
-                        req = pb.CheckBatchRequest(checks=[r for r, _ in batch])
-                        resp = await stub.CheckBatch(req, timeout=core.s.deadline_s, metadata=core.s.metadata)
-                        outs = list(outcomes_of_batch(resp))
-                except Exception as e:  # transport trouble: every check of the batch falls back
-                    outs = [outcome_of_error(e, len(batch) == 1)] * len(batch)
+                outs: Optional[List[Outcome]] = None
+                st = client._stream(self.addr)
+                if st is not None:
+                    try:
+                        outs = outcomes_of_stream(await st.ask(reqs, core.s.deadline_s), len(batch))
+                        core.stats.streamed += 1
+                    except asyncio.TimeoutError:
+                        outs = [_TIMED_OUT] * len(batch)
+                    except Exception as e:  # the stream broke, or the node does not take it
+                        if refused(e):
+                            # Never decided: the unary call below decides them (and from now on).
+                            client._unary_only.add(self.addr)
+                        else:
+                            outs = [outcome_of_error(e, False)] * len(batch)
+                if outs is None:
+                    outs = await self._unary(reqs)
                 for i, (_, fut) in enumerate(batch):
                     if not fut.done():
                         fut.set_result(outs[i] if i < len(outs) else Failure("owner answered too few checks"))
         finally:
             self.busy = False
+
+    async def _unary(self, reqs: List[Any]) -> List[Outcome]:
+        core = self.client._core
+        try:
+            stub = self.client._stub(self.addr)
+            if len(reqs) == 1:
+                resp = await stub.Check(reqs[0], timeout=core.s.deadline_s, metadata=core.s.metadata)
+                return [answer_of(resp)]
+            req = pb.CheckBatchRequest(checks=reqs)
+            resp = await stub.CheckBatch(req, timeout=core.s.deadline_s, metadata=core.s.metadata)
+            return list(outcomes_of_batch(resp))
+        except Exception as e:  # transport trouble: every check of the batch falls back
+            return [outcome_of_error(e, len(reqs) == 1)] * len(reqs)
 
 
 class AsyncReservation:
@@ -154,6 +184,9 @@ class Client:
         self._channels: Dict[str, grpc.aio.Channel] = {}
         self._stubs: Dict[str, pb_grpc.RateLimiterStub] = {}
         self._batchers: Dict[str, _Batcher] = {}
+        #: The check stream per owner channel, and the addresses that do not take one.
+        self._streams: Dict[str, AioCheckStream] = {}
+        self._unary_only: Set[str] = set()
         self._dead: List[grpc.aio.Channel] = []
         self._version = 0
         core.on_links_changed.append(self._links_changed)
@@ -181,6 +214,18 @@ class Client:
             self._channels[addr] = ch
             stub = self._stubs[addr] = pb_grpc.RateLimiterStub(ch)
         return stub
+
+    def _stream(self, addr: str) -> Optional[AioCheckStream]:
+        """The check stream to ``addr``, opened when there is none or the last one broke;
+        ``None`` where ``addr`` does not take one."""
+        if addr in self._unary_only:
+            return None
+        st = self._streams.get(addr)
+        if st is not None and st.broken is None:
+            return st
+        st = self._streams[addr] = AioCheckStream(self._stub(addr), self._core.s.metadata)
+        self._core.stats.streams_opened += 1
+        return st
 
     async def ready(self, timeout: float = 5.0) -> bool:
         """Waits (at most ``timeout`` s) until a node has answered once."""
@@ -255,6 +300,10 @@ class Client:
             self._dead.append(self._channels.pop(addr))
             self._stubs.pop(addr, None)
             self._batchers.pop(addr, None)
+            self._unary_only.discard(addr)
+            st = self._streams.pop(addr, None)
+            if st is not None:
+                st.abort()
 
     async def check_all(self, checks: Iterable[Any]) -> AllAnswer:
         """See :meth:`ringlimit.Client.check_all`."""
@@ -292,6 +341,9 @@ class Client:
         """Gives back what leases hold, stops the threads, closes the channels."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._core.close)
+        for st in self._streams.values():
+            st.abort()
+        self._streams.clear()
         for ch in list(self._channels.values()) + self._dead:
             await ch.close()
         self._channels.clear()

@@ -19,11 +19,13 @@ from ._core import (
     answer_of,
     outcome_of_error,
     outcomes_of_batch,
+    outcomes_of_stream,
     shadowed,
 )
 from ._fallback import Taken
 from ._leases import Entry
 from ._rules import Inline
+from ._stream import CheckStream, refused
 from .answers import AllAnswer, Answer, binding
 from .errors import InvalidCheck, RingLimitError, Unavailable, from_status_message
 from .v1 import ratelimiter_pb2 as pb
@@ -66,8 +68,10 @@ class _Pending:
 
 
 class _Batcher:
-    """Coalesces the checks for one owner: one call in flight at a time; whatever is queued
-    while it flies goes as the next ``CheckBatch`` (no fixed wait)."""
+    """Coalesces the checks for one owner: one request in flight at a time; whatever is queued
+    while it flies goes as the next request (no fixed wait). Requests travel on the owner's
+    check stream (:class:`ringlimit._stream.CheckStream`), or as ``Check``/``CheckBatch``
+    calls where the owner does not take one."""
 
     def __init__(self, core: Core, addr: str) -> None:
         self.core = core
@@ -75,8 +79,13 @@ class _Batcher:
         self.lock = threading.Lock()
         self.queue: List[_Pending] = []
         self.busy = False
+        #: The request in flight on a stream, and when it was sent: unanswered past the
+        #: deadline, the stream is aborted (its checks fall back, the next request reopens it).
+        self.flying: Optional[Tuple[CheckStream, int]] = None
+        self.deadline_ns = int(core.s.deadline_s * 1e9)
 
     def submit(self, p: _Pending) -> None:
+        stale: Optional[CheckStream] = None
         with self.lock:
             if not self.busy and not self.queue:
                 self.busy = True
@@ -84,20 +93,31 @@ class _Batcher:
             else:
                 self.queue.append(p)
                 if self.busy:
-                    return
-                self.busy = True
-                alone = False
-                batch = self.queue[:MAX_BATCH]
-                del self.queue[:MAX_BATCH]
+                    f = self.flying
+                    if f is not None and _mono() - f[1] > self.deadline_ns:
+                        stale = f[0]
+                    alone = False
+                    batch = None
+                else:
+                    self.busy = True
+                    alone = False
+                    batch = self.queue[:MAX_BATCH]
+                    del self.queue[:MAX_BATCH]
+        if stale is not None:
+            stale.abort()
         if alone:
             self._send_alone(p)
-        else:
+        elif batch is not None:
             self._send(batch)
 
     def _send_alone(self, p: _Pending) -> None:
-        """Nothing else in flight: the caller's own thread makes the call, blocking (grpcio
-        then needs no completion thread and no hand-over to the caller); what queues
-        meanwhile goes next as a ``CheckBatch`` from here, without waiting for it."""
+        """Nothing else in flight: on the stream, as any request; without one, the caller's
+        own thread makes the call, blocking (grpcio then needs no completion thread and no
+        hand-over to the caller); what queues meanwhile goes next from here, without
+        waiting for it."""
+        st = self.core.stream(self.addr)
+        if st is not None and self._stream_send(st, [p]):
+            return
         core = self.core
         core.stats.batches += 1
         core.stats.checks_sent += 1
@@ -112,6 +132,45 @@ class _Batcher:
         self._next()
 
     def _send(self, batch: List[_Pending]) -> None:
+        st = self.core.stream(self.addr)
+        if st is not None and self._stream_send(st, batch):
+            return
+        self._send_unary(batch)
+
+    def _stream_send(self, st: CheckStream, batch: List[_Pending]) -> bool:
+        """Sends ``batch`` on ``st``; False when it broke meanwhile (nothing was sent)."""
+        self.flying = (st, _mono())
+        if not st.send([p.req for p in batch], lambda resp, err: self._streamed(batch, resp, err)):
+            self.flying = None
+            return False
+        stats = self.core.stats
+        stats.batches += 1
+        stats.checks_sent += len(batch)
+        return True
+
+    def _streamed(self, batch: List[_Pending], resp: Any, error: Optional[BaseException]) -> None:
+        """The stream answered ``batch`` (``resp``), or broke with ``error``."""
+        self.flying = None
+        if error is not None and refused(error):
+            # The node never decided them: unary calls do (and from now on).
+            self.core.stream_refused(self.addr, error)
+            self._send_unary(batch)
+            return
+        try:
+            if error is None:
+                self.core.stats.streamed += 1
+                outs = outcomes_of_stream(resp, len(batch))
+            else:
+                outs = [outcome_of_error(error, False)] * len(batch)
+            for i, p in enumerate(batch):
+                p.settle(outs[i] if i < len(outs) else Failure("owner answered too few checks"))
+        except Exception as e:  # never leave a caller without an outcome
+            for p in batch:
+                if p.got is None:
+                    p.settle(Failure(f"owner unreachable ({type(e).__name__})"))
+        self._next()
+
+    def _send_unary(self, batch: List[_Pending]) -> None:
         core = self.core
         core.stats.batches += 1
         core.stats.checks_sent += len(batch)

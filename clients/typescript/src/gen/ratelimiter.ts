@@ -8,6 +8,8 @@ import type { CheckBatchResponse as _ringlimit_v1_CheckBatchResponse, CheckBatch
 import type { CheckBatchResult as _ringlimit_v1_CheckBatchResult, CheckBatchResult__Output as _ringlimit_v1_CheckBatchResult__Output } from './ringlimit/v1/CheckBatchResult.js';
 import type { CheckRequest as _ringlimit_v1_CheckRequest, CheckRequest__Output as _ringlimit_v1_CheckRequest__Output } from './ringlimit/v1/CheckRequest.js';
 import type { CheckResponse as _ringlimit_v1_CheckResponse, CheckResponse__Output as _ringlimit_v1_CheckResponse__Output } from './ringlimit/v1/CheckResponse.js';
+import type { CheckStreamRequest as _ringlimit_v1_CheckStreamRequest, CheckStreamRequest__Output as _ringlimit_v1_CheckStreamRequest__Output } from './ringlimit/v1/CheckStreamRequest.js';
+import type { CheckStreamResponse as _ringlimit_v1_CheckStreamResponse, CheckStreamResponse__Output as _ringlimit_v1_CheckStreamResponse__Output } from './ringlimit/v1/CheckStreamResponse.js';
 import type { Error as _ringlimit_v1_Error, Error__Output as _ringlimit_v1_Error__Output } from './ringlimit/v1/Error.js';
 import type { GiveBackItem as _ringlimit_v1_GiveBackItem, GiveBackItem__Output as _ringlimit_v1_GiveBackItem__Output } from './ringlimit/v1/GiveBackItem.js';
 import type { GiveBackRequest as _ringlimit_v1_GiveBackRequest, GiveBackRequest__Output as _ringlimit_v1_GiveBackRequest__Output } from './ringlimit/v1/GiveBackRequest.js';
@@ -45,6 +47,8 @@ export interface ProtoGrpcType {
       CheckBatchResult: MessageTypeDefinition<_ringlimit_v1_CheckBatchResult, _ringlimit_v1_CheckBatchResult__Output>
       CheckRequest: MessageTypeDefinition<_ringlimit_v1_CheckRequest, _ringlimit_v1_CheckRequest__Output>
       CheckResponse: MessageTypeDefinition<_ringlimit_v1_CheckResponse, _ringlimit_v1_CheckResponse__Output>
+      CheckStreamRequest: MessageTypeDefinition<_ringlimit_v1_CheckStreamRequest, _ringlimit_v1_CheckStreamRequest__Output>
+      CheckStreamResponse: MessageTypeDefinition<_ringlimit_v1_CheckStreamResponse, _ringlimit_v1_CheckStreamResponse__Output>
       Error: MessageTypeDefinition<_ringlimit_v1_Error, _ringlimit_v1_Error__Output>
       GiveBackItem: MessageTypeDefinition<_ringlimit_v1_GiveBackItem, _ringlimit_v1_GiveBackItem__Output>
       GiveBackRequest: MessageTypeDefinition<_ringlimit_v1_GiveBackRequest, _ringlimit_v1_GiveBackRequest__Output>

@@ -7,7 +7,7 @@
 //! anonymous clients): they share one ledger. gRPC calls come on any connection, so a client
 //! is its credential's name, not its connection: each name has one ledger, bounded.
 
-use crate::admin::tokens::{Role, TokenBook, bearer};
+use crate::admin::tokens::{AdminTokens, Role, TokenBook, bearer};
 use crate::local::holds::Holds;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 pub const MOST_HOLDS_PER_CREDENTIAL: usize = 65_536;
 
 /// Who may make the calls that need a client credential.
+#[derive(Clone)]
 pub struct ClientAuth {
     pub tokens: Arc<TokenBook>,
     /// Whether the node has a cluster secret (then a credential is needed even without tokens).
@@ -84,6 +85,53 @@ impl ClientAuth {
             });
         }
         Ok(found.name.clone())
+    }
+}
+
+/// A long-lived call's credential (CheckStream), checked when it opened and again whenever
+/// the tokens in force have changed since (a reload may have revoked it): one pointer
+/// comparison a message otherwise.
+pub struct StreamCredential {
+    auth: ClientAuth,
+    /// The call's `authorization` as [`ClientAuth::credential`] takes it, owned.
+    authorization: Option<Result<String, ()>>,
+    call: &'static str,
+    /// The tokens it was last found valid under.
+    checked: Arc<AdminTokens>,
+}
+
+impl StreamCredential {
+    /// The credential name of a call opening with `authorization`, and what checks it later.
+    pub fn open(
+        auth: &ClientAuth,
+        authorization: Option<Result<&str, ()>>,
+        call: &'static str,
+    ) -> Result<(String, Self), Refused> {
+        let checked = arc_swap::Guard::into_inner(auth.tokens.tokens());
+        let name = auth.credential(authorization, call)?;
+        let held = Self {
+            auth: auth.clone(),
+            authorization: authorization.map(|v| v.map(str::to_owned)),
+            call,
+            checked,
+        };
+        Ok((name, held))
+    }
+
+    /// Whether the credential is still valid (checked again only when the tokens changed).
+    pub fn still_valid(&mut self) -> Result<(), Refused> {
+        let now = self.auth.tokens.tokens();
+        if Arc::ptr_eq(&now, &self.checked) {
+            return Ok(());
+        }
+        let now = arc_swap::Guard::into_inner(now);
+        let authorization = self
+            .authorization
+            .as_ref()
+            .map(|v| v.as_deref().map_err(|_| ()));
+        self.auth.credential(authorization, self.call)?;
+        self.checked = now;
+        Ok(())
     }
 }
 
@@ -196,6 +244,25 @@ mod tests {
             secret.credential(None, "Lease").map_err(|r| r.grpc),
             Err(tonic::Code::Unauthenticated)
         );
+    }
+
+    #[test]
+    fn a_held_credential_is_checked_again_when_the_tokens_change() {
+        let a = auth(Some(TOKENS), true);
+        let (name, mut held) =
+            StreamCredential::open(&a, Some(Ok("Bearer svc-token-0000001")), "CheckStream")
+                .expect("valid");
+        assert_eq!(name, "svc");
+        assert_eq!(held.still_valid(), Ok(()));
+        assert!(StreamCredential::open(&a, None, "CheckStream").is_err());
+        // The file is gone (its directory was removed): a reload revokes its tokens.
+        a.tokens.reload();
+        let r = held.still_valid().expect_err("revoked");
+        assert_eq!(r.grpc, tonic::Code::Unauthenticated);
+        // A node that needs no credential keeps taking the call.
+        let open = auth(None, false);
+        let (name, mut held) = StreamCredential::open(&open, None, "CheckStream").expect("anyone");
+        assert_eq!((name.as_str(), held.still_valid()), ("", Ok(())));
     }
 
     #[test]

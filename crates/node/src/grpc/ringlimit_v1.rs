@@ -5,10 +5,11 @@
 //! held checks, leases and give-backs under a client credential ([`super::credentials`]). A
 //! thin edge: messages in and out, deciding in the service, topology from the admin side.
 
-use super::credentials::{self, ClientAuth, Ledgers};
+use super::credentials::{self, ClientAuth, Ledgers, StreamCredential};
 use super::{all_code, check_code};
 use crate::admin::Admin;
 use crate::admin::topology::Topology;
+use crate::local::holds::Holds;
 use crate::rules::{RuleSpec, inline_period};
 use crate::service::all_or_nothing::AllOutcome;
 use crate::service::clients::{GiveBack, LeaseAsk};
@@ -20,6 +21,7 @@ use ringlimit_core::reservations::ReserveError;
 use ringlimit_core::rule::{FieldError, Mode, OnOwnerUnreachable};
 use ringlimit_proto::peer::{LeaseGrant, Mark};
 use ringlimit_proto::{Algorithm, CheckAnswer, InlineRule};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +47,8 @@ pub struct RingLimitV1 {
     pub watchers: Arc<Semaphore>,
 }
 
+/// Most CheckStream requests decided at once on one stream (the .proto says so).
+pub const STREAM_IN_FLIGHT: usize = 128;
 /// Most asks of one Lease, and give-backs of one GiveBack.
 const MOST_ITEMS: usize = 1000;
 /// A lease holder's id: 1 to this many bytes.
@@ -64,7 +68,7 @@ impl RingLimitV1 {
         &self,
         request: &tonic::Request<T>,
         hold: bool,
-    ) -> Option<Arc<parking_lot::Mutex<crate::local::holds::Holds>>> {
+    ) -> Option<Arc<parking_lot::Mutex<Holds>>> {
         if !hold {
             return None;
         }
@@ -477,6 +481,137 @@ fn checks(requests: &[pb::CheckRequest]) -> Result<Vec<Check<'_>>, tonic::Status
         .collect()
 }
 
+/// Whether `count` checks make a batch (CheckBatch, a CheckStream request): 1 to [`MAX_BATCH`].
+fn batch_size(count: usize) -> Result<(), Invalid> {
+    if count == 0 || count > MAX_BATCH {
+        return Err(Invalid {
+            code: "invalid_batch",
+            message: format!("`checks` must hold 1 to {MAX_BATCH} checks, got {count}"),
+        });
+    }
+    Ok(())
+}
+
+/// The answers to a batch of checks, in order: an invalid check's error in its place, the
+/// valid ones decided together; held ones (`hold`) recorded in `ledger` when there is one.
+async fn decide(
+    service: &CheckService,
+    ledger: Option<&parking_lot::Mutex<Holds>>,
+    requests: &[pb::CheckRequest],
+) -> Vec<pb::CheckBatchResult> {
+    let error = |code: &str, message: String| pb::CheckBatchResult {
+        result: Some(pb::check_batch_result::Result::Error(pb::Error {
+            error: code.to_owned(),
+            message,
+        })),
+    };
+    let answered = |a: pb::CheckResponse| pb::CheckBatchResult {
+        result: Some(pb::check_batch_result::Result::Answer(a)),
+    };
+    let held = ledger.filter(|_| requests.iter().any(|c| c.hold));
+    // One plain check (an SDK's usual stream request) goes the unary Check's way, without a
+    // batch's vectors.
+    if let ([one], None) = (requests, held) {
+        return vec![match check(one) {
+            Err(e) => error(e.code, e.message),
+            Ok(c) => match service.check(Edge::Grpc, &c).await {
+                Ok(o) => answered(answer(&o)),
+                Err(e) => error(e.code(), e.to_string()),
+            },
+        }];
+    }
+    let parsed: Vec<Result<Check<'_>, Invalid>> = requests.iter().map(check).collect();
+    let valid: Vec<(Check<'_>, bool)> = parsed
+        .iter()
+        .zip(requests)
+        .filter_map(|(p, m)| p.as_ref().ok().map(|c| (*c, m.hold)))
+        .collect();
+    let mut decided = match held {
+        Some(ledger) => service
+            .check_many_holding(Edge::Grpc, &valid, ledger)
+            .await
+            .into_iter(),
+        None => {
+            let plain: Vec<Check<'_>> = valid.iter().map(|(c, _)| *c).collect();
+            service
+                .check_many(Edge::Grpc, &plain)
+                .await
+                .into_iter()
+                .map(|r| r.map(|o| (o, None)))
+                .collect::<Vec<_>>()
+                .into_iter()
+        }
+    };
+    parsed
+        .into_iter()
+        .map(|p| match p {
+            Err(e) => error(e.code, e.message),
+            Ok(_) => match decided.next() {
+                Some(Ok((o, mark))) => answered(held_answer(&o, mark)),
+                Some(Err(e)) => error(e.code(), e.to_string()),
+                None => error("unavailable", "no answer was produced".into()),
+            },
+        })
+        .collect()
+}
+
+/// The stream of answers CheckStream sends.
+type CheckStream =
+    Pin<Box<dyn futures::Stream<Item = Result<pb::CheckStreamResponse, tonic::Status>> + Send>>;
+
+/// CheckStream's answers to `requests`, each decided as a CheckBatch (see [`in_flight`]),
+/// while `credential` stays valid.
+fn check_stream(
+    service: Arc<CheckService>,
+    ledger: Arc<parking_lot::Mutex<Holds>>,
+    mut credential: StreamCredential,
+    requests: tonic::Streaming<pb::CheckStreamRequest>,
+) -> CheckStream {
+    Box::pin(in_flight(requests, move |r| {
+        credential.still_valid().map_err(|r| r.status())?;
+        let (service, ledger) = (service.clone(), ledger.clone());
+        Ok(async move {
+            match batch_size(r.checks.len()) {
+                Err(e) => pb::CheckStreamResponse {
+                    id: r.id,
+                    results: Vec::new(),
+                    error: Some(pb::Error {
+                        error: e.code.to_owned(),
+                        message: e.message,
+                    }),
+                },
+                Ok(()) => pb::CheckStreamResponse {
+                    id: r.id,
+                    results: decide(&service, Some(&ledger), &r.checks).await,
+                    error: None,
+                },
+            }
+        })
+    }))
+}
+
+/// `answer` of each of `requests`, up to [`STREAM_IN_FLIGHT`] at once, each sent as soon as
+/// it is made; an `answer` that refuses (a revoked credential) ends the answers with its status. All on the call's own task (`buffer_unordered` polls the answers in flight
+/// itself): no task per request, and no request read while [`STREAM_IN_FLIGHT`] wait, so a
+/// client that sends faster than it is answered is held back by HTTP/2's flow control, not
+/// buffered here. A broken request stream (the client reset it, a message that does not
+/// decode) ends the answers with its status.
+fn in_flight<Req, Resp, Fut>(
+    requests: impl futures::Stream<Item = Result<Req, tonic::Status>>,
+    mut answer: impl FnMut(Req) -> Result<Fut, tonic::Status>,
+) -> impl futures::Stream<Item = Result<Resp, tonic::Status>>
+where
+    Fut: Future<Output = Resp>,
+{
+    use futures::StreamExt as _;
+    requests
+        .map(move |request| {
+            let answering = request.and_then(&mut answer);
+            async move { Ok(answering?.await) }
+        })
+        .buffer_unordered(STREAM_IN_FLIGHT)
+}
+
 #[tonic::async_trait]
 impl RateLimiter for RingLimitV1 {
     async fn check(
@@ -513,63 +648,10 @@ impl RateLimiter for RingLimitV1 {
     ) -> Result<tonic::Response<pb::CheckBatchResponse>, tonic::Status> {
         let (metadata, extensions, r) = request.into_parts();
         let request_meta = tonic::Request::from_parts(metadata, extensions, ());
-        if r.checks.is_empty() || r.checks.len() > MAX_BATCH {
-            return Err(status(
-                tonic::Code::InvalidArgument,
-                "invalid_batch",
-                format!(
-                    "`checks` must hold 1 to {MAX_BATCH} checks, got {}",
-                    r.checks.len()
-                ),
-            ));
-        }
-        // An invalid item gets its error in its place; the valid ones are decided together.
-        let parsed: Vec<Result<Check<'_>, Invalid>> = r.checks.iter().map(check).collect();
+        batch_size(r.checks.len()).map_err(|e| e.status())?;
         let held = r.checks.iter().any(|c| c.hold);
         let ledger = self.hold_ledger(&request_meta, held);
-        let valid: Vec<(Check<'_>, bool)> = parsed
-            .iter()
-            .zip(&r.checks)
-            .filter_map(|(p, m)| p.as_ref().ok().map(|c| (*c, m.hold)))
-            .collect();
-        let mut decided = match &ledger {
-            Some(ledger) => self
-                .service
-                .check_many_holding(Edge::Grpc, &valid, ledger)
-                .await
-                .into_iter(),
-            None => {
-                let plain: Vec<Check<'_>> = valid.iter().map(|(c, _)| *c).collect();
-                self.service
-                    .check_many(Edge::Grpc, &plain)
-                    .await
-                    .into_iter()
-                    .map(|r| r.map(|o| (o, None)))
-                    .collect::<Vec<_>>()
-                    .into_iter()
-            }
-        };
-        let error = |code: &str, message: String| {
-            pb::check_batch_result::Result::Error(pb::Error {
-                error: code.to_owned(),
-                message,
-            })
-        };
-        let results = parsed
-            .iter()
-            .map(|p| pb::CheckBatchResult {
-                result: Some(match p {
-                    Err(e) => error(e.code, e.message.clone()),
-                    Ok(_) => match decided.next() {
-                        Some(Ok((o, mark))) => {
-                            pb::check_batch_result::Result::Answer(held_answer(&o, mark))
-                        }
-                        Some(Err(e)) => error(e.code(), e.to_string()),
-                        None => error("unavailable", "no answer was produced".into()),
-                    },
-                }),
-            })
-            .collect();
+        let results = decide(&self.service, ledger.as_deref(), &r.checks).await;
         Ok(tonic::Response::new(pb::CheckBatchResponse { results }))
     }
 
@@ -727,6 +809,26 @@ impl RateLimiter for RingLimitV1 {
             })
             .collect();
         Ok(tonic::Response::new(pb::GiveBackResponse { honoured }))
+    }
+
+    type CheckStreamStream = CheckStream;
+
+    async fn check_stream(
+        &self,
+        request: tonic::Request<tonic::Streaming<pb::CheckStreamRequest>>,
+    ) -> Result<tonic::Response<Self::CheckStreamStream>, tonic::Status> {
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().map_err(|_| ()));
+        let (name, credential) = StreamCredential::open(&self.auth, authorization, "CheckStream")
+            .map_err(|r| r.status())?;
+        Ok(tonic::Response::new(check_stream(
+            self.service.clone(),
+            self.ledgers.of(&name),
+            credential,
+            request.into_inner(),
+        )))
     }
 }
 
@@ -970,5 +1072,56 @@ mod tests {
             let e = hb(Some(bad)).expect_err("refused");
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
         }
+    }
+    /// At most [`STREAM_IN_FLIGHT`] requests are read while their answers wait; one answered
+    /// lets one more in; a broken request stream ends the answers with its status.
+    #[test]
+    fn a_stream_reads_no_further_than_its_requests_in_flight() {
+        use futures::{FutureExt as _, StreamExt as _};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<u64, tonic::Status>>();
+        for id in 0..STREAM_IN_FLIGHT as u64 + 50 {
+            tx.unbounded_send(Ok(id)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let read = Arc::new(AtomicUsize::new(0));
+        let gates: Arc<parking_lot::Mutex<Vec<futures::channel::oneshot::Sender<()>>>> =
+            Arc::default();
+        let answers = in_flight(rx, {
+            let (read, gates) = (read.clone(), gates.clone());
+            move |id: u64| {
+                read.fetch_add(1, Ordering::SeqCst);
+                let (open, gate) = futures::channel::oneshot::channel();
+                gates.lock().push(open);
+                Ok(async move {
+                    let _ = gate.await;
+                    id
+                })
+            }
+        });
+        futures::pin_mut!(answers);
+        assert!(
+            answers.next().now_or_never().is_none(),
+            "nothing answered yet"
+        );
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_IN_FLIGHT);
+        let first = gates.lock().remove(0);
+        let _ = first.send(());
+        let got = answers.next().now_or_never().flatten().map(|r| r.ok());
+        assert_eq!(got, Some(Some(0)));
+        assert!(answers.next().now_or_never().is_none());
+        assert_eq!(read.load(Ordering::SeqCst), STREAM_IN_FLIGHT + 1);
+        // The client's stream breaks: the answers end with its status.
+        tx.unbounded_send(Err(tonic::Status::cancelled("reset")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        for open in gates.lock().drain(..) {
+            let _ = open.send(());
+        }
+        let mut codes = Vec::new();
+        while let Some(Some(r)) = answers.next().now_or_never() {
+            if let Err(e) = r {
+                codes.push(e.code());
+            }
+        }
+        assert_eq!(codes, [tonic::Code::Cancelled]);
     }
 }

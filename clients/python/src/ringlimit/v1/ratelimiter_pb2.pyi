@@ -328,3 +328,21 @@ class GiveBackResponse(_message.Message):
     HONOURED_FIELD_NUMBER: _ClassVar[int]
     honoured: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, honoured: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CheckStreamRequest(_message.Message):
+    __slots__ = ("id", "checks")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    checks: _containers.RepeatedCompositeFieldContainer[CheckRequest]
+    def __init__(self, id: _Optional[int] = ..., checks: _Optional[_Iterable[_Union[CheckRequest, _Mapping]]] = ...) -> None: ...
+
+class CheckStreamResponse(_message.Message):
+    __slots__ = ("id", "results", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    results: _containers.RepeatedCompositeFieldContainer[CheckBatchResult]
+    error: Error
+    def __init__(self, id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[CheckBatchResult, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...

@@ -79,6 +79,11 @@ class RateLimiterStub(object):
                 request_serializer=ringlimit_dot_v1_dot_ratelimiter__pb2.GiveBackRequest.SerializeToString,
                 response_deserializer=ringlimit_dot_v1_dot_ratelimiter__pb2.GiveBackResponse.FromString,
                 _registered_method=True)
+        self.CheckStream = channel.stream_stream(
+                '/ringlimit.v1.RateLimiter/CheckStream',
+                request_serializer=ringlimit_dot_v1_dot_ratelimiter__pb2.CheckStreamRequest.SerializeToString,
+                response_deserializer=ringlimit_dot_v1_dot_ratelimiter__pb2.CheckStreamResponse.FromString,
+                _registered_method=True)
 
 
 class RateLimiterServicer(object):
@@ -161,6 +166,21 @@ class RateLimiterServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckStream(self, request_iterator, context):
+        """Checks on one long-lived stream, for SDKs that send many: each request (an id the client
+        picks and 1 to 1000 checks) is answered by one response with the same id, decided as
+        CheckBatch decides (an invalid check gets its error in its place; a request of no or too
+        many checks gets `error`, and the stream goes on). Responses may come out of order. At
+        most 128 requests are decided at once per stream: past that the node reads no further
+        until one is answered. Client credential required (see the file's header): refused (or
+        revoked while the stream is open), the stream ends with UNAUTHENTICATED or
+        PERMISSION_DENIED. A node without this call answers UNIMPLEMENTED: send Check and
+        CheckBatch instead.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RateLimiterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -208,6 +228,11 @@ def add_RateLimiterServicer_to_server(servicer, server):
                     servicer.GiveBack,
                     request_deserializer=ringlimit_dot_v1_dot_ratelimiter__pb2.GiveBackRequest.FromString,
                     response_serializer=ringlimit_dot_v1_dot_ratelimiter__pb2.GiveBackResponse.SerializeToString,
+            ),
+            'CheckStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CheckStream,
+                    request_deserializer=ringlimit_dot_v1_dot_ratelimiter__pb2.CheckStreamRequest.FromString,
+                    response_serializer=ringlimit_dot_v1_dot_ratelimiter__pb2.CheckStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -453,6 +478,33 @@ class RateLimiter(object):
             '/ringlimit.v1.RateLimiter/GiveBack',
             ringlimit_dot_v1_dot_ratelimiter__pb2.GiveBackRequest.SerializeToString,
             ringlimit_dot_v1_dot_ratelimiter__pb2.GiveBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ringlimit.v1.RateLimiter/CheckStream',
+            ringlimit_dot_v1_dot_ratelimiter__pb2.CheckStreamRequest.SerializeToString,
+            ringlimit_dot_v1_dot_ratelimiter__pb2.CheckStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

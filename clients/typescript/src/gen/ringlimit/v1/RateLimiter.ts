@@ -8,6 +8,8 @@ import type { CheckBatchRequest as _ringlimit_v1_CheckBatchRequest, CheckBatchRe
 import type { CheckBatchResponse as _ringlimit_v1_CheckBatchResponse, CheckBatchResponse__Output as _ringlimit_v1_CheckBatchResponse__Output } from '../../ringlimit/v1/CheckBatchResponse.js';
 import type { CheckRequest as _ringlimit_v1_CheckRequest, CheckRequest__Output as _ringlimit_v1_CheckRequest__Output } from '../../ringlimit/v1/CheckRequest.js';
 import type { CheckResponse as _ringlimit_v1_CheckResponse, CheckResponse__Output as _ringlimit_v1_CheckResponse__Output } from '../../ringlimit/v1/CheckResponse.js';
+import type { CheckStreamRequest as _ringlimit_v1_CheckStreamRequest, CheckStreamRequest__Output as _ringlimit_v1_CheckStreamRequest__Output } from '../../ringlimit/v1/CheckStreamRequest.js';
+import type { CheckStreamResponse as _ringlimit_v1_CheckStreamResponse, CheckStreamResponse__Output as _ringlimit_v1_CheckStreamResponse__Output } from '../../ringlimit/v1/CheckStreamResponse.js';
 import type { GiveBackRequest as _ringlimit_v1_GiveBackRequest, GiveBackRequest__Output as _ringlimit_v1_GiveBackRequest__Output } from '../../ringlimit/v1/GiveBackRequest.js';
 import type { GiveBackResponse as _ringlimit_v1_GiveBackResponse, GiveBackResponse__Output as _ringlimit_v1_GiveBackResponse__Output } from '../../ringlimit/v1/GiveBackResponse.js';
 import type { LeaseRequest as _ringlimit_v1_LeaseRequest, LeaseRequest__Output as _ringlimit_v1_LeaseRequest__Output } from '../../ringlimit/v1/LeaseRequest.js';
@@ -45,6 +47,11 @@ export interface RateLimiterClient extends grpc.Client {
   checkBatch(argument: _ringlimit_v1_CheckBatchRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_ringlimit_v1_CheckBatchResponse__Output>): grpc.ClientUnaryCall;
   checkBatch(argument: _ringlimit_v1_CheckBatchRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_ringlimit_v1_CheckBatchResponse__Output>): grpc.ClientUnaryCall;
   checkBatch(argument: _ringlimit_v1_CheckBatchRequest, callback: grpc.requestCallback<_ringlimit_v1_CheckBatchResponse__Output>): grpc.ClientUnaryCall;
+  
+  CheckStream(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<_ringlimit_v1_CheckStreamRequest, _ringlimit_v1_CheckStreamResponse__Output>;
+  CheckStream(options?: grpc.CallOptions): grpc.ClientDuplexStream<_ringlimit_v1_CheckStreamRequest, _ringlimit_v1_CheckStreamResponse__Output>;
+  checkStream(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<_ringlimit_v1_CheckStreamRequest, _ringlimit_v1_CheckStreamResponse__Output>;
+  checkStream(options?: grpc.CallOptions): grpc.ClientDuplexStream<_ringlimit_v1_CheckStreamRequest, _ringlimit_v1_CheckStreamResponse__Output>;
   
   GiveBack(argument: _ringlimit_v1_GiveBackRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_ringlimit_v1_GiveBackResponse__Output>): grpc.ClientUnaryCall;
   GiveBack(argument: _ringlimit_v1_GiveBackRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_ringlimit_v1_GiveBackResponse__Output>): grpc.ClientUnaryCall;
@@ -105,6 +112,8 @@ export interface RateLimiterHandlers extends grpc.UntypedServiceImplementation {
   
   CheckBatch: grpc.handleUnaryCall<_ringlimit_v1_CheckBatchRequest__Output, _ringlimit_v1_CheckBatchResponse>;
   
+  CheckStream: grpc.handleBidiStreamingCall<_ringlimit_v1_CheckStreamRequest__Output, _ringlimit_v1_CheckStreamResponse>;
+  
   GiveBack: grpc.handleUnaryCall<_ringlimit_v1_GiveBackRequest__Output, _ringlimit_v1_GiveBackResponse>;
   
   Lease: grpc.handleUnaryCall<_ringlimit_v1_LeaseRequest__Output, _ringlimit_v1_LeaseResponse>;
@@ -123,6 +132,7 @@ export interface RateLimiterDefinition extends grpc.ServiceDefinition {
   Check: MethodDefinition<_ringlimit_v1_CheckRequest, _ringlimit_v1_CheckResponse, _ringlimit_v1_CheckRequest__Output, _ringlimit_v1_CheckResponse__Output>
   CheckAll: MethodDefinition<_ringlimit_v1_CheckAllRequest, _ringlimit_v1_CheckAllResponse, _ringlimit_v1_CheckAllRequest__Output, _ringlimit_v1_CheckAllResponse__Output>
   CheckBatch: MethodDefinition<_ringlimit_v1_CheckBatchRequest, _ringlimit_v1_CheckBatchResponse, _ringlimit_v1_CheckBatchRequest__Output, _ringlimit_v1_CheckBatchResponse__Output>
+  CheckStream: MethodDefinition<_ringlimit_v1_CheckStreamRequest, _ringlimit_v1_CheckStreamResponse, _ringlimit_v1_CheckStreamRequest__Output, _ringlimit_v1_CheckStreamResponse__Output>
   GiveBack: MethodDefinition<_ringlimit_v1_GiveBackRequest, _ringlimit_v1_GiveBackResponse, _ringlimit_v1_GiveBackRequest__Output, _ringlimit_v1_GiveBackResponse__Output>
   Lease: MethodDefinition<_ringlimit_v1_LeaseRequest, _ringlimit_v1_LeaseResponse, _ringlimit_v1_LeaseRequest__Output, _ringlimit_v1_LeaseResponse__Output>
   Reserve: MethodDefinition<_ringlimit_v1_ReserveRequest, _ringlimit_v1_ReserveResponse, _ringlimit_v1_ReserveRequest__Output, _ringlimit_v1_ReserveResponse__Output>
