@@ -87,8 +87,9 @@ pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
 pub const DEFAULT_GOSSIP_BUDGET: u64 = 20_000;
 
 impl GlobalCounters {
-    /// Decides a global check and phrases the contract's answer (never degraded).
-    pub fn answer(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> CheckAnswer {
-        ringlimit_core::answer::answer(&self.check(id, rule, now, cost), rule)
+    /// Decides a global check and phrases the contract's answer (never degraded); `shared`:
+    /// the rule is `scope: regions` (its counts also go to the other regions).
+    pub fn answer(&self, id: u64, rule: &Rule, shared: bool, now: u64, cost: u64) -> CheckAnswer {
+        ringlimit_core::answer::answer(&self.check_in(id, rule, shared, now, cost), rule)
     }
 }

@@ -227,6 +227,34 @@ impl Pusher {
         }
     }
 
+    /// Queues other actors' counts (other regions', merged here) for every peer that is up
+    /// to date, as `GlobalCountsOf` frames; a peer whose queue is full gets the full set later.
+    pub fn relay(&mut self, others: &[ActorCounts]) {
+        let frames = self.encode_full(&FullSet {
+            own: Vec::new(),
+            others: others.to_vec(),
+        });
+        let n: u64 = others.iter().map(|a| a.counts.len() as u64).sum();
+        for peer in self.peers.values() {
+            if !peer.needs_full.load(Ordering::Relaxed)
+                && peer.tx.try_send(Msg::Delta(frames.clone())).is_err()
+            {
+                peer.needs_full.store(true, Ordering::Relaxed);
+                self.counters
+                    .stats
+                    .dropped_events
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Marks every peer as needing the full set (more changed than a round relays).
+    pub fn resync_all(&mut self) {
+        for peer in self.peers.values() {
+            peer.needs_full.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Sends every peer `full` as a leaving node's last word and waits, at most `within`, for
     /// it to be written (after what their queues hold); then lets every peer go. Returns to how
     /// many peers it was written, and how many there were.
