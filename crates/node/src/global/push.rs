@@ -672,6 +672,43 @@ mod tests {
         assert!(empty.has_full_set("me"));
     }
 
+    /// Other regions' counts this node merged go to its up-to-date members as they rise (not
+    /// only in full sets), merged under their qualified actors; a member that still needs its
+    /// full set gets them in it.
+    #[tokio::test(start_paused = true)]
+    async fn other_regions_counts_are_relayed_to_members_as_they_rise() {
+        let net = MemNet::new();
+        let got = receiver(&net, "p");
+        let mut pusher = pusher(&net);
+        pusher.track(&view(&[("p", "p")]));
+        pusher.send(&[update(1, 5)], || vec![update(1, 5)].into());
+        assert!(reaches(&got, 1, 5).await);
+        let foreign = |current| wire::ActorCounts {
+            node_id: "eu/n1".into(),
+            generation: 2,
+            counts: vec![update(1, current)],
+        };
+        pusher.relay(&[foreign(30)]);
+        assert!(reaches(&got, 1, 35).await);
+        pusher.relay(&[foreign(31)]);
+        assert!(reaches(&got, 1, 36).await);
+        // A new member: nothing relayed before its full set.
+        let q = receiver(&net, "q");
+        pusher.track(&view(&[("p", "p"), ("q", "q")]));
+        pusher.relay(&[foreign(40)]);
+        assert!(reaches(&got, 1, 45).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(q.totals(1, 1_000, WINDOW), (0, 0));
+        // Resynchronising every member: the full sets come at the next send.
+        pusher.resync_all();
+        assert!(pusher.wants_full());
+        pusher.send(&[], || FullSet {
+            own: vec![update(1, 5)],
+            others: vec![foreign(40)],
+        });
+        assert!(reaches(&q, 1, 45).await);
+    }
+
     /// A leaving node's last full set (here with a count newer than any sent) is written to
     /// every peer before `flush` returns; a paused peer holds it up no longer than the bound.
     #[tokio::test(start_paused = true)]
