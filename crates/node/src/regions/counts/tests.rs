@@ -218,3 +218,97 @@ fn without_regions_nothing_is_kept_for_them() {
     assert!(c.take_shared_dirty().is_empty());
     assert_eq!(c.take_dirty().len(), 1);
 }
+
+/// A node (`local`) of region `name` with `peers`, its wall clock at `now`.
+fn node(name: &str, peers: &[(&str, &str)], now: u64) -> (Arc<Regions>, Arc<Local>) {
+    let peers: Vec<(String, String)> = peers
+        .iter()
+        .map(|(n, a)| ((*n).to_owned(), (*a).to_owned()))
+        .collect();
+    let secret: Arc<[u8]> = Arc::from(&b"the-region-secret"[..]);
+    let regions = Arc::new(Regions::new(
+        name,
+        &peers,
+        Duration::from_millis(200),
+        Some(secret),
+    ));
+    let clock = Arc::new(ringlimit_core::clock::ManualClock::new(now));
+    let rules = Arc::new(crate::rules::InForce::new(crate::rules::RuleSet::builtin()));
+    let counters = Arc::new(counters());
+    let local = Arc::new(Local::new(rules, clock, 100, counters));
+    (regions, local)
+}
+
+/// Over a real region link (the in-memory network, manual clocks, tokio's paused time): the
+/// sender measures the receiver's clock 700 ms ahead, numbers its counts of a 1 s window on
+/// it (the next window), and the receiver merges them under the qualified actor; a bucket of
+/// a `scope: region` rule never crosses.
+#[tokio::test(start_paused = true)]
+async fn counts_cross_a_region_link_on_the_receivers_clock() {
+    use ringlimit_core::link::memnet::MemNet;
+    const MS: u64 = 1_000_000;
+    let net = MemNet::new();
+    let t = W0 + 100 * MS;
+    let (eu, eu_local) = node("eu", &[("us", "us-entry")], t + 700 * MS);
+    let server = crate::peers::PeerServer::new(
+        eu_local.clone(),
+        crate::peers::ServerSettings::open("eu-entry", "eu-cluster"),
+        None,
+    )
+    .with_regions(
+        Some(eu.clone()),
+        crate::global::push::tests::dial_in_memory(&net, "eu-entry"),
+    );
+    tokio::spawn(Arc::new(server).run(net.listen("eu-entry")));
+
+    let (us, us_local) = node("us", &[("eu", "eu-entry")], t);
+    let lim = rule(Algorithm::FixedWindow, 100, 1_000, 100);
+    let us_counters = us_local.global().clone();
+    assert!(us_counters.check_in(1, &lim, true, t, 6).allowed);
+    assert!(us_counters.check_in(2, &lim, false, t, 4).allowed);
+    let mut tasks = JoinSet::new();
+    spawn(
+        us.clone(),
+        us_local.clone(),
+        "n1".to_owned(),
+        net.dialer("us-n1"),
+        (Duration::from_millis(50), 100),
+        &mut tasks,
+    );
+
+    let w = t / (1_000 * MS);
+    let eu_counters = eu_local.global().clone();
+    let mut arrived = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if eu_counters.totals(1, 1_000, w + 1) == (6, 0) {
+            arrived = true;
+            break;
+        }
+    }
+    assert!(arrived, "no counts in eu's window {}", w + 1);
+    let offset = us.offset("eu").expect("measured");
+    assert_eq!(offset.offset_ns, 700 * MS as i64);
+    assert_eq!(us.view(t)[1].offset_ms, Some(700.0));
+    // Under the sender's region-qualified actor, relayed to eu's members as such.
+    let (relayed, _) = eu_counters.take_foreign(t + 700 * MS);
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0].node_id, "us/n1");
+    // Nothing of the scope: region bucket, nor in the sender's own numbering.
+    assert_eq!(eu_counters.totals(2, 1_000, w + 1), (0, 0));
+    assert_eq!(eu_counters.totals(1, 1_000, w), (0, 0));
+    assert_eq!(eu_counters.stats.region_refused.load(Ordering::Relaxed), 0);
+
+    // More hits go as a change, in the same window.
+    assert!(us_counters.check_in(1, &lim, true, t, 3).allowed);
+    let mut arrived = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if eu_counters.totals(1, 1_000, w + 1) == (9, 0) {
+            arrived = true;
+            break;
+        }
+    }
+    assert!(arrived, "the change did not cross");
+    tasks.abort_all();
+}
