@@ -312,3 +312,59 @@ async fn counts_cross_a_region_link_on_the_receivers_clock() {
     assert!(arrived, "the change did not cross");
     tasks.abort_all();
 }
+
+/// The receiving end on a real region link: counts from a region not configured there close
+/// the link and change nothing; bad counts are answered with how many were refused.
+#[tokio::test(start_paused = true)]
+async fn the_receiver_closes_on_an_unknown_region_and_counts_refusals() {
+    use ringlimit_core::link::memnet::MemNet;
+    let net = MemNet::new();
+    let now = W0 + SEC;
+    let (eu, eu_local) = node("eu", &[("us", "us-entry")], now);
+    let server = crate::peers::PeerServer::new(
+        eu_local.clone(),
+        crate::peers::ServerSettings::open("eu-entry", "eu-cluster"),
+        None,
+    )
+    .with_regions(
+        Some(eu.clone()),
+        crate::global::push::tests::dial_in_memory(&net, "eu-entry"),
+    );
+    tokio::spawn(Arc::new(server).run(net.listen("eu-entry")));
+    let dialer = net.dialer("x");
+    let open = || link::dial(&*dialer, "eu-entry", "us/x", eu.secret());
+    let w = now / (PERIOD_MS * 1_000_000);
+    let frame = |region: &str, counts| Frame::RegionCounts {
+        region: region.to_owned(),
+        sent_ns: 5,
+        counts,
+    };
+
+    let (mut conn, version) = open().await.expect("link");
+    assert_eq!(version, ringlimit_proto::peer::PROTOCOL_VERSION);
+    let counts = vec![of("x", 1, vec![update(7, w, 3, 0)])];
+    framing::send(&mut conn, &frame("mars", counts.clone()))
+        .await
+        .expect("sent");
+    assert!(
+        framing::recv(&mut conn, Duration::from_secs(1))
+            .await
+            .is_err(),
+        "closed"
+    );
+    assert!(eu_local.global().is_empty());
+
+    let (mut conn, _) = open().await.expect("link");
+    let mut bad = counts.clone();
+    bad.push(of("y", 1, vec![update(7, w + 9, 3, 0)]));
+    framing::send(&mut conn, &frame("us", bad))
+        .await
+        .expect("sent");
+    match framing::recv(&mut conn, Duration::from_secs(1)).await {
+        Ok(Frame::RegionCountsAck {
+            sent_ns, refused, ..
+        }) => assert_eq!((sent_ns, refused), (5, 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(eu_local.global().totals(7, PERIOD_MS, w), (3, 0));
+}
