@@ -410,7 +410,7 @@ async fn run(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::cluster::Member;
     use crate::cluster::quorum::Quorum;
@@ -436,7 +436,7 @@ pub(crate) mod tests {
     }
 
     /// How the tests below dial peers on `net` as `id`.
-    pub(crate) fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> Sessions {
+    pub(super) fn dial_in_memory(net: &ringlimit_core::link::memnet::MemNet, id: &str) -> Sessions {
         Sessions::new(Arc::new(crate::peers::test_settings(
             net.dialer(id),
             id,

@@ -219,6 +219,18 @@ fn without_regions_nothing_is_kept_for_them() {
     assert_eq!(c.take_dirty().len(), 1);
 }
 
+/// How a test's peer server dials its members on `net` as `id` (it relays asks only).
+fn sessions(
+    net: &ringlimit_core::link::memnet::MemNet,
+    id: &str,
+) -> ringlimit_core::link::Sessions {
+    ringlimit_core::link::Sessions::new(Arc::new(crate::peers::test_settings(
+        net.dialer(id),
+        id,
+        "c",
+    )))
+}
+
 /// A node (`local`) of region `name` with `peers`, its wall clock at `now`.
 fn node(name: &str, peers: &[(&str, &str)], now: u64) -> (Arc<Regions>, Arc<Local>) {
     let peers: Vec<(String, String)> = peers
@@ -255,10 +267,7 @@ async fn counts_cross_a_region_link_on_the_receivers_clock() {
         crate::peers::ServerSettings::open("eu-entry", "eu-cluster"),
         None,
     )
-    .with_regions(
-        Some(eu.clone()),
-        crate::global::push::tests::dial_in_memory(&net, "eu-entry"),
-    );
+    .with_regions(Some(eu.clone()), sessions(&net, "eu-entry"));
     tokio::spawn(Arc::new(server).run(net.listen("eu-entry")));
 
     let (us, us_local) = node("us", &[("eu", "eu-entry")], t);
@@ -326,10 +335,7 @@ async fn the_receiver_closes_on_an_unknown_region_and_counts_refusals() {
         crate::peers::ServerSettings::open("eu-entry", "eu-cluster"),
         None,
     )
-    .with_regions(
-        Some(eu.clone()),
-        crate::global::push::tests::dial_in_memory(&net, "eu-entry"),
-    );
+    .with_regions(Some(eu.clone()), sessions(&net, "eu-entry"));
     tokio::spawn(Arc::new(server).run(net.listen("eu-entry")));
     let dialer = net.dialer("x");
     let open = || link::dial(&*dialer, "eu-entry", "us/x", eu.secret());
