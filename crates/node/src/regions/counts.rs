@@ -305,6 +305,11 @@ async fn run(s: Sender, i: usize) {
             let dialled = link::dial(&*s.dialer, addr, &me, s.regions.secret());
             match tokio::time::timeout(within, dialled).await {
                 Ok(Ok(c)) => {
+                    if c.1 < REGION_COUNTS_SINCE {
+                        tracing::warn!(region = %s.regions.links[i].name, version = c.1,
+                            "the region's node predates mode: global counts across regions: \
+                             it hears none of this node's (upgrade it)");
+                    }
                     conn = Some(c);
                     s.outbox.lost(k);
                 }
@@ -359,7 +364,9 @@ async fn run(s: Sender, i: usize) {
                         "global counts not delivered; resyncing");
                     conn = None;
                     s.outbox.lost(k);
-                    retry_at = Instant::now();
+                    // A link that keeps closing (a region that does not list ours) is not
+                    // redialled every round.
+                    retry_at = Instant::now() + within;
                     break;
                 }
             }
