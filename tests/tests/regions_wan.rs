@@ -231,6 +231,8 @@ rules:
   - { name: shared-5s, limit: 100, period: 5s, algorithm: fixed_window, scope: regions }
   - { name: shared-tb, limit: 200, period: 10s, algorithm: token_bucket, scope: regions }
   - { name: fast, limit: 10000000, period: 1m, algorithm: token_bucket, scope: regions }
+  - { name: shared-global, limit: 200, period: 10s, algorithm: fixed_window, mode: global,
+      scope: regions }
 ";
 
 /// The same latency rule without regions.
@@ -438,6 +440,86 @@ async fn regions_share_one_limit_under_skewed_demand() -> Result<()> {
                 wan.regions[r].name
             );
         }
+    }
+    Ok(())
+}
+
+/// A `mode: global`, `scope: regions` window admits at most this times the limit across the
+/// regions: the others' hits of about one publish interval, one one-way delay and one relay
+/// interval (see the regions concepts page), at twice the limit's rate.
+const GLOBAL_OVER_BOUND: f64 = 1.10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_rule_is_one_limit_across_the_wan() -> Result<()> {
+    let Some((_one, wan)) = regions_started("a_global_rule_is_one_limit_across_the_wan").await?
+    else {
+        return Ok(());
+    };
+    // Every node has measured every other region's clock (one host: within a few ms).
+    for region in &wan.regions {
+        for node in &region.nodes {
+            wait_for(
+                "every other region's clock offset",
+                Duration::from_secs(15),
+                || async {
+                    let v = node.get("/v1/cluster").await?.json()?;
+                    let offsets: Option<Vec<f64>> = v["regions"].as_array().map(|rs| {
+                        rs.iter()
+                            .skip(1)
+                            .filter_map(|r| r["offset_ms"].as_f64())
+                            .collect()
+                    });
+                    Ok(offsets.filter(|o| o.len() == 2 && o.iter().all(|ms| ms.abs() < 50.0)))
+                },
+            )
+            .await
+            .with_context(|| format!("{}: no clock offsets", node.node_id))?;
+        }
+    }
+    let (limit, window_ms, full_windows) = (200.0, 10_000u64, 2u64);
+    // 2x the limit, 60/30/10%.
+    let rates = [24.0, 12.0, 4.0];
+    let first = next_window(window_ms, Duration::from_secs(2));
+    let t0 = first - 1_000;
+    let seconds = (first + full_windows * window_ms + 300 - t0) as f64 / 1000.0;
+    let mut loads = Vec::new();
+    for (r, &rate) in rates.iter().enumerate() {
+        let plan = LoadPlan {
+            rate,
+            seconds,
+            tick_ms: 250,
+            t0_ms: Some(t0),
+            window_ms: Some(window_ms),
+            ..LoadPlan::default()
+        };
+        loads.push(wan.load(r, r#"{"key":"everywhere","rule":"shared-global"}"#, &plan)?);
+    }
+    let mut per_region = Vec::new();
+    for load in &mut loads {
+        let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
+        per_region.push(windows(&s)?);
+    }
+    for k in 0..full_windows {
+        let w = first + k * window_ms;
+        let admitted: Vec<u64> = per_region
+            .iter()
+            .map(|m| m.get(&w).map_or(0, |c| c.0))
+            .collect();
+        let sum: u64 = admitted.iter().sum();
+        println!("mode: global, window {k}: admitted {admitted:?} (sum {sum}, limit {limit})");
+        ensure!(
+            sum as f64 <= limit * GLOBAL_OVER_BOUND,
+            "window {k}: {sum} admitted across the regions, limit {limit}"
+        );
+        // A check sent on a window's edge may be counted on either side of it.
+        ensure!(
+            sum as f64 >= limit * 0.95,
+            "window {k}: only {sum} admitted, limit {limit}"
+        );
+        ensure!(
+            admitted.iter().all(|&a| (a as f64) < limit),
+            "window {k}: a region alone reached the limit: {admitted:?}"
+        );
     }
     Ok(())
 }

@@ -51,7 +51,9 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   plain answer ([`PeerAnswer::for_version`]).
 /// - 14: regions: a node of another region opens a region link ([`Frame::RegionHello`]) that
 ///   carries its reports on shared buckets ([`Frame::RegionAsks`], [`Frame::RegionGrants`]).
-pub const PROTOCOL_VERSION: u16 = 14;
+/// - 15: a region link also carries the counts of `mode: global`, `scope: regions` buckets
+///   ([`Frame::RegionCounts`]), answered with the receiver's clock ([`Frame::RegionCountsAck`]).
+pub const PROTOCOL_VERSION: u16 = 15;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -92,6 +94,9 @@ pub const OLDEST_PROTOCOL_VERSION: u16 = 2;
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
 /// The first version whose peers take region links ([`Frame::RegionHello`]).
 pub const REGIONS_SINCE: u16 = 14;
+/// The first version whose region links take [`Frame::RegionCounts`] (a node never sends them
+/// to an older one: that region just does not hear the global counts).
+pub const REGION_COUNTS_SINCE: u16 = 15;
 
 /// Everything that crosses the peer port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,6 +260,24 @@ pub enum Frame {
     RegionRelay {
         region: String,
         asks: Vec<crate::region::RegionAskEntry>,
+    },
+    /// Client → server on a region link, version 15: counts of `mode: global`,
+    /// `scope: regions` buckets admitted in region `region` (absolute, merged by maximum), of
+    /// the actors `node_id@generation` of that region, windows numbered on the server's clock
+    /// (the sender translated them by the offset it measured). `sent_ns` is the sender's
+    /// cluster clock when it sent the frame, echoed in the answer. At most
+    /// [`crate::region::MAX_COUNTS_PER_FRAME`] counts; possibly none (a clock sample).
+    RegionCounts {
+        region: String,
+        sent_ns: u64,
+        counts: Vec<ActorCounts>,
+    },
+    /// Server → client: `sent_ns` echoed, the server's cluster clock when it answered, and how
+    /// many of the counts were refused (malformed, or of a window the server does not hold).
+    RegionCountsAck {
+        sent_ns: u64,
+        now_ns: u64,
+        refused: u64,
     },
 }
 
@@ -794,6 +817,8 @@ impl Frame {
             Frame::RegionAsks { .. } => "region_asks",
             Frame::RegionGrants { .. } => "region_grants",
             Frame::RegionRelay { .. } => "region_relay",
+            Frame::RegionCounts { .. } => "region_counts",
+            Frame::RegionCountsAck { .. } => "region_counts_ack",
         }
     }
 }
@@ -925,6 +950,41 @@ mod tests {
             proof: vec![1; 32],
         };
         for (tag, f) in [(35, hello), (36, welcome)] {
+            let bytes = f.encode().expect("encode");
+            assert_eq!(bytes[0], tag, "{f:?}");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+        }
+    }
+
+    /// Global counts across regions: appended after `RegionRelay` (tag 42), which keeps its
+    /// tag.
+    #[test]
+    fn region_counts_frames_round_trip_after_the_older_ones() {
+        let counts = Frame::RegionCounts {
+            region: "eu".into(),
+            sent_ns: 1_767_225_600_000_000_000,
+            counts: vec![ActorCounts {
+                node_id: "n1".into(),
+                generation: 4,
+                counts: vec![GlobalCount {
+                    id: 7,
+                    period_ms: 60_000,
+                    window: 29_453_760,
+                    current: 12,
+                    previous: 3,
+                }],
+            }],
+        };
+        let ack = Frame::RegionCountsAck {
+            sent_ns: 1,
+            now_ns: 2,
+            refused: 0,
+        };
+        let relay = Frame::RegionRelay {
+            region: "eu".into(),
+            asks: Vec::new(),
+        };
+        for (tag, f) in [(42, relay), (43, counts), (44, ack)] {
             let bytes = f.encode().expect("encode");
             assert_eq!(bytes[0], tag, "{f:?}");
             assert_eq!(Frame::decode(&bytes).expect("decode"), f);

@@ -32,6 +32,8 @@ pub const REGION_CONTEXT: &str = "ringlimit-regions";
 pub const MAX_ASKS_PER_FRAME: usize = 4_096;
 /// Most slices one ask gives back, and most unanswered asks it names.
 pub const MAX_BACK_PER_ASK: usize = 8;
+/// Most counts in one `RegionCounts` frame (about 45 bytes each: under 1 MB).
+pub const MAX_COUNTS_PER_FRAME: usize = 20_000;
 
 /// One ask of a `RegionAsks` frame: the asking region's number for it, echoed in its grant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

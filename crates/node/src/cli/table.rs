@@ -445,7 +445,14 @@ pub fn cluster(v: &Value) -> String {
     let regions = list(v, "regions");
     if !regions.is_empty() {
         let _ = writeln!(out, "\nregion {}", clean(&cell(v, "region")));
-        let mut t = Table::new(&["REGION", "STATE", "ALLOWANCE", "DEMAND/S", "RTT MS"]);
+        let mut t = Table::new(&[
+            "REGION",
+            "STATE",
+            "ALLOWANCE",
+            "DEMAND/S",
+            "RTT MS",
+            "OFFSET MS",
+        ]);
         for r in regions {
             t.row(vec![
                 cell(r, "name"),
@@ -453,6 +460,7 @@ pub fn cluster(v: &Value) -> String {
                 cell(r, "allowance"),
                 cell(r, "demand"),
                 cell(r, "rtt_ms"),
+                cell(r, "offset_ms"),
             ]);
         }
         out.push_str(&t.render());

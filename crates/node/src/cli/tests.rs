@@ -375,16 +375,18 @@ forwarded 3, fail_open 1, fail_closed 0, replica 0, minority 0, handed_over 0
     let v = json!({"node_id": "eu-0", "cluster_id": "ringlimit", "ring_members": 1,
         "quorate": true, "known_members": 1, "members": [], "region": "eu",
         "regions": [
-            {"name": "eu", "state": "up", "allowance": 7, "demand": 12.5, "rtt_ms": null},
-            {"name": "us", "state": "unreachable", "allowance": 3, "demand": 4.0, "rtt_ms": 81.2}]});
+            {"name": "eu", "state": "up", "allowance": 7, "demand": 12.5, "rtt_ms": null,
+             "offset_ms": null},
+            {"name": "us", "state": "unreachable", "allowance": 3, "demand": 4.0, "rtt_ms": 81.2,
+             "offset_ms": -0.4}]});
     let text = table::render(&View::Cluster, &v);
     assert!(
         text.ends_with(
             "\
 region eu
-REGION  STATE        ALLOWANCE  DEMAND/S  RTT MS
-eu      up           7          12.5      -
-us      unreachable  3          4.0       81.2
+REGION  STATE        ALLOWANCE  DEMAND/S  RTT MS  OFFSET MS
+eu      up           7          12.5      -       -
+us      unreachable  3          4.0       81.2    -0.4
 "
         ),
         "{text}"

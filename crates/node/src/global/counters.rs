@@ -97,6 +97,9 @@ struct Shard {
     windows: HashMap<WindowKey, Window>,
     /// Buckets with own hits since the last publish, with their period (ms).
     dirty: HashMap<u64, u64>,
+    /// The same, of `scope: regions` rules, for the other regions (kept only on a node with
+    /// regions: see [`GlobalCounters::across_regions`]).
+    shared_dirty: HashMap<u64, u64>,
 }
 
 impl Shard {
@@ -166,6 +169,23 @@ pub struct GlobalStats {
     /// Buckets whose other actors' counts were left out of a full set: over the cap (see
     /// [`super::publish`]).
     pub unrelayed: AtomicU64,
+    /// Counts of other regions' actors merged, and refused (malformed, or of a window this
+    /// node does not hold: see [`GlobalCounters::receive_foreign`]).
+    pub region_merged: AtomicU64,
+    pub region_refused: AtomicU64,
+}
+
+/// Most other regions' counts waiting to be relayed to the members (see
+/// [`GlobalCounters::take_foreign`]); beyond, every member is sent a full set instead.
+pub const MAX_FOREIGN_PENDING: usize = 20_000;
+
+/// Other regions' counts merged here since the last publish round, to relay to the members.
+#[derive(Default)]
+struct Foreign {
+    /// (actor, bucket, numbering) whose count rose.
+    keys: HashSet<(Actor, u64, u64)>,
+    /// More than [`MAX_FOREIGN_PENDING`] rose: the members need full sets.
+    overflow: bool,
 }
 
 /// The number of the window containing `now` of the numbering a count's `period_ms` names
@@ -186,6 +206,10 @@ pub struct GlobalCounters {
     full_sets: Mutex<BTreeSet<String>>,
     /// Signalled when a bucket nears its limit: the publisher publishes early.
     pub(super) urgent: tokio::sync::Notify,
+    /// Whether `scope: regions` buckets are shared with other regions (a node with regions).
+    across_regions: std::sync::atomic::AtomicBool,
+    /// Other regions' counts to relay to the members.
+    foreign: Mutex<Foreign>,
     pub stats: GlobalStats,
     /// The cluster clock: every `now` given is this node's wall time, and windows are numbered
     /// on the cluster's (see [`crate::cluster::clock`]), so one wrong clock does not shift them.
@@ -211,6 +235,8 @@ impl GlobalCounters {
             last_merge: Mutex::new(BTreeMap::new()),
             full_sets: Mutex::new(BTreeSet::new()),
             urgent: tokio::sync::Notify::new(),
+            across_regions: std::sync::atomic::AtomicBool::new(false),
+            foreign: Mutex::new(Foreign::default()),
             stats: GlobalStats::default(),
             clocks: Arc::new(Clocks::default()),
         }
@@ -220,6 +246,17 @@ impl GlobalCounters {
     pub fn with_clocks(mut self, clocks: Arc<Clocks>) -> Self {
         self.clocks = clocks;
         self
+    }
+
+    /// From now on the own counts of `scope: regions` buckets are kept for the other regions
+    /// ([`GlobalCounters::take_shared_dirty`]: a node with regions takes them).
+    pub fn share_across_regions(&self) {
+        self.across_regions.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether own counts of `scope: regions` buckets go to other regions.
+    pub fn across_regions(&self) -> bool {
+        self.across_regions.load(Ordering::Relaxed)
     }
 
     /// The cluster clock, as this node measures it.
@@ -265,6 +302,12 @@ impl GlobalCounters {
     /// Decides a global check of bucket `id` at `now` from the merged counts, and counts it as
     /// this node's when admitted.
     pub fn check(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> Decision {
+        self.check_in(id, rule, false, now, cost)
+    }
+
+    /// [`GlobalCounters::check`] of a bucket that is `shared` with other regions or not (a
+    /// `scope: regions` rule's): a shared one's own counts also go to the other regions.
+    pub fn check_in(&self, id: u64, rule: &Rule, shared: bool, now: u64, cost: u64) -> Decision {
         let now = self.clocks.cluster_ns(now);
         let numbering = Numbering::of(rule);
         let period_ms = numbering.code();
@@ -286,6 +329,9 @@ impl GlobalCounters {
             let own = w.count_of(&self.self_actor);
             w.raise(&self.self_actor, own.saturating_add(cost));
             shard.dirty.insert(id, period_ms);
+            if shared && self.across_regions() {
+                shard.shared_dirty.insert(id, period_ms);
+            }
             drop(shard);
             // In the last tenth of the quota every hit that peers do not see yet is likely
             // over-admission elsewhere: ask the publisher not to wait for its next tick.
@@ -400,6 +446,115 @@ impl GlobalCounters {
             out.extend(s.lock().dirty.drain());
         }
         out
+    }
+
+    /// Takes the `scope: regions` buckets with own hits since the last call, with their
+    /// periods (ms): what goes to the other regions.
+    pub fn take_shared_dirty(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            out.extend(s.lock().shared_dirty.drain());
+        }
+        out
+    }
+
+    /// Merges counts another region sent (validated by [`super::wire::relayed`], their actors
+    /// qualified by that region's name), numbered on this node's cluster clock by the sender
+    /// (see [`Numbering::translate`]). A count of a window that is neither this node's current
+    /// one nor next to it cannot be matched (a clock or an offset gone wrong): it is refused,
+    /// and changes nothing. What rose is relayed to the members at the next publish round.
+    /// Returns how many counts were refused.
+    pub fn receive_foreign(&self, counts: &[(Actor, Update)], now: u64) -> u64 {
+        let now = self.clocks.cluster_ns(now);
+        let mut refused = 0u64;
+        let mut rose = Vec::new();
+        for (a, u) in counts {
+            let matched = window_of(u.period_ms, now).is_some_and(|cur| {
+                u.window.saturating_add(1) >= cur && u.window <= cur.saturating_add(1)
+            });
+            if !matched {
+                refused += 1;
+                continue;
+            }
+            if self.merge(a, u, now) {
+                rose.push((a.clone(), u.id, u.period_ms));
+            }
+        }
+        let merged = counts.len() as u64 - refused;
+        self.stats
+            .region_merged
+            .fetch_add(merged, Ordering::Relaxed);
+        self.stats
+            .region_refused
+            .fetch_add(refused, Ordering::Relaxed);
+        if !rose.is_empty() {
+            let mut f = self.foreign.lock();
+            for k in rose {
+                if f.keys.len() >= MAX_FOREIGN_PENDING {
+                    f.overflow = true;
+                    break;
+                }
+                f.keys.insert(k);
+            }
+        }
+        refused
+    }
+
+    /// The other regions' counts that rose since the last call, as of `now` (cluster clock):
+    /// each actor's count in its bucket's current window and the one before, for the members
+    /// (`GlobalCountsOf` frames); and whether more rose than were kept (then the members need
+    /// full sets, which carry every actor's counts).
+    pub fn take_foreign(&self, now: u64) -> (Vec<ActorCounts>, bool) {
+        let (keys, overflow) = {
+            let mut f = self.foreign.lock();
+            (std::mem::take(&mut f.keys), std::mem::take(&mut f.overflow))
+        };
+        let mut by_actor: BTreeMap<Actor, Vec<Update>> = BTreeMap::new();
+        for (a, id, period_ms) in keys {
+            let Some(window) = window_of(period_ms, now) else {
+                continue;
+            };
+            let shard = self.shard(id).lock();
+            let count = |window| {
+                shard
+                    .windows
+                    .get(&WindowKey {
+                        id,
+                        period_ms,
+                        window,
+                    })
+                    .map_or(0, |w| w.count_of(&a))
+            };
+            // A count just ahead of this node's window (a clock a little ahead) is relayed as
+            // current; the members match it alike.
+            let (window, current) = match count(window + 1) {
+                0 => (window, count(window)),
+                ahead => (window + 1, ahead),
+            };
+            let previous = window.checked_sub(1).map_or(0, count);
+            drop(shard);
+            if current > 0 || previous > 0 {
+                by_actor.entry(a).or_default().push(Update {
+                    id,
+                    period_ms,
+                    window,
+                    current,
+                    previous,
+                });
+            }
+        }
+        let out = by_actor
+            .into_iter()
+            .filter_map(|(a, counts)| {
+                let (node_id, generation) = parse_actor(&a)?;
+                Some(ActorCounts {
+                    node_id: node_id.to_owned(),
+                    generation,
+                    counts,
+                })
+            })
+            .collect();
+        (out, overflow)
     }
 
     /// This node's own counts of bucket `id` in `window` and in the window before it.

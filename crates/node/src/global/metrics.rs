@@ -66,6 +66,16 @@ pub const METRICS: &[Family<GlobalCounters>] = &[
         |g| load(&g.stats.push_failed),
     ),
     Family::counter(
+        "global_region_merged",
+        "Global counts of scope: regions buckets received from other regions and merged (this node is their link's entry).",
+        |g| load(&g.stats.region_merged),
+    ),
+    Family::counter(
+        "global_region_refused",
+        "Global counts received from other regions and refused: malformed, or of a window this node does not hold (an offset gone wrong).",
+        |g| load(&g.stats.region_refused),
+    ),
+    Family::counter(
         "global_malformed",
         "Global counts received from peers and refused (period or window out of range).",
         |g| load(&g.stats.malformed),

@@ -34,6 +34,16 @@
 //! remain), so the cluster admits at most `sides × limit` while split; a dead member's counts
 //! still count until its window ends.
 //!
+//! # Across regions
+//! A `scope: regions` global rule is one limit across regions: each node also sends its own
+//! counts of such buckets to the other regions' entry nodes, numbered on the receiver's clock
+//! (the offset is measured on the region link), and an entry node relays what it merged to its
+//! members as other actors' counts (`crate::regions::counts`). A region hears another's hits
+//! up to one interval (or one WAN round trip, when longer) plus one one-way WAN delay late, and
+//! a member of a region of several nodes one more interval after its entry node: a window may
+//! over-admit about `R × (interval + one-way delay + interval)` at a rate `R` elsewhere, plus
+//! the hits within the offset's error of a window's edge.
+//!
 //! Restarts lose nothing but what was never sent: a restarted node is a new actor
 //! (`node_id@generation`), and the full sets of its peers relay every actor's counts they hold,
 //! its own previous life's included, before it turns ready (readiness waits for a full set from
@@ -87,8 +97,9 @@ pub const DEFAULT_MAX_PUBLISHED: usize = 10_000;
 pub const DEFAULT_GOSSIP_BUDGET: u64 = 20_000;
 
 impl GlobalCounters {
-    /// Decides a global check and phrases the contract's answer (never degraded).
-    pub fn answer(&self, id: u64, rule: &Rule, now: u64, cost: u64) -> CheckAnswer {
-        ringlimit_core::answer::answer(&self.check(id, rule, now, cost), rule)
+    /// Decides a global check and phrases the contract's answer (never degraded); `shared`:
+    /// the rule is `scope: regions` (its counts also go to the other regions).
+    pub fn answer(&self, id: u64, rule: &Rule, shared: bool, now: u64, cost: u64) -> CheckAnswer {
+        ringlimit_core::answer::answer(&self.check_in(id, rule, shared, now, cost), rule)
     }
 }

@@ -83,6 +83,21 @@ impl Numbering {
             Numbering::Calendar(c) => calendar::bounds_of_index(c, window).map(|(_, e)| e),
         }
     }
+
+    /// The window, on a clock `offset_ns` ahead of the one `window` was numbered on, that
+    /// holds the middle of `window`: how another region's count of `window` is numbered here
+    /// (`offset_ns` is this clock minus the sender's). While the offset is under half a window
+    /// that is `window` itself; `None` when either end is out of reach.
+    pub fn translate(self, window: u64, offset_ns: i64) -> Option<u64> {
+        let end = self.end(window)?;
+        let start = match window.checked_sub(1) {
+            Some(before) => self.end(before)?,
+            None => 0,
+        };
+        let middle = start + end.saturating_sub(start) / 2;
+        let moved = u64::try_from(i128::from(middle) + i128::from(offset_ns)).ok()?;
+        Some(self.window(moved))
+    }
 }
 
 #[cfg(test)]
@@ -129,5 +144,29 @@ mod tests {
         assert_eq!(n.end(w), Some(at("2026-03-30T00:00[Europe/Berlin]")));
         assert_eq!(n.window(at("2026-03-30T00:00[Europe/Berlin]")), w + 1);
         assert_eq!(n.end(u64::MAX), None);
+    }
+
+    /// Another region's window lands where its middle falls on this clock: itself while the
+    /// offset is under half a window, the next (or previous) beyond.
+    #[test]
+    fn windows_translate_by_the_offset_at_their_middle() {
+        let ms = NANOS_PER_MS as i64;
+        let plain = Numbering::Epoch { period_ms: 1_000 };
+        assert_eq!(plain.translate(50, 0), Some(50));
+        assert_eq!(plain.translate(50, 499 * ms), Some(50));
+        assert_eq!(plain.translate(50, -499 * ms), Some(50));
+        assert_eq!(plain.translate(50, 500 * ms), Some(51));
+        assert_eq!(plain.translate(50, -501 * ms), Some(49));
+        assert_eq!(plain.translate(50, 2_600 * ms), Some(53));
+        // Before the epoch, or past what a u64 of ns reaches: no window.
+        assert_eq!(plain.translate(0, -600 * ms), None);
+        assert_eq!(plain.translate(u64::MAX, 0), None);
+        let cal = Numbering::Calendar(Calendar {
+            unit: Unit::Day,
+            zone: Zone::parse("Europe/Berlin").expect("zone"),
+        });
+        let w = cal.window(at("2026-03-29T12:00[Europe/Berlin]"));
+        assert_eq!(cal.translate(w, 3_600_000 * ms), Some(w));
+        assert_eq!(cal.translate(w, 13 * 3_600_000 * ms), Some(w + 1));
     }
 }

@@ -153,6 +153,13 @@ pub async fn publish_loop(
         if !round.set.is_empty() || pusher.wants_full() {
             pusher.send(&round.set, || publisher.full_set(&counters, now));
         }
+        // Other regions' counts this node merged (it is their link's entry): to every member.
+        let (foreign, overflow) = counters.take_foreign(now);
+        if overflow {
+            pusher.resync_all();
+        } else if !foreign.is_empty() {
+            pusher.relay(&foreign);
+        }
         counters.purge(now);
         if round.refused > 0 && warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
             warned = Some(Instant::now());
@@ -207,9 +214,35 @@ impl Publisher {
     /// Plans one round at `now` writing at most `max_writes` keys, the changes waiting longest
     /// first (pure but for draining the dirty set and the stats).
     pub fn round(&mut self, counters: &GlobalCounters, now: u64, max_writes: usize) -> Round {
+        let round = self.round_of(counters.take_dirty(), counters, now, max_writes);
+        counters
+            .stats
+            .unpublished
+            .fetch_add(round.refused, Ordering::Relaxed);
+        counters
+            .stats
+            .published
+            .store(self.published.len() as u64, Ordering::Relaxed);
+        counters
+            .stats
+            .backlog
+            .store(self.backlog.len() as u64, Ordering::Relaxed);
+        round
+    }
+
+    /// [`Publisher::round`] of the buckets `dirty` (id, period ms) changed, without the
+    /// stats: the other regions' publisher takes its own dirty set (see
+    /// `crate::regions::counts`).
+    pub fn round_of(
+        &mut self,
+        dirty: Vec<(u64, u64)>,
+        counters: &GlobalCounters,
+        now: u64,
+        max_writes: usize,
+    ) -> Round {
         let mut round = Round::default();
         let mut windows = Windows::at(now);
-        for (id, period_ms) in counters.take_dirty() {
+        for (id, period_ms) in dirty {
             if self.queued.insert(id) {
                 self.backlog.push_back((id, period_ms));
             }
@@ -242,18 +275,6 @@ impl Publisher {
                 .of(*period_ms)
                 .is_some_and(|current| current < window.saturating_add(2))
         });
-        counters
-            .stats
-            .unpublished
-            .fetch_add(round.refused, Ordering::Relaxed);
-        counters
-            .stats
-            .published
-            .store(self.published.len() as u64, Ordering::Relaxed);
-        counters
-            .stats
-            .backlog
-            .store(self.backlog.len() as u64, Ordering::Relaxed);
         round
     }
 

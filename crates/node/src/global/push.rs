@@ -227,6 +227,34 @@ impl Pusher {
         }
     }
 
+    /// Queues other actors' counts (other regions', merged here) for every peer that is up
+    /// to date, as `GlobalCountsOf` frames; a peer whose queue is full gets the full set later.
+    pub fn relay(&mut self, others: &[ActorCounts]) {
+        let frames = self.encode_full(&FullSet {
+            own: Vec::new(),
+            others: others.to_vec(),
+        });
+        let n: u64 = others.iter().map(|a| a.counts.len() as u64).sum();
+        for peer in self.peers.values() {
+            if !peer.needs_full.load(Ordering::Relaxed)
+                && peer.tx.try_send(Msg::Delta(frames.clone())).is_err()
+            {
+                peer.needs_full.store(true, Ordering::Relaxed);
+                self.counters
+                    .stats
+                    .dropped_events
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Marks every peer as needing the full set (more changed than a round relays).
+    pub fn resync_all(&mut self) {
+        for peer in self.peers.values() {
+            peer.needs_full.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Sends every peer `full` as a leaving node's last word and waits, at most `within`, for
     /// it to be written (after what their queues hold); then lets every peer go. Returns to how
     /// many peers it was written, and how many there were.
@@ -642,6 +670,43 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(empty.has_full_set("me"));
+    }
+
+    /// Other regions' counts this node merged go to its up-to-date members as they rise (not
+    /// only in full sets), merged under their qualified actors; a member that still needs its
+    /// full set gets them in it.
+    #[tokio::test(start_paused = true)]
+    async fn other_regions_counts_are_relayed_to_members_as_they_rise() {
+        let net = MemNet::new();
+        let got = receiver(&net, "p");
+        let mut pusher = pusher(&net);
+        pusher.track(&view(&[("p", "p")]));
+        pusher.send(&[update(1, 5)], || vec![update(1, 5)].into());
+        assert!(reaches(&got, 1, 5).await);
+        let foreign = |current| wire::ActorCounts {
+            node_id: "eu/n1".into(),
+            generation: 2,
+            counts: vec![update(1, current)],
+        };
+        pusher.relay(&[foreign(30)]);
+        assert!(reaches(&got, 1, 35).await);
+        pusher.relay(&[foreign(31)]);
+        assert!(reaches(&got, 1, 36).await);
+        // A new member: nothing relayed before its full set.
+        let q = receiver(&net, "q");
+        pusher.track(&view(&[("p", "p"), ("q", "q")]));
+        pusher.relay(&[foreign(40)]);
+        assert!(reaches(&got, 1, 45).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(q.totals(1, 1_000, WINDOW), (0, 0));
+        // Resynchronising every member: the full sets come at the next send.
+        pusher.resync_all();
+        assert!(pusher.wants_full());
+        pusher.send(&[], || FullSet {
+            own: vec![update(1, 5)],
+            others: vec![foreign(40)],
+        });
+        assert!(reaches(&q, 1, 45).await);
     }
 
     /// A leaving node's last full set (here with a count newer than any sent) is written to

@@ -137,6 +137,15 @@ impl Local {
         let _ = self.regions.set(regions);
     }
 
+    /// A global check, decided from the counters; a `scope: regions` rule's counts also go to
+    /// the other regions (on a node with regions: see [`GlobalCounters::across_regions`]).
+    #[inline]
+    fn global_answer(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
+        let shared = p.resolved.scope == RegionScope::Regions;
+        self.global
+            .answer(p.id, &p.resolved.rule, shared, now, p.cost)
+    }
+
     /// The one branch the owner's decide path takes for `scope: regions` rules: `Some` when
     /// the rule is one and this node has regions.
     #[inline]
@@ -345,7 +354,7 @@ impl Local {
         let rule = &p.resolved.rule;
         let kind = self.kind(rule, p.resolved.persist);
         let d = match (p.resolved.mode, on) {
-            (Mode::Global, _) => return (self.global.answer(p.id, rule, now, p.cost), None),
+            (Mode::Global, _) => return (self.global_answer(p, now), None),
             (Mode::Owner, Placement::Bucket) => {
                 // What an allowance admitted is not given back: fewer admissions only.
                 if let Some(a) = self.across_regions(p, || now) {
@@ -557,7 +566,7 @@ impl coordinator::Here<Prepared<'_>> for Local {
     fn decide(&self, p: &Prepared<'_>) -> CheckAnswer {
         let rule = &p.resolved.rule;
         match p.resolved.mode {
-            Mode::Global => self.global.answer(p.id, rule, self.now(), p.cost),
+            Mode::Global => self.global_answer(p, self.now()),
             Mode::Owner => {
                 if let Some(a) = self.across_regions(p, || self.now()) {
                     return a;
@@ -583,7 +592,7 @@ impl coordinator::Here<Prepared<'_>> for Local {
     fn decide_at(&self, p: &Prepared<'_>, now: u64) -> CheckAnswer {
         let rule = &p.resolved.rule;
         match p.resolved.mode {
-            Mode::Global => self.global.answer(p.id, rule, now, p.cost),
+            Mode::Global => self.global_answer(p, now),
             Mode::Owner => {
                 if let Some(a) = self.across_regions(p, || now) {
                     return a;

@@ -134,6 +134,7 @@ impl Opened {
                 c.secret.clone(),
             ));
             local.share_across_regions(regions.clone());
+            global.share_across_regions();
             regions
         });
         let durable_stats = Arc::new(DurableStats::default());

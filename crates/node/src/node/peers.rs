@@ -104,6 +104,14 @@ impl Peering {
                 pool.settings().dialer.clone(),
                 tasks,
             );
+            crate::regions::counts::spawn(
+                regions.clone(),
+                here.clone(),
+                config.node_id.clone(),
+                pool.settings().dialer.clone(),
+                (config.global_publish, config.global_max_published),
+                tasks,
+            );
         }
         let pauses = members.membership.pauses().clone();
         tasks.spawn(crate::peers::reach::probe(

@@ -60,7 +60,7 @@ use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
     AnswerGroup, BLOCKED_ANSWER_SINCE, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE,
-    GroupKind, OPERATORS_SINCE, QUOTA_SINCE, RESERVE_SINCE,
+    GroupKind, OPERATORS_SINCE, QUOTA_SINCE, REGION_COUNTS_SINCE, RESERVE_SINCE,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -453,7 +453,7 @@ impl PeerServer {
         // only (see [`crate::local::holds`]).
         let mut holds = (!member).then(Holds::default);
         if region {
-            return self.serve_region(conn, &caller).await;
+            return self.serve_region(conn, &caller, version).await;
         }
         while let Some(bytes) = conn.next().await {
             let mut len = 0;
@@ -570,9 +570,10 @@ impl PeerServer {
         }
     }
 
-    /// A region link: only `RegionAsks`, each answered with its grants; anything else (or a
-    /// bad frame) closes it.
-    async fn serve_region(&self, mut conn: FramedPeer, caller: &Caller<'_>) {
+    /// A region link: only `RegionAsks`, each answered with its grants, and (from
+    /// [`REGION_COUNTS_SINCE`]) `RegionCounts`, merged and answered with this node's clock;
+    /// anything else (or a bad frame) closes it.
+    async fn serve_region(&self, mut conn: FramedPeer, caller: &Caller<'_>, version: u16) {
         let Some(regions) = self.regions.clone() else {
             return;
         };
@@ -591,8 +592,38 @@ impl PeerServer {
                     return;
                 }
             };
-            let Frame::RegionAsks { region, asks } = frame else {
-                return self.unexpected(caller, &frame);
+            let (region, asks) = match frame {
+                Frame::RegionAsks { region, asks } => (region, asks),
+                Frame::RegionCounts {
+                    region,
+                    sent_ns,
+                    counts,
+                } if version >= REGION_COUNTS_SINCE => {
+                    let global = self.local.global();
+                    let now = self.local.now();
+                    let Some(refused) =
+                        crate::regions::counts::receive(&regions, global, &region, &counts, now)
+                    else {
+                        return self.unexpected(
+                            caller,
+                            &Frame::RegionCounts {
+                                region,
+                                sent_ns,
+                                counts: Vec::new(),
+                            },
+                        );
+                    };
+                    let ack = Frame::RegionCountsAck {
+                        sent_ns,
+                        now_ns: global.cluster_now(self.local.now()),
+                        refused,
+                    };
+                    if framing::send(&mut conn, &ack).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                other => return self.unexpected(caller, &other),
             };
             if asks.len() > ringlimit_proto::region::MAX_ASKS_PER_FRAME {
                 return self.unexpected(

@@ -122,7 +122,7 @@ async fn link(
         if conn.is_none() {
             let dialled = dial(&*dialer, &l.addr, &me, regions.secret());
             match tokio::time::timeout(within, dialled).await {
-                Ok(Ok(c)) => conn = Some(c),
+                Ok(Ok((c, _))) => conn = Some(c),
                 Ok(Err(reason)) => {
                     down(&regions, i, &reason);
                     continue;
@@ -194,13 +194,14 @@ fn down(regions: &Regions, i: usize, reason: &str) {
     }
 }
 
-/// Dials a region's entry node and opens a region link (its name resolved again now).
-async fn dial(
+/// Dials a region's entry node and opens a region link (its name resolved again now); returns
+/// it and the protocol version it speaks.
+pub(super) async fn dial(
     dialer: &dyn Dial,
     addr: &str,
     me: &str,
     secret: Option<Arc<[u8]>>,
-) -> Result<FramedPeer, String> {
+) -> Result<(FramedPeer, u16), String> {
     let io = dialer
         .dial(addr)
         .await
@@ -219,6 +220,7 @@ async fn dial(
         .await
         .map_err(|e| e.to_string())?;
     let key = hs.session_key();
+    let version = hs.version();
     let welcome = framing::recv(&mut conn, within)
         .await
         .map_err(|e| format!("no welcome: {e}"))?;
@@ -226,5 +228,5 @@ async fn dial(
     if let Some(key) = key {
         conn.codec_mut().seal(&key, Role::Client);
     }
-    Ok(conn)
+    Ok((conn, version))
 }

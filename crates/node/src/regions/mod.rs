@@ -12,8 +12,10 @@
 //! - `link`: the exchange task: every interval (and when a bucket runs low), the reports due,
 //!   grouped by home region, to the home (ours: at once; another: over its link).
 
+pub mod counts;
 pub mod link;
 
+use crate::cluster::clock::{Clocks, Offset, Sample};
 use crate::local::Local;
 use crate::metrics::{Family, Series, load};
 use crate::rules::RuleSpec;
@@ -24,7 +26,7 @@ use ringlimit_core::clock::NANOS_PER_MS;
 use ringlimit_core::limiter::{Decision, Rule};
 use ringlimit_core::regions::{Allocator, Allowances, RealBucket, RegionSettings, Verdict};
 use ringlimit_core::reservations::Bucket;
-use ringlimit_core::rule::RegionScope;
+use ringlimit_core::rule::{Mode, RegionScope};
 use ringlimit_proto::CheckAnswer;
 use ringlimit_proto::peer::Mark;
 use ringlimit_proto::region::{
@@ -46,6 +48,19 @@ pub const METRICS: &[Family<Regions>] = &[
         |r| {
             r.others()
                 .map(|l| Series::new([l.name.as_str()], u64::from(l.state() == LinkState::Up)))
+                .collect()
+        },
+    ),
+    Family::gauge_each(
+        "region_clock_offset_seconds",
+        "The region's cluster clock minus this node's, measured on its region link (the best of the last 8 samples; half its round trip is the error): what its global counts' windows are translated by.",
+        &["region"],
+        |r| {
+            r.others()
+                .filter_map(|l| {
+                    let o = r.offset(&l.name)?;
+                    Some(Series::new([l.name.as_str()], o.offset_ns as f64 / 1e9))
+                })
                 .collect()
         },
     ),
@@ -162,6 +177,9 @@ pub struct RegionView {
     /// That region's demand on those buckets, per second.
     pub demand: f64,
     pub rtt_ms: Option<f64>,
+    /// That region's cluster clock minus this node's, ms (unknown until its link answered a
+    /// clock sample; see `counts`).
+    pub offset_ms: Option<f64>,
 }
 
 /// This node's regions.
@@ -175,6 +193,8 @@ pub struct Regions {
     demand_milli: AtomicU64,
     /// Region links refused or broken, for the log gate.
     pub log_gate: crate::log_gate::LogGate,
+    /// Each other region's clock, as this node's region links measure it (by region name).
+    clocks: Clocks,
 }
 
 impl std::fmt::Debug for Regions {
@@ -212,12 +232,25 @@ impl Regions {
             secret,
             demand_milli: AtomicU64::new(0),
             log_gate: crate::log_gate::LogGate::new(std::time::Duration::from_secs(10)),
+            clocks: Clocks::default(),
         }
     }
 
     /// The other regions' links.
     fn others(&self) -> impl Iterator<Item = &RegionLink> {
         self.links.iter().skip(1)
+    }
+
+    /// Records a sample of region `i`'s clock (cluster clocks on both sides).
+    pub fn record_clock(&self, i: usize, sample: Sample) {
+        if let Some(l) = self.links.get(i).filter(|_| i > 0) {
+            self.clocks.record(&Arc::from(l.name.as_str()), sample);
+        }
+    }
+
+    /// Region `name`'s cluster clock minus this node's, once measured.
+    pub fn offset(&self, name: &str) -> Option<Offset> {
+        self.clocks.offsets().get(name).copied()
     }
 
     /// Our region's name.
@@ -240,7 +273,7 @@ impl Regions {
         ringlimit_proto::region::home(id, &names).unwrap_or(0)
     }
 
-    fn index(&self, name: &str) -> Option<usize> {
+    pub(crate) fn index(&self, name: &str) -> Option<usize> {
         self.links.iter().position(|l| l.name == name)
     }
 
@@ -279,6 +312,10 @@ impl Regions {
                     allowance,
                     demand,
                     rtt_ms: l.rtt_ms(),
+                    offset_ms: (i > 0)
+                        .then(|| self.offset(&l.name))
+                        .flatten()
+                        .map(|o| o.offset_ns as f64 / 1e6),
                 }
             })
             .collect()
@@ -342,10 +379,14 @@ impl Regions {
             );
         };
         let resolved = named.resolved();
-        if resolved.scope != RegionScope::Regions {
+        // A global rule across regions is counted, never allocated (see `crate::global`).
+        if resolved.scope != RegionScope::Regions || resolved.mode == Mode::Global {
             return error(
                 "not_shared",
-                format!("rule {:?} is not scope: regions here", named.name),
+                format!(
+                    "rule {:?} is not a mode: owner, scope: regions rule here",
+                    named.name
+                ),
             );
         }
         let id = match resolved.bucket(&ask.key, 1) {
@@ -386,7 +427,7 @@ impl Regions {
         let name = RuleSpec::of(&ask.rule).name()?;
         let rules = local.rules().rules();
         let resolved = rules.get(name)?.resolved();
-        if resolved.scope != RegionScope::Regions {
+        if resolved.scope != RegionScope::Regions || resolved.mode == Mode::Global {
             return None;
         }
         resolved.bucket(&ask.key, 1).ok()

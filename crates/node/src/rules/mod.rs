@@ -511,11 +511,23 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
     };
     if scope == RegionScope::Regions {
         check_regions_scope(algorithm, mode).map_err(&fail)?;
-    } else if m.contains_key("on_region_unreachable") {
-        return Err(fail(field_err(
-            "on_region_unreachable",
-            "applies only to scope: regions rules (add `scope: regions`)",
-        )));
+    }
+    if m.contains_key("on_region_unreachable") {
+        if scope != RegionScope::Regions {
+            return Err(fail(field_err(
+                "on_region_unreachable",
+                "applies only to scope: regions rules (add `scope: regions`)",
+            )));
+        }
+        if mode == Mode::Global {
+            // A global rule never waits on another region: it decides from the counts it
+            // has, whatever the links' state.
+            return Err(fail(field_err(
+                "on_region_unreachable",
+                "applies only to mode: owner rules (a mode: global rule decides from the \
+                 counts it has heard, whatever the links' state); remove it",
+            )));
+        }
     }
     Ok(NamedRule {
         block,
@@ -537,20 +549,19 @@ fn parse_rule(index: usize, item: &Value) -> Result<NamedRule, RulesError> {
 /// leasable (handed out in exact slices: token bucket, fixed and sliding window), and a global
 /// rule's counts are not allocated (sharing them across regions is not built).
 fn check_regions_scope(algorithm: Algorithm, mode: Mode) -> Result<(), FieldError> {
+    // A global rule across regions is counted, not sliced: every algorithm global mode takes
+    // (see `crate::global`) is shared the same way.
+    if mode == Mode::Global {
+        return Ok(());
+    }
     if !ringlimit_core::lease::leasable(algorithm) {
         return Err(field_err(
             "scope",
             format!(
                 "regions applies only to token_bucket, fixed_window and sliding_window (whose \
-                 buckets are handed to regions in exact slices), not {algorithm}"
+                 buckets are handed to regions in exact slices), not {algorithm}; or use \
+                 mode: global"
             ),
-        ));
-    }
-    if mode == Mode::Global {
-        return Err(field_err(
-            "scope",
-            "regions works with mode: owner rules only (a global rule across regions is not \
-             supported); remove the mode or the scope",
         ));
     }
     Ok(())

@@ -1051,8 +1051,30 @@ fn scope_is_region_unless_a_rule_shares_it_across_regions() {
     );
 }
 
+/// A global rule across regions is one limit counted everywhere: any algorithm global mode
+/// takes, from a file or the admin API alike.
 #[test]
-fn a_rule_shared_across_regions_must_be_leasable_and_owner_mode() {
+fn a_global_rule_may_be_shared_across_regions() {
+    let set = RuleSet::from_yaml(concat!(
+        "rules:\n",
+        "  - { name: g, limit: 9, period: 1m, mode: global, scope: regions }\n",
+        "  - { name: log, limit: 9, period: 1m, mode: global, scope: regions, \
+         algorithm: sliding_log }\n",
+    ))
+    .expect("valid");
+    for name in ["g", "log"] {
+        let r = set.get(name).expect("present").resolved();
+        assert_eq!((r.mode, r.scope), (Mode::Global, RegionScope::Regions));
+    }
+    let body = serde_json::json!({
+        "limit": 5, "period": "1m", "mode": "global", "scope": "regions",
+    });
+    let named = super::api::validate("r", &body).expect("accepted");
+    assert_eq!(named.resolved().scope, RegionScope::Regions);
+}
+
+#[test]
+fn an_owner_rule_shared_across_regions_must_be_leasable() {
     let rule =
         |fields: &str| format!("rules:\n  - {{ name: r, limit: 5, period: 1m, {fields} }}\n");
     assert_rule_err(
@@ -1074,9 +1096,9 @@ fn a_rule_shared_across_regions_must_be_leasable_and_owner_mode() {
         "not sliding_log",
     );
     assert_rule_err(
-        &rule("mode: global, scope: regions"),
+        &rule("mode: global, scope: regions, on_region_unreachable: open"),
         "r",
-        "scope",
+        "on_region_unreachable",
         "mode: owner",
     );
     assert_rule_err(
