@@ -32,6 +32,7 @@ from ._core import (
 from ._leases import Entry
 from ._rules import Inline
 from ._stream import AioCheckStream, refused
+from ._tls import aio_channel
 from .answers import AllAnswer, Answer
 from .v1 import ratelimiter_pb2 as pb
 from .v1 import ratelimiter_pb2_grpc as pb_grpc
@@ -210,7 +211,7 @@ class Client:
     def _stub(self, addr: str) -> pb_grpc.RateLimiterStub:
         stub = self._stubs.get(addr)
         if stub is None:
-            ch = grpc.aio.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
+            ch = aio_channel(addr, self._core.s.tls)
             self._channels[addr] = ch
             stub = self._stubs[addr] = pb_grpc.RateLimiterStub(ch)
         return stub
