@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
 import urllib.request
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 import pytest
 
@@ -54,20 +56,63 @@ def wait_for(what: str, cond, within: float = 15.0, every: float = 0.02):
         time.sleep(every)
 
 
-def get_json(url: str, timeout: float = 2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback only)
+def get_json(url: str, timeout: float = 2.0, context: Optional[ssl.SSLContext] = None):
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as r:  # noqa: S310 (loopback only)
         return json.loads(r.read())
 
 
-def get_text(url: str, timeout: float = 2.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback only)
+def get_text(url: str, timeout: float = 2.0, context: Optional[ssl.SSLContext] = None) -> str:
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as r:  # noqa: S310 (loopback only)
         return r.read().decode()
 
 
+class Certs(NamedTuple):
+    """A CA and a server certificate it signed (PEM files)."""
+
+    ca: str
+    cert: str
+    key: str
+
+
+needs_openssl = pytest.mark.skipif(
+    shutil.which("openssl") is None and not os.environ.get("CI"), reason="no openssl CLI to make certificates with"
+)
+
+
+def make_certs(dir: str, san: str, name: str = "node") -> Certs:
+    """A CA of its own and a P-256 server certificate for ``san`` (``DNS:x,IP:y``), made with
+    the openssl CLI as the TLS guide does."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=dir, check=True, capture_output=True, timeout=30)
+
+    ca, ca_key = f"{name}-ca.crt", f"{name}-ca.key"
+    run(
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+        "-subj", f"/CN={name} test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", ca_key, "-out", ca,
+    )
+    run(
+        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={name}",
+        "-keyout", f"{name}.key", "-out", f"{name}.csr",
+    )
+    with open(os.path.join(dir, f"{name}.ext"), "w") as f:
+        f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
+    run(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", "2",
+        "-extfile", f"{name}.ext", "-out", f"{name}.crt",
+    )
+    return Certs(*(os.path.join(dir, f) for f in (ca, f"{name}.crt", f"{name}.key")))
+
+
 class Node:
-    def __init__(self, node_id: str, peer_port: int, seeds: List[str], env: Dict[str, str], args: List[str]) -> None:
+    def __init__(
+        self, node_id: str, peer_port: int, seeds: List[str], env: Dict[str, str], args: List[str], scheme: str = "http"
+    ) -> None:
         self.node_id = node_id
         self.peer = f"127.0.0.1:{peer_port}"
+        self.scheme = scheme
+        self.context: Optional[ssl.SSLContext] = None
         self.log: List[str] = []
         self.http: Optional[str] = None
         self.grpc: Optional[str] = None
@@ -98,7 +143,7 @@ class Node:
             if "ringlimit node serving" in line:
                 m = re.search(r"\bhttp=(\S+)", line)
                 if m:
-                    self.http = "http://" + m.group(1)
+                    self.http = f"{self.scheme}://" + m.group(1)
             if "gRPC serving" in line:
                 m = re.search(r"\bgrpc=Some\((\S+?)\)", line) or re.search(r"\bgrpc=(\d\S+)", line)
                 if m:
@@ -111,7 +156,7 @@ class Node:
             raise AssertionError(f"{self.node_id} did not log its addresses; its log:\n" + "\n".join(self.log[-50:]))
 
     def metrics(self) -> str:
-        return get_text(f"{self.http}/metrics")
+        return get_text(f"{self.http}/metrics", context=self.context)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -120,7 +165,8 @@ class Node:
 
 
 class Cluster:
-    """``n`` nodes seeding each other; ``env`` for every node (a secret, client tokens)."""
+    """``n`` nodes seeding each other; ``env`` for every node (a secret, client tokens);
+    ``tls``: their HTTP and gRPC ports serve this certificate."""
 
     def __init__(
         self,
@@ -129,9 +175,16 @@ class Cluster:
         args: Optional[List[str]] = None,
         rules: Optional[str] = None,
         tmp: Optional[str] = None,
+        tls: Optional[Certs] = None,
     ) -> None:
         env = dict(env or {})
         args = list(args or [])
+        self.context: Optional[ssl.SSLContext] = None
+        if tls is not None:
+            args += ["--tls-cert", tls.cert, "--tls-key", tls.key]
+            # The test's own reads trust the CA and check no name (loopback, whatever the SAN).
+            self.context = ssl.create_default_context(cafile=tls.ca)
+            self.context.check_hostname = False
         if rules is not None:
             import tempfile
 
@@ -146,7 +199,9 @@ class Cluster:
         self.nodes: List[Node] = []
         try:
             for i, p in enumerate(ports):
-                self.nodes.append(Node(f"n{i}", p, seeds, env, args))
+                node = Node(f"n{i}", p, seeds, env, args, "https" if tls else "http")
+                node.context = self.context
+                self.nodes.append(node)
             for node in self.nodes:
                 node.await_serving()
             self.await_alive(n)
@@ -156,7 +211,7 @@ class Cluster:
 
     def alive_seen_by(self, node: Node) -> List[str]:
         try:
-            view = get_json(f"{node.http}/v1/cluster")
+            view = get_json(f"{node.http}/v1/cluster", context=self.context)
         except OSError:
             return []
         return sorted(m["node_id"] for m in view["members"] if m["state"] == "alive")

@@ -20,13 +20,37 @@ def unreachable(**settings) -> ringlimit.Client:
 
 
 def test_settings_that_cannot_work_are_refused() -> None:
-    for bad in ([], ["host"], ["http://h:1/v1"], ["https://h:1"]):
+    for bad in ([], ["host"], ["http://h:1/v1"], ["https://h:1/v1"], ["ftp://h:1"]):
         with pytest.raises(ValueError):
             ringlimit.Client(bad)
     with pytest.raises(ValueError):
         ringlimit.Client(["http://127.0.0.1:1"], deadline_ms=0)
     with pytest.raises(ValueError):
         ringlimit.Client(["http://127.0.0.1:1"], fallback_fraction=1.5)
+
+
+def test_tls_settings_that_cannot_work_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="mix http:// and https://"):
+        ringlimit.Client(["http://127.0.0.1:1", "https://127.0.0.1:2"])
+    with pytest.raises(ValueError, match="plaintext"):
+        ringlimit.Client(["http://127.0.0.1:1"], tls_ca=b"-----BEGIN CERTIFICATE-----")
+    with pytest.raises(ValueError, match="plaintext"):
+        ringlimit.aio.Client(["http://127.0.0.1:1"], tls_server_name="ringlimit.test")
+    with pytest.raises(ValueError, match="cannot read"):
+        ringlimit.Client(["https://127.0.0.1:1"], tls_ca=str(tmp_path / "missing.pem"))
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    with pytest.raises(ValueError, match="no PEM certificate"):
+        ringlimit.Client(["https://127.0.0.1:1"], tls_ca=tmp_path / "junk.pem")
+    # No client certificate: the nodes ask for none on their HTTP and gRPC ports.
+    with pytest.raises(TypeError):
+        ringlimit.Client(["https://127.0.0.1:1"], tls_cert="c.pem", tls_key="k.pem")
+
+
+def test_an_unreachable_tls_seed_is_degraded() -> None:
+    # https:// alone: the system's roots; nothing answers there, so the fallback decides.
+    with ringlimit.Client([f"https://127.0.0.1:{free_port()}"], discovery_timeout_ms=200) as client:
+        a = client.check("k", limit=1, period_ms=HOUR)
+        assert a.allowed and a.degraded
 
 
 def test_without_a_member_inline_limits_hold_on_the_fallback() -> None:

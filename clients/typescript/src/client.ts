@@ -11,6 +11,7 @@ import { Fallback, type FallbackShare, type ShareTaken } from './fallback.js';
 import { connect, num, toAnswer, toMark, unreachable, type RateLimiterClient } from './grpc.js';
 import { HOT_DEFAULTS, HotKeys, type HotSettings } from './hotkeys.js';
 import { CheckStream, refusesStream } from './stream.js';
+import { loadTls, type Tls, type TlsOptions } from './tls.js';
 import { DENIED, FORWARD, Held, LEASE_DEFAULTS, type Due, type Grant_, type LeaseEntry, type LeaseSettings, type Mark, type Return } from './lease.js';
 import { bucketId } from './hash.js';
 import { checkKey, invalidKeyLength, maxCost, resolveInline, type InlineRule, type Resolved } from './rules.js';
@@ -52,9 +53,14 @@ export interface Check {
 }
 
 export interface ClientOptions {
-  /** Nodes to discover the cluster from: HTTP base URLs (`http://host:8080`), or
-   * `grpc://host:port` (ringlimit.v1's Topology directly). */
+  /** Nodes to discover the cluster from: HTTP base URLs (`http://host:8080`; `https://` for
+   * nodes with `--tls-cert`), or `grpc://host:port` (ringlimit.v1's Topology directly). */
   seeds: string[];
+  /** TLS to nodes with `--tls-cert` (implied by `https://` seeds): every channel and discovery
+   * request, to seeds and to the members the topology names, then speaks TLS. `ca`: the CA of
+   * the nodes' certificates (PEM, or a file's path; default Node's roots); `serverName`: the
+   * name their certificates are checked against when members are dialed by IP. */
+  tls?: TlsOptions;
   /** A client credential (a token of role `check`): sent as `authorization: Bearer <token>`
    * on every call. Leases and all-or-nothing give-backs need it when the nodes have a secret
    * or tokens. */
@@ -211,6 +217,7 @@ const monotonic = () => performance.now();
 
 export class Client {
   private readonly seeds: Seed[];
+  private readonly tls: Tls | undefined;
   private readonly opts: Required<Pick<ClientOptions, 'clusterId' | 'deadlineMs' | 'discoveryTimeoutMs' | 'refreshMs' | 'heartbeatMs' | 'failMode'>>;
   private readonly md = new grpc.Metadata();
   private readonly grpcAddrs: Record<string, string>;
@@ -260,11 +267,17 @@ export class Client {
 
   constructor(options: ClientOptions) {
     if (!options || !Array.isArray(options.seeds) || options.seeds.length === 0) throw new ConfigError("no seeds: give at least one node's address");
+    const schemes = new Set(options.seeds.filter((s) => typeof s === 'string' && s.includes('://')).map((s) => s.trim().split('://')[0]!.toLowerCase()));
+    if (schemes.has('http') && schemes.has('https')) throw new ConfigError("seeds mix http:// and https://: a cluster's nodes serve TLS (--tls-cert) or none does");
+    // TLS on every channel and discovery request: an https:// seed, or the `tls` option.
+    const tls = schemes.has('https') || options.tls !== undefined;
     this.seeds = options.seeds.map((s) => {
-      const seed = typeof s === 'string' ? parseSeed(s) : undefined;
-      if (!seed) throw new ConfigError(`seed ${JSON.stringify(s)} is not an http://host:port or grpc://host:port address`);
+      const seed = typeof s === 'string' ? parseSeed(s, tls) : undefined;
+      if (!seed && tls && typeof s === 'string' && s.trim().startsWith('http://')) throw new ConfigError(`seed ${JSON.stringify(s)} is plaintext, but \`tls\` asks for TLS: give https://`);
+      if (!seed) throw new ConfigError(`seed ${JSON.stringify(s)} is not an http://host:port, https://host:port or grpc://host:port address`);
       return seed;
     });
+    this.tls = tls ? loadTls(options.tls ?? {}) : undefined;
     const deadlineMs = options.deadlineMs ?? 5;
     if (!(deadlineMs > 0)) throw new ConfigError('deadlineMs must be greater than zero');
     const share = options.fallbackShare ?? 'per-member';
@@ -990,7 +1003,7 @@ export class Client {
       if (!m.grpcAddr) continue;
       const have = this.links.get(m.nodeId);
       if (have && have.addr === m.grpcAddr) links.set(m.nodeId, have);
-      else links.set(m.nodeId, { nodeId: m.nodeId, addr: m.grpcAddr, client: connect(m.grpcAddr), queue: [], inFlight: false, scheduled: false });
+      else links.set(m.nodeId, { nodeId: m.nodeId, addr: m.grpcAddr, client: connect(m.grpcAddr, this.tls), queue: [], inFlight: false, scheduled: false });
     }
     for (const [id, l] of this.links) if (links.get(id) !== l) this.closeLink(l);
     this.links = links;
@@ -1036,7 +1049,7 @@ export class Client {
     const viaGrpc = async (addr: string): Promise<boolean> => {
       if (tried.has(addr)) return false;
       tried.add(addr);
-      const client = this.links.get(this.topo.members.find((m) => m.grpcAddr === addr)?.nodeId ?? '')?.client ?? connect(addr);
+      const client = this.links.get(this.topo.members.find((m) => m.grpcAddr === addr)?.nodeId ?? '')?.client ?? connect(addr, this.tls);
       const own = !this.anyLinks.some((l) => l.client === client);
       try {
         const res = await topologyCall(client, this.md, t);
@@ -1056,7 +1069,7 @@ export class Client {
       }
       let cluster: ClusterJson;
       try {
-        cluster = await getJson<ClusterJson>(`${seed.http}/v1/cluster`, t);
+        cluster = await getJson<ClusterJson>(`${seed.http}/v1/cluster`, t, this.tls);
       } catch {
         continue;
       }
@@ -1064,7 +1077,7 @@ export class Client {
       for (const m of membersOf(cluster)) if (m.grpcAddr && (await viaGrpc(m.grpcAddr))) return { grpc: m.grpcAddr };
       // Nodes that serve no ringlimit.v1 Topology: read over HTTP.
       try {
-        const rules = await getJson<RulesJson>(`${seed.http}/v1/rules`, t);
+        const rules = await getJson<RulesJson>(`${seed.http}/v1/rules`, t, this.tls);
         this.apply(fromHttp(cluster, rules, seed.http));
         return { http: seed.http };
       } catch {
@@ -1103,7 +1116,7 @@ export class Client {
       return;
     }
     const link = [...this.links.values()].find((l) => l.addr === from.grpc);
-    const client = link?.client ?? connect(from.grpc);
+    const client = link?.client ?? connect(from.grpc, this.tls);
     const stream = client.WatchTopology({ heartbeatMs: this.opts.heartbeatMs }, this.md);
     this.watch = stream;
     let ended = false;

@@ -18,6 +18,7 @@ import type { RateLimiterClient } from './gen/ringlimit/v1/RateLimiter.js';
 import type { CheckResponse__Output } from './gen/ringlimit/v1/CheckResponse.js';
 import type { RuleInfo__Output } from './gen/ringlimit/v1/RuleInfo.js';
 import type { ProtoGrpcType } from './gen/ratelimiter.js';
+import { channelOptions, type Tls } from './tls.js';
 
 export type { RateLimiterClient };
 
@@ -42,10 +43,11 @@ export function rateLimiterClass(): new (address: string, credentials: grpc.Chan
   return constructor!;
 }
 
-/** A channel to one member's gRPC address (`host:port`). */
-export function connect(addr: string): RateLimiterClient {
+/** A channel to one member's gRPC address (`host:port`): over TLS with `tls`, else plaintext. */
+export function connect(addr: string, tls?: Tls): RateLimiterClient {
   const Client = rateLimiterClass();
-  return new Client(addr, grpc.credentials.createInsecure(), {
+  return new Client(addr, tls ? tls.credentials : grpc.credentials.createInsecure(), {
+    ...channelOptions(tls),
     // Reconnect soon after a member comes back; a dead one fails calls at once meanwhile.
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 2_000,

@@ -9,6 +9,7 @@
 // (rateLimitHook, rateLimitPlugin).
 export { Client, binding, MAX_ALL } from './client.js';
 export type { AllAnswer, Check, ClientOptions, ClientStats, Reservation } from './client.js';
+export type { TlsOptions } from './tls.js';
 export type { Answer } from './answer.js';
 export { ConfigError, RinglimitError } from './errors.js';
 export type { FallbackShare } from './fallback.js';

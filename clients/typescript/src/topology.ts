@@ -8,6 +8,7 @@ import { Ring } from './hash.js';
 import { ruleInfo } from './grpc.js';
 import { resolveNamed, type Algorithm, type Resolved, type RuleInfoLike } from './rules.js';
 import type { TopologyResponse__Output } from './gen/ringlimit/v1/TopologyResponse.js';
+import { httpsJson, type Tls } from './tls.js';
 
 export interface Member {
   nodeId: string;
@@ -30,21 +31,23 @@ export interface Topology {
 
 export const EMPTY: Topology = { clusterId: '', version: '', members: [], ring: new Ring([]), rules: undefined, source: '' };
 
-/** A seed as given: `http://host:port` (`host:port` alone is HTTP too) or `grpc://host:port`. */
+/** A seed as given: `http://host:port` (`host:port` alone is HTTP too; with TLS,
+ * `https://host:port` or `host:port`) or `grpc://host:port`. `http` is the HTTP API's base URL. */
 export type Seed = { http: string } | { grpc: string };
 
-export function parseSeed(s: string): Seed | undefined {
+export function parseSeed(s: string, tls = false): Seed | undefined {
   const t = s.trim().replace(/\/+$/, '');
   const grpcm = /^grpc:\/\/([^/\s]+:\d+)$/.exec(t);
   if (grpcm) return { grpc: grpcm[1]! };
-  const httpm = /^(?:http:\/\/)?([^/\s:]+|\[[0-9a-fA-F:.]+\]):(\d+)$/.exec(t);
-  if (httpm && Number(httpm[2]) > 0 && Number(httpm[2]) < 65536) return { http: `http://${httpm[1]}:${httpm[2]}` };
+  const httpm = (tls ? /^(?:https:\/\/)?([^/\s:]+|\[[0-9a-fA-F:.]+\]):(\d+)$/ : /^(?:http:\/\/)?([^/\s:]+|\[[0-9a-fA-F:.]+\]):(\d+)$/).exec(t);
+  const scheme = tls ? 'https' : 'http';
+  if (httpm && Number(httpm[2]) > 0 && Number(httpm[2]) < 65536) return { http: `${scheme}://${httpm[1]}:${httpm[2]}` };
   return undefined;
 }
 
 /** An HTTP address as members advertise it (`host:port`, maybe with a scheme) as a base URL. */
-export function httpBase(addr: string): string | undefined {
-  const s = parseSeed(addr);
+export function httpBase(addr: string, tls = false): string | undefined {
+  const s = parseSeed(addr, tls);
   return s && 'http' in s ? s.http : undefined;
 }
 
@@ -163,8 +166,9 @@ export function sameRules(a: Map<string, Resolved> | undefined, b: Map<string, R
   return true;
 }
 
-/** GET a JSON document within `timeoutMs`. */
-export async function getJson<T>(url: string, timeoutMs: number): Promise<T> {
+/** GET a JSON document within `timeoutMs` (over HTTPS with `tls`). */
+export async function getJson<T>(url: string, timeoutMs: number, tls?: Tls): Promise<T> {
+  if (tls) return httpsJson<T>(url, timeoutMs, tls);
   const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
   if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
   return (await res.json()) as T;

@@ -2,8 +2,9 @@
 // the binary at $RINGLIMIT_BIN on loopback with ephemeral ports, their HTTP and gRPC addresses
 // read from their logs, killed (SIGKILL) and reaped when the test ends (and when this process
 // exits, whatever happens).
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import * as https from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -59,6 +60,38 @@ export interface ClusterOptions {
   /** A cluster secret and a client token (auth tests); default: unauthenticated peers. */
   secret?: string;
   clientToken?: string;
+  /** The HTTP and gRPC ports serve this certificate (`--tls-cert`, `--tls-key`). */
+  tls?: Certs;
+}
+
+/** A CA and a server certificate it signed (PEM files). */
+export interface Certs {
+  ca: string;
+  cert: string;
+  key: string;
+}
+
+/** Why the TLS tests are skipped (no openssl CLI to make certificates with), or false. */
+export const NO_OPENSSL: string | false = (() => {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return false;
+  } catch {
+    return 'no openssl CLI to make certificates with';
+  }
+})();
+
+/** A CA of its own and a P-256 server certificate for `san` (`DNS:x,IP:y`) in `dir`, made with
+ * the openssl CLI as the TLS guide does. */
+export function makeCerts(dir: string, san: string, name: string): Certs {
+  const run = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore', timeout: 30_000 });
+  const ca = `${name}-ca.crt`;
+  const caKey = `${name}-ca.key`;
+  run('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '2', '-subj', `/CN=${name} test CA`, '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign', '-keyout', caKey, '-out', ca);
+  run('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.csr`);
+  writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\nextendedKeyUsage=serverAuth\n`);
+  run('x509', '-req', '-in', `${name}.csr`, '-CA', ca, '-CAkey', caKey, '-CAcreateserial', '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+  return { ca: join(dir, ca), cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
 }
 
 /** Waits for `cond` to hold, checking every 50 ms, at most `ms`. */
@@ -74,6 +107,8 @@ export async function until(what: string, cond: () => boolean | Promise<boolean>
 export class Cluster {
   nodes: Node[] = [];
   private dir = mkdtempSync(join(tmpdir(), 'ringlimit-ts-'));
+  /** The nodes' CA when they serve TLS (the test's own reads trust it and check no name). */
+  private ca: Buffer | undefined;
 
   static async start(opts: ClusterOptions = {}): Promise<Cluster> {
     const c = new Cluster();
@@ -88,6 +123,7 @@ export class Cluster {
 
   private async boot(opts: ClusterOptions): Promise<void> {
     const size = opts.size ?? 3;
+    if (opts.tls) this.ca = readFileSync(opts.tls.ca);
     const rules = join(this.dir, 'rules.yaml');
     writeFileSync(rules, RULES);
     const peers: string[] = [];
@@ -109,6 +145,7 @@ export class Cluster {
     else env.RINGLIMIT_ALLOW_UNAUTHENTICATED_PEERS = 'true';
     if (opts.clientToken) env.RINGLIMIT_CLIENT_TOKEN = opts.clientToken;
     const args = ['serve', '--node-id', id, '--http', '127.0.0.1:0', '--peer', peer, '--grpc', '127.0.0.1:0', '--seeds', peers.join(','), '--config', rules];
+    if (opts.tls) args.push('--tls-cert', opts.tls.cert, '--tls-key', opts.tls.key);
     const child = spawn(BIN, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
     children.add(child);
     child.once('exit', () => children.delete(child));
@@ -134,9 +171,29 @@ export class Cluster {
 
   /** The node's `GET /v1/cluster`. */
   async cluster(n: Node): Promise<{ members: Array<{ node_id: string; state: string; grpc_addr?: string }> }> {
-    const res = await fetch(`http://${n.http}/v1/cluster`, { signal: AbortSignal.timeout(2_000) });
-    if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    return (await res.json()) as { members: Array<{ node_id: string; state: string; grpc_addr?: string }> };
+    return JSON.parse(await this.get(`/v1/cluster`, n)) as { members: Array<{ node_id: string; state: string; grpc_addr?: string }> };
+  }
+
+  /** A GET of the node's HTTP port (HTTPS when it serves TLS). */
+  private async get(path: string, n: Node): Promise<string> {
+    if (!this.ca) {
+      const res = await fetch(`http://${n.http}${path}`, { signal: AbortSignal.timeout(2_000) });
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      return res.text();
+    }
+    const ca = this.ca;
+    return new Promise((resolve, reject) => {
+      const opts = { ca, agent: false, checkServerIdentity: () => undefined, signal: AbortSignal.timeout(2_000) };
+      https
+        .get(`https://${n.http}${path}`, opts, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (body += c));
+          res.on('error', reject);
+          res.on('end', () => (res.statusCode === 200 ? resolve(body) : reject(new Error(`HTTP ${res.statusCode}`))));
+        })
+        .on('error', reject);
+    });
   }
 
   /** Whether members advertise their gRPC addresses (a node with ringlimit.v1's SDK calls). */
@@ -147,8 +204,7 @@ export class Cluster {
 
   /** A counter of the node's `/metrics`, summed over its labels. */
   async metric(n: Node, name: string): Promise<number> {
-    const res = await fetch(`http://${n.http}/metrics`, { signal: AbortSignal.timeout(2_000) });
-    const text = await res.text();
+    const text = await this.get('/metrics', n);
     let sum = 0;
     for (const line of text.split('\n')) {
       if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
@@ -164,7 +220,7 @@ export class Cluster {
   }
 
   seeds(): string[] {
-    return this.nodes.map((n) => `http://${n.http}`);
+    return this.nodes.map((n) => `${this.ca ? 'https' : 'http'}://${n.http}`);
   }
 
   /** SIGKILLs a node and waits until it is gone. */

@@ -272,7 +272,8 @@ test('inline rules and keys are refused with the nodes\' codes', () => {
 test('settings that cannot work are refused at once', () => {
   assert.throws(() => new Client({ seeds: [] }), ConfigError);
   assert.throws(() => new Client({ seeds: ['host'] }), ConfigError);
-  assert.throws(() => new Client({ seeds: ['https://h:1'] }), ConfigError);
+  assert.throws(() => new Client({ seeds: ['https://h:1/v1'] }), ConfigError);
+  assert.throws(() => new Client({ seeds: ['ftp://h:1'] }), ConfigError);
   assert.throws(() => new Client({ seeds: ['h:1'], deadlineMs: 0 }), ConfigError);
   assert.throws(() => new Client({ seeds: ['h:1'], fallbackShare: { fraction: 1.5 } }), ConfigError);
 });
@@ -346,6 +347,11 @@ test('seeds are HTTP base URLs or grpc:// addresses', async () => {
   assert.deepEqual(parseSeed('grpc://10.0.0.1:50051'), { grpc: '10.0.0.1:50051' });
   assert.deepEqual(parseSeed('http://[::1]:8080'), { http: 'http://[::1]:8080' });
   for (const bad of ['host', 'https://h:1', 'h:0', 'h:70000', 'grpc://h']) assert.equal(parseSeed(bad), undefined, bad);
+  // With TLS: https:// (or no scheme) is the HTTP API over TLS; http:// is not accepted.
+  assert.deepEqual(parseSeed('https://10.0.0.1:8080/', true), { http: 'https://10.0.0.1:8080' });
+  assert.deepEqual(parseSeed('node-1:8080', true), { http: 'https://node-1:8080' });
+  assert.deepEqual(parseSeed('grpc://10.0.0.1:50051', true), { grpc: '10.0.0.1:50051' });
+  assert.equal(parseSeed('http://10.0.0.1:8080', true), undefined);
   // Over HTTP: the alive members, sorted, and the rules resolved as the nodes resolve them.
   const t = fromHttp(
     {

@@ -18,6 +18,7 @@ from ._fallback import Fallback, Taken
 from ._leases import BACKOFF_NS, GIL_GUARDS, PROMOTE_AT, SAMPLE, TICK_NS, Entry, HotKeys, Held
 from ._rules import NANOS_PER_MS, Inline, Rule, resolve_inline, validate_key
 from ._stream import CheckStream
+from ._tls import CaSource, Tls, channel
 from ._topology import DiscoveryError, Member, Topology, fetch_http, from_response, grpc_target, http_base
 from .answers import Answer
 from .errors import InvalidCheck, RingLimitError, UnknownRule, from_status_message
@@ -84,11 +85,20 @@ class Settings:
         grpc_addrs: Optional[Mapping[str, str]] = None,
         max_cached_keys: int = 100_000,
         hot_keys_rate: float = PROMOTE_AT,
+        tls_ca: Optional[CaSource] = None,
+        tls_server_name: Optional[str] = None,
     ) -> None:
         if isinstance(seeds, str):
             seeds = [seeds]
         if not seeds:
             raise ValueError("no seeds: give at least one node's http://host:port (or grpc://host:port)")
+        schemes = {s.strip().split("://", 1)[0].lower() for s in seeds if isinstance(s, str) and "://" in s}
+        if "http" in schemes and "https" in schemes:
+            raise ValueError(
+                "seeds mix http:// and https://: a cluster's nodes serve TLS (--tls-cert) or none does"
+            )
+        #: TLS on every channel and discovery request: an https:// seed, or a tls_* setting.
+        tls = "https" in schemes or tls_ca is not None or bool(tls_server_name)
         self.http_seeds: List[str] = []
         self.grpc_seeds: List[str] = []
         for s in seeds:
@@ -96,10 +106,13 @@ class Settings:
             if g is not None:
                 self.grpc_seeds.append(g)
                 continue
-            h = http_base(s)
+            h = http_base(s, tls)
             if h is None:
-                raise ValueError(f"seed {s!r} is not an http://host:port or grpc://host:port address")
+                if tls and s.strip().startswith("http://"):
+                    raise ValueError(f"seed {s!r} is plaintext, but tls_ca/tls_server_name ask for TLS: give https://")
+                raise ValueError(f"seed {s!r} is not an http://host:port, https://host:port or grpc://host:port address")
             self.http_seeds.append(h)
+        self.tls: Optional[Tls] = Tls(tls_ca, tls_server_name) if tls else None
         if deadline_ms <= 0:
             raise ValueError("deadline_ms must be greater than 0")
         if fallback_fraction is not None and not 0 < fallback_fraction <= 1:
@@ -330,7 +343,7 @@ class Core:
             with self.topo_lock:
                 ch = self.channels.get(addr)
                 if ch is None:
-                    ch = grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
+                    ch = channel(addr, self.s.tls)
                     # Connect now, not at the first check (which has a few ms only).
                     grpc.channel_ready_future(ch)
                     self.channels[addr] = ch
@@ -428,7 +441,7 @@ class Core:
                 resp = self.stub(addr).Topology(
                     pb.TopologyRequest(), timeout=timeout, metadata=self.s.metadata
                 )
-                self.apply(from_response(resp, self.s.cluster_id, self.s.grpc_addrs, 0))
+                self.apply(from_response(resp, self.s.cluster_id, self.s.grpc_addrs, 0, self.s.tls is not None))
                 return True
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -439,7 +452,8 @@ class Core:
             if self.closed.is_set():
                 return False
             try:
-                self.apply(fetch_http(base, self.s.cluster_id, timeout, self.s.grpc_addrs, 0))
+                context = self.s.tls.context if self.s.tls is not None else None
+                self.apply(fetch_http(base, self.s.cluster_id, timeout, self.s.grpc_addrs, 0, context))
                 return True
             except DiscoveryError as e:
                 log.debug("ringlimit discovery: %s", e)
@@ -500,7 +514,7 @@ class Core:
                 got = True
                 self.watching = addr
                 try:
-                    self.apply(from_response(resp, self.s.cluster_id, self.s.grpc_addrs, 0))
+                    self.apply(from_response(resp, self.s.cluster_id, self.s.grpc_addrs, 0, self.s.tls is not None))
                 except DiscoveryError as e:
                     log.warning("ringlimit: %s", e)
                     call.cancel()

@@ -31,6 +31,15 @@ class StreamEnded(Exception):
     """The node ended the stream without an error (it is going away)."""
 
 
+class NotSent(Exception):
+    """A request that never left the client: the stream's write failed (the node had ended the
+    call already). Its checks were not decided, so another call may decide them."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"check stream write failed: {cause!r}")
+        self.cause = cause
+
+
 def refused(e: BaseException) -> bool:
     """Whether ``e`` is a node's refusal of the stream itself (send unary calls instead)."""
     code = getattr(e, "code", None)
@@ -112,7 +121,19 @@ class AioCheckStream:
         fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            await self._call.write(pb.CheckStreamRequest(id=rid, checks=checks))
+            try:
+                await self._call.write(pb.CheckStreamRequest(id=rid, checks=checks))
+            except grpc.RpcError as e:
+                # A write racing the node's end of the call (a refusal: UNIMPLEMENTED...) fails
+                # as INTERNAL, which hides the call's status; the reader ends with the status
+                # (grpcio sometimes records the write's INTERNAL instead: then NotSent).
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._reader), within_s)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    pass
+                if self.broken is not None and refused(self.broken):
+                    raise self.broken from None
+                raise NotSent(e) from e
             return await asyncio.wait_for(fut, within_s)
         except asyncio.TimeoutError:
             self.abort()

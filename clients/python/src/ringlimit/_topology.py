@@ -4,7 +4,9 @@ and how it learns it: ``GET /v1/cluster`` and ``GET /v1/rules`` of an HTTP seed,
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
@@ -17,7 +19,7 @@ class Member(NamedTuple):
     node_id: str
     #: ``host:port`` of its ringlimit.v1 service; empty when it serves none.
     grpc_addr: str
-    #: ``http://host:port``; empty when unknown.
+    #: ``http://host:port`` (``https://`` with TLS); empty when unknown.
     http: str
 
 
@@ -92,16 +94,18 @@ class DiscoveryError(Exception):
     pass
 
 
-def http_base(s: str) -> Optional[str]:
-    """``http://host:port`` from a seed or a member's advertised address (no path)."""
+def http_base(s: str, tls: bool = False) -> Optional[str]:
+    """``http://host:port`` (``https://host:port`` with ``tls``) from a seed or a member's
+    advertised address (no path); the other scheme is not accepted."""
+    scheme = "https://" if tls else "http://"
     s = s.strip().rstrip("/")
-    rest = s[len("http://") :] if s.startswith("http://") else s
+    rest = s[len(scheme) :] if s.startswith(scheme) else s
     if "://" in rest or "/" in rest:
         return None
     host, sep, port = rest.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         return None
-    return "http://" + rest
+    return scheme + rest
 
 
 def grpc_target(s: str) -> Optional[str]:
@@ -116,12 +120,13 @@ def grpc_target(s: str) -> Optional[str]:
     return rest
 
 
-def _get_json(url: str, timeout: float) -> Any:
+def _get_json(url: str, timeout: float, context: Optional[ssl.SSLContext]) -> Any:
     req = urllib.request.Request(url, headers={"accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (http only)
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310 (http(s) only)
             return json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    # HTTPException: what a plaintext request to a TLS port (or any non-HTTP answer) reads as.
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         raise DiscoveryError(f"{url}: {e}") from e
 
 
@@ -131,15 +136,17 @@ def fetch_http(
     timeout: float,
     grpc_addrs: Mapping[str, str],
     version: int,
+    context: Optional[ssl.SSLContext] = None,
 ) -> Topology:
     """Members and rules from one node's HTTP API (``grpc_addrs`` fills in members that
-    advertise no ``grpc_addr``: nodes older than the field)."""
-    cluster = _get_json(f"{base}/v1/cluster", timeout)
+    advertise no ``grpc_addr``: nodes older than the field); over HTTPS with ``context``."""
+    tls = context is not None
+    cluster = _get_json(f"{base}/v1/cluster", timeout, context)
     if not isinstance(cluster, dict):
         raise DiscoveryError(f"{base}/v1/cluster: not a cluster view")
     if cluster.get("cluster_id") != cluster_id:
         raise DiscoveryError(f"{base} is a node of cluster {cluster.get('cluster_id')!r}")
-    listed = _get_json(f"{base}/v1/rules", timeout)
+    listed = _get_json(f"{base}/v1/rules", timeout, context)
     members: Dict[str, Member] = {}
     for m in cluster.get("members") or []:
         if not isinstance(m, dict) or m.get("state") != "alive":
@@ -147,7 +154,7 @@ def fetch_http(
         node_id = str(m.get("node_id") or "")
         if not node_id:
             continue
-        http = http_base(str(m.get("http_addr") or "")) or ""
+        http = http_base(str(m.get("http_addr") or ""), tls) or ""
         grpc = str(m.get("grpc_addr") or "") or grpc_addrs.get(node_id, "")
         members[node_id] = Member(node_id, grpc, http)
     rules: Dict[str, Rule] = {}
@@ -159,9 +166,10 @@ def fetch_http(
 
 
 def from_response(
-    resp: Any, cluster_id: str, grpc_addrs: Mapping[str, str], version: Optional[int] = None
+    resp: Any, cluster_id: str, grpc_addrs: Mapping[str, str], version: Optional[int] = None, tls: bool = False
 ) -> Topology:
-    """A ringlimit.v1 ``TopologyResponse`` as a topology."""
+    """A ringlimit.v1 ``TopologyResponse`` as a topology (members' HTTP addresses as
+    ``https://`` with ``tls``)."""
     if resp.cluster_id != cluster_id:
         raise DiscoveryError(f"{resp.node_id} is a node of cluster {resp.cluster_id!r}")
     if resp.ring.scheme and resp.ring.scheme != _hash.SCHEME:
@@ -170,7 +178,7 @@ def from_response(
         m.node_id: Member(
             m.node_id,
             m.grpc_addr or grpc_addrs.get(m.node_id, ""),
-            http_base(m.http_addr) or "",
+            http_base(m.http_addr, tls) or "",
         )
         for m in resp.members
     }

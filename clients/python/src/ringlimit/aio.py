@@ -31,7 +31,8 @@ from ._core import (
 )
 from ._leases import Entry
 from ._rules import Inline
-from ._stream import AioCheckStream, refused
+from ._stream import AioCheckStream, NotSent, refused
+from ._tls import aio_channel
 from .answers import AllAnswer, Answer
 from .v1 import ratelimiter_pb2 as pb
 from .v1 import ratelimiter_pb2_grpc as pb_grpc
@@ -77,6 +78,8 @@ class _Batcher:
                         core.stats.streamed += 1
                     except asyncio.TimeoutError:
                         outs = [_TIMED_OUT] * len(batch)
+                    except NotSent:
+                        pass  # never decided: the unary call below decides them
                     except Exception as e:  # the stream broke, or the node does not take it
                         if refused(e):
                             # Never decided: the unary call below decides them (and from now on).
@@ -210,7 +213,7 @@ class Client:
     def _stub(self, addr: str) -> pb_grpc.RateLimiterStub:
         stub = self._stubs.get(addr)
         if stub is None:
-            ch = grpc.aio.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
+            ch = aio_channel(addr, self._core.s.tls)
             self._channels[addr] = ch
             stub = self._stubs[addr] = pb_grpc.RateLimiterStub(ch)
         return stub

@@ -263,7 +263,12 @@ class Client:
     ``leases=True`` decides hot keys' checks in process on slices leased from their owners.
 
     ``seeds``: nodes' ``http://host:port`` (HTTP API) or ``grpc://host:port`` (ringlimit.v1)
-    addresses. ``token``: a client credential (sent as ``authorization: Bearer``). See
+    addresses; ``https://host:port`` for nodes with ``--tls-cert``. ``token``: a client
+    credential (sent as ``authorization: Bearer``). TLS: an ``https://`` seed, ``tls_ca`` (the
+    CA of the nodes' certificates: a PEM file's path, or the PEM as bytes; the system's roots
+    when not given) or ``tls_server_name`` (the name every member's certificate is checked
+    against, when members are dialed by IP and certificates name a host) makes every channel
+    and discovery request TLS; http:// and https:// seeds together are refused. See
     :class:`ringlimit._core.Settings` for the other settings (``deadline_ms``,
     ``fail_open``, ``fallback_fraction``, ``cluster_id``, ``grpc_addrs``, ``hot_keys_rate``:
     the checks a second at which a key is leased, 1,000 by default...). Discovery is
