@@ -207,6 +207,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RINGLIMIT_HTTP_THREADS", value_name = "N", default_value_t = default_http_threads(),
           value_parser = clap::value_parser!(u64).range(0..=256))]
     pub http_threads: u64,
+    /// Threads serving the gRPC port, each with its own single-threaded runtime (default: one
+    /// per CPU); 0 serves it on the main runtime with peer RPC and gossip.
+    #[arg(long, env = "RINGLIMIT_GRPC_THREADS", value_name = "N", default_value_t = default_http_threads(),
+          value_parser = clap::value_parser!(u64).range(0..=256))]
+    pub grpc_threads: u64,
     /// How far (ms) a member's clock may be off before it is logged as wrong (its offset is
     /// measured over the peer link every second; /v1/cluster and ringlimit_clock_offset_seconds
     /// show it).

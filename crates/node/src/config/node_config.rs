@@ -143,6 +143,8 @@ pub struct NodeConfig {
     /// See [`super::ServeArgs::http_threads`]; in-process test nodes use 0 (threads would
     /// outlive an aborted node).
     pub http_threads: usize,
+    /// See [`super::ServeArgs::grpc_threads`]; 0 in in-process test nodes, as `http_threads`.
+    pub grpc_threads: usize,
     /// From `RINGLIMIT_CLUSTER_SECRET` only (never a flag: flags show in `ps`).
     pub cluster_secret: Option<String>,
     /// `--allow-unauthenticated-peers` (see [`PeerSecurity`]).
@@ -259,6 +261,7 @@ impl NodeConfig {
             leave_delay: Duration::from_millis(200),
             seed_wait: Duration::from_secs(2),
             http_threads: 0,
+            grpc_threads: 0,
             cluster_secret: None,
             // Test clusters on loopback opt in; the binary's default is the safe one.
             allow_unauthenticated_peers: true,

@@ -64,6 +64,7 @@ impl ServeArgs {
             leave_delay: Duration::from_millis(self.leave_delay_ms),
             seed_wait: Duration::from_millis(self.seed_wait_ms),
             http_threads: usize::try_from(self.http_threads).unwrap_or(1),
+            grpc_threads: usize::try_from(self.grpc_threads).unwrap_or(1),
             cluster_secret: env.cluster_secret,
             allow_unauthenticated_peers: self.allow_unauthenticated_peers,
             admin_token: env.admin_token,

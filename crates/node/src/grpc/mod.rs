@@ -72,9 +72,18 @@ pub struct V1Services {
     pub auth: credentials::ClientAuth,
 }
 
-/// Serves gRPC on `listener` until `shutdown` completes, every connection bounded by `table`
-/// (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`, `--grpc-max-connections`), inside
-/// TLS with `tls` (`--tls-cert`; ALPN `h2`).
+/// How the gRPC port serves its connections.
+pub struct Port {
+    /// Every connection bounded by it (`--grpc-idle-timeout-ms`, `--grpc-request-timeout-ms`,
+    /// `--grpc-max-connections`).
+    pub table: Arc<ConnTable>,
+    /// Inside TLS (`--tls-cert`; ALPN `h2`).
+    pub tls: Option<ServerTls>,
+    /// On this many threads of their own (`--grpc-threads`; 0: the caller's runtime).
+    pub threads: usize,
+}
+
+/// Serves gRPC on `listener` as `port` says until `shutdown` completes.
 ///
 /// Why not tonic's own server: it has no idle timeout and no connection cap, so a client
 /// could hold connections until the node ran out of descriptors. Here tonic's routes are
@@ -87,8 +96,11 @@ pub async fn serve(
     lifecycle: Arc<Lifecycle>,
     envoy: EnvoyServices,
     v1: V1Services,
-    table: Arc<ConnTable>,
-    tls: Option<ServerTls>,
+    Port {
+        table,
+        tls,
+        threads,
+    }: Port,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -135,7 +147,9 @@ pub async fn serve(
         "gRPC",
         listener,
         move || handler.clone(),
-        0,
+        // As the HTTP port's: on the main runtime a stream's every message woke and switched
+        // its worker threads (see `crate::listen`).
+        threads,
         table,
         tls,
         shutdown,

@@ -148,14 +148,18 @@ impl Edges {
         };
         let table = Arc::new(ConnTable::new(config.grpc_limits, self.grpc_conns.clone()));
         let tls = self.grpc_tls.clone();
+        let threads = config.grpc_threads;
         tasks.spawn(async move {
             let serving = crate::grpc::serve(
                 listener,
                 lifecycle,
                 envoy,
                 v1,
-                table,
-                tls,
+                crate::grpc::Port {
+                    table,
+                    tls,
+                    threads,
+                },
                 std::future::pending(),
             );
             if let Err(e) = serving.await {
