@@ -22,8 +22,14 @@ struct Node {
 }
 
 fn node(dir: &std::path::Path, clock: &ManualClock) -> Node {
+    node_of(dir, clock, 1000)
+}
+
+/// A node whose store holds `max_keys`.
+fn node_of(dir: &std::path::Path, clock: &ManualClock, max_keys: u64) -> Node {
     let local = Arc::new(
-        Local::alone(RuleSet::default(), 1000, Arc::new(clock.clone())).with_persistence(60 * SEC),
+        Local::alone(RuleSet::default(), max_keys, Arc::new(clock.clone()))
+            .with_persistence(60 * SEC),
     );
     let disk = Disk::open(dir, "c", "n1").expect("opens");
     let durable = Durable::new(disk, local.clone(), Arc::default());
@@ -340,15 +346,7 @@ fn a_busy_follower_drains_between_commits_and_the_feed_never_overruns() {
     let d = tempfile::tempdir().expect("a temp dir");
     let clock = ManualClock::new(T0);
     let rule = fixed(1_000_000, 86_400);
-    let local = Arc::new(
-        Local::alone(RuleSet::default(), 4_000_000, Arc::new(clock.clone()))
-            .with_persistence(60 * SEC),
-    );
-    let disk = Disk::open(d.path(), "c", "n1").expect("opens");
-    let n = Node {
-        durable: Durable::new(disk, local.clone(), Arc::default()),
-        local,
-    };
+    let n = node_of(d.path(), &clock, 4_000_000);
     n.durable.restore().expect("empty");
     let flood = |first: u64, drains: bool| {
         let chunk = FEED_ENTRIES as u64 / 4;
@@ -471,15 +469,7 @@ fn flush_cost_per_changed_bucket() {
     let d = tempfile::tempdir().expect("a temp dir");
     let clock = ManualClock::new(T0);
     let rule = fixed(1_000_000, 86_400);
-    let local = Arc::new(
-        Local::alone(RuleSet::default(), 2_000_000, Arc::new(clock.clone()))
-            .with_persistence(60 * SEC),
-    );
-    let disk = Disk::open(d.path(), "c", "n1").expect("opens");
-    let n = Node {
-        durable: Durable::new(disk, local.clone(), Arc::default()),
-        local,
-    };
+    let n = node_of(d.path(), &clock, 2_000_000);
     n.durable.restore().expect("empty");
     for i in 0..STORED {
         check(&n, i, &rule, PersistMode::Auto);
@@ -588,15 +578,7 @@ fn snapshot_cost() {
     let d = tempfile::tempdir().expect("a temp dir");
     let clock = ManualClock::new(T0);
     let rule = fixed(1_000_000, 86_400);
-    let local = Arc::new(
-        Local::alone(RuleSet::default(), 2 * BUCKETS, Arc::new(clock.clone()))
-            .with_persistence(60 * SEC),
-    );
-    let disk = Disk::open(d.path(), "c", "n1").expect("opens");
-    let n = Node {
-        durable: Durable::new(disk, local.clone(), Arc::default()),
-        local,
-    };
+    let n = node_of(d.path(), &clock, 2 * BUCKETS);
     n.durable.restore().expect("empty");
     for i in 0..BUCKETS {
         check(&n, i, &rule, PersistMode::Auto);
