@@ -537,47 +537,41 @@ impl Durable {
         let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
         let owned = self.local.owned();
         let copies = self.local.copies();
-        let mut read = 0;
-        let mut lagged = false;
-        for (source, kind) in [(&mut f.owned, Held::Owned), (&mut f.copies, Held::Copies)] {
-            let (n, lag) = match kind {
-                Held::Owned => drain(
-                    source,
-                    &f.maybe,
-                    leaving,
-                    || owned.follow().ok(),
-                    |c, out| owned.changes(c, out).is_ok(),
-                    |keep| {
-                        owned.for_each_durable(|id, st| {
-                            if st.idle_at() > now {
-                                keep(id, st);
-                            }
-                        })
-                    },
-                    |ch| ch.durable && ch.state.as_ref().is_some_and(|st| st.idle_at() > now),
-                ),
-                Held::Copies => drain(
-                    source,
-                    &f.maybe,
-                    leaving,
-                    || copies.follow().ok(),
-                    |c, out| copies.changes(c, out).is_ok(),
-                    |keep| {
-                        copies.for_each(|id, st| {
-                            if st.idle_at() >= horizon {
-                                keep(id, st);
-                            }
-                        })
-                    },
-                    |ch| ch.state.as_ref().is_some_and(|st| st.idle_at() >= horizon),
-                ),
-            };
-            read += n;
-            lagged |= lag;
+        let from_owned = drain(
+            &mut f.owned,
+            &f.maybe,
+            leaving,
+            || owned.follow().ok(),
+            |c, out| owned.changes(c, out).is_ok(),
+            |keep| {
+                owned.for_each_durable(|id, st| {
+                    if st.idle_at() > now {
+                        keep(id, st);
+                    }
+                })
+            },
+            |ch| ch.durable && ch.state.as_ref().is_some_and(|st| st.idle_at() > now),
+        );
+        let from_copies = drain(
+            &mut f.copies,
+            &f.maybe,
+            leaving,
+            || copies.follow().ok(),
+            |c, out| copies.changes(c, out).is_ok(),
+            |keep| {
+                copies.for_each(|id, st| {
+                    if st.idle_at() >= horizon {
+                        keep(id, st);
+                    }
+                })
+            },
+            |ch| ch.state.as_ref().is_some_and(|st| st.idle_at() >= horizon),
+        );
+        for (read, lagged) in [from_owned, from_copies] {
+            f.read += read;
+            // An overrun: the next interval drains often from its start.
+            f.overran |= lagged;
         }
-        f.read += read;
-        // An overrun: the next interval drains often from its start.
-        f.overran |= lagged;
     }
 
     /// Appends what the drains gathered since the last commit as one commit (nothing when

@@ -543,18 +543,7 @@ impl GlobalCounters {
                 });
             }
         }
-        let out = by_actor
-            .into_iter()
-            .filter_map(|(a, counts)| {
-                let (node_id, generation) = parse_actor(&a)?;
-                Some(ActorCounts {
-                    node_id: node_id.to_owned(),
-                    generation,
-                    counts,
-                })
-            })
-            .collect();
-        (out, overflow)
+        (per_actor(by_actor), overflow)
     }
 
     /// This node's own counts of bucket `id` in `window` and in the window before it.
@@ -626,18 +615,7 @@ impl GlobalCounters {
                 }
             }
         }
-        let others = by_actor
-            .into_iter()
-            .filter_map(|(a, counts)| {
-                let (node_id, generation) = parse_actor(&a)?;
-                Some(ActorCounts {
-                    node_id: node_id.to_owned(),
-                    generation,
-                    counts,
-                })
-            })
-            .collect();
-        (others, skipped)
+        (per_actor(by_actor), skipped)
     }
 
     /// The cluster-wide totals of bucket `id` in `window` and the window before it.
@@ -677,6 +655,20 @@ impl GlobalCounters {
     }
 }
 
+/// Counts grouped by actor as they travel: one `ActorCounts` per actor whose name parses.
+fn per_actor(by_actor: BTreeMap<Actor, Vec<Update>>) -> Vec<ActorCounts> {
+    by_actor
+        .into_iter()
+        .filter_map(|(a, counts)| {
+            let (node_id, generation) = parse_actor(&a)?;
+            Some(ActorCounts {
+                node_id: node_id.to_owned(),
+                generation,
+                counts,
+            })
+        })
+        .collect()
+}
 #[cfg(test)]
 mod tests {
     use super::*;
