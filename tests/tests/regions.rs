@@ -41,6 +41,22 @@ fn spec(region: &str, port: u16, peers: &str, rules: &str, secret: &str) -> Proc
     s
 }
 
+/// A region `name` of two nodes on 127.0.0.1 (each `spec`, then `tweak`ed) reaching `peers`.
+async fn region_of_two(
+    name: &str,
+    peers: &str,
+    rules: &str,
+    tweak: impl Fn(ProcessSpec) -> ProcessSpec,
+) -> Result<Vec<ProcessNode>> {
+    ProcessNode::cluster(2, |_, s| {
+        let mut r = tweak(spec(name, s.peer_port, peers, rules, SECRET));
+        r.node_id = s.node_id.clone();
+        r.seeds = s.seeds.clone();
+        *s = r;
+    })
+    .await
+}
+
 async fn cluster(node: &ProcessNode) -> Result<Value> {
     node.get("/v1/cluster").await?.json()
 }
@@ -155,19 +171,7 @@ async fn a_region_of_two_nodes_relays_to_the_owner() -> Result<()> {
     let dir = TempDir::new("regions-relay")?;
     let rules = rules(&dir)?;
     let p_us = free_peer_port()?;
-    let eu = ProcessNode::cluster(2, |_, s| {
-        let mut r = spec(
-            "eu",
-            s.peer_port,
-            &format!("us=127.0.0.1:{p_us}"),
-            &rules,
-            SECRET,
-        );
-        r.node_id = s.node_id.clone();
-        r.seeds = s.seeds.clone();
-        *s = r;
-    })
-    .await?;
+    let eu = region_of_two("eu", &format!("us=127.0.0.1:{p_us}"), &rules, |s| s).await?;
     let entry = eu[0].peer.to_string();
     let us = ProcessNode::start(&spec("us", p_us, &format!("eu={entry}"), &rules, SECRET)).await?;
     for n in eu.iter().chain([&us]) {
@@ -241,18 +245,12 @@ async fn a_global_limit_is_one_across_regions() -> Result<()> {
             .extend(["--global-publish-ms", "50"].map(String::from));
         s
     };
-    let eu = ProcessNode::cluster(2, |_, s| {
-        let mut r = with_global(spec(
-            "eu",
-            s.peer_port,
-            &format!("us=127.0.0.1:{p_us},ap=127.0.0.1:{p_ap}"),
-            &rules,
-            SECRET,
-        ));
-        r.node_id = s.node_id.clone();
-        r.seeds = s.seeds.clone();
-        *s = r;
-    })
+    let eu = region_of_two(
+        "eu",
+        &format!("us=127.0.0.1:{p_us},ap=127.0.0.1:{p_ap}"),
+        &rules,
+        with_global,
+    )
     .await?;
     let entry = eu[0].peer.to_string();
     let us = ProcessNode::start(&with_global(spec(
