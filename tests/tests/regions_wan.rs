@@ -274,10 +274,23 @@ async fn regions_wan(rules: &str) -> Result<Wan> {
                 Ok((up == Some(2)).then_some(()))
             })
             .await
-            .with_context(|| format!("{} never saw both other regions up", node.node_id))?;
+            .with_context(|| region_links_told(node))?;
         }
     }
     Ok(wan)
+}
+
+/// Why a node never saw both other regions up: what it says of them and its log's lines on
+/// region links.
+fn region_links_told(node: &ringlimit_tests::ProcessNode) -> String {
+    let log = node.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("region")).collect();
+    format!(
+        "{} never saw both other regions up; its log on region links ({} lines, the last 20):\n{}",
+        node.node_id,
+        lines.len(),
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    )
 }
 
 /// The state `node_region` shows of region `other` in `/v1/cluster`.

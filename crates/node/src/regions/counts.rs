@@ -48,7 +48,7 @@ use crate::global::{GlobalCounters, numbering::Numbering, publish::Publisher};
 use crate::local::Local;
 use parking_lot::Mutex;
 use ringlimit_core::link::dial::Dial;
-use ringlimit_core::link::framing::{self, FramedPeer};
+use ringlimit_core::link::framing::{FramedPeer, LinkError};
 use ringlimit_proto::peer::{Frame, REGION_COUNTS_SINCE};
 pub use ringlimit_proto::region::MAX_COUNTS_PER_FRAME;
 use std::collections::HashMap;
@@ -230,13 +230,14 @@ impl Sender {
         self.local.global().cluster_now(self.local.now())
     }
 
-    /// One `RegionCounts` frame to region `i` and its answer; records the clock sample.
+    /// One `RegionCounts` frame to region `i` and its answer (`None`: none in time, one more
+    /// `owed`); records the clock sample.
     async fn exchange(
         &self,
         conn: &mut FramedPeer,
-        i: usize,
+        (i, owed): (usize, &mut u32),
         counts: Vec<Update>,
-    ) -> Result<u64, String> {
+    ) -> Result<Option<u64>, String> {
         let within = Duration::from_nanos(self.regions.settings().interval_ns);
         let counters = self.local.global();
         let counts = if counts.is_empty() {
@@ -256,15 +257,16 @@ impl Sender {
             sent_ns,
             counts,
         };
-        framing::send(conn, &frame)
-            .await
-            .map_err(|e| e.to_string())?;
-        match framing::recv(conn, within).await {
-            Ok(Frame::RegionCountsAck {
+        let answer = match link::round_trip(conn, &frame, owed, Instant::now() + within).await {
+            Err(LinkError::Timeout) => return Ok(None),
+            answer => answer.map_err(|e| e.to_string())?,
+        };
+        match answer {
+            Frame::RegionCountsAck {
                 sent_ns: echoed,
                 now_ns,
                 refused,
-            }) if echoed == sent_ns => {
+            } if echoed == sent_ns => {
                 self.regions.record_clock(
                     i,
                     crate::cluster::clock::Sample {
@@ -273,11 +275,10 @@ impl Sender {
                         received_ns: self.now(),
                     },
                 );
-                Ok(refused)
+                Ok(Some(refused))
             }
-            Ok(Frame::Refused { reason }) => Err(reason),
-            Ok(other) => Err(format!("unexpected {} frame", other.kind())),
-            Err(e) => Err(e.to_string()),
+            Frame::Refused { reason } => Err(reason),
+            other => Err(format!("unexpected {} frame", other.kind())),
         }
     }
 }
@@ -293,6 +294,7 @@ async fn run(s: Sender, i: usize) {
     let mut conn: Option<(FramedPeer, u16)> = None;
     let mut retry_at = Instant::now();
     let mut sampled: Option<Instant> = None;
+    let mut owed = 0u32;
     loop {
         tick.tick().await;
         let counters = s.local.global();
@@ -302,15 +304,15 @@ async fn run(s: Sender, i: usize) {
                 continue;
             }
             let addr = &s.regions.links[i].addr;
-            let dialled = link::dial(&*s.dialer, addr, &me, s.regions.secret());
-            match tokio::time::timeout(within, dialled).await {
-                Ok(Ok(c)) => {
+            match link::dial(&*s.dialer, addr, &me, s.regions.secret(), within).await {
+                Ok(c) => {
                     if c.1 < REGION_COUNTS_SINCE {
                         tracing::warn!(region = %s.regions.links[i].name, version = c.1,
                             "the region's node predates mode: global counts across regions: \
                              it hears none of this node's (upgrade it)");
                     }
                     conn = Some(c);
+                    owed = 0;
                     s.outbox.lost(k);
                 }
                 _ => {
@@ -351,15 +353,24 @@ async fn run(s: Sender, i: usize) {
             }
         };
         for counts in frames {
-            match s.exchange(c, i, counts).await {
-                Ok(refused) => {
+            let answer = s.exchange(c, (i, &mut owed), counts).await;
+            match answer {
+                Ok(Some(refused)) => {
+                    owed = 0;
                     sampled = Some(Instant::now());
                     if refused > 0 {
                         tracing::debug!(region = %s.regions.links[i].name, refused,
                             "global counts refused by the other region");
                     }
                 }
-                Err(reason) => {
+                Ok(None) if owed < link::OWED => {
+                    // Kept: its answer may still come, and is skipped when it does.
+                    owed += 1;
+                    s.outbox.lost(k);
+                    break;
+                }
+                Ok(None) | Err(_) => {
+                    let reason = answer.err().unwrap_or_else(|| "no answer in time".into());
                     tracing::debug!(region = %s.regions.links[i].name, %reason,
                         "global counts not delivered; resyncing");
                     conn = None;

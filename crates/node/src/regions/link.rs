@@ -2,12 +2,13 @@
 //! their buckets' home regions, go to the home: ours at once, another over its region link
 //! (one `RegionAsks` frame per region an exchange), and the grants come back to the
 //! allowances. A link is dialled (its name resolved again) whenever it is down; every
-//! exchange is bounded by one interval.
+//! exchange is bounded by one interval, and an answer that comes later is skipped on a link
+//! kept open (a redial costs three round trips).
 
 use super::{LinkState, Regions};
 use crate::local::Local;
 use ringlimit_core::link::dial::Dial;
-use ringlimit_core::link::framing::{self, FramedPeer};
+use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
 use ringlimit_core::regions::Due;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
@@ -22,6 +23,15 @@ use tokio::time::Instant;
 /// Batches waiting for one region's link (a slow link drops what is beyond: those asks are
 /// given up as unanswered, which is never more admissions).
 const QUEUE: usize = 4;
+
+/// Answers a link may owe: exchanges given up on (no answer within the interval) whose answers
+/// may still come, in order, before the next one's. One late answer costs no redial (a redial
+/// is three round trips); past this many the link is dialled again, as a connection backing
+/// off its retransmissions gets through later than a fresh one.
+pub(super) const OWED: u32 = 2;
+
+/// Each handshake answer's wait when dialling (the connect's is one interval).
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
 
 /// Starts the exchange task and one link task per other region in `tasks` (the node's),
 /// dialling with `dialer` (the peer links': TCP, inside TLS under `--peer-tls-*`).
@@ -116,19 +126,18 @@ async fn link(
 ) {
     let within = Duration::from_nanos(regions.settings().interval_ns);
     let mut conn: Option<FramedPeer> = None;
+    let mut owed = 0u32;
     let me = format!("{}/{node_id}", regions.name());
     while let Some(batch) = rx.recv().await {
         let l = &regions.links[i];
         if conn.is_none() {
-            let dialled = dial(&*dialer, &l.addr, &me, regions.secret());
-            match tokio::time::timeout(within, dialled).await {
-                Ok(Ok((c, _))) => conn = Some(c),
-                Ok(Err(reason)) => {
-                    down(&regions, i, &reason);
-                    continue;
+            match dial(&*dialer, &l.addr, &me, regions.secret(), within).await {
+                Ok((c, _)) => {
+                    conn = Some(c);
+                    owed = 0;
                 }
-                Err(_) => {
-                    down(&regions, i, "no answer in time");
+                Err(reason) => {
+                    down(&regions, i, &reason);
                     continue;
                 }
             }
@@ -148,11 +157,12 @@ async fn link(
             asks,
         };
         let sent = Instant::now();
-        let answer = match framing::send(c, &frame).await {
-            Ok(_) => framing::recv(c, within).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match answer {
+        match round_trip(c, &frame, &mut owed, sent + within).await {
+            Err(LinkError::Timeout) if owed < OWED => {
+                // Its answer may still come: skipped when it does.
+                owed += 1;
+                down(&regions, i, "no answer in time");
+            }
             Ok(Frame::RegionGrants { grants }) => {
                 l.set_rtt(sent.elapsed());
                 l.set_state(LinkState::Up);
@@ -173,11 +183,39 @@ async fn link(
                 conn = None;
                 down(&regions, i, &format!("unexpected {} frame", other.kind()));
             }
-            Err(reason) => {
+            Err(e) => {
                 conn = None;
-                down(&regions, i, &reason);
+                down(&regions, i, &e.to_string());
             }
         }
+    }
+}
+
+/// Sends `frame` and returns its answer, both by `deadline`. The `owed` answers of exchanges
+/// given up on come first and are skipped (their asks were given up as unanswered). A send
+/// given up on leaves its frame whole in the connection's buffer, sent before the next one.
+pub(super) async fn round_trip(
+    conn: &mut FramedPeer,
+    frame: &Frame,
+    owed: &mut u32,
+    deadline: Instant,
+) -> Result<Frame, LinkError> {
+    tokio::time::timeout_at(deadline, framing::send(conn, frame))
+        .await
+        .map_err(|_| LinkError::Timeout)??;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let frame = framing::recv(conn, left).await?;
+        if *owed > 0
+            && matches!(
+                frame,
+                Frame::RegionGrants { .. } | Frame::RegionCountsAck { .. }
+            )
+        {
+            *owed -= 1;
+            continue;
+        }
+        return Ok(frame);
     }
 }
 
@@ -195,24 +233,36 @@ fn down(regions: &Regions, i: usize, reason: &str) {
 }
 
 /// Dials a region's entry node and opens a region link (its name resolved again now); returns
-/// it and the protocol version it speaks.
+/// it and the protocol version it speaks. The connect is bounded by `connect_within`, the
+/// handshake by a wait of its own: it is two more round trips, which on a long link take much
+/// of an interval.
 pub(super) async fn dial(
     dialer: &dyn Dial,
     addr: &str,
     me: &str,
     secret: Option<Arc<[u8]>>,
+    connect_within: Duration,
 ) -> Result<(FramedPeer, u16), String> {
-    let io = dialer
-        .dial(addr)
+    let io = match tokio::time::timeout(connect_within, dialer.dial(addr)).await {
+        Ok(io) => io.map_err(|e| format!("cannot connect: {e}"))?,
+        Err(_) => return Err("no answer in time".to_owned()),
+    };
+    let conn = framing::framed(io);
+    tokio::time::timeout(HANDSHAKE_WAIT, handshake(conn, me, secret))
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let mut conn = framing::framed(io);
-    let within = Duration::from_secs(2);
+        .map_err(|_| "no handshake in time".to_owned())?
+}
+
+async fn handshake(
+    mut conn: FramedPeer,
+    me: &str,
+    secret: Option<Arc<[u8]>>,
+) -> Result<(FramedPeer, u16), String> {
     let (mut hs, hello) = ClientHandshake::start_region(me, secret.as_deref(), rand::random());
     framing::send(&mut conn, &hello)
         .await
         .map_err(|e| e.to_string())?;
-    let challenge = framing::recv(&mut conn, within)
+    let challenge = framing::recv(&mut conn, HANDSHAKE_WAIT)
         .await
         .map_err(|e| format!("no challenge: {e}"))?;
     let proof = hs.on_challenge(challenge).map_err(|e| e.to_string())?;
@@ -221,7 +271,7 @@ pub(super) async fn dial(
         .map_err(|e| e.to_string())?;
     let key = hs.session_key();
     let version = hs.version();
-    let welcome = framing::recv(&mut conn, within)
+    let welcome = framing::recv(&mut conn, HANDSHAKE_WAIT)
         .await
         .map_err(|e| format!("no welcome: {e}"))?;
     hs.on_welcome(welcome).map_err(|e| e.to_string())?;

@@ -491,6 +491,11 @@ impl Cluster {
         self.net.links.stall(&self.peer_addr(id).to_string());
     }
 
+    /// Connections opened to node `id`'s peer address so far.
+    pub fn dials_to(&self, id: &str) -> u64 {
+        self.net.links.dials(&self.peer_addr(id).to_string())
+    }
+
     /// Node `id`'s peer server answers again after [`Self::stall_peer`].
     pub fn resume_peer(&self, id: &str) {
         self.net.links.resume(&self.peer_addr(id).to_string());

@@ -117,3 +117,63 @@ async fn two_regions_share_a_limit_and_a_cut_off_region_falls_back_after_its_all
     eprintln!("admitted {admitted:?}, after the cut {after:?}, degraded from {first_degraded:?}");
     assert!(total <= LIMIT, "{admitted:?} then {after:?} over {LIMIT}");
 }
+
+/// Node `id`'s state of the other region in `/v1/cluster`.
+async fn other_region_state(cluster: &Cluster, id: &str) -> Value {
+    cluster.http(id, "GET", "/v1/cluster", "").await.json()["regions"][1]["state"].clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_answer_or_a_slow_handshake_costs_a_region_link_no_redial() {
+    let cluster = Cluster::start(2, regions).await;
+    for _ in 0..50 {
+        if other_region_state(&cluster, "n0").await == "up" {
+            break;
+        }
+        tokio::time::sleep(INTERVAL / 2).await;
+    }
+    assert_eq!(other_region_state(&cluster, "n0").await, "up");
+    let dials = cluster.dials_to("n1");
+    // The other region's entry node answers nothing until an exchange goes unanswered (the
+    // link is down); then its answer comes late, before the next one's.
+    cluster.stall_peer("n1");
+    for _ in 0..30 {
+        if other_region_state(&cluster, "n0").await == "unreachable" {
+            break;
+        }
+        tokio::time::sleep(INTERVAL / 10).await;
+    }
+    assert_eq!(other_region_state(&cluster, "n0").await, "unreachable");
+    cluster.resume_peer("n1");
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert_eq!(other_region_state(&cluster, "n0").await, "up");
+    assert_eq!(
+        cluster.dials_to("n1"),
+        dials,
+        "the link was dialled again for a late answer"
+    );
+
+    // A handshake that takes longer than an interval (its two round trips on a long link) is
+    // waited for, not given up and dialled again.
+    cluster.cut_link("n0", "n1");
+    for _ in 0..30 {
+        if other_region_state(&cluster, "n0").await == "unreachable" {
+            break;
+        }
+        tokio::time::sleep(INTERVAL / 10).await;
+    }
+    assert_eq!(other_region_state(&cluster, "n0").await, "unreachable");
+    cluster.stall_peer("n1");
+    cluster.heal_link("n0", "n1");
+    let dials = cluster.dials_to("n1");
+    tokio::time::sleep(INTERVAL * 4).await;
+    cluster.resume_peer("n1");
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert_eq!(other_region_state(&cluster, "n0").await, "up");
+    // One dial each for the asks' link and the counts' link.
+    assert!(
+        cluster.dials_to("n1") <= dials + 2,
+        "{} dials for two links",
+        cluster.dials_to("n1") - dials
+    );
+}

@@ -1,6 +1,7 @@
 use super::*;
 use crate::global::actor;
 use ringlimit_core::limiter::test_support::{SEC, rule};
+use ringlimit_core::link::framing;
 use ringlimit_proto::Algorithm;
 
 /// Aligned to 20 s.
@@ -338,7 +339,15 @@ async fn the_receiver_closes_on_an_unknown_region_and_counts_refusals() {
     .with_regions(Some(eu.clone()), sessions(&net, "eu-entry"));
     tokio::spawn(Arc::new(server).run(net.listen("eu-entry")));
     let dialer = net.dialer("x");
-    let open = || link::dial(&*dialer, "eu-entry", "us/x", eu.secret());
+    let open = || {
+        link::dial(
+            &*dialer,
+            "eu-entry",
+            "us/x",
+            eu.secret(),
+            Duration::from_secs(1),
+        )
+    };
     let w = now / (PERIOD_MS * 1_000_000);
     let frame = |region: &str, counts| Frame::RegionCounts {
         region: region.to_owned(),
