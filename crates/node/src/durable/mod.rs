@@ -246,6 +246,9 @@ pub struct Durable {
     following: Mutex<Following>,
     /// Set when the node starts leaving: buckets that go stay on disk from then on.
     leaving: AtomicBool,
+    /// `Following::busy` as the last flush left it, read without the lock: a quiet follower's
+    /// task does not leave the runtime for a drain that would do nothing.
+    busy: AtomicBool,
     pub stats: Arc<DurableStats>,
 }
 
@@ -290,6 +293,7 @@ impl Durable {
             local,
             following: Mutex::new(following),
             leaving: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
             stats,
         }
     }
@@ -471,6 +475,7 @@ impl Durable {
             f.busy &= f.quiet < QUIET_COMMITS;
         }
         f.overran = false;
+        self.busy.store(f.busy, Ordering::Relaxed);
         let mut done = self.commit_gathered(f)?;
         self.keep_reservations(f, now, false);
         // While leaving, nothing is folded away: buckets handed over are on disk only.
@@ -753,7 +758,7 @@ impl Durable {
             // The error is counted and logged by the flush itself.
             if ticks.is_multiple_of(per) {
                 let _ = tokio::task::spawn_blocking(move || me.flush()).await;
-            } else {
+            } else if self.busy.load(Ordering::Relaxed) {
                 let _ = tokio::task::spawn_blocking(move || me.drain()).await;
             }
         }
