@@ -602,6 +602,39 @@ pub fn free_peer_port() -> Result<u16> {
     bail!("no port below {high} free for both TCP and UDP after 1,000 tries")
 }
 
+/// Where Debian's `faketime` package puts the library.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The process environment that moves a wall clock by `offset` (libfaketime's form, e.g.
+/// `+10s`, `+0.7`), the monotonic clock left alone, as an operator whose NTP failed on one
+/// host would see it.
+pub fn faketime(offset: &str) -> Vec<(String, String)> {
+    [
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME", offset),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        // Read the offset once: the process never changes it.
+        ("FAKETIME_NO_CACHE", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// Whether a test under libfaketime can run: the library is there. Under CI (`CI` set) it
+/// must be.
+pub fn faketime_available() -> Result<bool> {
+    if std::path::Path::new(LIBFAKETIME).exists() {
+        return Ok(true);
+    }
+    ensure!(
+        std::env::var_os("CI").is_none(),
+        "{LIBFAKETIME} is missing: .ci/run installs Debian's faketime package"
+    );
+    eprintln!("SKIPPED: {LIBFAKETIME} is missing (apt-get install faketime)");
+    Ok(false)
+}
+
 /// How to start one `ringlimit` process.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {

@@ -66,6 +66,9 @@ pub struct WanSpec {
     pub node_bin: Option<PathBuf>,
     /// The `wanline` binary; `None`: this checkout's debug build ([`wanline_binary`]).
     pub wanline: Option<PathBuf>,
+    /// More environment for a region's nodes and loads, `(region, vars)` (e.g.
+    /// [`crate::faketime`]'s: a region whose clocks are off).
+    pub region_env: Vec<(usize, Vec<(String, String)>)>,
 }
 
 impl WanSpec {
@@ -84,6 +87,7 @@ impl WanSpec {
             node_args: Vec::new(),
             node_bin: None,
             wanline: None,
+            region_env: Vec::new(),
         }
     }
 
@@ -546,6 +550,7 @@ impl Wan {
             }
         }
         cmd.args(&self.spec.node_args);
+        cmd.envs(self.region_env(r));
         let Spawned { child, found, log } = spawn_logged(&mut cmd, node_id.clone())
             .with_context(|| format!("cannot start {node_id}"))?;
         let mut node = ProcessNode {
@@ -564,12 +569,23 @@ impl Wan {
         Ok(node)
     }
 
+    /// The environment [`WanSpec::region_env`] gives region `r`'s processes.
+    fn region_env(&self, r: usize) -> Vec<(String, String)> {
+        self.spec
+            .region_env
+            .iter()
+            .filter(|(i, _)| *i == r)
+            .flat_map(|(_, vars)| vars.iter().cloned())
+            .collect()
+    }
+
     /// Starts `wanline ARGS` inside region `r`'s namespace.
     pub fn helper(&self, r: usize, what: &str, args: &[&str]) -> Result<Helper> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.regions[r].ns])
             .arg(&self.wanline)
-            .args(args);
+            .args(args)
+            .envs(self.region_env(r));
         spawn_helper(cmd, format!("{what} in {}", self.regions[r].name))
     }
 

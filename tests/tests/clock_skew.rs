@@ -4,40 +4,9 @@
 //! and a global rule's windows stay on the cluster's clock.
 
 use anyhow::{Context, Result, ensure};
-use ringlimit_tests::{ProcessNode, WAIT, wait_until};
+use ringlimit_tests::{ProcessNode, WAIT, faketime, faketime_available as available, wait_until};
 use serde_json::json;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Where Debian's `faketime` package puts the library.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-/// The process environment that moves a wall clock by `offset` (e.g. `+10s`).
-fn faketime(offset: &str) -> Vec<(String, String)> {
-    [
-        ("LD_PRELOAD", LIBFAKETIME),
-        ("FAKETIME", offset),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        // Read the offset once: the node never changes it.
-        ("FAKETIME_NO_CACHE", "0"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
-}
-
-/// Whether the test can run: libfaketime is there. Under CI (`CI` set) it must be.
-fn available() -> Result<bool> {
-    if Path::new(LIBFAKETIME).exists() {
-        return Ok(true);
-    }
-    ensure!(
-        std::env::var_os("CI").is_none(),
-        "{LIBFAKETIME} is missing: .ci/run installs Debian's faketime package"
-    );
-    eprintln!("SKIPPED: {LIBFAKETIME} is missing (apt-get install faketime)");
-    Ok(false)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_under_faketime_is_measured_and_global_windows_stay_on_the_cluster_clock()

@@ -11,7 +11,7 @@
 use anyhow::{Context, Result, ensure};
 use ringlimit_proto::Algorithm;
 use ringlimit_tests::regions::{LoadPlan, Wan, WanSpec, max_min_shares, unix_ms};
-use ringlimit_tests::{exclusive, wait_for};
+use ringlimit_tests::{exclusive, faketime, faketime_available, wait_for};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -253,12 +253,22 @@ async fn regions_started(
     Ok(Some((one, regions_wan(RULES).await?)))
 }
 
-/// Starts three regions with regions on and waits until every node sees every other region
-/// `up` in `/v1/cluster`.
-async fn regions_wan(rules: &str) -> Result<Wan> {
+/// Three regions with regions on, on `rules`.
+fn regions_spec(rules: &str) -> WanSpec {
     let mut spec = WanSpec::three_regions();
     spec.regions_on = true;
     spec.rules_yaml = rules.into();
+    spec
+}
+
+/// Starts three regions with regions on and waits until every node sees every other region
+/// `up` in `/v1/cluster`.
+async fn regions_wan(rules: &str) -> Result<Wan> {
+    regions_wan_of(regions_spec(rules)).await
+}
+
+/// Starts the regions of `spec` and waits until every node sees every other region `up`.
+async fn regions_wan_of(spec: WanSpec) -> Result<Wan> {
     let wan = Wan::start(spec).await?;
     ensure!(
         wan.nodes_have_regions().await?,
@@ -468,25 +478,65 @@ async fn a_global_rule_is_one_limit_across_the_wan() -> Result<()> {
     else {
         return Ok(());
     };
-    // Every node has measured every other region's clock (one host: within a few ms).
-    for region in &wan.regions {
+    // One host: every clock the same.
+    global_rule_is_one_limit(&wan, [0.0; 3]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_rule_is_one_limit_across_regions_whose_clocks_differ() -> Result<()> {
+    if !regions_on("a_global_rule_is_one_limit_across_regions_whose_clocks_differ")
+        || !faketime_available()?
+    {
+        return Ok(());
+    }
+    let _one = exclusive().await;
+    // Region c's hosts 700 ms ahead (libfaketime: their NTP failed), its loads too: c's windows
+    // are its cluster's, and its counts cross on the others' clocks by the measured offset.
+    let mut spec = regions_spec(RULES);
+    spec.region_env = vec![(2, faketime("+0.7"))];
+    let wan = regions_wan_of(spec).await?;
+    global_rule_is_one_limit(&wan, [0.0, 0.0, 700.0]).await
+}
+
+/// The `shared-global` rule under skewed demand at twice its limit, on a WAN whose regions'
+/// clocks are `clock_ms` ahead of the host's: every node measures each other region's offset
+/// (within 50 ms), then each full window (on each region's clock) admits the limit across
+/// the regions, within the bound, and no region alone reaches it.
+async fn global_rule_is_one_limit(wan: &Wan, clock_ms: [f64; 3]) -> Result<()> {
+    for (i, region) in wan.regions.iter().enumerate() {
         for node in &region.nodes {
-            wait_for(
+            let offsets = wait_for(
                 "every other region's clock offset",
                 Duration::from_secs(15),
                 || async {
                     let v = node.get("/v1/cluster").await?.json()?;
-                    let offsets: Option<Vec<f64>> = v["regions"].as_array().map(|rs| {
-                        rs.iter()
-                            .skip(1)
-                            .filter_map(|r| r["offset_ms"].as_f64())
-                            .collect()
-                    });
-                    Ok(offsets.filter(|o| o.len() == 2 && o.iter().all(|ms| ms.abs() < 50.0)))
+                    let near = |r: &Value| {
+                        let j = wan
+                            .regions
+                            .iter()
+                            .position(|o| r["name"] == o.name.as_str());
+                        let expected = j.map(|j| clock_ms[j] - clock_ms[i]);
+                        r["offset_ms"]
+                            .as_f64()
+                            .zip(expected)
+                            .is_some_and(|(ms, e)| (ms - e).abs() < 50.0)
+                    };
+                    let all = v["regions"]
+                        .as_array()
+                        .is_some_and(|rs| rs.len() == 3 && rs.iter().skip(1).all(near));
+                    let offsets: Vec<Value> = v["regions"]
+                        .as_array()
+                        .map(|rs| rs.iter().map(|r| r["offset_ms"].clone()).collect())
+                        .unwrap_or_default();
+                    Ok(all.then_some(offsets))
                 },
             )
             .await
-            .with_context(|| format!("{}: no clock offsets", node.node_id))?;
+            .with_context(|| format!("{}: no clock offsets near {clock_ms:?}", node.node_id))?;
+            println!(
+                "{}: the regions' clock offsets, ms: {offsets:?}",
+                node.node_id
+            );
         }
     }
     let (limit, window_ms, full_windows) = (200.0, 10_000u64, 2u64);
