@@ -403,6 +403,47 @@ fn windows(summary: &Value) -> Result<std::collections::BTreeMap<u64, (u64, u64)
         .collect()
 }
 
+/// Loads of `body` in each region at its rate of `rates` (a second), from `settle_ms` before a
+/// window boundary through `full` windows of `window_ms`: what each region admitted in each
+/// full window, `[window][region]` (windows counted on each load's own clock).
+async fn admitted_per_window(
+    wan: &Wan,
+    body: &str,
+    rates: &[f64],
+    (window_ms, full): (u64, u64),
+    settle_ms: u64,
+) -> Result<Vec<Vec<u64>>> {
+    let first = next_window(window_ms, Duration::from_millis(settle_ms + 1_000));
+    let t0 = first - settle_ms;
+    let seconds = (first + full * window_ms + 300 - t0) as f64 / 1000.0;
+    let mut loads = Vec::new();
+    for (r, &rate) in rates.iter().enumerate() {
+        let plan = LoadPlan {
+            rate,
+            seconds,
+            tick_ms: 250,
+            t0_ms: Some(t0),
+            window_ms: Some(window_ms),
+            ..LoadPlan::default()
+        };
+        loads.push(wan.load(r, body, &plan)?);
+    }
+    let mut per_region = Vec::new();
+    for load in &mut loads {
+        let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
+        per_region.push(windows(&s)?);
+    }
+    Ok((0..full)
+        .map(|k| {
+            let w = first + k * window_ms;
+            per_region
+                .iter()
+                .map(|m| m.get(&w).map_or(0, |c| c.0))
+                .collect()
+        })
+        .collect())
+}
+
 /// The first window boundary at least `lead` from now, in unix ms.
 fn next_window(window_ms: u64, lead: Duration) -> u64 {
     let earliest = unix_ms() + lead.as_millis() as u64;
@@ -424,32 +465,10 @@ async fn regions_share_one_limit_under_skewed_demand() -> Result<()> {
         .collect();
     let fair = max_min_shares(limit, &demands);
     // A partial window of at least 3 s first: allowances settle on the demand.
-    let first = next_window(window_ms, Duration::from_secs(4));
-    let t0 = first - 3_000;
-    let seconds = (first + full_windows * window_ms + 300 - t0) as f64 / 1000.0;
-    let mut loads = Vec::new();
-    for (r, &rate) in rates.iter().enumerate() {
-        let plan = LoadPlan {
-            rate,
-            seconds,
-            tick_ms: 250,
-            t0_ms: Some(t0),
-            window_ms: Some(window_ms),
-            ..LoadPlan::default()
-        };
-        loads.push(wan.load(r, r#"{"key":"skewed","rule":"shared"}"#, &plan)?);
-    }
-    let mut per_region = Vec::new();
-    for load in &mut loads {
-        let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
-        per_region.push(windows(&s)?);
-    }
-    for k in 0..full_windows {
-        let w = first + k * window_ms;
-        let admitted: Vec<u64> = per_region
-            .iter()
-            .map(|m| m.get(&w).map_or(0, |c| c.0))
-            .collect();
+    let body = r#"{"key":"skewed","rule":"shared"}"#;
+    let per_window =
+        admitted_per_window(&wan, body, &rates, (window_ms, full_windows), 3_000).await?;
+    for (k, admitted) in per_window.iter().enumerate() {
         let sum: u64 = admitted.iter().sum();
         println!("window {k}: admitted {admitted:?} (sum {sum}, limit {limit}, fair {fair:?})");
         ensure!(
@@ -542,32 +561,10 @@ async fn global_rule_is_one_limit(wan: &Wan, clock_ms: [f64; 3]) -> Result<()> {
     let (limit, window_ms, full_windows) = (200.0, 10_000u64, 2u64);
     // 2x the limit, 60/30/10%.
     let rates = [24.0, 12.0, 4.0];
-    let first = next_window(window_ms, Duration::from_secs(2));
-    let t0 = first - 1_000;
-    let seconds = (first + full_windows * window_ms + 300 - t0) as f64 / 1000.0;
-    let mut loads = Vec::new();
-    for (r, &rate) in rates.iter().enumerate() {
-        let plan = LoadPlan {
-            rate,
-            seconds,
-            tick_ms: 250,
-            t0_ms: Some(t0),
-            window_ms: Some(window_ms),
-            ..LoadPlan::default()
-        };
-        loads.push(wan.load(r, r#"{"key":"everywhere","rule":"shared-global"}"#, &plan)?);
-    }
-    let mut per_region = Vec::new();
-    for load in &mut loads {
-        let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
-        per_region.push(windows(&s)?);
-    }
-    for k in 0..full_windows {
-        let w = first + k * window_ms;
-        let admitted: Vec<u64> = per_region
-            .iter()
-            .map(|m| m.get(&w).map_or(0, |c| c.0))
-            .collect();
+    let body = r#"{"key":"everywhere","rule":"shared-global"}"#;
+    let per_window =
+        admitted_per_window(wan, body, &rates, (window_ms, full_windows), 1_000).await?;
+    for (k, admitted) in per_window.iter().enumerate() {
         let sum: u64 = admitted.iter().sum();
         println!("mode: global, window {k}: admitted {admitted:?} (sum {sum}, limit {limit})");
         ensure!(

@@ -107,6 +107,16 @@ impl Shard {
         self.windows.get(key).map_or(0, |w| w.total)
     }
 
+    /// `actor`'s count of bucket `id` in `window`.
+    fn count_of(&self, actor: &Actor, id: u64, period_ms: u64, window: u64) -> u64 {
+        let key = WindowKey {
+            id,
+            period_ms,
+            window,
+        };
+        self.windows.get(&key).map_or(0, |w| w.count_of(actor))
+    }
+
     /// The window for `key` (numbered by `numbering`), made (within the cap) when absent.
     fn window(
         &mut self,
@@ -515,16 +525,7 @@ impl GlobalCounters {
                 continue;
             };
             let shard = self.shard(id).lock();
-            let count = |window| {
-                shard
-                    .windows
-                    .get(&WindowKey {
-                        id,
-                        period_ms,
-                        window,
-                    })
-                    .map_or(0, |w| w.count_of(&a))
-            };
+            let count = |window| shard.count_of(&a, id, period_ms, window);
             // A count just ahead of this node's window (a clock a little ahead) is relayed as
             // current; the members match it alike.
             let (window, current) = match count(window + 1) {
@@ -549,16 +550,7 @@ impl GlobalCounters {
     /// This node's own counts of bucket `id` in `window` and in the window before it.
     pub fn own_counts(&self, id: u64, period_ms: u64, window: u64) -> (u64, u64) {
         let shard = self.shard(id).lock();
-        let own = |window| {
-            shard
-                .windows
-                .get(&WindowKey {
-                    id,
-                    period_ms,
-                    window,
-                })
-                .map_or(0, |w| w.count_of(&self.self_actor))
-        };
+        let own = |window| shard.count_of(&self.self_actor, id, period_ms, window);
         (own(window), window.checked_sub(1).map_or(0, own))
     }
 

@@ -123,27 +123,26 @@ async fn other_region_state(cluster: &Cluster, id: &str) -> Value {
     cluster.http(id, "GET", "/v1/cluster", "").await.json()["regions"][1]["state"].clone()
 }
 
+/// Waits (at most 30 `step`s) until node `id` shows the other region in `state`.
+async fn wait_for_state(cluster: &Cluster, id: &str, state: &str, step: Duration) {
+    for _ in 0..30 {
+        if other_region_state(cluster, id).await == state {
+            return;
+        }
+        tokio::time::sleep(step).await;
+    }
+    assert_eq!(other_region_state(cluster, id).await, state);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_late_answer_or_a_slow_handshake_costs_a_region_link_no_redial() {
     let cluster = Cluster::start(2, regions).await;
-    for _ in 0..50 {
-        if other_region_state(&cluster, "n0").await == "up" {
-            break;
-        }
-        tokio::time::sleep(INTERVAL / 2).await;
-    }
-    assert_eq!(other_region_state(&cluster, "n0").await, "up");
+    wait_for_state(&cluster, "n0", "up", INTERVAL / 2).await;
     let dials = cluster.dials_to("n1");
     // The other region's entry node answers nothing until an exchange goes unanswered (the
     // link is down); then its answer comes late, before the next one's.
     cluster.stall_peer("n1");
-    for _ in 0..30 {
-        if other_region_state(&cluster, "n0").await == "unreachable" {
-            break;
-        }
-        tokio::time::sleep(INTERVAL / 10).await;
-    }
-    assert_eq!(other_region_state(&cluster, "n0").await, "unreachable");
+    wait_for_state(&cluster, "n0", "unreachable", INTERVAL / 10).await;
     cluster.resume_peer("n1");
     tokio::time::sleep(INTERVAL * 2).await;
     assert_eq!(other_region_state(&cluster, "n0").await, "up");
@@ -156,13 +155,7 @@ async fn a_late_answer_or_a_slow_handshake_costs_a_region_link_no_redial() {
     // A handshake that takes longer than an interval (its two round trips on a long link) is
     // waited for, not given up and dialled again.
     cluster.cut_link("n0", "n1");
-    for _ in 0..30 {
-        if other_region_state(&cluster, "n0").await == "unreachable" {
-            break;
-        }
-        tokio::time::sleep(INTERVAL / 10).await;
-    }
-    assert_eq!(other_region_state(&cluster, "n0").await, "unreachable");
+    wait_for_state(&cluster, "n0", "unreachable", INTERVAL / 10).await;
     cluster.stall_peer("n1");
     cluster.heal_link("n0", "n1");
     let dials = cluster.dials_to("n1");
