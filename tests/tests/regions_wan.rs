@@ -276,29 +276,54 @@ async fn regions_wan_of(spec: WanSpec) -> Result<Wan> {
     );
     for region in &wan.regions {
         for node in &region.nodes {
-            wait_for("every other region up", Duration::from_secs(30), || async {
-                let v = node.get("/v1/cluster").await?.json()?;
-                let up = v["regions"]
+            let seen = std::sync::Mutex::new(String::from("nothing"));
+            let waited = wait_for("every other region up", Duration::from_secs(30), || async {
+                let got = node.get("/v1/cluster").await.and_then(|r| r.json());
+                let told = match &got {
+                    Ok(v) => v["regions"].to_string(),
+                    Err(e) => format!("{e:#}"),
+                };
+                if let Ok(mut s) = seen.lock() {
+                    *s = told;
+                }
+                // Its own region is listed first, always up: every one of the three up.
+                let regions = wan.regions.len();
+                let all_up = got?["regions"]
                     .as_array()
-                    .map(|rs| rs.iter().filter(|r| r["state"] == "up").count());
-                Ok((up == Some(2)).then_some(()))
+                    .is_some_and(|rs| rs.len() == regions && rs.iter().all(|r| r["state"] == "up"));
+                Ok(all_up.then_some(()))
             })
-            .await
-            .with_context(|| region_links_told(node))?;
+            .await;
+            if let Err(e) = waited {
+                let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+                let metrics = match node.get("/metrics").await {
+                    Ok(r) => r
+                        .text
+                        .lines()
+                        .filter(|l| l.starts_with("ringlimit_region"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    Err(e) => format!("no metrics: {e:#}"),
+                };
+                return Err(e.context(format!(
+                    "{}\nits regions at the last look: {seen}\nits region metrics:\n{metrics}",
+                    region_links_told(node)
+                )));
+            }
         }
     }
     Ok(wan)
 }
 
-/// Why a node never saw both other regions up: what it says of them and its log's lines on
-/// region links.
+/// Why a node never saw both other regions up: its log's lines on region links.
 fn region_links_told(node: &ringlimit_tests::ProcessNode) -> String {
     let log = node.log();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("region")).collect();
     format!(
-        "{} never saw both other regions up; its log on region links ({} lines, the last 20):\n{}",
+        "{} never saw both other regions up; its log on region links ({} of {} lines, the last 20):\n{}",
         node.node_id,
         lines.len(),
+        log.lines().count(),
         lines[lines.len().saturating_sub(20)..].join("\n")
     )
 }
