@@ -216,6 +216,9 @@ pub struct GlobalCounters {
     full_sets: Mutex<BTreeSet<String>>,
     /// Signalled when a bucket nears its limit: the publisher publishes early.
     pub(super) urgent: tokio::sync::Notify,
+    /// Bumped when a `scope: regions` bucket nears its limit: every region's counts link
+    /// sends early (a watch, so that each link hears it, busy or not when it came).
+    urgent_regions: tokio::sync::watch::Sender<u64>,
     /// Whether `scope: regions` buckets are shared with other regions (a node with regions).
     across_regions: std::sync::atomic::AtomicBool,
     /// Other regions' counts to relay to the members.
@@ -245,6 +248,7 @@ impl GlobalCounters {
             last_merge: Mutex::new(BTreeMap::new()),
             full_sets: Mutex::new(BTreeSet::new()),
             urgent: tokio::sync::Notify::new(),
+            urgent_regions: tokio::sync::watch::Sender::new(0),
             across_regions: std::sync::atomic::AtomicBool::new(false),
             foreign: Mutex::new(Foreign::default()),
             stats: GlobalStats::default(),
@@ -267,6 +271,11 @@ impl GlobalCounters {
     /// Whether own counts of `scope: regions` buckets go to other regions.
     pub fn across_regions(&self) -> bool {
         self.across_regions.load(Ordering::Relaxed)
+    }
+
+    /// Changes when a `scope: regions` bucket nears its limit (see [`GlobalCounters::check_in`]).
+    pub fn urgent_across_regions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.urgent_regions.subscribe()
     }
 
     /// The cluster clock, as this node measures it.
@@ -339,14 +348,19 @@ impl GlobalCounters {
             let own = w.count_of(&self.self_actor);
             w.raise(&self.self_actor, own.saturating_add(cost));
             shard.dirty.insert(id, period_ms);
-            if shared && self.across_regions() {
+            let regions = shared && self.across_regions();
+            if regions {
                 shard.shared_dirty.insert(id, period_ms);
             }
             drop(shard);
             // In the last tenth of the quota every hit that peers do not see yet is likely
-            // over-admission elsewhere: ask the publisher not to wait for its next tick.
+            // over-admission elsewhere: ask the publisher (and the other regions' links) not
+            // to wait for their next tick.
             if d.remaining <= (rule.limit / URGENT_FRACTION).max(1) {
                 self.urgent.notify_one();
+                if regions {
+                    self.urgent_regions.send_modify(|n| *n = n.wrapping_add(1));
+                }
             }
         }
         d
@@ -714,6 +728,30 @@ mod tests {
         // A peek or a denial asks for nothing.
         c.check(1, &r, W0, 0);
         assert!(c.urgent.notified().now_or_never().is_none());
+    }
+
+    #[test]
+    fn the_last_tenth_of_a_shared_quota_asks_the_region_links_to_send_early() {
+        let r = rule(Algorithm::FixedWindow, 100, 20_000, 100);
+        let c = GlobalCounters::new(actor("a", 1), 1_000);
+        c.share_across_regions();
+        let mut links = c.urgent_across_regions();
+        for _ in 0..89 {
+            assert!(c.check_in(1, &r, true, W0, 1).allowed);
+        }
+        // A bucket not shared with other regions asks nothing of their links.
+        for _ in 0..95 {
+            c.check_in(2, &r, false, W0, 1);
+        }
+        assert!(!links.has_changed().expect("a sender"));
+        assert!(c.check_in(1, &r, true, W0, 1).allowed); // 10 left
+        assert!(links.has_changed().expect("a sender"));
+        links.mark_unchanged();
+        c.check_in(1, &r, true, W0, 0);
+        assert!(
+            !links.has_changed().expect("a sender"),
+            "a peek asks nothing"
+        );
     }
 
     #[test]

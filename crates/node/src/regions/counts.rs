@@ -7,7 +7,8 @@
 //! them to its members) to every other region's entry node (`--region-peers`), on a region
 //! link of their own: a `RegionCounts` frame every `--global-publish-ms`, or as soon as the
 //! previous one was answered when the round trip is longer (the counts that changed meanwhile
-//! go together). The global interval rather than `--region-interval-ms`: the counts' age is
+//! go together); an admission that leaves a bucket in the last tenth of its quota sends at
+//! once, at most every `interval / 5`, as the publisher does inside the cluster. The global interval rather than `--region-interval-ms`: the counts' age is
 //! the main term of the over-admission, and a frame of changed counts is small. A new link
 //! starts with the full set (every bucket this node publishes), and so does one that lost a
 //! frame; otherwise only changed buckets go. At most `--global-max-published` buckets wait for
@@ -43,8 +44,9 @@
 //! window next to it.
 
 use super::{Regions, link};
+use crate::global::publish::{Publisher, URGENT_DIVISOR};
 use crate::global::wire::{self, ActorCounts, Update};
-use crate::global::{GlobalCounters, numbering::Numbering, publish::Publisher};
+use crate::global::{GlobalCounters, numbering::Numbering};
 use crate::local::Local;
 use parking_lot::Mutex;
 use ringlimit_core::link::dial::Dial;
@@ -295,8 +297,22 @@ async fn run(s: Sender, i: usize) {
     let mut retry_at = Instant::now();
     let mut sampled: Option<Instant> = None;
     let mut owed = 0u32;
+    let mut urgent = s.local.global().urgent_across_regions();
+    let min_gap = s.interval / URGENT_DIVISOR;
+    let mut last = Instant::now();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            Ok(()) = urgent.changed() => {
+                // A shared bucket nears its limit: send now, but never more often than the
+                // publisher's early rounds.
+                let since = last.elapsed();
+                if since < min_gap {
+                    tokio::time::sleep(min_gap - since).await;
+                }
+            }
+        }
+        last = Instant::now();
         let counters = s.local.global();
         s.outbox.collect(counters, s.now());
         if conn.is_none() {
