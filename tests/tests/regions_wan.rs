@@ -190,18 +190,8 @@ rules:
     let first = next_window(window_ms, Duration::from_secs(3));
     let t0 = first - 2_000;
     let seconds = (first + full_windows * window_ms + 300 - t0) as f64 / 1000.0;
-    let mut loads = Vec::new();
-    for (r, rate) in [(0usize, 20.0), (1, 8.0)] {
-        let plan = LoadPlan {
-            rate,
-            seconds,
-            tick_ms: 250,
-            t0_ms: Some(t0),
-            window_ms: Some(window_ms),
-            ..LoadPlan::default()
-        };
-        loads.push(wan.load(r, r#"{"key":"alone","rule":"local-5s"}"#, &plan)?);
-    }
+    let body = r#"{"key":"alone","rule":"local-5s"}"#;
+    let mut loads = start_loads(&wan, body, &[20.0, 8.0], (t0, seconds), window_ms)?;
     let mut per_region = Vec::new();
     for load in &mut loads {
         let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
@@ -441,18 +431,7 @@ async fn admitted_per_window(
     let first = next_window(window_ms, Duration::from_millis(settle_ms + 1_000));
     let t0 = first - settle_ms;
     let seconds = (first + full * window_ms + 300 - t0) as f64 / 1000.0;
-    let mut loads = Vec::new();
-    for (r, &rate) in rates.iter().enumerate() {
-        let plan = LoadPlan {
-            rate,
-            seconds,
-            tick_ms: 250,
-            t0_ms: Some(t0),
-            window_ms: Some(window_ms),
-            ..LoadPlan::default()
-        };
-        loads.push(wan.load(r, body, &plan)?);
-    }
+    let mut loads = start_loads(wan, body, rates, (t0, seconds), window_ms)?;
     let mut per_region = Vec::new();
     for load in &mut loads {
         let s = load.finish(Duration::from_secs_f64(seconds + 20.0)).await?;
@@ -467,6 +446,30 @@ async fn admitted_per_window(
                 .collect()
         })
         .collect())
+}
+
+/// A load of `body` in each region at its rate of `rates` (a second), from `t0` (unix ms, on
+/// each load's clock) for `seconds`, its answers counted in windows of `window_ms`.
+fn start_loads(
+    wan: &Wan,
+    body: &str,
+    rates: &[f64],
+    (t0, seconds): (u64, f64),
+    window_ms: u64,
+) -> Result<Vec<ringlimit_tests::regions::Helper>> {
+    let mut loads = Vec::new();
+    for (r, &rate) in rates.iter().enumerate() {
+        let plan = LoadPlan {
+            rate,
+            seconds,
+            tick_ms: 250,
+            t0_ms: Some(t0),
+            window_ms: Some(window_ms),
+            ..LoadPlan::default()
+        };
+        loads.push(wan.load(r, body, &plan)?);
+    }
+    Ok(loads)
 }
 
 /// The first window boundary at least `lead` from now, in unix ms.
@@ -684,18 +687,7 @@ async fn a_cut_off_region_keeps_the_sum_under_the_limit_and_degrades_late() -> R
     // fall back instead; what is tested here is a region cut off from the key's home.
     let key = not_homed_in("shared-5s", Algorithm::FixedWindow, "c");
     let body = serde_json::json!({ "key": key, "rule": "shared-5s" }).to_string();
-    let mut loads = Vec::new();
-    for (r, &rate) in rates.iter().enumerate() {
-        let plan = LoadPlan {
-            rate,
-            seconds,
-            tick_ms: 250,
-            t0_ms: Some(t0),
-            window_ms: Some(window_ms),
-            ..LoadPlan::default()
-        };
-        loads.push(wan.load(r, &body, &plan)?);
-    }
+    let mut loads = start_loads(&wan, &body, &rates, (t0, seconds), window_ms)?;
     tokio::time::sleep(Duration::from_millis(cut_at.saturating_sub(unix_ms()))).await;
     let cut_ms = unix_ms();
     wan.cut(2).await?;

@@ -587,7 +587,12 @@ impl GlobalCounters {
                 else {
                     continue;
                 };
-                let matters = key.window == window || key.window.checked_add(1) == Some(window);
+                // The current window, the one before, and one ahead (an actor whose clock is a
+                // little ahead, another region's translated counts: relayed as their current,
+                // as `take_foreign` does).
+                let matters = key.window == window
+                    || key.window.checked_add(1) == Some(window)
+                    || window.checked_add(1) == Some(key.window);
                 if !matters || !seen.insert((key.id, key.period_ms)) {
                     continue;
                 }
@@ -603,20 +608,26 @@ impl GlobalCounters {
                         window,
                     })
                 };
+                let ahead = window.checked_add(1).and_then(get);
                 let (current, previous) = (get(window), window.checked_sub(1).and_then(get));
-                let actors: BTreeSet<&Actor> = current
-                    .iter()
-                    .chain(previous.iter())
+                let actors: BTreeSet<&Actor> = [ahead, current, previous]
+                    .into_iter()
+                    .flatten()
                     .flat_map(|w| w.counter.iter().map(|d| d.actor))
                     .filter(|a| **a != self.self_actor)
                     .collect();
+                let count = |w: Option<&Window>, a: &Actor| w.map_or(0, |w| w.count_of(a));
                 for a in actors {
+                    let u = match count(ahead, a) {
+                        0 => (window, count(current, a), count(previous, a)),
+                        n => (window + 1, n, count(current, a)),
+                    };
                     by_actor.entry(a.clone()).or_default().push(Update {
                         id: key.id,
                         period_ms: key.period_ms,
-                        window,
-                        current: current.map_or(0, |w| w.count_of(a)),
-                        previous: previous.map_or(0, |w| w.count_of(a)),
+                        window: u.0,
+                        current: u.1,
+                        previous: u.2,
                     });
                 }
             }
@@ -803,8 +814,9 @@ mod tests {
     }
 
     /// What a full set relays: every other actor's counts of the current and previous windows
-    /// (a previous incarnation of this node's included, this incarnation's not), nothing of
-    /// windows that ended, and no more buckets than asked, the rest counted.
+    /// (a previous incarnation of this node's included, this incarnation's not) and of the
+    /// window ahead, nothing of windows that ended, and no more buckets than asked, the rest
+    /// counted.
     #[test]
     fn others_are_every_other_actors_counts_of_windows_that_matter() {
         let c = GlobalCounters::new(actor("a@x", 2), 1_000);
@@ -817,6 +829,8 @@ mod tests {
         c.merge(&actor("b", 4), &update(2, w - 1, 9, 0), now);
         // Window w - 2, merged while it was current, has ended (not purged yet).
         assert!(c.merge(&actor("b", 4), &update(3, w - 2, 8, 0), W0 - 30 * SEC));
+        // Another region's actor, a little ahead: already in window w + 1.
+        assert!(c.merge(&actor("eu/e", 1), &update(4, w + 1, 6, 2), now));
         let (others, skipped) = c.others(now, 10);
         assert_eq!(skipped, 0);
         let mut got: Vec<(String, u64, Update)> = others
@@ -832,10 +846,11 @@ mod tests {
             ("a@x".to_owned(), 1, update(1, w, 30, 7)),
             ("b".to_owned(), 4, update(1, w, 0, 3)),
             ("b".to_owned(), 4, update(2, w, 0, 9)),
+            ("eu/e".to_owned(), 1, update(4, w + 1, 6, 2)),
         ];
         assert_eq!(got, want);
         let (others, skipped) = c.others(now, 1);
-        assert_eq!(skipped, 1);
+        assert_eq!(skipped, 2);
         let ids: BTreeSet<u64> = others
             .iter()
             .flat_map(|a| a.counts.iter().map(|u| u.id))
