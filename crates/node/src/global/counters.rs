@@ -686,6 +686,7 @@ fn per_actor(by_actor: BTreeMap<Actor, Vec<Update>>) -> Vec<ActorCounts> {
         })
         .collect()
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

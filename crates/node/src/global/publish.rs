@@ -59,6 +59,15 @@ use std::time::{Duration, Instant};
 
 /// A round for a bucket near its limit follows the previous round after `interval / this`.
 pub const URGENT_DIVISOR: u32 = 5;
+
+/// Before an early round (a bucket near its limit), waits out what is left of
+/// `interval / URGENT_DIVISOR` since the last round, which was `since` ago.
+pub async fn early_round_after(since: Duration, interval: Duration) {
+    let min_gap = interval / URGENT_DIVISOR;
+    if since < min_gap {
+        tokio::time::sleep(min_gap - since).await;
+    }
+}
 /// Warnings about the publish cap are logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 /// When leaving, the longest wait for the last full set to be written to every peer.
@@ -129,18 +138,14 @@ pub async fn publish_loop(
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warned: Option<Instant> = None;
-    let min_gap = settings.interval / URGENT_DIVISOR;
     let mut last = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = &mut stop => break,
             () = counters.urgent.notified() => {
-                // A bucket nears its limit: publish now, but never more often than `min_gap`.
-                let since = last.elapsed();
-                if since < min_gap {
-                    tokio::time::sleep(min_gap - since).await;
-                }
+                // A bucket nears its limit: publish now (but not at once again).
+                early_round_after(last.elapsed(), settings.interval).await;
             }
         }
         last = Instant::now();

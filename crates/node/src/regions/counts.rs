@@ -8,8 +8,9 @@
 //! link of their own: a `RegionCounts` frame every `--global-publish-ms`, or as soon as the
 //! previous one was answered when the round trip is longer (the counts that changed meanwhile
 //! go together); an admission that leaves a bucket in the last tenth of its quota sends at
-//! once, at most every `interval / 5`, as the publisher does inside the cluster. The global interval rather than `--region-interval-ms`: the counts' age is
-//! the main term of the over-admission, and a frame of changed counts is small. A new link
+//! once, at most every `interval / 5`, as the publisher does inside the cluster. The global
+//! interval rather than `--region-interval-ms`: the counts' age is the main term of the
+//! over-admission, and a frame of changed counts is small. A new link
 //! starts with the full set (every bucket this node publishes), and so does one that lost a
 //! frame; otherwise only changed buckets go. At most `--global-max-published` buckets wait for
 //! a link; beyond, it is sent the full set instead. Only `scope: regions` rules' buckets cross:
@@ -44,7 +45,7 @@
 //! window next to it.
 
 use super::{Regions, link};
-use crate::global::publish::{Publisher, URGENT_DIVISOR};
+use crate::global::publish::{Publisher, early_round_after};
 use crate::global::wire::{self, ActorCounts, Update};
 use crate::global::{GlobalCounters, numbering::Numbering};
 use crate::local::Local;
@@ -237,7 +238,8 @@ impl Sender {
     async fn exchange(
         &self,
         conn: &mut FramedPeer,
-        (i, owed): (usize, &mut u32),
+        i: usize,
+        owed: &mut u32,
         counts: Vec<Update>,
     ) -> Result<Option<u64>, String> {
         let within = Duration::from_nanos(self.regions.settings().interval_ns);
@@ -298,18 +300,13 @@ async fn run(s: Sender, i: usize) {
     let mut sampled: Option<Instant> = None;
     let mut owed = 0u32;
     let mut urgent = s.local.global().urgent_across_regions();
-    let min_gap = s.interval / URGENT_DIVISOR;
     let mut last = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             Ok(()) = urgent.changed() => {
-                // A shared bucket nears its limit: send now, but never more often than the
-                // publisher's early rounds.
-                let since = last.elapsed();
-                if since < min_gap {
-                    tokio::time::sleep(min_gap - since).await;
-                }
+                // A shared bucket nears its limit: send now, as the publisher's early rounds.
+                early_round_after(last.elapsed(), s.interval).await;
             }
         }
         last = Instant::now();
@@ -369,7 +366,7 @@ async fn run(s: Sender, i: usize) {
             }
         };
         for counts in frames {
-            let answer = s.exchange(c, (i, &mut owed), counts).await;
+            let answer = s.exchange(c, i, &mut owed, counts).await;
             match answer {
                 Ok(Some(refused)) => {
                     owed = 0;

@@ -30,7 +30,8 @@ const QUEUE: usize = 4;
 /// off its retransmissions gets through later than a fresh one.
 pub(super) const OWED: u32 = 2;
 
-/// Each handshake answer's wait when dialling (the connect's is one interval).
+/// The handshake's wait when dialling, its two round trips together (the connect's is one
+/// interval).
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
 
 /// Starts the exchange task and one link task per other region in `tasks` (the node's),
