@@ -11,15 +11,18 @@
 #   Rust: crates/client/examples/sdk_hot.rs; Python: `check()` on a named rule (and inline);
 #   Node.js: the synchronous `tryCheck` and `await client.check()`.
 # - round trip: one thread, one check at a time, no leases: p50 and p99, and the three nodes'
-#   CPU time (/proc) per check sent — steadier than throughput on this shared machine.
+#   CPU time (/proc) per check sent — steadier than throughput on this shared machine. Rust
+#   runs it twice: as fast as it can on one key, and (after each other SDK's) paced to that
+#   SDK's rate on as many keys (`sdk_hot --rate`): a node woken for every check pays more per
+#   check than a busy one, so the like-for-like ratio is the paced one.
 # - concurrent: CONC callers (threads in Python, async callers in Node.js and Rust's sdk_load)
 #   on keys spread over 100,000, no leases: checks/s and the nodes' CPU per check, where the
 #   per-owner batching counts.
 # Targets: Python >= 1M leased checks/s from one thread, Node.js >= 5M/s, exact; p50 round trip
 # under 300 us; server CPU per check within 1.2x of the Rust SDK's.
 #
-# Env: SECONDS_PER (5), RUNS (1), LIMIT (1000000000), ROUND_TRIPS (10000), CONC (32), PYTHON (the venv
-# .ci/run makes), BIN (bench/lib.sh), SKIP_BUILD=1, OUT_DIR.
+# Env: SECONDS_PER (5), RUNS (1), LIMIT (1000000000), ROUND_TRIPS (10000), CONC (32),
+# PACED_SECONDS (3), PYTHON (the venv .ci/run makes), BIN (bench/lib.sh), SKIP_BUILD=1, OUT_DIR.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -29,6 +32,7 @@ RUNS="${RUNS:-1}"
 LIMIT="${LIMIT:-1000000000}"
 ROUND_TRIPS="${ROUND_TRIPS:-10000}"
 CONC="${CONC:-32}"
+PACED_SECONDS="${PACED_SECONDS:-3}"
 PYTHON="${PYTHON:-/tmp/ringlimit-sdk-venv/bin/python}"
 need curl python3 node npm
 [ -x "$PYTHON" ] || die "no Python with the SDK's packages at $PYTHON (.ci/run makes it)"
@@ -105,6 +109,11 @@ for ((run = 1; run <= RUNS; run++)); do
     --only leased --seconds "$SECONDS_PER" --limit "$LIMIT"
   phase "python-rtt-$run" round_trip.checks_sent "$PYTHON" "$REPO/clients/python/bench/bench.py" --seeds "$seeds" \
     --only round_trip --round-trips "$ROUND_TRIPS"
+  # The Rust SDK at Python's one-at-a-time rate on as many keys: the like-for-like baseline.
+  rate=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["round_trip"]; print(r["checks"] / r["seconds"])' \
+    "$OUT_DIR/python-rtt-$run.json")
+  phase "rust-atpy-$run" checks "$SDK_HOT" --seeds "$seeds" --seconds "$PACED_SECONDS" --pids "$pids" --no-leases \
+    --rate "$rate" --keys 1000
   phase "python-conc-$run" concurrent.checks "$PYTHON" "$REPO/clients/python/bench/bench.py" --seeds "$seeds" \
     --only concurrent --threads "$CONC" --seconds "$SECONDS_PER"
   log "round $run: Node.js"
@@ -112,6 +121,10 @@ for ((run = 1; run <= RUNS; run++)); do
     --seconds "$SECONDS_PER" --limit "$LIMIT"
   phase "node-rtt-$run" checks_sent node "$TS/dist/bench/bench.js" --seeds "$seeds" --only round_trip \
     --samples "$ROUND_TRIPS"
+  rate=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["round_trip_ms"]["samples"] / r["round_trip_seconds"])' \
+    "$OUT_DIR/node-rtt-$run.json")
+  phase "rust-atnode-$run" checks "$SDK_HOT" --seeds "$seeds" --seconds "$PACED_SECONDS" --pids "$pids" --no-leases \
+    --rate "$rate" --keys 500
   phase "node-conc-$run" concurrent.checks node "$TS/dist/bench/bench.js" --seeds "$seeds" --only concurrent \
     --concurrency "$CONC" --seconds "$SECONDS_PER"
   stop_nodes
@@ -124,7 +137,7 @@ def med(prefix, f):
     v = [f(r) for r in rows if r["label"].rsplit("-", 1)[0] == prefix]
     return statistics.median(v) if v else float("nan")
 rust_cpu = med("rust-rtt", lambda r: r["server_cpu_us_per_check"])
-print("sdk\tleased_checks_per_s\twithin_limit\tp50_us\tp99_us\tserver_cpu_us_per_check\tvs_rust\tconc_checks_per_s\tconc_server_cpu_us_per_check\tconc_vs_rust")
+print("sdk\tleased_checks_per_s\twithin_limit\tp50_us\tp99_us\tserver_cpu_us_per_check\tvs_rust\tconc_checks_per_s\tconc_server_cpu_us_per_check\tconc_vs_rust\trust_same_rate_cpu_us\tvs_rust_same_rate")
 conc = {k: (med(f"{k}-conc", lambda r: r["result"]["checks_per_s"] if "checks_per_s" in r["result"] else r["result"]["concurrent"]["checks_per_s"]),
             med(f"{k}-conc", lambda r: r["server_cpu_us_per_check"])) for k in ("rust", "python", "node")}
 within = lambda label, f: all(f(r) for r in rows if r["label"].startswith(label))
@@ -148,7 +161,11 @@ rows_out = [
     ("node (await check)", med("node-leased", lambda r: r["result"]["leased"]["await_check_per_s"]),
      within("node-leased", lambda r: r["result"]["leased"]["admitted_within_limit"]), float("nan"), float("nan"), float("nan")),
 ]
+# The Rust SDK's CPU per check at each SDK's own one-at-a-time rate, on as many keys.
+same_rate = {"python": med("rust-atpy", lambda r: r["server_cpu_us_per_check"]),
+             "node": med("rust-atnode", lambda r: r["server_cpu_us_per_check"]), "rust": rust_cpu}
 for name, rate, ok, p50, p99, cpu in rows_out:
     c_rate, c_cpu = conc.get(name.split()[0], (float("nan"), float("nan"))) if "(" not in name or "named" in name or "tryCheck" in name else (float("nan"), float("nan"))
-    print(f"{name}\t{rate:.0f}\t{ok}\t{p50:.1f}\t{p99:.1f}\t{cpu:.2f}\t{cpu / rust_cpu:.2f}x\t{c_rate:.0f}\t{c_cpu:.2f}\t{c_cpu / conc['rust'][1]:.2f}x")
+    base = same_rate[name.split()[0]]
+    print(f"{name}\t{rate:.0f}\t{ok}\t{p50:.1f}\t{p99:.1f}\t{cpu:.2f}\t{cpu / rust_cpu:.2f}x\t{c_rate:.0f}\t{c_cpu:.2f}\t{c_cpu / conc['rust'][1]:.2f}x\t{base:.2f}\t{cpu / base:.2f}x")
 PY

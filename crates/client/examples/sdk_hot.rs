@@ -31,6 +31,16 @@ struct Args {
     /// Leases off: every check goes to its owner (the comparison).
     #[arg(long)]
     no_leases: bool,
+    /// With `--no-leases`: one check at a time at this many a second, on `--keys` keys in turn
+    /// (an inline token bucket of 1,000,000 an hour each), measured for `--seconds` (no
+    /// throughput phase): the other SDKs' one-at-a-time load, for a like-for-like comparison of
+    /// the nodes' CPU per check (a node woken for each check costs more per check than one kept
+    /// busy).
+    #[arg(long, requires = "no_leases")]
+    rate: Option<f64>,
+    /// Keys of `--rate`'s load.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
 }
 
 /// utime + stime of `pids`, in clock ticks.
@@ -54,6 +64,9 @@ fn main() -> Result<()> {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if let Some(rate) = args.rate {
+        return paced(args, rate).await;
+    }
     let client = Client::builder()
         .seeds(args.seeds.clone())
         .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
@@ -130,6 +143,69 @@ async fn run(args: Args) -> Result<()> {
         total,
         s.lease_asks,
         args.limit,
+    );
+    Ok(())
+}
+
+/// `--rate`: one check at a time on schedule, each sent at its time (a late one at once); the
+/// thread sleeps between them (this runtime has nothing else to do meanwhile).
+async fn paced(args: Args, rate: f64) -> Result<()> {
+    anyhow::ensure!(
+        rate > 0.0 && args.keys > 0,
+        "--rate and --keys must be positive"
+    );
+    let client = Client::builder()
+        .seeds(args.seeds.clone())
+        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
+        .deadline(Duration::from_millis(50))
+        .leases(false)
+        .build()
+        .await?;
+    let checks: Vec<Check> = (0..args.keys)
+        .map(|i| {
+            Check::inline(
+                format!("bench:rt:{i}"),
+                1_000_000,
+                Duration::from_secs(3600),
+            )
+        })
+        .collect();
+    for c in checks.iter().take(100) {
+        client.check(c).await.context("check")?;
+    }
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let mut lat = Vec::new();
+    let t0 = ticks(&args.pids);
+    let start = Instant::now();
+    let mut next = start;
+    while start.elapsed() < Duration::from_secs(args.seconds) {
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        next += gap;
+        let c = &checks[lat.len() % checks.len()];
+        let t = Instant::now();
+        client.check(c).await.context("check")?;
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let t1 = ticks(&args.pids);
+    lat.sort_unstable();
+    let pct = |q: f64| {
+        lat.get(((lat.len() as f64) * q) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    let s = client.stats();
+    println!(
+        "{{\"rate\":{:.0},\"asked_rate\":{rate:.0},\"p50_ns\":{},\"p99_ns\":{},\"server_ticks\":{},\"checks\":{},\"degraded\":{}}}",
+        lat.len() as f64 / elapsed,
+        pct(0.5),
+        pct(0.99),
+        t1 - t0,
+        lat.len(),
+        s.degraded,
     );
     Ok(())
 }
