@@ -186,8 +186,10 @@ class Bench:
                         alive = [m for m in c.get("members", []) if m.get("state") == "alive"]
                         ok = len(alive) >= NODES
                         if regions_on:
-                            ups = [x for x in c.get("regions", []) if x.get("state") == "up"]
-                            ok = ok and len(ups) == len(REGIONS) - 1
+                            # Every region up, the node's own (listed first, always up) included.
+                            regions = c.get("regions", [])
+                            ups = [x for x in regions if x.get("state") == "up"]
+                            ok = ok and len(regions) == len(REGIONS) and len(ups) == len(REGIONS)
                         if ok:
                             break
                     except (OSError, ValueError):
