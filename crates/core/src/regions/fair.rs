@@ -1,5 +1,6 @@
 //! How much of a shared bucket the home hands out for the next interval ([`budget`]), and how
-//! it splits that among the regions ([`split`]).
+//! it splits that among the regions ([`split`]); for a fixed window, each region's part of the
+//! whole window ([`window_share`]).
 
 use crate::limiter::Rule;
 use ringlimit_proto::Algorithm;
@@ -73,6 +74,73 @@ pub fn split(budget: f64, wants: &[f64]) -> Vec<f64> {
         left -= give;
     }
     out
+}
+
+/// One region's place in a fixed window's split ([`window_share`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InWindow {
+    /// Whether it takes part (it asks, and is neither away nor gone).
+    pub takes_part: bool,
+    /// Granted in this window so far, less what came back (another region's slice of the
+    /// current interval left out: the pool counts it).
+    pub granted: f64,
+    /// Checks it was asked in this window so far (its reports' demand over time).
+    pub asked: f64,
+    /// Its demand per second, last told.
+    pub demand_per_s: f64,
+}
+
+/// A fixed window's slice for region `region` at this ask: the whole window (what the regions
+/// were granted in it plus `pool`, what is left) is split max-min by each region's demand
+/// projected to the window's end (what it asked so far, or was granted when more, plus its
+/// demand over the `rest_ns` to go), and the region is granted what it is still owed of its
+/// part, spread evenly over the window's rest less one interval (so that the window's last
+/// grants come while there is time to spend them). A region whose projected demand is met
+/// gets at least `want` (its room), within what it is owed.
+///
+/// Splitting the window rather than each interval's budget keeps the regions' admissions even
+/// over the window: an interval in which a region's reported demand dips no longer hands its
+/// part to the others for good (`bench/notes/regions.md`).
+pub fn window_share(
+    seats: &[InWindow],
+    region: usize,
+    pool: f64,
+    rest_ns: u64,
+    interval_ns: u64,
+    want: f64,
+) -> f64 {
+    let Some(me) = seats.get(region) else {
+        return 0.0;
+    };
+    let rest_s = rest_ns as f64 / 1e9;
+    let projected: Vec<f64> = seats
+        .iter()
+        .map(|s| {
+            if !s.takes_part {
+                return 0.0;
+            }
+            let demand = if s.demand_per_s.is_finite() {
+                s.demand_per_s.max(0.0)
+            } else {
+                0.0
+            };
+            s.asked.max(s.granted).max(0.0) + demand * rest_s
+        })
+        .collect();
+    let whole = seats.iter().map(|s| s.granted.max(0.0)).sum::<f64>() + pool.max(0.0);
+    let parts = split(whole, &projected);
+    let owed = (parts[region] - me.granted.max(0.0)).max(0.0);
+    let spread = rest_ns.saturating_sub(interval_ns);
+    let paced = if spread > interval_ns {
+        owed * interval_ns as f64 / spread as f64
+    } else {
+        owed
+    };
+    if parts[region] >= projected[region] - 1e-9 {
+        paced.max(want.min(owed))
+    } else {
+        paced
+    }
 }
 
 /// [`split`] of `budget` by the regions' `needs` (their demands for the interval), then each
@@ -170,6 +238,58 @@ mod tests {
         // Nobody met: nobody gets room.
         let s = split_with_room(3.0, &[20.0, 10.0], &[22.0, 11.0]);
         assert_eq!(s, vec![1.5, 1.5]);
+    }
+
+    fn seat(granted: f64, asked: f64, demand_per_s: f64) -> InWindow {
+        InWindow {
+            takes_part: true,
+            granted,
+            asked,
+            demand_per_s,
+        }
+    }
+
+    #[test]
+    fn a_window_is_split_by_demand_projected_to_its_end_and_paced_over_its_rest() {
+        // 1,000 a minute, 30 s in: a and b asked beyond their parts, c a third of them.
+        let seats = [
+            seat(200.0, 600.0, 20.0),
+            seat(200.0, 300.0, 10.0),
+            seat(100.0, 100.0, 10.0 / 3.0),
+        ];
+        let pool = 500.0;
+        // Parts: c its 200, a and b 400 each; a is owed 200 over the 29 s before the last
+        // interval.
+        let a = window_share(&seats, 0, pool, 30 * SEC, SEC, 22.0);
+        assert!((a - 200.0 / 29.0).abs() < 1e-9, "{a}");
+        // b was granted less than a: it is owed more, and catches up.
+        let lagging = [seat(200.0, 600.0, 20.0), seat(150.0, 300.0, 10.0), seats[2]];
+        let b = window_share(&lagging, 1, 550.0, 30 * SEC, SEC, 11.0);
+        assert!((b - 250.0 / 29.0).abs() < 1e-9, "{b}");
+        // c's demand is met: at least its room.
+        let c = window_share(&seats, 2, pool, 30 * SEC, SEC, 4.4);
+        assert!((c - 4.4).abs() < 1e-9, "{c}");
+        // The last interval: whatever is owed. c's projection is 197 + 3.33 · 0.8, a and b
+        // split the rest evenly, and a holds 390 of its part.
+        let end = [
+            seat(390.0, 1_190.0, 20.0),
+            seat(390.0, 590.0, 10.0),
+            seat(197.0, 197.0, 10.0 / 3.0),
+        ];
+        let a = window_share(&end, 0, 23.0, 800 * MS, SEC, 22.0);
+        let c = 197.0 + 10.0 / 3.0 * 0.8;
+        assert!((a - ((1_000.0 - c) / 2.0 - 390.0)).abs() < 1e-6, "{a}");
+        // A dip in a region's told demand moves its part little: what it asked still counts.
+        let dipped = [seats[0], seat(200.0, 300.0, 5.0), seats[2]];
+        let b = window_share(&dipped, 1, pool, 30 * SEC, SEC, 6.0);
+        assert!((b - 200.0 / 29.0).abs() < 1e-9, "{b}");
+        // A region that does not take part gets nothing; nor does one out of range; bad
+        // demand is none.
+        let out = [seats[0], InWindow::default(), seats[2]];
+        assert_eq!(window_share(&out, 1, pool, 30 * SEC, SEC, 6.0), 0.0);
+        assert_eq!(window_share(&seats, 7, pool, 30 * SEC, SEC, 6.0), 0.0);
+        let nan = [seat(0.0, 0.0, f64::NAN)];
+        assert_eq!(window_share(&nan, 0, 100.0, 30 * SEC, SEC, 0.0), 0.0);
     }
 
     #[test]

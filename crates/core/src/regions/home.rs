@@ -4,7 +4,7 @@
 //! (so the sum of everything the regions admit never exceeds it); a region that stopped
 //! asking gets a reservation of what its fallback may admit.
 
-use super::fair::{budget, need, split_with_room, want};
+use super::fair::{InWindow, budget, need, split_with_room, want, window_share};
 use super::{RegionSettings, fallback_rule};
 use crate::clock::NANOS_PER_MS;
 use crate::lease::valid_ns;
@@ -73,6 +73,11 @@ struct Seat {
     /// What it was granted in the window `window` closes.
     window: u64,
     window_granted: u64,
+    /// A fixed window's checks asked of it in the window `asked_window` closes (its told
+    /// demand over the time between its asks), and when it last asked.
+    asked_window: u64,
+    window_asked: f64,
+    asked_at: Option<u64>,
     carry: f64,
     away: Option<Away>,
     /// Said it stops holding the bucket: nothing to reserve.
@@ -293,7 +298,22 @@ impl Allocator {
             }
         }
         let b = budget(rule, pool, rest, settings.interval_ns);
-        let shares = split_with_room(b, &needs, &wants);
+        let mut shares = split_with_room(b, &needs, &wants);
+        if rule.algorithm == Algorithm::FixedWindow {
+            // The whole window split by projected demand (a sliding window's room at any
+            // instant counts the window before, so it keeps the split of each interval).
+            shares[region] = fixed_window_share(
+                table,
+                region,
+                seat_demand,
+                &needs,
+                &wants,
+                pool,
+                wend,
+                now,
+                settings,
+            );
+        }
         let seat = &mut table.seats[region];
         // A regular report after a regular one is granted a whole interval's share; an early
         // one (and the next after it) the share of the time since the last grant, so that
@@ -390,6 +410,76 @@ impl Allocator {
         self.tables
             .retain(|_, t| now.saturating_sub(t.touched_ns) < idle);
     }
+}
+
+/// Region `region`'s slice of fixed-window bucket `table` at its ask ([`window_share`]),
+/// after counting what it asked since its last ask at `demand_per_s`. A region takes part
+/// when it has a need or a want this interval (`needs`, `wants`); `pool` counts the other
+/// regions' slices of this interval, which their grants in the window then leave out.
+#[allow(clippy::too_many_arguments)]
+fn fixed_window_share(
+    table: &mut Table,
+    region: usize,
+    demand_per_s: f64,
+    needs: &[f64],
+    wants: &[f64],
+    pool: u64,
+    wend: u64,
+    now: u64,
+    settings: &RegionSettings,
+) -> f64 {
+    {
+        let seat = &mut table.seats[region];
+        if seat.asked_window != wend {
+            seat.asked_window = wend;
+            seat.window_asked = 0.0;
+        }
+        let since = seat.asked_at.map_or(settings.interval_ns, |at| {
+            now.saturating_sub(at).min(settings.interval_ns)
+        });
+        seat.window_asked += demand_per_s.max(0.0) * since as f64 / 1e9;
+        seat.asked_at = Some(now);
+    }
+    let seats: Vec<InWindow> = table
+        .seats
+        .iter()
+        .enumerate()
+        .map(|(j, s)| {
+            let mut granted = if s.window == wend {
+                s.window_granted as f64
+            } else {
+                0.0
+            };
+            let this_interval = s
+                .granted_at
+                .is_some_and(|at| now.saturating_sub(at) < settings.interval_ns);
+            if j != region && this_interval && s.last_reset == wend {
+                granted = (granted - s.last_tokens as f64).max(0.0);
+            }
+            InWindow {
+                takes_part: needs[j] > 0.0 || wants[j] > 0.0,
+                granted,
+                asked: if s.asked_window == wend {
+                    s.window_asked
+                } else {
+                    0.0
+                },
+                demand_per_s: if j == region {
+                    demand_per_s
+                } else {
+                    s.demand_per_s
+                },
+            }
+        })
+        .collect();
+    window_share(
+        &seats,
+        region,
+        pool as f64,
+        wend.saturating_sub(now),
+        settings.interval_ns,
+        wants[region],
+    )
 }
 
 fn error(code: &str, message: &str) -> RegionGrant {

@@ -11,7 +11,9 @@
 //! within a bounded time). Every interval (and early, a few times an interval, when its slices
 //! run out) a region reports its demand and gives back what it did not spend, and is granted a
 //! new slice: the home's [`budget`] for the interval (a window's rest spread over its time),
-//! [`split`] max-min fair by the regions' demands.
+//! [`split`] max-min fair by the regions' demands; a fixed window's is its part of the whole
+//! window split by demand projected to the window's end, paced over the window's rest
+//! ([`window_share`]).
 //!
 //! A region that cannot renew keeps deciding on its slices until its allowance (renewed with
 //! every grant, a few intervals long) expires, then falls back ([`OnRegionUnreachable`]):
@@ -31,7 +33,7 @@ mod fair;
 mod holder;
 mod home;
 
-pub use fair::{HEADROOM, budget, need, split, split_with_room, want};
+pub use fair::{HEADROOM, InWindow, budget, need, split, split_with_room, want, window_share};
 pub use holder::{Allowances, Due, Verdict};
 pub use home::{Allocator, Owned, RealBucket, SeatTotals};
 
