@@ -55,6 +55,24 @@ fn ticks(pids: &[u32]) -> u64 {
         .sum()
 }
 
+/// The client both loads use (`--rate` requires `--no-leases`).
+async fn connect(args: &Args) -> Result<Client> {
+    Ok(Client::builder()
+        .seeds(args.seeds.clone())
+        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
+        .deadline(Duration::from_millis(50))
+        .leases(!args.no_leases)
+        .build()
+        .await?)
+}
+
+/// The `q` quantile of the sorted latencies `lat` (0 when there are none).
+fn percentile(lat: &[u64], q: f64) -> u64 {
+    lat.get(((lat.len() as f64) * q) as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -67,13 +85,7 @@ async fn run(args: Args) -> Result<()> {
     if let Some(rate) = args.rate {
         return paced(args, rate).await;
     }
-    let client = Client::builder()
-        .seeds(args.seeds.clone())
-        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
-        .deadline(Duration::from_millis(50))
-        .leases(!args.no_leases)
-        .build()
-        .await?;
+    let client = connect(&args).await?;
     let check = Check::inline("bench:hot", args.limit, Duration::from_secs(3600))
         .algorithm(Algorithm::FixedWindow);
     let mut allowed = 0u64;
@@ -120,11 +132,7 @@ async fn run(args: Args) -> Result<()> {
     let t1 = ticks(&args.pids);
     total += n + lat.len() as u64;
     lat.sort_unstable();
-    let pct = |q: f64| {
-        lat.get(((lat.len() as f64) * q) as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let pct = |q: f64| percentile(&lat, q);
     let measured = n + lat.len() as u64;
     let server_us = (t1 - t0) as f64 / hz * 1e6 / measured as f64;
     let s = client.stats();
@@ -154,13 +162,7 @@ async fn paced(args: Args, rate: f64) -> Result<()> {
         rate > 0.0 && args.keys > 0,
         "--rate and --keys must be positive"
     );
-    let client = Client::builder()
-        .seeds(args.seeds.clone())
-        .cluster_secret(std::env::var("RINGLIMIT_CLUSTER_SECRET").unwrap_or_default())
-        .deadline(Duration::from_millis(50))
-        .leases(false)
-        .build()
-        .await?;
+    let client = connect(&args).await?;
     let checks: Vec<Check> = (0..args.keys)
         .map(|i| {
             Check::inline(
@@ -192,11 +194,7 @@ async fn paced(args: Args, rate: f64) -> Result<()> {
     let elapsed = start.elapsed().as_secs_f64();
     let t1 = ticks(&args.pids);
     lat.sort_unstable();
-    let pct = |q: f64| {
-        lat.get(((lat.len() as f64) * q) as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let pct = |q: f64| percentile(&lat, q);
     let s = client.stats();
     println!(
         "{{\"rate\":{:.0},\"asked_rate\":{rate:.0},\"p50_ns\":{},\"p99_ns\":{},\"server_ticks\":{},\"checks\":{},\"degraded\":{}}}",

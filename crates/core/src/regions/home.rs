@@ -260,6 +260,8 @@ impl Allocator {
         let mut pool = peek.remaining;
         let mut wants = vec![0.0; n];
         let mut needs = vec![0.0; n];
+        // Each other region's slice of this interval, as the pool counts it.
+        let mut in_pool = vec![0u64; n];
         let windowed = matches!(
             rule.algorithm,
             Algorithm::FixedWindow | Algorithm::SlidingWindow
@@ -290,6 +292,7 @@ impl Allocator {
                 .granted_at
                 .is_some_and(|at| now.saturating_sub(at) < settings.interval_ns);
             if windowed && recent && s.last_reset == wend && s.away.is_none() && !s.left {
+                in_pool[i] = s.last_tokens;
                 pool = pool.saturating_add(s.last_tokens);
             }
             if s.away.is_none() && !s.left && s.granted_at.is_some() {
@@ -297,23 +300,20 @@ impl Allocator {
                 needs[i] = (need(s.demand_per_s, horizon) - s.held as f64).max(0.0);
             }
         }
-        let b = budget(rule, pool, rest, settings.interval_ns);
-        let mut shares = split_with_room(b, &needs, &wants);
-        if rule.algorithm == Algorithm::FixedWindow {
-            // The whole window split by projected demand (a sliding window's room at any
-            // instant counts the window before, so it keeps the split of each interval).
-            shares[region] = fixed_window_share(
-                table,
-                region,
-                seat_demand,
-                &needs,
-                &wants,
-                pool,
-                wend,
-                now,
-                settings,
-            );
-        }
+        // A fixed window is split whole by projected demand; a sliding window's room at any
+        // instant counts the window before, so it keeps the split of each interval's budget.
+        let region_share = if rule.algorithm == Algorithm::FixedWindow {
+            let asked = WindowAsk {
+                demand_per_s: seat_demand,
+                needs: &needs,
+                wants: &wants,
+                in_pool: &in_pool,
+            };
+            fixed_window_share(table, region, &asked, pool, wend, now, settings)
+        } else {
+            let b = budget(rule, pool, rest, settings.interval_ns);
+            split_with_room(b, &needs, &wants)[region]
+        };
         let seat = &mut table.seats[region];
         // A regular report after a regular one is granted a whole interval's share; an early
         // one (and the next after it) the share of the time since the last grant, so that
@@ -326,7 +326,7 @@ impl Allocator {
         };
         // What the bucket could not give now (it held less than the share) is owed at the
         // next ask, up to a share: a token bucket refills between asks.
-        let share = shares[region] * factor;
+        let share = region_share * factor;
         let exact = share + seat.carry;
         // Regions ask a token bucket at different times, so at any one ask it holds only
         // part of an interval's refill: a slice may borrow up to one interval's refill ahead
@@ -412,17 +412,24 @@ impl Allocator {
     }
 }
 
+/// What an ask tells of the regions, for [`fixed_window_share`]: the asking region's demand
+/// per second, every region's need and want this interval, and each other region's slice of
+/// this interval that the pool counts.
+struct WindowAsk<'a> {
+    demand_per_s: f64,
+    needs: &'a [f64],
+    wants: &'a [f64],
+    in_pool: &'a [u64],
+}
+
 /// Region `region`'s slice of fixed-window bucket `table` at its ask ([`window_share`]),
-/// after counting what it asked since its last ask at `demand_per_s`. A region takes part
-/// when it has a need or a want this interval (`needs`, `wants`); `pool` counts the other
-/// regions' slices of this interval, which their grants in the window then leave out.
-#[allow(clippy::too_many_arguments)]
+/// after counting what it asked since its last ask. A region takes part when it has a need or
+/// a want this interval; what the pool counts of its slice of this interval is not counted
+/// again as granted in the window.
 fn fixed_window_share(
     table: &mut Table,
     region: usize,
-    demand_per_s: f64,
-    needs: &[f64],
-    wants: &[f64],
+    asked: &WindowAsk<'_>,
     pool: u64,
     wend: u64,
     now: u64,
@@ -437,7 +444,7 @@ fn fixed_window_share(
         let since = seat.asked_at.map_or(settings.interval_ns, |at| {
             now.saturating_sub(at).min(settings.interval_ns)
         });
-        seat.window_asked += demand_per_s.max(0.0) * since as f64 / 1e9;
+        seat.window_asked += asked.demand_per_s.max(0.0) * since as f64 / 1e9;
         seat.asked_at = Some(now);
     }
     let seats: Vec<InWindow> = table
@@ -445,19 +452,13 @@ fn fixed_window_share(
         .iter()
         .enumerate()
         .map(|(j, s)| {
-            let mut granted = if s.window == wend {
-                s.window_granted as f64
+            let granted = if s.window == wend {
+                s.window_granted.saturating_sub(asked.in_pool[j]) as f64
             } else {
                 0.0
             };
-            let this_interval = s
-                .granted_at
-                .is_some_and(|at| now.saturating_sub(at) < settings.interval_ns);
-            if j != region && this_interval && s.last_reset == wend {
-                granted = (granted - s.last_tokens as f64).max(0.0);
-            }
             InWindow {
-                takes_part: needs[j] > 0.0 || wants[j] > 0.0,
+                takes_part: asked.needs[j] > 0.0 || asked.wants[j] > 0.0,
                 granted,
                 asked: if s.asked_window == wend {
                     s.window_asked
@@ -465,7 +466,7 @@ fn fixed_window_share(
                     0.0
                 },
                 demand_per_s: if j == region {
-                    demand_per_s
+                    asked.demand_per_s
                 } else {
                     s.demand_per_s
                 },
@@ -478,7 +479,7 @@ fn fixed_window_share(
         pool as f64,
         wend.saturating_sub(now),
         settings.interval_ns,
-        wants[region],
+        asked.wants[region],
     )
 }
 
