@@ -75,7 +75,8 @@ pub struct RegionAsk {
     pub leaving: bool,
     /// Tokens the region still holds in the slices it keeps (a token bucket's are not given
     /// back, which would lose the refill since their grant): its next slice is that much
-    /// smaller.
+    /// smaller. A fixed window's home splits the window by what each region used of its
+    /// grants, their sum less this.
     pub held: u64,
     /// Asks of this bucket the region gave up waiting for (their `seq`): a grant that was
     /// lost on the way is given back to the bucket by the home.

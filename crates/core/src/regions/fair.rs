@@ -84,6 +84,8 @@ pub struct InWindow {
     /// Granted in this window so far, less what came back (another region's slice of the
     /// current interval left out: the pool counts it).
     pub granted: f64,
+    /// Of `granted`, what it still holds unspent (told at its last ask).
+    pub held: f64,
     /// Checks it was asked in this window so far (its reports' demand over time).
     pub asked: f64,
     /// Its demand per second, last told.
@@ -124,7 +126,7 @@ pub fn window_share(
             } else {
                 0.0
             };
-            s.asked.max(s.granted).max(0.0) + demand * rest_s
+            s.asked.max(s.granted - s.held).max(0.0) + demand * rest_s
         })
         .collect();
     let whole = seats.iter().map(|s| s.granted.max(0.0)).sum::<f64>() + pool.max(0.0);
@@ -244,6 +246,7 @@ mod tests {
         InWindow {
             takes_part: true,
             granted,
+            held: 0.0,
             asked,
             demand_per_s,
         }
@@ -279,6 +282,22 @@ mod tests {
         let a = window_share(&end, 0, 23.0, 800 * MS, SEC, 22.0);
         let c = 197.0 + 10.0 / 3.0 * 0.8;
         assert!((a - ((1_000.0 - c) / 2.0 - 390.0)).abs() < 1e-6, "{a}");
+        // What a region holds unspent is not demand: c, granted 205 of which it holds 6, and
+        // 199 asked, needs 2.7 more to the window's end, which its 6 cover: it is owed
+        // nothing, and a and b split the rest (its projection counted the 6 as used before).
+        let holding = [
+            seat(390.0, 1_190.0, 20.0),
+            seat(390.0, 590.0, 10.0),
+            InWindow {
+                held: 6.0,
+                ..seat(205.0, 199.0, 10.0 / 3.0)
+            },
+        ];
+        let need_c = 199.0 + 10.0 / 3.0 * 0.8;
+        let c = window_share(&holding, 2, 15.0, 800 * MS, SEC, 4.0);
+        assert_eq!(c, 0.0);
+        let a = window_share(&holding, 0, 15.0, 800 * MS, SEC, 22.0);
+        assert!((a - ((1_000.0 - need_c) / 2.0 - 390.0)).abs() < 1e-6, "{a}");
         // A dip in a region's told demand moves its part little: what it asked still counts.
         let dipped = [seats[0], seat(200.0, 300.0, 5.0), seats[2]];
         let b = window_share(&dipped, 1, pool, 30 * SEC, SEC, 6.0);

@@ -386,7 +386,8 @@ impl Allowances {
             // but the newest go back (the newest is spent until the grant comes): they were
             // more than it needed. A region short of tokens keeps them, and an early report is
             // the region running low. A token bucket's are kept (a return loses the refill
-            // since the grant) and told as `held`, which the home grants less by.
+            // since the grant) and told as `held`, which the home grants less by. A window's
+            // are told too: the home's split counts what the region used, not what it holds.
             let windowed = matches!(
                 e.rule.algorithm,
                 Algorithm::FixedWindow | Algorithm::SlidingWindow
@@ -432,7 +433,7 @@ impl Allowances {
                     advance: std::mem::take(&mut e.advance_spent),
                     early: !regular,
                     leaving,
-                    held: if windowed { 0 } else { e.tokens() },
+                    held: e.tokens(),
                     unanswered: std::mem::take(&mut e.unanswered),
                 },
             });

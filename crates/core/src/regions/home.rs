@@ -82,7 +82,7 @@ struct Seat {
     away: Option<Away>,
     /// Said it stops holding the bucket: nothing to reserve.
     left: bool,
-    /// What it held of a token bucket, told at its last ask.
+    /// What it held of its slices, told at its last ask.
     held: u64,
     /// Its last grants (ask's seq, tokens, mark): given back if it says the grant never came.
     recent: VecDeque<(u64, u64, Mark)>,
@@ -278,9 +278,15 @@ impl Allocator {
         };
         for (i, s) in table.seats.iter().enumerate() {
             // A region keeping a token bucket's slices wants what it holds less: what it
-            // holds was taken for it already.
+            // holds was taken for it already. A window's holder gives back all but its newest
+            // slice, which it spends until the grant comes: its holdings count in the
+            // window's split instead (what it used of its grants).
             if i == region {
-                let held = ask.held.min(rule.capacity()) as f64;
+                let held = if windowed {
+                    0.0
+                } else {
+                    ask.held.min(rule.capacity()) as f64
+                };
                 wants[i] = (want(seat_demand, horizon) - held).max(0.0);
                 needs[i] = (need(seat_demand, horizon) - held).max(0.0);
                 continue;
@@ -296,8 +302,9 @@ impl Allocator {
                 pool = pool.saturating_add(s.last_tokens);
             }
             if s.away.is_none() && !s.left && s.granted_at.is_some() {
-                wants[i] = (want(s.demand_per_s, horizon) - s.held as f64).max(0.0);
-                needs[i] = (need(s.demand_per_s, horizon) - s.held as f64).max(0.0);
+                let held = if windowed { 0.0 } else { s.held as f64 };
+                wants[i] = (want(s.demand_per_s, horizon) - held).max(0.0);
+                needs[i] = (need(s.demand_per_s, horizon) - held).max(0.0);
             }
         }
         // A fixed window is split whole by projected demand; a sliding window's room at any
@@ -305,6 +312,7 @@ impl Allocator {
         let region_share = if rule.algorithm == Algorithm::FixedWindow {
             let asked = WindowAsk {
                 demand_per_s: seat_demand,
+                held: ask.held.min(rule.capacity()),
                 needs: &needs,
                 wants: &wants,
                 in_pool: &in_pool,
@@ -357,11 +365,7 @@ impl Allocator {
             }
         }
         seat.demand_per_s = seat_demand;
-        seat.held = if windowed {
-            0
-        } else {
-            ask.held.min(rule.capacity())
-        };
+        seat.held = ask.held.min(rule.capacity());
         seat.granted_at = Some(now);
         seat.early = ask.early;
         let g = granted(settings, rule, tokens, d, now);
@@ -417,6 +421,8 @@ impl Allocator {
 /// this interval that the pool counts.
 struct WindowAsk<'a> {
     demand_per_s: f64,
+    /// What the asking region still holds of its slices.
+    held: u64,
     needs: &'a [f64],
     wants: &'a [f64],
     in_pool: &'a [u64],
@@ -435,15 +441,22 @@ fn fixed_window_share(
     now: u64,
     settings: &RegionSettings,
 ) -> f64 {
+    let period_ns = table.rule.period_ns;
     {
         let seat = &mut table.seats[region];
         if seat.asked_window != wend {
             seat.asked_window = wend;
             seat.window_asked = 0.0;
         }
-        let since = seat.asked_at.map_or(settings.interval_ns, |at| {
-            now.saturating_sub(at).min(settings.interval_ns)
-        });
+        // Only the part of the time since its last ask that lies in this window counts: the
+        // window's first ask would otherwise count the end of the window before.
+        let begun = now.saturating_sub(wend.saturating_sub(period_ns));
+        let since = seat
+            .asked_at
+            .map_or(settings.interval_ns, |at| {
+                now.saturating_sub(at).min(settings.interval_ns)
+            })
+            .min(begun);
         seat.window_asked += asked.demand_per_s.max(0.0) * since as f64 / 1e9;
         seat.asked_at = Some(now);
     }
@@ -457,9 +470,17 @@ fn fixed_window_share(
             } else {
                 0.0
             };
+            // Slices end with their window: what a region held at an ask of an earlier
+            // window is not of this one.
+            let held = match (s.window == wend, j == region) {
+                (true, true) => asked.held,
+                (true, false) => s.held,
+                (false, _) => 0,
+            };
             InWindow {
                 takes_part: asked.needs[j] > 0.0 || asked.wants[j] > 0.0,
                 granted,
+                held: (held as f64).min(granted),
                 asked: if s.asked_window == wend {
                     s.window_asked
                 } else {
