@@ -16,6 +16,9 @@ use std::collections::{HashMap, VecDeque};
 const MOST_SLICES: usize = 3;
 /// Most asks of one bucket remembered while their grants are on their way.
 pub(super) const MOST_ASKS: usize = 4;
+/// A window's first ask waits this fraction of an interval past its slices' end, for the
+/// jitter of the way to the home.
+const TURN_MARGIN: u64 = 50;
 
 /// How a check of a shared bucket was decided here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +103,10 @@ struct Entry {
     /// grants back to the bucket (a grant coming later is dropped here).
     unanswered: Vec<u64>,
     next_regular_ns: u64,
+    /// When its window's slices end (0: none granted): the new window's first slice is asked
+    /// for then, not at the next regular report, so that a region is not without tokens for
+    /// the start of every window.
+    turn_ns: u64,
     early_wanted: bool,
     early_sent: u32,
     /// A check found no tokens since the last report: the region is short, so it keeps its
@@ -264,6 +271,7 @@ impl Allowances {
                     asks: VecDeque::new(),
                     unanswered: Vec::new(),
                     next_regular_ns: now,
+                    turn_ns: 0,
                     early_wanted: true,
                     early_sent: 0,
                     short: false,
@@ -362,6 +370,14 @@ impl Allowances {
             let regular = now >= e.next_regular_ns;
             if regular {
                 e.early_sent = 0;
+            }
+            // The window turned at the home: a slice's end is the home's window end less the
+            // ask's way there, so an ask sent a little after it arrives in the new window.
+            if e.turn_ns > 0 && now >= e.turn_ns.saturating_add(s.interval_ns / TURN_MARGIN) {
+                e.turn_ns = 0;
+                if now.saturating_sub(e.last_check_ns) < s.interval_ns {
+                    e.early_wanted = true;
+                }
             }
             let leaving = now.saturating_sub(e.last_check_ns) >= idle && e.asks.is_empty();
             let early = e.early_wanted && e.asks.is_empty() && e.early_sent < s.early_per_interval;
@@ -473,6 +489,13 @@ impl Allowances {
             // From the ask, which left before the home took the slice: it ends here no later
             // than there, whatever the clocks' offsets.
             let until = asked_at.saturating_add(valid_ns);
+            let windowed = matches!(
+                e.rule.algorithm,
+                Algorithm::FixedWindow | Algorithm::SlidingWindow
+            );
+            if windowed && valid_ns < allowance_ns.min(self.settings.allowance_ns()) {
+                e.turn_ns = e.turn_ns.max(until);
+            }
             if tokens > 0 && until > now {
                 e.slices.push_back(Slice {
                     tokens,

@@ -54,6 +54,8 @@ impl RealBucket for Owned<'_> {
 struct Away {
     /// The window (its `reset_ns`) last reserved for.
     window: u64,
+    /// What was reserved for it in that window.
+    reserved: u64,
     /// A token bucket's refill reserved up to then, and the fraction carried.
     refill_at: u64,
     carry: f64,
@@ -241,7 +243,19 @@ impl Allocator {
             if seat.window == wend {
                 seat.window_granted = seat.window_granted.saturating_sub(returned);
             }
-            seat.away = None;
+            // What was reserved for it while away it may have admitted on its fallback: it
+            // counts as granted to it in the window, or the window's split would hand it out
+            // again (the regions that stayed would find their parts spent).
+            if let Some(away) = seat.away.take()
+                && away.window == wend
+                && away.reserved > 0
+            {
+                if seat.window != wend {
+                    seat.window = wend;
+                    seat.window_granted = 0;
+                }
+                seat.window_granted = seat.window_granted.saturating_add(away.reserved);
+            }
             seat.left = ask.leaving;
         }
         reserve(&self.settings, &self.down, table, now, real, Some(region));
@@ -544,12 +558,14 @@ fn granted(
 }
 
 /// Takes what `n` would have admitted from `real`, at most what it has left.
-fn take(real: &mut impl RealBucket, now: u64, n: u64) {
+/// Takes up to `n` from `real`; what it took.
+fn take(real: &mut impl RealBucket, now: u64, n: u64) -> u64 {
     let left = real.decide(now, 0).remaining;
     let n = n.min(left);
     if n > 0 {
         real.decide(now, n);
     }
+    n
 }
 
 /// The reservations of `table` due at `now`. A region is taken to be away (maybe deciding on
@@ -591,9 +607,10 @@ fn reserve(
                     _ if seat.window == wend => fb.limit.saturating_sub(seat.window_granted),
                     _ => fb.limit,
                 };
-                take(real, now, want);
+                let reserved = take(real, now, want);
                 seat.away = Some(Away {
                     window: wend,
+                    reserved,
                     refill_at: now,
                     carry: 0.0,
                 });
@@ -610,7 +627,7 @@ fn reserve(
                     take(real, now, n);
                 }
                 _ if away.window != wend => {
-                    take(real, now, fb.limit);
+                    away.reserved = take(real, now, fb.limit);
                     away.window = wend;
                 }
                 _ => {}

@@ -394,3 +394,23 @@ fn a_region_cut_off_for_30_s_keeps_the_regions_within_the_limit() {
         }
     }
 }
+
+/// A region cut off while its demand is beyond its fallback share spends the share reserved
+/// for it; once back, that counts as granted to it in the window, so the regions that stayed
+/// keep their parts (before, the window's split handed the reservation out again: they
+/// stopped for the window's rest, 287 and 280, while the returned region took 414).
+#[test]
+fn a_region_back_from_a_cut_does_not_take_the_others_parts() {
+    for home in 0..2 {
+        let d = [1_000.0 / 60.0, 500.0 / 60.0, 500.0 / 60.0];
+        let mut sim = Sim::new(Algorithm::FixedWindow, home, d);
+        let from = sim.start + 75 * SEC;
+        sim.cut = Some((2, from, from + 30 * SEC));
+        sim.run_until(sim.start + 2 * 60 * SEC);
+        let per: Vec<u64> = (0..3).map(|r| sim.minute(r, 1)).collect();
+        eprintln!("home {home}, c cut off in minute 1: {per:?}");
+        assert!(sim.total(1) <= 1_000, "{per:?}");
+        assert!(per[0] >= 330 && per[1] >= 330, "{per:?}");
+        assert!(per[2] <= 334, "{per:?}");
+    }
+}

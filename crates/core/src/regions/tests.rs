@@ -246,3 +246,57 @@ fn bad_asks_never_change_a_bucket() {
     };
     assert!(tokens <= 900);
 }
+
+/// A window's slices end with it: the region asks for the new window's first slice as soon
+/// as the window has turned at the home, not at its next regular report.
+#[test]
+fn a_region_asks_for_the_new_windows_slice_when_its_window_turns() {
+    let (s, r, side, mut home, mut real) = setup();
+    // The window (a minute from the epoch) ends 2.5 s after the first check.
+    let wend = (T0 / (60 * SEC) + 1) * 60 * SEC;
+    let t = wend - 2_500 * MS;
+    assert!(
+        side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key)
+            .allowed()
+    );
+    exchange(&side, &mut home, &mut real, &r, t);
+    // Regular reports each interval; the last one before the window's end at wend - 0.5 s.
+    exchange(&side, &mut home, &mut real, &r, t + SEC);
+    exchange(&side, &mut home, &mut real, &r, t + 2 * SEC);
+    let next_regular = t + 3 * SEC;
+    // Checks keep coming.
+    assert!(
+        side.check(ID, &r, OnRegionUnreachable::Share, 1, wend - 10 * MS, key)
+            .allowed()
+    );
+    // At the window's end its slices are gone; a little after, the report goes, half an
+    // interval before the regular one would.
+    assert!(side.due(wend).is_empty());
+    let margin = s.interval_ns / 50;
+    let due = side.due(wend + margin);
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert!(due[0].ask.early);
+    assert!(wend + margin < next_regular);
+    // Its grant is of the new window.
+    let g = home.ask(
+        ID,
+        &r,
+        1,
+        due[0].seq,
+        &due[0].ask,
+        wend + margin,
+        &mut Owned {
+            state: &mut real,
+            rule: &r,
+        },
+    );
+    let RegionGrant::Granted { tokens, .. } = g else {
+        panic!("{g:?}");
+    };
+    assert!(tokens > 0, "{g:?}");
+    assert_eq!(side.answered(ID, due[0].seq, g, wend + margin), None);
+    assert!(
+        side.check(ID, &r, OnRegionUnreachable::Share, 1, wend + margin, key)
+            .allowed()
+    );
+}
