@@ -286,7 +286,8 @@ class Bench:
                      total <= LIMIT * OVER_BOUND)
             for r, (g, share) in enumerate(zip(got, fair)):
                 self.row("skewed", f"window {k + 1}: region {REGIONS[r]} (asked "
-                         f"{demands[r]:.0f})", f"{g}", f"≥ fair share {share:.0f}", g >= share)
+                         f"{demands[r]:.0f})", f"{g}", f"≥ fair share {share:.0f}",
+                         g >= share - 1e-6)
 
     def moving(self):
         """Demand moves from a to b: time until b admits 90% of its fair share."""
