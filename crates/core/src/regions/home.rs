@@ -339,9 +339,11 @@ impl Allocator {
         let seat = &mut table.seats[region];
         // A regular report after a regular one is granted a whole interval's share; an early
         // one (and the next after it) the share of the time since the last grant, so that
-        // asking early moves a region's slices earlier, never makes them larger.
+        // asking early moves a region's slices earlier, never makes them larger. A window's
+        // first grant is whole: the region's slices of the window before ended with it.
+        let first_of_window = windowed && seat.window != wend;
         let factor = match seat.granted_at {
-            Some(at) if ask.early || seat.early => {
+            Some(at) if (ask.early || seat.early) && !first_of_window => {
                 (now.saturating_sub(at) as f64 / settings.interval_ns.max(1) as f64).min(1.0)
             }
             _ => 1.0,
