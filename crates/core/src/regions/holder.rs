@@ -2,13 +2,13 @@
 //! slices its home granted, with the demand the next report tells and the fallback bucket it
 //! decides on when its allowance expired without renewal.
 
-use super::{OnRegionUnreachable, RegionSettings, fallback_rule};
+use super::{OnRegionUnreachable, RegionSettings, fallback_rule, windowed};
 use crate::clock::NANOS_PER_MS;
 use crate::limiter::{BucketState, Decision, Rule};
 use parking_lot::Mutex;
+use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::Mark;
 use ringlimit_proto::region::{RegionAsk, RegionGrant, SliceBack};
-use ringlimit_proto::{Algorithm, RuleRef};
 use std::collections::{HashMap, VecDeque};
 
 /// Most slices of one bucket a region keeps (the newest and renewals that came early); older
@@ -404,10 +404,7 @@ impl Allowances {
             // the region running low. A token bucket's are kept (a return loses the refill
             // since the grant) and told as `held`, which the home grants less by. A window's
             // are told too: the home's split counts what the region used, not what it holds.
-            let windowed = matches!(
-                e.rule.algorithm,
-                Algorithm::FixedWindow | Algorithm::SlidingWindow
-            );
+            let windowed = windowed(&e.rule);
             let keep = if leaving {
                 0
             } else if regular && !e.short && windowed {
@@ -489,11 +486,7 @@ impl Allowances {
             // From the ask, which left before the home took the slice: it ends here no later
             // than there, whatever the clocks' offsets.
             let until = asked_at.saturating_add(valid_ns);
-            let windowed = matches!(
-                e.rule.algorithm,
-                Algorithm::FixedWindow | Algorithm::SlidingWindow
-            );
-            if windowed && valid_ns < allowance_ns.min(self.settings.allowance_ns()) {
+            if windowed(&e.rule) && valid_ns < allowance_ns.min(self.settings.allowance_ns()) {
                 e.turn_ns = e.turn_ns.max(until);
             }
             if tokens > 0 && until > now {

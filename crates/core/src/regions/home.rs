@@ -5,7 +5,7 @@
 //! asking gets a reservation of what its fallback may admit.
 
 use super::fair::{InWindow, budget, need, split_with_room, want, window_share};
-use super::{RegionSettings, fallback_rule};
+use super::{RegionSettings, fallback_rule, windowed};
 use crate::clock::NANOS_PER_MS;
 use crate::lease::valid_ns;
 use crate::limiter::fixed_window::window_end;
@@ -276,10 +276,7 @@ impl Allocator {
         let mut needs = vec![0.0; n];
         // Each other region's slice of this interval, as the pool counts it.
         let mut in_pool = vec![0u64; n];
-        let windowed = matches!(
-            rule.algorithm,
-            Algorithm::FixedWindow | Algorithm::SlidingWindow
-        );
+        let windowed = windowed(rule);
         // Windows are named by their end (a peek's `reset_ns` of a sliding window depends on
         // its counts).
         let rest = wend.saturating_sub(now);
@@ -290,17 +287,14 @@ impl Allocator {
         } else {
             settings.interval_ns
         };
+        // A region keeping a token bucket's slices wants what it holds less: what it holds was
+        // taken for it already. A window's holder gives back all but its newest slice, which it
+        // spends until the grant comes: its holdings count in the window's split instead (what
+        // it used of its grants).
+        let held_off = |held: u64| if windowed { 0.0 } else { held as f64 };
         for (i, s) in table.seats.iter().enumerate() {
-            // A region keeping a token bucket's slices wants what it holds less: what it
-            // holds was taken for it already. A window's holder gives back all but its newest
-            // slice, which it spends until the grant comes: its holdings count in the
-            // window's split instead (what it used of its grants).
             if i == region {
-                let held = if windowed {
-                    0.0
-                } else {
-                    ask.held.min(rule.capacity()) as f64
-                };
+                let held = held_off(ask.held.min(rule.capacity()));
                 wants[i] = (want(seat_demand, horizon) - held).max(0.0);
                 needs[i] = (need(seat_demand, horizon) - held).max(0.0);
                 continue;
@@ -316,7 +310,7 @@ impl Allocator {
                 pool = pool.saturating_add(s.last_tokens);
             }
             if s.away.is_none() && !s.left && s.granted_at.is_some() {
-                let held = if windowed { 0.0 } else { s.held as f64 };
+                let held = held_off(s.held);
                 wants[i] = (want(s.demand_per_s, horizon) - held).max(0.0);
                 needs[i] = (need(s.demand_per_s, horizon) - held).max(0.0);
             }
@@ -559,8 +553,7 @@ fn granted(
     }
 }
 
-/// Takes what `n` would have admitted from `real`, at most what it has left.
-/// Takes up to `n` from `real`; what it took.
+/// Takes what `n` would have admitted from `real`, at most what it has left; what it took.
 fn take(real: &mut impl RealBucket, now: u64, n: u64) -> u64 {
     let left = real.decide(now, 0).remaining;
     let n = n.min(left);

@@ -39,6 +39,16 @@ pub use home::{Allocator, Owned, RealBucket, SeatTotals};
 
 use crate::clock::NANOS_PER_MS;
 use crate::limiter::Rule;
+use ringlimit_proto::Algorithm;
+
+/// Whether a rule's slices end with its window (fixed and sliding windows), rather than
+/// refilling (token bucket).
+fn windowed(rule: &Rule) -> bool {
+    matches!(
+        rule.algorithm,
+        Algorithm::FixedWindow | Algorithm::SlidingWindow
+    )
+}
 
 pub use ringlimit_proto::discovery::OnRegionUnreachable;
 

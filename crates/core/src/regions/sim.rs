@@ -277,12 +277,10 @@ fn skewed(algorithm: Algorithm, home: usize, fair_part: f64) {
         // A fixed window's split counts what each region used of its grants, not what it
         // holds: what a region holds at the window's end is spent, so the window is (before,
         // the region of small demand ended each window holding 3-5 it could not spend).
+        // And it is split whole: the two regions asking beyond their equal parts end each
+        // window even (the split of each interval left them up to 14 apart).
         if algorithm == Algorithm::FixedWindow {
             assert!(total >= 997, "minute {m}: only {total} admitted: {per:?}");
-        }
-        // A fixed window is split whole: the two regions asking beyond their equal parts
-        // end each window even (the split of each interval left them up to 14 apart).
-        if algorithm == Algorithm::FixedWindow {
             assert!(
                 per[0].abs_diff(per[1]) <= 3,
                 "minute {m}: a and b uneven: {per:?}"
