@@ -110,9 +110,9 @@ pub fn window_share(
     rest_ns: u64,
     interval_ns: u64,
     want: f64,
-) -> f64 {
+) -> WindowShare {
     let Some(me) = seats.get(region) else {
-        return 0.0;
+        return WindowShare::default();
     };
     let rest_s = rest_ns as f64 / 1e9;
     let projected: Vec<f64> = seats
@@ -138,11 +138,22 @@ pub fn window_share(
     } else {
         owed
     };
-    if parts[region] >= projected[region] - 1e-9 {
+    let share = if parts[region] >= projected[region] - 1e-9 {
         paced.max(want.min(owed))
     } else {
         paced
-    }
+    };
+    WindowShare { share, owed }
+}
+
+/// A region's slice at one ask of a fixed window ([`window_share`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WindowShare {
+    /// What to grant now.
+    pub share: f64,
+    /// What it is still owed of its part of the window: no grant takes it beyond (its part's
+    /// fraction carried over would otherwise round one region up at another's expense).
+    pub owed: f64,
 }
 
 /// [`split`] of `budget` by the regions' `needs` (their demands for the interval), then each
@@ -263,14 +274,14 @@ mod tests {
         let pool = 500.0;
         // Parts: c its 200, a and b 400 each; a is owed 200 over the 29 s before the last
         // interval.
-        let a = window_share(&seats, 0, pool, 30 * SEC, SEC, 22.0);
+        let a = window_share(&seats, 0, pool, 30 * SEC, SEC, 22.0).share;
         assert!((a - 200.0 / 29.0).abs() < 1e-9, "{a}");
         // b was granted less than a: it is owed more, and catches up.
         let lagging = [seat(200.0, 600.0, 20.0), seat(150.0, 300.0, 10.0), seats[2]];
-        let b = window_share(&lagging, 1, 550.0, 30 * SEC, SEC, 11.0);
+        let b = window_share(&lagging, 1, 550.0, 30 * SEC, SEC, 11.0).share;
         assert!((b - 250.0 / 29.0).abs() < 1e-9, "{b}");
         // c's demand is met: at least its room.
-        let c = window_share(&seats, 2, pool, 30 * SEC, SEC, 4.4);
+        let c = window_share(&seats, 2, pool, 30 * SEC, SEC, 4.4).share;
         assert!((c - 4.4).abs() < 1e-9, "{c}");
         // The last interval: whatever is owed. c's projection is 197 + 3.33 · 0.8, a and b
         // split the rest evenly, and a holds 390 of its part.
@@ -279,7 +290,7 @@ mod tests {
             seat(390.0, 590.0, 10.0),
             seat(197.0, 197.0, 10.0 / 3.0),
         ];
-        let a = window_share(&end, 0, 23.0, 800 * MS, SEC, 22.0);
+        let a = window_share(&end, 0, 23.0, 800 * MS, SEC, 22.0).share;
         let c = 197.0 + 10.0 / 3.0 * 0.8;
         assert!((a - ((1_000.0 - c) / 2.0 - 390.0)).abs() < 1e-6, "{a}");
         // What a region holds unspent is not demand: c, granted 205 of which it holds 6, and
@@ -294,21 +305,21 @@ mod tests {
             },
         ];
         let need_c = 199.0 + 10.0 / 3.0 * 0.8;
-        let c = window_share(&holding, 2, 15.0, 800 * MS, SEC, 4.0);
+        let c = window_share(&holding, 2, 15.0, 800 * MS, SEC, 4.0).share;
         assert_eq!(c, 0.0);
-        let a = window_share(&holding, 0, 15.0, 800 * MS, SEC, 22.0);
+        let a = window_share(&holding, 0, 15.0, 800 * MS, SEC, 22.0).share;
         assert!((a - ((1_000.0 - need_c) / 2.0 - 390.0)).abs() < 1e-6, "{a}");
         // A dip in a region's told demand moves its part little: what it asked still counts.
         let dipped = [seats[0], seat(200.0, 300.0, 5.0), seats[2]];
-        let b = window_share(&dipped, 1, pool, 30 * SEC, SEC, 6.0);
+        let b = window_share(&dipped, 1, pool, 30 * SEC, SEC, 6.0).share;
         assert!((b - 200.0 / 29.0).abs() < 1e-9, "{b}");
         // A region that does not take part gets nothing; nor does one out of range; bad
         // demand is none.
         let out = [seats[0], InWindow::default(), seats[2]];
-        assert_eq!(window_share(&out, 1, pool, 30 * SEC, SEC, 6.0), 0.0);
-        assert_eq!(window_share(&seats, 7, pool, 30 * SEC, SEC, 6.0), 0.0);
+        assert_eq!(window_share(&out, 1, pool, 30 * SEC, SEC, 6.0).share, 0.0);
+        assert_eq!(window_share(&seats, 7, pool, 30 * SEC, SEC, 6.0).share, 0.0);
         let nan = [seat(0.0, 0.0, f64::NAN)];
-        assert_eq!(window_share(&nan, 0, 100.0, 30 * SEC, SEC, 0.0), 0.0);
+        assert_eq!(window_share(&nan, 0, 100.0, 30 * SEC, SEC, 0.0).share, 0.0);
     }
 
     #[test]

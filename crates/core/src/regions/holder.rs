@@ -107,6 +107,13 @@ struct Entry {
     /// for then, not at the next regular report, so that a region is not without tokens for
     /// the start of every window.
     turn_ns: u64,
+    /// When the home's window turned at the latest, here (0: not known): the advance is
+    /// armed then (see [`Entry::expire`]).
+    advance_at: u64,
+    /// The turn whose advance was armed.
+    turn_armed: u64,
+    /// What may be admitted ahead of a grant: at a window's turn, as before the first grant.
+    turn_advance: u64,
     early_wanted: bool,
     early_sent: u32,
     /// A check found no tokens since the last report: the region is short, so it keeps its
@@ -127,6 +134,15 @@ impl Entry {
             if let Some(s) = self.slices.pop_front() {
                 self.give_back(s);
             }
+        }
+        // Once its window's slices ended, the region may admit the advance a new key may
+        // until the new window's first grant comes (a round trip after the turn): a region of
+        // small demand would otherwise lose its checks of each window's first moments, and
+        // its part of the window with them. It is charged in the new window with the next
+        // report, as a new key's is.
+        if self.advance_at > 0 && now >= self.advance_at && self.turn_armed != self.advance_at {
+            self.turn_armed = self.advance_at;
+            self.advance_left = self.turn_advance;
         }
     }
 
@@ -272,6 +288,9 @@ impl Allowances {
                     unanswered: Vec::new(),
                     next_regular_ns: now,
                     turn_ns: 0,
+                    advance_at: 0,
+                    turn_armed: 0,
+                    turn_advance: advance,
                     early_wanted: true,
                     early_sent: 0,
                     short: false,
@@ -316,7 +335,7 @@ impl Allowances {
                 OnRegionUnreachable::Open => Verdict::Open,
             };
         }
-        if e.allowance_until == 0 && e.advance_left >= cost {
+        if e.advance_left >= cost {
             e.advance_left -= cost;
             e.advance_spent = e.advance_spent.saturating_add(cost);
             charge(&mut e.fallback, &fb_rule, now, cost);
@@ -415,9 +434,32 @@ impl Allowances {
             if regular {
                 e.short = false;
             }
-            while e.slices.len() > keep {
-                if let Some(sl) = e.slices.pop_front() {
-                    e.give_back(sl);
+            if keep == 1 && e.slices.len() > 1 {
+                let newest = e.slices.back().map_or(0, |sl| sl.tokens);
+                let room = (rate * s.interval_ns as f64 * super::HEADROOM).ceil() as u64;
+                let mut excess = e.tokens().saturating_sub(newest.max(room));
+                while excess > 0 && e.slices.len() > 1 {
+                    let Some(front) = e.slices.front_mut() else {
+                        break;
+                    };
+                    let n = front.tokens.min(excess);
+                    front.tokens -= n;
+                    excess -= n;
+                    let (mark, empty) = (front.mark, front.tokens == 0);
+                    if empty {
+                        e.slices.pop_front();
+                    }
+                    e.give_back(Slice {
+                        tokens: n,
+                        until_ns: 0,
+                        mark,
+                    });
+                }
+            } else {
+                while e.slices.len() > keep {
+                    if let Some(sl) = e.slices.pop_front() {
+                        e.give_back(sl);
+                    }
                 }
             }
             let seq = {
@@ -463,7 +505,14 @@ impl Allowances {
     /// The home's answer to ask `seq` of bucket `id`, received at `now`. Returns a slice to
     /// give back at once (the bucket was dropped meanwhile, or the ask is unknown: a grant
     /// nobody will spend).
-    pub fn answered(&self, id: u64, seq: u64, grant: RegionGrant, now: u64) -> Option<SliceBack> {
+    pub fn answered(
+        &self,
+        id: u64,
+        seq: u64,
+        grant: RegionGrant,
+        now: u64,
+        home_ahead_ns: Option<i64>,
+    ) -> Option<SliceBack> {
         let mut entries = self.entries.lock();
         let Some(e) = entries.get_mut(&id) else {
             return unspent(&grant);
@@ -485,9 +534,23 @@ impl Allowances {
         {
             // From the ask, which left before the home took the slice: it ends here no later
             // than there, whatever the clocks' offsets.
-            let until = asked_at.saturating_add(valid_ns);
-            if windowed(&e.rule) && valid_ns < allowance_ns.min(self.settings.allowance_ns()) {
+            let mut until = asked_at.saturating_add(valid_ns);
+            let ends_with_window =
+                windowed(&e.rule) && valid_ns < allowance_ns.min(self.settings.allowance_ns());
+            if ends_with_window {
+                // The home's window ends between `until` (had the home granted as the ask
+                // left) and `latest` (as the grant came). With the home's clock offset
+                // measured, where it puts the end; without, the advance waits for `latest`.
+                let latest = now.saturating_add(valid_ns);
+                let placed = home_ahead_ns.map(|ahead| {
+                    let wend = i64::try_from(reset_at_ms.saturating_mul(NANOS_PER_MS))
+                        .unwrap_or(i64::MAX)
+                        .saturating_sub(ahead);
+                    u64::try_from(wend).unwrap_or(0).clamp(until, latest)
+                });
+                until = placed.unwrap_or(until);
                 e.turn_ns = e.turn_ns.max(until);
+                e.advance_at = e.advance_at.max(placed.unwrap_or(latest));
             }
             if tokens > 0 && until > now {
                 e.slices.push_back(Slice {
@@ -501,7 +564,10 @@ impl Allowances {
             e.allowance_until = e
                 .allowance_until
                 .max(asked_at.saturating_add(allowance_ns.min(self.settings.allowance_ns())));
-            e.advance_left = 0;
+            // A grant of the window before, come after its end, does not end the advance.
+            if !(ends_with_window && until <= now) {
+                e.advance_left = 0;
+            }
             e.last_granted = tokens;
             e.limit = limit;
             e.reset_at_ms = reset_at_ms;

@@ -4,7 +4,7 @@
 //! (so the sum of everything the regions admit never exceeds it); a region that stopped
 //! asking gets a reservation of what its fallback may admit.
 
-use super::fair::{InWindow, budget, need, split_with_room, want, window_share};
+use super::fair::{InWindow, WindowShare, budget, need, split_with_room, want, window_share};
 use super::{RegionSettings, fallback_rule, windowed};
 use crate::clock::NANOS_PER_MS;
 use crate::lease::valid_ns;
@@ -79,6 +79,8 @@ struct Seat {
     /// demand over the time between its asks), and when it last asked.
     asked_window: u64,
     window_asked: f64,
+    /// The time `window_asked` covers.
+    window_asked_ns: u64,
     asked_at: Option<u64>,
     carry: f64,
     away: Option<Away>,
@@ -225,8 +227,19 @@ impl Allocator {
         if ask.advance > 0 {
             real.charge(now, ask.advance.min(rule.capacity()));
         }
+        let new_window = table.seats[region].window != wend;
         {
             let seat = &mut table.seats[region];
+            // An advance is granted to the region in the window it was charged in.
+            if ask.advance > 0 && windowed(rule) {
+                if seat.window != wend {
+                    seat.window = wend;
+                    seat.window_granted = 0;
+                }
+                seat.window_granted = seat
+                    .window_granted
+                    .saturating_add(ask.advance.min(rule.capacity()));
+            }
             // A grant lost while the region was reserved for is part of that reservation
             // (its fallback was charged with no slice of it): not given back.
             let reserved = seat.away.is_some();
@@ -317,7 +330,7 @@ impl Allocator {
         }
         // A fixed window is split whole by projected demand; a sliding window's room at any
         // instant counts the window before, so it keeps the split of each interval's budget.
-        let region_share = if rule.algorithm == Algorithm::FixedWindow {
+        let (region_share, owed) = if rule.algorithm == Algorithm::FixedWindow {
             let asked = WindowAsk {
                 demand_per_s: seat_demand,
                 held: ask.held.min(rule.capacity()),
@@ -325,19 +338,23 @@ impl Allocator {
                 wants: &wants,
                 in_pool: &in_pool,
             };
-            fixed_window_share(table, region, &asked, pool, wend, now, settings)
+            let w = fixed_window_share(table, region, &asked, pool, wend, now, settings);
+            (w.share, Some(w.owed))
         } else {
             let b = budget(rule, pool, rest, settings.interval_ns);
-            split_with_room(b, &needs, &wants)[region]
+            (split_with_room(b, &needs, &wants)[region], None)
         };
         let seat = &mut table.seats[region];
         // A regular report after a regular one is granted a whole interval's share; an early
         // one (and the next after it) the share of the time since the last grant, so that
         // asking early moves a region's slices earlier, never makes them larger. A window's
         // first grant is whole: the region's slices of the window before ended with it.
-        let first_of_window = windowed && seat.window != wend;
+        let first_of_window = windowed && new_window;
+        // In a fixed window's last two intervals a region is granted what it is still owed
+        // of its part, whole: there is no later grant to move it to.
+        let last_of_window = owed.is_some() && rest <= 2 * settings.interval_ns;
         let factor = match seat.granted_at {
-            Some(at) if (ask.early || seat.early) && !first_of_window => {
+            Some(at) if (ask.early || seat.early) && !first_of_window && !last_of_window => {
                 (now.saturating_sub(at) as f64 / settings.interval_ns.max(1) as f64).min(1.0)
             }
             _ => 1.0,
@@ -362,6 +379,9 @@ impl Allocator {
         };
         let room = peek.remaining.saturating_add(ahead);
         let mut tokens = (exact.floor().max(0.0) as u64).min(room);
+        if let Some(owed) = owed {
+            tokens = tokens.min((owed + 1e-6).floor().max(0.0) as u64);
+        }
         seat.carry = (exact - tokens as f64).clamp(0.0, share.max(0.999));
         let mut d = peek;
         if tokens > peek.remaining {
@@ -450,13 +470,14 @@ fn fixed_window_share(
     wend: u64,
     now: u64,
     settings: &RegionSettings,
-) -> f64 {
+) -> WindowShare {
     let period_ns = table.rule.period_ns;
     {
         let seat = &mut table.seats[region];
         if seat.asked_window != wend {
             seat.asked_window = wend;
             seat.window_asked = 0.0;
+            seat.window_asked_ns = 0;
         }
         // Only the part of the time since its last ask that lies in this window counts: the
         // window's first ask would otherwise count the end of the window before.
@@ -468,6 +489,7 @@ fn fixed_window_share(
             })
             .min(begun);
         seat.window_asked += asked.demand_per_s.max(0.0) * since as f64 / 1e9;
+        seat.window_asked_ns = seat.window_asked_ns.saturating_add(since);
         seat.asked_at = Some(now);
     }
     let seats: Vec<InWindow> = table
@@ -475,6 +497,12 @@ fn fixed_window_share(
         .iter()
         .enumerate()
         .map(|(j, s)| {
+            let told = if j == region {
+                asked.demand_per_s
+            } else {
+                s.demand_per_s
+            };
+            let demand = steady(told, s, wend);
             let granted = if s.window == wend {
                 s.window_granted.saturating_sub(asked.in_pool[j]) as f64
             } else {
@@ -491,16 +519,20 @@ fn fixed_window_share(
                 takes_part: asked.needs[j] > 0.0 || asked.wants[j] > 0.0,
                 granted,
                 held: (held as f64).min(granted),
+                // Another region's checks since its last ask are not told yet: its demand
+                // over that time counts too (the projection is from now to the window's end).
                 asked: if s.asked_window == wend {
-                    s.window_asked
+                    let untold = if j == region {
+                        0
+                    } else {
+                        s.asked_at
+                            .map_or(0, |at| now.saturating_sub(at).min(2 * settings.interval_ns))
+                    };
+                    s.window_asked + demand * untold as f64 / 1e9
                 } else {
                     0.0
                 },
-                demand_per_s: if j == region {
-                    asked.demand_per_s
-                } else {
-                    s.demand_per_s
-                },
+                demand_per_s: demand,
             }
         })
         .collect();
@@ -512,6 +544,22 @@ fn fixed_window_share(
         settings.interval_ns,
         asked.wants[region],
     )
+}
+
+/// The demand per second to project a region's part of a fixed window by: its rate over the
+/// window so far when its last told rate is near it (a report counts whole checks over one
+/// interval: 3 or 4 a second for a region asking 3.3, which the window's end makes a check
+/// short or over), its last told rate when its demand moved.
+fn steady(told: f64, seat: &Seat, wend: u64) -> f64 {
+    if seat.asked_window != wend || seat.window_asked_ns < 2_000 * NANOS_PER_MS {
+        return told;
+    }
+    let mean = seat.window_asked * 1e9 / seat.window_asked_ns as f64;
+    if told >= mean * 0.5 && told <= mean * 2.0 {
+        mean
+    } else {
+        told
+    }
 }
 
 fn error(code: &str, message: &str) -> RegionGrant {

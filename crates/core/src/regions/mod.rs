@@ -33,7 +33,9 @@ mod fair;
 mod holder;
 mod home;
 
-pub use fair::{HEADROOM, InWindow, budget, need, split, split_with_room, want, window_share};
+pub use fair::{
+    HEADROOM, InWindow, WindowShare, budget, need, split, split_with_room, want, window_share,
+};
 pub use holder::{Allowances, Due, Verdict};
 pub use home::{Allocator, Owned, RealBucket, SeatTotals};
 

@@ -156,7 +156,9 @@ impl Sim {
                 }
                 Payload::Grants(grants) => {
                     for (id, seq, g) in grants {
-                        if let Some(back) = self.regions[m.region].answered(id, seq, g, now) {
+                        if let Some(back) =
+                            self.regions[m.region].answered(id, seq, g, now, Some(0))
+                        {
                             panic!("unexpected return {back:?}");
                         }
                     }

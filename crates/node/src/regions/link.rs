@@ -102,7 +102,8 @@ async fn exchange(regions: Arc<Regions>, local: Arc<Local>, senders: Vec<mpsc::S
                 for d in batch {
                     // This node decided the bucket's checks: it owns it in this region.
                     let g = regions.grant(&local, 0, d.seq, d.ask, now, &|_| true);
-                    regions.held.answered(d.id, d.seq, g, local.now());
+                    // Our own region's home shares our cluster's clock.
+                    regions.held.answered(d.id, d.seq, g, local.now(), Some(0));
                 }
                 continue;
             }
@@ -170,9 +171,10 @@ async fn link(
                 regions.home.lock().set_down(i, false);
                 l.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let now = local.now();
+                let ahead = regions.offset(&l.name).map(|o| o.offset_ns);
                 for g in grants {
                     if let Some(&(_, id)) = ids.iter().find(|(seq, _)| *seq == g.seq) {
-                        regions.held.answered(id, g.seq, g.grant, now);
+                        regions.held.answered(id, g.seq, g.grant, now, ahead);
                     }
                 }
             }
