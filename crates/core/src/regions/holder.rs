@@ -97,8 +97,8 @@ struct Entry {
     /// Before the first grant: what may still be admitted ahead of it, and what was.
     advance_left: u64,
     advance_spent: u64,
-    /// Asks on their way: (seq, asked at).
-    asks: VecDeque<(u64, u64)>,
+    /// Asks on their way: (seq, asked at, the advance it told).
+    asks: VecDeque<(u64, u64, u64)>,
     /// Asks given up (no grant within an interval): told to the home, which gives their
     /// grants back to the bucket (a grant coming later is dropped here).
     unanswered: Vec<u64>,
@@ -376,11 +376,15 @@ impl Allowances {
             // An ask unanswered for an interval is lost: what it gave back is lost with it
             // (fewer admissions, never more); its grant, if it was the grant that was lost,
             // the home gives back when told.
-            while let Some(&(seq, at)) = e.asks.front() {
+            while let Some(&(seq, at, advance)) = e.asks.front() {
                 if now.saturating_sub(at) < s.interval_ns {
                     break;
                 }
                 e.asks.pop_front();
+                // What it admitted ahead of its grants is told again: lost with the ask, it
+                // would never be charged (told twice when the grant was lost: fewer
+                // admissions, never more).
+                e.advance_spent = e.advance_spent.saturating_add(advance);
                 e.unanswered.push(seq);
                 if e.unanswered.len() > MOST_ASKS {
                     e.unanswered.remove(0);
@@ -467,9 +471,12 @@ impl Allowances {
                 *q += 1;
                 *q
             };
-            e.asks.push_back((seq, now));
+            let advance = std::mem::take(&mut e.advance_spent);
+            e.asks.push_back((seq, now, advance));
             while e.asks.len() > MOST_ASKS {
-                e.asks.pop_front();
+                if let Some((_, _, advance)) = e.asks.pop_front() {
+                    e.advance_spent = e.advance_spent.saturating_add(advance);
+                }
             }
             if regular {
                 e.next_regular_ns = now.saturating_add(s.interval_ns);
@@ -485,7 +492,7 @@ impl Allowances {
                     rule: e.rule_ref.clone(),
                     demand_milli: if leaving { 0 } else { demand_milli },
                     back: std::mem::take(&mut e.back),
-                    advance: std::mem::take(&mut e.advance_spent),
+                    advance,
                     early: !regular,
                     leaving,
                     held: e.tokens(),
@@ -517,11 +524,11 @@ impl Allowances {
         let Some(e) = entries.get_mut(&id) else {
             return unspent(&grant);
         };
-        let Some(pos) = e.asks.iter().position(|&(q, _)| q == seq) else {
+        let Some(pos) = e.asks.iter().position(|&(q, _, _)| q == seq) else {
             // Given up as lost already: the home gives it back when told (or was told).
             return None;
         };
-        let (_, asked_at) = e.asks[pos];
+        let (_, asked_at, _) = e.asks[pos];
         e.asks.remove(pos);
         if let RegionGrant::Granted {
             tokens,

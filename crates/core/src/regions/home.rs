@@ -122,6 +122,8 @@ pub struct Allocator {
     max_buckets: usize,
     /// Tokens moved to regions (granted), per region, since start.
     moved: Vec<u64>,
+    /// How long a region's ask takes to come here (half the link's round trip), per region.
+    lag_ns: Vec<u64>,
 }
 
 impl Allocator {
@@ -133,6 +135,15 @@ impl Allocator {
             down: vec![false; n],
             max_buckets,
             moved: vec![0; n],
+            lag_ns: vec![0; n],
+        }
+    }
+
+    /// A region's asks take `ns` to come here: a window's split counts its checks over that
+    /// time too (they are in neither what it told nor what is left of the window).
+    pub fn set_lag(&mut self, region: usize, ns: u64) {
+        if let Some(l) = self.lag_ns.get_mut(region) {
+            *l = ns;
         }
     }
 
@@ -337,6 +348,7 @@ impl Allocator {
                 needs: &needs,
                 wants: &wants,
                 in_pool: &in_pool,
+                lag_ns: &self.lag_ns,
             };
             let w = fixed_window_share(table, region, &asked, pool, wend, now, settings);
             (w.share, Some(w.owed))
@@ -380,7 +392,7 @@ impl Allocator {
         let room = peek.remaining.saturating_add(ahead);
         let mut tokens = (exact.floor().max(0.0) as u64).min(room);
         if let Some(owed) = owed {
-            tokens = tokens.min((owed + 1e-6).floor().max(0.0) as u64);
+            tokens = tokens.min(owed.round().max(0.0) as u64);
         }
         seat.carry = (exact - tokens as f64).clamp(0.0, share.max(0.999));
         let mut d = peek;
@@ -456,6 +468,8 @@ struct WindowAsk<'a> {
     needs: &'a [f64],
     wants: &'a [f64],
     in_pool: &'a [u64],
+    /// Each region's asks' way here ([`Allocator::set_lag`]).
+    lag_ns: &'a [u64],
 }
 
 /// Region `region`'s slice of fixed-window bucket `table` at its ask ([`window_share`]),
@@ -519,15 +533,20 @@ fn fixed_window_share(
                 takes_part: asked.needs[j] > 0.0 || asked.wants[j] > 0.0,
                 granted,
                 held: (held as f64).min(granted),
-                // Another region's checks since its last ask are not told yet: its demand
+                // A region's checks since it sent its last ask are not told yet: its demand
                 // over that time counts too (the projection is from now to the window's end).
                 asked: if s.asked_window == wend {
-                    let untold = if j == region {
+                    let since = if j == region {
                         0
                     } else {
                         s.asked_at
                             .map_or(0, |at| now.saturating_sub(at).min(2 * settings.interval_ns))
                     };
+                    let lag = asked
+                        .lag_ns
+                        .get(j)
+                        .map_or(0, |&l| l.min(settings.interval_ns));
+                    let untold = since.saturating_add(lag);
                     s.window_asked + demand * untold as f64 / 1e9
                 } else {
                     0.0

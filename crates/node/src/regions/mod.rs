@@ -435,6 +435,14 @@ impl Regions {
 
     /// Reservations due at every bucket this node allocates (each interval).
     pub fn tick(&self, local: &Local, now: u64) {
+        {
+            let mut home = self.home.lock();
+            for (i, l) in self.links.iter().enumerate().skip(1) {
+                if let Some(ms) = l.rtt_ms() {
+                    home.set_lag(i, (ms * 1e6 / 2.0) as u64);
+                }
+            }
+        }
         let ids = self.home.lock().ids();
         for id in ids {
             let Some(rule) = self.home.lock().rule(id) else {
