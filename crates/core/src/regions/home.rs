@@ -655,7 +655,11 @@ fn reserve(
         let expired = seat
             .granted_at
             .is_some_and(|at| now >= at.saturating_add(expiry));
-        let is_down = down.get(i).copied().unwrap_or(false);
+        // The link's state is this home's way to the region; a region that renews its
+        // allowance reaches us whatever it says (reserved for at every tick while that link
+        // was down, a renewing region found the reservation counted as granted to it at its
+        // next ask, again and again: it was starved while the bucket's rest went unspent).
+        let is_down = down.get(i).copied().unwrap_or(false) && seat.granted_at.is_none();
         if seat.away.is_none() && !(expired || is_down) {
             continue;
         }

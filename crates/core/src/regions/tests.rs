@@ -309,3 +309,47 @@ fn a_region_asks_for_the_new_windows_slice_when_its_window_turns() {
             .allowed()
     );
 }
+
+/// The home's own link to a region may be down while the region still reaches it (a round
+/// trip that timed out): a region that renews is not reserved for, and what it is granted in
+/// the window is what it was granted.
+#[test]
+fn a_region_that_renews_is_not_reserved_for_while_the_homes_link_to_it_is_down() {
+    let (s, r, side, mut home, mut real) = setup();
+    let t = T0 - T0 % (60 * SEC);
+    side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
+    exchange(&side, &mut home, &mut real, &r, t);
+    home.set_down(1, true);
+    let mut now = t;
+    let mut admitted = 1u64;
+    for _ in 0..20 {
+        now += s.interval_ns;
+        home.tick(
+            ID,
+            now,
+            &mut Owned {
+                state: &mut real,
+                rule: &r,
+            },
+        );
+        for _ in 0..10 {
+            if side
+                .check(ID, &r, OnRegionUnreachable::Share, 1, now, key)
+                .allowed()
+            {
+                admitted += 1;
+            }
+        }
+        exchange(&side, &mut home, &mut real, &r, now);
+    }
+    assert_eq!(home.totals(now)[1].away, 0);
+    // Alone, asking 10 a second of 900 a minute: the bucket is charged with its grants (a
+    // few slices held), not with a reservation on top at every tick (512 taken for 193
+    // admitted before).
+    let used = 900 - real.decide(&r, now, 0).remaining;
+    assert!(admitted >= 190, "{admitted}");
+    assert!(
+        used <= admitted + 30,
+        "{used} taken for {admitted} admitted"
+    );
+}
