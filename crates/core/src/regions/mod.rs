@@ -27,7 +27,11 @@
 //!
 //! Clocks: a slice's time is sent as a duration and counted by the region from its ask, before
 //! the home took it, so it ends there no later than at the home whatever the clocks' offsets.
-//! The home's windows are on its clock; a fallback bucket's on the region's.
+//! A window's slice, with the home's clock offset measured, ends where the offset places the
+//! home's window end (within the ask's round trip of that bound): otherwise a region of small
+//! demand lost its checks of every window's last half round trip. At the window's turn a region
+//! may admit a new key's advance until the new window's first grant comes, charged as a new
+//! key's is. The home's windows are on its clock; a fallback bucket's on the region's.
 
 mod fair;
 mod holder;
