@@ -94,7 +94,8 @@ struct Entry {
     since_ns: u64,
     /// The demand last told, per ns.
     rate: f64,
-    /// Before the first grant: what may still be admitted ahead of it, and what was.
+    /// Ahead of the first grant (and of a window's first, see [`Entry::expire`]): what may
+    /// still be admitted, and what was (told with the next report).
     advance_left: u64,
     advance_spent: u64,
     /// Asks on their way: (seq, asked at, the advance it told).
@@ -421,9 +422,11 @@ impl Allowances {
             let demand_milli = (rate * 1e12) as u64;
             e.asked = 0;
             e.since_ns = now;
-            // At a regular report of a region that was never short, all slices of a window
-            // but the newest go back (the newest is spent until the grant comes): they were
-            // more than it needed. A region short of tokens keeps them, and an early report is
+            // At a regular report of a region that was never short, a window's older slices go
+            // back but for what it spends until its next report (the newest is spent until the
+            // grant comes; given back whole, a region of small demand went short at a window's
+            // end): they were more than it needed. A region short of tokens keeps them, and an
+            // early report is
             // the region running low. A token bucket's are kept (a return loses the refill
             // since the grant) and told as `held`, which the home grants less by. A window's
             // are told too: the home's split counts what the region used, not what it holds.

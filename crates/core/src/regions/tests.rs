@@ -353,3 +353,26 @@ fn a_region_that_renews_is_not_reserved_for_while_the_homes_link_to_it_is_down()
         "{used} taken for {admitted} admitted"
     );
 }
+
+/// What a region admitted ahead of its first grant is told with its report; when that report
+/// is lost (no grant within an interval), the next one tells it again, or the home would
+/// never charge it.
+#[test]
+fn a_lost_report_tells_its_advance_again() {
+    let (s, r, side, _home, _real) = setup();
+    let t = T0;
+    for _ in 0..3 {
+        assert!(
+            side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key)
+                .allowed()
+        );
+    }
+    let first = side.due(t);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].ask.advance, 3);
+    // Lost on the way: nothing answered within the interval.
+    let again = side.due(t + s.interval_ns);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].ask.advance, 3, "{:?}", again[0].ask);
+    assert_eq!(again[0].ask.unanswered, vec![first[0].seq]);
+}
