@@ -113,8 +113,6 @@ struct Entry {
     advance_at: u64,
     /// The turn whose advance was armed.
     turn_armed: u64,
-    /// What may be admitted ahead of a grant: at a window's turn, as before the first grant.
-    turn_advance: u64,
     early_wanted: bool,
     early_sent: u32,
     /// A check found no tokens since the last report: the region is short, so it keeps its
@@ -130,7 +128,7 @@ impl Entry {
         self.slices.iter().map(|s| s.tokens).sum()
     }
 
-    fn expire(&mut self, now: u64) {
+    fn expire(&mut self, now: u64, s: &RegionSettings) {
         while self.slices.front().is_some_and(|s| s.until_ns <= now) {
             if let Some(s) = self.slices.pop_front() {
                 self.give_back(s);
@@ -143,7 +141,7 @@ impl Entry {
         // report, as a new key's is.
         if self.advance_at > 0 && now >= self.advance_at && self.turn_armed != self.advance_at {
             self.turn_armed = self.advance_at;
-            self.advance_left = self.turn_advance;
+            self.advance_left = advance(&self.rule, &self.fb_rule, s);
         }
     }
 
@@ -163,6 +161,19 @@ impl Entry {
             now >= self.allowance_until
         }
     }
+}
+
+/// What a region may admit ahead of a grant (a new key's first, a window's first): one
+/// interval's equal part of the limit, so that those checks are not denied for a round trip
+/// to the home; what they took is charged there with the next report.
+fn advance(rule: &Rule, fb_rule: &Rule, s: &RegionSettings) -> u64 {
+    let pace = u128::from(rule.limit) * u128::from(s.interval_ns)
+        / u128::from(rule.period_ns.max(1))
+        / s.regions as u128;
+    u64::try_from(pace)
+        .unwrap_or(u64::MAX)
+        .max(1)
+        .min(fb_rule.limit)
 }
 
 /// Charges `cost` to a fallback bucket as far as it admits (no debt): it must count what the
@@ -256,16 +267,7 @@ impl Allowances {
             }
             let (k, r) = key();
             let fb_rule = fallback_rule(rule, s.regions);
-            // Ahead of its first grant a region may admit one interval's equal part of the
-            // limit: a new key's first checks are not denied for a round trip to the home,
-            // and what they took is charged there with the first report.
-            let pace = u128::from(rule.limit) * u128::from(s.interval_ns)
-                / u128::from(rule.period_ns.max(1))
-                / s.regions as u128;
-            let advance = u64::try_from(pace)
-                .unwrap_or(u64::MAX)
-                .max(1)
-                .min(fb_rule.limit);
+            let advance = advance(rule, &fb_rule, &s);
             entries.insert(
                 id,
                 Entry {
@@ -291,7 +293,6 @@ impl Allowances {
                     turn_ns: 0,
                     advance_at: 0,
                     turn_armed: 0,
-                    turn_advance: advance,
                     early_wanted: true,
                     early_sent: 0,
                     short: false,
@@ -313,7 +314,7 @@ impl Allowances {
         e.policy = policy;
         e.last_check_ns = now;
         e.asked = e.asked.saturating_add(cost);
-        e.expire(now);
+        e.expire(now, &s);
         let fb_rule = e.fb_rule;
         if let Some(slice) = e.slices.iter_mut().find(|sl| sl.tokens >= cost) {
             slice.tokens -= cost;
@@ -373,7 +374,7 @@ impl Allowances {
         let mut entries = self.entries.lock();
         let mut gone = Vec::new();
         for (&id, e) in entries.iter_mut() {
-            e.expire(now);
+            e.expire(now, &s);
             // An ask unanswered for an interval is lost: what it gave back is lost with it
             // (fewer admissions, never more); its grant, if it was the grant that was lost,
             // the home gives back when told.
@@ -426,10 +427,10 @@ impl Allowances {
             // back but for what it spends until its next report (the newest is spent until the
             // grant comes; given back whole, a region of small demand went short at a window's
             // end): they were more than it needed. A region short of tokens keeps them, and an
-            // early report is
-            // the region running low. A token bucket's are kept (a return loses the refill
-            // since the grant) and told as `held`, which the home grants less by. A window's
-            // are told too: the home's split counts what the region used, not what it holds.
+            // early report is the region running low. A token bucket's are kept (a return loses
+            // the refill since the grant) and told as `held`, which the home grants less by. A
+            // window's are told too: the home's split counts what the region used, not what it
+            // holds.
             let windowed = windowed(&e.rule);
             let keep = if leaving {
                 0

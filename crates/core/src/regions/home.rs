@@ -92,6 +92,18 @@ struct Seat {
     recent: VecDeque<(u64, u64, Mark)>,
 }
 
+impl Seat {
+    /// Counts `tokens` as granted to the region in the window `wend` closes (its count starts
+    /// again at a new window).
+    fn granted_in(&mut self, wend: u64, tokens: u64) {
+        if self.window != wend {
+            self.window = wend;
+            self.window_granted = 0;
+        }
+        self.window_granted = self.window_granted.saturating_add(tokens);
+    }
+}
+
 #[derive(Debug)]
 struct Table {
     rule: Rule,
@@ -243,13 +255,7 @@ impl Allocator {
             let seat = &mut table.seats[region];
             // An advance is granted to the region in the window it was charged in.
             if ask.advance > 0 && windowed(rule) {
-                if seat.window != wend {
-                    seat.window = wend;
-                    seat.window_granted = 0;
-                }
-                seat.window_granted = seat
-                    .window_granted
-                    .saturating_add(ask.advance.min(rule.capacity()));
+                seat.granted_in(wend, ask.advance.min(rule.capacity()));
             }
             // A grant lost while the region was reserved for is part of that reservation
             // (its fallback was charged with no slice of it): not given back.
@@ -274,11 +280,7 @@ impl Allocator {
                 && away.window == wend
                 && away.reserved > 0
             {
-                if seat.window != wend {
-                    seat.window = wend;
-                    seat.window_granted = 0;
-                }
-                seat.window_granted = seat.window_granted.saturating_add(away.reserved);
+                seat.granted_in(wend, away.reserved);
             }
             seat.left = ask.leaving;
         }
@@ -422,12 +424,7 @@ impl Allocator {
                 seat.recent.pop_front();
             }
         }
-        if seat.window == wend {
-            seat.window_granted = seat.window_granted.saturating_add(tokens);
-        } else {
-            seat.window = wend;
-            seat.window_granted = tokens;
-        }
+        seat.granted_in(wend, tokens);
         self.moved[region] = self.moved[region].saturating_add(tokens);
         g
     }

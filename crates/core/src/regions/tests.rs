@@ -43,6 +43,18 @@ fn exchange(side: &Allowances, home: &mut Allocator, real: &mut BucketState, r: 
     }
 }
 
+/// The home's tick of bucket `ID` at `now`.
+fn tick(home: &mut Allocator, real: &mut BucketState, r: &Rule, now: u64) {
+    home.tick(
+        ID,
+        now,
+        &mut Owned {
+            state: real,
+            rule: r,
+        },
+    );
+}
+
 #[test]
 fn a_new_bucket_admits_its_advance_then_decides_on_its_slices() {
     let (_, r, side, mut home, mut real) = setup();
@@ -106,23 +118,9 @@ fn the_home_reserves_a_fallback_share_for_a_region_that_stopped_renewing() {
     let before = real.decide(&r, t, 0).remaining;
     // Half an interval before its allowance ends, the home takes its share less its grants.
     let at = t + s.allowance_ns() - s.interval_ns / 2;
-    home.tick(
-        ID,
-        at - MS,
-        &mut Owned {
-            state: &mut real,
-            rule: &r,
-        },
-    );
+    tick(&mut home, &mut real, &r, at - MS);
     assert_eq!(real.decide(&r, at, 0).remaining, before);
-    home.tick(
-        ID,
-        at,
-        &mut Owned {
-            state: &mut real,
-            rule: &r,
-        },
-    );
+    tick(&mut home, &mut real, &r, at);
     let after = real.decide(&r, at, 0).remaining;
     // Its check ahead of the first grant (the advance) counts as granted to it in the window.
     let granted = home.moved(1) + 1;
@@ -130,14 +128,7 @@ fn the_home_reserves_a_fallback_share_for_a_region_that_stopped_renewing() {
     assert_eq!(home.totals(at)[1].away, 1);
     // Every new window, a whole share.
     let next = t + 60 * SEC;
-    home.tick(
-        ID,
-        next,
-        &mut Owned {
-            state: &mut real,
-            rule: &r,
-        },
-    );
+    tick(&mut home, &mut real, &r, next);
     assert_eq!(real.decide(&r, next, 0).remaining, 600);
 }
 
@@ -324,14 +315,7 @@ fn a_region_that_renews_is_not_reserved_for_while_the_homes_link_to_it_is_down()
     let mut admitted = 1u64;
     for _ in 0..20 {
         now += s.interval_ns;
-        home.tick(
-            ID,
-            now,
-            &mut Owned {
-                state: &mut real,
-                rule: &r,
-            },
-        );
+        tick(&mut home, &mut real, &r, now);
         for _ in 0..10 {
             if side
                 .check(ID, &r, OnRegionUnreachable::Share, 1, now, key)
