@@ -249,9 +249,13 @@ async fn cluster_secret_is_required_on_the_peer_port() -> Result<()> {
     let without = client_for(http_seeds([&node.http])).await?;
     let a = without.check(&check).await?;
     assert!(a.degraded, "a client without the secret is refused: {a:?}");
+    // A generous deadline, as for the client tokens below: the first check opens the link,
+    // which a loaded machine may take longer than the default 5 ms to do (a CI run saw it
+    // answered degraded).
     let with = Client::builder()
         .seeds(http_seeds([&node.http]))
         .cluster_secret(secret)
+        .deadline(Duration::from_secs(1))
         .build()
         .await?;
     let a = with.check(&check).await?;
