@@ -53,7 +53,10 @@ pub const MAGIC: u32 = 0x524c_4d54; // "RLMT"
 ///   carries its reports on shared buckets ([`Frame::RegionAsks`], [`Frame::RegionGrants`]).
 /// - 15: a region link also carries the counts of `mode: global`, `scope: regions` buckets
 ///   ([`Frame::RegionCounts`]), answered with the receiver's clock ([`Frame::RegionCountsAck`]).
-pub const PROTOCOL_VERSION: u16 = 15;
+/// - 16: a region's asks carry their tally beside them ([`Frame::RegionAsksTallied`],
+///   [`Frame::RegionRelayTallied`]): its count of the bucket's checks, and what its lost asks
+///   gave back and admitted ahead of their grants.
+pub const PROTOCOL_VERSION: u16 = 16;
 /// The first version whose check groups say their kind in a field ([`Frame::Checks`]); a
 /// connection of an older version carries [`Frame::FlaggedChecks`] instead.
 pub const GROUP_KIND_SINCE: u16 = 3;
@@ -97,6 +100,10 @@ pub const REGIONS_SINCE: u16 = 14;
 /// The first version whose region links take [`Frame::RegionCounts`] (a node never sends them
 /// to an older one: that region just does not hear the global counts).
 pub const REGION_COUNTS_SINCE: u16 = 15;
+/// The first version whose region links and members take tallied asks
+/// ([`Frame::RegionAsksTallied`], [`Frame::RegionRelayTallied`]; an older one is sent
+/// `RegionAsks` and `RegionRelay`, the asks [`crate::region::RegionAsk::untallied`]).
+pub const REGION_TALLY_SINCE: u16 = 16;
 
 /// Everything that crosses the peer port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,6 +285,18 @@ pub enum Frame {
         sent_ns: u64,
         now_ns: u64,
         refused: u64,
+    },
+    /// Client → server on a region link, version 16: `RegionAsks` with each ask's tally
+    /// ([`crate::region::TalliedAsk`]). Answered by `RegionGrants`.
+    RegionAsksTallied {
+        region: String,
+        asks: Vec<crate::region::TalliedAsk>,
+    },
+    /// Member → member, version 16: `RegionRelay` with each ask's tally. Answered by
+    /// `RegionGrants`.
+    RegionRelayTallied {
+        region: String,
+        asks: Vec<crate::region::TalliedAsk>,
     },
 }
 
@@ -819,6 +838,8 @@ impl Frame {
             Frame::RegionRelay { .. } => "region_relay",
             Frame::RegionCounts { .. } => "region_counts",
             Frame::RegionCountsAck { .. } => "region_counts_ack",
+            Frame::RegionAsksTallied { .. } => "region_asks_tallied",
+            Frame::RegionRelayTallied { .. } => "region_relay_tallied",
         }
     }
 }
@@ -985,6 +1006,83 @@ mod tests {
             asks: Vec::new(),
         };
         for (tag, f) in [(42, relay), (43, counts), (44, ack)] {
+            let bytes = f.encode().expect("encode");
+            assert_eq!(bytes[0], tag, "{f:?}");
+            assert_eq!(Frame::decode(&bytes).expect("decode"), f);
+        }
+    }
+
+    /// Tallied asks: appended after `RegionCountsAck` (tag 44); the tally rides beside the
+    /// ask, whose own encoding (an older link's) is unchanged.
+    #[test]
+    fn tallied_region_frames_round_trip_after_the_older_ones() {
+        use crate::region::{AskAgain, AskTally, RegionAsk, RegionAskEntry, SliceBack, TalliedAsk};
+        let ask = RegionAsk {
+            key: "k".into(),
+            rule: crate::RuleRef::Named("shared".into()),
+            demand_milli: 3_300,
+            back: vec![],
+            advance: 1,
+            early: false,
+            leaving: false,
+            held: 2,
+            unanswered: vec![4],
+            tally: None,
+        };
+        let tally = AskTally {
+            asked_total: 99,
+            again: vec![AskAgain {
+                seq: 4,
+                back: vec![SliceBack {
+                    tokens: 3,
+                    mark: Mark {
+                        reset_ns: 60,
+                        at_ns: 1,
+                    },
+                }],
+                advance: 2,
+            }],
+        };
+        let plain = Frame::RegionAsks {
+            region: "eu".into(),
+            asks: vec![RegionAskEntry {
+                seq: 5,
+                ask: ask.clone(),
+            }],
+        };
+        let with = Frame::RegionAsks {
+            region: "eu".into(),
+            asks: vec![RegionAskEntry {
+                seq: 5,
+                ask: RegionAsk {
+                    tally: Some(tally.clone()),
+                    ..ask.clone()
+                },
+            }],
+        };
+        assert_eq!(
+            plain.encode().expect("encode"),
+            with.encode().expect("encode")
+        );
+        let entry = RegionAskEntry {
+            seq: 5,
+            ask: RegionAsk {
+                tally: Some(tally.clone()),
+                ..ask.clone()
+            },
+        };
+        let tallied = TalliedAsk::from(entry.clone());
+        assert_eq!(tallied.tally, tally);
+        assert_eq!(RegionAskEntry::from(tallied.clone()), entry);
+        let asks = Frame::RegionAsksTallied {
+            region: "eu".into(),
+            asks: vec![tallied.clone()],
+        };
+        let relay = Frame::RegionRelayTallied {
+            region: "eu".into(),
+            asks: vec![tallied],
+        };
+        for (tag, f) in [(45, asks), (46, relay)] {
             let bytes = f.encode().expect("encode");
             assert_eq!(bytes[0], tag, "{f:?}");
             assert_eq!(Frame::decode(&bytes).expect("decode"), f);

@@ -81,6 +81,70 @@ pub struct RegionAsk {
     /// Asks of this bucket the region gave up waiting for (their `seq`): a grant that was
     /// lost on the way is given back to the bucket by the home.
     pub unanswered: Vec<u64>,
+    /// What a report tells beyond the fields above: carried beside the ask by the frames of
+    /// [`crate::peer::REGION_TALLY_SINCE`] ([`TalliedAsk`]), never in an older frame's ask.
+    #[serde(skip)]
+    pub tally: Option<AskTally>,
+}
+
+impl RegionAsk {
+    /// The ask as a link of an older version carries it: what a lost ask admitted ahead of
+    /// its grants is told as an advance again (charged twice when only its grant was lost:
+    /// fewer admissions, never more), what it gave back is lost with it.
+    pub fn untallied(mut self) -> Self {
+        if let Some(t) = self.tally.take() {
+            let again: u64 = t.again.iter().map(|a| a.advance).sum();
+            self.advance = self.advance.saturating_add(again);
+        }
+        self
+    }
+}
+
+/// A region's count of a bucket's checks, and what its lost asks carried.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskTally {
+    /// Checks asked of the bucket in the region since it began holding it (in cost, denied
+    /// ones included): the home counts a window's demand by the differences, exact whatever
+    /// the time between reports and whichever of them were lost.
+    pub asked_total: u64,
+    /// Asks given up as lost (at most [`MAX_BACK_PER_ASK`]): what they gave back and admitted
+    /// ahead of their grants, applied by a home that never saw them.
+    pub again: Vec<AskAgain>,
+}
+
+/// What the ask numbered `seq`, given up as lost, gave back and told as its advance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskAgain {
+    pub seq: u64,
+    pub back: Vec<SliceBack>,
+    pub advance: u64,
+}
+
+/// One ask of a `RegionAsksTallied` or `RegionRelayTallied` frame, its tally beside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TalliedAsk {
+    pub seq: u64,
+    pub ask: RegionAsk,
+    pub tally: AskTally,
+}
+
+impl From<RegionAskEntry> for TalliedAsk {
+    fn from(mut e: RegionAskEntry) -> Self {
+        let tally = e.ask.tally.take().unwrap_or_default();
+        Self {
+            seq: e.seq,
+            ask: e.ask,
+            tally,
+        }
+    }
+}
+
+impl From<TalliedAsk> for RegionAskEntry {
+    fn from(t: TalliedAsk) -> Self {
+        let mut ask = t.ask;
+        ask.tally = Some(t.tally);
+        Self { seq: t.seq, ask }
+    }
 }
 
 /// The home's answer to one [`RegionAsk`].

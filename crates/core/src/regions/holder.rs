@@ -8,7 +8,9 @@ use crate::limiter::{BucketState, Decision, Rule};
 use parking_lot::Mutex;
 use ringlimit_proto::RuleRef;
 use ringlimit_proto::peer::Mark;
-use ringlimit_proto::region::{RegionAsk, RegionGrant, SliceBack};
+use ringlimit_proto::region::{
+    AskAgain, AskTally, MAX_BACK_PER_ASK, RegionAsk, RegionGrant, SliceBack,
+};
 use std::collections::{HashMap, VecDeque};
 
 /// Most slices of one bucket a region keeps (the newest and renewals that came early); older
@@ -91,6 +93,8 @@ struct Entry {
     last_check_ns: u64,
     /// Checks asked since `since_ns` (the demand the next report tells).
     asked: u64,
+    /// Checks asked since the entry began (told with every report).
+    asked_total: u64,
     since_ns: u64,
     /// The demand last told, per ns.
     rate: f64,
@@ -98,11 +102,14 @@ struct Entry {
     /// still be admitted, and what was (told with the next report).
     advance_left: u64,
     advance_spent: u64,
-    /// Asks on their way: (seq, asked at, the advance it told).
-    asks: VecDeque<(u64, u64, u64)>,
+    /// Asks on their way.
+    asks: VecDeque<Sent>,
     /// Asks given up (no grant within an interval): told to the home, which gives their
     /// grants back to the bucket (a grant coming later is dropped here).
     unanswered: Vec<u64>,
+    /// What those asks gave back and told as advance, told again under their numbers (a
+    /// home that never saw an ask applies it).
+    again: Vec<AskAgain>,
     next_regular_ns: u64,
     /// When its window's slices end (0: none granted): the new window's first slice is asked
     /// for then, not at the next regular report, so that a region is not without tokens for
@@ -123,7 +130,35 @@ struct Entry {
     reset_at_ms: u64,
 }
 
+/// An ask on its way: what it told, to be told again if it is lost.
+#[derive(Debug)]
+struct Sent {
+    seq: u64,
+    at: u64,
+    advance: u64,
+    back: Vec<SliceBack>,
+}
+
 impl Entry {
+    /// Tells what the lost ask `sent` gave back and admitted ahead of its grants again with
+    /// the next ask. Beyond what an ask may carry, the oldest's advance is told as the
+    /// entry's own (charged even if the home saw it: fewer admissions, never more) and its
+    /// returns are lost.
+    fn told_again(&mut self, sent: Sent) {
+        if sent.back.is_empty() && sent.advance == 0 {
+            return;
+        }
+        self.again.push(AskAgain {
+            seq: sent.seq,
+            back: sent.back,
+            advance: sent.advance,
+        });
+        while self.again.len() > MAX_BACK_PER_ASK {
+            let oldest = self.again.remove(0);
+            self.advance_spent = self.advance_spent.saturating_add(oldest.advance);
+        }
+    }
+
     fn tokens(&self) -> u64 {
         self.slices.iter().map(|s| s.tokens).sum()
     }
@@ -283,12 +318,14 @@ impl Allowances {
                     first_ns: now,
                     last_check_ns: now,
                     asked: 0,
+                    asked_total: 0,
                     since_ns: now,
                     rate: 0.0,
                     advance_left: advance,
                     advance_spent: 0,
                     asks: VecDeque::new(),
                     unanswered: Vec::new(),
+                    again: Vec::new(),
                     next_regular_ns: now,
                     turn_ns: 0,
                     advance_at: 0,
@@ -314,6 +351,7 @@ impl Allowances {
         e.policy = policy;
         e.last_check_ns = now;
         e.asked = e.asked.saturating_add(cost);
+        e.asked_total = e.asked_total.saturating_add(cost);
         e.expire(now, &s);
         let fb_rule = e.fb_rule;
         if let Some(slice) = e.slices.iter_mut().find(|sl| sl.tokens >= cost) {
@@ -378,19 +416,21 @@ impl Allowances {
             // An ask unanswered for an interval is lost: what it gave back is lost with it
             // (fewer admissions, never more); its grant, if it was the grant that was lost,
             // the home gives back when told.
-            while let Some(&(seq, at, advance)) = e.asks.front() {
-                if now.saturating_sub(at) < s.interval_ns {
+            while let Some(sent) = e.asks.front() {
+                if now.saturating_sub(sent.at) < s.interval_ns {
                     break;
                 }
-                e.asks.pop_front();
-                // What it admitted ahead of its grants is told again: lost with the ask, it
-                // would never be charged (told twice when the grant was lost: fewer
-                // admissions, never more).
-                e.advance_spent = e.advance_spent.saturating_add(advance);
-                e.unanswered.push(seq);
+                let Some(sent) = e.asks.pop_front() else {
+                    break;
+                };
+                e.unanswered.push(sent.seq);
                 if e.unanswered.len() > MOST_ASKS {
                     e.unanswered.remove(0);
                 }
+                // What it gave back and admitted ahead of its grants is told again: lost
+                // with the ask, the one would never return to the bucket and the other never
+                // be charged (a home that saw the ask does not apply it twice).
+                e.told_again(sent);
             }
             let regular = now >= e.next_regular_ns;
             if regular {
@@ -471,15 +511,23 @@ impl Allowances {
                 }
             }
             let seq = {
+                // Numbered by the clock (and never twice): a home that remembers the numbers of
+                // a region's asks never takes a restarted node's for those it saw.
                 let mut q = self.seq.lock();
-                *q += 1;
+                *q = (*q).max(now) + 1;
                 *q
             };
             let advance = std::mem::take(&mut e.advance_spent);
-            e.asks.push_back((seq, now, advance));
+            let back = std::mem::take(&mut e.back);
+            e.asks.push_back(Sent {
+                seq,
+                at: now,
+                advance,
+                back: back.clone(),
+            });
             while e.asks.len() > MOST_ASKS {
-                if let Some((_, _, advance)) = e.asks.pop_front() {
-                    e.advance_spent = e.advance_spent.saturating_add(advance);
+                if let Some(sent) = e.asks.pop_front() {
+                    e.told_again(sent);
                 }
             }
             if regular {
@@ -495,12 +543,16 @@ impl Allowances {
                     key: e.key.clone(),
                     rule: e.rule_ref.clone(),
                     demand_milli: if leaving { 0 } else { demand_milli },
-                    back: std::mem::take(&mut e.back),
+                    back,
                     advance,
                     early: !regular,
                     leaving,
                     held: e.tokens(),
                     unanswered: std::mem::take(&mut e.unanswered),
+                    tally: Some(AskTally {
+                        asked_total: e.asked_total,
+                        again: std::mem::take(&mut e.again),
+                    }),
                 },
             });
             if leaving {
@@ -528,11 +580,11 @@ impl Allowances {
         let Some(e) = entries.get_mut(&id) else {
             return unspent(&grant);
         };
-        let Some(pos) = e.asks.iter().position(|&(q, _, _)| q == seq) else {
+        let Some(pos) = e.asks.iter().position(|a| a.seq == seq) else {
             // Given up as lost already: the home gives it back when told (or was told).
             return None;
         };
-        let (_, asked_at, _) = e.asks[pos];
+        let asked_at = e.asks[pos].at;
         e.asks.remove(pos);
         if let RegionGrant::Granted {
             tokens,

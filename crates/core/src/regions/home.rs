@@ -12,7 +12,7 @@ use crate::limiter::fixed_window::window_end;
 use crate::limiter::{BucketState, Decision, Rule};
 use ringlimit_proto::Algorithm;
 use ringlimit_proto::peer::Mark;
-use ringlimit_proto::region::{RegionAsk, RegionGrant};
+use ringlimit_proto::region::{MAX_BACK_PER_ASK, RegionAsk, RegionGrant, SliceBack};
 use std::collections::{HashMap, VecDeque};
 
 /// The real bucket, as the home's store holds it: decided and refunded in place.
@@ -82,6 +82,11 @@ struct Seat {
     /// The time `window_asked` covers.
     window_asked_ns: u64,
     asked_at: Option<u64>,
+    /// The count of checks its last ask told (`AskTally::asked_total`).
+    asked_total: Option<u64>,
+    /// The numbers of its asks applied here lately (a lost ask's returns told again are
+    /// applied only if it never came).
+    seen: VecDeque<u64>,
     carry: f64,
     away: Option<Away>,
     /// Said it stops holding the bucket: nothing to reserve.
@@ -238,8 +243,13 @@ impl Allocator {
         // reservation for a region that goes away is its share less what it was granted).
         let wend = window_end(rule, now);
         let this_window = |m: &Mark| m.reset_ns == wend || m.reset_ns == wend + rule.period_ns;
+        let Applied {
+            back,
+            advance,
+            checks,
+        } = applied(&mut table.seats[region], seq, ask);
         let mut returned = 0u64;
-        for b in &ask.back {
+        for b in &back {
             // A return larger than a whole bucket is not one this home granted.
             let tokens = b.tokens.min(rule.capacity());
             real.refund(tokens, b.mark, now);
@@ -247,15 +257,16 @@ impl Allocator {
                 returned = returned.saturating_add(tokens);
             }
         }
-        if ask.advance > 0 {
-            real.charge(now, ask.advance.min(rule.capacity()));
+        let advance = advance.min(rule.capacity());
+        if advance > 0 {
+            real.charge(now, advance);
         }
         let new_window = table.seats[region].window != wend;
         {
             let seat = &mut table.seats[region];
             // An advance is granted to the region in the window it was charged in.
-            if ask.advance > 0 && windowed(rule) {
-                seat.granted_in(wend, ask.advance.min(rule.capacity()));
+            if advance > 0 && windowed(rule) {
+                seat.granted_in(wend, advance);
             }
             // A grant lost while the region was reserved for is part of that reservation
             // (its fallback was charged with no slice of it): not given back.
@@ -346,6 +357,7 @@ impl Allocator {
         let (region_share, owed) = if rule.algorithm == Algorithm::FixedWindow {
             let asked = WindowAsk {
                 demand_per_s: seat_demand,
+                checks,
                 held: ask.held.min(rule.capacity()),
                 needs: &needs,
                 wants: &wants,
@@ -455,11 +467,78 @@ impl Allocator {
     }
 }
 
+/// Most ask numbers a seat remembers as applied.
+const SEEN: usize = 32;
+
+/// What an ask brings to apply: see [`applied`].
+struct Applied {
+    back: Vec<SliceBack>,
+    advance: u64,
+    checks: Option<u64>,
+}
+
+/// What ask `seq` of a region gives back and admitted ahead of its grants, to apply: its own
+/// (none if it was applied already: it came twice) and those of its lost asks told again that
+/// never came here. An ask told again whose number this seat may have forgotten is taken to
+/// have come: its advance is charged (fewer admissions, never more), its returns are not.
+/// And the region's checks since its ask before, by its counts: a count that went back is a
+/// region that holds the bucket anew (restarted, or back from idle), whose ask numbers are
+/// not those remembered.
+fn applied(seat: &mut Seat, seq: u64, ask: &RegionAsk) -> Applied {
+    let total = ask.tally.as_ref().map(|t| t.asked_total);
+    let checks = match (seat.asked_total, total) {
+        (Some(before), Some(now)) if now >= before => Some(now - before),
+        (Some(_), Some(_)) => {
+            seat.seen.clear();
+            None
+        }
+        _ => None,
+    };
+    seat.asked_total = total;
+    let mut back = Vec::new();
+    let mut advance = 0u64;
+    let oldest = if seat.seen.len() >= SEEN {
+        seat.seen.iter().min().copied()
+    } else {
+        None
+    };
+    let mark = |seat: &mut Seat, seq: u64| {
+        seat.seen.push_back(seq);
+        while seat.seen.len() > SEEN {
+            seat.seen.pop_front();
+        }
+    };
+    let again = ask.tally.as_ref().map_or(&[][..], |t| &t.again[..]);
+    for a in again.iter().take(MAX_BACK_PER_ASK) {
+        if seat.seen.contains(&a.seq) {
+            continue;
+        }
+        if oldest.is_none_or(|o| a.seq >= o) {
+            back.extend(a.back.iter().take(MAX_BACK_PER_ASK).copied());
+        }
+        advance = advance.saturating_add(a.advance);
+        mark(seat, a.seq);
+    }
+    if !seat.seen.contains(&seq) {
+        back.extend(ask.back.iter().take(MAX_BACK_PER_ASK).copied());
+        advance = advance.saturating_add(ask.advance);
+        mark(seat, seq);
+    }
+    Applied {
+        back,
+        advance,
+        checks,
+    }
+}
+
 /// What an ask tells of the regions, for [`fixed_window_share`]: the asking region's demand
 /// per second, every region's need and want this interval, and each other region's slice of
 /// this interval that the pool counts.
 struct WindowAsk<'a> {
     demand_per_s: f64,
+    /// The asking region's checks since its ask before, by its counts (none from a link of
+    /// an older version, or at its first ask here).
+    checks: Option<u64>,
     /// What the asking region still holds of its slices.
     held: u64,
     needs: &'a [f64],
@@ -499,8 +578,23 @@ fn fixed_window_share(
                 now.saturating_sub(at).min(settings.interval_ns)
             })
             .min(begun);
-        seat.window_asked += asked.demand_per_s.max(0.0) * since as f64 / 1e9;
-        seat.window_asked_ns = seat.window_asked_ns.saturating_add(since);
+        // The checks since the ask before are the difference of the counts told (exact,
+        // whatever the time between the reports, lost ones included), the part of them in this
+        // window by time; a region new here (or restarted: its count went back) by its rate.
+        let (counted, over) = match (asked.checks, seat.asked_at) {
+            (Some(n), Some(at)) => {
+                let span = now.saturating_sub(at);
+                let n = n as f64;
+                if span > begun {
+                    (n * begun as f64 / span as f64, begun)
+                } else {
+                    (n, span)
+                }
+            }
+            _ => (asked.demand_per_s.max(0.0) * since as f64 / 1e9, since),
+        };
+        seat.window_asked += counted;
+        seat.window_asked_ns = seat.window_asked_ns.saturating_add(over);
         seat.asked_at = Some(now);
     }
     let seats: Vec<InWindow> = table
@@ -571,7 +665,7 @@ fn steady(told: f64, seat: &Seat, wend: u64) -> f64 {
         return told;
     }
     let mean = seat.window_asked * 1e9 / seat.window_asked_ns as f64;
-    if told >= mean * 0.5 && told <= mean * 2.0 {
+    if told >= mean * 0.7 && told <= mean / 0.7 {
         mean
     } else {
         told

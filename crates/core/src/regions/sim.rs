@@ -34,6 +34,8 @@ struct Tally {
     per_minute: Vec<u64>,
     /// Admitted per second of the run.
     per_second: Vec<u64>,
+    /// Admitted per tenth of a second of the run.
+    per_tenth: Vec<u64>,
     asked: u64,
     degraded: u64,
     first_degraded_ns: Option<u64>,
@@ -58,7 +60,13 @@ struct Sim {
     acc: [f64; 3],
     tally: Vec<Tally>,
     settings: RegionSettings,
+    /// When each region looks for reports next.
+    next_look: [u64; 3],
 }
+
+/// A node looks for reports a tenth of an interval after its last look (woken by a check or
+/// not), and the look itself takes a little: its looks drift.
+const LOOK_NS: u64 = 101 * MS;
 
 impl Sim {
     fn new(algorithm: Algorithm, home: usize, demand: [f64; 3]) -> Self {
@@ -89,6 +97,7 @@ impl Sim {
             acc: [0.0, 0.33, 0.66],
             tally: vec![Tally::default(); 3],
             settings,
+            next_look: [start; 3],
         }
     }
 
@@ -186,6 +195,7 @@ impl Sim {
         let demand = self.demand_now();
         let minute = ((now - self.start) / (60 * SEC)) as usize;
         let second = ((now - self.start) / SEC) as usize;
+        let tenth = ((now - self.start) / (100 * MS)) as usize;
         #[allow(clippy::needless_range_loop)]
         for r in 0..3 {
             self.acc[r] += demand[r] / 1_000.0;
@@ -209,16 +219,21 @@ impl Sim {
                         t.per_second.resize(second + 1, 0);
                     }
                     t.per_second[second] += 1;
+                    if t.per_tenth.len() <= tenth {
+                        t.per_tenth.resize(tenth + 1, 0);
+                    }
+                    t.per_tenth[tenth] += 1;
                 }
             }
         }
-        // Reports due: as a node looks, every tenth of an interval or when a check woke it.
-        let step = (now - self.start).is_multiple_of(self.settings.interval_ns / 10);
+        // Reports due: as a node looks, a tenth of an interval after its last look or when a
+        // check woke it.
         for r in 0..3 {
             let woken = futures::FutureExt::now_or_never(self.regions[r].wake.notified()).is_some();
-            if !(step || woken) {
+            if !(now >= self.next_look[r] || woken) {
                 continue;
             }
+            self.next_look[r] = now + LOOK_NS;
             let asks = self.regions[r].due(now);
             if !asks.is_empty() {
                 self.send(r, Payload::Asks(asks));
@@ -239,6 +254,10 @@ impl Sim {
 
     fn total(&self, m: usize) -> u64 {
         (0..3).map(|r| self.minute(r, m)).sum()
+    }
+
+    fn tenth(&self, r: usize, k: usize) -> u64 {
+        self.tally[r].per_tenth.get(k).copied().unwrap_or(0)
     }
 
     fn second(&self, r: usize, s: usize) -> u64 {
@@ -350,17 +369,21 @@ fn demand_moving_to_another_region_reaches_its_fair_share_within_3_s() {
             sim.run_until(at + 10 * SEC);
             // The pace of the window (what is left spread over its rest), split max-min fair.
             let shares = fair(1_000.0 / 60.0, after);
-            // The rate over the two seconds ending 3 s after the move.
-            let got = (sim.second(to, 91) + sim.second(to, 92)) as f64 / 2.0;
+            // As the WAN bench measures it: the end of the first second from the move on
+            // (sliding by a tenth) in which the region admits 90% of its fair share.
+            let reached = (10..=100).find(|&end| {
+                let got: u64 = (end - 10..end).map(|k| sim.tenth(to, 900 + k)).sum();
+                got as f64 >= 0.9 * shares[to]
+            });
             eprintln!(
-                "home {home}, {from} -> {to}: {:?} a second from the move, fair {:.2}",
+                "home {home}, {from} -> {to}: {:?} a second from the move, fair {:.2}, 90% at {:?} s",
                 (88..100).map(|s| sim.second(to, s)).collect::<Vec<_>>(),
-                shares[to]
+                shares[to],
+                reached.map(|r| r as f64 / 10.0)
             );
             assert!(
-                got >= 0.9 * shares[to],
-                "home {home}, {from} -> {to}: {got} a second 1-3 s after, fair share {}",
-                shares[to]
+                reached.is_some_and(|r| r <= 30),
+                "home {home}, {from} -> {to}: 90% of its fair share at {reached:?} tenths"
             );
         }
     }
@@ -372,7 +395,8 @@ fn cut_off(region: usize, home: usize) {
     let from = sim.start + 70 * SEC;
     let to = from + 30 * SEC;
     sim.cut = Some((region, from, to));
-    sim.run_until(from);
+    // A grant on its way at the cut still comes (the line drops what is sent while cut).
+    sim.run_until(from + 80 * MS);
     let until = sim.regions[region]
         .allowance_until(ID)
         .expect("granted before the cut");

@@ -3,7 +3,7 @@
 use super::*;
 use crate::limiter::BucketState;
 use crate::limiter::test_support::{MS, SEC, T0, rule};
-use ringlimit_proto::region::RegionGrant;
+use ringlimit_proto::region::{AskAgain, AskTally, RegionAsk, RegionGrant, SliceBack};
 use ringlimit_proto::{Algorithm, RuleRef};
 
 const ID: u64 = 7;
@@ -205,6 +205,10 @@ fn bad_asks_never_change_a_bucket() {
         leaving: false,
         held: u64::MAX,
         unanswered: vec![1, 2, 3],
+        tally: Some(ringlimit_proto::region::AskTally {
+            asked_total: u64::MAX,
+            again: vec![],
+        }),
     };
     let g = home.ask(
         ID,
@@ -339,8 +343,9 @@ fn a_region_that_renews_is_not_reserved_for_while_the_homes_link_to_it_is_down()
 }
 
 /// What a region admitted ahead of its first grant is told with its report; when that report
-/// is lost (no grant within an interval), the next one tells it again, or the home would
-/// never charge it.
+/// is lost (no grant within an interval), the next one tells it again under the lost ask's
+/// number, or the home would never charge it. A link of an older version carries it as an
+/// advance of the next ask.
 #[test]
 fn a_lost_report_tells_its_advance_again() {
     let (s, r, side, _home, _real) = setup();
@@ -357,6 +362,100 @@ fn a_lost_report_tells_its_advance_again() {
     // Lost on the way: nothing answered within the interval.
     let again = side.due(t + s.interval_ns);
     assert_eq!(again.len(), 1);
-    assert_eq!(again[0].ask.advance, 3, "{:?}", again[0].ask);
-    assert_eq!(again[0].ask.unanswered, vec![first[0].seq]);
+    let ask = &again[0].ask;
+    assert_eq!(ask.unanswered, vec![first[0].seq]);
+    let tally = ask.tally.clone().unwrap_or_default();
+    assert_eq!(tally.asked_total, 3);
+    assert_eq!(tally.again.len(), 1, "{ask:?}");
+    assert_eq!(
+        (tally.again[0].seq, tally.again[0].advance),
+        (first[0].seq, 3)
+    );
+    assert_eq!(ask.advance, 0);
+    assert_eq!(ask.clone().untallied().advance, 3);
+}
+
+/// A home's grant `g`'s tokens and mark.
+fn slice_of(g: &RegionGrant) -> (u64, ringlimit_proto::peer::Mark) {
+    match g {
+        RegionGrant::Granted { tokens, mark, .. } => (*tokens, *mark),
+        RegionGrant::Error { message, .. } => panic!("{message}"),
+    }
+}
+
+/// What a lost ask gave back is told again with the next: the home that never saw the ask
+/// returns it to the bucket, the home that saw it (only its grant was lost) does not return it
+/// twice, and an ask that comes twice is applied once.
+#[test]
+fn a_lost_asks_returns_are_applied_once() {
+    for arrived in [false, true] {
+        let (_, r, _, mut home, mut real) = setup();
+        let now = T0 - T0 % (60 * SEC) + 10 * SEC;
+        let ask = |seq: u64, back: Vec<SliceBack>, again: Vec<AskAgain>| RegionAsk {
+            key: "k".to_owned(),
+            rule: RuleRef::Named("shared".to_owned()),
+            demand_milli: 10_000,
+            back,
+            advance: 0,
+            early: false,
+            leaving: false,
+            held: 0,
+            unanswered: vec![],
+            tally: Some(AskTally {
+                asked_total: seq * 10,
+                again,
+            }),
+        };
+        let ask_home = |home: &mut Allocator, real: &mut BucketState, seq, a: &RegionAsk| {
+            let before = real.decide(&r, now, 0).remaining;
+            let g = home.ask(
+                ID,
+                &r,
+                1,
+                seq,
+                a,
+                now,
+                &mut Owned {
+                    state: real,
+                    rule: &r,
+                },
+            );
+            let (tokens, mark) = slice_of(&g);
+            let after = real.decide(&r, now, 0).remaining;
+            (after + tokens - before, tokens, mark)
+        };
+        let (_, tokens, mark) = ask_home(&mut home, &mut real, 1, &ask(1, vec![], vec![]));
+        assert!(tokens > 0);
+        let back = vec![SliceBack { tokens, mark }];
+        if arrived {
+            let (returned, ..) = ask_home(&mut home, &mut real, 2, &ask(2, back.clone(), vec![]));
+            assert_eq!(returned, tokens);
+            // The same ask again (a relay's retry): applied once.
+            let (returned, ..) = ask_home(&mut home, &mut real, 2, &ask(2, back.clone(), vec![]));
+            assert_eq!(returned, 0);
+        }
+        let told = vec![AskAgain {
+            seq: 2,
+            back,
+            advance: 0,
+        }];
+        let (returned, ..) = ask_home(&mut home, &mut real, 3, &ask(3, vec![], told));
+        assert_eq!(
+            returned,
+            if arrived { 0 } else { tokens },
+            "arrived: {arrived}"
+        );
+        if arrived {
+            // A region holding the bucket anew (its count went back) whose ask bears a number
+            // this home saw: its return is applied.
+            let (_, tokens, mark) = ask_home(&mut home, &mut real, 4, &ask(4, vec![], vec![]));
+            let mut anew = ask(2, vec![SliceBack { tokens, mark }], vec![]);
+            anew.tally = Some(AskTally {
+                asked_total: 1,
+                again: vec![],
+            });
+            let (returned, ..) = ask_home(&mut home, &mut real, 2, &anew);
+            assert_eq!(returned, tokens);
+        }
+    }
 }

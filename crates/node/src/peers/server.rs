@@ -60,8 +60,10 @@ use ringlimit_proto::auth::{NamedClientKey, Role};
 use ringlimit_proto::handshake::{Proven, ServerHandshake};
 use ringlimit_proto::peer::{
     AnswerGroup, BLOCKED_ANSWER_SINCE, BLOCKS_SINCE, CheckGroup, Frame, GROUP_KIND_SINCE,
-    GroupKind, OPERATORS_SINCE, QUOTA_SINCE, REGION_COUNTS_SINCE, RESERVE_SINCE,
+    GroupKind, OPERATORS_SINCE, QUOTA_SINCE, REGION_COUNTS_SINCE, REGION_TALLY_SINCE,
+    RESERVE_SINCE,
 };
+use ringlimit_proto::region::RegionAskEntry;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -532,13 +534,24 @@ impl PeerServer {
                     sent_ns,
                     now_ns: self.local.now(),
                 }),
-                Frame::RegionRelay { region, asks } => Some(match &self.regions {
-                    Some(r) if asks.len() <= ringlimit_proto::region::MAX_ASKS_PER_FRAME => {
-                        Frame::RegionGrants {
-                            grants: r.serve(&self.local, &region, asks, |id| self.owns(id)),
+                Frame::RegionRelayTallied { region, asks } if version >= REGION_TALLY_SINCE => {
+                    let asks = asks.into_iter().map(RegionAskEntry::from).collect();
+                    match self.region_relay(&region, asks) {
+                        Some(grants) => Some(grants),
+                        None => {
+                            return self.unexpected(
+                                &caller,
+                                &Frame::RegionRelayTallied {
+                                    region,
+                                    asks: Vec::new(),
+                                },
+                            );
                         }
                     }
-                    _ => {
+                }
+                Frame::RegionRelay { region, asks } => match self.region_relay(&region, asks) {
+                    Some(grants) => Some(grants),
+                    None => {
                         return self.unexpected(
                             &caller,
                             &Frame::RegionRelay {
@@ -547,7 +560,7 @@ impl PeerServer {
                             },
                         );
                     }
-                }),
+                },
                 Frame::Blocks { changes } if version >= BLOCKS_SINCE => {
                     Some(self.blocks(&caller, &changes))
                 }
@@ -594,6 +607,9 @@ impl PeerServer {
             };
             let (region, asks) = match frame {
                 Frame::RegionAsks { region, asks } => (region, asks),
+                Frame::RegionAsksTallied { region, asks } if version >= REGION_TALLY_SINCE => {
+                    (region, asks.into_iter().map(RegionAskEntry::from).collect())
+                }
                 Frame::RegionCounts {
                     region,
                     sent_ns,
@@ -644,13 +660,26 @@ impl PeerServer {
         }
     }
 
+    /// Asks another member of this region relayed from a region link, answered here; `None`
+    /// when this node takes no region links or the frame holds too many.
+    fn region_relay(&self, region: &str, asks: Vec<RegionAskEntry>) -> Option<Frame> {
+        match &self.regions {
+            Some(r) if asks.len() <= ringlimit_proto::region::MAX_ASKS_PER_FRAME => {
+                Some(Frame::RegionGrants {
+                    grants: r.serve(&self.local, region, asks, |id| self.owns(id)),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// A region link's asks: those of buckets this node owns answered here, the others relayed
     /// to their owners in this region (at once, each within an interval).
     async fn region_asks(
         &self,
         regions: &crate::regions::Regions,
         region: &str,
-        asks: Vec<ringlimit_proto::region::RegionAskEntry>,
+        asks: Vec<RegionAskEntry>,
     ) -> Vec<ringlimit_proto::region::RegionGrantEntry> {
         use ringlimit_proto::region::{RegionGrant, RegionGrantEntry};
         let view = self.cluster.as_ref().map(|c| c.view.load_full());
@@ -677,11 +706,15 @@ impl PeerServer {
         let within = Duration::from_nanos(regions.settings().interval_ns);
         let relayed = away.into_iter().map(|(addr, asks)| async move {
             let seqs: Vec<u64> = asks.iter().map(|a| a.seq).collect();
-            let frame = Frame::RegionRelay {
-                region: region.to_owned(),
-                asks,
+            let mut session = sessions.open(&addr);
+            let answer = match session.version().await {
+                Ok(version) => {
+                    let frame = crate::regions::link::relay_frame(region, asks, version);
+                    session.request(&frame, within).await
+                }
+                Err(e) => Err(e),
             };
-            match sessions.open(&addr).request(&frame, within).await {
+            match answer {
                 Ok(Frame::RegionGrants { grants }) => grants,
                 other => {
                     let why = match other {

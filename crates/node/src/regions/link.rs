@@ -12,8 +12,8 @@ use ringlimit_core::link::framing::{self, FramedPeer, LinkError};
 use ringlimit_core::regions::Due;
 use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
-use ringlimit_proto::peer::Frame;
-use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry};
+use ringlimit_proto::peer::{Frame, REGION_TALLY_SINCE};
+use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry, TalliedAsk};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -128,14 +128,16 @@ async fn link(
 ) {
     let within = Duration::from_nanos(regions.settings().interval_ns);
     let mut conn: Option<FramedPeer> = None;
+    let mut version = 0u16;
     let mut owed = 0u32;
     let me = format!("{}/{node_id}", regions.name());
     while let Some(batch) = rx.recv().await {
         let l = &regions.links[i];
         if conn.is_none() {
             match dial(&*dialer, &l.addr, &me, regions.secret(), within).await {
-                Ok((c, _)) => {
+                Ok((c, v)) => {
                     conn = Some(c);
+                    version = v;
                     owed = 0;
                 }
                 Err(reason) => {
@@ -154,10 +156,7 @@ async fn link(
             })
             .collect();
         asks.truncate(MAX_ASKS_PER_FRAME);
-        let frame = Frame::RegionAsks {
-            region: regions.name().to_owned(),
-            asks,
-        };
+        let frame = asks_frame(regions.name(), asks, version);
         let sent = Instant::now();
         match round_trip(c, &frame, &mut owed, sent + within).await {
             Err(LinkError::Timeout) if owed < OWED => {
@@ -191,6 +190,39 @@ async fn link(
                 down(&regions, i, &e.to_string());
             }
         }
+    }
+}
+
+/// `asks` of region `region` as a link (or a member) of protocol `version` takes them: with
+/// their tallies, or (older) without, what lost asks admitted ahead of their grants told as
+/// advances.
+pub(crate) fn asks_frame(region: &str, asks: Vec<RegionAskEntry>, version: u16) -> Frame {
+    let region = region.to_owned();
+    if version >= REGION_TALLY_SINCE {
+        return Frame::RegionAsksTallied {
+            region,
+            asks: asks.into_iter().map(TalliedAsk::from).collect(),
+        };
+    }
+    Frame::RegionAsks {
+        region,
+        asks: asks.into_iter().map(untallied).collect(),
+    }
+}
+
+/// [`asks_frame`] for a relay to the bucket's owner in this region.
+pub(crate) fn relay_frame(region: &str, asks: Vec<RegionAskEntry>, version: u16) -> Frame {
+    match asks_frame(region, asks, version) {
+        Frame::RegionAsksTallied { region, asks } => Frame::RegionRelayTallied { region, asks },
+        Frame::RegionAsks { region, asks } => Frame::RegionRelay { region, asks },
+        other => other,
+    }
+}
+
+fn untallied(e: RegionAskEntry) -> RegionAskEntry {
+    RegionAskEntry {
+        seq: e.seq,
+        ask: e.ask.untallied(),
     }
 }
 
@@ -282,4 +314,61 @@ async fn handshake(
         conn.codec_mut().seal(&key, Role::Client);
     }
     Ok((conn, version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringlimit_proto::RuleRef;
+    use ringlimit_proto::region::{AskAgain, AskTally, RegionAsk};
+
+    fn entry() -> RegionAskEntry {
+        RegionAskEntry {
+            seq: 9,
+            ask: RegionAsk {
+                key: "k".into(),
+                rule: RuleRef::Named("shared".into()),
+                demand_milli: 1_000,
+                back: vec![],
+                advance: 1,
+                early: false,
+                leaving: false,
+                held: 0,
+                unanswered: vec![8],
+                tally: Some(AskTally {
+                    asked_total: 40,
+                    again: vec![AskAgain {
+                        seq: 8,
+                        back: vec![],
+                        advance: 2,
+                    }],
+                }),
+            },
+        }
+    }
+
+    /// A link of an older version is sent the asks it knows, a lost ask's advance told as the
+    /// next's own (it would otherwise never be charged); a newer one gets the tally whole.
+    #[test]
+    fn asks_go_tallied_to_a_new_link_and_folded_to_an_old_one() {
+        match asks_frame("eu", vec![entry()], REGION_TALLY_SINCE - 1) {
+            Frame::RegionAsks { asks, .. } => {
+                assert_eq!(asks[0].ask.advance, 3);
+                assert_eq!(asks[0].ask.tally, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        match relay_frame("eu", vec![entry()], REGION_TALLY_SINCE) {
+            Frame::RegionRelayTallied { asks, .. } => {
+                assert_eq!(asks[0].ask.advance, 1);
+                assert_eq!(asks[0].tally.asked_total, 40);
+                assert_eq!(asks[0].tally.again.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            relay_frame("eu", vec![entry()], REGION_TALLY_SINCE - 1),
+            Frame::RegionRelay { .. }
+        ));
+    }
 }
