@@ -1031,6 +1031,7 @@ mod tests {
         };
         let tally = AskTally {
             asked_total: 99,
+            fallback_total: 0,
             again: vec![AskAgain {
                 seq: 4,
                 back: vec![SliceBack {

@@ -107,6 +107,10 @@ pub struct AskTally {
     /// ones included): the home counts a window's demand by the differences, exact whatever
     /// the time between reports and whichever of them were lost.
     pub asked_total: u64,
+    /// Checks admitted on the bucket's fallback in the region since it began holding it (its
+    /// allowance expired): a home that reserved for the region while it was away gives the
+    /// rest of that reservation back to the bucket.
+    pub fallback_total: u64,
     /// Asks given up as lost (at most [`MAX_BACK_PER_ASK`]): what they gave back and admitted
     /// ahead of their grants, applied by a home that never saw them.
     pub again: Vec<AskAgain>,

@@ -95,6 +95,8 @@ struct Entry {
     asked: u64,
     /// Checks asked since the entry began (told with every report).
     asked_total: u64,
+    /// Checks admitted on the fallback since the entry began (told with every report).
+    fallback_total: u64,
     since_ns: u64,
     /// The demand last told, per ns.
     rate: f64,
@@ -319,6 +321,7 @@ impl Allowances {
                     last_check_ns: now,
                     asked: 0,
                     asked_total: 0,
+                    fallback_total: 0,
                     since_ns: now,
                     rate: 0.0,
                     advance_left: advance,
@@ -368,12 +371,16 @@ impl Allowances {
             };
         }
         if e.in_fallback(now, allowance_ns) {
-            return match e.policy {
+            let v = match e.policy {
                 OnRegionUnreachable::Share => {
                     Verdict::Fallback(e.fallback.decide(&fb_rule, now, cost), fb_rule)
                 }
                 OnRegionUnreachable::Open => Verdict::Open,
             };
+            if v.allowed() {
+                e.fallback_total = e.fallback_total.saturating_add(cost);
+            }
+            return v;
         }
         if e.advance_left >= cost {
             e.advance_left -= cost;
@@ -551,6 +558,7 @@ impl Allowances {
                     unanswered: std::mem::take(&mut e.unanswered),
                     tally: Some(AskTally {
                         asked_total: e.asked_total,
+                        fallback_total: e.fallback_total,
                         again: std::mem::take(&mut e.again),
                     }),
                 },

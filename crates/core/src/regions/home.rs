@@ -59,6 +59,22 @@ struct Away {
     /// A token bucket's refill reserved up to then, and the fraction carried.
     refill_at: u64,
     carry: f64,
+    /// The reservation's mark (a window's, to give back what the region did not admit).
+    mark: Mark,
+}
+
+/// A reservation for a region that came back, held until its count of what it admitted on its
+/// fallback (`AskTally::fallback_total`) comes with an ask made on its slices: what it admitted
+/// is granted to it, the rest goes back to the bucket.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    window: u64,
+    reserved: u64,
+    /// Counted as granted to it already (what its count said at its return).
+    counted: u64,
+    mark: Mark,
+    /// Its count at its last ask before it went away.
+    fallback_before: u64,
 }
 
 /// One region's place at one bucket.
@@ -87,6 +103,9 @@ struct Seat {
     /// The numbers of its asks applied here lately (a lost ask's returns told again are
     /// applied only if it never came).
     seen: VecDeque<u64>,
+    /// Its count of checks admitted on its fallback, told at its last ask.
+    fallback_total: Option<u64>,
+    pending: Option<Pending>,
     carry: f64,
     away: Option<Away>,
     /// Said it stops holding the bucket: nothing to reserve.
@@ -281,17 +300,50 @@ impl Allocator {
                     }
                 }
             }
+            let fallback_total = ask.tally.as_ref().map(|t| t.fallback_total);
+            // A reservation for a region that came back, once it is surely deciding on its
+            // slices again (its last grant came): what it admitted on its fallback since its
+            // count at the return is granted to it, the rest goes back to the bucket.
+            if let Some(p) = seat.pending.take_if(|_| ask.unanswered.is_empty())
+                && p.window == wend
+                && let Some(after) = fallback_total
+            {
+                let used = after.saturating_sub(p.fallback_before).min(p.reserved);
+                seat.granted_in(wend, used.saturating_sub(p.counted));
+                let unused = p.reserved - used.max(p.counted);
+                if unused > 0 {
+                    real.refund(unused, p.mark, now);
+                }
+            }
             if seat.window == wend {
                 seat.window_granted = seat.window_granted.saturating_sub(returned);
             }
-            // What was reserved for it while away it may have admitted on its fallback: it
-            // counts as granted to it in the window, or the window's split would hand it out
-            // again (the regions that stayed would find their parts spent).
+            // What was reserved for it while away it may have admitted on its fallback: what
+            // its count says it did counts as granted to it in the window (or the window's
+            // split would hand it out again, and the regions that stayed would find their parts
+            // spent), the rest stays taken until its count is final (it may still be deciding
+            // on its fallback until this ask's grant comes). Without a count, all of it.
             if let Some(away) = seat.away.take()
                 && away.window == wend
                 && away.reserved > 0
             {
-                seat.granted_in(wend, away.reserved);
+                match (seat.fallback_total, fallback_total) {
+                    (Some(before), Some(now_total)) => {
+                        let counted = now_total.saturating_sub(before).min(away.reserved);
+                        seat.granted_in(wend, counted);
+                        seat.pending = Some(Pending {
+                            window: wend,
+                            reserved: away.reserved,
+                            counted,
+                            mark: away.mark,
+                            fallback_before: before,
+                        });
+                    }
+                    _ => seat.granted_in(wend, away.reserved),
+                }
+            }
+            if fallback_total.is_some() {
+                seat.fallback_total = fallback_total;
             }
             seat.left = ask.leaving;
         }
@@ -711,14 +763,13 @@ fn granted(
     }
 }
 
-/// Takes what `n` would have admitted from `real`, at most what it has left; what it took.
-fn take(real: &mut impl RealBucket, now: u64, n: u64) -> u64 {
-    let left = real.decide(now, 0).remaining;
-    let n = n.min(left);
-    if n > 0 {
-        real.decide(now, n);
-    }
-    n
+/// Takes what `n` would have admitted from `real`, at most what it has left; what it took,
+/// and under which mark.
+fn take(real: &mut impl RealBucket, now: u64, n: u64) -> (u64, Mark) {
+    let peek = real.decide(now, 0);
+    let n = n.min(peek.remaining);
+    let d = if n > 0 { real.decide(now, n) } else { peek };
+    (n, mark_of(d, now))
 }
 
 /// The reservations of `table` due at `now`. A region is taken to be away (maybe deciding on
@@ -764,12 +815,13 @@ fn reserve(
                     _ if seat.window == wend => fb.limit.saturating_sub(seat.window_granted),
                     _ => fb.limit,
                 };
-                let reserved = take(real, now, want);
+                let (reserved, mark) = take(real, now, want);
                 seat.away = Some(Away {
                     window: wend,
                     reserved,
                     refill_at: now,
                     carry: 0.0,
+                    mark,
                 });
                 seat.last_tokens = 0;
             }
@@ -784,7 +836,7 @@ fn reserve(
                     take(real, now, n);
                 }
                 _ if away.window != wend => {
-                    away.reserved = take(real, now, fb.limit);
+                    (away.reserved, away.mark) = take(real, now, fb.limit);
                     away.window = wend;
                 }
                 _ => {}

@@ -109,6 +109,54 @@ fn a_region_falls_back_only_when_its_allowance_expires() {
     assert_eq!(v, Verdict::Open);
 }
 
+/// A region whose reports were lost long enough for the home to reserve its fallback share,
+/// back before it admitted much on its fallback: once its count of what it admitted there is
+/// final, the rest of the reservation goes back to the bucket (counted as granted to it
+/// whole, its part of the window was spent on it: a region at its fair share was denied for
+/// the rest of the window).
+#[test]
+fn a_reservation_a_returning_region_did_not_use_goes_back() {
+    let (s, r, side, mut home, mut real) = setup();
+    let t = T0 - T0 % (60 * SEC);
+    let mut admitted = 0u64;
+    let mut check = |now: u64| {
+        if side
+            .check(ID, &r, OnRegionUnreachable::Share, 1, now, key)
+            .allowed()
+        {
+            admitted += 1;
+        }
+    };
+    check(t);
+    exchange(&side, &mut home, &mut real, &r, t);
+    // Its reports are lost for a little over its allowance: the home reserves for it, and it
+    // admits two checks on its fallback.
+    let mut now = t;
+    while now < t + s.allowance_ns() + 100 * MS {
+        now += 100 * MS;
+        tick(&mut home, &mut real, &r, now);
+        side.due(now);
+        if now.is_multiple_of(SEC) {
+            check(now);
+        }
+    }
+    check(now);
+    check(now);
+    assert_eq!(home.totals(now)[1].away, 1);
+    // Back: a report, and the next one once its grant came.
+    for _ in 0..2 {
+        now += s.interval_ns;
+        check(now);
+        exchange(&side, &mut home, &mut real, &r, now);
+    }
+    let used = 900 - real.decide(&r, now, 0).remaining;
+    let held = side.totals(now).tokens;
+    assert!(
+        used <= admitted + held + 2,
+        "{used} taken for {admitted} admitted and {held} held"
+    );
+}
+
 #[test]
 fn the_home_reserves_a_fallback_share_for_a_region_that_stopped_renewing() {
     let (s, r, side, mut home, mut real) = setup();
@@ -207,6 +255,7 @@ fn bad_asks_never_change_a_bucket() {
         unanswered: vec![1, 2, 3],
         tally: Some(ringlimit_proto::region::AskTally {
             asked_total: u64::MAX,
+            fallback_total: 0,
             again: vec![],
         }),
     };
@@ -403,6 +452,7 @@ fn a_lost_asks_returns_are_applied_once() {
             unanswered: vec![],
             tally: Some(AskTally {
                 asked_total: seq * 10,
+                fallback_total: 0,
                 again,
             }),
         };
@@ -452,6 +502,7 @@ fn a_lost_asks_returns_are_applied_once() {
             let mut anew = ask(2, vec![SliceBack { tokens, mark }], vec![]);
             anew.tally = Some(AskTally {
                 asked_total: 1,
+                fallback_total: 0,
                 again: vec![],
             });
             let (returned, ..) = ask_home(&mut home, &mut real, 2, &anew);

@@ -337,6 +337,7 @@ mod tests {
                 unanswered: vec![8],
                 tally: Some(AskTally {
                     asked_total: 40,
+                    fallback_total: 0,
                     again: vec![AskAgain {
                         seq: 8,
                         back: vec![],
