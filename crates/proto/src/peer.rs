@@ -1032,6 +1032,7 @@ mod tests {
         let tally = AskTally {
             asked_total: 99,
             fallback_total: 0,
+            asked_at_turn: 0,
             again: vec![AskAgain {
                 seq: 4,
                 back: vec![SliceBack {

@@ -111,6 +111,10 @@ pub struct AskTally {
     /// allowance expired): a home that reserved for the region while it was away gives the
     /// rest of that reservation back to the bucket.
     pub fallback_total: u64,
+    /// `asked_total` when the home's window last turned, as the region's measure of the home
+    /// clock's offset placed the turn (0: not placed): the first report of a window tells
+    /// exactly which of its checks are the new window's.
+    pub asked_at_turn: u64,
     /// Asks given up as lost (at most [`MAX_BACK_PER_ASK`]): what they gave back and admitted
     /// ahead of their grants, applied by a home that never saw them.
     pub again: Vec<AskAgain>,

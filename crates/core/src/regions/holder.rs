@@ -97,6 +97,11 @@ struct Entry {
     asked_total: u64,
     /// Checks admitted on the fallback since the entry began (told with every report).
     fallback_total: u64,
+    /// Where the home's clock offset places its window's end (0: not placed), and
+    /// `asked_total` when that time came (told with every report).
+    placed_turn_ns: u64,
+    turn_counted_ns: u64,
+    asked_at_turn: u64,
     since_ns: u64,
     /// The demand last told, per ns.
     rate: f64,
@@ -142,6 +147,17 @@ struct Sent {
 }
 
 impl Entry {
+    /// At the home's window turn (as placed by its clock offset), notes the count of checks.
+    fn count_turn(&mut self, now: u64) {
+        if self.placed_turn_ns > 0
+            && now >= self.placed_turn_ns
+            && self.turn_counted_ns != self.placed_turn_ns
+        {
+            self.turn_counted_ns = self.placed_turn_ns;
+            self.asked_at_turn = self.asked_total;
+        }
+    }
+
     /// Tells what the lost ask `sent` gave back and admitted ahead of its grants again with
     /// the next ask. Beyond what an ask may carry, the oldest's advance is told as the
     /// entry's own (charged even if the home saw it: fewer admissions, never more) and its
@@ -322,6 +338,9 @@ impl Allowances {
                     asked: 0,
                     asked_total: 0,
                     fallback_total: 0,
+                    placed_turn_ns: 0,
+                    turn_counted_ns: 0,
+                    asked_at_turn: 0,
                     since_ns: now,
                     rate: 0.0,
                     advance_left: advance,
@@ -353,6 +372,7 @@ impl Allowances {
         }
         e.policy = policy;
         e.last_check_ns = now;
+        e.count_turn(now);
         e.asked = e.asked.saturating_add(cost);
         e.asked_total = e.asked_total.saturating_add(cost);
         e.expire(now, &s);
@@ -419,6 +439,7 @@ impl Allowances {
         let mut entries = self.entries.lock();
         let mut gone = Vec::new();
         for (&id, e) in entries.iter_mut() {
+            e.count_turn(now);
             e.expire(now, &s);
             // An ask unanswered for an interval is lost: what it gave back is lost with it
             // (fewer admissions, never more); its grant, if it was the grant that was lost,
@@ -559,6 +580,7 @@ impl Allowances {
                     tally: Some(AskTally {
                         asked_total: e.asked_total,
                         fallback_total: e.fallback_total,
+                        asked_at_turn: e.asked_at_turn,
                         again: std::mem::take(&mut e.again),
                     }),
                 },
@@ -620,6 +642,9 @@ impl Allowances {
                     u64::try_from(wend).unwrap_or(0).clamp(until, latest)
                 });
                 until = placed.unwrap_or(until);
+                if let Some(p) = placed {
+                    e.placed_turn_ns = e.placed_turn_ns.max(p);
+                }
                 e.turn_ns = e.turn_ns.max(until);
                 e.advance_at = e.advance_at.max(placed.unwrap_or(latest));
             }

@@ -266,6 +266,7 @@ impl Allocator {
             back,
             advance,
             checks,
+            after_turn,
         } = applied(&mut table.seats[region], seq, ask);
         let mut returned = 0u64;
         for b in &back {
@@ -410,6 +411,7 @@ impl Allocator {
             let asked = WindowAsk {
                 demand_per_s: seat_demand,
                 checks,
+                after_turn,
                 held: ask.held.min(rule.capacity()),
                 needs: &needs,
                 wants: &wants,
@@ -527,6 +529,9 @@ struct Applied {
     back: Vec<SliceBack>,
     advance: u64,
     checks: Option<u64>,
+    /// Of those, the ones after the home's window last turned (when the region placed the
+    /// turn between its asks).
+    after_turn: Option<u64>,
 }
 
 /// What ask `seq` of a region gives back and admitted ahead of its grants, to apply: its own
@@ -543,6 +548,14 @@ fn applied(seat: &mut Seat, seq: u64, ask: &RegionAsk) -> Applied {
         (Some(_), Some(_)) => {
             seat.seen.clear();
             None
+        }
+        _ => None,
+    };
+    let after_turn = match (seat.asked_total, ask.tally.as_ref()) {
+        (Some(before), Some(t))
+            if t.asked_at_turn > 0 && (before..=t.asked_total).contains(&t.asked_at_turn) =>
+        {
+            Some(t.asked_total - t.asked_at_turn)
         }
         _ => None,
     };
@@ -580,6 +593,7 @@ fn applied(seat: &mut Seat, seq: u64, ask: &RegionAsk) -> Applied {
         back,
         advance,
         checks,
+        after_turn,
     }
 }
 
@@ -591,6 +605,8 @@ struct WindowAsk<'a> {
     /// The asking region's checks since its ask before, by its counts (none from a link of
     /// an older version, or at its first ask here).
     checks: Option<u64>,
+    /// Of those, the ones after the window turned, when the region placed the turn.
+    after_turn: Option<u64>,
     /// What the asking region still holds of its slices.
     held: u64,
     needs: &'a [f64],
@@ -616,7 +632,8 @@ fn fixed_window_share(
     let period_ns = table.rule.period_ns;
     {
         let seat = &mut table.seats[region];
-        if seat.asked_window != wend {
+        let first = seat.asked_window != wend;
+        if first {
             seat.asked_window = wend;
             seat.window_asked = 0.0;
             seat.window_asked_ns = 0;
@@ -637,7 +654,9 @@ fn fixed_window_share(
             (Some(n), Some(at)) => {
                 let span = now.saturating_sub(at);
                 let n = n as f64;
-                if span > begun {
+                if let Some(after) = asked.after_turn.filter(|_| first && span > begun) {
+                    (after as f64, begun)
+                } else if span > begun {
                     (n * begun as f64 / span as f64, begun)
                 } else {
                     (n, span)

@@ -256,6 +256,7 @@ fn bad_asks_never_change_a_bucket() {
         tally: Some(ringlimit_proto::region::AskTally {
             asked_total: u64::MAX,
             fallback_total: 0,
+            asked_at_turn: 0,
             again: vec![],
         }),
     };
@@ -453,6 +454,7 @@ fn a_lost_asks_returns_are_applied_once() {
             tally: Some(AskTally {
                 asked_total: seq * 10,
                 fallback_total: 0,
+                asked_at_turn: 0,
                 again,
             }),
         };
@@ -503,10 +505,51 @@ fn a_lost_asks_returns_are_applied_once() {
             anew.tally = Some(AskTally {
                 asked_total: 1,
                 fallback_total: 0,
+                asked_at_turn: 0,
                 again: vec![],
             });
             let (returned, ..) = ask_home(&mut home, &mut real, 2, &anew);
             assert_eq!(returned, tokens);
         }
     }
+}
+
+/// With the home's clock offset measured, a region notes its count of checks at the home's
+/// window turn and tells it: the home counts the new window's checks exactly, not a share of
+/// its report's by time.
+#[test]
+fn a_region_tells_its_count_at_the_windows_turn() {
+    let (_, r, side, mut home, mut real) = setup();
+    let wend = T0 - T0 % (60 * SEC) + 60 * SEC;
+    let t = wend - 2 * SEC;
+    side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
+    for d in side.due(t) {
+        let g = home.ask(
+            d.id,
+            &r,
+            1,
+            d.seq,
+            &d.ask,
+            t,
+            &mut Owned {
+                state: &mut real,
+                rule: &r,
+            },
+        );
+        // The same clock: the home's window ends where the region's does.
+        assert_eq!(side.answered(d.id, d.seq, g, t, Some(0)), None);
+    }
+    for at in [wend - 300 * MS, wend - 100 * MS, wend + 100 * MS] {
+        side.check(ID, &r, OnRegionUnreachable::Share, 1, at, key);
+    }
+    let due = side.due(wend + 200 * MS);
+    let tally = due
+        .iter()
+        .find_map(|d| d.ask.tally.clone())
+        .expect("a report");
+    assert_eq!(
+        (tally.asked_total, tally.asked_at_turn),
+        (4, 3),
+        "{tally:?}"
+    );
 }

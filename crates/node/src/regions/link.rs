@@ -338,6 +338,7 @@ mod tests {
                 tally: Some(AskTally {
                     asked_total: 40,
                     fallback_total: 0,
+                    asked_at_turn: 0,
                     again: vec![AskAgain {
                         seq: 8,
                         back: vec![],
