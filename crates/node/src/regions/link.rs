@@ -14,6 +14,7 @@ use ringlimit_proto::auth::Role;
 use ringlimit_proto::handshake::ClientHandshake;
 use ringlimit_proto::peer::{Frame, REGION_TALLY_SINCE};
 use ringlimit_proto::region::{MAX_ASKS_PER_FRAME, RegionAskEntry, TalliedAsk};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -131,14 +132,42 @@ async fn link(
     let mut version = 0u16;
     let mut owed = 0u32;
     let me = format!("{}/{node_id}", regions.name());
-    while let Some(batch) = rx.recv().await {
+    // While the link is down: the batches that came meanwhile (sent once it is up, while
+    // their asks are current), and when it was last dialled.
+    let mut waiting: VecDeque<(Instant, Vec<Due>)> = VecDeque::new();
+    let mut dialled: Option<Instant> = None;
+    loop {
         let l = &regions.links[i];
         if conn.is_none() {
-            match dial(&*dialer, &l.addr, &me, regions.secret(), within).await {
+            // Dialled again every fifth of an interval, not only when a batch comes: a
+            // region back from a cut is up again within a few round trips of the network's
+            // return, and its reports go out then.
+            let redial = (within / 5).saturating_sub(dialled.map_or(within, |t| t.elapsed()));
+            tokio::select! {
+                b = rx.recv() => match b {
+                    Some(b) => waiting.push_back((Instant::now(), b)),
+                    None => return,
+                },
+                () = tokio::time::sleep(redial) => {}
+            }
+            if dialled.is_some_and(|t| t.elapsed() < within / 5) {
+                continue;
+            }
+            dialled = Some(Instant::now());
+            match dial(
+                &*dialer,
+                &l.addr,
+                &me,
+                regions.secret(),
+                connect_within(l, within),
+            )
+            .await
+            {
                 Ok((c, v)) => {
                     conn = Some(c);
                     version = v;
                     owed = 0;
+                    dialled = None;
                 }
                 Err(reason) => {
                     down(&regions, i, &reason);
@@ -146,6 +175,17 @@ async fn link(
                 }
             }
         }
+        // What waited for the link, while current (an ask unanswered for an interval is
+        // given up by its region), or the next batch.
+        waiting.retain(|(at, _)| at.elapsed() < within / 2);
+        let batch: Vec<Due> = if waiting.is_empty() {
+            match rx.recv().await {
+                Some(b) => b,
+                None => return,
+            }
+        } else {
+            waiting.drain(..).flat_map(|(_, b)| b).collect()
+        };
         let Some(c) = conn.as_mut() else { continue };
         let ids: Vec<(u64, u64)> = batch.iter().map(|d| (d.seq, d.id)).collect();
         let mut asks: Vec<RegionAskEntry> = batch
@@ -190,6 +230,18 @@ async fn link(
                 down(&regions, i, &e.to_string());
             }
         }
+    }
+}
+
+/// How long a dial's connect may take: an interval, or while the link is down a few of its
+/// round trips (a connect whose first packet the network dropped is dialled again sooner than
+/// the kernel would send it again).
+fn connect_within(l: &super::RegionLink, within: Duration) -> Duration {
+    match (l.state(), l.rtt_ms()) {
+        (LinkState::Unreachable, Some(ms)) => {
+            Duration::from_secs_f64(ms * 3.0 / 1_000.0).clamp(within / 5, within)
+        }
+        _ => within,
     }
 }
 
