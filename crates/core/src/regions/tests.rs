@@ -26,6 +26,18 @@ fn setup() -> (RegionSettings, Rule, Allowances, Allocator, BucketState) {
 
 /// Sends what `side` has due to the home at `now` and hands the grants back at `now`.
 fn exchange(side: &Allowances, home: &mut Allocator, real: &mut BucketState, r: &Rule, now: u64) {
+    exchange_ahead(side, home, real, r, now, None);
+}
+
+/// [`exchange`], the home's clock `ahead` of the region's as the region measured it.
+fn exchange_ahead(
+    side: &Allowances,
+    home: &mut Allocator,
+    real: &mut BucketState,
+    r: &Rule,
+    now: u64,
+    ahead: Option<i64>,
+) {
     for d in side.due(now) {
         let g = home.ask(
             d.id,
@@ -39,7 +51,7 @@ fn exchange(side: &Allowances, home: &mut Allocator, real: &mut BucketState, r: 
                 rule: r,
             },
         );
-        assert_eq!(side.answered(d.id, d.seq, g, now, None), None);
+        assert_eq!(side.answered(d.id, d.seq, g, now, ahead), None);
     }
 }
 
@@ -523,22 +535,8 @@ fn a_region_tells_its_count_at_the_windows_turn() {
     let wend = T0 - T0 % (60 * SEC) + 60 * SEC;
     let t = wend - 2 * SEC;
     side.check(ID, &r, OnRegionUnreachable::Share, 1, t, key);
-    for d in side.due(t) {
-        let g = home.ask(
-            d.id,
-            &r,
-            1,
-            d.seq,
-            &d.ask,
-            t,
-            &mut Owned {
-                state: &mut real,
-                rule: &r,
-            },
-        );
-        // The same clock: the home's window ends where the region's does.
-        assert_eq!(side.answered(d.id, d.seq, g, t, Some(0)), None);
-    }
+    // The same clock: the home's window ends where the region's does.
+    exchange_ahead(&side, &mut home, &mut real, &r, t, Some(0));
     for at in [wend - 300 * MS, wend - 100 * MS, wend + 100 * MS] {
         side.check(ID, &r, OnRegionUnreachable::Share, 1, at, key);
     }
