@@ -150,6 +150,13 @@ async fn link(
                 },
                 () = tokio::time::sleep(redial) => {}
             }
+            // A batch that waited too long is an exchange that failed (its region gives its
+            // asks up after an interval).
+            let before = waiting.len();
+            waiting.retain(|(at, _)| at.elapsed() < within / 2);
+            for _ in waiting.len()..before {
+                down(&regions, i, "no link");
+            }
             if dialled.is_some_and(|t| t.elapsed() < within / 5) {
                 continue;
             }
@@ -170,13 +177,12 @@ async fn link(
                     dialled = None;
                 }
                 Err(reason) => {
-                    down(&regions, i, &reason);
+                    unreachable(&regions, i, &reason);
                     continue;
                 }
             }
         }
-        // What waited for the link, while current (an ask unanswered for an interval is
-        // given up by its region), or the next batch.
+        // What waited for the link, while current, or the next batch.
         waiting.retain(|(at, _)| at.elapsed() < within / 2);
         let batch: Vec<Due> = if waiting.is_empty() {
             match rx.recv().await {
@@ -307,8 +313,15 @@ pub(super) async fn round_trip(
 }
 
 fn down(regions: &Regions, i: usize, reason: &str) {
+    regions.links[i]
+        .failed
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    unreachable(regions, i, reason);
+}
+
+/// [`down`] without an exchange that failed (a dial while the link was down).
+fn unreachable(regions: &Regions, i: usize, reason: &str) {
     let l = &regions.links[i];
-    l.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let was = l.state();
     l.set_state(LinkState::Unreachable);
     // A region this node cannot reach may be deciding on its fallback share of any bucket
