@@ -150,13 +150,7 @@ async fn link(
                 },
                 () = tokio::time::sleep(redial) => {}
             }
-            // A batch that waited too long is an exchange that failed (its region gives its
-            // asks up after an interval).
-            let before = waiting.len();
-            waiting.retain(|(at, _)| at.elapsed() < within / 2);
-            for _ in waiting.len()..before {
-                down(&regions, i, "no link");
-            }
+            drop_stale(&regions, i, &mut waiting, within);
             if dialled.is_some_and(|t| t.elapsed() < within / 5) {
                 continue;
             }
@@ -183,7 +177,7 @@ async fn link(
             }
         }
         // What waited for the link, while current, or the next batch.
-        waiting.retain(|(at, _)| at.elapsed() < within / 2);
+        drop_stale(&regions, i, &mut waiting, within);
         let batch: Vec<Due> = if waiting.is_empty() {
             match rx.recv().await {
                 Some(b) => b,
@@ -236,6 +230,21 @@ async fn link(
                 down(&regions, i, &e.to_string());
             }
         }
+    }
+}
+
+/// Drops the batches that waited for region `i`'s link half an interval or more (their region
+/// gives their asks up after one), each an exchange that failed.
+fn drop_stale(
+    regions: &Regions,
+    i: usize,
+    waiting: &mut VecDeque<(Instant, Vec<Due>)>,
+    within: Duration,
+) {
+    let before = waiting.len();
+    waiting.retain(|(at, _)| at.elapsed() < within / 2);
+    for _ in waiting.len()..before {
+        down(regions, i, "no link");
     }
 }
 

@@ -370,12 +370,6 @@ impl Regions {
     ) -> RegionGrant {
         ask.back.truncate(MAX_BACK_PER_ASK);
         ask.unanswered.truncate(MAX_BACK_PER_ASK);
-        if let Some(t) = ask.tally.as_mut() {
-            t.again.truncate(MAX_BACK_PER_ASK);
-            for a in &mut t.again {
-                a.back.truncate(MAX_BACK_PER_ASK);
-            }
-        }
         let spec = RuleSpec::of(&ask.rule);
         let rules = local.rules().rules();
         let Some(named) = spec.name().and_then(|n| rules.get(n)) else {
