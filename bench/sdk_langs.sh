@@ -17,7 +17,8 @@
 #   check than a busy one, so the like-for-like ratio is the paced one.
 # - concurrent: CONC callers (threads in Python, async callers in Node.js and Rust's sdk_load)
 #   on keys spread over 100,000, no leases: checks/s and the nodes' CPU per check, where the
-#   per-owner batching counts.
+#   per-owner batching counts. Rust's CONC callers run again after each other SDK's, paced to
+#   that SDK's rate in all (`sdk_load --rate`): the like-for-like baseline of this phase too.
 # Targets: Python >= 1M leased checks/s from one thread, Node.js >= 5M/s, exact; p50 round trip
 # under 300 us; server CPU per check within 1.2x of the Rust SDK's.
 #
@@ -116,6 +117,11 @@ for ((run = 1; run <= RUNS; run++)); do
     --rate "$rate" --keys 1000
   phase "python-conc-$run" concurrent.checks "$PYTHON" "$REPO/clients/python/bench/bench.py" --seeds "$seeds" \
     --only concurrent --threads "$CONC" --seconds "$SECONDS_PER"
+  # The Rust SDK's CONC callers paced to Python's concurrent rate in all: its like-for-like.
+  rate=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["concurrent"]["checks_per_s"]))' \
+    "$OUT_DIR/python-conc-$run.json")
+  phase "rust-concatpy-$run" checks "$SDK_LOAD" --seeds "$seeds" --mode sdk --concurrency "$CONC" \
+    --seconds "$PACED_SECONDS" --rate "$rate"
   log "round $run: Node.js"
   phase "node-leased-$run" leased.sent_to_owner node "$TS/dist/bench/bench.js" --seeds "$seeds" --only leased \
     --seconds "$SECONDS_PER" --limit "$LIMIT"
@@ -127,6 +133,10 @@ for ((run = 1; run <= RUNS; run++)); do
     --rate "$rate" --keys 500
   phase "node-conc-$run" concurrent.checks node "$TS/dist/bench/bench.js" --seeds "$seeds" --only concurrent \
     --concurrency "$CONC" --seconds "$SECONDS_PER"
+  rate=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["concurrent"]["checks_per_s"]))' \
+    "$OUT_DIR/node-conc-$run.json")
+  phase "rust-concatnode-$run" checks "$SDK_LOAD" --seeds "$seeds" --mode sdk --concurrency "$CONC" \
+    --seconds "$PACED_SECONDS" --rate "$rate"
   stop_nodes
 done
 
@@ -137,7 +147,7 @@ def med(prefix, f):
     v = [f(r) for r in rows if r["label"].rsplit("-", 1)[0] == prefix]
     return statistics.median(v) if v else float("nan")
 rust_cpu = med("rust-rtt", lambda r: r["server_cpu_us_per_check"])
-print("sdk\tleased_checks_per_s\twithin_limit\tp50_us\tp99_us\tserver_cpu_us_per_check\tvs_rust\tconc_checks_per_s\tconc_server_cpu_us_per_check\tconc_vs_rust\trust_same_rate_cpu_us\tvs_rust_same_rate")
+print("sdk\tleased_checks_per_s\twithin_limit\tp50_us\tp99_us\tserver_cpu_us_per_check\tvs_rust\tconc_checks_per_s\tconc_server_cpu_us_per_check\tconc_vs_rust\trust_same_rate_cpu_us\tvs_rust_same_rate\trust_conc_same_rate_cpu_us\tconc_vs_rust_same_rate")
 conc = {k: (med(f"{k}-conc", lambda r: r["result"]["checks_per_s"] if "checks_per_s" in r["result"] else r["result"]["concurrent"]["checks_per_s"]),
             med(f"{k}-conc", lambda r: r["server_cpu_us_per_check"])) for k in ("rust", "python", "node")}
 within = lambda label, f: all(f(r) for r in rows if r["label"].startswith(label))
@@ -164,8 +174,12 @@ rows_out = [
 # The Rust SDK's CPU per check at each SDK's own one-at-a-time rate, on as many keys.
 same_rate = {"python": med("rust-atpy", lambda r: r["server_cpu_us_per_check"]),
              "node": med("rust-atnode", lambda r: r["server_cpu_us_per_check"]), "rust": rust_cpu}
+# The Rust SDK's CONC callers at each SDK's concurrent rate in all.
+conc_same_rate = {"python": med("rust-concatpy", lambda r: r["server_cpu_us_per_check"]),
+                  "node": med("rust-concatnode", lambda r: r["server_cpu_us_per_check"]), "rust": conc["rust"][1]}
 for name, rate, ok, p50, p99, cpu in rows_out:
     c_rate, c_cpu = conc.get(name.split()[0], (float("nan"), float("nan"))) if "(" not in name or "named" in name or "tryCheck" in name else (float("nan"), float("nan"))
     base = same_rate[name.split()[0]]
-    print(f"{name}\t{rate:.0f}\t{ok}\t{p50:.1f}\t{p99:.1f}\t{cpu:.2f}\t{cpu / rust_cpu:.2f}x\t{c_rate:.0f}\t{c_cpu:.2f}\t{c_cpu / conc['rust'][1]:.2f}x\t{base:.2f}\t{cpu / base:.2f}x")
+    c_base = conc_same_rate[name.split()[0]]
+    print(f"{name}\t{rate:.0f}\t{ok}\t{p50:.1f}\t{p99:.1f}\t{cpu:.2f}\t{cpu / rust_cpu:.2f}x\t{c_rate:.0f}\t{c_cpu:.2f}\t{c_cpu / conc['rust'][1]:.2f}x\t{base:.2f}\t{cpu / base:.2f}x\t{c_base:.2f}\t{c_cpu / c_base:.2f}x")
 PY
