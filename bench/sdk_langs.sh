@@ -94,6 +94,15 @@ print(json.dumps(r))
 PY
 }
 
+# paced_conc LABEL JSON: the Rust SDK's CONC callers paced to the concurrent rate in all of
+# another SDK's phase (its JSON), on the round's cluster ($seeds): that phase's like for like.
+paced_conc() {
+  local rate
+  rate=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["concurrent"]["checks_per_s"]))' "$2")
+  phase "$1" checks "$SDK_LOAD" --seeds "$seeds" --mode sdk --concurrency "$CONC" \
+    --seconds "$PACED_SECONDS" --rate "$rate"
+}
+
 for ((run = 1; run <= RUNS; run++)); do
   start_nodes 3 "run$run" --grpc 127.0.0.1:0 --config "$OUT_DIR/rules.yaml"
   pids=$(IFS=,; echo "${PIDS[*]}")
@@ -117,11 +126,7 @@ for ((run = 1; run <= RUNS; run++)); do
     --rate "$rate" --keys 1000
   phase "python-conc-$run" concurrent.checks "$PYTHON" "$REPO/clients/python/bench/bench.py" --seeds "$seeds" \
     --only concurrent --threads "$CONC" --seconds "$SECONDS_PER"
-  # The Rust SDK's CONC callers paced to Python's concurrent rate in all: its like-for-like.
-  rate=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["concurrent"]["checks_per_s"]))' \
-    "$OUT_DIR/python-conc-$run.json")
-  phase "rust-concatpy-$run" checks "$SDK_LOAD" --seeds "$seeds" --mode sdk --concurrency "$CONC" \
-    --seconds "$PACED_SECONDS" --rate "$rate"
+  paced_conc "rust-concatpy-$run" "$OUT_DIR/python-conc-$run.json"
   log "round $run: Node.js"
   phase "node-leased-$run" leased.sent_to_owner node "$TS/dist/bench/bench.js" --seeds "$seeds" --only leased \
     --seconds "$SECONDS_PER" --limit "$LIMIT"
@@ -133,10 +138,7 @@ for ((run = 1; run <= RUNS; run++)); do
     --rate "$rate" --keys 500
   phase "node-conc-$run" concurrent.checks node "$TS/dist/bench/bench.js" --seeds "$seeds" --only concurrent \
     --concurrency "$CONC" --seconds "$SECONDS_PER"
-  rate=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["concurrent"]["checks_per_s"]))' \
-    "$OUT_DIR/node-conc-$run.json")
-  phase "rust-concatnode-$run" checks "$SDK_LOAD" --seeds "$seeds" --mode sdk --concurrency "$CONC" \
-    --seconds "$PACED_SECONDS" --rate "$rate"
+  paced_conc "rust-concatnode-$run" "$OUT_DIR/node-conc-$run.json"
   stop_nodes
 done
 
