@@ -1,9 +1,25 @@
-//! The store's change feed: which buckets changed, in order, for a follower (a replica sender)
-//! to copy them elsewhere.
+//! The store's change feed: which buckets changed, in order, for a follower (a replica sender,
+//! the disk follower) to copy them elsewhere.
 //!
-//! Cheap enough to leave on: a write appends only its bucket's id to its shard's bounded ring,
-//! under the shard lock it holds anyway; states are read when the follower drains, so a hot
-//! bucket written a thousand times between two drains is read and sent once (coalesced).
+//! Cheap enough to leave on: a write appends an entry to its shard's bounded ring, under the
+//! shard lock it holds anyway. A check's entry carries the state the check left (a few words,
+//! copied while their cache line is hot; a sliding log's excepted), so that the follower need
+//! not look the bucket up in a table of up to a million, a cache miss per changed bucket (the
+//! largest share of the disk follower's cost under a flood of new keys). The other writes
+//! (merges, puts, removals, evictions) append the id alone, and their state is read at the
+//! drain. Either way the newest entry of a bucket wins: one written a thousand times between
+//! two drains is read once (coalesced).
+//!
+//! A check's write starts taking the ring's next line for writing before its lookup
+//! ([`Ring::prepare`]): that line was last read by the follower on another core, and the
+//! shard's unlock would otherwise wait for it.
+//!
+//! A carried state may be older than the bucket's state when the follower reads it, but never
+//! older than the bucket's last change the feed holds: every write that changes what a bucket
+//! spent appends an entry. So a follower that copies the store whole (when it starts, or after
+//! it lagged) and then reads entries written before its copy still ends on the copy's state or
+//! a newer one.
+//!
 //! With no follower nothing is appended (one relaxed load of a counter that only changes when a
 //! follower comes or goes), and a store built without a feed (the SDK's) never has one.
 //!
@@ -18,7 +34,7 @@
 //!
 //! Hot: when every follower has read a shard's ring to its end, the ring starts again at its
 //! front, so a shard's writes and the next drain touch the few cache lines the last drain read.
-//! Left to run round, the rings (512 KiB together) were walked once every few seconds, and every
+//! Left to run round, the rings (then 512 KiB together) were walked once every few seconds, and every
 //! write was a cache miss held under the shard lock, every read at the drain another: a visible
 //! share of what `--replicas 1` cost the SDK path in `perf` (measured: the docs' benchmarks
 //! page, "What `--replicas 1` costs", and `bench/notes/replica-cost.md`).
@@ -69,8 +85,9 @@ pub enum Kind {
     Local,
 }
 
-/// One changed bucket, coalesced: its state when the feed was read (`None`: gone — removed,
-/// handed over or evicted), and the sequence of its last change in its shard.
+/// One changed bucket, coalesced: its state as its last change left it (carried from a check)
+/// or when the feed was read (`None`: gone — removed, handed over or evicted), and the
+/// sequence of its last change in its shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub seq: u64,
@@ -103,12 +120,104 @@ pub enum FeedError {
     Off,
 }
 
-/// One shard's changed ids, oldest first, at most `cap` of them (the caller's bound).
+/// One entry of a ring: a changed bucket, and the state its write left when the write carried
+/// it (else read from the table at the drain; see the module's text). Plain words, 32 bytes
+/// and `Copy`, rather than an `Option<BucketState>` (40 bytes, and a drop on every overwrite):
+/// it is written under the shard lock on every check while a follower exists.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry {
+    id: u64,
+    a: u64,
+    b: u32,
+    c: u32,
+    d: u32,
+    /// Which state the words hold ([`Entry::ID`]: none), and [`Entry::DURABLE`].
+    what: u8,
+}
+
+impl Entry {
+    const ID: u8 = 0;
+    const GCRA: u8 = 1;
+    const FIXED: u8 = 2;
+    const SLIDING: u8 = 3;
+    const DURABLE: u8 = 0x80;
+
+    /// A change whose state is read at the drain.
+    #[inline]
+    pub fn id(id: u64) -> Self {
+        Self {
+            id,
+            a: 0,
+            b: 0,
+            c: 0,
+            d: 0,
+            what: Self::ID,
+        }
+    }
+
+    /// A change that carries the state its write left (of a bucket of `kind`), unless that
+    /// state is a sliding log's (boxed and long: read at the drain).
+    #[inline]
+    pub fn written(id: u64, state: &BucketState, kind: Kind) -> Self {
+        let durable = if kind == Kind::Durable {
+            Self::DURABLE
+        } else {
+            0
+        };
+        let (what, a, b, c, d) = match *state {
+            BucketState::Gcra { tat, tag } => (Self::GCRA, tat, tag, 0, 0),
+            BucketState::Fixed {
+                end,
+                count,
+                period_tag,
+            } => (Self::FIXED, end, count, period_tag, 0),
+            BucketState::Sliding {
+                until,
+                current,
+                previous,
+                period_tag,
+            } => (Self::SLIDING, until, current, previous, period_tag),
+            BucketState::Log(_) => return Self::id(id),
+        };
+        Self {
+            id,
+            a,
+            b,
+            c,
+            d,
+            what: what | durable,
+        }
+    }
+
+    /// The state carried, if any, and whether the bucket is durable.
+    #[inline]
+    fn state(&self) -> (Option<BucketState>, bool) {
+        let (a, b, c, d) = (self.a, self.b, self.c, self.d);
+        let state = match self.what & !Self::DURABLE {
+            Self::GCRA => BucketState::Gcra { tat: a, tag: b },
+            Self::FIXED => BucketState::Fixed {
+                end: a,
+                count: b,
+                period_tag: c,
+            },
+            Self::SLIDING => BucketState::Sliding {
+                until: a,
+                current: b,
+                previous: c,
+                period_tag: d,
+            },
+            _ => return (None, false),
+        };
+        (Some(state), self.what & Self::DURABLE != 0)
+    }
+}
+
+/// One shard's changes, oldest first, at most `cap` of them (the caller's bound).
 #[derive(Debug, Default)]
 pub(super) struct Ring {
-    /// The id of sequence `s` is at `(s - base) % cap` (`base`: the sequence at index 0 when
+    /// The entry of sequence `s` is at `(s - base) % cap` (`base`: the sequence at index 0 when
     /// the ring last started empty).
-    ids: Vec<u64>,
+    entries: Vec<Entry>,
     base: u64,
     /// The sequence the next change gets.
     next: u64,
@@ -117,16 +226,42 @@ pub(super) struct Ring {
 }
 
 impl Ring {
-    /// Records a change of bucket `id`.
+    /// Records a change.
     #[inline]
-    pub fn push(&mut self, id: u64, cap: usize) {
-        if self.ids.len() < cap {
-            self.ids.push(id);
+    pub fn push(&mut self, entry: Entry, cap: usize) {
+        if self.entries.len() < cap {
+            self.entries.push(entry);
         } else {
-            self.ids[Self::index(self.next - self.base, cap)] = id;
+            self.entries[Self::index(self.next - self.base, cap)] = entry;
         }
         self.next += 1;
         self.caught_up = 0;
+    }
+
+    /// Starts taking for writing the cache line the next [`Ring::push`] writes, for a writer
+    /// with a lookup to do first. The line was most likely last read by the follower on
+    /// another core: a store to it waits for that core's copy to be invalidated, and the
+    /// shard's unlock (a locked instruction) waits for the store. Without this, entries that
+    /// carry states cost the checking threads as much as they spared the follower (`perf`:
+    /// `bench/notes/durable-store.md`); with it, the wait overlaps the lookup's miss and the
+    /// carried states are a net saving. By hand (`asm!`): `prefetchw` is not among the target
+    /// features stable Rust can enable, and a read prefetch fetches a copy without ownership.
+    #[inline]
+    pub fn prepare(&self, cap: usize) {
+        let i = if self.entries.len() < cap {
+            self.entries.len()
+        } else {
+            Self::index(self.next - self.base, cap)
+        };
+        let at = self.entries.as_ptr().wrapping_add(i);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it never faults (even past the allocation) and
+        // changes no memory. `prefetchw` is a no-op on x86 CPUs without it.
+        unsafe {
+            std::arch::asm!("prefetchw [{0}]", in(reg) at, options(nostack, preserves_flags, readonly));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
     }
 
     /// Follower `bit` has read every change the ring holds; returns the followers that have.
@@ -148,7 +283,7 @@ impl Ring {
     /// cache lines the last drain read, instead of walking the whole ring (each write was a
     /// cache miss under the shard lock, and each read another; see `Store::changes`).
     pub fn rewind(&mut self) {
-        self.ids.clear();
+        self.entries.clear();
         self.base = self.next;
     }
 
@@ -159,21 +294,22 @@ impl Ring {
 
     /// Drops what the ring holds (its last follower left), keeping its sequence.
     pub fn clear(&mut self) {
-        self.ids = Vec::new();
+        self.entries = Vec::new();
         self.base = self.next;
     }
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.entries.len()
     }
 
     /// The changes from sequence `from` on, coalesced (each id once, at its last sequence, in
-    /// sequence order), without their states (the caller reads them: see `Store::changes`);
+    /// sequence order), with the states their entries carry (the caller reads the others:
+    /// see `Store::changes`);
     /// `Err(Lagged)` when some of them were overwritten. Either way the follower's place
     /// becomes [`Ring::head`].
     pub fn read(&self, from: u64, cap: usize, out: &mut Vec<Change>) -> Result<(), Lagged> {
-        let oldest = self.next - self.ids.len() as u64;
+        let oldest = self.next - self.entries.len() as u64;
         if from < oldest {
             return Err(Lagged { shards: 1 });
         }
@@ -187,18 +323,20 @@ impl Ring {
         );
         // Newest first, so that an id is taken at its last change.
         for seq in (from..self.next).rev() {
-            let id = self.ids[Self::index(seq - self.base, cap)];
+            let entry = self.entries[Self::index(seq - self.base, cap)];
+            let id = entry.id;
             let new = if long {
                 seen.insert(id)
             } else {
                 !out[start..].iter().any(|c| c.id == id)
             };
             if new {
+                let (state, durable) = entry.state();
                 out.push(Change {
                     seq,
                     id,
-                    state: None,
-                    durable: false,
+                    state,
+                    durable,
                 });
             }
         }
@@ -533,6 +671,75 @@ mod tests {
             durable(drain(&s, &mut c)),
             vec![(id(3), true), (id(2), false)]
         );
+    }
+
+    #[test]
+    fn a_checks_entry_carries_its_state_and_a_sliding_logs_is_read_at_the_drain() {
+        assert!(
+            std::mem::size_of::<Entry>() <= 32,
+            "an entry is written under the shard lock on every check while followed"
+        );
+        let s = one_shard(100, 64);
+        let mut c = s.follow().expect("a feed");
+        let tb = tb10();
+        let log = rule(Algorithm::SlidingLog, 5, 1000, 5);
+        s.check_as(Kind::Durable, id(1), &tb, || T0, 1);
+        s.check_as(Kind::Durable, id(2), &log, || T0, 1);
+        s.charge_seeded(Kind::Replicated, id(3), &tb, T0, 3, || None);
+        let fixed = rule(Algorithm::FixedWindow, 5, 1000, 5);
+        let sliding = rule(Algorithm::SlidingWindow, 5, 1000, 5);
+        s.check_as(Kind::Durable, id(4), &fixed, || T0, 2);
+        s.check_as(Kind::Replicated, id(5), &sliding, || T0, 1);
+        s.check_as(Kind::Replicated, id(5), &sliding, || T0 + 1000 * MS, 2);
+        let changes = drain(&s, &mut c);
+        assert_eq!(changes.len(), 5);
+        for ch in &changes {
+            assert_eq!(ch.state, s.peek(ch.id), "{ch:?}");
+        }
+        assert!(matches!(changes[1].state, Some(BucketState::Log(_))));
+        assert!(matches!(
+            changes[3].state,
+            Some(BucketState::Fixed { count: 2, .. })
+        ));
+        assert!(matches!(
+            changes[4].state,
+            Some(BucketState::Sliding {
+                current: 2,
+                previous: 1,
+                ..
+            })
+        ));
+        let durable: Vec<bool> = changes.iter().map(|ch| ch.durable).collect();
+        assert_eq!(durable, vec![true, true, false, true, false]);
+    }
+
+    #[test]
+    fn a_copy_after_following_and_the_entries_before_it_end_on_the_copys_state() {
+        let s = one_shard(100, 64);
+        let r = tb10();
+        let mut c = s.follow().expect("a feed");
+        // Written before the copy: entries carrying the states after each write.
+        for k in 0..3 {
+            s.check(id(1), &r, T0 + k * MS, 1);
+        }
+        s.check(id(2), &r, T0, 1);
+        let mut copy = std::collections::HashMap::new();
+        s.for_each(|id, st| {
+            copy.insert(id, st.clone());
+        });
+        // Applied after the copy, as a follower does: each bucket ends on the copy's state.
+        for ch in drain(&s, &mut c) {
+            copy.insert(ch.id, ch.state.expect("held"));
+        }
+        for i in [1, 2] {
+            assert_eq!(copy.get(&id(i)), s.peek(id(i)).as_ref());
+        }
+        // A removal after a carried write: the id alone, read at the drain (gone).
+        s.check(id(1), &r, T0 + 5 * MS, 1);
+        assert!(s.remove(id(1)));
+        let changes = drain(&s, &mut c);
+        assert_eq!(changes.len(), 1);
+        assert_eq!((changes[0].id, changes[0].state.as_ref()), (id(1), None));
     }
 
     #[test]

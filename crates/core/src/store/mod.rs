@@ -23,8 +23,8 @@ pub mod feed;
 mod slots;
 mod table;
 
-use feed::Ring;
 pub use feed::{Change, Cursor, FeedError, Kind, Lagged};
+use feed::{Entry, Ring};
 
 /// Counters of what the store dropped to stay within its bound.
 #[derive(Debug, Default)]
@@ -153,8 +153,14 @@ impl Recorder<'_> {
     #[inline]
     fn changed(&mut self, id: u64) {
         if self.on {
-            self.feed.push(id, self.cap);
+            self.feed.push(Entry::id(id), self.cap);
         }
+    }
+
+    /// Records a change with what its entry carries (made only while [`Recorder::on`]).
+    #[inline]
+    fn push(&mut self, entry: Entry) {
+        self.feed.push(entry, self.cap);
     }
 }
 
@@ -165,7 +171,7 @@ impl Store {
     }
 
     /// A store holding at most `max_keys` weight units whose change feed holds up to
-    /// `feed_entries` unread changes (8 bytes each, allocated as followers need them), split
+    /// `feed_entries` unread changes (32 bytes each, allocated as followers need them), split
     /// between the shards (each keeps at least 64). 0: no feed.
     pub fn with_feed(max_keys: u64, feed_entries: usize) -> Self {
         let max_keys = max_keys.max(1);
@@ -320,16 +326,32 @@ impl Store {
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
+        let on = rec.on;
+        if on {
+            // The ring's line is taken while the slot's lookup misses (see `Ring::prepare`).
+            rec.feed.prepare(rec.cap);
+        }
         let (out, evicted) = match table.update_as(
             id,
             now,
             Some(kind),
-            |s| op(s, now),
+            |s| {
+                let (out, spent) = op(s, now);
+                // The state is copied while its cache line is hot (see `feed`). A bucket held
+                // keeps its kind when the write's is local (read at the drain then).
+                let entry = (spent && on).then(|| match kind {
+                    Kind::Local => Entry::id(id),
+                    kind => Entry::written(id, s, kind),
+                });
+                (out, entry)
+            },
             |gone| rec.changed(gone),
         ) {
-            Some(((out, spent), local, evicted)) => {
-                if spent && !local {
-                    rec.changed(id);
+            Some(((out, entry), local, evicted)) => {
+                if let Some(entry) = entry
+                    && !local
+                {
+                    rec.push(entry);
                 }
                 (out, evicted)
             }
@@ -340,10 +362,11 @@ impl Store {
                 let (out, spent) = op(&mut state, now);
                 let evicted = if kept || spent {
                     let local = kind == Kind::Local;
+                    let entry = (!local && on).then(|| Entry::written(id, &state, kind));
                     let evicted =
                         shard.insert(table, id, state, kind, now, |gone| rec.changed(gone));
-                    if !local {
-                        rec.changed(id);
+                    if let Some(entry) = entry {
+                        rec.push(entry);
                     }
                     evicted
                 } else {
@@ -563,7 +586,8 @@ impl Store {
     /// Starts following the change feed: changes from now on are recorded until the follower
     /// [`Store::unfollow`]s. A new follower has not seen what the store holds already: it
     /// copies it with [`Store::for_each`] after this call (a change in between is then both
-    /// in the copy and in the feed, which is harmless: the feed says the state at its reading).
+    /// in the copy and in the feed, which is harmless: a bucket's newest entry says its state
+    /// at its last change or later, the copy's state; see `feed`).
     pub fn follow(&self) -> Result<Cursor, FeedError> {
         if self.feed_per_shard == 0 {
             return Err(FeedError::Off);
@@ -605,7 +629,7 @@ impl Store {
         }
     }
 
-    /// Appends to `out` the buckets changed since `cursor`, each once with its state now (see
+    /// Appends to `out` the buckets changed since `cursor`, each once with its state (see
     /// [`Change`]), and moves `cursor` past them. `Err(Lagged)` when some changes were
     /// overwritten before this reading: the cursor has moved to the present anyway, and the
     /// follower must copy the store again ([`Store::for_each`]).
@@ -629,9 +653,11 @@ impl Store {
             if locked.feed.caught_up(cursor.bit) == all {
                 locked.feed.rewind();
             }
-            if out.len() > from {
+            // Only the changes whose entries carried no state are looked up.
+            let mut unread = out[from..].iter().filter(|c| c.state.is_none()).peekable();
+            if unread.peek().is_some() {
                 let at = locked.table.layout();
-                for c in &out[from..] {
+                for c in unread {
                     table::prefetch(at, c.id);
                 }
                 read.push((k, from..out.len()));
@@ -639,7 +665,7 @@ impl Store {
         }
         for (k, range) in read {
             let locked = self.shards[k].locked.lock();
-            for c in &mut out[range] {
+            for c in out[range].iter_mut().filter(|c| c.state.is_none()) {
                 if let Some((state, kind)) = locked.table.peek_kind(c.id) {
                     c.state = Some(state.clone());
                     c.durable = kind == Kind::Durable;

@@ -7,8 +7,9 @@
 //! period is at least `--persist-min-period`. The store does not know a bucket's rule, so
 //! every write under a rule says whether its bucket is durable (a bit beside the bucket's
 //! local bit, [`ringlimit_core::store::Kind::Durable`]) and the drain reads that bit with the
-//! state: the check path pays nothing beyond the feed itself (an id appended under the shard
-//! lock the check holds anyway, and only while a follower exists). A bucket that comes
+//! state: the check path pays nothing beyond the feed itself (an entry of the id and the state
+//! the check left, appended under the shard lock the check holds anyway, and only while a
+//! follower exists). A bucket that comes
 //! without its rule (a handover, a recall) is durable while buckets are kept at all; its next
 //! write under its rule says for sure.
 //!

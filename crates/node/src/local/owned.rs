@@ -14,7 +14,7 @@ use ringlimit_core::store::{self, Change, Cursor, FeedError, Lagged, Store};
 use ringlimit_proto::peer::Mark;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Unread changes the store's feed keeps while a replica follows it (8 bytes each: 512 KiB at
+/// Unread changes the store's feed keeps while a follower reads it (32 bytes each: 2 MiB at
 /// most, allocated only while followed). A follower that falls further behind copies the store
 /// again.
 pub(crate) const FEED_ENTRIES: usize = 64 * 1024;
