@@ -34,10 +34,10 @@
 //!
 //! Hot: when every follower has read a shard's ring to its end, the ring starts again at its
 //! front, so a shard's writes and the next drain touch the few cache lines the last drain read.
-//! Left to run round, the rings (then 512 KiB together) were walked once every few seconds, and every
-//! write was a cache miss held under the shard lock, every read at the drain another: a visible
-//! share of what `--replicas 1` cost the SDK path in `perf` (measured: the docs' benchmarks
-//! page, "What `--replicas 1` costs", and `bench/notes/replica-cost.md`).
+//! Left to run round, the rings (then 512 KiB together) were walked once every few seconds,
+//! and every write was a cache miss held under the shard lock, every read at the drain
+//! another: a visible share of what `--replicas 1` cost the SDK path in `perf` (measured: the
+//! docs' benchmarks page, "What `--replicas 1` costs", and `bench/notes/replica-cost.md`).
 //! Each follower has a bit ([`Cursor`]), and a ring remembers which have read it to its end
 //! since its last change, so two followers (the replica sender and the disk follower) keep it
 //! hot too: it starts again once the slower of them has read it.
@@ -229,13 +229,25 @@ impl Ring {
     /// Records a change.
     #[inline]
     pub fn push(&mut self, entry: Entry, cap: usize) {
-        if self.entries.len() < cap {
+        let i = self.next_index(cap);
+        if i == self.entries.len() {
             self.entries.push(entry);
         } else {
-            self.entries[Self::index(self.next - self.base, cap)] = entry;
+            self.entries[i] = entry;
         }
         self.next += 1;
         self.caught_up = 0;
+    }
+
+    /// Where the next [`Ring::push`] writes: past the end while the ring is not full, else
+    /// over its oldest entry.
+    #[inline]
+    fn next_index(&self, cap: usize) -> usize {
+        if self.entries.len() < cap {
+            self.entries.len()
+        } else {
+            Self::index(self.next - self.base, cap)
+        }
     }
 
     /// Starts taking for writing the cache line the next [`Ring::push`] writes, for a writer
@@ -248,17 +260,16 @@ impl Ring {
     /// features stable Rust can enable, and a read prefetch fetches a copy without ownership.
     #[inline]
     pub fn prepare(&self, cap: usize) {
-        let i = if self.entries.len() < cap {
-            self.entries.len()
-        } else {
-            Self::index(self.next - self.base, cap)
-        };
-        let at = self.entries.as_ptr().wrapping_add(i);
+        let at = self.entries.as_ptr().wrapping_add(self.next_index(cap));
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch is only a hint: it never faults (even past the allocation) and
         // changes no memory. `prefetchw` is a no-op on x86 CPUs without it.
         unsafe {
-            std::arch::asm!("prefetchw [{0}]", in(reg) at, options(nostack, preserves_flags, readonly));
+            std::arch::asm!(
+                "prefetchw [{0}]",
+                in(reg) at,
+                options(nostack, preserves_flags, readonly)
+            );
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = at;

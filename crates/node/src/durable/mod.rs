@@ -6,12 +6,12 @@
 //! Which buckets: a rule says `persist: auto | always | never`; `auto` keeps those whose
 //! period is at least `--persist-min-period`. The store does not know a bucket's rule, so
 //! every write under a rule says whether its bucket is durable (a bit beside the bucket's
-//! local bit, [`ringlimit_core::store::Kind::Durable`]) and the drain reads that bit with the
-//! state: the check path pays nothing beyond the feed itself (an entry of the id and the state
-//! the check left, appended under the shard lock the check holds anyway, and only while a
-//! follower exists). A bucket that comes
-//! without its rule (a handover, a recall) is durable while buckets are kept at all; its next
-//! write under its rule says for sure.
+//! local bit, [`ringlimit_core::store::Kind::Durable`]) and that bit reaches the follower with
+//! the state (carried in a check's feed entry, or read at the drain): the check path pays
+//! nothing beyond the feed itself (an entry of the id and the state the check left, appended
+//! under the shard lock the check holds anyway, and only while a follower exists). A bucket
+//! that comes without its rule (a handover, a recall) is durable while buckets are kept at
+//! all; its next write under its rule says for sure.
 //!
 //! When: every `--persist-interval-ms` the follower drains the feed (coalesced: a bucket
 //! changed a thousand times is written once) and appends one commit to the log (see
