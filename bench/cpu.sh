@@ -34,6 +34,8 @@
 #   DURATION      seconds per measured load (default 10); WARMUP: unmeasured seconds before each
 #                 load (default 2, 0 to skip)
 #   RUNS          rounds of all loads; the table gives the median per (path, binary) (default 1)
+#   ALTERNATE     1: the binaries run in reverse order in even rounds, so that a binary's place
+#                 in a round (first after nginx, or last) weighs on each alike (default 0)
 #   BATCH_SIZE    checks per batch request (default 100); BATCH_SIZES="10 100 1000" for several
 #   WRK_THREADS   wrk threads (default 2); CONNS: wrk connections (default 8)
 #   HTTP_THREADS  ringlimit --http-threads (default 2); MAX_KEYS: --max-keys (default 1000000)
@@ -272,7 +274,12 @@ for ((round = 1; round <= RUNS; round++)); do
   start_nginx
   measure "$round" nginx nginx check.lua /v1/check 1 nginx
   stop_nginx
-  for i in "${!BIN_LIST[@]}"; do
+  order=("${!BIN_LIST[@]}")
+  if [ "${ALTERNATE:-0}" = 1 ] && ((round % 2 == 0)); then
+    order=()
+    for ((i = ${#BIN_LIST[@]} - 1; i >= 0; i--)); do order+=("$i"); done
+  fi
+  for i in "${order[@]}"; do
     bin=${BIN_LIST[$i]} label=${LABELS[$i]}
     log "round $round/$RUNS: ringlimit $bin"
     start_node "$bin" "$label"
