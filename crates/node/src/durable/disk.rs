@@ -303,9 +303,9 @@ fn encode_put(out: &mut Vec<u8>, held: Held, id: u64, state: &BucketState) {
 
 /// `state.to_wire()` as bincode's standard configuration encodes it (varints, little endian),
 /// written by hand for the fixed-size states: through serde it was a large part of the disk
-/// follower's and the snapshot's threads under a flood of new keys (`bench/notes/durable-store.md`). The bytes are
-/// the same (a test holds them to bincode's), so files written either way read alike. A
-/// sliding log's goes through bincode.
+/// follower's and the snapshot's threads under a flood of new keys
+/// (`bench/notes/durable-store.md`). The bytes are the same (a test holds them to bincode's),
+/// so files written either way read alike. A sliding log's goes through bincode.
 fn encode_state(out: &mut Vec<u8>, state: &BucketState) {
     // The variants' indexes in `WireState`.
     const GCRA: u64 = 0;
@@ -1022,7 +1022,11 @@ impl Disk {
                     // Refused for these blocks though O_DIRECT opened (nothing written): the
                     // page cache from now on.
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                        tracing::warn!(path = %path.display(), error = %e, "the bucket log's direct writes are refused; writing through the page cache");
+                        tracing::warn!(
+                            path = %path.display(),
+                            error = %e,
+                            "direct writes to the bucket log refused; using the page cache"
+                        );
                         log.file = OpenOptions::new().write(true).open(&path)?;
                         log.direct = false;
                     }
