@@ -25,6 +25,7 @@ mod table;
 
 pub use feed::{Change, Cursor, FeedError, Kind, Lagged};
 use feed::{Entry, Ring};
+pub use table::hint;
 
 /// Counters of what the store dropped to stay within its bound.
 #[derive(Debug, Default)]

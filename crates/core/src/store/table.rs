@@ -131,8 +131,10 @@ pub(super) fn prefetch(at: Layout, id: u64) {
     hint(at.flags.wrapping_add(i / 64 * std::mem::size_of::<Flags>()));
 }
 
+/// Starts loading the cache line at `addr` for reading: a hint the CPU may drop, safe on any
+/// address (callers elsewhere in the workspace use it to keep their `unsafe` here).
 #[inline]
-fn hint(addr: usize) {
+pub fn hint(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults, even on an address no longer mapped,
     // and changes no memory.

@@ -180,18 +180,9 @@ impl MaybeStored {
     /// larger than the caches, and each set waited for its word alone.
     #[inline]
     fn prefetch(&self, id: u64) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(word) = self.words.get(self.at(id).0) {
-            // SAFETY: a prefetch is a hint only: it never faults and changes no memory; SSE is
-            // part of every x86_64 CPU.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    std::ptr::from_ref(word).cast(),
-                );
-            }
+            ringlimit_core::store::hint(std::ptr::from_ref(word).addr());
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = id;
     }
 
     #[inline]
