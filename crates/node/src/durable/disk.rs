@@ -138,12 +138,14 @@ pub enum DiskError {
 }
 
 /// One table's writes: states to keep and ids to forget.
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct Batch {
     pub put: Vec<(u64, BucketState)>,
     pub delete: Vec<u64>,
 }
 
+#[cfg(test)]
 impl Batch {
     pub fn is_empty(&self) -> bool {
         self.put.is_empty() && self.delete.is_empty()
@@ -287,15 +289,25 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// A put record of `state` into `out`.
+/// The most a put record of a fixed-size state takes: tag, id, length, `idle_at`, and the
+/// state's variant and at most three varints.
+const MAX_FIXED_RECORD: usize = 1 + 8 + 4 + 8 + 1 + 3 * 9;
+
+/// A put record of `state` into `out`. A fixed-size state's record is built on the stack and
+/// appended in one copy: pushed byte by byte into the commit's buffer, each push checked the
+/// buffer's room, most of what encoding cost the disk follower (`bench/notes/durable-store.md`).
 fn encode_put(out: &mut Vec<u8>, held: Held, id: u64, state: &BucketState) {
-    // The most a record of a fixed-size state takes: one reservation, no growth checks between.
-    out.reserve(1 + 8 + 4 + 8 + 1 + 3 * 9);
-    out.push(held.put());
-    out.extend_from_slice(&id.to_le_bytes());
-    let len_at = out.len();
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&state.idle_at().to_le_bytes());
+    let mut rec = [0; MAX_FIXED_RECORD];
+    rec[0] = held.put();
+    rec[1..9].copy_from_slice(&id.to_le_bytes());
+    rec[13..21].copy_from_slice(&state.idle_at().to_le_bytes());
+    if let Some(end) = encode_fixed(&mut rec, 21, state) {
+        rec[9..13].copy_from_slice(&((end - 13) as u32).to_le_bytes());
+        out.extend_from_slice(&rec[..end]);
+        return;
+    }
+    let len_at = out.len() + 9;
+    out.extend_from_slice(&rec[..21]);
     encode_state(out, state);
     let len = (out.len() - len_at - 4) as u32;
     out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
@@ -307,32 +319,10 @@ fn encode_put(out: &mut Vec<u8>, held: Held, id: u64, state: &BucketState) {
 /// (`bench/notes/durable-store.md`). The bytes are the same (a test holds them to bincode's),
 /// so files written either way read alike. A sliding log's goes through bincode.
 fn encode_state(out: &mut Vec<u8>, state: &BucketState) {
-    // The variants' indexes in `WireState`.
-    const GCRA: u64 = 0;
-    const FIXED: u64 = 1;
-    const SLIDING: u64 = 2;
-    match *state {
-        BucketState::Gcra { tat, .. } => {
-            varint(out, GCRA);
-            varint(out, tat);
-        }
-        BucketState::Fixed { end, count, .. } => {
-            varint(out, FIXED);
-            varint(out, end);
-            varint(out, u64::from(count));
-        }
-        BucketState::Sliding {
-            until,
-            current,
-            previous,
-            ..
-        } => {
-            varint(out, SLIDING);
-            varint(out, until);
-            varint(out, u64::from(current));
-            varint(out, u64::from(previous));
-        }
-        BucketState::Log(_) => {
+    let mut rec = [0; MAX_FIXED_RECORD];
+    match encode_fixed(&mut rec, 0, state) {
+        Some(end) => out.extend_from_slice(&rec[..end]),
+        None => {
             // Encoding a plain enum into a Vec cannot fail; an empty tail would decode as
             // corrupt.
             let _ = bincode::serde::encode_into_std_write(
@@ -344,21 +334,59 @@ fn encode_state(out: &mut Vec<u8>, state: &BucketState) {
     }
 }
 
-/// bincode's varint of an unsigned integer: below 251 one byte, else a marker (251, 252, 253)
-/// and the value in 2, 4 or 8 bytes, little endian.
-#[inline]
-fn varint(out: &mut Vec<u8>, v: u64) {
+/// A fixed-size state's wire form (see [`encode_state`]) into `rec` from `at`: where it ends,
+/// or `None` for a sliding log's. `at` leaves room for the state (at most 28 bytes).
+#[inline(always)]
+fn encode_fixed(rec: &mut [u8; MAX_FIXED_RECORD], at: usize, state: &BucketState) -> Option<usize> {
+    // The variants' indexes in `WireState`.
+    const GCRA: u64 = 0;
+    const FIXED: u64 = 1;
+    const SLIDING: u64 = 2;
+    Some(match *state {
+        BucketState::Gcra { tat, .. } => {
+            let at = varint(rec, at, GCRA);
+            varint(rec, at, tat)
+        }
+        BucketState::Fixed { end, count, .. } => {
+            let at = varint(rec, at, FIXED);
+            let at = varint(rec, at, end);
+            varint(rec, at, u64::from(count))
+        }
+        BucketState::Sliding {
+            until,
+            current,
+            previous,
+            ..
+        } => {
+            let at = varint(rec, at, SLIDING);
+            let at = varint(rec, at, until);
+            let at = varint(rec, at, u64::from(current));
+            varint(rec, at, u64::from(previous))
+        }
+        BucketState::Log(_) => return None,
+    })
+}
+
+/// bincode's varint of an unsigned integer into `rec` at `at` (where it ends is returned):
+/// below 251 one byte, else a marker (251, 252, 253) and the value in 2, 4 or 8 bytes,
+/// little endian.
+#[inline(always)]
+fn varint(rec: &mut [u8; MAX_FIXED_RECORD], at: usize, v: u64) -> usize {
     if v < 251 {
-        out.push(v as u8);
+        rec[at] = v as u8;
+        at + 1
     } else if let Ok(v) = u16::try_from(v) {
-        out.push(251);
-        out.extend_from_slice(&v.to_le_bytes());
+        rec[at] = 251;
+        rec[at + 1..at + 3].copy_from_slice(&v.to_le_bytes());
+        at + 3
     } else if let Ok(v) = u32::try_from(v) {
-        out.push(252);
-        out.extend_from_slice(&v.to_le_bytes());
+        rec[at] = 252;
+        rec[at + 1..at + 5].copy_from_slice(&v.to_le_bytes());
+        at + 5
     } else {
-        out.push(253);
-        out.extend_from_slice(&v.to_le_bytes());
+        rec[at] = 253;
+        rec[at + 1..at + 9].copy_from_slice(&v.to_le_bytes());
+        at + 9
     }
 }
 
@@ -593,19 +621,98 @@ struct Files {
 }
 
 impl Files {
-    /// Starts a commit in `buf`: the log's tail at a block-aligned address (a direct write
-    /// starts at the tail's block boundary), then the commit's first frame, opened. Returns
-    /// where the frame starts (also kept in `frames`).
+    /// Starts a commit in `buf` (see [`lay_out`]); returns where its frame starts (also kept
+    /// in `frames`).
     fn start(&mut self) -> usize {
-        let tail = &self.log.tail;
-        self.buf.clear();
-        self.buf.reserve(BLOCK + tail.len() + FRAME_HEAD);
-        let pad = self.buf.as_ptr().align_offset(BLOCK);
-        self.buf.resize(pad, 0);
-        self.buf.extend_from_slice(tail);
-        self.frames = self.buf.len();
-        self.buf.extend_from_slice(&[0; FRAME_HEAD]);
+        self.frames = lay_out(&mut self.buf, &self.log.tail);
         self.frames
+    }
+}
+
+/// Starts a commit in `buf` (cleared): `tail` (the log's bytes from its last block boundary)
+/// at a block-aligned address, since a direct write starts at the tail's block boundary, then
+/// the commit's first frame, opened. Returns where the frame starts.
+fn lay_out(buf: &mut Vec<u8>, tail: &[u8]) -> usize {
+    buf.clear();
+    buf.reserve(BLOCK + tail.len() + FRAME_HEAD);
+    let pad = buf.as_ptr().align_offset(BLOCK);
+    buf.resize(pad, 0);
+    buf.extend_from_slice(tail);
+    let frames = buf.len();
+    buf.extend_from_slice(&[0; FRAME_HEAD]);
+    frames
+}
+
+/// The next commit, encoded as the disk follower's drains gather its records (between
+/// [`Disk::begin`] and [`Disk::commit_pending`]): its records go straight into the buffer the
+/// commit is written from, in the order the drains read the changes. Gathered as a list of
+/// states first, each was written into the list, read back to be encoded and read again to be
+/// counted, a large part of the follower's thread under a flood of new keys
+/// (`bench/notes/durable-store.md`).
+#[derive(Debug, Default)]
+pub struct Pending {
+    buf: Vec<u8>,
+    /// Where the first frame starts in `buf` (the log's tail precedes it).
+    frames: usize,
+    /// Where the frame being filled starts.
+    frame: usize,
+    /// The log's generation and end it was laid out for (`None`: not begun).
+    log: Option<(u64, u64)>,
+    puts: usize,
+    deletes: usize,
+}
+
+impl Pending {
+    /// Records it holds.
+    pub fn len(&self) -> usize {
+        self.puts + self.deletes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Puts and deletes it holds.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.puts, self.deletes)
+    }
+
+    /// Adds a put of bucket `id` of `held` in `state` (after [`Disk::begin`]).
+    #[inline]
+    pub fn put(&mut self, held: Held, id: u64, state: &BucketState) {
+        debug_assert!(self.log.is_some(), "a commit begun");
+        encode_put(&mut self.buf, held, id, state);
+        self.puts += 1;
+        next_frame_if_long(&mut self.buf, &mut self.frame);
+    }
+
+    /// Adds a delete of bucket `id` of `held` (after [`Disk::begin`]).
+    #[inline]
+    pub fn delete(&mut self, held: Held, id: u64) {
+        debug_assert!(self.log.is_some(), "a commit begun");
+        let mut rec = [0; 9];
+        rec[0] = held.delete();
+        rec[1..].copy_from_slice(&id.to_le_bytes());
+        self.buf.extend_from_slice(&rec);
+        self.deletes += 1;
+        next_frame_if_long(&mut self.buf, &mut self.frame);
+    }
+
+    /// Lays its records out again behind `tail`, the tail of the log it goes to now.
+    fn lay_out_again(&mut self, tail: &[u8]) {
+        let records = self.buf.split_off(self.frames);
+        let frames = lay_out(&mut self.buf, tail);
+        self.buf.truncate(frames);
+        self.buf.extend_from_slice(&records);
+        self.frame = self.frame - self.frames + frames;
+        self.frames = frames;
+    }
+
+    /// Empty and not begun, its buffer kept for the next commit.
+    fn reset(&mut self) {
+        self.log = None;
+        self.puts = 0;
+        self.deletes = 0;
     }
 }
 
@@ -976,25 +1083,58 @@ impl Disk {
 
     /// Appends each table's batch to the log as one commit, flushed to the disk before it
     /// returns.
+    #[cfg(test)]
     pub fn commit(&self, batches: &[(Held, &Batch)]) -> Result<(), DiskError> {
+        let mut p = Pending::default();
+        self.begin(&mut p);
+        for (held, batch) in batches {
+            for (id, state) in &batch.put {
+                p.put(*held, *id, state);
+            }
+            for id in &batch.delete {
+                p.delete(*held, *id);
+            }
+        }
+        self.commit_pending(&mut p)
+    }
+
+    /// Begins the next commit in `p` unless begun: laid out behind the log's tail.
+    pub fn begin(&self, p: &mut Pending) {
+        if p.log.is_some() {
+            return;
+        }
+        let files = self.files.lock();
+        p.frames = lay_out(&mut p.buf, &files.log.tail);
+        p.frame = p.frames;
+        p.log = Some((files.log.generation, files.log.end));
+        p.puts = 0;
+        p.deletes = 0;
+    }
+
+    /// Appends the commit `p` holds to the log, flushed to the disk before it returns (nothing
+    /// when it holds nothing). `p` is empty after, written or not: what a failed commit held
+    /// is not on disk, and the follower writes the store whole (a snapshot) once writes work.
+    pub fn commit_pending(&self, p: &mut Pending) -> Result<(), DiskError> {
+        if p.is_empty() {
+            return Ok(());
+        }
         let mut files = self.files.lock();
         let files = &mut *files;
         files.opened = [None, None];
-        let mut frame = files.start();
-        let buf = &mut files.buf;
-        for (held, batch) in batches {
-            for (id, state) in &batch.put {
-                encode_put(buf, *held, *id, state);
-                next_frame_if_long(buf, &mut frame);
-            }
-            for id in &batch.delete {
-                buf.push(held.delete());
-                buf.extend_from_slice(&id.to_le_bytes());
-                next_frame_if_long(buf, &mut frame);
-            }
+        if p.log != Some((files.log.generation, files.log.end)) {
+            // The log moved since the commit began (members kept, a rotation): its tail is
+            // another.
+            p.lay_out_again(&files.log.tail);
         }
-        seal(&mut buf[frame..]);
-        self.append(files)
+        seal(&mut p.buf[p.frame..]);
+        // Written from `files.buf`, as every commit is; the buffers are swapped back after,
+        // each keeping its allocation.
+        std::mem::swap(&mut files.buf, &mut p.buf);
+        files.frames = p.frames;
+        let result = self.append(files);
+        std::mem::swap(&mut files.buf, &mut p.buf);
+        p.reset();
+        result
     }
 
     /// Appends the frames `files.buf` holds (sealed) to the log and flushes them.
@@ -1460,6 +1600,59 @@ mod tests {
         drop(disk);
         let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
         assert_eq!(disk.members().expect("reads"), want);
+    }
+
+    #[test]
+    fn a_commit_begun_before_the_log_moved_is_written_behind_its_new_tail() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        let pair = |id: &str| (id.to_owned(), format!("{id}:7946"));
+        let mut p = Pending::default();
+        // Begun, then the log grows under it (members kept), then rotates: each time the
+        // commit's records go behind the log's tail as it is at the commit.
+        for (round, moved) in [(0u64, 0), (1, 1), (2, 2), (3, 1)] {
+            disk.begin(&mut p);
+            for i in 0..(100 * round + 7) {
+                p.put(Held::Owned, 1000 * round + i, &used(round as u32 + 1));
+            }
+            match moved {
+                1 => disk
+                    .remember_members(&[pair(&format!("n{round}"))])
+                    .expect("written"),
+                2 => drop(disk.rotate().expect("rotated")),
+                _ => {}
+            }
+            disk.commit_pending(&mut p).expect("committed");
+            assert!(p.is_empty());
+        }
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        let got = sorted(Held::Owned, &disk);
+        assert_eq!(got.len(), 7 + 107 + 207 + 307);
+        assert!(
+            got.iter()
+                .all(|(id, st)| *st == used((id / 1000) as u32 + 1))
+        );
+        assert_eq!(disk.members().expect("reads"), vec![pair("n3")]);
+    }
+
+    #[test]
+    fn a_commit_keeps_its_records_in_the_order_they_were_added() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        let mut p = Pending::default();
+        disk.begin(&mut p);
+        // Deleted, then put again in the same commit (two drains): it stays.
+        p.put(Held::Owned, 1, &used(1));
+        p.put(Held::Owned, 2, &used(1));
+        p.delete(Held::Owned, 1);
+        p.delete(Held::Owned, 2);
+        p.put(Held::Owned, 1, &used(3));
+        assert_eq!(p.counts(), (3, 2));
+        disk.commit_pending(&mut p).expect("committed");
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        assert_eq!(sorted(Held::Owned, &disk), vec![(1, used(3))]);
     }
 
     #[test]

@@ -60,7 +60,7 @@ mod tests;
 use crate::cluster::View;
 use crate::local::Local;
 use crate::metrics::{Family, load};
-use disk::{Batch, Disk, DiskError, Held, SnapshotJob, SnapshotWriter, Snapshotted};
+use disk::{Disk, DiskError, Held, Pending, SnapshotJob, SnapshotWriter, Snapshotted};
 use parking_lot::Mutex;
 use ringlimit_core::limiter::BucketState;
 use ringlimit_core::store::{Change, Cursor};
@@ -132,7 +132,7 @@ pub struct DurableStats {
     pub error: Mutex<Option<String>>,
 }
 
-/// How many puts ahead a commit fetches the words of the ids it marks as stored: about as many
+/// How many changes ahead a drain fetches the filter's words of the ids it reads: about as many
 /// as the core keeps misses in flight.
 const PREFETCH_AHEAD: usize = 8;
 
@@ -206,15 +206,24 @@ impl MaybeStored {
 }
 
 /// What the follower holds of one kind of bucket between flushes.
-#[derive(Default)]
 struct Source {
+    held: Held,
     cursor: Option<Cursor>,
     /// What is on disk may differ from the store beyond the feed's changes (the feed overran,
     /// or a write failed): a snapshot of the store sets it right.
     resync: bool,
     changes: Vec<Change>,
-    /// What the next commit writes, gathered by the drains since the last.
-    batch: Batch,
+}
+
+impl Source {
+    fn new(held: Held) -> Self {
+        Self {
+            held,
+            cursor: None,
+            resync: false,
+            changes: Vec::new(),
+        }
+    }
 }
 
 /// A snapshot being written by its own thread (see the module's "Compaction").
@@ -251,6 +260,68 @@ struct Following {
     quiet: u32,
     /// The reservations table's version when last written, and when (the node's clock).
     reservations: Option<(u64, u64)>,
+    /// The next commit, encoded by the drains since the last.
+    pending: Pending,
+    /// Of its puts, how many set a bit of their own in `maybe` (stored from its commit on).
+    pending_new: u64,
+}
+
+impl Following {
+    /// The two sources the drains read, and where they put what they gather.
+    fn split(&mut self) -> (&mut Source, &mut Source, Sink<'_>) {
+        let sink = Sink {
+            pending: &mut self.pending,
+            maybe: &mut self.maybe,
+            since: self.compaction.as_mut(),
+            first_idle: &mut self.first_idle,
+            new: &mut self.pending_new,
+        };
+        (&mut self.owned, &mut self.copies, sink)
+    }
+}
+
+/// Where the drains put what they gather: the next commit's records, and their ids in what may
+/// be on disk (set before the commit: a superset of the ids on disk stays one when it fails).
+struct Sink<'a> {
+    pending: &'a mut Pending,
+    maybe: &'a mut MaybeStored,
+    since: Option<&'a mut Compaction>,
+    first_idle: &'a mut u64,
+    new: &'a mut u64,
+}
+
+impl Sink<'_> {
+    /// Starts fetching the filters' words [`Sink::put`] or [`Sink::may_be_stored`] of `id`
+    /// reads: a drain of a flood of new keys sets bits at random places in tables larger than
+    /// the caches, and each waited for its word alone.
+    #[inline]
+    fn prefetch(&self, id: u64) {
+        self.maybe.prefetch(id);
+        if let Some(c) = self.since.as_deref() {
+            c.since.prefetch(id);
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, held: Held, id: u64, st: &BucketState) {
+        self.pending.put(held, id, st);
+        *self.new += u64::from(self.maybe.insert(id));
+        *self.first_idle = (*self.first_idle).min(st.idle_at());
+        if let Some(c) = self.since.as_deref_mut() {
+            c.since_new += u64::from(c.since.insert(id));
+            c.since_first_idle = c.since_first_idle.min(st.idle_at());
+        }
+    }
+
+    #[inline]
+    fn delete(&mut self, held: Held, id: u64) {
+        self.pending.delete(held, id);
+    }
+
+    #[inline]
+    fn may_be_stored(&self, id: u64) -> bool {
+        self.maybe.contains(id)
+    }
 }
 
 /// The disk follower of the owned buckets and of the replica copies.
@@ -289,8 +360,8 @@ impl Durable {
         stats.disk_bytes.store(disk.bytes(), Ordering::Relaxed);
         stats.enabled.store(true, Ordering::Relaxed);
         let following = Following {
-            owned: Source::default(),
-            copies: Source::default(),
+            owned: Source::new(Held::Owned),
+            copies: Source::new(Held::Copies),
             last_sweep: None,
             maybe: MaybeStored::for_keys(local.max_keys()),
             first_idle: u64::MAX,
@@ -301,6 +372,8 @@ impl Durable {
             overran: false,
             quiet: 0,
             reservations: None,
+            pending: Pending::default(),
+            pending_new: 0,
         };
         Self {
             disk: Arc::new(disk),
@@ -440,26 +513,23 @@ impl Durable {
         if !self.leaving.load(Ordering::Relaxed) {
             return Ok(0);
         }
-        let mut f = self.following.lock();
+        let mut guard = self.following.lock();
+        let f = &mut *guard;
         let now = self.local.now();
         let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
-        let batch = Batch {
-            put: buckets
-                .iter()
-                .filter(|(_, st)| st.idle_at() >= horizon)
-                .cloned()
-                .collect(),
-            delete: Vec::new(),
-        };
-        if batch.is_empty() {
-            return Ok(0);
+        self.disk.begin(&mut f.pending);
+        let (_, _, mut sink) = f.split();
+        let mut n = 0;
+        for (id, st) in buckets.iter().filter(|(_, st)| st.idle_at() >= horizon) {
+            sink.put(Held::Owned, *id, st);
+            n += 1;
         }
-        self.disk.commit(&[(Held::Owned, &batch)])?;
-        self.stored(&mut f, &batch);
-        self.stats
-            .written
-            .fetch_add(batch.put.len() as u64, Ordering::Relaxed);
-        Ok(batch.put.len())
+        if n > 0 {
+            // In one commit with what the drains gathered before: an older state of one of
+            // them is not written after it.
+            self.commit_gathered(f)?;
+        }
+        Ok(n)
     }
 
     /// Drains both feeds and appends the changed buckets worth keeping to the log as one
@@ -540,25 +610,22 @@ impl Durable {
         let now = self.local.now();
         let leaving = self.leaving.load(Ordering::Relaxed);
         self.gather(f, now, leaving);
-        if f.owned.batch.put.len()
-            + f.owned.batch.delete.len()
-            + f.copies.batch.put.len()
-            + f.copies.batch.delete.len()
-            >= MAX_PENDING
-        {
+        if f.pending.len() >= MAX_PENDING {
             self.commit_gathered(f)?;
         }
         Ok(())
     }
 
-    /// Drains both feeds into the next commit (`Source::batch`).
+    /// Drains both feeds into the next commit (`Following::pending`).
     fn gather(&self, f: &mut Following, now: u64, leaving: bool) {
         let horizon = now.saturating_add(self.local.persist_min_ns().unwrap_or(0));
         let owned = self.local.owned();
         let copies = self.local.copies();
+        self.disk.begin(&mut f.pending);
+        let (owned_source, copies_source, mut sink) = f.split();
         let from_owned = drain(
-            &mut f.owned,
-            &f.maybe,
+            owned_source,
+            &mut sink,
             leaving,
             || owned.follow().ok(),
             |c, out| owned.changes(c, out).is_ok(),
@@ -572,8 +639,8 @@ impl Durable {
             |ch| ch.durable && ch.state.as_ref().is_some_and(|st| st.idle_at() > now),
         );
         let from_copies = drain(
-            &mut f.copies,
-            &f.maybe,
+            copies_source,
+            &mut sink,
             leaving,
             || copies.follow().ok(),
             |c, out| copies.changes(c, out).is_ok(),
@@ -598,63 +665,26 @@ impl Durable {
     fn commit_gathered(&self, f: &mut Following) -> Result<Flushed, DiskError> {
         f.read = 0;
         let mut done = Flushed::default();
-        if f.owned.batch.is_empty() && f.copies.batch.is_empty() {
+        if f.pending.is_empty() {
             return Ok(done);
         }
-        let committed = self.disk.commit(&[
-            (Held::Owned, &f.owned.batch),
-            (Held::Copies, &f.copies.batch),
-        ]);
-        if let Err(e) = committed {
+        (done.written, done.deleted) = f.pending.counts();
+        let new = std::mem::take(&mut f.pending_new);
+        if let Err(e) = self.disk.commit_pending(&mut f.pending) {
             // Not on disk: the snapshot the failure asks for writes the store whole.
-            f.owned.batch.clear();
-            f.copies.batch.clear();
             return Err(self.failed(f, e));
         }
-        let owned = std::mem::take(&mut f.owned.batch);
-        let copies = std::mem::take(&mut f.copies.batch);
-        for batch in [&owned, &copies] {
-            self.stored(f, batch);
-            done.written += batch.put.len();
-            done.deleted += batch.delete.len();
-        }
-        // Their allocations serve the next commit.
-        for (source, mut batch) in [(&mut f.owned, owned), (&mut f.copies, copies)] {
-            batch.clear();
-            source.batch = batch;
-        }
         let s = &self.stats;
+        let was = s.stored.load(Ordering::Relaxed);
+        s.stored.store(
+            was.saturating_add(new).saturating_sub(done.deleted as u64),
+            Ordering::Relaxed,
+        );
         s.written.fetch_add(done.written as u64, Ordering::Relaxed);
         s.deleted.fetch_add(done.deleted as u64, Ordering::Relaxed);
         s.batches.fetch_add(1, Ordering::Relaxed);
         self.works();
         Ok(done)
-    }
-
-    /// Counts what a commit wrote: its ids may be on disk from now on.
-    fn stored(&self, f: &mut Following, batch: &Batch) {
-        let mut new = 0u64;
-        for (i, (id, st)) in batch.put.iter().enumerate() {
-            if let Some((ahead, _)) = batch.put.get(i + PREFETCH_AHEAD) {
-                f.maybe.prefetch(*ahead);
-                if let Some(c) = f.compaction.as_ref() {
-                    c.since.prefetch(*ahead);
-                }
-            }
-            new += u64::from(f.maybe.insert(*id));
-            f.first_idle = f.first_idle.min(st.idle_at());
-            if let Some(c) = f.compaction.as_mut() {
-                c.since_new += u64::from(c.since.insert(*id));
-                c.since_first_idle = c.since_first_idle.min(st.idle_at());
-            }
-        }
-        let s = &self.stats.stored;
-        let was = s.load(Ordering::Relaxed);
-        let gone = batch.delete.len() as u64;
-        s.store(
-            was.saturating_add(new).saturating_sub(gone),
-            Ordering::Relaxed,
-        );
     }
 
     /// A write worked: the disk takes writes (again).
@@ -895,16 +925,16 @@ fn ring_members(view: &View) -> Vec<(String, String)> {
         .collect()
 }
 
-/// One source's part of a flush: its changes drained into `batch`. `follow` starts following,
-/// `read` drains (false: lagged), `each` visits every bucket worth keeping, `keep` says
-/// whether a change is; a change of a bucket not kept is a delete when `maybe` says it may be
-/// on disk. A lag (or a first drain) marks the source for a snapshot; while the node leaves
-/// (no snapshot then: buckets that go stay on disk) every bucket worth keeping is written
-/// instead.
+/// One source's part of a flush: its changes drained into `sink` as its records. `follow`
+/// starts following, `read` drains (false: lagged), `each` visits every bucket worth keeping,
+/// `keep` says whether a change is; a change of a bucket not kept is a delete when `sink` says
+/// it may be on disk. A lag (or a first drain) marks the source for a snapshot; while the node
+/// leaves (no snapshot then: buckets that go stay on disk) every bucket worth keeping is
+/// written instead.
 /// Returns how many changes were read, and whether the feed overran.
 fn drain(
     source: &mut Source,
-    maybe: &MaybeStored,
+    sink: &mut Sink<'_>,
     leaving: bool,
     follow: impl FnOnce() -> Option<Cursor>,
     read: impl FnOnce(&mut Cursor, &mut Vec<Change>) -> bool,
@@ -924,21 +954,26 @@ fn drain(
         lagged = true;
     }
     let n = source.changes.len();
-    let batch = &mut source.batch;
+    let held = source.held;
     if source.resync && leaving {
-        each(&mut |id, st| batch.put.push((id, st.clone())));
+        each(&mut |id, st| sink.put(held, id, st));
         source.resync = false;
         return (n, lagged);
     }
-    for ch in source.changes.drain(..) {
-        if keep(&ch) {
-            if let Some(st) = ch.state {
-                batch.put.push((ch.id, st));
+    let changes = &source.changes;
+    for (i, ch) in changes.iter().enumerate() {
+        if let Some(ahead) = changes.get(i + PREFETCH_AHEAD) {
+            sink.prefetch(ahead.id);
+        }
+        if keep(ch) {
+            if let Some(st) = &ch.state {
+                sink.put(held, ch.id, st);
             }
-        } else if (ch.state.is_some() || !leaving) && maybe.contains(ch.id) {
-            batch.delete.push(ch.id);
+        } else if (ch.state.is_some() || !leaving) && sink.may_be_stored(ch.id) {
+            sink.delete(held, ch.id);
         }
     }
+    source.changes.clear();
     (n, lagged)
 }
 
