@@ -24,16 +24,19 @@
 //!   the last;
 //! - the end of a snapshot, with its count of puts.
 //!
-//! A log's frame is one commit: all of an interval's records, written with one `write` and
-//! flushed with one `fdatasync` before the commit returns. The write bypasses the page cache
+//! A log's commit is all of an interval's records, in frames of about [`CHUNK`] bytes (each
+//! checksummed as soon as it is full), written with one `write` and flushed with one
+//! `fdatasync` before the commit returns; a commit cut short keeps its frames that check,
+//! each record newer than what it replaces. The write bypasses the page cache
 //! (`O_DIRECT`) where the file system allows it, so it is whole blocks from a block boundary:
 //! the log's last partial block again (its bytes kept in memory), then the commit, padded with
 //! zeros to a whole block. The bytes it rewrites are the ones already there, so a write torn
-//! by a power loss loses only the commit being written. A log may therefore end in zeros,
+//! by a power loss loses only (part of) the commit being written. A log may therefore end in zeros,
 //! which end it like a cut frame but say nothing was lost. Where `O_DIRECT` is refused, appends
 //! go through the page cache. A frame that does not check (a commit the process died in) ends
 //! its log: what follows is ignored, never an error, and the log is cut there before anything
-//! is appended. A snapshot is written whole to `buckets.snap.tmp`, flushed, and renamed over
+//! is appended. A snapshot is written whole to `buckets.snap.tmp` (past the page cache too,
+//! where allowed, its last block cut to its length), flushed, and renamed over
 //! `buckets.snap`: one that does not check to its end frame is refused at start with one clear
 //! line.
 //!
@@ -49,7 +52,7 @@ use ringlimit_proto::peer::WireState;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
@@ -66,12 +69,10 @@ const MAGIC: &[u8; 8] = b"rlbucket";
 pub(super) const FORMAT: u32 = 2;
 /// A frame's length and checksum.
 const FRAME_HEAD: usize = 12;
-/// A snapshot's records are written in frames of about this many bytes.
+/// A snapshot's records and a commit's are written in frames of about this many bytes.
 const CHUNK: usize = 64 << 10;
 /// A frame longer than this is not one this build wrote.
 const MAX_FRAME: u32 = 1 << 30;
-/// A commit longer than this goes in several frames (see [`Disk::commit`]).
-const COMMIT_FRAME: usize = 1 << 28;
 
 const KIND_SNAPSHOT: u8 = 1;
 const KIND_LOG: u8 = 2;
@@ -429,12 +430,13 @@ pub(super) fn seal(out: &mut [u8]) {
 }
 
 /// Seals the frame of `out` that starts at `frame` and opens the next when it has grown past
-/// [`COMMIT_FRAME`]: a commit of a very large store (a resync while leaving) goes in several
-/// frames, each within what a reader takes; a crash in it keeps the first ones, each whole
-/// (records newer than what they replace).
+/// [`CHUNK`]: a commit goes in frames of about that size, each checksummed as soon as it is
+/// full, while its bytes are still in the cache (checksummed whole at the commit, a commit of a
+/// flood of new keys was read back from memory). A crash in a commit keeps its first frames,
+/// each whole, which is safe: each record is newer than what it replaces.
 #[inline]
 fn next_frame_if_long(out: &mut Vec<u8>, frame: &mut usize) {
-    if out.len() - *frame > COMMIT_FRAME {
+    if out.len() - *frame > CHUNK {
         seal(&mut out[*frame..]);
         *frame = out.len();
         out.extend_from_slice(&[0; FRAME_HEAD]);
@@ -557,18 +559,20 @@ impl Log {
 /// restore, so the copy into the page cache (a large part of the follower's kernel time) buys
 /// nothing.
 fn open_append(path: &Path) -> std::io::Result<(File, bool)> {
+    open_for_writes(OpenOptions::new().write(true), path)
+}
+
+/// Opens `path` with `options` and `O_DIRECT` where the file system allows it (then true),
+/// without where not.
+fn open_for_writes(options: &OpenOptions, path: &Path) -> std::io::Result<(File, bool)> {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        let direct = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path);
-        if let Ok(file) = direct {
+        if let Ok(file) = options.clone().custom_flags(libc::O_DIRECT).open(path) {
             return Ok((file, true));
         }
     }
-    Ok((OpenOptions::new().write(true).open(path)?, false))
+    Ok((options.open(path)?, false))
 }
 
 /// The unit of a direct write: its address in memory, its place in the file and its length
@@ -760,9 +764,99 @@ pub struct Snapshotted {
     pub first_idle: u64,
 }
 
+/// A snapshot's file, written in whole blocks past the page cache where the file system
+/// allows it (a snapshot is read back only by a restore; under a flood of new keys one is
+/// written every few seconds, and the kernel's copy of it into the page cache was a third of
+/// the snapshot's thread), through the page cache where not.
+struct Blocks {
+    file: File,
+    path: PathBuf,
+    direct: bool,
+    /// Bytes not yet written, from `base`, a block-aligned address.
+    buf: Vec<u8>,
+    base: usize,
+    /// Where they go in the file.
+    at: u64,
+}
+
+impl Blocks {
+    /// Written at once from this many bytes.
+    const FLUSH: usize = 1 << 20;
+
+    fn create(path: &Path) -> std::io::Result<Self> {
+        let (file, direct) = open_for_writes(
+            OpenOptions::new().write(true).create(true).truncate(true),
+            path,
+        )?;
+        let mut buf: Vec<u8> = Vec::with_capacity(Self::FLUSH + 2 * CHUNK + 2 * BLOCK);
+        let base = buf.as_ptr().align_offset(BLOCK);
+        buf.resize(base, 0);
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+            direct,
+            buf,
+            base,
+            at: 0,
+        })
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() - self.base >= Self::FLUSH {
+            self.write_out(false)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what it holds: its whole blocks (all of it when `last`, the last block padded
+    /// when direct); keeps the rest.
+    fn write_out(&mut self, last: bool) -> std::io::Result<()> {
+        let len = self.buf.len() - self.base;
+        let n = if last || !self.direct {
+            len
+        } else {
+            len - len % BLOCK
+        };
+        let mut rest = [0; BLOCK];
+        let kept = len - n;
+        rest[..kept].copy_from_slice(&self.buf[self.base + n..]);
+        self.buf.truncate(self.base + n);
+        if self.direct {
+            let (at, padded) = whole_blocks(&mut self.buf, self.base);
+            match self.file.write_all_at(&self.buf[at..at + padded], self.at) {
+                Ok(()) => {}
+                // Refused for these blocks though O_DIRECT opened (nothing written): the page
+                // cache from now on.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                    self.file = OpenOptions::new().write(true).open(&self.path)?;
+                    self.direct = false;
+                    self.file.write_all_at(&self.buf[at..at + n], self.at)?;
+                }
+                Err(e) => return Err(e),
+            }
+            self.base = at;
+        } else {
+            self.file
+                .write_all_at(&self.buf[self.base..self.base + n], self.at)?;
+        }
+        self.at += n as u64;
+        self.buf.truncate(self.base);
+        self.buf.extend_from_slice(&rest[..kept]);
+        Ok(())
+    }
+
+    /// Writes what is left and flushes the file, of its bytes' length (not padded).
+    fn finish(mut self) -> std::io::Result<()> {
+        self.write_out(true)?;
+        self.file.set_len(self.at)?;
+        self.file.sync_all()
+    }
+}
+
 /// Writes a snapshot's records, in frames of about [`CHUNK`] bytes.
 pub struct SnapshotWriter {
-    out: BufWriter<File>,
+    out: Blocks,
     frame: Vec<u8>,
     count: u64,
     bytes: u64,
@@ -810,10 +904,9 @@ impl SnapshotJob {
         };
         #[cfg(test)]
         refused(&self.refuse).map_err(failed)?;
-        let file = File::create(&tmp).map_err(failed)?;
         let header = self.header.frame();
         let mut w = SnapshotWriter {
-            out: BufWriter::with_capacity(CHUNK * 4, file),
+            out: Blocks::create(&tmp).map_err(failed)?,
             frame: Vec::with_capacity(CHUNK + 1024),
             count: 0,
             bytes: header.len() as u64,
@@ -839,9 +932,7 @@ impl SnapshotJob {
             Some(e) => Err(e),
             None => w
                 .out
-                .into_inner()
-                .map_err(|e| e.into_error())
-                .and_then(|f| f.sync_all())
+                .finish()
                 .and_then(|()| std::fs::rename(&tmp, self.dir.join(SNAPSHOT)))
                 .and_then(|()| sync_dir(&self.dir)),
         };
@@ -1732,6 +1823,64 @@ mod tests {
                 assert!(buf[at + len..].iter().all(|&b| b == 0), "{from}/{len}");
             }
         }
+    }
+
+    #[test]
+    fn a_file_written_in_blocks_holds_its_bytes_exactly() {
+        for direct in [true, false] {
+            let d = dir();
+            let path = d.path().join("blocks");
+            let mut b = Blocks::create(&path).expect("creates");
+            if !direct {
+                // As on a file system that refuses O_DIRECT.
+                b.file = OpenOptions::new().write(true).open(&path).expect("opens");
+                b.direct = false;
+            }
+            let mut want = Vec::new();
+            for i in 0..200u64 {
+                let len = (i * 7919) as usize % (CHUNK + BLOCK + 3);
+                let bytes: Vec<u8> = (0..len as u64).map(|j| (j * 31 + i) as u8).collect();
+                b.write_all(&bytes).expect("written");
+                want.extend_from_slice(&bytes);
+            }
+            b.finish().expect("finished");
+            let got = std::fs::read(&path).expect("reads");
+            assert_eq!(got.len(), want.len(), "direct: {direct}");
+            assert!(got == want, "direct: {direct}");
+        }
+    }
+
+    /// A commit larger than a frame goes in several; a crash in it keeps the frames before.
+    #[test]
+    fn a_large_commit_goes_in_frames_and_a_cut_one_keeps_its_first_frames() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        disk.commit(&[(Held::Owned, &puts(0..10_000, 1))])
+            .expect("commits");
+        let (end, _) = disk.log_and_snapshot_bytes();
+        assert!(end > 4 * CHUNK as u64, "{end}");
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        assert_eq!(sorted(Held::Owned, &disk).len(), 10_000);
+        drop(disk);
+        // Cut in its third frame, as a SIGKILL during the write leaves it.
+        let log = the_log(d.path());
+        let bytes = std::fs::read(&log).expect("reads");
+        let (_, mut at) = check_header(&log, &bytes, KIND_LOG, "c", "n1")
+            .expect("checks")
+            .expect("a header");
+        for _ in 0..2 {
+            at += frame(&bytes[at..]).expect("a frame").1;
+        }
+        std::fs::write(&log, &bytes[..at + 100]).expect("cut");
+        let disk = Disk::open(d.path(), "c", "n1").expect("a cut commit is no error");
+        let kept = sorted(Held::Owned, &disk);
+        assert!(
+            kept.len() > 2_000 && kept.len() < 10_000,
+            "the first two frames' records: {}",
+            kept.len()
+        );
+        assert_eq!(kept.first().map(|(id, _)| *id), Some(0));
     }
 
     /// Many commits of sizes that end anywhere in a block, then reopened as a SIGKILL leaves
