@@ -304,7 +304,11 @@ fn encode_put(out: &mut Vec<u8>, held: Held, id: u64, state: &BucketState) {
     rec[13..21].copy_from_slice(&state.idle_at().to_le_bytes());
     if let Some(end) = encode_fixed(&mut rec, 21, state) {
         rec[9..13].copy_from_slice(&((end - 13) as u32).to_le_bytes());
-        out.extend_from_slice(&rec[..end]);
+        // Copied whole (a fixed size: a few moves, inlined) and cut to the record's length: a
+        // copy of its own length is a call to the C library's memmove for each record.
+        let start = out.len();
+        out.extend_from_slice(&rec);
+        out.truncate(start + end);
         return;
     }
     let len_at = out.len() + 9;
@@ -801,8 +805,9 @@ impl Blocks {
         })
     }
 
-    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.buf.extend_from_slice(bytes);
+    /// The bytes it holds are complete (sealed frames): written once [`Blocks::FLUSH`] of
+    /// them gathered.
+    fn sealed(&mut self) -> std::io::Result<()> {
         if self.buf.len() - self.base >= Self::FLUSH {
             self.write_out(false)?;
         }
@@ -856,8 +861,10 @@ impl Blocks {
 
 /// Writes a snapshot's records, in frames of about [`CHUNK`] bytes.
 pub struct SnapshotWriter {
+    /// The frames are built in its buffer, where they are written from.
     out: Blocks,
-    frame: Vec<u8>,
+    /// Where the frame being filled starts in `out`'s buffer.
+    frame: usize,
     count: u64,
     bytes: u64,
     first_idle: u64,
@@ -868,23 +875,31 @@ impl SnapshotWriter {
     /// Adds bucket `id` of `held` in `state`; a write error is kept for [`SnapshotJob::write`]
     /// to return.
     pub fn put(&mut self, held: Held, id: u64, state: &BucketState) {
-        encode_put(&mut self.frame, held, id, state);
+        encode_put(&mut self.out.buf, held, id, state);
         self.count += 1;
         self.first_idle = self.first_idle.min(state.idle_at());
-        if self.frame.len() >= CHUNK {
+        if self.out.buf.len() - self.frame >= CHUNK {
             self.emit();
         }
     }
 
+    /// Seals the frame being filled (written once enough are) and opens the next.
     fn emit(&mut self) {
-        if self.frame.len() > FRAME_HEAD && self.error.is_none() {
-            seal(&mut self.frame);
-            self.bytes += self.frame.len() as u64;
-            if let Err(e) = self.out.write_all(&self.frame) {
+        let len = self.out.buf.len() - self.frame;
+        if self.error.is_some() {
+            // Nothing more is written: what was built is dropped.
+            self.out.buf.truncate(self.out.base);
+        } else if len > FRAME_HEAD {
+            seal(&mut self.out.buf[self.frame..]);
+            self.bytes += len as u64;
+            if let Err(e) = self.out.sealed() {
                 self.error = Some(e);
             }
+        } else {
+            self.out.buf.truncate(self.frame);
         }
-        open_frame(&mut self.frame);
+        self.frame = self.out.buf.len();
+        self.out.buf.extend_from_slice(&[0; FRAME_HEAD]);
     }
 }
 
@@ -907,21 +922,22 @@ impl SnapshotJob {
         let header = self.header.frame();
         let mut w = SnapshotWriter {
             out: Blocks::create(&tmp).map_err(failed)?,
-            frame: Vec::with_capacity(CHUNK + 1024),
+            frame: 0,
             count: 0,
             bytes: header.len() as u64,
             first_idle: u64::MAX,
             error: None,
         };
-        if let Err(e) = w.out.write_all(&header) {
-            w.error = Some(e);
-        }
-        open_frame(&mut w.frame);
+        w.out.buf.extend_from_slice(&header);
+        w.frame = w.out.buf.len();
+        w.out.buf.extend_from_slice(&[0; FRAME_HEAD]);
         fill(&mut w);
-        encode_members(&mut w.frame, &self.members);
-        w.frame.push(END);
-        w.frame.extend_from_slice(&w.count.to_le_bytes());
+        encode_members(&mut w.out.buf, &self.members);
+        w.out.buf.push(END);
+        w.out.buf.extend_from_slice(&w.count.to_le_bytes());
         w.emit();
+        // The frame `emit` opened after the last.
+        w.out.buf.truncate(w.frame);
         let done = Snapshotted {
             generation: self.header.generation,
             count: w.count,
@@ -1840,7 +1856,8 @@ mod tests {
             for i in 0..200u64 {
                 let len = (i * 7919) as usize % (CHUNK + BLOCK + 3);
                 let bytes: Vec<u8> = (0..len as u64).map(|j| (j * 31 + i) as u8).collect();
-                b.write_all(&bytes).expect("written");
+                b.buf.extend_from_slice(&bytes);
+                b.sealed().expect("written");
                 want.extend_from_slice(&bytes);
             }
             b.finish().expect("finished");
