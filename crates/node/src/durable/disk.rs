@@ -31,8 +31,8 @@
 //! (`O_DIRECT`) where the file system allows it, so it is whole blocks from a block boundary:
 //! the log's last partial block again (its bytes kept in memory), then the commit, padded with
 //! zeros to a whole block. The bytes it rewrites are the ones already there, so a write torn
-//! by a power loss loses only (part of) the commit being written. A log may therefore end in zeros,
-//! which end it like a cut frame but say nothing was lost. Where `O_DIRECT` is refused, appends
+//! by a power loss loses only (part of) the commit being written. A log may therefore end in
+//! zeros, which end it like a cut frame but say nothing was lost. Where `O_DIRECT` is refused, appends
 //! go through the page cache. A frame that does not check (a commit the process died in) ends
 //! its log: what follows is ignored, never an error, and the log is cut there before anything
 //! is appended. A snapshot is written whole to `buckets.snap.tmp` (past the page cache too,
@@ -1741,6 +1741,45 @@ mod tests {
                 .all(|(id, st)| *st == used((id / 1000) as u32 + 1))
         );
         assert_eq!(disk.members().expect("reads"), vec![pair("n3")]);
+    }
+
+    #[test]
+    fn every_kind_of_state_comes_back_as_a_peer_would_take_it() {
+        let d = dir();
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens");
+        let log = ringlimit_core::limiter::SlidingLog::from_entries(3, [(T0 + 5, 2), (T0 + 9, 1)]);
+        let states = [
+            BucketState::Log(Box::new(log)),
+            BucketState::Gcra {
+                tat: T0 + 1,
+                tag: 4,
+            },
+            used(7),
+            BucketState::Sliding {
+                until: T0 + 3,
+                current: 300,
+                previous: 70_000,
+                period_tag: 2,
+            },
+        ];
+        let batch = Batch {
+            put: states
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, st)| (i as u64, st))
+                .collect(),
+            delete: vec![],
+        };
+        disk.commit(&[(Held::Owned, &batch)]).expect("commits");
+        drop(disk);
+        let disk = Disk::open(d.path(), "c", "n1").expect("opens again");
+        let want: Vec<_> = states
+            .iter()
+            .enumerate()
+            .map(|(i, st)| (i as u64, BucketState::from_wire(st.to_wire())))
+            .collect();
+        assert_eq!(sorted(Held::Owned, &disk), want);
     }
 
     #[test]
