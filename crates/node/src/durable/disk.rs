@@ -295,8 +295,8 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 const MAX_FIXED_RECORD: usize = 1 + 8 + 4 + 8 + 1 + 3 * 9;
 
 /// A put record of `state` into `out`. A fixed-size state's record is built on the stack and
-/// appended in one copy: pushed byte by byte into the commit's buffer, each push checked the
-/// buffer's room, most of what encoding cost the disk follower (`bench/notes/durable-store.md`).
+/// appended in one copy (pushed byte by byte into the commit's buffer, each push checked the
+/// buffer's room).
 fn encode_put(out: &mut Vec<u8>, held: Held, id: u64, state: &BucketState) {
     let mut rec = [0; MAX_FIXED_RECORD];
     rec[0] = held.put();
