@@ -27,18 +27,17 @@
 //! A log's commit is all of an interval's records, in frames of about [`CHUNK`] bytes (each
 //! checksummed as soon as it is full), written with one `write` and flushed with one
 //! `fdatasync` before the commit returns; a commit cut short keeps its frames that check,
-//! each record newer than what it replaces. The write bypasses the page cache
-//! (`O_DIRECT`) where the file system allows it, so it is whole blocks from a block boundary:
-//! the log's last partial block again (its bytes kept in memory), then the commit, padded with
-//! zeros to a whole block. The bytes it rewrites are the ones already there, so a write torn
-//! by a power loss loses only (part of) the commit being written. A log may therefore end in
-//! zeros, which end it like a cut frame but say nothing was lost. Where `O_DIRECT` is refused, appends
-//! go through the page cache. A frame that does not check (a commit the process died in) ends
-//! its log: what follows is ignored, never an error, and the log is cut there before anything
-//! is appended. A snapshot is written whole to `buckets.snap.tmp` (past the page cache too,
-//! where allowed, its last block cut to its length), flushed, and renamed over
-//! `buckets.snap`: one that does not check to its end frame is refused at start with one clear
-//! line.
+//! each record newer than what it replaces. The write bypasses the page cache (`O_DIRECT`)
+//! where the file system allows it, so it is whole blocks from a block boundary: the log's
+//! last partial block again (its bytes kept in memory), then the commit, padded with zeros to
+//! a whole block. The bytes it rewrites are the ones already there, so a write torn by a power
+//! loss loses only (part of) the commit being written. A log may therefore end in zeros, which
+//! end it like a cut frame but say nothing was lost. Where `O_DIRECT` is refused, appends go
+//! through the page cache. A frame that does not check (a commit the process died in) ends its
+//! log: what follows is ignored, never an error, and the log is cut there before anything is
+//! appended. A snapshot is written whole to `buckets.snap.tmp` (past the page cache too, where
+//! allowed, its last block cut to its length), flushed, and renamed over `buckets.snap`: one
+//! that does not check to its end frame is refused at start with one clear line.
 //!
 //! # Generations
 //! A snapshot of generation `g` holds everything the logs before `g` held; restore reads it
