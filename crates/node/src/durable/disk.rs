@@ -584,7 +584,7 @@ fn open_for_writes(options: &OpenOptions, path: &Path) -> std::io::Result<(File,
 const BLOCK: usize = 4096;
 
 /// Readies `buf[from..]` (bytes to be written from a block boundary of the file) for a direct
-/// write: at a block-aligned address (moved there if the buffer grew since [`Files::start`])
+/// write: at a block-aligned address (moved there if the buffer grew since [`lay_out`])
 /// and padded with zeros to whole blocks. Returns where they start and the padded length;
 /// `buf` holds them, padding included, from there on.
 fn whole_blocks(buf: &mut Vec<u8>, from: usize) -> (usize, usize) {
@@ -620,20 +620,6 @@ struct Files {
     opened: [Option<ById<Stored>>; 2],
     /// When the first state stored when the files were opened stops mattering.
     first_idle_at_open: u64,
-    /// One commit's bytes from `frames` on, reused by every commit; what precedes them is
-    /// room to start a direct write at a block-aligned address (see [`Files::start`]).
-    buf: Vec<u8>,
-    /// Where the commit's frames start in `buf`.
-    frames: usize,
-}
-
-impl Files {
-    /// Starts a commit in `buf` (see [`lay_out`]); returns where its frame starts (also kept
-    /// in `frames`).
-    fn start(&mut self) -> usize {
-        self.frames = lay_out(&mut self.buf, &self.log.tail);
-        self.frames
-    }
 }
 
 /// Starts a commit in `buf` (cleared): `tail` (the log's bytes from its last block boundary)
@@ -1090,8 +1076,6 @@ impl Disk {
                 members,
                 opened: [Some(owned), Some(copies)],
                 first_idle_at_open,
-                buf: Vec::new(),
-                frames: 0,
                 log,
             }),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -1213,8 +1197,6 @@ impl Disk {
         p.frames = lay_out(&mut p.buf, &files.log.tail);
         p.frame = p.frames;
         p.log = Some((files.log.generation, files.log.end));
-        p.puts = 0;
-        p.deletes = 0;
     }
 
     /// Appends the commit `p` holds to the log, flushed to the disk before it returns (nothing
@@ -1233,23 +1215,18 @@ impl Disk {
             p.lay_out_again(&files.log.tail);
         }
         seal(&mut p.buf[p.frame..]);
-        // Written from `files.buf`, as every commit is; the buffers are swapped back after,
-        // each keeping its allocation.
-        std::mem::swap(&mut files.buf, &mut p.buf);
-        files.frames = p.frames;
-        let result = self.append(files);
-        std::mem::swap(&mut files.buf, &mut p.buf);
+        let result = self.append(&mut files.log, &mut p.buf, p.frames);
         p.reset();
         result
     }
 
-    /// Appends the frames `files.buf` holds (sealed) to the log and flushes them.
-    fn append(&self, files: &mut Files) -> Result<(), DiskError> {
+    /// Appends the frames `buf` holds from `frames` on (sealed, laid out by [`lay_out`]
+    /// behind `log`'s tail) to `log` and flushes them.
+    fn append(&self, log: &mut Log, buf: &mut Vec<u8>, frames: usize) -> Result<(), DiskError> {
         self.refuse_closed()?;
-        let log = &mut files.log;
         let path = self.dir.join(log_name(log.generation));
         // The file's bytes from the log's last block boundary on: its tail, then the commit.
-        let mut from = files.frames - log.tail.len();
+        let mut from = frames - log.tail.len();
         let result = (|| {
             #[cfg(test)]
             refused(&self.refuse)?;
@@ -1258,12 +1235,12 @@ impl Disk {
                 log.torn = false;
             }
             if log.direct {
-                let len = files.buf.len() - from;
-                let (at, blocks) = whole_blocks(&mut files.buf, from);
+                let len = buf.len() - from;
+                let (at, blocks) = whole_blocks(buf, from);
                 from = at;
                 let start = log.end - log.tail.len() as u64;
-                let wrote = log.file.write_all_at(&files.buf[at..at + blocks], start);
-                files.buf.truncate(at + len);
+                let wrote = log.file.write_all_at(&buf[at..at + blocks], start);
+                buf.truncate(at + len);
                 match wrote {
                     // Refused for these blocks though O_DIRECT opened (nothing written): the
                     // page cache from now on.
@@ -1281,13 +1258,13 @@ impl Disk {
             }
             if !log.direct {
                 let commit = from + log.tail.len();
-                log.file.write_all_at(&files.buf[commit..], log.end)?;
+                log.file.write_all_at(&buf[commit..], log.end)?;
             }
             log.file.sync_data()
         })();
         match result {
             Ok(()) => {
-                log.appended(&files.buf[from..]);
+                log.appended(&buf[from..]);
                 Ok(())
             }
             Err(e) => {
@@ -1309,10 +1286,11 @@ impl Disk {
     pub fn remember_members(&self, members: &[(String, String)]) -> Result<(), DiskError> {
         let mut files = self.files.lock();
         let files = &mut *files;
-        let frame = files.start();
-        encode_members(&mut files.buf, members);
-        seal(&mut files.buf[frame..]);
-        self.append(files)?;
+        let mut buf = Vec::new();
+        let frame = lay_out(&mut buf, &files.log.tail);
+        encode_members(&mut buf, members);
+        seal(&mut buf[frame..]);
+        self.append(&mut files.log, &mut buf, frame)?;
         files.members = members.to_vec();
         Ok(())
     }
