@@ -432,20 +432,6 @@ pub(super) fn seal(out: &mut [u8]) {
     head[4..].copy_from_slice(&xxh3_64(payload).to_le_bytes());
 }
 
-/// Seals the frame of `out` that starts at `frame` and opens the next when it has grown past
-/// [`CHUNK`]: a commit goes in frames of about that size, each checksummed as soon as it is
-/// full, while its bytes are still in the cache (checksummed whole at the commit, a commit of a
-/// flood of new keys was read back from memory). A crash in a commit keeps its first frames,
-/// each whole, which is safe: each record is newer than what it replaces.
-#[inline]
-fn next_frame_if_long(out: &mut Vec<u8>, frame: &mut usize) {
-    if out.len() - *frame > CHUNK {
-        seal(&mut out[*frame..]);
-        *frame = out.len();
-        out.extend_from_slice(&[0; FRAME_HEAD]);
-    }
-}
-
 /// The frame at the start of `bytes`: its payload and its whole length; `None` when it is
 /// cut short or does not check.
 pub(super) fn frame(bytes: &[u8]) -> Option<(&[u8], usize)> {
@@ -623,17 +609,15 @@ struct Files {
 }
 
 /// Starts a commit in `buf` (cleared): `tail` (the log's bytes from its last block boundary)
-/// at a block-aligned address, since a direct write starts at the tail's block boundary, then
-/// the commit's first frame, opened. Returns where the frame starts.
+/// at a block-aligned address, since a direct write starts at the tail's block boundary.
+/// Returns where the commit's first frame goes.
 fn lay_out(buf: &mut Vec<u8>, tail: &[u8]) -> usize {
     buf.clear();
     buf.reserve(BLOCK + tail.len() + FRAME_HEAD);
     let pad = buf.as_ptr().align_offset(BLOCK);
     buf.resize(pad, 0);
     buf.extend_from_slice(tail);
-    let frames = buf.len();
-    buf.extend_from_slice(&[0; FRAME_HEAD]);
-    frames
+    buf.len()
 }
 
 /// The next commit, encoded as the disk follower's drains gather its records (between
@@ -644,11 +628,15 @@ fn lay_out(buf: &mut Vec<u8>, tail: &[u8]) -> usize {
 /// (`bench/notes/durable-store.md`).
 #[derive(Debug, Default)]
 pub struct Pending {
+    /// The log's tail, then the sealed frames.
     buf: Vec<u8>,
     /// Where the first frame starts in `buf` (the log's tail precedes it).
     frames: usize,
-    /// Where the frame being filled starts.
-    frame: usize,
+    /// The records of the frame being filled, copied into `buf` when it is sealed. Encoded
+    /// straight into `buf`, a flood's commit of several MiB missed the caches on every line it
+    /// wrote, and each record waited for those writes; this one stays in the cache, and a
+    /// frame's bulk copy writes whole lines (`bench/notes/durable-store.md`).
+    frame: Vec<u8>,
     /// The log's generation and end it was laid out for (`None`: not begun).
     log: Option<(u64, u64)>,
     puts: usize,
@@ -674,9 +662,9 @@ impl Pending {
     #[inline]
     pub fn put(&mut self, held: Held, id: u64, state: &BucketState) {
         debug_assert!(self.log.is_some(), "a commit begun");
-        encode_put(&mut self.buf, held, id, state);
+        encode_put(&mut self.frame, held, id, state);
         self.puts += 1;
-        next_frame_if_long(&mut self.buf, &mut self.frame);
+        self.seal_if_long();
     }
 
     /// Adds a delete of bucket `id` of `held` (after [`Disk::begin`]).
@@ -686,24 +674,46 @@ impl Pending {
         let mut rec = [0; 9];
         rec[0] = held.delete();
         rec[1..].copy_from_slice(&id.to_le_bytes());
-        self.buf.extend_from_slice(&rec);
+        self.frame.extend_from_slice(&rec);
         self.deletes += 1;
-        next_frame_if_long(&mut self.buf, &mut self.frame);
+        self.seal_if_long();
     }
 
-    /// Lays its records out again behind `tail`, the tail of the log it goes to now.
+    /// Seals the frame being filled once it has grown past [`CHUNK`]: a commit goes in frames
+    /// of about that size, each checksummed as soon as it is full, while its bytes are in the
+    /// cache. A crash in a commit keeps its first frames, each whole, which is safe: each
+    /// record is newer than what it replaces.
+    #[inline]
+    fn seal_if_long(&mut self) {
+        if self.frame.len() > CHUNK {
+            self.seal();
+        }
+    }
+
+    /// Appends the frame being filled to `buf`, sealed (nothing when it is empty).
+    fn seal(&mut self) {
+        if self.frame.is_empty() {
+            return;
+        }
+        let mut head = [0; FRAME_HEAD];
+        head[..4].copy_from_slice(&(self.frame.len() as u32).to_le_bytes());
+        head[4..].copy_from_slice(&xxh3_64(&self.frame).to_le_bytes());
+        self.buf.extend_from_slice(&head);
+        self.buf.extend_from_slice(&self.frame);
+        self.frame.clear();
+    }
+
+    /// Lays its frames out again behind `tail`, the tail of the log it goes to now.
     fn lay_out_again(&mut self, tail: &[u8]) {
-        let records = self.buf.split_off(self.frames);
-        let frames = lay_out(&mut self.buf, tail);
-        self.buf.truncate(frames);
-        self.buf.extend_from_slice(&records);
-        self.frame = self.frame - self.frames + frames;
-        self.frames = frames;
+        let sealed = self.buf.split_off(self.frames);
+        self.frames = lay_out(&mut self.buf, tail);
+        self.buf.extend_from_slice(&sealed);
     }
 
-    /// Empty and not begun, its buffer kept for the next commit.
+    /// Empty and not begun, its buffers kept for the next commit.
     fn reset(&mut self) {
         self.log = None;
+        self.frame.clear();
         self.puts = 0;
         self.deletes = 0;
     }
@@ -1195,7 +1205,6 @@ impl Disk {
         }
         let files = self.files.lock();
         p.frames = lay_out(&mut p.buf, &files.log.tail);
-        p.frame = p.frames;
         p.log = Some((files.log.generation, files.log.end));
     }
 
@@ -1214,7 +1223,7 @@ impl Disk {
             // another.
             p.lay_out_again(&files.log.tail);
         }
-        seal(&mut p.buf[p.frame..]);
+        p.seal();
         let result = self.append(&mut files.log, &mut p.buf, p.frames);
         p.reset();
         result
@@ -1287,10 +1296,11 @@ impl Disk {
         let mut files = self.files.lock();
         let files = &mut *files;
         let mut buf = Vec::new();
-        let frame = lay_out(&mut buf, &files.log.tail);
+        let frames = lay_out(&mut buf, &files.log.tail);
+        buf.extend_from_slice(&[0; FRAME_HEAD]);
         encode_members(&mut buf, members);
-        seal(&mut buf[frame..]);
-        self.append(&mut files.log, &mut buf, frame)?;
+        seal(&mut buf[frames..]);
+        self.append(&mut files.log, &mut buf, frames)?;
         files.members = members.to_vec();
         Ok(())
     }
