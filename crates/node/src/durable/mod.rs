@@ -792,24 +792,53 @@ impl Durable {
     }
 
     /// Flushes every `interval` until the task is dropped, and drains every [`DRAIN_EVERY`]
-    /// in between while busy (each off the runtime's threads: a commit waits for the disk).
+    /// in between while busy, on a thread of its own (a commit waits for the disk). Handed to
+    /// the runtime's blocking pool, each drain woke three threads in turn (the timer's, the
+    /// pool's, the task's again), a visible share of the follower's cost under a flood
+    /// (`bench/notes/durable-store.md`).
     pub async fn run(self: Arc<Self>, interval: Duration) {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name("ringlimit-persist".into())
+            .spawn(move || me.follow(interval, &stopped));
+        if let Err(e) = started {
+            let error = format!("starting the thread that writes buckets to disk: {e}");
+            tracing::error!(error = %error, "buckets are not written to disk");
+            self.stats.failing.store(true, Ordering::Relaxed);
+            *self.stats.error.lock() = Some(error);
+            return;
+        }
+        // Dropped with the task, which tells the thread to stop.
+        let _stop = stop;
+        std::future::pending::<()>().await;
+    }
+
+    /// [`Durable::run`]'s thread: until `stopped` says to stop (its sender dropped).
+    fn follow(&self, interval: Duration, stopped: &std::sync::mpsc::Receiver<()>) {
         let interval = interval.max(Duration::from_millis(1));
         let step = interval.min(DRAIN_EVERY);
         // Commits at most `interval` apart: what a SIGKILL may lose.
         let per = (interval.as_nanos() / step.as_nanos()).max(1);
-        let mut tick = tokio::time::interval(step);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next = Instant::now() + step;
         let mut ticks: u128 = 0;
         loop {
-            tick.tick().await;
+            let wait = next.saturating_duration_since(Instant::now());
+            if stopped.recv_timeout(wait) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                return;
+            }
             ticks += 1;
-            let me = self.clone();
             // The error is counted and logged by the flush itself.
             if ticks.is_multiple_of(per) {
-                let _ = tokio::task::spawn_blocking(move || me.flush()).await;
+                let _ = self.flush();
             } else if self.busy.load(Ordering::Relaxed) {
-                let _ = tokio::task::spawn_blocking(move || me.drain()).await;
+                let _ = self.drain();
+            }
+            next += step;
+            let now = Instant::now();
+            if next < now {
+                // Late (a long commit): the next step counts from now, not in a burst.
+                next = now + step;
             }
         }
     }

@@ -649,3 +649,35 @@ fn the_file_is_closed_after_the_last_flush_and_opens_for_the_next_life() {
     assert_eq!(next.durable.restore().expect("restores"), 1);
     drop(old);
 }
+
+#[tokio::test]
+async fn the_follower_commits_on_its_thread_and_stops_with_its_task() {
+    let d = tempfile::tempdir().expect("a temp dir");
+    let clock = ManualClock::new(T0);
+    let Node { local, durable } = node(d.path(), &clock);
+    assert_eq!(durable.restore().expect("empty"), 0);
+    let durable = Arc::new(durable);
+    let task = tokio::spawn(durable.clone().run(Duration::from_millis(1)));
+    let daily = fixed(1, 86_400);
+    let kind = local.kind(&daily, PersistMode::Auto);
+    let d1 = local
+        .owned()
+        .check(kind, bucket(1), &daily, 1, || local.now(), || None);
+    assert!(d1.allowed);
+    // Bounded waits on the thread's own clock (its interval is real time).
+    let waited = std::time::Instant::now();
+    while durable.stats.written.load(Ordering::Relaxed) == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "committed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    task.abort();
+    let _ = task.await;
+    // The thread holds the follower until it is told to stop.
+    while Arc::strong_count(&durable) > 1 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the thread stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
