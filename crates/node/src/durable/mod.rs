@@ -332,7 +332,7 @@ pub struct Durable {
     /// Set when the node starts leaving: buckets that go stay on disk from then on.
     leaving: AtomicBool,
     /// `Following::busy` as the last flush left it, read without the lock: a quiet follower's
-    /// task does not leave the runtime for a drain that would do nothing.
+    /// thread does not take the lock for a drain that would do nothing.
     busy: AtomicBool,
     pub stats: Arc<DurableStats>,
 }
