@@ -564,6 +564,21 @@ fn open_for_writes(options: &OpenOptions, path: &Path) -> std::io::Result<(File,
     Ok((options.open(path)?, false))
 }
 
+/// Reopens `path` for writes through the page cache, for a file system that let `O_DIRECT`
+/// open but refused a direct write (`e`: `EINVAL`, nothing written). Said once a process: each
+/// new log and snapshot opens direct again, and would say it again.
+fn reopen_buffered(path: &Path, e: &std::io::Error) -> std::io::Result<File> {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::warn!(
+            path = %path.display(),
+            error = %e,
+            "direct writes under --data-dir refused; using the page cache"
+        );
+    });
+    OpenOptions::new().write(true).open(path)
+}
+
 /// The unit of a direct write: its address in memory, its place in the file and its length
 /// are multiples of it. 4 KiB covers the logical blocks of today's disks (512 B or 4 KiB); a
 /// file system that wants more refuses the write, and the log goes through the page cache.
@@ -829,7 +844,7 @@ impl Blocks {
                 // Refused for these blocks though O_DIRECT opened (nothing written): the page
                 // cache from now on.
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                    self.file = OpenOptions::new().write(true).open(&self.path)?;
+                    self.file = reopen_buffered(&self.path, &e)?;
                     self.direct = false;
                     self.file.write_all_at(&self.buf[at..at + n], self.at)?;
                 }
@@ -1254,12 +1269,7 @@ impl Disk {
                     // Refused for these blocks though O_DIRECT opened (nothing written): the
                     // page cache from now on.
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                        tracing::warn!(
-                            path = %path.display(),
-                            error = %e,
-                            "direct writes to the bucket log refused; using the page cache"
-                        );
-                        log.file = OpenOptions::new().write(true).open(&path)?;
+                        log.file = reopen_buffered(&path, &e)?;
                         log.direct = false;
                     }
                     other => other?,
