@@ -428,8 +428,15 @@ pub(super) fn open_frame(out: &mut Vec<u8>) {
 /// Fills in the head of the frame `out` holds.
 pub(super) fn seal(out: &mut [u8]) {
     let (head, payload) = out.split_at_mut(FRAME_HEAD);
+    head.copy_from_slice(&frame_head(payload));
+}
+
+/// The head of a frame of `payload`: its length and checksum.
+fn frame_head(payload: &[u8]) -> [u8; FRAME_HEAD] {
+    let mut head = [0; FRAME_HEAD];
     head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     head[4..].copy_from_slice(&xxh3_64(payload).to_le_bytes());
+    head
 }
 
 /// The frame at the start of `bytes`: its payload and its whole length; `None` when it is
@@ -628,7 +635,7 @@ struct Files {
 /// Returns where the commit's first frame goes.
 fn lay_out(buf: &mut Vec<u8>, tail: &[u8]) -> usize {
     buf.clear();
-    buf.reserve(BLOCK + tail.len() + FRAME_HEAD);
+    buf.reserve(BLOCK + tail.len());
     let pad = buf.as_ptr().align_offset(BLOCK);
     buf.resize(pad, 0);
     buf.extend_from_slice(tail);
@@ -710,10 +717,7 @@ impl Pending {
         if self.frame.is_empty() {
             return;
         }
-        let mut head = [0; FRAME_HEAD];
-        head[..4].copy_from_slice(&(self.frame.len() as u32).to_le_bytes());
-        head[4..].copy_from_slice(&xxh3_64(&self.frame).to_le_bytes());
-        self.buf.extend_from_slice(&head);
+        self.buf.extend_from_slice(&frame_head(&self.frame));
         self.buf.extend_from_slice(&self.frame);
         self.frame.clear();
     }
