@@ -60,6 +60,8 @@ mkdir -p "$OUT_DIR"
 #   replica_cost.sh    27900
 #   frame_floor.sh     27800
 #   blocks.sh          27700
+#   sdk_langs.sh       27600
+#   persist_cost.sh    27500
 #   faults.sh          -          (every node in a network namespace of its own)
 #   accuracy.sh        -          (the same)
 #   regions.sh         -          (every region in a network namespace of its own)
@@ -91,6 +93,7 @@ default_base_port() {
     replica_cost.sh) echo 27900 ;;
     frame_floor.sh) echo 27800 ;;
     blocks.sh) echo 27700 ;;
+    persist_cost.sh) echo 27500 ;;
     faults.sh | accuracy.sh | regions.sh) ;;
     *) die "$SCRIPT has no BASE_PORT in bench/lib.sh's table" ;;
   esac
