@@ -21,7 +21,10 @@
 //! a newer one.
 //!
 //! With no follower nothing is appended (one relaxed load of a counter that only changes when a
-//! follower comes or goes), and a store built without a feed (the SDK's) never has one.
+//! follower comes or goes), and a store built without a feed (the SDK's) never has one. While
+//! every follower keeps durable buckets only (a disk follower, no replica sender), a decision
+//! on a bucket that is not durable, and was not before it, appends nothing either: a node that
+//! keeps its daily quotas on disk does not pay for its per-second limits.
 //!
 //! Sequences are per shard, not global: a global sequence would be an atomic increment on one
 //! cache line shared by every core on every write, the very contention the shards are there to
@@ -103,6 +106,8 @@ pub struct Cursor {
     pub(super) next: Box<[u64]>,
     /// This follower's bit among the store's followers.
     pub(super) bit: u64,
+    /// Whether it reads every change, not only those of durable buckets.
+    pub(super) wide: bool,
 }
 
 /// A follower read the feed too late: changes it had not read were overwritten. Its cursor has
@@ -682,6 +687,54 @@ mod tests {
             durable(drain(&s, &mut c)),
             vec![(id(3), true), (id(2), false)]
         );
+    }
+
+    #[test]
+    fn a_follower_of_durable_buckets_alone_hears_of_those_and_of_those_that_stop_being_durable() {
+        let s = one_shard(100, 64);
+        let r = tb10();
+        let seen = |changes: Vec<Change>| -> Vec<(u64, bool, bool)> {
+            changes
+                .iter()
+                .map(|ch| (ch.id, ch.durable, ch.state.is_some()))
+                .collect()
+        };
+        let mut disk = s.follow_durable().expect("a feed");
+        s.check_as(Kind::Durable, id(1), &r, || T0, 1);
+        s.check_as(Kind::Replicated, id(2), &r, || T0, 1);
+        s.check_as(Kind::Replicated, id(2), &r, || T0, 1);
+        s.charge_seeded(Kind::Replicated, id(3), &r, T0, 2, || None);
+        assert_eq!(
+            seen(drain(&s, &mut disk)),
+            vec![(id(1), true, true)],
+            "nothing of buckets that never were durable"
+        );
+        // A rule's `persist` changed: the bucket's next write, no longer durable, is heard once
+        // (the disk follower deletes it), the next ones not; the other way round, at once.
+        s.check_as(Kind::Replicated, id(1), &r, || T0, 1);
+        s.check_as(Kind::Durable, id(2), &r, || T0, 1);
+        assert_eq!(
+            seen(drain(&s, &mut disk)),
+            vec![(id(1), false, true), (id(2), true, true)]
+        );
+        s.check_as(Kind::Replicated, id(1), &r, || T0, 1);
+        assert!(drain(&s, &mut disk).is_empty());
+        // Removals come as they come to any follower.
+        assert!(s.remove(id(3)));
+        assert_eq!(seen(drain(&s, &mut disk)), vec![(id(3), false, false)]);
+
+        // A follower of every change (a replica sender) beside it: both hear of everything.
+        let mut all = s.follow().expect("a feed");
+        s.check_as(Kind::Replicated, id(4), &r, || T0, 1);
+        s.check_as(Kind::Durable, id(5), &r, || T0, 1);
+        let want = vec![(id(4), false, true), (id(5), true, true)];
+        assert_eq!(seen(drain(&s, &mut all)), want);
+        assert_eq!(seen(drain(&s, &mut disk)), want);
+        // Gone again: the disk follower alone, buckets that are not durable are quiet again.
+        s.unfollow(all);
+        s.check_as(Kind::Replicated, id(4), &r, || T0, 1);
+        s.check_as(Kind::Durable, id(5), &r, || T0, 1);
+        assert_eq!(seen(drain(&s, &mut disk)), vec![(id(5), true, true)]);
     }
 
     #[test]

@@ -105,6 +105,10 @@ pub struct Store {
     /// Followers of the change feed: changes are recorded only while there is one. Read on
     /// every write, written only when a follower comes or goes.
     followers: AtomicUsize,
+    /// Of them, those that read every change ([`Store::follow`], a replica sender), not only
+    /// those of durable buckets ([`Store::follow_durable`], a disk follower): while there is
+    /// none, a write of a bucket that is not durable, and was not, records nothing.
+    wide: AtomicUsize,
     /// One bit per follower (its [`Cursor`]'s): a shard's ring starts again at its front once
     /// every follower has read it to its end.
     follower_bits: AtomicU64,
@@ -146,6 +150,8 @@ fn shard_count(max_keys: u64) -> u64 {
 /// What a write does to the feed: records the changed buckets while someone follows.
 struct Recorder<'a> {
     on: bool,
+    /// Some follower reads every change, not only those of durable buckets.
+    wide: bool,
     cap: usize,
     feed: &'a mut Ring,
 }
@@ -189,6 +195,7 @@ impl Store {
         Self {
             shards: shards.into_boxed_slice(),
             followers: AtomicUsize::new(0),
+            wide: AtomicUsize::new(0),
             follower_bits: AtomicU64::new(0),
             feed_per_shard,
             stats: StoreStats::default(),
@@ -202,6 +209,8 @@ impl Store {
             // Relaxed: a follower counted before it read the shards' heads under their locks,
             // so every write after its reading (under the same lock) sees it.
             on: self.followers.load(Ordering::Relaxed) != 0,
+            // Relaxed, as `on`: counted before the follower read the shards' heads.
+            wide: self.wide.load(Ordering::Relaxed) != 0,
             cap: self.feed_per_shard,
             feed,
         }
@@ -328,7 +337,10 @@ impl Store {
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
         let on = rec.on;
-        if on {
+        // With only followers of durable buckets, a bucket that is not durable enters the feed
+        // only if it was (the disk follower then deletes it): it almost never does.
+        let likely = on && (rec.wide || kind == Kind::Durable);
+        if likely {
             // The ring's line is taken while the slot's lookup misses (see `Ring::prepare`).
             rec.feed.prepare(rec.cap);
         }
@@ -348,9 +360,10 @@ impl Store {
             },
             |gone| rec.changed(gone),
         ) {
-            Some(((out, entry), local, evicted)) => {
+            Some(((out, entry), was, evicted)) => {
                 if let Some(entry) = entry
-                    && !local
+                    && was != Kind::Local
+                    && (likely || was == Kind::Durable)
                 {
                     rec.push(entry);
                 }
@@ -363,7 +376,7 @@ impl Store {
                 let (out, spent) = op(&mut state, now);
                 let evicted = if kept || spent {
                     let local = kind == Kind::Local;
-                    let entry = (!local && on).then(|| Entry::written(id, &state, kind));
+                    let entry = (!local && likely).then(|| Entry::written(id, &state, kind));
                     let evicted =
                         shard.insert(table, id, state, kind, now, |gone| rec.changed(gone));
                     if let Some(entry) = entry {
@@ -590,10 +603,26 @@ impl Store {
     /// in the copy and in the feed, which is harmless: a bucket's newest entry says its state
     /// at its last change or later, the copy's state; see `feed`).
     pub fn follow(&self) -> Result<Cursor, FeedError> {
+        self.follow_as(true)
+    }
+
+    /// [`Store::follow`] for a follower that keeps only durable buckets (a disk follower): it
+    /// reads every change of a [`Kind::Durable`] bucket, and of one that stops being durable,
+    /// but not, unless another follower reads every change, those of buckets that never were
+    /// (nor their removals, handovers and evictions, which come as they would to any follower).
+    /// It copies the store with [`Store::for_each_durable`].
+    pub fn follow_durable(&self) -> Result<Cursor, FeedError> {
+        self.follow_as(false)
+    }
+
+    fn follow_as(&self, wide: bool) -> Result<Cursor, FeedError> {
         if self.feed_per_shard == 0 {
             return Err(FeedError::Off);
         }
         // Counted before the heads are read, so that every write after a head is recorded.
+        if wide {
+            self.wide.fetch_add(1, Ordering::Relaxed);
+        }
         self.followers.fetch_add(1, Ordering::Relaxed);
         // The lowest free bit (none past 64 followers: such a follower is never waited for,
         // and may be told it lagged).
@@ -611,12 +640,15 @@ impl Store {
             .iter()
             .map(|s| s.locked.lock().feed.head())
             .collect();
-        Ok(Cursor { next, bit })
+        Ok(Cursor { next, bit, wide })
     }
 
     /// Stops following; the last follower to leave frees the feed's memory.
     pub fn unfollow(&self, cursor: Cursor) {
         self.follower_bits.fetch_and(!cursor.bit, Ordering::AcqRel);
+        if cursor.wide {
+            self.wide.fetch_sub(1, Ordering::Relaxed);
+        }
         drop(cursor);
         if self.followers.fetch_sub(1, Ordering::Relaxed) != 1 {
             return;

@@ -294,11 +294,13 @@ impl Table {
         gone: impl FnMut(u64),
     ) -> Option<(R, bool, Evicted)> {
         self.update_as(id, now, None, f, gone)
+            .map(|(r, was, e)| (r, was == Kind::Local, e))
     }
 
     /// [`Table::update`] that also makes a bucket that is not local of `kind` when given one
     /// ([`Kind::Replicated`] or [`Kind::Durable`]: a write under a rule says whether its bucket
-    /// is kept on disk; a local bucket stays local).
+    /// is kept on disk; a local bucket stays local). Gives the bucket's kind before the write
+    /// (a feed that records durable buckets only must hear of one that stops being durable).
     #[inline]
     pub fn update_as<R>(
         &mut self,
@@ -307,12 +309,12 @@ impl Table {
         kind: Option<Kind>,
         f: impl FnOnce(&mut BucketState) -> R,
         gone: impl FnMut(u64),
-    ) -> Option<(R, bool, Evicted)> {
+    ) -> Option<(R, Kind, Evicted)> {
         let i = self.find(key(id)).ok()?;
         self.set_referenced(i);
-        let local = self.is_local(i);
+        let was = self.kind_at(i);
         if let Some(kind) = kind
-            && !local
+            && was != Kind::Local
             && kind != Kind::Local
         {
             self.set_kind(i, kind);
@@ -326,7 +328,7 @@ impl Table {
             self.weight = self.weight - before + after;
             self.make_room(0, now, &mut evicted, gone);
         }
-        Some((out, local, evicted))
+        Some((out, was, evicted))
     }
 
     /// Adds a bucket (replacing one with the same id), `local` or not, evicting others as the

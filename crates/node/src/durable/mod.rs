@@ -424,7 +424,7 @@ impl Durable {
         }
         self.restore_reservations(&mut f, now);
         // Followed from here on: what was restored is stored already.
-        f.owned.cursor = self.local.owned().follow().ok();
+        f.owned.cursor = self.local.owned().follow_durable().ok();
         f.copies.cursor = self.local.copies().follow().ok();
         drop(f);
         let ms = started.elapsed().as_millis();
@@ -627,7 +627,7 @@ impl Durable {
             owned_source,
             &mut sink,
             leaving,
-            || owned.follow().ok(),
+            || owned.follow_durable().ok(),
             |c, out| owned.changes(c, out).is_ok(),
             |keep| {
                 owned.for_each_durable(|id, st| {

@@ -3,7 +3,8 @@
 //! of its bucket's state; see `ringlimit_core::limiter`).
 //!
 //! Every write of an owned bucket enters the feed (`Kind::Replicated`): decisions, holds and
-//! refunds, handover in and out, resets. The fail-open share's buckets live in the same store
+//! refunds, handover in and out, resets; while the disk follower alone follows it (no replica
+//! sender), a decision or hold enters only for a durable bucket (see `Store::follow_durable`). The fail-open share's buckets live in the same store
 //! under salted ids (`Kind::Local`): this node's alone, never replicated.
 
 use crate::metrics::{Family, load};
@@ -149,6 +150,12 @@ impl OwnedBuckets {
     /// Starts following the change feed of the owner's buckets (see [`Store::follow`]).
     pub fn follow(&self) -> Result<Cursor, FeedError> {
         self.store.follow()
+    }
+
+    /// Starts following the changes of the owner's durable buckets (see
+    /// [`Store::follow_durable`]): the disk follower.
+    pub fn follow_durable(&self) -> Result<Cursor, FeedError> {
+        self.store.follow_durable()
     }
 
     /// The owner's buckets changed since `cursor` (see [`Store::changes`]).
