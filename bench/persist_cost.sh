@@ -87,7 +87,17 @@ load() { # NODE PATH SECONDS
   BATCH_SIZE=$size job timeout --kill-after=5 $(($3 + 30)) wrk -t"$WRK_THREADS" -c"$CONNS" -d"$3s" \
     -s "$BENCH_DIR/wrk/$lua" "http://127.0.0.1:$(http_port "$1")$upath" >"$OUT_DIR/wrk-last.txt" 2>&1 ||
     { cat "$OUT_DIR/wrk-last.txt" >&2; die "wrk failed on node ${NAMES[$1]}"; }
-  grep -q "Socket errors" "$OUT_DIR/wrk-last.txt" && log "WARNING: socket errors on ${NAMES[$1]} ($2)"
+  # Socket errors, and answers other than 200/429 or batch items answered with an error (counted
+  # by the wrk scripts): a slice of errors would measure something else than checks.
+  local errors
+  errors=$(grep -oE '(^| )(other|http_other|error)=[0-9]+' "$OUT_DIR/wrk-last.txt" |
+    awk -F= '{ s += $2 } END { print s + 0 }')
+  grep -q "Socket errors" "$OUT_DIR/wrk-last.txt" && errors=$((errors + 1))
+  if ((errors > 0)); then
+    local kept="$OUT_DIR/wrk-errors-${NAMES[$1]}-$2-$SECONDS.txt"
+    cp "$OUT_DIR/wrk-last.txt" "$kept"
+    log "WARNING: errors on node ${NAMES[$1]} ($2): see $kept"
+  fi
   return 0
 }
 
