@@ -607,10 +607,10 @@ impl Store {
     }
 
     /// [`Store::follow`] for a follower that keeps only durable buckets (a disk follower): it
-    /// reads every change of a [`Kind::Durable`] bucket, and of one that stops being durable,
-    /// but not, unless another follower reads every change, those of buckets that never were
-    /// (nor their removals, handovers and evictions, which come as they would to any follower).
-    /// It copies the store with [`Store::for_each_durable`].
+    /// reads every change of a [`Kind::Durable`] bucket, and of one that stops being durable;
+    /// of the buckets that never were, only their removals, handovers and evictions, unless
+    /// another follower reads every change. It copies the store with
+    /// [`Store::for_each_durable`].
     pub fn follow_durable(&self) -> Result<Cursor, FeedError> {
         self.follow_as(false)
     }
