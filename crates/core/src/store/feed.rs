@@ -23,8 +23,8 @@
 //! With no follower nothing is appended (one relaxed load of a counter that only changes when a
 //! follower comes or goes), and a store built without a feed (the SDK's) never has one. While
 //! every follower keeps durable buckets only (a disk follower, no replica sender), a decision
-//! on a bucket that is not durable, and was not before it, appends nothing either: a node that
-//! keeps its daily quotas on disk does not pay for its per-second limits.
+//! on a bucket that is not durable, and was not before it, appends nothing either, nor does its
+//! eviction: a node that keeps its daily quotas on disk does not pay for its per-second limits.
 //!
 //! Sequences are per shard, not global: a global sequence would be an atomic increment on one
 //! cache line shared by every core on every write, the very contention the shards are there to
@@ -735,6 +735,38 @@ mod tests {
         s.check_as(Kind::Replicated, id(4), &r, || T0, 1);
         s.check_as(Kind::Durable, id(5), &r, || T0, 1);
         assert_eq!(seen(drain(&s, &mut disk)), vec![(id(5), true, true)]);
+    }
+
+    #[test]
+    fn a_follower_of_durable_buckets_alone_hears_of_evicted_durable_buckets_only() {
+        let s = one_shard(50, 4096);
+        let r = tb10();
+        let mut disk = s.follow_durable().expect("a feed");
+        let durable: Vec<u64> = (0..10).map(id).collect();
+        for &d in &durable {
+            s.check_as(Kind::Durable, d, &r, || T0, 1);
+        }
+        assert_eq!(drain(&s, &mut disk).len(), 10);
+        // A flood of buckets that are not kept evicts both kinds.
+        for i in 100..400 {
+            s.check_as(Kind::Replicated, id(i), &r, || T0, 1);
+        }
+        let gone: Vec<u64> = durable
+            .iter()
+            .copied()
+            .filter(|&d| s.peek(d).is_none())
+            .collect();
+        assert!(!gone.is_empty(), "the flood evicted some durable buckets");
+        let heard = drain(&s, &mut disk);
+        assert!(
+            heard.iter().all(|ch| ch.state.is_none() && !ch.durable),
+            "{heard:?}"
+        );
+        let mut heard: Vec<u64> = heard.iter().map(|ch| ch.id).collect();
+        heard.sort_unstable();
+        let mut gone = gone;
+        gone.sort_unstable();
+        assert_eq!(heard, gone, "each evicted durable bucket, and nothing else");
     }
 
     #[test]

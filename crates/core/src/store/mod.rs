@@ -88,7 +88,7 @@ impl Shard {
         state: BucketState,
         kind: Kind,
         now: u64,
-        gone: impl FnMut(u64),
+        gone: impl FnMut(u64, Kind),
     ) -> Evicted {
         let evicted = table.insert(id, state, kind, now, gone);
         let at = table.layout();
@@ -160,6 +160,15 @@ impl Recorder<'_> {
     #[inline]
     fn changed(&mut self, id: u64) {
         if self.on {
+            self.feed.push(Entry::id(id), self.cap);
+        }
+    }
+
+    /// Records an evicted bucket (not local) of `kind`: a follower of durable buckets alone
+    /// need not hear of one that was not durable (see [`Store::follow_durable`]).
+    #[inline]
+    fn evicted(&mut self, id: u64, kind: Kind) {
+        if self.on && (self.wide || kind == Kind::Durable) {
             self.feed.push(Entry::id(id), self.cap);
         }
     }
@@ -358,7 +367,7 @@ impl Store {
                 });
                 (out, entry)
             },
-            |gone| rec.changed(gone),
+            |gone, kind| rec.evicted(gone, kind),
         ) {
             Some(((out, entry), was, evicted)) => {
                 if let Some(entry) = entry
@@ -377,8 +386,9 @@ impl Store {
                 let evicted = if kept || spent {
                     let local = kind == Kind::Local;
                     let entry = (!local && likely).then(|| Entry::written(id, &state, kind));
-                    let evicted =
-                        shard.insert(table, id, state, kind, now, |gone| rec.changed(gone));
+                    let evicted = shard.insert(table, id, state, kind, now, |gone, was| {
+                        rec.evicted(gone, was)
+                    });
                     if let Some(entry) = entry {
                         rec.push(entry);
                     }
@@ -519,13 +529,15 @@ impl Store {
                     merge(mine, theirs);
                 }
             },
-            |gone| rec.changed(gone),
+            |gone, kind| rec.evicted(gone, kind),
         );
         let (local, evicted) = match (merged, state) {
             (Some((_, local, evicted)), _) => (local, evicted),
             (None, Some(state)) => (
                 false,
-                shard.insert(table, id, state, kind, now, |gone| rec.changed(gone)),
+                shard.insert(table, id, state, kind, now, |gone, was| {
+                    rec.evicted(gone, was)
+                }),
             ),
             // Not reached: the state is taken only by a merge.
             (None, None) => (true, Evicted::default()),
@@ -545,8 +557,8 @@ impl Store {
         let mut locked = shard.locked.lock();
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
-        let evicted = shard.insert(table, id, state, Kind::Replicated, now, |gone| {
-            rec.changed(gone)
+        let evicted = shard.insert(table, id, state, Kind::Replicated, now, |gone, kind| {
+            rec.evicted(gone, kind)
         });
         rec.changed(id);
         drop(locked);
@@ -573,7 +585,7 @@ impl Store {
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
         // A refund never changes a state's weight, so nothing is evicted.
-        let refunded = table.update(id, now, |s| s.refund(rule, cost, mark, now), |_| {});
+        let refunded = table.update(id, now, |s| s.refund(rule, cost, mark, now), |_, _| {});
         if let Some(((), false, _)) = refunded
             && cost > 0
         {
@@ -608,8 +620,9 @@ impl Store {
 
     /// [`Store::follow`] for a follower that keeps only durable buckets (a disk follower): it
     /// reads every change of a [`Kind::Durable`] bucket, and of one that stops being durable;
-    /// of the buckets that never were, only their removals, handovers and evictions, unless
-    /// another follower reads every change. It copies the store with
+    /// of the buckets that are not, only their removals and handovers (not their evictions:
+    /// a key flood of buckets that are not kept fills no feed), unless another follower reads
+    /// every change. It copies the store with
     /// [`Store::for_each_durable`].
     pub fn follow_durable(&self) -> Result<Cursor, FeedError> {
         self.follow_as(false)

@@ -95,6 +95,8 @@ fn kind_in(flags: &[Flags], i: usize) -> Kind {
 pub(super) struct Removed {
     pub state: BucketState,
     pub local: bool,
+    /// Its kind ([`Kind::Local`] when `local`).
+    pub kind: Kind,
 }
 
 pub(super) struct Table {
@@ -291,7 +293,7 @@ impl Table {
         id: u64,
         now: u64,
         f: impl FnOnce(&mut BucketState) -> R,
-        gone: impl FnMut(u64),
+        gone: impl FnMut(u64, Kind),
     ) -> Option<(R, bool, Evicted)> {
         self.update_as(id, now, None, f, gone)
             .map(|(r, was, e)| (r, was == Kind::Local, e))
@@ -308,7 +310,7 @@ impl Table {
         now: u64,
         kind: Option<Kind>,
         f: impl FnOnce(&mut BucketState) -> R,
-        gone: impl FnMut(u64),
+        gone: impl FnMut(u64, Kind),
     ) -> Option<(R, Kind, Evicted)> {
         let i = self.find(key(id)).ok()?;
         self.set_referenced(i);
@@ -340,7 +342,7 @@ impl Table {
         state: BucketState,
         kind: Kind,
         now: u64,
-        gone: impl FnMut(u64),
+        gone: impl FnMut(u64, Kind),
     ) -> Evicted {
         let id = key(id);
         let mut evicted = Evicted::default();
@@ -386,13 +388,13 @@ impl Table {
         extra: u64,
         now: u64,
         evicted: &mut Evicted,
-        mut gone: impl FnMut(u64),
+        mut gone: impl FnMut(u64, Kind),
     ) {
         while self.len > 0 && self.weight + extra > self.capacity {
             let (id, out) = self.evict_one(now);
             evicted.add(&out.state, now);
             if !out.local {
-                gone(id);
+                gone(id, out.kind);
             }
         }
     }
@@ -464,7 +466,7 @@ impl Table {
         self.len -= 1;
         self.weight -= out.state.weight();
         self.take_referenced(i);
-        let local = self.is_local(i);
+        let kind = self.kind_at(i);
         self.set_kind(i, Kind::Replicated);
         let mut j = i;
         loop {
@@ -473,7 +475,8 @@ impl Table {
             if id == EMPTY {
                 return Removed {
                     state: out.state,
-                    local,
+                    local: kind == Kind::Local,
+                    kind,
                 };
             }
             let home = id as usize & mask;
@@ -577,7 +580,7 @@ mod tests {
     impl Table {
         /// [`Table::insert`] of a bucket that is not local, evictions unheard.
         fn put(&mut self, id: u64, state: BucketState, now: u64) -> Evicted {
-            self.insert(id, state, Kind::Replicated, now, |_| ())
+            self.insert(id, state, Kind::Replicated, now, |_, _| ())
         }
 
         /// [`Table::update`], evictions unheard.
@@ -587,7 +590,7 @@ mod tests {
             now: u64,
             f: impl FnOnce(&mut BucketState) -> R,
         ) -> Option<(R, Evicted)> {
-            self.update(id, now, f, |_| ()).map(|(r, _, e)| (r, e))
+            self.update(id, now, f, |_, _| ()).map(|(r, _, e)| (r, e))
         }
     }
 
@@ -778,7 +781,7 @@ mod tests {
             _ => Kind::Durable,
         };
         for (k, &id) in ids.iter().enumerate() {
-            t.insert(id, tat(u64::MAX), kind_of(k), 0, |_| ());
+            t.insert(id, tat(u64::MAX), kind_of(k), 0, |_, _| ());
         }
         let kind = |t: &Table, id: u64| t.peek_kind(id).map(|(_, k)| k);
         // Removing the head shifts every other bucket of the run back.
@@ -790,7 +793,7 @@ mod tests {
         // Filling past the first table's size grows it (the flags go along), then evicts:
         // only buckets that are not local are heard of.
         for id in 1000..1040 {
-            t.insert(id, tat(u64::MAX), Kind::Replicated, 0, |_| ());
+            t.insert(id, tat(u64::MAX), Kind::Replicated, 0, |_, _| ());
         }
         for (k, &id) in ids.iter().enumerate().skip(2) {
             if let Some(got) = kind(&t, id) {
@@ -799,7 +802,9 @@ mod tests {
         }
         let mut heard = Vec::new();
         for id in 2000..2040 {
-            t.insert(id, tat(u64::MAX), Kind::Local, 0, |gone| heard.push(gone));
+            t.insert(id, tat(u64::MAX), Kind::Local, 0, |gone, _| {
+                heard.push(gone)
+            });
         }
         assert_eq!(t.len(), 40);
         assert!(!heard.is_empty());
@@ -816,17 +821,17 @@ mod tests {
     #[test]
     fn a_write_under_a_rule_sets_whether_its_bucket_is_durable_but_never_unmakes_a_local_one() {
         let mut t = Table::new(10);
-        t.insert(1, tat(5), Kind::Replicated, 0, |_| ());
-        t.insert(2, tat(5), Kind::Local, 0, |_| ());
+        t.insert(1, tat(5), Kind::Replicated, 0, |_, _| ());
+        t.insert(2, tat(5), Kind::Local, 0, |_, _| ());
         for (id, to, want) in [
             (1, Kind::Durable, Kind::Durable),
             (1, Kind::Replicated, Kind::Replicated),
             (2, Kind::Durable, Kind::Local),
         ] {
-            t.update_as(id, 0, Some(to), |_| (), |_| ());
+            t.update_as(id, 0, Some(to), |_| (), |_, _| ());
             assert_eq!(t.peek_kind(id).map(|(_, k)| k), Some(want), "{id} {to:?}");
         }
-        t.update(1, 0, |_| (), |_| ());
+        t.update(1, 0, |_| (), |_, _| ());
         assert_eq!(t.peek_kind(1).map(|(_, k)| k), Some(Kind::Replicated));
     }
 }
