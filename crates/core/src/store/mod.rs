@@ -168,8 +168,8 @@ impl Recorder<'_> {
     /// need not hear of one that was not durable (see [`Store::follow_durable`]).
     #[inline]
     fn evicted(&mut self, id: u64, kind: Kind) {
-        if self.on && (self.wide || kind == Kind::Durable) {
-            self.feed.push(Entry::id(id), self.cap);
+        if self.wide || kind == Kind::Durable {
+            self.changed(id);
         }
     }
 
@@ -467,7 +467,7 @@ impl Store {
             let mut rec = self.recorder(feed);
             for id in table.ids_where(&mut take) {
                 if let Some(removed) = table.remove(id) {
-                    if !removed.local {
+                    if !removed.local() {
                         rec.changed(id);
                     }
                     out.push((id, removed.state));
@@ -571,7 +571,7 @@ impl Store {
         let Locked { table, feed } = &mut *locked;
         let mut rec = self.recorder(feed);
         let removed = table.remove(id)?;
-        if !removed.local {
+        if !removed.local() {
             rec.changed(id);
         }
         Some(removed.state)
@@ -600,7 +600,7 @@ impl Store {
         let mut rec = self.recorder(feed);
         match table.remove(id) {
             Some(removed) => {
-                if !removed.local {
+                if !removed.local() {
                     rec.changed(id);
                 }
                 true
@@ -622,8 +622,7 @@ impl Store {
     /// reads every change of a [`Kind::Durable`] bucket, and of one that stops being durable;
     /// of the buckets that are not, only their removals and handovers (not their evictions:
     /// a key flood of buckets that are not kept fills no feed), unless another follower reads
-    /// every change. It copies the store with
-    /// [`Store::for_each_durable`].
+    /// every change. It copies the store with [`Store::for_each_durable`].
     pub fn follow_durable(&self) -> Result<Cursor, FeedError> {
         self.follow_as(false)
     }

@@ -94,9 +94,14 @@ fn kind_in(flags: &[Flags], i: usize) -> Kind {
 /// A bucket an operation removed, and whether it was local.
 pub(super) struct Removed {
     pub state: BucketState,
-    pub local: bool,
-    /// Its kind ([`Kind::Local`] when `local`).
     pub kind: Kind,
+}
+
+impl Removed {
+    /// Whether the bucket was this node's alone (never in the feed).
+    pub fn local(&self) -> bool {
+        self.kind == Kind::Local
+    }
 }
 
 pub(super) struct Table {
@@ -393,7 +398,7 @@ impl Table {
         while self.len > 0 && self.weight + extra > self.capacity {
             let (id, out) = self.evict_one(now);
             evicted.add(&out.state, now);
-            if !out.local {
+            if !out.local() {
                 gone(id, out.kind);
             }
         }
@@ -475,7 +480,6 @@ impl Table {
             if id == EMPTY {
                 return Removed {
                     state: out.state,
-                    local: kind == Kind::Local,
                     kind,
                 };
             }
@@ -785,8 +789,8 @@ mod tests {
         }
         let kind = |t: &Table, id: u64| t.peek_kind(id).map(|(_, k)| k);
         // Removing the head shifts every other bucket of the run back.
-        assert!(!t.remove(ids[0]).expect("held").local);
-        assert!(t.remove(ids[1]).expect("held").local);
+        assert!(!t.remove(ids[0]).expect("held").local());
+        assert!(t.remove(ids[1]).expect("held").local());
         for (k, &id) in ids.iter().enumerate().skip(2) {
             assert_eq!(kind(&t, id), Some(kind_of(k)), "{id}");
         }

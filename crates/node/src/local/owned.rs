@@ -4,8 +4,9 @@
 //!
 //! Every write of an owned bucket enters the feed (`Kind::Replicated`): decisions, holds and
 //! refunds, handover in and out, resets; while the disk follower alone follows it (no replica
-//! sender), a decision or hold enters only for a durable bucket (see `Store::follow_durable`). The fail-open share's buckets live in the same store
-//! under salted ids (`Kind::Local`): this node's alone, never replicated.
+//! sender), a decision, a hold or an eviction enters only for a durable bucket (see
+//! `Store::follow_durable`). The fail-open share's buckets live in the same store under salted
+//! ids (`Kind::Local`): this node's alone, never replicated.
 
 use crate::metrics::{Family, load};
 use ringlimit_core::coordinator::share::Share;
