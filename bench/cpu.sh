@@ -164,7 +164,7 @@ measure() { # ROUND PATH BINARY LUA URL_PATH BATCH KIND
   sockerr=$(awk '/Socket errors:/ { s = 0; for (i = 3; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) s += $i; print s }' "$out")
   # statuses other than 200/429 counted by the Lua scripts (a 429 is a denied check, an answer)
   # and batch items answered with an error (batch.lua: in the sampled responses)
-  other=$(grep -oE '(^| )(other|http_other|error)=[0-9]+' "$out" | awk -F= '{ s += $2 } END { print s + 0 }')
+  other=$(wrk_script_errors "$out")
   errors=$((${sockerr:-0} + other))
   if [[ $kind == nginx ]]; then
     checks=$reqs

@@ -386,4 +386,10 @@ wrk_load() { # LABEL SCRIPT
   echo "$rps $(to_ms "$p50") $(to_ms "$p99")"
 }
 
+# wrk_script_errors FILE: answers other than 200/429 and batch items answered with an error, as
+# bench/wrk's scripts count them (`other=`, `http_other=`, `error=` in their summary line).
+wrk_script_errors() {
+  grep -oE '(^| )(other|http_other|error)=[0-9]+' "$1" | awk -F= '{ s += $2 } END { print s + 0 }'
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }

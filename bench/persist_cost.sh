@@ -90,8 +90,7 @@ load() { # NODE PATH SECONDS
   # Socket errors, and answers other than 200/429 or batch items answered with an error (counted
   # by the wrk scripts): a slice of errors would measure something else than checks.
   local errors
-  errors=$(grep -oE '(^| )(other|http_other|error)=[0-9]+' "$OUT_DIR/wrk-last.txt" |
-    awk -F= '{ s += $2 } END { print s + 0 }')
+  errors=$(wrk_script_errors "$OUT_DIR/wrk-last.txt")
   grep -q "Socket errors" "$OUT_DIR/wrk-last.txt" && errors=$((errors + 1))
   if ((errors > 0)); then
     local kept="$OUT_DIR/wrk-errors-${NAMES[$1]}-$2-$SECONDS.txt"
